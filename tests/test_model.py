@@ -1,0 +1,282 @@
+"""Behaviour of the model: causality, padding, the cache, the trace, and the what-if switches."""
+
+from __future__ import annotations
+
+import math
+from unittest import mock
+
+import pytest
+import torch
+
+import transformer.attention as attention_module
+from transformer.attention import MultiHeadAttention, scaled_dot_product_attention
+from transformer.config import ModelConfig
+from transformer.masks import causal_mask, combine_masks, padding_mask
+from transformer.model import Intervention, Transformer
+
+CONFIG = ModelConfig(
+    src_vocab_size=40, tgt_vocab_size=45, d_model=32, n_heads=4, d_ff=64, dropout=0.0
+)
+ARCHITECTURES = ["encoder-decoder", "encoder-only", "decoder-only"]
+
+
+def model_for(architecture: str = "encoder-decoder", **changes) -> Transformer:
+    return Transformer(CONFIG.replace(architecture=architecture, **changes)).eval()
+
+
+def inputs(architecture: str, src: torch.Tensor, tgt: torch.Tensor) -> dict:
+    return {
+        "encoder-decoder": {"src": src, "tgt": tgt},
+        "encoder-only": {"src": src},
+        "decoder-only": {"tgt": tgt},
+    }[architecture]
+
+
+def ids(batch: int, length: int, vocab: int = 40) -> torch.Tensor:
+    return torch.randint(1, vocab, (batch, length))
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("architecture", ["encoder-decoder", "decoder-only"])
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_changing_future_targets_leaves_earlier_outputs_unchanged(architecture, norm):
+    model = model_for(architecture, norm=norm)
+    src, tgt = ids(2, 6), ids(2, 8)
+    t = 4
+    changed = tgt.clone()
+    changed[:, t + 1 :] = ids(2, 8 - t - 1)
+    before = model(**inputs(architecture, src, tgt))
+    after = model(**inputs(architecture, src, changed))
+    assert torch.allclose(before[:, : t + 1], after[:, : t + 1], atol=1e-6)
+    assert not torch.allclose(before[:, t + 1 :], after[:, t + 1 :], atol=1e-3)
+
+
+@torch.no_grad()
+def test_without_the_causal_mask_the_future_leaks():
+    model = model_for("decoder-only")
+    tgt = ids(1, 8)
+    changed = tgt.clone()
+    changed[:, -1] = (tgt[:, -1] % 39) + 1
+    leak = Intervention(causal_mask=False)
+    before = model(tgt=tgt, intervention=leak)
+    after = model(tgt=changed, intervention=leak)
+    assert not torch.allclose(before[:, 0], after[:, 0], atol=1e-4)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize("capture", [False, True])
+def test_appending_padding_leaves_real_positions_unchanged(architecture, capture):
+    model = model_for(architecture)
+    src, tgt = ids(2, 5), ids(2, 6)
+    pad = CONFIG.pad_id
+    src_padded = torch.cat([src, torch.full((2, 3), pad)], dim=1)
+    tgt_padded = torch.cat([tgt, torch.full((2, 4), pad)], dim=1)
+    plain = model(**inputs(architecture, src, tgt), capture=capture)
+    padded = model(**inputs(architecture, src_padded, tgt_padded), capture=capture)
+    if capture:
+        plain, padded = plain.logits, padded.logits
+    real = plain.shape[1]
+    assert torch.allclose(plain, padded[:, :real], atol=1e-5)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("architecture", ["encoder-decoder", "decoder-only"])
+@pytest.mark.parametrize("capture", [False, True])
+def test_cached_incremental_decoding_equals_the_full_pass(architecture, capture, device):
+    model = model_for(architecture, norm="pre").to(device)
+    src, tgt = ids(2, 7).to(device), ids(2, 9).to(device)
+    src[1, 5:] = CONFIG.pad_id  # the cache must carry the source padding mask
+    encoded = model.encode(src) if model.config.has_encoder else None
+    full = model.decode(tgt, encoded).logits
+    cache = model.new_cache()
+    for step in range(tgt.size(1)):
+        out = model.decode(tgt[:, step : step + 1], encoded, cache=cache, capture=capture)
+        assert torch.allclose(out.logits[:, 0], full[:, step], atol=1e-5), step
+    assert cache.length == tgt.size(1)
+    if model.config.has_encoder:  # cross-attention keys were computed once, from the source
+        assert cache.layers[0].cross_attention.keys.shape[2] == src.size(1)
+
+
+@torch.no_grad()
+def test_cache_truncate_rewinds():
+    model = model_for("decoder-only")
+    tgt = ids(1, 6)
+    cache = model.new_cache()
+    model.decode(tgt[:, :4], cache=cache)
+    cache.truncate(2)
+    again = model.decode(tgt[:, 2:3], cache=cache).logits[:, 0]
+    assert torch.allclose(again, model.decode(tgt[:, :3]).logits[:, 2], atol=1e-5)
+    with pytest.raises(ValueError):
+        cache.truncate(10)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_fast_path_and_capture_path_agree(architecture, norm, device):
+    model = model_for(architecture, norm=norm).to(device)
+    src, tgt = ids(3, 7).to(device), ids(3, 5).to(device)
+    src[2, 4:] = CONFIG.pad_id
+    tgt[1, 3:] = CONFIG.pad_id
+    fast = model(**inputs(architecture, src, tgt))
+    trace = model(**inputs(architecture, src, tgt), capture=True)
+    assert torch.allclose(fast, trace.logits, atol=1e-5)
+
+
+@torch.no_grad()
+def test_fast_path_never_materialises_attention_weights():
+    """Without capture, the written-out attention (which builds (B, H, T, T)) is not called."""
+    model = model_for("encoder-decoder")
+    src, tgt = ids(2, 6), ids(2, 4)
+    with (
+        mock.patch.object(
+            attention_module, "scaled_dot_product_attention", side_effect=AssertionError
+        ),
+        mock.patch.object(
+            attention_module.F,
+            "scaled_dot_product_attention",
+            wraps=torch.nn.functional.scaled_dot_product_attention,
+        ) as fused,
+    ):
+        model(src, tgt)
+        assert fused.call_count == 2 + 2 * 2  # encoder self; decoder self + cross per layer
+        with pytest.raises(AssertionError):
+            model(src, tgt, capture=True)
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_a_query_with_every_key_masked_gets_zeros_not_nan(capture, device):
+    mha = MultiHeadAttention(16, 2).to(device).eval()
+    x = torch.randn(2, 3, 16, device=device, requires_grad=True)
+    mask = torch.ones(2, 1, 3, 3, dtype=torch.bool, device=device)
+    mask[0, :, 1, :] = False  # query 1 of sequence 0 may attend to nothing
+    out, probe = mha(x, x, mask, capture=capture)
+    assert not out.isnan().any()
+    # With no key the attention output is zero, so the sub-layer output is w_o's bias alone.
+    assert torch.allclose(out[0, 1], mha.w_o.bias, atol=1e-6)
+    out.sum().backward()
+    assert not x.grad.isnan().any()
+    if capture:
+        assert (probe.weights[0, :, 1] == 0).all()
+        assert probe.scores[0, :, 1].isneginf().all()
+
+
+def test_written_out_attention_matches_the_formula():
+    q, k, v = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 5)
+    out, probe = scaled_dot_product_attention(q, k, v)
+    expected_scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(8)  # √d_head, not √d_model
+    assert torch.allclose(probe.scores, expected_scores, atol=1e-6)
+    assert torch.allclose(probe.weights.sum(-1), torch.ones(1, 2, 3), atol=1e-6)
+    assert torch.allclose(out, probe.weights @ v, atol=1e-6)
+
+
+def test_split_and_merge_heads_keep_each_token_in_its_own_row():
+    mha = MultiHeadAttention(8, 2)
+    x = torch.arange(2 * 3 * 8, dtype=torch.float).view(2, 3, 8)
+    heads = mha.split_heads(x)  # (B, H, T, d_head)
+    assert heads.shape == (2, 2, 3, 4)
+    assert torch.equal(heads[1, 1, 2], x[1, 2, 4:])  # head 1 of token 2 = its second half
+    assert torch.equal(mha.merge_heads(heads), x)
+
+
+def test_masks_broadcast_and_combine():
+    pad = padding_mask(torch.tensor([[4, 5, 0]]), 0)
+    assert pad.shape == (1, 1, 1, 3)
+    causal = causal_mask(3)
+    assert causal[0, 0].tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+    assert causal_mask(1, 4)[0, 0].tolist() == [[True, True, True, True]]  # last query sees all
+    both = combine_masks(causal, pad, None)
+    assert both[0, 0].tolist() == [[True, False, False], [True, True, False], [True, True, False]]
+    assert combine_masks(None) is None
+    with pytest.raises(ValueError):
+        causal_mask(4, 2)
+
+
+@torch.no_grad()
+def test_trace_tells_attention_kinds_apart_and_marks_masked_cells():
+    model = model_for("encoder-decoder")
+    src, tgt = ids(2, 6), ids(2, 4)
+    src[1, 4:] = CONFIG.pad_id
+    trace = model(src, tgt, capture=True)
+    enc = trace.attention("encoder_self", 1)
+    dec = trace.attention("decoder_self", 0)
+    cross = trace.attention("cross", 1)
+    assert (enc.kind, dec.kind, cross.kind) == ("encoder_self", "decoder_self", "cross")
+    assert enc.weights.shape == (2, 4, 6, 6)
+    assert dec.weights.shape == (2, 4, 4, 4)
+    assert cross.weights.shape == (2, 4, 4, 6)
+    # Source padding: keys 4 and 5 of sequence 1 are masked in encoder and cross attention.
+    assert enc.masked[1, 0, :, 4:].all() and not enc.masked[0].any()
+    assert cross.scores[1, :, :, 4:].isneginf().all()
+    assert (cross.weights[1, :, :, 4:] == 0).all()
+    # Decoder self-attention is causal: strictly upper triangle masked.
+    upper = torch.ones(4, 4, dtype=torch.bool).triu(1)
+    assert torch.equal(dec.masked[0, 0], upper)
+    assert torch.equal(trace.causal, ~upper)
+    assert trace.attention_weights("cross").shape == (2, 2, 4, 4, 6)
+    assert trace.source.token_embedding.shape == (2, 6, 32)
+    assert trace.source.positional.shape == (6, 32)
+    assert trace.encoder_layers[0].self_attention_output.shape == (2, 6, 32)
+    assert trace.decoder_layers[0].cross_attention_output.shape == (2, 4, 32)
+    with pytest.raises(IndexError):
+        trace.attention("cross", 2)
+
+
+@torch.no_grad()
+def test_decoder_only_model_has_no_cross_attention():
+    model = model_for("decoder-only")
+    assert all(layer.cross_attention is None for layer in model.decoder.layers)
+    trace = model(tgt=ids(1, 5), capture=True)
+    with pytest.raises(ValueError, match="no cross attention"):
+        trace.attention("cross", 0)
+
+
+@torch.no_grad()
+def test_interventions_change_what_they_say():
+    model = model_for("encoder-decoder")
+    src, tgt = ids(1, 6), ids(1, 5)
+    base = model(src, tgt, capture=True)
+    unscaled = model(src, tgt, capture=True, intervention=Intervention(scale_scores=False))
+    ratio = unscaled.attention("encoder_self", 0).scores / base.attention("encoder_self", 0).scores
+    assert torch.allclose(ratio, torch.full_like(ratio, math.sqrt(CONFIG.d_head)), atol=1e-4)
+    no_pe = model(src, tgt, capture=True, intervention=Intervention(positional_encoding=False))
+    assert (no_pe.source.positional == 0).all()
+    # Without positions the encoder is permutation-equivariant: swapping two tokens swaps rows.
+    swapped = src[:, [1, 0, 2, 3, 4, 5]]
+    no_pe_swapped = model(
+        swapped, tgt, capture=True, intervention=Intervention(positional_encoding=False)
+    )
+    assert torch.allclose(no_pe.memory[:, [1, 0]], no_pe_swapped.memory[:, :2], atol=1e-5)
+    zeroed = model(src, tgt, intervention=Intervention(zero_heads=frozenset({("cross", 0, 2)})))
+    assert not torch.allclose(zeroed, base.logits, atol=1e-4)
+
+
+def test_wrong_inputs_raise_clear_errors():
+    model = model_for("encoder-decoder")
+    with pytest.raises(ValueError, match="needs tgt"):
+        model(ids(1, 3))
+    with pytest.raises(ValueError, match="token ids must lie"):
+        model(ids(1, 3), torch.tensor([[1, 99]]))
+    with pytest.raises(ValueError, match="max_len"):
+        model(ids(1, CONFIG.max_len + 1), ids(1, 2))
+    with pytest.raises(ValueError, match="decoder-only model takes its tokens as tgt"):
+        model_for("decoder-only")(ids(1, 3))
+
+
+def test_padding_embedding_is_zero_and_tied_weights_are_shared():
+    tied = Transformer(CONFIG.replace(tgt_vocab_size=40, tie_embeddings=True))
+    assert tied.src_embedding.weight is tied.tgt_embedding.weight
+    assert tied.generator.proj.weight is tied.src_embedding.weight
+    assert (tied.src_embedding.weight[CONFIG.pad_id] == 0).all()
+    untied = Transformer(CONFIG)
+    assert untied.generator.proj.weight is not untied.tgt_embedding.weight
+
+
+@torch.no_grad()
+def test_embeddings_are_scaled_by_sqrt_d_model():
+    model = model_for("encoder-only")
+    tokens = ids(1, 3)
+    trace = model(src=tokens, capture=True)
+    expected = model.src_embedding.lookup(tokens) * math.sqrt(CONFIG.d_model)
+    assert torch.allclose(trace.source.token_embedding, expected)

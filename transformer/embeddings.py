@@ -1,0 +1,86 @@
+"""Input embeddings (paper section 3.4) and positional encodings (section 3.5)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+class TokenEmbedding(nn.Module):
+    """Token ids to vectors, multiplied by √d_model as in section 3.4.
+
+    The scale keeps the embedding's magnitude comparable to the positional encoding's
+    (entries in [-1, 1]) when the weights are initialised small.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int | None = None) -> None:
+        super().__init__()
+        self.lookup = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        self.scale = math.sqrt(d_model)
+
+    @property
+    def weight(self) -> nn.Parameter:
+        return self.lookup.weight
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """``(B, T)`` ids → ``(B, T, d_model)``."""
+        return self.lookup(tokens) * self.scale
+
+
+def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> Tensor:
+    """The sinusoidal positional-encoding table.
+
+    ``PE[pos, 2i] = sin(pos / base^(2i/d_model))`` and ``PE[pos, 2i+1] = cos(pos / base^(2i/d_model))``.
+
+    Returns:
+        ``(max_len, d_model)`` float32 (float64 arithmetic, so large positions stay accurate).
+    """
+    if d_model % 2 != 0:
+        raise ValueError(f"d_model must be even for sin/cos pairs, got {d_model}")
+    position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model/2,)
+    angle = position / base ** (two_i / d_model)  # (max_len, d_model/2)
+    table = torch.empty(max_len, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle)
+    return table.float()
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Fixed positional encodings (a buffer, not a parameter: nothing here is learned)."""
+
+    def __init__(self, d_model: int, max_len: int, base: float = 10000.0) -> None:
+        super().__init__()
+        self.max_len = max_len
+        # persistent=False: derived from the config, so checkpoints need not store it.
+        self.register_buffer("table", sinusoidal_table(max_len, d_model, base), persistent=False)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        """Encodings of positions ``offset .. offset+length-1`` as ``(length, d_model)``."""
+        _check_length(length, offset, self.max_len)
+        return self.table[offset : offset + length]
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """Learned positional embeddings (the paper's alternative in section 3.5, Table 3 row E)."""
+
+    def __init__(self, d_model: int, max_len: int) -> None:
+        super().__init__()
+        self.max_len = max_len
+        self.lookup = nn.Embedding(max_len, d_model)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        """Embeddings of positions ``offset .. offset+length-1`` as ``(length, d_model)``."""
+        _check_length(length, offset, self.max_len)
+        positions = torch.arange(offset, offset + length, device=self.lookup.weight.device)
+        return self.lookup(positions)
+
+
+def _check_length(length: int, offset: int, max_len: int) -> None:
+    if offset + length > max_len:
+        raise ValueError(
+            f"sequence of {offset + length} positions is longer than max_len={max_len}: "
+            f"shorten the input or build the model with a larger max_len."
+        )

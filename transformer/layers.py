@@ -1,0 +1,42 @@
+"""Layer normalisation and the position-wise feed-forward network (paper section 3.3)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class LayerNorm(nn.Module):
+    """Layer normalisation over the last dimension, written out.
+
+    ``y = γ · (x − mean) / sqrt(var + eps) + β`` with the *biased* variance (divide by n, not
+    n − 1) and ``eps`` inside the square root, exactly as ``torch.nn.LayerNorm``.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))  # γ
+        self.bias = nn.Parameter(torch.zeros(d_model))  # β
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``(..., d_model)`` → ``(..., d_model)``."""
+        mean = x.mean(dim=-1, keepdim=True)
+        var = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # biased variance
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+
+
+class PositionwiseFeedForward(nn.Module):
+    """``FFN(x) = max(0, x W1 + b1) W2 + b2``, applied to each position alone (equation 2)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu") -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.activation = F.relu if activation == "relu" else F.gelu
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``(B, T, d_model)`` → ``(B, T, d_model)``."""
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))

@@ -1,0 +1,69 @@
+"""Attention masks, with one polarity everywhere: ``True`` means "this query may attend to this key".
+
+That is the polarity of ``torch.nn.functional.scaled_dot_product_attention``. PyTorch's
+``nn.MultiheadAttention`` and ``nn.Transformer`` use the opposite (``True`` = masked out); the one
+place that converts is :func:`to_torch_nn_mask`.
+
+Every mask broadcasts to ``(batch, heads, queries, keys)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
+    """Keys that are real tokens.
+
+    Args:
+        tokens: ``(B, T)`` token ids.
+        pad_id: the id of the padding token.
+
+    Returns:
+        ``(B, 1, 1, T)`` bool, ``True`` where the key is not padding. Padding masks the *keys*
+        only: a padded query row still attends to the real keys (its output is ignored later).
+    """
+    return (tokens != pad_id)[:, None, None, :]
+
+
+def causal_mask(
+    n_queries: int, n_keys: int | None = None, device: torch.device | None = None
+) -> Tensor:
+    """Lower-triangular mask: query ``i`` may attend to keys ``0..i`` and not to the future.
+
+    With ``n_keys > n_queries`` the queries are the *last* ``n_queries`` positions (incremental
+    decoding with a key/value cache: earlier keys are all in the past).
+
+    Returns:
+        ``(1, 1, n_queries, n_keys)`` bool.
+    """
+    n_keys = n_queries if n_keys is None else n_keys
+    if n_keys < n_queries:
+        raise ValueError(f"n_keys ({n_keys}) must be ≥ n_queries ({n_queries}) for a causal mask.")
+    allowed = torch.ones(n_queries, n_keys, dtype=torch.bool, device=device)
+    return allowed.tril(diagonal=n_keys - n_queries)[None, None]
+
+
+def combine_masks(*masks: Tensor | None) -> Tensor | None:
+    """Logical AND of the given masks (``None`` ones are skipped), broadcast together.
+
+    A cell is allowed only when every mask allows it; returns ``None`` when no mask is given.
+    """
+    present = [m for m in masks if m is not None]
+    if not present:
+        return None
+    combined = present[0]
+    for mask in present[1:]:
+        combined = combined & mask
+    return combined
+
+
+def to_torch_nn_mask(mask: Tensor) -> Tensor:
+    """Convert our polarity (``True`` = may attend) to ``torch.nn``'s (``True`` = masked out).
+
+    This is the single boundary between the two conventions; it is its own inverse.
+    """
+    if mask.dtype != torch.bool:
+        raise TypeError(f"masks are bool tensors, got {mask.dtype}")
+    return ~mask

@@ -1,0 +1,606 @@
+"""The Transformer: encoder and decoder layers, their stacks, the generator (paper section 3).
+
+One class per concept, in the paper's order. Encoder-decoder, encoder-only and decoder-only
+models are built from the same parts; a decoder layer has cross-attention only when there is
+an encoder to attend to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, overload
+
+import torch
+from torch import Tensor, nn
+
+from .attention import AttentionProbe, KeyValueCache, MultiHeadAttention
+from .config import ModelConfig
+from .embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
+from .layers import LayerNorm, PositionwiseFeedForward
+from .masks import causal_mask, combine_masks, padding_mask
+from .trace import AttentionKind, AttentionRecord, LayerTrace, StackInput, Trace
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """What-if switches that change a forward pass, for teaching (all off by default).
+
+    Attributes:
+        causal_mask: ``False`` lets the decoder see the future (to show the leak).
+        padding_mask: ``False`` lets queries attend to padding.
+        scale_scores: ``False`` drops the ``1/√d_k`` scaling of attention scores.
+        positional_encoding: ``False`` adds no positional information (word order is lost).
+        zero_heads: ``(kind, layer, head)`` triples whose output is switched off.
+    """
+
+    causal_mask: bool = True
+    padding_mask: bool = True
+    scale_scores: bool = True
+    positional_encoding: bool = True
+    zero_heads: frozenset[tuple[AttentionKind, int, int]] = frozenset()
+
+    def head_gate(
+        self, kind: AttentionKind, layer: int, n_heads: int, like: Tensor
+    ) -> Tensor | None:
+        """``(H,)`` multipliers for one attention sub-layer, or ``None`` if every head is on."""
+        off = [h for (k, lay, h) in self.zero_heads if k == kind and lay == layer]
+        if not off:
+            return None
+        gate = torch.ones(n_heads, dtype=like.dtype, device=like.device)
+        gate[off] = 0.0
+        return gate
+
+
+NO_INTERVENTION = Intervention()
+
+
+class _Residual(nn.Module):
+    """Residual connection with dropout and layer norm, post-LN or pre-LN (section 5.4)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.norm = LayerNorm(config.d_model, config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+        self.pre_norm = config.norm == "pre"
+
+    def sublayer_input(self, x: Tensor) -> Tensor:
+        """What the sub-layer reads: ``LayerNorm(x)`` in pre-LN, ``x`` itself in post-LN."""
+        return self.norm(x) if self.pre_norm else x
+
+    def forward(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
+        """Post-LN: ``LayerNorm(x + Dropout(sublayer))``; pre-LN: ``x + Dropout(sublayer)``."""
+        x = x + self.dropout(sublayer_output)
+        return x if self.pre_norm else self.norm(x)
+
+
+def _record(
+    kind: AttentionKind, layer: int, probe: AttentionProbe | None, mask: Tensor | None, offset: int
+) -> AttentionRecord | None:
+    if probe is None:
+        return None
+    batch, _, n_queries, n_keys = probe.scores.shape
+    full = torch.ones(batch, 1, n_queries, n_keys, dtype=torch.bool, device=probe.scores.device)
+    mask = full if mask is None else full & mask
+    return AttentionRecord(
+        kind=kind,
+        layer=layer,
+        scores=probe.scores.detach(),
+        weights=probe.weights.detach(),
+        mask=mask,
+        query_offset=offset,
+    )
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then the position-wise feed-forward network, each with a residual."""
+
+    def __init__(self, config: ModelConfig, index: int) -> None:
+        super().__init__()
+        self.index = index
+        self.self_attention = MultiHeadAttention(config.d_model, config.n_heads, config.dropout)
+        self.feed_forward = PositionwiseFeedForward(
+            config.d_model, config.d_ff, config.dropout, config.activation
+        )
+        self.attention_residual = _Residual(config)
+        self.feed_forward_residual = _Residual(config)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        capture: bool = False,
+        intervention: Intervention = NO_INTERVENTION,
+    ) -> tuple[Tensor, LayerTrace | None]:
+        """``(B, T, d_model)`` → ``(B, T, d_model)``; ``mask`` broadcasts to ``(B, H, T, T)``."""
+        x_in = x
+        h = self.attention_residual.sublayer_input(x)
+        gate = intervention.head_gate("encoder_self", self.index, self.self_attention.n_heads, h)
+        attended, probe = self.self_attention(
+            h, h, mask, capture=capture, scale_scores=intervention.scale_scores, head_gate=gate
+        )
+        x = self.attention_residual(x, attended)
+        after_attention = x
+        x = self.feed_forward_residual(
+            x, self.feed_forward(self.feed_forward_residual.sublayer_input(x))
+        )
+        if not capture:
+            return x, None
+        return x, LayerTrace(
+            stack="encoder",
+            layer=self.index,
+            input=x_in.detach(),
+            self_attention=_record("encoder_self", self.index, probe, mask, 0),
+            self_attention_output=after_attention.detach(),
+            feed_forward_output=x.detach(),
+        )
+
+
+@dataclass
+class LayerCache:
+    """One decoder layer's key/value caches."""
+
+    self_attention: KeyValueCache = field(default_factory=KeyValueCache)
+    cross_attention: KeyValueCache = field(default_factory=lambda: KeyValueCache(static=True))
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention over the encoder memory (only when there is an
+    encoder), then the feed-forward network; each sub-layer with its residual."""
+
+    def __init__(self, config: ModelConfig, index: int) -> None:
+        super().__init__()
+        self.index = index
+        self.self_attention = MultiHeadAttention(config.d_model, config.n_heads, config.dropout)
+        self.self_attention_residual = _Residual(config)
+        self.cross_attention: MultiHeadAttention | None = None
+        if config.has_encoder:
+            self.cross_attention = MultiHeadAttention(
+                config.d_model, config.n_heads, config.dropout
+            )
+            self.cross_attention_residual = _Residual(config)
+        self.feed_forward = PositionwiseFeedForward(
+            config.d_model, config.d_ff, config.dropout, config.activation
+        )
+        self.feed_forward_residual = _Residual(config)
+
+    def forward(
+        self,
+        x: Tensor,
+        self_mask: Tensor | None,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        cache: LayerCache | None = None,
+        capture: bool = False,
+        intervention: Intervention = NO_INTERVENTION,
+        position_offset: int = 0,
+    ) -> tuple[Tensor, LayerTrace | None]:
+        """Decode ``(B, Tq, d_model)`` target positions.
+
+        ``self_mask`` broadcasts to ``(B, H, Tq, Tk)`` (causal and target padding, Tk counting
+        cached positions); ``memory`` is the ``(B, Ts, d_model)`` encoder output and
+        ``memory_mask`` broadcasts to ``(B, H, Tq, Ts)`` (source padding).
+        """
+        x_in = x
+        scale = intervention.scale_scores
+        h = self.self_attention_residual.sublayer_input(x)
+        gate = intervention.head_gate("decoder_self", self.index, self.self_attention.n_heads, h)
+        attended, self_probe = self.self_attention(
+            h,
+            h,
+            self_mask,
+            cache.self_attention if cache else None,
+            capture=capture,
+            scale_scores=scale,
+            head_gate=gate,
+        )
+        x = self.self_attention_residual(x, attended)
+        after_self = x
+
+        cross_probe = None
+        after_cross = None
+        if self.cross_attention is not None:
+            if memory is None and not (cache and cache.cross_attention.keys is not None):
+                raise ValueError("this decoder layer cross-attends: pass the encoder memory")
+            h = self.cross_attention_residual.sublayer_input(x)
+            gate = intervention.head_gate("cross", self.index, self.cross_attention.n_heads, h)
+            attended, cross_probe = self.cross_attention(
+                h,
+                memory,
+                memory_mask,
+                cache.cross_attention if cache else None,
+                capture=capture,
+                scale_scores=scale,
+                head_gate=gate,
+            )
+            x = self.cross_attention_residual(x, attended)
+            after_cross = x
+
+        x = self.feed_forward_residual(
+            x, self.feed_forward(self.feed_forward_residual.sublayer_input(x))
+        )
+        if not capture:
+            return x, None
+        return x, LayerTrace(
+            stack="decoder",
+            layer=self.index,
+            input=x_in.detach(),
+            self_attention=_record(
+                "decoder_self", self.index, self_probe, self_mask, position_offset
+            ),
+            self_attention_output=after_self.detach(),
+            cross_attention=_record("cross", self.index, cross_probe, memory_mask, position_offset),
+            cross_attention_output=None if after_cross is None else after_cross.detach(),
+            feed_forward_output=x.detach(),
+        )
+
+
+class Encoder(nn.Module):
+    """N encoder layers; pre-LN stacks end with a LayerNorm (post-LN layers already end in one)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(config, i) for i in range(config.n_encoder_layers))
+        self.final_norm = (
+            LayerNorm(config.d_model, config.layer_norm_eps) if config.norm == "pre" else None
+        )
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        capture: bool = False,
+        intervention: Intervention = NO_INTERVENTION,
+    ) -> tuple[Tensor, list[LayerTrace]]:
+        """``(B, T, d_model)`` → ``(B, T, d_model)`` memory, and the layer traces if captured."""
+        traces = []
+        for layer in self.layers:
+            x, trace = layer(x, mask, capture, intervention)
+            if trace is not None:
+                traces.append(trace)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, traces
+
+
+class Decoder(nn.Module):
+    """N decoder layers; pre-LN stacks end with a LayerNorm."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.n_decoder_layers))
+        self.final_norm = (
+            LayerNorm(config.d_model, config.layer_norm_eps) if config.norm == "pre" else None
+        )
+
+    def forward(
+        self,
+        x: Tensor,
+        self_mask: Tensor | None,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+        capture: bool = False,
+        intervention: Intervention = NO_INTERVENTION,
+        position_offset: int = 0,
+    ) -> tuple[Tensor, list[LayerTrace]]:
+        """``(B, Tq, d_model)`` → ``(B, Tq, d_model)``, and the layer traces if captured."""
+        traces = []
+        for i, layer in enumerate(self.layers):
+            layer_cache = cache.layers[i] if cache is not None else None
+            x, trace = layer(
+                x,
+                self_mask,
+                memory,
+                memory_mask,
+                layer_cache,
+                capture,
+                intervention,
+                position_offset,
+            )
+            if trace is not None:
+                traces.append(trace)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, traces
+
+
+@dataclass
+class DecoderCache:
+    """Key/value caches of every decoder layer, plus which cached target positions are padding.
+
+    Made by :meth:`Transformer.new_cache`; :meth:`Transformer.decode` fills it step by step.
+    """
+
+    layers: list[LayerCache]
+    key_padding: Tensor | None = None  # (B, T_past) bool, True for real tokens
+
+    @property
+    def length(self) -> int:
+        """Number of target positions already decoded."""
+        return self.layers[0].self_attention.length if self.layers else 0
+
+    def truncate(self, length: int) -> None:
+        """Forget every position from ``length`` on (to rewind generation)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of {self.length} positions to {length}")
+        for layer in self.layers:
+            kv = layer.self_attention
+            if kv.keys is not None:
+                kv.keys, kv.values = kv.keys[:, :, :length], kv.values[:, :, :length]
+        if self.key_padding is not None:
+            self.key_padding = self.key_padding[:, :length]
+
+
+class Generator(nn.Module):
+    """The final linear projection to vocabulary logits (softmax is left to the loss/sampler)."""
+
+    def __init__(self, d_model: int, vocab_size: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d_model, vocab_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``(B, T, d_model)`` → ``(B, T, vocab_size)`` logits."""
+        return self.proj(x)
+
+
+@dataclass
+class Encoded:
+    """The encoder's output for one batch of sources.
+
+    ``memory`` ``(B, Ts, d_model)``; ``mask`` ``(B, 1, 1, Ts)`` source padding mask (``None``
+    when the padding mask is switched off); ``layers`` and ``input`` only when captured.
+    """
+
+    memory: Tensor
+    mask: Tensor | None
+    input: StackInput | None = None
+    layers: list[LayerTrace] = field(default_factory=list)
+
+
+@dataclass
+class Decoded:
+    """The decoder's output: ``hidden`` ``(B, Tq, d_model)``, ``logits`` ``(B, Tq, V)``, and,
+    when captured, the layer traces, the input record and the ``(Tq, Tk)`` causal mask."""
+
+    hidden: Tensor
+    logits: Tensor
+    input: StackInput | None = None
+    layers: list[LayerTrace] = field(default_factory=list)
+    causal: Tensor | None = None
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder, encoder-only or decoder-only Transformer built from one :class:`ModelConfig`.
+
+    Call it with ``src`` (encoder), ``tgt`` (decoder) or both, as the architecture needs:
+    ``model(src, tgt)`` returns ``(B, Tt, V)`` logits; ``model(src, tgt, capture=True)`` returns a
+    :class:`~transformer.trace.Trace` holding the logits and every intermediate.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        d = config.d_model
+
+        def positional() -> nn.Module:
+            if config.positional == "sinusoidal":
+                return SinusoidalPositionalEncoding(d, config.max_len)
+            return LearnedPositionalEmbedding(d, config.max_len)
+
+        self.embedding_dropout = nn.Dropout(config.dropout)
+        self.src_embedding: TokenEmbedding | None = None
+        self.tgt_embedding: TokenEmbedding | None = None
+        if config.has_encoder:
+            self.src_embedding = TokenEmbedding(config.src_vocab_size, d, config.pad_id)
+            self.src_positional = positional()
+            self.encoder = Encoder(config)
+        if config.has_decoder:
+            self.tgt_embedding = TokenEmbedding(config.tgt_vocab_size, d, config.pad_id)
+            self.tgt_positional = positional()
+            self.decoder = Decoder(config)
+        self.generator = Generator(d, config.output_vocab_size)
+        self._init_weights()
+        if config.tie_embeddings:
+            # Section 3.4: one matrix for both embeddings and the pre-softmax projection.
+            if self.src_embedding is not None and self.tgt_embedding is not None:
+                self.tgt_embedding.lookup.weight = self.src_embedding.lookup.weight
+            output_embedding = self.tgt_embedding or self.src_embedding
+            self.generator.proj.weight = output_embedding.lookup.weight
+
+    def _init_weights(self) -> None:
+        """Xavier-uniform for every matrix, zeros for biases, zero padding embeddings."""
+        for name, param in self.named_parameters():
+            if param.dim() > 1:
+                nn.init.xavier_uniform_(param)
+            elif name.endswith(".bias") and "norm" not in name:
+                nn.init.zeros_(param)
+        with torch.no_grad():
+            for embedding in (self.src_embedding, self.tgt_embedding):
+                if embedding is not None:
+                    embedding.lookup.weight[self.config.pad_id].zero_()
+
+    @property
+    def device(self) -> torch.device:
+        return self.generator.proj.weight.device
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def _embed(
+        self,
+        tokens: Tensor,
+        embedding: TokenEmbedding,
+        positional: nn.Module,
+        offset: int,
+        capture: bool,
+        intervention: Intervention,
+    ) -> tuple[Tensor, StackInput | None]:
+        """``(B, T)`` ids → ``(B, T, d_model)``: scaled token embedding + positional encoding."""
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be (batch, length), got shape {tuple(tokens.shape)}")
+        vocab = embedding.lookup.num_embeddings
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab):
+            raise ValueError(f"token ids must lie in 0..{vocab - 1}; got {int(tokens.max())}")
+        token_vectors = embedding(tokens)  # (B, T, d_model)
+        pe = positional(tokens.size(1), offset)  # (T, d_model)
+        if not intervention.positional_encoding:
+            pe = torch.zeros_like(pe)
+        x = self.embedding_dropout(token_vectors + pe)
+        record = None
+        if capture:
+            record = StackInput(
+                tokens=tokens,
+                token_embedding=token_vectors.detach(),
+                positional=pe.detach(),
+                padding=tokens != self.config.pad_id,
+                position_offset=offset,
+            )
+        return x, record
+
+    # -- the two halves -------------------------------------------------------------------
+
+    def encode(
+        self,
+        src: Tensor,
+        *,
+        capture: bool = False,
+        intervention: Intervention = NO_INTERVENTION,
+    ) -> Encoded:
+        """Run the encoder on ``(B, Ts)`` source ids."""
+        if not self.config.has_encoder:
+            raise ValueError(f"a {self.config.architecture} model has no encoder")
+        x, record = self._embed(
+            src, self.src_embedding, self.src_positional, 0, capture, intervention
+        )
+        mask = padding_mask(src, self.config.pad_id) if intervention.padding_mask else None
+        memory, layers = self.encoder(x, mask, capture, intervention)
+        return Encoded(memory=memory, mask=mask, input=record, layers=layers)
+
+    def decode(
+        self,
+        tgt: Tensor,
+        encoded: Encoded | None = None,
+        *,
+        cache: DecoderCache | None = None,
+        capture: bool = False,
+        intervention: Intervention = NO_INTERVENTION,
+    ) -> Decoded:
+        """Run the decoder on ``(B, Tq)`` target ids and return hidden states and logits.
+
+        With a ``cache``, ``tgt`` holds only the *new* positions: their keys and values are
+        appended to the cache, and the cross-attention keys/values over ``encoded.memory`` are
+        computed on the first call and reused after.
+        """
+        if not self.config.has_decoder:
+            raise ValueError(f"a {self.config.architecture} model has no decoder")
+        if self.config.has_encoder and encoded is None:
+            raise ValueError("an encoder-decoder model decodes against encode(src)'s output")
+        offset = cache.length if cache is not None else 0
+        x, record = self._embed(
+            tgt, self.tgt_embedding, self.tgt_positional, offset, capture, intervention
+        )
+        # Self-attention keys are the cached positions plus the new ones.
+        key_padding = tgt != self.config.pad_id  # (B, Tq)
+        if cache is not None:
+            if cache.key_padding is not None:
+                key_padding = torch.cat([cache.key_padding, key_padding], dim=1)
+            cache.key_padding = key_padding
+        n_queries, n_keys = tgt.size(1), key_padding.size(1)
+        causal = causal_mask(n_queries, n_keys, device=tgt.device)
+        self_mask = combine_masks(
+            causal if intervention.causal_mask else None,
+            key_padding[:, None, None, :] if intervention.padding_mask else None,
+        )
+        memory = encoded.memory if encoded is not None else None
+        memory_mask = encoded.mask if encoded is not None else None
+        hidden, layers = self.decoder(
+            x, self_mask, memory, memory_mask, cache, capture, intervention, offset
+        )
+        return Decoded(
+            hidden=hidden,
+            logits=self.generator(hidden),
+            input=record,
+            layers=layers,
+            causal=causal[0, 0] if capture else None,
+        )
+
+    def new_cache(self) -> DecoderCache:
+        """An empty key/value cache for incremental decoding with :meth:`decode`."""
+        if not self.config.has_decoder:
+            raise ValueError(f"a {self.config.architecture} model has no decoder to cache")
+        return DecoderCache(layers=[LayerCache() for _ in range(self.config.n_decoder_layers)])
+
+    # -- the whole model ------------------------------------------------------------------
+
+    @overload
+    def forward(
+        self,
+        src: Tensor | None = ...,
+        tgt: Tensor | None = ...,
+        *,
+        capture: Literal[False] = ...,
+        intervention: Intervention = ...,
+    ) -> Tensor: ...
+
+    @overload
+    def forward(
+        self,
+        src: Tensor | None = ...,
+        tgt: Tensor | None = ...,
+        *,
+        capture: Literal[True],
+        intervention: Intervention = ...,
+    ) -> Trace: ...
+
+    def forward(
+        self,
+        src: Tensor | None = None,
+        tgt: Tensor | None = None,
+        *,
+        capture: bool = False,
+        intervention: Intervention = NO_INTERVENTION,
+    ) -> Tensor | Trace:
+        """Logits for a batch: ``(B, Tt, V)`` (or ``(B, Ts, V)`` for encoder-only models).
+
+        Args:
+            src: ``(B, Ts)`` source ids (encoder-decoder and encoder-only models).
+            tgt: ``(B, Tt)`` target ids, shifted right (encoder-decoder and decoder-only).
+            capture: return a :class:`Trace` of every step instead of the bare logits.
+            intervention: what-if switches (see :class:`Intervention`).
+        """
+        config = self.config
+        if not config.has_encoder and src is not None:
+            raise ValueError("a decoder-only model takes its tokens as tgt, not src")
+        if not config.has_decoder and tgt is not None:
+            raise ValueError("an encoder-only model takes its tokens as src, not tgt")
+        if config.has_encoder and src is None:
+            raise ValueError(f"a {config.architecture} model needs src")
+        if config.has_decoder and tgt is None:
+            raise ValueError(f"a {config.architecture} model needs tgt")
+
+        encoded = None
+        if config.has_encoder:
+            encoded = self.encode(src, capture=capture, intervention=intervention)
+        if config.has_decoder:
+            decoded = self.decode(tgt, encoded, capture=capture, intervention=intervention)
+            logits = decoded.logits
+        else:
+            decoded = None
+            logits = self.generator(encoded.memory)
+        if not capture:
+            return logits
+        return Trace(
+            config=config,
+            logits=logits.detach(),
+            source=encoded.input if encoded else None,
+            target=decoded.input if decoded else None,
+            encoder_layers=encoded.layers if encoded else [],
+            decoder_layers=decoded.layers if decoded else [],
+            memory=encoded.memory.detach() if encoded else None,
+            decoder_output=decoded.hidden.detach() if decoded else None,
+            causal=decoded.causal if decoded else None,
+        )
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameters, each shared (tied) tensor counted once."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

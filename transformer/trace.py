@@ -1,0 +1,127 @@
+"""The trace: typed records of everything a forward pass computed, for figures and tests.
+
+A trace is returned by a forward pass asked to ``capture``; nothing is stored on the modules.
+All tensors are detached. Attention tensors are ``(B, H, Tq, Tk)``: axis 2 is the query, axis 3
+the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from .config import ModelConfig
+
+AttentionKind = Literal["encoder_self", "decoder_self", "cross"]
+ATTENTION_KINDS: tuple[str, ...] = ("encoder_self", "decoder_self", "cross")
+
+
+@dataclass
+class AttentionRecord:
+    """One attention sub-layer of one layer, all heads.
+
+    Attributes:
+        kind: ``"encoder_self"``, ``"decoder_self"`` (masked) or ``"cross"``.
+        layer: index of the layer in its stack, from 0.
+        scores: ``(B, H, Tq, Tk)`` scaled scores before softmax; masked cells are ``-inf``.
+        weights: ``(B, H, Tq, Tk)`` softmax of the scores; zero in masked cells.
+        mask: ``(B, 1, Tq, Tk)`` bool, ``True`` = may attend (all ``True`` if nothing was masked).
+        query_offset: position of the first query row (non-zero in incremental decoding).
+    """
+
+    kind: AttentionKind
+    layer: int
+    scores: Tensor
+    weights: Tensor
+    mask: Tensor
+    query_offset: int = 0
+
+    @property
+    def masked(self) -> Tensor:
+        """``(B, 1, Tq, Tk)`` bool, ``True`` where the mask removed the cell."""
+        return ~self.mask
+
+
+@dataclass
+class LayerTrace:
+    """One encoder or decoder layer: its attention records and each sub-layer's output.
+
+    Every ``*_output`` is the ``(B, T, d_model)`` residual stream after that sub-layer (after
+    the residual add, and after the norm in post-LN).
+    """
+
+    stack: Literal["encoder", "decoder"]
+    layer: int
+    input: Tensor
+    self_attention: AttentionRecord
+    self_attention_output: Tensor
+    feed_forward_output: Tensor
+    cross_attention: AttentionRecord | None = None
+    cross_attention_output: Tensor | None = None
+
+    @property
+    def output(self) -> Tensor:
+        return self.feed_forward_output
+
+
+@dataclass
+class StackInput:
+    """What enters a stack: token ids, their scaled embeddings and the positional encodings.
+
+    ``tokens`` ``(B, T)``; ``token_embedding`` ``(B, T, d_model)`` (already × √d_model);
+    ``positional`` ``(T, d_model)``; ``padding`` ``(B, T)`` bool, ``True`` for real tokens.
+    """
+
+    tokens: Tensor
+    token_embedding: Tensor
+    positional: Tensor
+    padding: Tensor
+    position_offset: int = 0
+
+
+@dataclass
+class Trace:
+    """Everything one captured forward pass computed.
+
+    ``logits`` ``(B, T, V)`` come from the decoder (or from the encoder in encoder-only models).
+    ``causal`` is the ``(Tq, Tk)`` bool causal mask of the decoder's self-attention.
+    """
+
+    config: ModelConfig
+    logits: Tensor
+    source: StackInput | None = None
+    target: StackInput | None = None
+    encoder_layers: list[LayerTrace] = field(default_factory=list)
+    decoder_layers: list[LayerTrace] = field(default_factory=list)
+    memory: Tensor | None = None
+    decoder_output: Tensor | None = None
+    causal: Tensor | None = None
+
+    def attention(self, kind: AttentionKind, layer: int) -> AttentionRecord:
+        """The record of one attention sub-layer; a clear error if the model has none."""
+        records = self.attention_records(kind)
+        if not 0 <= layer < len(records):
+            raise IndexError(f"{kind} attention has layers 0..{len(records) - 1}, not {layer}")
+        return records[layer]
+
+    def attention_records(self, kind: AttentionKind) -> list[AttentionRecord]:
+        """All layers' records of one kind, in layer order."""
+        if kind not in ATTENTION_KINDS:
+            raise ValueError(f"kind must be one of {ATTENTION_KINDS}, got {kind!r}")
+        if kind == "encoder_self":
+            records = [layer.self_attention for layer in self.encoder_layers]
+        elif kind == "decoder_self":
+            records = [layer.self_attention for layer in self.decoder_layers]
+        else:
+            records = [layer.cross_attention for layer in self.decoder_layers]
+            records = [r for r in records if r is not None]
+        if not records:
+            raise ValueError(f"a {self.config.architecture} model has no {kind} attention")
+        return records
+
+    def attention_weights(self, kind: AttentionKind) -> Tensor:
+        """``(L, B, H, Tq, Tk)`` weights of every layer of one kind."""
+        return torch.stack([r.weights for r in self.attention_records(kind)])
