@@ -79,8 +79,9 @@ def _record(
     if probe is None:
         return None
     batch, _, n_queries, n_keys = probe.scores.shape
-    full = torch.ones(batch, 1, n_queries, n_keys, dtype=torch.bool, device=probe.scores.device)
-    mask = full if mask is None else full & mask
+    if mask is None:  # nothing was masked: an all-True view, no allocation of (B, 1, Tq, Tk)
+        mask = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=probe.scores.device)
+    mask = mask.expand(batch, 1, n_queries, n_keys)
     return AttentionRecord(
         kind=kind,
         layer=layer,

@@ -1,0 +1,120 @@
+"""Forward-pass speed: our Transformer (fast path, and with capture) against torch.nn.Transformer.
+
+Both run the same configuration with the same weights (copied with transformer.torch_parity) on
+the same padded batch, in eval mode under no_grad. Ours is timed as encode + decode to the
+decoder's hidden states; torch.nn's as the same stacks on our embedded inputs
+(``reference_forward``), so both include the embeddings and the mask construction.
+
+Usage: python benchmarks/forward.py [--quick] [--threads N] [--device cpu|cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from transformer.config import ModelConfig, base_config  # noqa: E402
+from transformer.model import Transformer  # noqa: E402
+from transformer.torch_parity import copy_from_torch, reference_forward, torch_reference  # noqa: E402
+
+SIZES = {
+    "small (d64, 2+2 layers)": (
+        ModelConfig(src_vocab_size=1000, tgt_vocab_size=1000, d_model=64, n_heads=4, d_ff=256),
+        32,
+        32,
+    ),
+    "medium (d256, 4+4 layers)": (
+        ModelConfig(
+            src_vocab_size=8000,
+            tgt_vocab_size=8000,
+            d_model=256,
+            n_heads=8,
+            d_ff=1024,
+            n_encoder_layers=4,
+            n_decoder_layers=4,
+        ),
+        16,
+        128,
+    ),
+    "base preset (d512, 6+6 layers)": (base_config(), 8, 64),
+}
+
+
+def padded(batch: int, length: int, vocab: int, device: torch.device) -> torch.Tensor:
+    """``(batch, length)`` ids whose rows have different real lengths (so padding is real)."""
+    tokens = torch.randint(1, vocab, (batch, length), device=device)
+    for row in range(batch):
+        real = length - (row * length // (2 * batch))
+        tokens[row, real:] = 0
+    return tokens
+
+
+def median_ms(fn, repeats: int, device: torch.device) -> float:
+    for _ in range(2):  # warm up
+        fn()
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, skip the base preset")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    repeats = 5 if args.quick else 15
+    print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} threads")
+    print(
+        f"{'size':32} {'batch×len':>10} {'torch.nn ms':>12} {'ours ms':>9} {'ratio':>6} "
+        f"{'capture ms':>11} {'ratio':>6}"
+    )
+    for name, (config, batch, length) in SIZES.items():
+        if args.quick and "base" in name:
+            continue
+        torch.manual_seed(0)
+        ref = torch_reference(config).to(device).eval()
+        model = Transformer(config).to(device).eval()
+        copy_from_torch(model, ref)
+        src = padded(batch, length, config.src_vocab_size, device)
+        tgt = padded(batch, length, config.tgt_vocab_size, device)
+
+        def ours() -> torch.Tensor:
+            return model.decode(tgt, model.encode(src)).hidden
+
+        def captured() -> torch.Tensor:
+            return model(src, tgt, capture=True)
+
+        def reference() -> torch.Tensor:
+            return reference_forward(model, ref, src, tgt)[1]
+
+        with torch.inference_mode():
+            t_ref = median_ms(reference, repeats, device)
+            t_ours = median_ms(ours, repeats, device)
+            t_cap = median_ms(captured, repeats, device)
+        print(
+            f"{name:32} {f'{batch}×{length}':>10} {t_ref:12.2f} {t_ours:9.2f} "
+            f"{t_ours / t_ref:6.2f} {t_cap:11.2f} {t_cap / t_ref:6.2f}"
+        )
+    print("targets: fast path ≤ 1.10× torch.nn.Transformer, capture ≤ 2.00×")
+
+
+if __name__ == "__main__":
+    main()
