@@ -290,7 +290,7 @@ class Tokenizer:
         text = check_text(text)
         if not text:
             return []
-        encoding = self.backend.encode(text, add_special_tokens=add_special_tokens)
+        encoding = self.encoding(text, add_special_tokens=add_special_tokens)
         return [
             TokenRecord(
                 piece=piece,
@@ -305,10 +305,18 @@ class Tokenizer:
             )
         ]
 
+    def encoding(self, text: str, add_special_tokens: bool = True) -> tokenizers.Encoding:
+        """The library's own `tokenizers.Encoding` of ``text`` (checked and cleaned first)."""
+        text = check_text(text)
+        try:
+            return self.backend.encode(text, add_special_tokens=add_special_tokens)
+        except Exception as err:  # e.g. a Unigram file without unk_id meeting an unknown char
+            raise TokenizerError(f"this tokenizer cannot encode the text: {err}") from None
+
     def encode_ids(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
         """Token ids of ``text`` (no post-processor), with optional BOS/EOS ids around them."""
         text = check_text(text)
-        ids = self.backend.encode(text, add_special_tokens=False).ids if text else []
+        ids = self.encoding(text, add_special_tokens=False).ids if text else []
         if add_bos:
             ids.insert(0, self._require(self.bos_id, "a begin-of-sequence", "add_bos"))
         if add_eos:
@@ -439,12 +447,22 @@ def _wordpiece_alphabet(tok: tokenizers.Tokenizer, texts: Sequence[str]) -> list
 def _canonical_unigram(spec: dict[str, Any]) -> None:
     """Make a trained Unigram vocabulary independent of the trainer's hash-map order.
 
-    Scores are rounded to 1e-9 (run-to-run float noise is ~1e-15) and pieces after the special
-    tokens are sorted by (score descending, piece), so equal scores no longer swap ids.
+    The trainer's scores carry run-to-run float noise (up to ~4e-11) and it orders equal scores
+    arbitrarily. Scores within 1e-7 of each other are snapped to one value, rounded to 6
+    decimals, and pieces are sorted by (score descending, piece): ids and pieces are then the
+    same on every run. (A score could still differ in its 6th decimal in the rare run where the
+    noise straddles a rounding boundary; ids never do.)
     """
     vocab = spec["model"]["vocab"]
     head = [[p, 0.0] for p, _ in vocab[: len(SPECIAL_TOKENS)]]
-    tail = sorted(((p, round(s, 9)) for p, s in vocab[len(SPECIAL_TOKENS) :]), key=_score_key)
+    raw = sorted(((p, float(s)) for p, s in vocab[len(SPECIAL_TOKENS) :]), key=_score_key)
+    tail: list[tuple[str, float]] = []
+    cluster_value = 0.0
+    for i, (piece, score) in enumerate(raw):
+        if i == 0 or raw[i - 1][1] - score > 1e-7:  # a gap wider than noise starts a cluster
+            cluster_value = round(score, 6)
+        tail.append((piece, cluster_value))
+    tail.sort(key=_score_key)
     # Characters the trainer must keep but did not select get made-up scores min, min + 1e-4,
     # min + 2e-4, ... handed out in hash-set order, and the first of them ties with the real
     # characters at the minimum. Hand that same multiset of scores to those characters in
@@ -454,7 +472,7 @@ def _canonical_unigram(spec: dict[str, Any]) -> None:
         steps: dict[int, list[int]] = {}
         for i, (piece, score) in enumerate(tail):
             k = round((score - lowest) / 1e-4)
-            if len(piece) == 1 and k < len(tail) and abs(score - lowest - k * 1e-4) < 1e-7:
+            if len(piece) == 1 and k < len(tail) and abs(score - lowest - k * 1e-4) < 2e-6:
                 steps.setdefault(k, []).append(i)
         top = 0
         while top + 1 in steps and len(steps[top + 1]) == 1:

@@ -529,7 +529,7 @@ class Replayer:
         text = check_text(text, MAX_REPLAY_CHARS)
         if not text:
             return []
-        encoding = self.tokenizer.backend.encode(text, add_special_tokens=False)
+        encoding = self.tokenizer.encoding(text, add_special_tokens=False)
         lib = list(zip(encoding.tokens, encoding.ids, encoding.offsets, strict=True))
         result: list[WordReplay] = []
         cursor = 0  # position in the library's tokens
