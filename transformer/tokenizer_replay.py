@@ -1,0 +1,591 @@
+"""Replay: the steps by which a trained tokenizer turns each word of a text into its pieces.
+
+`replay(tokenizer, text)` returns one `WordReplay` per pre-tokenised word (and per added token
+such as ``[CLS]`` typed in the text). The steps are computed here, in Python, from the
+tokenizer's own model: its merges (BPE), its vocabulary (WordPiece) or its scores (Unigram).
+Only the text pipeline before the model is the library's: its added-token matching rules, its
+normaliser and its pre-tokeniser, so the words replayed are exactly the words its model sees.
+
+- BPE: the word's characters (bytes, for byte-level BPE) and each merge in the order the library
+  applies them: the lowest-ranked adjacent pair first, leftmost first among equal ranks.
+- WordPiece: greedy longest-match-first, left to right; a word with no match at some point, or
+  longer than ``max_input_chars_per_word``, becomes the unknown token as a whole.
+- Unigram: the Viterbi best segmentation under the pieces' log-probability scores, with an
+  unknown character scored ``min(score) - 10`` as in `tokenizers` (consecutive unknowns fused).
+
+Every replay is checked against the library's own encoding of the text: pieces and ids must be
+equal, and the words' character spans come from the library's offsets. A tokenizer that cannot be
+replayed (another model type, BPE dropout) or a configuration where the replay would disagree
+raises `TokenizerError` rather than showing steps the library did not take.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import re
+import weakref
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import tokenizers
+
+from transformer.tokenization import Tokenizer, TokenizerError, check_text
+
+MAX_REPLAY_CHARS = 20_000
+"""Longest text `replay` accepts, in characters (a replay records every step of every word)."""
+UNIGRAM_UNK_PENALTY = 10.0
+"""`tokenizers` scores an unknown character ``min(vocab scores) - UNIGRAM_UNK_PENALTY``."""
+
+
+@dataclass(frozen=True)
+class BPEMerge:
+    """One merge applied to a word: ``pair`` (left, right) became ``result``.
+
+    ``rank`` is the merge's position in the tokenizer's merge list (lower merges first),
+    ``position`` the index of the left symbol among the symbols before the merge, and
+    ``symbols`` the word's symbols after it.
+    """
+
+    pair: tuple[str, str]
+    rank: int
+    result: str
+    position: int
+    symbols: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BPEReplay:
+    """BPE on one word: the initial ``symbols`` (characters or bytes, unknown ones already
+    replaced by the unknown token or byte-fallback pieces) and the ``merges`` applied in order.
+    ``whole_word`` is True when the model looks whole words up first (``ignore_merges``) and
+    found this one, so no merge ran."""
+
+    symbols: tuple[str, ...]
+    merges: tuple[BPEMerge, ...]
+    whole_word: bool = False
+
+
+@dataclass(frozen=True)
+class WordPieceChoice:
+    """One greedy choice: at character ``start`` of the word, the longest vocabulary entry.
+
+    ``rejected`` lists the longer candidates tried first that were not in the vocabulary
+    (continuations carry the ``##`` prefix); ``piece`` is None when nothing matched, which makes
+    the whole word unknown.
+    """
+
+    start: int
+    piece: str | None
+    rejected: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WordPieceReplay:
+    """WordPiece on one word: the greedy ``choices`` and, if the word became the unknown token,
+    why (``unknown_reason``)."""
+
+    choices: tuple[WordPieceChoice, ...]
+    unknown_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class UnigramPiece:
+    """One piece of the best Unigram segmentation: ``word[start:end]`` with its ``score``
+    (log-probability; for an unknown run, the summed unknown penalty)."""
+
+    piece: str
+    score: float
+    start: int
+    end: int
+    unknown: bool
+
+
+@dataclass(frozen=True)
+class UnigramReplay:
+    """Unigram on one word: the best segmentation ``pieces``, their ``total_score``, and
+    ``best_scores[i]``, the best score of any segmentation of ``word[:i]`` (the Viterbi table).
+    ``unk_score`` is what one unknown character costs."""
+
+    pieces: tuple[UnigramPiece, ...]
+    total_score: float
+    best_scores: tuple[float, ...]
+    unk_score: float
+
+
+StepDetail = BPEReplay | WordPieceReplay | UnigramReplay
+
+
+@dataclass(frozen=True)
+class WordReplay:
+    """One word as the model saw it and the pieces it became.
+
+    ``word`` is normalised and pre-tokenised (e.g. ``"▁hello"``, ``"Ġworld"``, lower-cased for
+    BERT). ``start``/``end`` are character offsets into the original text. ``added_token`` is
+    True for an added token (``[CLS]``, ``<|endoftext|>``) matched whole before the model ran;
+    it has no ``steps``.
+    """
+
+    word: str
+    start: int
+    end: int
+    pieces: tuple[str, ...]
+    ids: tuple[int, ...]
+    added_token: bool
+    steps: StepDetail | None
+
+
+@cache
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte → printable character table of the ByteLevel pre-tokeniser (``Ġ`` = space)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    table = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def byte_level_to_bytes(piece: str) -> bytes:
+    """The bytes a byte-level piece stands for (``"Ġcat"`` → ``b" cat"``); unknown chars kept."""
+    inverse = {c: b for b, c in bytes_to_unicode().items()}
+    out = bytearray()
+    for char in piece:
+        if char in inverse:
+            out.append(inverse[char])
+        else:
+            out.extend(char.encode("utf-8"))
+    return bytes(out)
+
+
+# -- the models -------------------------------------------------------------------------------
+
+
+class _BPEModel:
+    """The parts of a `tokenizers` BPE model that decide a word's pieces."""
+
+    def __init__(self, model: dict[str, Any]) -> None:
+        dropout = model.get("dropout")
+        if dropout:
+            raise TokenizerError(
+                f"this BPE model uses dropout={dropout}: its merges are random, so there is no "
+                "single sequence of steps to replay; set dropout to null to replay it"
+            )
+        self.vocab: dict[str, int] = model["vocab"]
+        self.unk: str | None = model.get("unk_token")
+        self.prefix: str = model.get("continuing_subword_prefix") or ""
+        self.suffix: str = model.get("end_of_word_suffix") or ""
+        self.fuse_unk: bool = bool(model.get("fuse_unk"))
+        self.byte_fallback: bool = bool(model.get("byte_fallback"))
+        self.ignore_merges: bool = bool(model.get("ignore_merges"))
+        self.merges: dict[tuple[str, str], tuple[int, str]] = {}
+        for rank, merge in enumerate(model.get("merges") or []):
+            left, right = _merge_pair(merge)
+            if self.prefix and right.startswith(self.prefix):
+                result = left + right[len(self.prefix) :]
+            else:
+                result = left + right
+            if left in self.vocab and right in self.vocab and result in self.vocab:
+                self.merges[(left, right)] = (rank, result)  # a later duplicate wins, as in Rust
+
+    def initial_symbols(self, word: str) -> list[str]:
+        """Characters of ``word`` as vocabulary symbols: prefix/suffix added, unknowns replaced."""
+        symbols: list[str] = []
+        pending_unk = False  # an unknown token not yet emitted (it absorbs the next unknown
+        # characters when fuse_unk is set), mirroring `tokenizers`' BPE::merge_word
+        for i, char in enumerate(word):
+            symbol = char
+            if i > 0 and self.prefix:
+                symbol = self.prefix + symbol
+            if i == len(word) - 1 and self.suffix:
+                symbol = symbol + self.suffix
+            if symbol in self.vocab:
+                if pending_unk:
+                    symbols.append(self.unk)  # type: ignore[arg-type]
+                    pending_unk = False
+                symbols.append(symbol)
+                continue
+            if self.byte_fallback:
+                fallback = [f"<0x{b:02X}>" for b in symbol.encode("utf-8")]
+                if all(f in self.vocab for f in fallback):
+                    symbols.extend(fallback)
+                    continue
+            if self.unk is not None:
+                if pending_unk and not self.fuse_unk:
+                    symbols.append(self.unk)
+                pending_unk = True
+            # without an unknown token the library drops the character silently
+        if pending_unk:
+            symbols.append(self.unk)  # type: ignore[arg-type]
+        return symbols
+
+    def replay(self, word: str) -> tuple[list[str], BPEReplay]:
+        if self.ignore_merges and word in self.vocab:
+            return [word], BPEReplay(symbols=(word,), merges=(), whole_word=True)
+        symbols = self.initial_symbols(word)
+        initial = tuple(symbols)
+        # A doubly linked list over the symbols, and a heap of candidate merges ordered by
+        # (rank, position): exactly the order of `tokenizers`' Word::merge_all.
+        n = len(symbols)
+        nxt = [i + 1 if i + 1 < n else -1 for i in range(n)]
+        prv = [i - 1 for i in range(n)]
+        alive = [True] * n
+        heap: list[tuple[int, int, str]] = []
+        for i in range(n - 1):
+            found = self.merges.get((symbols[i], symbols[i + 1]))
+            if found:
+                heap.append((found[0], i, found[1]))
+        heapq.heapify(heap)
+        steps: list[BPEMerge] = []
+        while heap:
+            _, pos, result = heapq.heappop(heap)
+            if not alive[pos] or nxt[pos] == -1:
+                continue
+            right = nxt[pos]
+            pair = (symbols[pos], symbols[right])
+            current = self.merges.get(pair)
+            if current is None or current[1] != result:
+                continue  # stale: this pair changed since it was queued
+            index = sum(alive[:pos])
+            symbols[pos] = result
+            alive[right] = False
+            nxt[pos] = nxt[right]
+            if nxt[right] != -1:
+                prv[nxt[right]] = pos
+            steps.append(
+                BPEMerge(
+                    pair=pair,
+                    rank=current[0],
+                    result=result,
+                    position=index,
+                    symbols=tuple(s for s, a in zip(symbols, alive, strict=True) if a),
+                )
+            )
+            if prv[pos] >= 0:
+                found = self.merges.get((symbols[prv[pos]], result))
+                if found:
+                    heapq.heappush(heap, (found[0], prv[pos], found[1]))
+            if nxt[pos] != -1:
+                found = self.merges.get((result, symbols[nxt[pos]]))
+                if found:
+                    heapq.heappush(heap, (found[0], pos, found[1]))
+        pieces = [s for s, a in zip(symbols, alive, strict=True) if a]
+        return pieces, BPEReplay(symbols=initial, merges=tuple(steps))
+
+
+class _WordPieceModel:
+    def __init__(self, model: dict[str, Any]) -> None:
+        self.vocab: dict[str, int] = model["vocab"]
+        self.unk: str = model.get("unk_token", "[UNK]")
+        self.prefix: str = model.get("continuing_subword_prefix", "##")
+        self.max_chars: int = model.get("max_input_chars_per_word", 100)
+
+    def replay(self, word: str) -> tuple[list[str], WordPieceReplay]:
+        if len(word) > self.max_chars:
+            reason = f"longer than max_input_chars_per_word={self.max_chars}"
+            return [self.unk], WordPieceReplay(choices=(), unknown_reason=reason)
+        choices: list[WordPieceChoice] = []
+        start = 0
+        while start < len(word):
+            rejected: list[str] = []
+            chosen = None
+            for end in range(len(word), start, -1):
+                candidate = word[start:end] if start == 0 else self.prefix + word[start:end]
+                if candidate in self.vocab:
+                    chosen = candidate
+                    break
+                rejected.append(candidate)
+            choices.append(WordPieceChoice(start=start, piece=chosen, rejected=tuple(rejected)))
+            if chosen is None:
+                reason = f"no vocabulary entry starts the rest {word[start:]!r}"
+                return [self.unk], WordPieceReplay(choices=tuple(choices), unknown_reason=reason)
+            start = end
+        return [c.piece for c in choices if c.piece], WordPieceReplay(choices=tuple(choices))
+
+
+class _UnigramModel:
+    def __init__(self, model: dict[str, Any]) -> None:
+        vocab = model["vocab"]
+        self.scores: dict[str, float] = {}
+        for piece, score in vocab:
+            self.scores.setdefault(piece, float(score))  # the first occurrence keeps its id
+        self.ids = {}
+        for i, (piece, _) in enumerate(vocab):
+            self.ids.setdefault(piece, i)
+        unk_id = model.get("unk_id")
+        self.unk_id: int | None = unk_id
+        self.byte_fallback = bool(model.get("byte_fallback"))
+        self.max_len = max((len(p) for p in self.scores), default=0)
+        min_score = min((float(s) for _, s in vocab), default=0.0)
+        self.unk_score = min_score - UNIGRAM_UNK_PENALTY
+
+    def replay(self, word: str) -> tuple[list[str], UnigramReplay]:
+        n = len(word)
+        best = [0.0] * (n + 1)
+        back: list[tuple[int, bool] | None] = [None] * (n + 1)  # (start, unknown) of best edge
+        for start in range(n):
+            here = best[start]
+            has_single = False
+            for end in range(start + 1, min(n, start + self.max_len) + 1):
+                score = self.scores.get(word[start:end])
+                if score is None:
+                    continue
+                if back[end] is None or score + here > best[end]:
+                    best[end] = score + here
+                    back[end] = (start, False)
+                if end == start + 1:
+                    has_single = True
+            if not has_single:
+                if self.unk_id is None:
+                    raise TokenizerError(
+                        f"this Unigram model has no unk_id but {word[start]!r} is not in its "
+                        "vocabulary: the library cannot encode this text either"
+                    )
+                if back[start + 1] is None or self.unk_score + here > best[start + 1]:
+                    best[start + 1] = self.unk_score + here
+                    back[start + 1] = (start, True)
+        # Walk back from the end; runs of unknown characters fuse into one piece (fuse_unk).
+        pieces: list[UnigramPiece] = []
+        end = n
+        while end > 0:
+            start, unknown = back[end]  # type: ignore[misc]
+            score = best[end] - best[start]
+            if unknown and pieces and pieces[-1].unknown:
+                last = pieces.pop()
+                pieces.append(
+                    UnigramPiece(word[start : last.end], last.score + score, start, last.end, True)
+                )
+            else:
+                pieces.append(UnigramPiece(word[start:end], score, start, end, unknown))
+            end = start
+        pieces.reverse()
+        replay = UnigramReplay(
+            pieces=tuple(pieces),
+            total_score=best[n],
+            best_scores=tuple(best),
+            unk_score=self.unk_score,
+        )
+        return [p.piece for p in pieces], replay
+
+    def piece_ids(self, piece: str) -> list[tuple[str, int]]:
+        """Tokens for one segment piece, as `tokenizers` reports them (surface string, id)."""
+        if piece in self.ids:
+            return [(piece, self.ids[piece])]
+        if self.byte_fallback:
+            fallback = [f"<0x{b:02X}>" for b in piece.encode("utf-8")]
+            if all(f in self.ids for f in fallback):
+                return [(f, self.ids[f]) for f in fallback]
+        return [(piece, self.unk_id)]  # type: ignore[list-item]
+
+
+def _merge_pair(merge: Any) -> tuple[str, str]:
+    if isinstance(merge, str):
+        parts = merge.split(" ")
+        if len(parts) == 2:
+            return parts[0], parts[1]
+    elif isinstance(merge, list | tuple) and len(merge) == 2:
+        return str(merge[0]), str(merge[1])
+    raise TokenizerError(f"a BPE merge must be 'left right' or [left, right], got {merge!r}")
+
+
+# -- the text pipeline before the model -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _AddedToken:
+    content: str
+    id: int
+    single_word: bool
+    lstrip: bool
+    rstrip: bool
+    special: bool
+
+
+class _AddedTokenSplitter:
+    """`tokenizers`' AddedVocabulary matching: leftmost-longest, with single_word/lstrip/rstrip."""
+
+    def __init__(self, tokens: dict[str, _AddedToken]) -> None:
+        self.tokens = tokens
+        ordered = sorted(tokens, key=len, reverse=True)  # regex alternation: longest first
+        self.pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+
+    def split(self, text: str) -> list[tuple[int, int, _AddedToken | None]]:
+        """Cover ``text`` with (start, end, token-or-None) spans, empty spans left out."""
+        spans: list[tuple[int, int, _AddedToken | None]] = []
+        if self.pattern is None:
+            return [(0, len(text), None)] if text else []
+        done = 0
+        for match in self.pattern.finditer(text):
+            start, stop = match.span()
+            token = self.tokens[match.group()]
+            if token.single_word:
+                before_ok = start == 0 or not re.search(r"\w$", text[:start])
+                after_ok = stop == len(text) or not re.match(r"\w", text[stop:])
+                if not (before_ok and after_ok):
+                    continue
+            if token.lstrip:
+                start = max(len(text[:start].rstrip()), done)
+            if token.rstrip:
+                stop += len(text[stop:]) - len(text[stop:].lstrip())
+            if done < start:
+                spans.append((done, start, None))
+            spans.append((start, stop, token))
+            done = stop
+        if done < len(text):
+            spans.append((done, len(text), None))
+        return spans
+
+
+class Replayer:
+    """Replays one tokenizer; build once, call `replay` for each text."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        spec = tokenizer.spec
+        model = spec["model"]
+        model_type = tokenizer.model_type
+        if model_type == "BPE":
+            self.model: _BPEModel | _WordPieceModel | _UnigramModel = _BPEModel(model)
+        elif model_type == "WordPiece":
+            self.model = _WordPieceModel(model)
+        elif model_type == "Unigram":
+            self.model = _UnigramModel(model)
+        else:
+            raise TokenizerError(
+                f"replay covers BPE, WordPiece and Unigram models; this tokenizer's model is "
+                f"{model_type}, which has no steps to show beyond a vocabulary lookup"
+            )
+        backend = tokenizer.backend
+        self.normalizer = backend.normalizer
+        self.pre_tokenizer = backend.pre_tokenizer
+        # Metaspace(prepend_scheme="first") adds "▁" only to the split that starts the text; the
+        # library knows where each split came from, `pre_tokenize_str` does not, so later splits
+        # use a copy of the pre-tokeniser that never prepends.
+        self.later_pre_tokenizer = self.pre_tokenizer
+        if '"first"' in json.dumps(spec.get("pre_tokenizer")):
+            patched = json.loads(json.dumps(spec).replace('"first"', '"never"'))
+            patched_tok = tokenizers.Tokenizer.from_str(json.dumps(patched))
+            self.later_pre_tokenizer = patched_tok.pre_tokenizer
+        skip_special = bool(getattr(backend, "encode_special_tokens", False))
+        raw: dict[str, _AddedToken] = {}
+        normalized: dict[str, _AddedToken] = {}
+        for entry in spec.get("added_tokens") or []:
+            content = entry.get("content", "")
+            if not content or (skip_special and entry.get("special")):
+                continue
+            token = _AddedToken(
+                content=content,
+                id=entry["id"],
+                single_word=bool(entry.get("single_word")),
+                lstrip=bool(entry.get("lstrip")),
+                rstrip=bool(entry.get("rstrip")),
+                special=bool(entry.get("special")),
+            )
+            if entry.get("normalized"):
+                key = self.normalizer.normalize_str(content) if self.normalizer else content
+                if key:
+                    normalized.setdefault(key, token)
+            else:
+                raw.setdefault(content, token)
+        self.raw_splitter = _AddedTokenSplitter(raw)
+        self.normalized_splitter = _AddedTokenSplitter(normalized)
+
+    def words(self, text: str) -> list[tuple[str, _AddedToken | None]]:
+        """The model's inputs in order: (word, None) for a pre-tokenised word, (content, token)
+        for an added token."""
+        out: list[tuple[str, _AddedToken | None]] = []
+        for start, end, token in self.raw_splitter.split(text):
+            if token is not None:
+                out.append((text[start:end], token))
+                continue
+            segment = text[start:end]
+            if self.normalizer is not None:
+                segment = self.normalizer.normalize_str(segment)
+            for sub_start, sub_end, sub_token in self.normalized_splitter.split(segment):
+                piece = segment[sub_start:sub_end]
+                if sub_token is not None:
+                    out.append((piece, sub_token))
+                    continue
+                first = start == 0 and sub_start == 0
+                pre_tokenizer = self.pre_tokenizer if first else self.later_pre_tokenizer
+                if pre_tokenizer is None:
+                    out.append((piece, None))
+                else:
+                    out.extend((w, None) for w, _ in pre_tokenizer.pre_tokenize_str(piece) if w)
+        return out
+
+    def _model_tokens(self, word: str) -> tuple[list[tuple[str, int]], StepDetail]:
+        pieces, detail = self.model.replay(word)
+        if isinstance(self.model, _UnigramModel):
+            return [t for p in pieces for t in self.model.piece_ids(p)], detail
+        vocab = self.model.vocab
+        return [(p, vocab[p]) for p in pieces], detail
+
+    def replay(self, text: str) -> list[WordReplay]:
+        """Replay ``text``: one `WordReplay` per word or added token (empty text gives ``[]``)."""
+        text = check_text(text, MAX_REPLAY_CHARS)
+        if not text:
+            return []
+        encoding = self.tokenizer.encoding(text, add_special_tokens=False)
+        lib = list(zip(encoding.tokens, encoding.ids, encoding.offsets, strict=True))
+        result: list[WordReplay] = []
+        cursor = 0  # position in the library's tokens
+        last_end = 0
+        for word, added in self.words(text):
+            if added is not None:
+                tokens: list[tuple[str, int]] = [(added.content, added.id)]
+                detail: StepDetail | None = None
+            else:
+                tokens, detail = self._model_tokens(word)
+            theirs = lib[cursor : cursor + len(tokens)]
+            same = [t[1] for t in theirs] == [t[1] for t in tokens]
+            if added is None:
+                same = same and [t[0] for t in theirs] == [t[0] for t in tokens]
+            if not same:
+                raise TokenizerError(
+                    f"the replay of word {word!r} gives {tokens} but `tokenizers` gives "
+                    f"{[(t[0], t[1]) for t in theirs]}: this tokenizer's configuration is not "
+                    "one the replay reproduces faithfully"
+                )
+            cursor += len(tokens)
+            if theirs:
+                start = min(t[2][0] for t in theirs)
+                last_end = max(t[2][1] for t in theirs)
+            else:
+                start = last_end
+            result.append(
+                WordReplay(
+                    word=word,
+                    start=start,
+                    end=last_end,
+                    pieces=tuple(t[0] for t in theirs),
+                    ids=tuple(t[1] for t in theirs),
+                    added_token=added is not None,
+                    steps=detail,
+                )
+            )
+        if cursor != len(lib):
+            raise TokenizerError(
+                f"`tokenizers` gives {len(lib)} tokens but the replay accounts for {cursor}: this "
+                "tokenizer's configuration is not one the replay reproduces faithfully"
+            )
+        return result
+
+
+_REPLAYERS: weakref.WeakKeyDictionary[Tokenizer, Replayer] = weakref.WeakKeyDictionary()
+
+
+def replay(tokenizer: Tokenizer, text: str) -> list[WordReplay]:
+    """The steps by which ``tokenizer`` reaches the pieces of ``text``, word by word.
+
+    Raises TokenizerError for a model type or configuration that cannot be replayed, or for text
+    over `MAX_REPLAY_CHARS`. The flattened pieces and ids always equal the library's encoding
+    (without a post-processor's additions such as BERT's ``[CLS]``).
+    """
+    replayer = _REPLAYERS.get(tokenizer)
+    if replayer is None:
+        replayer = _REPLAYERS[tokenizer] = Replayer(tokenizer)
+    return replayer.replay(text)
