@@ -1,0 +1,119 @@
+"""The training loop: it learns, it is reproducible, it reports and it can be cancelled."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from transformer.config import ModelConfig
+from transformer.data import batches, encode_examples
+from transformer.model import Transformer
+from transformer.tasks import make_task, task_corpus
+from transformer.tokenization import train_tokenizer
+from transformer.training import TrainingConfig, noam_learning_rate, train
+
+
+@pytest.fixture(scope="module")
+def reverse_data():
+    task = make_task("reverse", seed=1, n_train=600, n_validation=64, n_test=64)
+    tokenizer = train_tokenizer(task_corpus(task), "wordpiece", 40)
+    train_pairs = encode_examples(task.train, tokenizer, "encoder-decoder")
+    validation_pairs = encode_examples(task.validation, tokenizer, "encoder-decoder")
+    return tokenizer, train_pairs, validation_pairs
+
+
+def small_model(tokenizer, architecture="encoder-decoder") -> Transformer:
+    torch.manual_seed(0)
+    vocab = tokenizer.vocab_size
+    return Transformer(
+        ModelConfig(
+            src_vocab_size=vocab,
+            tgt_vocab_size=vocab,
+            d_model=32,
+            n_heads=4,
+            d_ff=64,
+            n_encoder_layers=1 if architecture == "encoder-decoder" else 0,
+            n_decoder_layers=1,
+            architecture=architecture,
+            pad_id=tokenizer.pad_id,
+        )
+    )
+
+
+FAST = TrainingConfig(
+    steps=40, batch_size=32, warmup_steps=10, eval_every=20, snapshots=3, device="cpu"
+)
+
+
+def test_a_few_steps_lower_the_loss(reverse_data):
+    tokenizer, train_pairs, validation_pairs = reverse_data
+    model = small_model(tokenizer)
+    result = train(model, train_pairs, FAST, validation_pairs)
+    first = sum(p.loss for p in result.history[:5]) / 5
+    last = sum(p.loss for p in result.history[-5:]) / 5
+    assert last < first * 0.8
+    evaluations = [p.validation for p in result.history if p.validation]
+    assert (
+        len(evaluations) == 2
+        and evaluations[-1]["token_accuracy"] > evaluations[0]["token_accuracy"] - 0.05
+    )
+
+
+def test_decoder_only_training_lowers_the_loss():
+    task = make_task("continue", seed=1, n_train=400, n_validation=32, n_test=32)
+    tokenizer = train_tokenizer(task_corpus(task), "unigram", 120)
+    pairs = encode_examples(task.train, tokenizer, "decoder-only")
+    assert pairs[0].source == () and pairs[0].target[0] == tokenizer.bos_id
+    result = train(small_model(tokenizer, "decoder-only"), pairs, FAST)
+    assert result.history[-1].loss < result.history[0].loss
+
+
+def test_training_is_reproducible(reverse_data):
+    tokenizer, train_pairs, _ = reverse_data
+    config = TrainingConfig(steps=8, batch_size=16, warmup_steps=4, device="cpu", snapshots=0)
+    first = train(small_model(tokenizer), train_pairs, config)
+    second = train(small_model(tokenizer), train_pairs, config)
+    assert [p.loss for p in first.history] == [p.loss for p in second.history]
+    other_seed = train(
+        small_model(tokenizer), train_pairs, TrainingConfig(**{**config.to_dict(), "seed": 5})
+    )
+    assert [p.loss for p in other_seed.history] != [p.loss for p in first.history]
+
+
+def test_callback_snapshots_and_cancel(reverse_data):
+    tokenizer, train_pairs, _ = reverse_data
+    seen = []
+    result = train(
+        small_model(tokenizer),
+        train_pairs,
+        FAST,
+        callback=seen.append,
+        should_stop=lambda: len(seen) >= 12,
+    )
+    assert result.cancelled and result.steps_done == 12 == len(seen)
+    assert [p.step for p in seen] == list(range(1, 13))
+    assert all(0 < p.fraction <= 0.3 for p in seen)
+    assert sorted(result.snapshots) == [1, 6]  # snapshots planned at 1, 6 and 40; cancelled at 12
+    full = train(small_model(tokenizer), train_pairs, FAST)
+    assert sorted(full.snapshots) == [1, 6, 40]
+    assert not torch.equal(
+        full.snapshots[1]["generator.proj.bias"], full.snapshots[40]["generator.proj.bias"]
+    )
+
+
+def test_noam_schedule_warms_up_then_decays():
+    lrs = [noam_learning_rate(s, d_model=64, warmup_steps=100) for s in range(1, 1001)]
+    peak = max(range(1000), key=lrs.__getitem__) + 1
+    assert peak == 100
+    assert lrs[99] == pytest.approx(64**-0.5 * 100**-0.5)
+    assert lrs[399] == pytest.approx(lrs[99] / 2)  # 1/√step decay: 4× the steps, half the rate
+
+
+def test_batches_pad_and_shift(reverse_data):
+    tokenizer, train_pairs, _ = reverse_data
+    batch = batches(train_pairs[:10], 4, tokenizer.pad_id)[0]
+    assert torch.equal(batch.tgt_in[:, 1:], batch.tgt_out[:, :-1])
+    assert (batch.tgt_in[:, 0] == tokenizer.bos_id).all()
+    assert batch.n_tokens == int((batch.tgt_out != tokenizer.pad_id).sum())
+    with pytest.raises(ValueError, match="out of range"):
+        TrainingConfig(steps=0)

@@ -1,0 +1,161 @@
+"""How each bundled model is built: its task, tokenizer, model shape and training settings.
+
+``python -m transformer.train --task NAME`` follows these recipes, and so does the app's live
+training, so a bundled checkpoint can always be rebuilt from code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpoint import save_checkpoint
+from .config import ModelConfig
+from .data import encode_examples
+from .evaluation import evaluate_model
+from .model import Transformer, count_parameters
+from .tasks import TaskData, make_task, task_corpus
+from .tokenization import Tokenizer, train_tokenizer
+from .training import Progress, TrainingConfig, TrainingResult, train
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A bundled model's recipe. ``model`` vocabulary sizes are filled from the tokenizer."""
+
+    task: str
+    tokenizer_algorithm: str
+    tokenizer_vocab_size: int
+    model: ModelConfig
+    training: TrainingConfig
+    n_train: int = 20000
+
+
+RECIPES: dict[str, Recipe] = {
+    "reverse": Recipe(
+        task="reverse",
+        tokenizer_algorithm="wordpiece",
+        tokenizer_vocab_size=64,
+        model=ModelConfig(
+            d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2, n_decoder_layers=2, max_len=64
+        ),
+        training=TrainingConfig(steps=2500, batch_size=64, warmup_steps=400, eval_every=250),
+    ),
+    "translate": Recipe(
+        task="translate",
+        tokenizer_algorithm="bpe",
+        tokenizer_vocab_size=200,
+        model=ModelConfig(
+            d_model=64, n_heads=4, d_ff=256, n_encoder_layers=3, n_decoder_layers=3, max_len=64
+        ),
+        training=TrainingConfig(steps=4000, batch_size=64, warmup_steps=400, eval_every=250),
+    ),
+    "continue": Recipe(
+        task="continue",
+        tokenizer_algorithm="unigram",
+        tokenizer_vocab_size=160,
+        model=ModelConfig(
+            architecture="decoder-only",
+            d_model=64,
+            n_heads=4,
+            d_ff=256,
+            n_encoder_layers=0,
+            n_decoder_layers=3,
+            max_len=64,
+        ),
+        training=TrainingConfig(steps=3000, batch_size=64, warmup_steps=400, eval_every=250),
+    ),
+}
+
+
+def task_digest(task: TaskData) -> str:
+    """SHA-256 of every example of every split: a checkpoint records it, so anyone can check
+    that ``make_task`` still regenerates the data the model was trained on."""
+    digest = hashlib.sha256()
+    for split in (task.train, task.validation, task.test):
+        for example in split:
+            digest.update(f"{example.source}\t{example.target}\n".encode())
+    return digest.hexdigest()
+
+
+def build_tokenizer(recipe: Recipe, task: TaskData) -> Tokenizer:
+    """Train the recipe's tokenizer on the task's training texts."""
+    return train_tokenizer(
+        task_corpus(task), recipe.tokenizer_algorithm, recipe.tokenizer_vocab_size
+    )
+
+
+def build_model(recipe: Recipe, tokenizer: Tokenizer) -> Transformer:
+    """A fresh model whose shared vocabulary is the tokenizer's (embeddings tied)."""
+    vocab = tokenizer.vocab_size
+    config = recipe.model.replace(
+        src_vocab_size=vocab, tgt_vocab_size=vocab, pad_id=tokenizer.pad_id, tie_embeddings=True
+    )
+    torch.manual_seed(recipe.training.seed)
+    return Transformer(config)
+
+
+def run_recipe(
+    recipe: Recipe,
+    out: str | Path | None = None,
+    training: TrainingConfig | None = None,
+    callback: Callable[[Progress], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    show_progress_bar: bool = False,
+    test_limit: int | None = None,
+) -> tuple[Transformer, Tokenizer, TrainingResult, dict[str, Any]]:
+    """Generate the task, train its tokenizer and model, evaluate on the test split and, with
+    ``out``, save the checkpoint folder. Returns the model, tokenizer, training result and metrics."""
+    training = training or recipe.training
+    task = make_task(recipe.task, seed=training.seed, n_train=recipe.n_train)
+    tokenizer = build_tokenizer(recipe, task)
+    model = build_model(recipe, tokenizer)
+    architecture = model.config.architecture
+    train_pairs = encode_examples(task.train, tokenizer, architecture)
+    validation_pairs = encode_examples(task.validation, tokenizer, architecture)
+    result = train(
+        model,
+        train_pairs,
+        training,
+        validation_pairs,
+        callback=callback,
+        should_stop=should_stop,
+        show_progress_bar=show_progress_bar,
+    )
+    test = task.test[:test_limit] if test_limit else task.test
+    metrics = evaluate_model(model, tokenizer, test, architecture)
+    metrics["steps"] = result.steps_done
+    metrics["train_seconds"] = round(result.seconds, 1)
+    metrics["parameters"] = count_parameters(model)
+    if out is not None:
+        info = {
+            "task": recipe.task,
+            "task_seed": training.seed,
+            "task_n_train": recipe.n_train,
+            "data_sha256": task_digest(task),
+            "tokenizer": {
+                "algorithm": recipe.tokenizer_algorithm,
+                "vocab_size": recipe.tokenizer_vocab_size,
+            },
+            "training": training.to_dict(),
+            "trained_on": {
+                "device": str(model.device),
+                "torch": torch.__version__,
+                "machine": platform.machine(),
+                "date": time.strftime("%Y-%m-%d"),
+            },
+            "history": [
+                {"step": p.step, "loss": round(p.loss, 4), **(p.validation or {})}
+                for p in result.history
+                if p.validation is not None or p.step % 50 == 0
+            ],
+        }
+        save_checkpoint(out, model, tokenizer, metrics, info, result.snapshots)
+    return model, tokenizer, result, metrics
