@@ -1,0 +1,634 @@
+"""Attention figures: one head, scores beside weights, every head as a grid, masks, what-ifs.
+
+Every map puts queries on the rows (labelled "query", first query at the top) and keys on the
+columns (labelled "key"). Cells the mask removed are grey in every map, not just zero, so a
+student sees where the mask acted. Attention arrays are ``(..., Tq, Tk)``: query axis, then key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+import plotly.graph_objects as go
+
+from ..trace import AttentionRecord
+from .common import (
+    MASKED_GREY,
+    SIGNED_COLORSCALE,
+    WEIGHTS_COLORSCALE,
+    base_layout,
+    category_axis,
+    check_labels,
+    font_size,
+    heatmap_height,
+    panel_domains,
+    panel_title,
+    to_numpy,
+)
+
+Values = Literal["weights", "scores"]
+_ALLOWED_BLUE = "#4c78a8"
+
+
+def _masked_matrix(matrix: Any, masked: Any | None) -> np.ndarray:
+    """``matrix`` as float32 with NaN where ``masked`` is True (and where it is ±inf)."""
+    z = to_numpy(matrix).copy()
+    if z.ndim != 2:
+        raise ValueError(f"expected a (queries, keys) matrix, got shape {z.shape}")
+    z[~np.isfinite(z)] = np.nan  # masked scores arrive as -inf
+    if masked is not None:
+        z[np.broadcast_to(to_numpy(masked, bool), z.shape)] = np.nan
+    return z
+
+
+def _heatmap(
+    z: np.ndarray,
+    query_labels: list[str],
+    key_labels: list[str],
+    value_name: str,
+    value_format: str,
+    **style: Any,
+) -> go.Heatmap:
+    """A heatmap trace in the project's style: NaN cells are gaps with no hover."""
+    return go.Heatmap(
+        z=z,
+        x=key_labels,
+        y=query_labels,
+        hoverongaps=False,
+        hovertemplate=(
+            f"query %{{y}}<br>key %{{x}}<br>{value_name} %{{z:{value_format}}}<extra></extra>"
+        ),
+        **style,
+    )
+
+
+def _signed_range(z: np.ndarray) -> float:
+    """Half-width of a symmetric colour range around 0 covering every finite value."""
+    finite = np.abs(z[np.isfinite(z)])
+    return float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+
+
+def _query_key_axes(
+    query_labels: list[str], key_labels: list[str], large_font: bool
+) -> dict[str, Any]:
+    """Layout axes for one map: keys along x, queries down y (first query at the top)."""
+    return {
+        "xaxis": category_axis("key", key_labels, large_font),
+        "yaxis": {**category_axis("query", query_labels, large_font), "autorange": "reversed"},
+    }
+
+
+def attention_heatmap(
+    matrix: Any,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    masked: Any | None = None,
+    values: Values = "weights",
+    title: str | None = None,
+    large_font: bool = False,
+    height: int | None = None,
+) -> go.Figure:
+    """One attention matrix, exact, with token labels; masked cells grey.
+
+    Args:
+        matrix: ``(Tq, Tk)`` attention weights (or, with ``values="scores"``, the scores before
+            softmax; ``-inf`` cells count as masked).
+        query_labels: ``Tq`` unique row labels (see :func:`token_labels`).
+        key_labels: ``Tk`` unique column labels.
+        masked: ``(Tq, Tk)`` bool (or broadcastable), ``True`` where the mask removed the cell.
+        values: ``"weights"`` (colour range 0..1) or ``"scores"`` (diverging around 0).
+    """
+    z = _masked_matrix(matrix, masked)
+    n_queries, n_keys = z.shape
+    queries = check_labels(query_labels, n_queries, "query")
+    keys = check_labels(key_labels, n_keys, "key")
+    if values == "weights":
+        style = {"colorscale": WEIGHTS_COLORSCALE, "zmin": 0.0, "zmax": 1.0}
+        default_title = "Attention weights (after softmax)"
+    elif values == "scores":
+        half = _signed_range(z)
+        style = {"colorscale": SIGNED_COLORSCALE, "zmin": -half, "zmax": half}
+        default_title = "Attention scores QKᵀ/√d_k (before softmax)"
+    else:
+        raise ValueError(f"values must be 'weights' or 'scores', got {values!r}")
+    trace = _heatmap(
+        z, queries, keys, values[:-1], ".3f", colorbar={"title": {"text": values[:-1]}}, **style
+    )
+    layout = base_layout(
+        title or f"{default_title} · grey = masked",
+        height or heatmap_height(n_queries, large_font),
+        large_font,
+        plot_bgcolor=MASKED_GREY,
+        **_query_key_axes(queries, keys, large_font),
+    )
+    return go.Figure(trace, layout)
+
+
+def head_figure(
+    record: AttentionRecord,
+    batch: int,
+    head: int,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    values: Values = "weights",
+    large_font: bool = False,
+    height: int | None = None,
+) -> go.Figure:
+    """One head of one attention record, large and exact (no downsampling at any length).
+
+    Args:
+        record: an :class:`AttentionRecord` with ``(B, H, Tq, Tk)`` scores and weights.
+        batch: which sequence of the batch.
+        head: which head.
+        query_labels, key_labels: ``Tq`` and ``Tk`` unique labels.
+        values: ``"weights"`` (after softmax) or ``"scores"`` (before softmax).
+    """
+    matrix = getattr(record, values) if values in ("weights", "scores") else None
+    if matrix is None:
+        raise ValueError(f"values must be 'weights' or 'scores', got {values!r}")
+    title = f"{_describe(record)} · head {head} · {values} · grey = masked"
+    return attention_heatmap(
+        matrix[batch, head],
+        query_labels,
+        key_labels,
+        masked=~record.mask[batch, 0],
+        values=values,
+        title=title,
+        large_font=large_font,
+        height=height,
+    )
+
+
+def _describe(record: AttentionRecord) -> str:
+    kind = {
+        "encoder_self": "Encoder self-attention",
+        "decoder_self": "Decoder masked self-attention",
+        "cross": "Cross-attention (decoder → encoder)",
+    }[record.kind]
+    return f"{kind} · layer {record.layer}"
+
+
+def scores_and_weights_figure(
+    record: AttentionRecord,
+    batch: int,
+    head: int,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    large_font: bool = False,
+    height: int | None = None,
+) -> go.Figure:
+    """The scores before softmax beside the weights after it, for one head.
+
+    Args:
+        record: an :class:`AttentionRecord` with ``(B, H, Tq, Tk)`` scores and weights.
+        batch, head: which sequence and which head.
+        query_labels, key_labels: ``Tq`` and ``Tk`` unique labels.
+
+    Scores use a diverging scale around 0, weights a 0..1 scale; masked cells are grey in both
+    (their score was ``-inf``, their weight exactly 0).
+    """
+    masked = ~record.mask[batch, 0]
+    scores = _masked_matrix(record.scores[batch, head], masked)
+    weights = _masked_matrix(record.weights[batch, head], masked)
+    n_queries, n_keys = weights.shape
+    queries = check_labels(query_labels, n_queries, "query")
+    keys = check_labels(key_labels, n_keys, "key")
+    left, right = panel_domains(2, gap=0.14)
+    traces = [
+        _heatmap(scores, queries, keys, "score", ".3f", coloraxis="coloraxis"),
+        _heatmap(weights, queries, keys, "weight", ".3f", coloraxis="coloraxis2"),
+    ]
+    traces[1].update(xaxis="x2", yaxis="y2")
+    y_axis = {**category_axis("query", queries, large_font), "autorange": "reversed"}
+    layout = base_layout(
+        f"{_describe(record)} · head {head} · grey = masked",
+        height or heatmap_height(n_queries, large_font) + 40,
+        large_font,
+        plot_bgcolor=MASKED_GREY,
+        xaxis={**category_axis("key", keys, large_font), "domain": left},
+        xaxis2={**category_axis("key", keys, large_font), "domain": right, "anchor": "y2"},
+        yaxis=y_axis,
+        yaxis2={**y_axis, "title": None, "showticklabels": False, "matches": "y", "anchor": "x2"},
+        coloraxis={
+            "colorscale": SIGNED_COLORSCALE,
+            "cmid": 0.0,
+            "colorbar": {"x": left[1] + 0.01, "title": {"text": "score"}, "len": 0.9},
+        },
+        coloraxis2={
+            "colorscale": WEIGHTS_COLORSCALE,
+            "cmin": 0.0,
+            "cmax": 1.0,
+            "colorbar": {"x": 1.01, "title": {"text": "weight"}, "len": 0.9},
+        },
+        annotations=[
+            panel_title("scores QKᵀ/√d_k (before softmax)", left, large_font),
+            panel_title("weights (after softmax)", right, large_font),
+        ],
+    )
+    layout["margin"]["t"] += 30
+    return go.Figure(traces, layout)
+
+
+# -- every head of every layer ---------------------------------------------------------------
+
+
+def downsample_attention(
+    weights: Any, masked: Any | None, max_size: int
+) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Average-pool ``(..., Tq, Tk)`` attention to at most ``max_size`` × ``max_size`` cells.
+
+    A pooled cell is the attention *mass* a block of queries gives a block of keys: the sum
+    over the block's keys, averaged over its queries, so each pooled row still sums to 1. A
+    pooled cell counts as masked only if every cell in its block was masked.
+
+    Returns:
+        ``(pooled, pooled_masked, query_factor, key_factor)``; pooled is float32
+        ``(..., ceil(Tq/fq), ceil(Tk/fk))`` and pooled_masked bool of the same last two axes.
+    """
+    w = to_numpy(weights)
+    n_queries, n_keys = w.shape[-2:]
+    m = np.zeros((n_queries, n_keys), bool) if masked is None else to_numpy(masked, bool)
+    fq, fk = math.ceil(n_queries / max_size), math.ceil(n_keys / max_size)
+    q_starts, k_starts = np.arange(0, n_queries, fq), np.arange(0, n_keys, fk)
+    # reduceat sums each block (the last one may be short) without padding copies.
+    mass = np.add.reduceat(np.add.reduceat(w, k_starts, axis=-1), q_starts, axis=-2)
+    real_rows = np.diff(np.append(q_starts, n_queries)).astype(np.float32)
+    mass /= real_rows[:, None]  # mean over each block's query rows
+    pooled_masked = np.logical_and.reduceat(
+        np.logical_and.reduceat(m, k_starts, axis=-1), q_starts, axis=-2
+    )
+    return mass.astype(np.float32), pooled_masked, fq, fk
+
+
+def _block_labels(labels: list[str], factor: int) -> list[str]:
+    if factor == 1:
+        return labels
+    blocks = [labels[i : i + factor] for i in range(0, len(labels), factor)]
+    return [b[0] if len(b) == 1 else f"{b[0]} … {b[-1]}" for b in blocks]
+
+
+def _rectangles(masked: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """Cover the True cells of a 2-D bool array with rectangles ``(row0, row1, col0, col1)``
+    (exclusive ends): runs along each row, merged down while the next row has the same run."""
+    open_runs: dict[tuple[int, int], int] = {}
+    rects = []
+    for r in range(masked.shape[0] + 1):
+        runs = set()
+        if r < masked.shape[0]:
+            row = np.concatenate([[False], masked[r], [False]])
+            edges = np.flatnonzero(row[1:] != row[:-1])
+            runs = {(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)}
+        for run in list(open_runs):
+            if run not in runs:
+                rects.append((open_runs.pop(run), r, *run))
+        for run in runs:
+            open_runs.setdefault(run, r)
+    return rects
+
+
+def attention_grid(
+    weights: Any,
+    masked: Any | None = None,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    title: str = "Attention weights, every layer and head",
+    exact_up_to: int = 128,
+    max_tile: int = 64,
+    large_font: bool = False,
+    height: int | None = None,
+) -> go.Figure:
+    """Every head of every layer as one tiled heatmap with one shared colour scale.
+
+    Args:
+        weights: ``(L, H, Tq, Tk)`` attention weights of one sequence (an array, or a sequence
+            of ``L`` arrays or tensors ``(H, Tq, Tk)``).
+        masked: ``(L, Tq, Tk)`` or ``(Tq, Tk)`` bool, ``True`` where the mask removed a cell.
+        query_labels, key_labels: ``Tq`` and ``Tk`` unique labels, shown on hover.
+        exact_up_to: longer sequences are average-pooled (:func:`downsample_attention`) to at
+            most ``max_tile`` × ``max_tile`` per tile, and the title says so.
+
+    The tiles are one heatmap separated by gutters (dozens of subplots are ~10× slower to
+    build). Values ship as ``uint16`` thousandths (‰) of attention, exact to 0.05%: half the
+    bytes of float32, which keeps a 6 × 8 grid at 64 tokens near 0.5 MB instead of over 1 MB.
+    Masked cells are covered by grey shapes (integers have no NaN); hovering one shows its
+    weight, 0.
+    """
+    layers = [to_numpy(layer) for layer in weights]  # per layer: no copy of the whole stack
+    if not layers or any(layer.ndim != 3 or layer.shape != layers[0].shape for layer in layers):
+        raise ValueError("expected (layers, heads, queries, keys) weights")
+    n_layers = len(layers)
+    n_heads, n_queries, n_keys = layers[0].shape
+    queries = check_labels(query_labels, n_queries, "query")
+    keys = check_labels(key_labels, n_keys, "key")
+    m = np.zeros((n_queries, n_keys), bool) if masked is None else to_numpy(masked, bool)
+    m = np.broadcast_to(m, (n_layers, n_queries, n_keys))
+
+    notice = ""
+    if max(n_queries, n_keys) > exact_up_to:
+        pooled = [downsample_attention(layer, m[i], max_tile) for i, layer in enumerate(layers)]
+        layers = [p[0] for p in pooled]
+        m = np.stack([p[1] for p in pooled])
+        fq, fk = pooled[0][2:]
+        queries, keys = _block_labels(queries, fq), _block_labels(keys, fk)
+        rows, cols = layers[0].shape[-2:]
+        if (n_queries, rows) == (n_keys, cols):
+            notice = f" · downsampled {n_queries}→{rows}"
+        else:
+            notice = f" · downsampled queries {n_queries}→{rows}, keys {n_keys}→{cols}"
+    rows, cols = layers[0].shape[-2:]
+
+    gutter = max(1, round(max(rows, cols) / 32))
+    tile_h, tile_w = rows + gutter, cols + gutter
+    z = np.zeros((n_layers * tile_h - gutter, n_heads * tile_w - gutter), np.uint16)
+    for layer, layer_weights in enumerate(layers):
+        permille = np.rint(np.clip(layer_weights, 0.0, 1.0) * 1000)
+        for head in range(n_heads):
+            r0, c0 = layer * tile_h, head * tile_w
+            z[r0 : r0 + rows, c0 : c0 + cols] = permille[head]
+
+    # Unique category labels: hover then names layer, head, query and key with no per-cell text.
+    y = [
+        f"layer {layer} · query {q}" if i < rows else f"layer {layer} gap {i}"
+        for layer in range(n_layers)
+        for i, q in enumerate([*queries, *[""] * gutter])
+    ][: z.shape[0]]
+    x = [
+        f"head {head} · key {k}" if i < cols else f"head {head} gap {i}"
+        for head in range(n_heads)
+        for i, k in enumerate([*keys, *[""] * gutter])
+    ][: z.shape[1]]
+
+    size = font_size(large_font)
+    heatmap = go.Heatmap(
+        z=z,
+        x=x,
+        y=y,
+        coloraxis="coloraxis",
+        hovertemplate="%{y}<br>%{x}<br>weight %{z}‰<extra></extra>",
+    )
+    hidden = {"showticklabels": False, "showgrid": False, "zeroline": False, "type": "category"}
+    head_notes = [
+        {
+            "x": head * tile_w + (cols - 1) / 2,
+            "y": -0.5,
+            "text": f"head {head}",
+            "yanchor": "bottom",
+        }
+        for head in range(n_heads)
+    ]
+    layer_notes = [
+        {
+            "x": -0.5,
+            "y": layer * tile_h + (rows - 1) / 2,
+            "text": f"layer {layer}",
+            "xanchor": "right",
+        }
+        for layer in range(n_layers)
+    ]
+    layout = base_layout(
+        f"{title}{notice} · grey = masked",
+        height or int(min(1400, max(360, 110 + n_layers * (190 if large_font else 150)))),
+        large_font,
+        plot_bgcolor="white",
+        xaxis=hidden,
+        yaxis={**hidden, "autorange": "reversed"},
+        coloraxis={
+            "colorscale": WEIGHTS_COLORSCALE,
+            "cmin": 0,
+            "cmax": max(1, int(z.max())),
+            "colorbar": {"title": {"text": "weight ‰"}},
+        },
+        shapes=_grid_shapes(m, n_heads, rows, cols, tile_h, tile_w, z.shape),
+        annotations=[
+            {**note, "showarrow": False, "font": {"size": size - 1}}
+            for note in head_notes + layer_notes
+        ],
+    )
+    layout["margin"].update(l=80 if large_font else 60, t=105 if large_font else 80)
+    return go.Figure(heatmap, layout)
+
+
+def _grid_shapes(
+    masked: np.ndarray,
+    n_heads: int,
+    rows: int,
+    cols: int,
+    tile_h: int,
+    tile_w: int,
+    shape: tuple[int, int],
+) -> list[dict[str, Any]]:
+    """White gutters between tiles and one grey path per layer over its masked cells."""
+    shapes: list[dict[str, Any]] = []
+    blank = {"type": "rect", "fillcolor": "white", "line": {"width": 0}, "layer": "above"}
+    height, width = shape
+    for start in range(rows, height, tile_h):
+        y0, y1 = start - 0.5, start + tile_h - rows - 0.5
+        shapes.append({**blank, "x0": -0.5, "x1": width - 0.5, "y0": y0, "y1": y1})
+    for start in range(cols, width, tile_w):
+        x0, x1 = start - 0.5, start + tile_w - cols - 0.5
+        shapes.append({**blank, "x0": x0, "x1": x1, "y0": -0.5, "y1": height - 0.5})
+    for layer, layer_masked in enumerate(masked):
+        rects = _rectangles(layer_masked)
+        if not rects:
+            continue
+        r_off = layer * tile_h
+        path = "".join(
+            f"M{c0 + c_off - 0.5},{r0 + r_off - 0.5}H{c1 + c_off - 0.5}"
+            f"V{r1 + r_off - 0.5}H{c0 + c_off - 0.5}Z"
+            for c_off in range(0, n_heads * tile_w, tile_w)
+            for r0, r1, c0, c1 in rects
+        )
+        shapes.append(
+            {
+                "type": "path",
+                "path": path,
+                "fillcolor": MASKED_GREY,
+                "line": {"width": 0},
+                "layer": "above",
+                "name": f"masked cells, layer {layer}",
+            }
+        )
+    return shapes
+
+
+def grid_figure(
+    records: Sequence[AttentionRecord],
+    batch: int,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    exact_up_to: int = 128,
+    max_tile: int = 64,
+    large_font: bool = False,
+    height: int | None = None,
+) -> go.Figure:
+    """:func:`attention_grid` for one sequence of a trace's records of one kind.
+
+    Args:
+        records: one :class:`AttentionRecord` per layer (``trace.attention_records(kind)``),
+            each with ``(B, H, Tq, Tk)`` weights and a ``(B, 1, Tq, Tk)`` mask.
+        batch: which sequence of the batch.
+        query_labels, key_labels: ``Tq`` and ``Tk`` unique labels.
+    """
+    if not records:
+        raise ValueError("no attention records to draw")
+    weights = [r.weights[batch] for r in records]  # L × (H, Tq, Tk)
+    masked = np.stack([to_numpy(~r.mask[batch, 0], bool) for r in records])  # (L, Tq, Tk)
+    kind = _describe(records[0]).split(" · ")[0]
+    return attention_grid(
+        weights,
+        masked,
+        query_labels,
+        key_labels,
+        title=f"{kind}: every layer (rows) and head (columns)",
+        exact_up_to=exact_up_to,
+        max_tile=max_tile,
+        large_font=large_font,
+        height=height,
+    )
+
+
+# -- the masks themselves, and what a what-if changed ------------------------------------------
+
+
+def masks_figure(
+    key_padding: Any,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    causal: Any | None = None,
+    large_font: bool = False,
+    height: int | None = None,
+) -> go.Figure:
+    """The masks themselves: padding, causal (if any) and their combination, side by side.
+
+    Args:
+        key_padding: ``(Tk,)`` bool, ``True`` for real tokens (``StackInput.padding[b]``).
+            Padding masks keys only, so it is drawn as whole columns.
+        query_labels, key_labels: ``Tq`` and ``Tk`` unique labels (``Tq = Tk`` if causal).
+        causal: ``(Tq, Tk)`` bool, ``True`` = may attend (``Trace.causal``), or None.
+
+    Polarity as everywhere in the project: ``True`` (blue) = may attend, grey = masked.
+    """
+    padding = to_numpy(key_padding, bool).reshape(-1)
+    n_keys = padding.size
+    n_queries = n_keys if query_labels is None else len(query_labels)
+    panels = {"padding (keys only)": np.broadcast_to(padding[None, :], (n_queries, n_keys))}
+    combined = panels["padding (keys only)"]
+    if causal is not None:
+        causal = to_numpy(causal, bool)
+        if causal.shape != (n_queries, n_keys):
+            raise ValueError(f"causal mask {causal.shape} ≠ (queries, keys) {(n_queries, n_keys)}")
+        panels["causal (no future)"] = causal
+        combined = combined & causal
+        panels["combined = padding AND causal"] = combined
+    queries = check_labels(query_labels, n_queries, "query")
+    keys = check_labels(key_labels, n_keys, "key")
+
+    domains = panel_domains(len(panels), gap=0.04)
+    traces, axes = [], {}
+    for i, (mask, domain) in enumerate(zip(panels.values(), domains, strict=True)):
+        suffix = "" if i == 0 else str(i + 1)
+        traces.append(
+            go.Heatmap(
+                z=mask.astype(np.uint8),
+                x=keys,
+                y=queries,
+                xaxis=f"x{suffix}",
+                yaxis=f"y{suffix}",
+                coloraxis="coloraxis",
+                xgap=1,
+                ygap=1,
+                hovertemplate="query %{y}<br>key %{x}<br>may attend: %{z}<extra></extra>",
+            )
+        )
+        axes[f"xaxis{suffix}"] = {
+            **category_axis("key", keys, large_font),
+            "domain": domain,
+            "anchor": f"y{suffix}",
+        }
+        y_axis = {**category_axis("query", queries, large_font), "autorange": "reversed"}
+        if i:
+            y_axis.update(title=None, showticklabels=False, matches="y", anchor=f"x{suffix}")
+        axes[f"yaxis{suffix}"] = y_axis
+    two_colours = [[0, MASKED_GREY], [0.5, MASKED_GREY], [0.5, _ALLOWED_BLUE], [1, _ALLOWED_BLUE]]
+    layout = base_layout(
+        "Masks · blue = may attend, grey = masked",
+        height or heatmap_height(n_queries, large_font, maximum=700) + 40,
+        large_font,
+        coloraxis={
+            "colorscale": two_colours,
+            "cmin": 0,
+            "cmax": 1,
+            "colorbar": {
+                "tickvals": [0.25, 0.75],
+                "ticktext": ["masked", "may attend"],
+                "len": 0.6,
+            },
+        },
+        annotations=[
+            panel_title(name, domain, large_font)
+            for name, domain in zip(panels, domains, strict=True)
+        ],
+        **axes,
+    )
+    layout["margin"]["t"] += 30
+    return go.Figure(traces, layout)
+
+
+def attention_difference_figure(
+    before: Any,
+    after: Any,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    masked: Any | None = None,
+    title: str = "Change in attention weights (after − before)",
+    large_font: bool = False,
+    height: int | None = None,
+) -> go.Figure:
+    """What a what-if changed: ``after − before`` on a diverging scale centred on 0.
+
+    Args:
+        before, after: ``(Tq, Tk)`` attention weights of the same head without and with the
+            intervention.
+        query_labels, key_labels: ``Tq`` and ``Tk`` unique labels.
+        masked: ``(Tq, Tk)`` bool, cells masked in *both* runs (grey); a cell a what-if unmasked
+            (e.g. the causal mask switched off) is not masked here, so its change shows.
+
+    Red: the query attends more to that key after the change; blue: less.
+    """
+    b, a = to_numpy(before), to_numpy(after)
+    if b.shape != a.shape:
+        raise ValueError(f"before {b.shape} and after {a.shape} must have the same shape")
+    z = _masked_matrix(a - b, masked)
+    n_queries, n_keys = z.shape
+    queries = check_labels(query_labels, n_queries, "query")
+    keys = check_labels(key_labels, n_keys, "key")
+    half = _signed_range(z)
+    trace = _heatmap(
+        z,
+        queries,
+        keys,
+        "change",
+        "+.3f",
+        colorscale=SIGNED_COLORSCALE,
+        zmin=-half,
+        zmax=half,
+        colorbar={"title": {"text": "Δ weight"}},
+    )
+    layout = base_layout(
+        f"{title} · red = more, blue = less · grey = masked",
+        height or heatmap_height(n_queries, large_font),
+        large_font,
+        plot_bgcolor=MASKED_GREY,
+        **_query_key_axes(queries, keys, large_font),
+    )
+    return go.Figure(trace, layout)

@@ -1,0 +1,199 @@
+"""Generation, one step at a time: the probabilities behind each choice, where the new token
+looked in the source, and the decoder's causal self-attention growing row by row."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .common import (
+    BASE_COLOR,
+    HIGHLIGHT_COLOR,
+    MASKED_GREY,
+    WEIGHTS_COLORSCALE,
+    base_layout,
+    category_axis,
+    check_labels,
+    heatmap_height,
+    to_numpy,
+)
+
+
+def vocabulary_label(token_id: int, vocab: Sequence[str] | None) -> str:
+    """``"piece #id"``: the id keeps labels unique even when two ids decode to the same text."""
+    return f"#{token_id}" if vocab is None else f"{vocab[token_id]} #{token_id}"
+
+
+def top_k_figure(
+    probabilities: Any,
+    vocab: Sequence[str] | None = None,
+    *,
+    k: int = 10,
+    chosen: int | None = None,
+    title: str = "Next-token probabilities",
+    large_font: bool = False,
+    height: int | None = None,
+) -> go.Figure:
+    """The ``k`` most likely next tokens as bars, most likely on top; the chosen one highlighted.
+
+    Args:
+        probabilities: ``(V,)`` next-token probabilities (softmax of the logits, after any
+            temperature).
+        vocab: ``V`` token pieces indexed by id, or None to show ids only.
+        k: how many bars.
+        chosen: the id that was picked; if sampling picked one outside the top ``k``, it is
+            added as an extra bar at the bottom with its rank.
+    """
+    p = to_numpy(probabilities).reshape(-1)
+    if chosen is not None and not 0 <= chosen < p.size:
+        raise ValueError(f"chosen id {chosen} is outside the vocabulary of {p.size}")
+    k = max(1, min(k, p.size))
+    order = np.argsort(-p, kind="stable")  # ties: lower id first, deterministic
+    ids = [int(i) for i in order[:k]]
+    labels = [vocabulary_label(i, vocab) for i in ids]
+    if chosen is not None and chosen not in ids:
+        rank = int(np.flatnonzero(order == chosen)[0]) + 1
+        ids.append(chosen)
+        labels.append(f"{vocabulary_label(chosen, vocab)} (rank {rank})")
+    colors = [HIGHLIGHT_COLOR if i == chosen else BASE_COLOR for i in ids]
+    trace = go.Bar(
+        x=p[ids],
+        y=labels,
+        orientation="h",
+        marker_color=colors,
+        texttemplate="%{x:.1%}",
+        textposition="outside",
+        cliponaxis=False,
+        hovertemplate="%{y}<br>p = %{x:.4f}<extra></extra>",
+    )
+    note = "" if chosen is None else f" · chosen: {vocabulary_label(chosen, vocab)}"
+    layout = base_layout(
+        f"{title}{note}",
+        height or int(120 + len(ids) * (38 if large_font else 28)),
+        large_font,
+        xaxis={
+            "title": {"text": "probability"},
+            "range": [0, min(1.0, float(p[ids].max()) * 1.25 + 0.02)],
+            "tickformat": ".0%",
+            "gridcolor": "#eee",
+        },
+        yaxis={**category_axis("", labels, large_font), "autorange": "reversed"},
+        bargap=0.25,
+    )
+    return go.Figure(trace, layout)
+
+
+def cross_attention_step_figure(
+    weights: Any,
+    source_labels: Sequence[str] | None = None,
+    *,
+    masked: Any | None = None,
+    query_label: str | None = None,
+    layer: int | None = None,
+    large_font: bool = False,
+    height: int | None = None,
+) -> go.Figure:
+    """Where the new step looked in the source: one row per head and their mean.
+
+    Args:
+        weights: ``(H, Ts)`` cross-attention weights of the new query position, e.g.
+            ``record.weights[b, :, -1]``.
+        source_labels: ``Ts`` unique source token labels.
+        masked: ``(Ts,)`` bool, ``True`` for masked (padding) source keys, drawn grey.
+        query_label: the token being predicted from, for the title.
+        layer: the decoder layer, for the title.
+    """
+    w = to_numpy(weights)
+    if w.ndim != 2:
+        raise ValueError(f"expected (heads, source keys) weights, got shape {w.shape}")
+    n_heads, n_keys = w.shape
+    keys = check_labels(source_labels, n_keys, "key")
+    z = np.vstack([w, w.mean(axis=0, keepdims=True)]).astype(np.float32)
+    if masked is not None:
+        z[:, to_numpy(masked, bool).reshape(-1)] = np.nan
+    rows = [f"head {h}" for h in range(n_heads)] + ["mean"]
+    trace = go.Heatmap(
+        z=z,
+        x=keys,
+        y=rows,
+        colorscale=WEIGHTS_COLORSCALE,
+        zmin=0.0,
+        zmax=float(max(np.nanmax(z), 1e-6)) if np.isfinite(z).any() else 1.0,
+        hoverongaps=False,
+        colorbar={"title": {"text": "weight"}},
+        ygap=1,
+        hovertemplate="%{y}<br>source key %{x}<br>weight %{z:.3f}<extra></extra>",
+    )
+    where = "" if layer is None else f" · layer {layer}"
+    query = "" if query_label is None else f" from {query_label}"
+    layout = base_layout(
+        f"Cross-attention of the new step{query}{where} · grey = masked",
+        height or heatmap_height(n_heads + 1, large_font, minimum=220, maximum=500),
+        large_font,
+        plot_bgcolor=MASKED_GREY,
+        xaxis=category_axis("source key", keys, large_font),
+        yaxis={**category_axis("", rows, large_font), "autorange": "reversed"},
+    )
+    return go.Figure(trace, layout)
+
+
+def causal_growth_figure(
+    rows: Sequence[Any],
+    labels: Sequence[str] | None = None,
+    *,
+    head: int | None = None,
+    layer: int | None = None,
+    large_font: bool = False,
+    height: int | None = None,
+) -> go.Figure:
+    """The decoder's causal self-attention, one query row per generated step, stacked.
+
+    Args:
+        rows: step ``t``'s ``(t + 1,)`` self-attention weights of its new query over the keys
+            so far (with a cache: ``record.weights[b, head, 0]``); any row may be shorter than
+            the final width.
+        labels: unique labels of the target positions: at least ``max(len(row))`` of them;
+            more draws not-yet-generated positions as empty (grey) columns.
+
+    Cells right of each row's end are the future: the causal mask removes them, drawn grey.
+    """
+    arrays = [to_numpy(r).reshape(-1) for r in rows]
+    width = max((a.size for a in arrays), default=0)
+    if labels is not None and len(labels) < width:
+        raise ValueError(f"{len(labels)} labels for rows up to {width} keys long")
+    width = width if labels is None else len(labels)
+    z = np.full((len(arrays), width), np.nan, np.float32)
+    for i, a in enumerate(arrays):
+        z[i, : a.size] = a
+    keys = check_labels(labels, width, "key")
+    queries = [keys[a.size - 1] if a.size else f"step {i}" for i, a in enumerate(arrays)]
+    if len(set(queries)) != len(queries):
+        queries = [f"step {i} · {q}" for i, q in enumerate(queries)]
+    trace = go.Heatmap(
+        z=z,
+        x=keys,
+        y=queries,
+        colorscale=WEIGHTS_COLORSCALE,
+        zmin=0.0,
+        zmax=1.0,
+        hoverongaps=False,
+        colorbar={"title": {"text": "weight"}},
+        hovertemplate="query %{y}<br>key %{x}<br>weight %{z:.3f}<extra></extra>",
+    )
+    where = "".join(
+        part
+        for part, value in ((f" · layer {layer}", layer), (f" · head {head}", head))
+        if value is not None
+    )
+    layout = base_layout(
+        f"Decoder self-attention, step by step{where} · grey = future (masked)",
+        height or heatmap_height(max(len(arrays), 4), large_font),
+        large_font,
+        plot_bgcolor=MASKED_GREY,
+        xaxis=category_axis("key", keys, large_font),
+        yaxis={**category_axis("query", queries, large_font), "autorange": "reversed"},
+    )
+    return go.Figure(trace, layout)
