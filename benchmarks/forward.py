@@ -20,9 +20,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from transformer.config import ModelConfig, base_config  # noqa: E402
-from transformer.model import Transformer  # noqa: E402
-from transformer.torch_parity import copy_from_torch, reference_forward, torch_reference  # noqa: E402
+from transformer.config import ModelConfig, base_config
+from transformer.model import Transformer
+from transformer.torch_parity import copy_from_torch, reference_forward, torch_reference
 
 SIZES = {
     "small (d64, 2+2 layers)": (
@@ -71,6 +71,23 @@ def median_ms(fn, repeats: int, device: torch.device) -> float:
     return statistics.median(times)
 
 
+def measure(
+    config: ModelConfig, batch: int, length: int, device: torch.device, repeats: int
+) -> tuple[float, float, float]:
+    """Median milliseconds of torch.nn, our fast path and our capture path on one batch."""
+    torch.manual_seed(0)
+    ref = torch_reference(config).to(device).eval()
+    model = Transformer(config).to(device).eval()
+    copy_from_torch(model, ref)
+    src = padded(batch, length, config.src_vocab_size, device)
+    tgt = padded(batch, length, config.tgt_vocab_size, device)
+    with torch.inference_mode():
+        t_ref = median_ms(lambda: reference_forward(model, ref, src, tgt), repeats, device)
+        t_ours = median_ms(lambda: model.decode(tgt, model.encode(src)).hidden, repeats, device)
+        t_cap = median_ms(lambda: model(src, tgt, capture=True), repeats, device)
+    return t_ref, t_ours, t_cap
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, skip the base preset")
@@ -89,26 +106,7 @@ def main() -> None:
     for name, (config, batch, length) in SIZES.items():
         if args.quick and "base" in name:
             continue
-        torch.manual_seed(0)
-        ref = torch_reference(config).to(device).eval()
-        model = Transformer(config).to(device).eval()
-        copy_from_torch(model, ref)
-        src = padded(batch, length, config.src_vocab_size, device)
-        tgt = padded(batch, length, config.tgt_vocab_size, device)
-
-        def ours() -> torch.Tensor:
-            return model.decode(tgt, model.encode(src)).hidden
-
-        def captured() -> torch.Tensor:
-            return model(src, tgt, capture=True)
-
-        def reference() -> torch.Tensor:
-            return reference_forward(model, ref, src, tgt)[1]
-
-        with torch.inference_mode():
-            t_ref = median_ms(reference, repeats, device)
-            t_ours = median_ms(ours, repeats, device)
-            t_cap = median_ms(captured, repeats, device)
+        t_ref, t_ours, t_cap = measure(config, batch, length, device, repeats)
         print(
             f"{name:32} {f'{batch}×{length}':>10} {t_ref:12.2f} {t_ours:9.2f} "
             f"{t_ours / t_ref:6.2f} {t_cap:11.2f} {t_cap / t_ref:6.2f}"

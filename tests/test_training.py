@@ -41,7 +41,13 @@ def small_model(tokenizer, architecture="encoder-decoder") -> Transformer:
 
 
 FAST = TrainingConfig(
-    steps=40, batch_size=32, warmup_steps=10, eval_every=20, snapshots=3, device="cpu"
+    steps=120,
+    batch_size=32,
+    warmup_steps=10,
+    lr_factor=4.0,
+    eval_every=20,
+    snapshots=3,
+    device="cpu",
 )
 
 
@@ -51,12 +57,11 @@ def test_a_few_steps_lower_the_loss(reverse_data):
     result = train(model, train_pairs, FAST, validation_pairs)
     first = sum(p.loss for p in result.history[:5]) / 5
     last = sum(p.loss for p in result.history[-5:]) / 5
-    assert last < first * 0.8
+    assert last < first * 0.9
     evaluations = [p.validation for p in result.history if p.validation]
-    assert (
-        len(evaluations) == 2
-        and evaluations[-1]["token_accuracy"] > evaluations[0]["token_accuracy"] - 0.05
-    )
+    assert len(evaluations) == FAST.steps // FAST.eval_every
+    assert evaluations[-1]["loss"] < evaluations[0]["loss"]
+    assert evaluations[-1]["token_accuracy"] > evaluations[0]["token_accuracy"]
 
 
 def test_decoder_only_training_lowers_the_loss():
@@ -92,12 +97,15 @@ def test_callback_snapshots_and_cancel(reverse_data):
     )
     assert result.cancelled and result.steps_done == 12 == len(seen)
     assert [p.step for p in seen] == list(range(1, 13))
-    assert all(0 < p.fraction <= 0.3 for p in seen)
-    assert sorted(result.snapshots) == [1, 6]  # snapshots planned at 1, 6 and 40; cancelled at 12
+    assert all(0 < p.fraction <= 0.1 for p in seen)
+    assert sorted(result.snapshots) == [
+        1,
+        11,
+    ]  # planned at 1, 11, 120 (log-spread); cancelled at 12
     full = train(small_model(tokenizer), train_pairs, FAST)
-    assert sorted(full.snapshots) == [1, 6, 40]
+    assert sorted(full.snapshots) == [1, 11, 120]
     assert not torch.equal(
-        full.snapshots[1]["generator.proj.bias"], full.snapshots[40]["generator.proj.bias"]
+        full.snapshots[1]["generator.proj.bias"], full.snapshots[120]["generator.proj.bias"]
     )
 
 
