@@ -1,0 +1,990 @@
+"""The visualiser: a Gradio app that shows, step by step, how a Transformer works.
+
+    python app.py [--host 127.0.0.1] [--port 7860] [--device auto|cpu|cuda|mps] [--share]
+
+This file lays out the UI and wires events; computation lives in ``transformer/`` and figures in
+``transformer.figures`` (pure plotly functions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import inspect
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import gradio as gr
+import torch
+
+from transformer import figures
+from transformer.bpe_learning import learn_bpe
+from transformer.bundled import load_bundled
+from transformer.checkpoint import Checkpoint, CheckpointError
+from transformer.config import ConfigError, base_config
+from transformer.corpus import bundled_corpus
+from transformer.device import pick_device
+from transformer.embeddings import sinusoidal_table
+from transformer.inspection import analyse, check_sentences
+from transformer.model import Intervention, Transformer, count_parameters
+from transformer.recipes import RECIPES, build_model, build_tokenizer
+from transformer.tasks import make_task
+from transformer.tokenization import (
+    MAX_TOKENIZER_JSON_BYTES,
+    Tokenizer,
+    TokenizerError,
+    train_tokenizer,
+)
+from transformer.tokenizer_replay import (
+    BPEReplay,
+    UnigramReplay,
+    WordPieceReplay,
+    WordReplay,
+    replay,
+)
+from transformer.trace import AttentionKind
+from transformer.training import train
+
+log = logging.getLogger("visualiser")
+
+try:  # Hugging Face ZeroGPU: a real decorator there, a no-op everywhere else.
+    import spaces  # type: ignore[import-not-found]
+
+    gpu = spaces.GPU
+except ImportError:  # pragma: no cover - depends on the host
+
+    def gpu(fn: Callable | None = None, **_: Any) -> Callable:
+        return fn if fn is not None else (lambda f: f)
+
+
+TRAINED_HERE = "trained here (this session)"
+ATTENTION_KINDS: dict[str, AttentionKind] = {
+    "encoder self-attention": "encoder_self",
+    "decoder masked self-attention": "decoder_self",
+    "cross-attention (decoder → encoder)": "cross",
+}
+TOKENIZER_CHOICES = {
+    "translate model's tokenizer (BPE)": ("bundled", "translate"),
+    "reverse model's tokenizer (WordPiece)": ("bundled", "reverse"),
+    "continue model's tokenizer (Unigram)": ("bundled", "continue"),
+    "BPE, trained live on the bundled corpus": ("train", "bpe"),
+    "byte-level BPE (GPT-2 style), trained live": ("train", "byte_bpe"),
+    "WordPiece (BERT style), trained live": ("train", "wordpiece"),
+    "Unigram (SentencePiece style), trained live": ("train", "unigram"),
+    "uploaded tokenizer.json": ("upload", ""),
+}
+MAX_TEXT = 20_000  # characters the tokenize tab accepts (the library's own limit is higher)
+MAX_UPLOAD_BYTES = min(MAX_TOKENIZER_JSON_BYTES, 20 * 1024 * 1024)
+
+CSS = """
+.large-font { font-size: 130% !important; }
+.large-font .prose, .large-font label, .large-font button { font-size: 1.25em !important; }
+footer { display: none !important; }
+"""
+
+
+# -- errors become messages, never tracebacks ------------------------------------------------
+
+
+class UserFacingError(gr.Error):
+    """A problem with the user's input, shown as a message."""
+
+
+EXPECTED_ERRORS = (ValueError, TokenizerError, CheckpointError, ConfigError, IndexError)
+
+
+def _message(error: Exception) -> gr.Error:
+    if isinstance(error, gr.Error):
+        return error
+    if isinstance(error, EXPECTED_ERRORS):
+        return gr.Error(str(error).replace(str(Path.cwd()), "."))
+    if isinstance(error, torch.cuda.OutOfMemoryError if torch.cuda.is_available() else MemoryError):
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return gr.Error("out of memory: try a shorter input or fewer sentences")
+    log.exception("unexpected error in a request")
+    return gr.Error(f"something went wrong ({type(error).__name__}); the app is still running")
+
+
+def friendly(fn: Callable) -> Callable:
+    """Wrap an event handler (function or generator) so every error reaches the user as a
+    ``gr.Error`` message, without a traceback or a file path."""
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def generator_wrapper(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            try:
+                yield from fn(*args, **kwargs)
+            except Exception as error:
+                raise _message(error) from None
+
+        return generator_wrapper
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as error:
+            raise _message(error) from None
+
+    return wrapper
+
+
+def _int(value: Any, name: str, low: int, high: int) -> int:
+    """A slider or number input as an int in ``low..high`` (API callers can send anything)."""
+    try:
+        number = int(float(value))
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not low <= number <= high:
+        raise ValueError(f"{name} must be between {low} and {high}, got {number}")
+    return number
+
+
+# -- models ---------------------------------------------------------------------------------
+
+
+@dataclass
+class SessionModels:
+    """What one browser session owns: the model it trained (never shared with other sessions)."""
+
+    trained: Checkpoint | None = None
+    snapshots: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+
+
+class App:
+    """The app's shared, read-only state: the device and the bundled models."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.bundled = load_bundled(device)
+        for name, reason in self.bundled.errors.items():
+            log.warning("bundled model %s could not be loaded: %s", name, reason)
+
+    @property
+    def model_names(self) -> list[str]:
+        return [*self.bundled.models, TRAINED_HERE]
+
+    def checkpoint(self, name: str, session: SessionModels | None) -> Checkpoint:
+        if name == TRAINED_HERE:
+            if session is None or session.trained is None:
+                raise ValueError(
+                    "no model has been trained in this session yet: use the Model & training tab"
+                )
+            return session.trained
+        if name in self.bundled.errors:
+            raise ValueError(
+                f"the bundled model '{name}' could not be loaded: {self.bundled.errors[name]}"
+            )
+        if name not in self.bundled.models:
+            raise ValueError(f"unknown model {name!r}; choose one of {self.model_names}")
+        return self.bundled.models[name]
+
+
+# -- tokenize ---------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=16)
+def corpus_tokenizer(algorithm: str, vocab_size: int) -> Tokenizer:
+    """A tokenizer trained on the bundled corpus (cached: training takes ~50 ms)."""
+    return train_tokenizer(bundled_corpus(), algorithm, vocab_size)
+
+
+def pick_tokenizer(app: App, choice: str, vocab_size: Any, upload: str | None) -> Tokenizer:
+    if choice not in TOKENIZER_CHOICES:
+        raise ValueError(f"unknown tokenizer {choice!r}")
+    kind, name = TOKENIZER_CHOICES[choice]
+    if kind == "bundled":
+        return app.checkpoint(name, None).tokenizer
+    if kind == "train":
+        return corpus_tokenizer(name, _int(vocab_size, "vocabulary size", 60, 4000))
+    if not upload:
+        raise ValueError("upload a tokenizer.json file first (or pick another tokenizer)")
+    path = Path(upload)
+    if path.stat().st_size > MAX_UPLOAD_BYTES:
+        raise ValueError(f"the uploaded file is larger than {MAX_UPLOAD_BYTES >> 20} MB")
+    return Tokenizer.load(path)
+
+
+def highlighted(
+    tokenizer: Tokenizer, text: str
+) -> tuple[list[tuple[str, str | None]], list[list[Any]], str]:
+    """HighlightedText segments, table rows and a stats line for one text."""
+    records = tokenizer.encode(text)
+    segments: list[tuple[str, str | None]] = []
+    rows = []
+    cursor = 0
+    for index, record in enumerate(records):
+        rows.append(
+            [index, record.piece, record.id, record.start, record.end, record.special, record.word]
+        )
+        if record.special and record.start == record.end:
+            segments.append((record.piece, "special"))
+            continue
+        if record.start < cursor:  # overlapping pieces (byte-level splits of one character)
+            continue
+        if record.start > cursor:
+            segments.append((text[cursor : record.start], None))
+        label = "unknown" if record.id == tokenizer.unk_id else ("A" if index % 2 == 0 else "B")
+        segments.append((text[record.start : record.end], label))
+        cursor = record.end
+    if cursor < len(text):
+        segments.append((text[cursor:], None))
+    n_tokens = len(records)
+    ratio = f"{len(text) / n_tokens:.2f}" if n_tokens else "–"
+    stats = (
+        f"**{tokenizer.algorithm}**, vocabulary {tokenizer.vocab_size:,}: {len(text):,} characters → "
+        f"**{n_tokens:,} tokens**, {ratio} characters per token"
+    )
+    return segments, rows, stats
+
+
+def replay_markdown(words: list[WordReplay], step: int) -> str:
+    """Every word's replay, drawn up to ``step`` (the stepper), as markdown."""
+    if not words:
+        return "_Nothing to replay: the text is empty._"
+    lines = []
+    for word in words[:60]:
+        head = f"**`{word.word}`** → " + " ".join(f"`{p}`" for p in word.pieces)
+        detail = word.steps
+        if word.added_token or detail is None:
+            lines.append(head + " (added token, matched whole)")
+        elif isinstance(detail, BPEReplay):
+            if detail.whole_word:
+                lines.append(head + " (whole word in the vocabulary: no merge)")
+                continue
+            shown = detail.merges[:step]
+            symbols = shown[-1].symbols if shown else detail.symbols
+            state = " ".join(f"`{s}`" for s in symbols)
+            last = shown[-1] if shown else None
+            note = (
+                f"merge {len(shown)}/{len(detail.merges)}: `{last.pair[0]}` + `{last.pair[1]}` → "
+                f"`{last.result}` (rank {last.rank})"
+                if last
+                else f"start: {len(detail.symbols)} symbols, {len(detail.merges)} merges to apply"
+            )
+            lines.append(f"{head}<br>&nbsp;&nbsp;{state} — {note}")
+        elif isinstance(detail, WordPieceReplay):
+            shown = detail.choices[:step] if step else detail.choices[:0]
+            parts = []
+            for choice in shown:
+                tried = ", ".join(f"~~{r}~~" for r in choice.rejected[-3:])
+                parts.append(
+                    f"at {choice.start}: `{choice.piece or '[UNK]'}`"
+                    + (f" (tried {tried})" if tried else "")
+                )
+            note = "; ".join(parts) or f"{len(detail.choices)} greedy longest-match choices"
+            if detail.unknown_reason and len(shown) == len(detail.choices):
+                note += f" — unknown: {detail.unknown_reason}"
+            lines.append(f"{head}<br>&nbsp;&nbsp;{note}")
+        elif isinstance(detail, UnigramReplay):
+            shown = detail.pieces[:step] if step else detail.pieces[:0]
+            parts = [f"`{p.piece}` ({p.score:.2f})" for p in shown]
+            note = (
+                " + ".join(parts) if parts else f"best segmentation of {len(detail.pieces)} pieces"
+            )
+            if len(shown) == len(detail.pieces):
+                note += f" = total log-probability {detail.total_score:.2f}"
+            lines.append(f"{head}<br>&nbsp;&nbsp;{note}")
+    if len(words) > 60:
+        lines.append(f"_… and {len(words) - 60} more words_")
+    return "\n\n".join(lines)
+
+
+def learning_view(corpus_text: str, merges: Any, word: str) -> tuple[list[list[Any]], str]:
+    """The from-scratch BPE trainer on a small corpus: merges table and a word segmented."""
+    n = _int(merges, "number of merges", 0, 400)
+    corpus = [
+        line for line in (corpus_text or "").splitlines() if line.strip()
+    ] or bundled_corpus()[:40]
+    if sum(len(line) for line in corpus) > 50_000:
+        raise ValueError("the learning replay takes at most 50,000 characters of corpus")
+    trace = learn_bpe(corpus, 400)
+    rows = [
+        [m.rank + 1, f"{m.pair[0]} + {m.pair[1]}", m.token, m.count, m.vocab_size]
+        for m in trace.merges[:n]
+    ]
+    vocab = trace.vocabulary(after=n)
+    word = (word or "transformer").strip().split()[0] if (word or "").strip() else "transformer"
+    pieces = (
+        trace.segment("▁" + word.lower(), after=n)
+        if trace.alphabet and "▁" in "".join(trace.alphabet)
+        else trace.segment(word, after=n)
+    )
+    summary = (
+        f"After **{n}** of {len(trace.merges)} learned merges the vocabulary has **{len(vocab)}** symbols "
+        f"({len(trace.alphabet)} characters + {len(vocab) - len(trace.alphabet)} merged). "
+        f"`{word}` is now: " + " ".join(f"`{p}`" for p in pieces)
+    )
+    return rows, summary
+
+
+def build_tokenize_tab(app: App) -> None:
+    gr.Markdown(
+        "Text becomes **tokens** before a Transformer sees it. Pick a tokenizer, type anything, and "
+        "watch the pieces — then replay how the tokenizer chose them, merge by merge."
+    )
+    with gr.Row():
+        with gr.Column(scale=3):
+            text = gr.Textbox(
+                label="Text", value="The transformer attends to every token.", lines=3
+            )
+        with gr.Column(scale=2):
+            choice = gr.Dropdown(
+                list(TOKENIZER_CHOICES),
+                value="BPE, trained live on the bundled corpus",
+                label="Tokenizer",
+            )
+            vocab = gr.Slider(
+                60, 4000, value=500, step=10, label="Vocabulary size (tokenizers trained live)"
+            )
+            upload = gr.File(
+                label="tokenizer.json (for 'uploaded')", file_types=[".json"], type="filepath"
+            )
+    compare = gr.Dropdown(
+        ["(none)", *TOKENIZER_CHOICES],
+        value="WordPiece (BERT style), trained live",
+        label="Compare side by side with",
+    )
+    run = gr.Button("Tokenize", variant="primary")
+    colors = {"A": "#bfdbfe", "B": "#fde68a", "special": "#d1d5db", "unknown": "#fca5a5"}
+    with gr.Row():
+        with gr.Column():
+            stats = gr.Markdown()
+            pieces = gr.HighlightedText(
+                label="Tokens", color_map=colors, show_inline_category=False
+            )
+        with gr.Column():
+            stats_b = gr.Markdown()
+            pieces_b = gr.HighlightedText(
+                label="Tokens (comparison)", color_map=colors, show_inline_category=False
+            )
+    table = gr.Dataframe(
+        headers=["#", "piece", "id", "start", "end", "special", "word"],
+        label="Tokens, ids and character offsets",
+        max_height=300,
+    )
+    gr.Markdown("### Replay: how the tokenizer reached its pieces")
+    step = gr.Slider(
+        0,
+        30,
+        value=30,
+        step=1,
+        label="Step (merges for BPE, greedy choices for WordPiece, pieces for Unigram)",
+    )
+    replay_md = gr.Markdown()
+
+    @friendly
+    def tokenize(
+        text: str, choice: str, vocab: float, upload: str | None, compare: str, step: float
+    ):
+        if text is None or len(text) > MAX_TEXT:
+            raise ValueError(
+                f"the text is longer than {MAX_TEXT:,} characters; paste a shorter one"
+            )
+        tokenizer = pick_tokenizer(app, choice, vocab, upload)
+        segments, rows, line = highlighted(tokenizer, text)
+        words = replay(tokenizer, text)
+        out_b: tuple[Any, str] = ([], "")
+        if compare and compare != "(none)":
+            seg_b, _, line_b = highlighted(pick_tokenizer(app, compare, vocab, upload), text)
+            out_b = (seg_b, line_b)
+        return (
+            line,
+            segments,
+            out_b[1],
+            out_b[0],
+            rows,
+            replay_markdown(words, _int(step, "step", 0, 1000)),
+        )
+
+    inputs = [text, choice, vocab, upload, compare, step]
+    outputs = [stats, pieces, stats_b, pieces_b, table, replay_md]
+    run.click(tokenize, inputs, outputs, api_name="tokenize")
+    text.submit(tokenize, inputs, outputs, api_visibility="private")
+    step.release(tokenize, inputs, outputs, api_visibility="private")
+    gr.Examples(
+        [
+            ["The transformer attends to every token.", "BPE, trained live on the bundled corpus"],
+            ["unbelievably tokenization-friendly", "WordPiece (BERT style), trained live"],
+            ["Ünïcödé, emoji 🤖 and 中文 all work", "byte-level BPE (GPT-2 style), trained live"],
+            ["a big dog sleeps under the old table", "translate model's tokenizer (BPE)"],
+        ],
+        [text, choice],
+        label="Examples for a lecture",
+    )
+
+    gr.Markdown("### Learning replay: a BPE tokenizer learns its vocabulary, merge by merge")
+    with gr.Row():
+        corpus_box = gr.Textbox(
+            label="Corpus (one line per sentence; empty = the first 40 lines of the bundled corpus)",
+            lines=4,
+        )
+        with gr.Column():
+            merges = gr.Slider(0, 400, value=20, step=1, label="Merges learned so far")
+            word = gr.Textbox(label="Segment this word with those merges", value="transformer")
+    learn = gr.Button("Learn")
+    learn_md = gr.Markdown()
+    learn_table = gr.Dataframe(
+        headers=["rank", "pair", "new token", "count", "vocabulary size"],
+        max_height=300,
+        label="Merges in the order they were learned",
+    )
+    learn_fn = friendly(lambda c, m, w: learning_view(c, m, w)[::-1])
+    learn.click(learn_fn, [corpus_box, merges, word], [learn_md, learn_table], api_name="learn_bpe")
+    merges.release(
+        learn_fn, [corpus_box, merges, word], [learn_md, learn_table], api_visibility="private"
+    )
+
+
+# -- embeddings & positions -------------------------------------------------------------------
+
+
+def build_positions_tab(
+    app: App, large: gr.Checkbox, session: gr.State
+) -> tuple[Callable, list, list]:
+    """Lay out the tab; returns the positional-encoding handler, inputs and outputs (drawn on load)."""
+    gr.Markdown(
+        "Attention itself ignores order, so the paper **adds** a sinusoidal positional encoding to "
+        "each token embedding: `PE[pos, 2i] = sin(pos / 10000^(2i/d))`, `PE[pos, 2i+1] = cos(…)`."
+    )
+    with gr.Row():
+        d_model = gr.Slider(8, 512, value=128, step=8, label="d_model")
+        length = gr.Slider(4, 512, value=64, step=1, label="positions")
+        base = gr.Number(value=10000, label="base", minimum=2, maximum=1e6)
+        dims = gr.Textbox(value="0, 1, 6, 20", label="dimensions to draw as curves")
+        metric = gr.Radio(["cosine", "dot"], value="cosine", label="similarity")
+    pe_button = gr.Button("Draw positional encodings", variant="primary")
+    pe_plot = gr.Plot(label="Positional encoding")
+    with gr.Row():
+        curves_plot = gr.Plot(label="Chosen dimensions")
+        similarity_plot = gr.Plot(label="PE·PE similarity")
+
+    @friendly
+    def positional(d_model: float, length: float, base: float, dims: str, metric: str, large: bool):
+        d = _int(d_model, "d_model", 2, 1024)
+        if d % 2:
+            raise ValueError("d_model must be even (sin and cos come in pairs)")
+        n = _int(length, "positions", 1, 2048)
+        if base is None or not 2 <= float(base) <= 1e9:
+            raise ValueError("base must be between 2 and 1e9")
+        try:
+            chosen = sorted(
+                {int(x) for x in (dims or "0").replace(";", ",").split(",") if x.strip()}
+            )
+        except ValueError:
+            raise ValueError("dimensions must be whole numbers separated by commas") from None
+        if not chosen or min(chosen) < 0 or max(chosen) >= d or len(chosen) > 12:
+            raise ValueError(f"choose 1 to 12 dimensions between 0 and {d - 1}")
+        table = sinusoidal_table(n, d, float(base))
+        return (
+            figures.positional_encoding_figure(table, large_font=large),
+            figures.positional_curves_figure(table, dims=tuple(chosen), large_font=large),
+            figures.positional_similarity_figure(table, metric=metric, large_font=large),
+        )
+
+    pe_inputs = [d_model, length, base, dims, metric, large]
+    pe_button.click(
+        positional,
+        pe_inputs,
+        [pe_plot, curves_plot, similarity_plot],
+        api_name="positional_encoding",
+    )
+
+    gr.Markdown("### A sentence: token embedding + positional encoding")
+    with gr.Row():
+        sentence = gr.Textbox(value="the small cat sees a red ball", label="Sentence")
+        model_name = gr.Dropdown(app.model_names, value=app.model_names[0], label="Model")
+    emb_button = gr.Button("Show the model's input")
+    emb_plot = gr.Plot(label="Embedding, PE and their sum")
+    norm_plot = gr.Plot(label="Vector lengths")
+
+    @friendly
+    def embeddings(sentence: str, name: str, large: bool, session: SessionModels):
+        checkpoint = app.checkpoint(name, session)
+        analysis = analyse(checkpoint.model, checkpoint.tokenizer, [sentence])
+        stack = analysis.trace.source or analysis.trace.target
+        pieces = (
+            analysis.source_pieces[0]
+            if analysis.trace.source is not None
+            else analysis.target_pieces[0]
+        )
+        labels = figures.token_labels(pieces)
+        return (
+            figures.embedding_sum_figure(
+                stack.token_embedding[0], stack.positional, labels, large_font=large
+            ),
+            figures.embedding_norms_figure(
+                stack.token_embedding[0], stack.positional, labels, large_font=large
+            ),
+        )
+
+    emb_button.click(
+        embeddings,
+        [sentence, model_name, large, session],
+        [emb_plot, norm_plot],
+        api_name="embeddings",
+    )
+    return positional, pe_inputs, [pe_plot, curves_plot, similarity_plot]
+
+
+# -- attention --------------------------------------------------------------------------------
+
+
+def attention_outputs(
+    app: App,
+    session: SessionModels,
+    sentences_text: str,
+    name: str,
+    kind_label: str,
+    layer: Any,
+    head: Any,
+    row: Any,
+    what_if: list[str],
+    large: bool,
+    checkpoint: Checkpoint | None = None,
+) -> tuple[Any, ...]:
+    """Everything the attention tab draws, from one captured pass (plus one for a what-if)."""
+    checkpoint = checkpoint or app.checkpoint(name, session)
+    model, tokenizer, config = checkpoint.model, checkpoint.tokenizer, checkpoint.config
+    sentences = check_sentences((sentences_text or "").splitlines())
+    kind = ATTENTION_KINDS.get(kind_label)
+    if kind is None:
+        raise ValueError(f"choose one of {list(ATTENTION_KINDS)}")
+    analysis = analyse(model, tokenizer, sentences)
+    try:
+        records = analysis.trace.attention_records(kind)
+    except ValueError:
+        raise ValueError(
+            f"the {name} model is {config.architecture}: it has no {kind_label}"
+        ) from None
+    layer = _int(layer, "layer", 1, len(records)) - 1
+    head = _int(head, "head", 1, config.n_heads) - 1
+    row = _int(row, "sentence", 1, analysis.batch_size) - 1
+    record = records[layer]
+    queries = analysis.source_pieces if kind == "encoder_self" else analysis.target_pieces
+    keys = (
+        analysis.target_pieces
+        if kind == "decoder_self"
+        else (analysis.source_pieces or analysis.target_pieces)
+    )
+    q_labels, k_labels = figures.token_labels(queries[row]), figures.token_labels(keys[row])
+    single = figures.scores_and_weights_figure(
+        record, row, head, q_labels, k_labels, large_font=large
+    )
+    grid = figures.grid_figure(records, row, q_labels, k_labels, large_font=large)
+    source_or_target = analysis.trace.source if kind != "decoder_self" else analysis.trace.target
+    key_padding = (source_or_target or analysis.trace.target).padding[row]
+    causal = analysis.trace.causal if kind == "decoder_self" else None
+    masks = figures.masks_figure(key_padding, q_labels, k_labels, causal=causal, large_font=large)
+    summary = (
+        [f"**Sentence {i + 1}** → `{out}`" for i, out in enumerate(analysis.outputs)]
+        if config.has_encoder and config.has_decoder
+        else []
+    )
+
+    intervention = Intervention(
+        causal_mask="causal mask off" not in what_if,
+        padding_mask="padding mask off" not in what_if,
+        scale_scores="no √d scaling" not in what_if,
+        positional_encoding="no positional encoding" not in what_if,
+        zero_heads=frozenset({(kind, layer, head)}) if "zero this head" in what_if else frozenset(),
+    )
+    if what_if:
+        targets = (
+            analysis.trace.target.tokens if (config.has_encoder and config.has_decoder) else None
+        )
+        changed = analyse(model, tokenizer, sentences, intervention, targets=targets)
+        after = changed.trace.attention_records(kind)[layer].weights[row, head]
+        diff = figures.attention_difference_figure(
+            record.weights[row, head],
+            after,
+            q_labels,
+            k_labels,
+            title=f"What changed with {', '.join(what_if)} (layer {layer + 1}, head {head + 1})",
+            large_font=large,
+        )
+        delta = (changed.trace.logits - analysis.trace.logits).abs().max().item()
+        summary.append(
+            f"**What-if ({', '.join(what_if)})**: largest change of any output logit {delta:.3f}."
+        )
+        if analysis.predicted:
+            summary.append(
+                f"Next-token predictions before: `{analysis.predicted[row]}` — after: `{changed.predicted[row]}`"
+            )
+    else:
+        diff = figures.attention_difference_figure(
+            record.weights[row, head],
+            record.weights[row, head],
+            q_labels,
+            k_labels,
+            title="Tick a what-if switch to see what it changes",
+            large_font=large,
+        )
+    summary.append(
+        f"Padding is real here: the {analysis.batch_size} sentences are padded to one length, and grey "
+        "cells are the ones a mask removed."
+    )
+    return single, grid, masks, diff, "\n\n".join(summary)
+
+
+def build_attention_tab(app: App, large: gr.Checkbox, session: gr.State) -> None:
+    gr.Markdown(
+        "Each head computes `softmax(QKᵀ/√d_k)V`. Rows are **queries** (the token that looks), "
+        "columns are **keys** (the tokens looked at). Grey cells are masked."
+    )
+    with gr.Row():
+        sentences = gr.Textbox(
+            value="the small cat sees a red ball\na big dog sleeps\nmy old bird eats the green cake",
+            lines=3,
+            label="One to three sentences (one per line; different lengths make padding)",
+        )
+        with gr.Column():
+            model_name = gr.Dropdown(app.model_names, value=app.model_names[0], label="Model")
+            kind = gr.Radio(
+                list(ATTENTION_KINDS),
+                value="cross-attention (decoder → encoder)",
+                label="Which attention",
+            )
+    with gr.Row():
+        layer = gr.Slider(1, 6, value=1, step=1, label="Layer")
+        head = gr.Slider(1, 8, value=1, step=1, label="Head")
+        row = gr.Slider(1, 3, value=1, step=1, label="Sentence")
+    what_if = gr.CheckboxGroup(
+        [
+            "causal mask off",
+            "padding mask off",
+            "no √d scaling",
+            "no positional encoding",
+            "zero this head",
+        ],
+        label="What if… (recomputed live)",
+    )
+    run = gr.Button("Show attention", variant="primary")
+    summary = gr.Markdown()
+    single = gr.Plot(label="One head: scores before softmax, weights after")
+    grid = gr.Plot(label="Every head of every layer (one colour scale)")
+    with gr.Row():
+        masks = gr.Plot(label="Masks")
+        diff = gr.Plot(label="What-if: change in this head's weights")
+
+    @friendly
+    @gpu
+    def attention(sentences, name, kind, layer, head, row, what_if, large, session):
+        return attention_outputs(
+            app, session, sentences, name, kind, layer, head, row, what_if or [], large
+        )
+
+    inputs = [sentences, model_name, kind, layer, head, row, what_if, large, session]
+    outputs = [single, grid, masks, diff, summary]
+    run.click(attention, inputs, outputs, api_name="attention")
+    what_if.change(attention, inputs, outputs, api_visibility="private")
+    gr.Examples(
+        [
+            [
+                "the small cat sees a red ball\na big dog sleeps",
+                "translate",
+                "cross-attention (decoder → encoder)",
+            ],
+            ["a b c d e f g h\nk l m", "reverse", "cross-attention (decoder → encoder)"],
+            ["the teacher sees\na bird", "continue", "decoder masked self-attention"],
+            ["my quiet mouse always waits on the green cat", "translate", "encoder self-attention"],
+        ],
+        [sentences, model_name, kind],
+        label="Examples for a lecture",
+    )
+
+
+# -- model & training -------------------------------------------------------------------------
+
+
+def parameter_table(model: Transformer) -> list[list[Any]]:
+    """Parameters per component, shared (tied) tensors counted once."""
+    rows, seen = [], set()
+    groups = {
+        "token embeddings (shared)" if model.config.tie_embeddings else "token embeddings": [
+            "src_embedding",
+            "tgt_embedding",
+        ],
+        "positional (learned only)": ["src_positional", "tgt_positional"],
+        "encoder layers": ["encoder"],
+        "decoder layers": ["decoder"],
+        "generator": ["generator"],
+    }
+    for label, prefixes in groups.items():
+        total = 0
+        for name, param in model.named_parameters(remove_duplicate=False):
+            if name.split(".")[0] in prefixes and id(param) not in seen:
+                seen.add(id(param))
+                total += param.numel()
+        if total:
+            rows.append([label, f"{total:,}"])
+    rows.append(["total", f"{count_parameters(model):,}"])
+    return rows
+
+
+@lru_cache(maxsize=1)
+def base_parameter_count() -> int:
+    """Parameters of the paper's base preset (built once: 63M parameters take a second)."""
+    return count_parameters(Transformer(base_config()))
+
+
+def model_info(
+    app: App, name: str, session: SessionModels
+) -> tuple[list[list[Any]], list[list[Any]], str]:
+    checkpoint = app.checkpoint(name, session)
+    config = checkpoint.config
+    config_rows = [[key, str(value)] for key, value in config.to_dict().items()]
+    metrics = ", ".join(
+        f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+        for k, v in checkpoint.metrics.items()
+    )
+    base = base_parameter_count()
+    text = (
+        f"Running on **{app.device}**. Recorded metrics: {metrics or 'none'}.\n\n"
+        f"The paper's base model (N=6, d_model=512, d_ff=2048, h=8, shared 37,000-token vocabulary, tied "
+        f"embeddings) built with this code has **{base:,}** parameters; the paper reports 65M."
+    )
+    return config_rows, parameter_table(checkpoint.model), text
+
+
+def build_training_tab(app: App, large: gr.Checkbox, session: gr.State) -> None:
+    with gr.Row():
+        model_name = gr.Dropdown(app.model_names, value=app.model_names[0], label="Model")
+        show = gr.Button("Describe")
+    info = gr.Markdown()
+    with gr.Row():
+        config_table = gr.Dataframe(
+            headers=["field", "value"], label="Configuration", max_height=360
+        )
+        params_table = gr.Dataframe(
+            headers=["component", "parameters"], label="Parameters per component"
+        )
+    show.click(
+        friendly(lambda n, s: model_info(app, n, s)[::-1]),
+        [model_name, session],
+        [info, params_table, config_table],
+        api_name="model_info",
+    )
+
+    gr.Markdown("### Train a small model live (it belongs to your session alone)")
+    with gr.Row():
+        task = gr.Dropdown(list(RECIPES), value="reverse", label="Task")
+        steps = gr.Slider(20, 3000, value=300, step=10, label="Steps")
+        seed = gr.Number(value=0, precision=0, label="Seed")
+    with gr.Row():
+        start = gr.Button("Train", variant="primary")
+        cancel = gr.Button("Cancel", variant="stop")
+    progress = gr.Markdown()
+    curves = gr.Plot(label="Loss and accuracy")
+    gr.Markdown("### Attention as it formed during training")
+    with gr.Row():
+        snapshot = gr.Slider(
+            0, 4, value=4, step=1, label="Snapshot (0 = first step … last = end of training)"
+        )
+        snap_sentence = gr.Textbox(value="a b c d e f", label="Input")
+    snap_button = gr.Button("Draw this snapshot's attention")
+    snap_plot = gr.Plot(label="Cross-attention (or self-attention) of every head, at this snapshot")
+
+    @friendly
+    @gpu
+    def run_training(task: str, steps: float, seed: float, large: bool, session: SessionModels):
+        if task not in RECIPES:
+            raise ValueError(f"unknown task {task!r}; choose one of {list(RECIPES)}")
+        recipe = RECIPES[task]
+        n_steps = _int(steps, "steps", 1, 3000)
+        config = replace(
+            recipe.training,
+            steps=n_steps,
+            seed=_int(seed, "seed", 0, 2**31 - 1),
+            eval_every=max(n_steps // 10, 10),
+            device=str(app.device),
+        )
+        data = make_task(task, seed=config.seed, n_train=4000, n_validation=200, n_test=200)
+        tokenizer = build_tokenizer(recipe, data)
+        model = build_model(recipe, tokenizer)
+        from transformer.data import encode_examples
+
+        arch = model.config.architecture
+        train_pairs = encode_examples(data.train, tokenizer, arch)
+        validation_pairs = encode_examples(data.validation, tokenizer, arch)
+        reports: queue.Queue = queue.Queue()
+        stop = threading.Event()
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                outcome["result"] = train(
+                    model,
+                    train_pairs,
+                    config,
+                    validation_pairs,
+                    callback=reports.put,
+                    should_stop=stop.is_set,
+                )
+            except Exception as error:
+                outcome["error"] = error
+            finally:
+                reports.put(None)
+
+        worker = threading.Thread(target=work, daemon=True)
+        worker.start()
+        history: list[dict[str, float]] = []
+        try:
+            while True:
+                report = reports.get()
+                if report is None:
+                    break
+                row = {"step": report.step, "loss": report.loss}
+                if report.validation:
+                    row.update({f"val_{k}": v for k, v in report.validation.items()})
+                history.append(row)
+                if report.step % 10 == 0 or report.validation or report.step == n_steps:
+                    bar = "█" * int(report.fraction * 30) + "░" * (30 - int(report.fraction * 30))
+                    yield (
+                        f"`{bar}` step {report.step}/{n_steps} · loss {report.loss:.3f} · "
+                        f"{report.tokens_per_second:,.0f} tokens/s",
+                        figures.training_curves_figure(history, large_font=large),
+                        session,
+                    )
+        finally:
+            stop.set()  # a cancelled or disconnected client stops the training thread too
+        worker.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        result = outcome["result"]
+        last_validation = next((r.validation for r in reversed(result.history) if r.validation), {})
+        trained = Checkpoint(
+            path=Path("."),
+            model=model.eval(),
+            tokenizer=tokenizer,
+            metrics={f"validation_{k}": v for k, v in last_validation.items()},
+            info={"task": task},
+        )
+        session = SessionModels(trained=trained, snapshots=result.snapshots)
+        yield (
+            f"Done: {result.steps_done} steps in {result.seconds:.1f} s. The model is now "
+            f"available as **{TRAINED_HERE}** in the other tabs; {len(result.snapshots)} snapshots kept.",
+            figures.training_curves_figure(history, large_font=large),
+            session,
+        )
+
+    event = start.click(
+        run_training,
+        [task, steps, seed, large, session],
+        [progress, curves, session],
+        api_name="train",
+        concurrency_limit=1,
+        concurrency_id="training",
+    )
+    cancel.click(None, None, None, cancels=[event], api_visibility="private")
+
+    @friendly
+    def snapshot_view(index: float, sentence: str, large: bool, session: SessionModels):
+        if session is None or session.trained is None:
+            raise ValueError("train a model first: snapshots are kept from the last training run")
+        steps = sorted(session.snapshots)
+        if not steps:
+            raise ValueError("the last training run kept no snapshots")
+        i = min(_int(index, "snapshot", 0, 100), len(steps) - 1)
+        model = Transformer(session.trained.config)
+        model.load_state_dict(session.snapshots[steps[i]])
+        frozen = Checkpoint(path=Path("."), model=model.eval(), tokenizer=session.trained.tokenizer)
+        kind = (
+            "cross-attention (decoder → encoder)"
+            if frozen.config.has_encoder
+            else "decoder masked self-attention"
+        )
+        _, grid, *_ = attention_outputs(
+            app, session, sentence, TRAINED_HERE, kind, 1, 1, 1, [], large, checkpoint=frozen
+        )
+        grid.update_layout(title=f"Snapshot at step {steps[i]} of training")
+        return grid
+
+    snap_button.click(
+        snapshot_view, [snapshot, snap_sentence, large, session], [snap_plot], api_name="snapshot"
+    )
+    snapshot.release(
+        snapshot_view,
+        [snapshot, snap_sentence, large, session],
+        [snap_plot],
+        api_visibility="private",
+    )
+
+
+# -- the whole app ----------------------------------------------------------------------------
+
+
+def build_demo(device: str | None = "auto") -> gr.Blocks:
+    """The app (not launched). ``launch_options()`` gives the matching ``launch()`` arguments."""
+    app = App(pick_device(device))
+    with gr.Blocks(title="Transformer, step by step") as demo:
+        session = gr.State(SessionModels())
+        with gr.Row():
+            gr.Markdown(
+                "# Transformer, step by step\nA from-scratch PyTorch Transformer, opened up."
+            )
+            large = gr.Checkbox(label="Large font (for projecting)", value=False)
+        if app.bundled.errors:
+            gr.Markdown(
+                "⚠️ "
+                + "; ".join(
+                    f"bundled model **{n}** unavailable: {r}" for n, r in app.bundled.errors.items()
+                )
+            )
+        large.change(
+            None, large, None, js="(on) => { document.body.classList.toggle('large-font', on); }"
+        )
+        with gr.Tab("Tokenize"):
+            build_tokenize_tab(app)
+        with gr.Tab("Embeddings & positions"):
+            positional, pe_inputs, pe_outputs = build_positions_tab(app, large, session)
+        with gr.Tab("Attention"):
+            build_attention_tab(app, large, session)
+        with gr.Tab("Generate"):
+            build_generate_tab(app, large, session)
+        with gr.Tab("Model & training"):
+            build_training_tab(app, large, session)
+        demo.load(positional, pe_inputs, pe_outputs, api_visibility="private")
+    demo.queue(default_concurrency_limit=4, max_size=64)
+    return demo
+
+
+def build_generate_tab(app: App, large: gr.Checkbox, session: gr.State) -> None:
+    gr.Markdown("_Generation arrives with the decoding engine._")
+
+
+def launch_options() -> dict[str, Any]:
+    """Arguments for ``demo.launch()``, shared by ``python app.py`` and the tests."""
+    return {
+        "css": CSS,
+        "theme": gr.themes.Soft(),
+        "footer_links": ["api"],
+        "show_error": True,
+        "max_file_size": f"{MAX_UPLOAD_BYTES >> 20}mb",
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="The Transformer visualiser.")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=7860)
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    parser.add_argument("--share", action="store_true", help="make a public gradio.live link")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO)
+    demo = build_demo(args.device)
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_options())
+
+
+if __name__ == "__main__":
+    main()

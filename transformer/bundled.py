@@ -1,0 +1,37 @@
+"""The models shipped in ``assets/models/``, loaded once and reported by name when broken."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .checkpoint import Checkpoint, CheckpointError, load_checkpoint
+
+BUNDLED_DIR = Path(__file__).resolve().parents[1] / "assets" / "models"
+BUNDLED_NAMES: tuple[str, ...] = ("translate", "reverse", "continue")
+
+
+@dataclass
+class BundledModels:
+    """Loaded checkpoints by name, and for each one that failed, the reason."""
+
+    models: dict[str, Checkpoint] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def load_bundled(
+    device: str | torch.device = "cpu",
+    folder: str | Path = BUNDLED_DIR,
+    names: tuple[str, ...] = BUNDLED_NAMES,
+) -> BundledModels:
+    """Load every bundled model; a missing or corrupted one is recorded in ``errors`` by name
+    and the others still load."""
+    result = BundledModels()
+    for name in names:
+        try:
+            result.models[name] = load_checkpoint(Path(folder) / name, device)
+        except CheckpointError as error:
+            result.errors[name] = str(error)
+    return result

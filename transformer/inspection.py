@@ -1,0 +1,135 @@
+"""Inspecting a model on a few sentences: one call from text to a labelled trace.
+
+This is what the app's attention and embedding views compute, kept here so a notebook can do the
+same: ``analyse(model, tokenizer, ["the cat sees a dog", "a bird"])``.
+
+For an encoder-decoder model the decoder needs a target: unless one is given, it is the model's
+own greedy output, fed back teacher-forced, so decoder self-attention and cross-attention show
+what the model attends to while producing its answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .data import pad
+from .evaluation import greedy_decode
+from .model import NO_INTERVENTION, Intervention, Transformer
+from .tokenization import Tokenizer
+from .trace import Trace
+
+MAX_SENTENCES = 3
+
+
+@dataclass
+class Analysis:
+    """A captured forward pass over a padded batch, with token pieces for labelling figures.
+
+    ``source_pieces[b]`` and ``target_pieces[b]`` have one piece per position of the padded batch
+    (``"[PAD]"`` where sequence ``b`` is padding), so they line up with the trace's axes.
+    ``outputs[b]`` is the decoded target text, ``predicted[b]`` the teacher-forced argmax text.
+    """
+
+    trace: Trace
+    source_pieces: list[list[str]]
+    target_pieces: list[list[str]]
+    outputs: list[str]
+    predicted: list[str]
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.outputs)
+
+
+def _pieces(tokenizer: Tokenizer, ids: torch.Tensor) -> list[list[str]]:
+    return [[tokenizer.id_to_token(int(i)) or "?" for i in row] for row in ids]
+
+
+def check_sentences(sentences: Sequence[str], limit: int = MAX_SENTENCES) -> list[str]:
+    """Strip the sentences and drop empty ones; a clear ``ValueError`` if none or too many."""
+    cleaned = [s.strip() for s in sentences if s and s.strip()]
+    if not cleaned:
+        raise ValueError("enter at least one sentence")
+    if len(cleaned) > limit:
+        raise ValueError(f"at most {limit} sentences at a time (got {len(cleaned)})")
+    return cleaned
+
+
+def encode_batch(
+    tokenizer: Tokenizer, sentences: Sequence[str], max_len: int, add_bos: bool = False
+) -> torch.Tensor:
+    """``(B, T)`` right-padded ids; ``ValueError`` naming the sentence that is too long."""
+    rows = []
+    for number, sentence in enumerate(sentences, 1):
+        ids = tokenizer.encode_ids(sentence, add_bos=add_bos)
+        if not ids:
+            raise ValueError(f"sentence {number} has no tokens")
+        if len(ids) > max_len:
+            raise ValueError(
+                f"sentence {number} is {len(ids)} tokens long; this model reads at most {max_len}"
+            )
+        rows.append(ids)
+    return pad(rows, tokenizer.pad_id if tokenizer.pad_id is not None else 0)
+
+
+@torch.no_grad()
+def analyse(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: Sequence[str],
+    intervention: Intervention = NO_INTERVENTION,
+    targets: torch.Tensor | None = None,
+) -> Analysis:
+    """Capture a forward pass over 1..3 sentences (padded into one batch).
+
+    Args:
+        model: any architecture (eval mode is set).
+        tokenizer: the model's tokenizer (needs [BOS]/[EOS] for encoder-decoder and decoder-only).
+        sentences: the inputs; for a decoder-only model, its prompt texts.
+        intervention: what-if switches applied to the captured pass.
+        targets: ``(B, Tt)`` decoder input ids to use instead of the model's greedy output (to
+            compare two interventions on the same target).
+    """
+    model.eval()
+    config = model.config
+    device = model.device
+    sentences = check_sentences(sentences)
+    if config.architecture == "decoder-only":
+        tgt = encode_batch(tokenizer, sentences, config.max_len, add_bos=True).to(device)
+        trace = model(tgt=tgt, capture=True, intervention=intervention)
+        return Analysis(
+            trace=trace,
+            source_pieces=[],
+            target_pieces=_pieces(tokenizer, tgt.cpu()),
+            outputs=list(sentences),
+            predicted=_predicted(tokenizer, trace, tgt),
+        )
+    src = encode_batch(tokenizer, sentences, config.max_len).to(device)
+    if config.architecture == "encoder-only":
+        trace = model(src=src, capture=True, intervention=intervention)
+        return Analysis(trace, _pieces(tokenizer, src.cpu()), [], list(sentences), [])
+    if targets is None:
+        generated = greedy_decode(
+            model, src, tokenizer.bos_id, tokenizer.eos_id, config.max_len - 1
+        )
+        targets = pad([[tokenizer.bos_id, *row] for row in generated], config.pad_id)
+    targets = targets.to(device)
+    trace = model(src, targets, capture=True, intervention=intervention)
+    outputs = [tokenizer.decode(row.tolist()) for row in targets]
+    return Analysis(
+        trace=trace,
+        source_pieces=_pieces(tokenizer, src.cpu()),
+        target_pieces=_pieces(tokenizer, targets.cpu()),
+        outputs=outputs,
+        predicted=_predicted(tokenizer, trace, targets),
+    )
+
+
+def _predicted(tokenizer: Tokenizer, trace: Trace, inputs: torch.Tensor) -> list[str]:
+    """Teacher-forced argmax at every real position, decoded."""
+    best = trace.logits.argmax(-1).cpu()
+    real = (inputs != trace.config.pad_id).cpu()
+    return [tokenizer.decode(best[b][real[b]].tolist()) for b in range(best.size(0))]
