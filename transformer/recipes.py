@@ -46,7 +46,7 @@ RECIPES: dict[str, Recipe] = {
         model=ModelConfig(
             d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2, n_decoder_layers=2, max_len=64
         ),
-        training=TrainingConfig(steps=2500, batch_size=64, warmup_steps=400, eval_every=250),
+        training=TrainingConfig(steps=6000, batch_size=64, warmup_steps=400, eval_every=500),
     ),
     "translate": Recipe(
         task="translate",
@@ -60,7 +60,7 @@ RECIPES: dict[str, Recipe] = {
     "continue": Recipe(
         task="continue",
         tokenizer_algorithm="unigram",
-        tokenizer_vocab_size=160,
+        tokenizer_vocab_size=200,
         model=ModelConfig(
             architecture="decoder-only",
             d_model=64,
@@ -68,7 +68,7 @@ RECIPES: dict[str, Recipe] = {
             d_ff=256,
             n_encoder_layers=0,
             n_decoder_layers=3,
-            max_len=64,
+            max_len=128,
         ),
         training=TrainingConfig(steps=3000, batch_size=64, warmup_steps=400, eval_every=250),
     ),

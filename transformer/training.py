@@ -172,6 +172,12 @@ def train(
     """
     if not train_pairs:
         raise ValueError("no training data")
+    longest = max(max(len(p.source), len(p.target)) for p in (*train_pairs, *validation_pairs))
+    if longest > model.config.max_len:
+        raise ValueError(
+            f"the data has sequences of {longest} tokens but the model's max_len is "
+            f"{model.config.max_len}: raise max_len or use a larger tokenizer vocabulary"
+        )
     device = pick_device(config.device)
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
