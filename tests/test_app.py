@@ -1,0 +1,197 @@
+"""End-to-end: every named endpoint through gradio_client against the app launched in-process."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from gradio_client import Client
+
+import app as visualiser
+
+CROSS = "cross-attention (decoder → encoder)"
+DECODER_SELF = "decoder masked self-attention"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def url():
+    demo = visualiser.build_demo("cpu")
+    port = free_port()
+    demo.launch(
+        prevent_thread_lock=True,
+        server_name="127.0.0.1",
+        server_port=port,
+        **visualiser.launch_options(),
+    )
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+
+
+@pytest.fixture
+def client(url):
+    return Client(url, verbose=False)
+
+
+def test_the_named_endpoints_exist(client):
+    names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
+    assert {"/tokenize", "/positional_encoding", "/attention", "/train", "/embeddings"} <= names
+
+
+def test_tokenize_highlights_and_tabulates(client):
+    text = "the cat sat"
+    stats, pieces, stats_b, _pieces_b, table, replay_md = client.predict(
+        text, "WordPiece (BERT style), trained live", 400, None, "(none)", 30, api_name="/tokenize"
+    )
+    rows = table["data"]
+    assert "wordpiece" in stats and f"**{len(rows)} tokens**" in stats
+    # Offsets map every token back onto its span of the text (WordPiece marks continuations ##).
+    assert [text[start:end] for _, _, _, start, end, _, _ in rows] == [
+        piece.removeprefix("##") for _, piece, *_ in rows
+    ]
+    assert "".join(segment["token"] for segment in pieces) == text
+    assert stats_b == "" and "`the`" in replay_md
+
+
+def test_tokenize_empty_text_is_an_empty_result(client):
+    stats, pieces, *_ = client.predict(
+        "", "BPE, trained live on the bundled corpus", 400, None, "(none)", 5, api_name="/tokenize"
+    )
+    assert "0 tokens" in stats and not pieces
+
+
+@pytest.mark.parametrize("text", ["🤖 中文 مرحبا e\u0301 \x00\x07 tab\there", " " * 50])
+def test_tokenize_odd_unicode_does_not_crash(client, text):
+    stats, *_ = client.predict(
+        text,
+        "byte-level BPE (GPT-2 style), trained live",
+        400,
+        None,
+        "Unigram (SentencePiece style), trained live",
+        30,
+        api_name="/tokenize",
+    )
+    assert "tokens" in stats
+
+
+def test_tokenize_too_long_text_is_a_clear_message(client):
+    with pytest.raises(Exception, match="longer than 20,000 characters"):
+        client.predict(
+            "a" * 25_000,
+            "BPE, trained live on the bundled corpus",
+            400,
+            None,
+            "(none)",
+            5,
+            api_name="/tokenize",
+        )
+
+
+def test_broken_uploaded_tokenizer_is_a_clear_message(client, tmp_path):
+    from gradio_client import handle_file
+
+    broken = tmp_path / "tokenizer.json"
+    broken.write_text('{"this is": "not a tokenizer"}')
+    with pytest.raises(Exception) as caught:
+        client.predict(
+            "hello",
+            "uploaded tokenizer.json",
+            400,
+            handle_file(str(broken)),
+            "(none)",
+            5,
+            api_name="/tokenize",
+        )
+    assert "tokenizer" in str(caught.value).lower() and "Traceback" not in str(caught.value)
+    assert str(tmp_path) not in str(caught.value)
+
+
+def test_positional_encoding(client):
+    heatmap, curves, similarity = client.predict(
+        64, 32, 10000, "0, 1, 5", "cosine", False, api_name="/positional_encoding"
+    )
+    assert heatmap and curves and similarity
+
+
+@pytest.mark.parametrize(
+    ("d_model", "dims", "message"),
+    [(63, "0", "even"), (64, "0, 99", "between 0 and 63"), (64, "x", "whole numbers")],
+)
+def test_positional_encoding_bad_input(client, d_model, dims, message):
+    with pytest.raises(Exception, match=message):
+        client.predict(d_model, 32, 10000, dims, "dot", False, api_name="/positional_encoding")
+
+
+def test_attention_on_the_reversal_model(client):
+    single, grid, masks, diff, summary = client.predict(
+        "a b c d e\nf g h i", "reverse", CROSS, 1, 2, 2, [], False, api_name="/attention"
+    )
+    assert "`e d c b a`" in summary and "`i h g f`" in summary
+    assert single and grid and masks and diff
+
+
+def test_attention_what_if_reports_the_change(client):
+    *_, summary = client.predict(
+        "the cat sees a dog",
+        "translate",
+        DECODER_SELF,
+        1,
+        1,
+        1,
+        ["causal mask off"],
+        False,
+        api_name="/attention",
+    )
+    assert "What-if (causal mask off)" in summary
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("", "reverse", CROSS, 1, 1, 1), "at least one sentence"),
+        (("a\nb\nc\nd", "reverse", CROSS, 1, 1, 1), "at most 3 sentences"),
+        (("a b", "reverse", CROSS, 3, 1, 1), "layer must be between 1 and 2"),
+        (("a b", "reverse", CROSS, 99, 1, 1), "greater than maximum"),
+        (("a b", "reverse", CROSS, 1, 6, 1), "head must be between 1 and 4"),
+        (("a b", "continue", CROSS, 1, 1, 1), "has no cross-attention"),
+        (
+            ("a b", visualiser.TRAINED_HERE, CROSS, 1, 1, 1),
+            "no model has been trained in this session",
+        ),
+        ((" ".join(["a"] * 200), "reverse", CROSS, 1, 1, 1), "reads at most 64"),
+    ],
+)
+def test_attention_bad_input(client, args, message):
+    with pytest.raises(Exception, match=message):
+        client.predict(*args, [], False, api_name="/attention")
+
+
+def test_training_is_private_to_its_session(url):
+    alice, bob = Client(url, verbose=False), Client(url, verbose=False)
+    job = alice.submit("reverse", 20, 0, False, api_name="/train")
+    updates = list(job)
+    assert "Done: 20 steps" in updates[-1][0]
+    summary = alice.predict(
+        "a b c", visualiser.TRAINED_HERE, CROSS, 1, 1, 1, [], False, api_name="/attention"
+    )[-1]
+    assert "Sentence 1" in summary
+    with pytest.raises(Exception, match="no model has been trained in this session"):
+        bob.predict(
+            "a b c", visualiser.TRAINED_HERE, CROSS, 1, 1, 1, [], False, api_name="/attention"
+        )
+    snapshot = alice.predict(0, "a b c", False, api_name="/snapshot")
+    assert snapshot
+
+
+def test_model_info_counts_parameters(client):
+    info, params, _config = client.predict("reverse", api_name="/model_info")
+    assert "63,119,496" in info
+    rows = {row[0]: row[1] for row in params["data"]}
+    assert int(rows["total"].replace(",", "")) > 0
