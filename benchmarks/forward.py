@@ -16,9 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-import torch
+# Run as a script, this folder would come first on sys.path and benchmarks/tokenize.py would
+# shadow the standard library's tokenize (which torch imports): put the repository root there.
+sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
 from transformer.config import ModelConfig, base_config
 from transformer.model import Transformer

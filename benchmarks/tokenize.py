@@ -17,12 +17,12 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
 
-import time  # noqa: E402
+import time
 
-from transformer.bpe_learning import learn_bpe  # noqa: E402
-from transformer.corpus import bundled_corpus  # noqa: E402
-from transformer.tokenization import ALGORITHMS, train_tokenizer  # noqa: E402
-from transformer.tokenizer_replay import replay  # noqa: E402
+from transformer.bpe_learning import learn_bpe
+from transformer.corpus import bundled_corpus
+from transformer.tokenization import ALGORITHMS, train_tokenizer
+from transformer.tokenizer_replay import replay
 
 VOCAB_SIZES = {"bpe": 1000, "byte_bpe": 1000, "wordpiece": 1000, "unigram": 1000}
 REPEAT = 80  # about 1 MB of text
