@@ -175,7 +175,7 @@ def test_grid_tiles_every_head_of_every_layer_on_one_colour_scale(trace):
             assert np.allclose(tile, record.weights[1, head].numpy(), atol=5e-4)
     texts = [a.text for a in fig.layout.annotations]
     assert sorted(texts) == sorted(
-        [f"head {h}" for h in range(n_heads)] + [f"layer {lay}" for lay in range(n_layers)]
+        [f"head {h + 1}" for h in range(n_heads)] + [f"layer {lay + 1}" for lay in range(n_layers)]
     )
     assert len(set(hm.x)) == len(hm.x) and len(set(hm.y)) == len(hm.y)
     assert "downsampled" not in fig.layout.title.text
@@ -327,7 +327,7 @@ def test_cross_attention_step_has_a_row_per_head_and_the_mean(trace):
     masked = record.masked[1, 0, -1]
     fig = cross_attention_step_figure(weights, SRC_LABELS, masked=masked, layer=1)
     z = z_of(heatmap(fig))
-    assert list(heatmap(fig).y) == [f"head {h}" for h in range(CONFIG.n_heads)] + ["mean"]
+    assert list(heatmap(fig).y) == [f"head {h + 1}" for h in range(CONFIG.n_heads)] + ["mean"]
     assert np.isnan(z[:, 5:]).all() and not np.isnan(z[:, :5]).any()
     assert np.allclose(z[:-1, :5], weights[:, :5].numpy())
     assert np.allclose(z[-1, :5], weights[:, :5].numpy().mean(0), atol=1e-7)

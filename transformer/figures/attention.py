@@ -151,7 +151,7 @@ def head_figure(
     matrix = getattr(record, values) if values in ("weights", "scores") else None
     if matrix is None:
         raise ValueError(f"values must be 'weights' or 'scores', got {values!r}")
-    title = f"{_describe(record)} · head {head} · {values} · grey = masked"
+    title = f"{_describe(record)} · head {head + 1} · {values} · grey = masked"
     return attention_heatmap(
         matrix[batch, head],
         query_labels,
@@ -170,7 +170,7 @@ def _describe(record: AttentionRecord) -> str:
         "decoder_self": "Decoder masked self-attention",
         "cross": "Cross-attention (decoder → encoder)",
     }[record.kind]
-    return f"{kind} · layer {record.layer}"
+    return f"{kind} · layer {record.layer + 1}"
 
 
 def scores_and_weights_figure(
@@ -207,7 +207,7 @@ def scores_and_weights_figure(
     traces[1].update(xaxis="x2", yaxis="y2")
     y_axis = {**category_axis("query", queries, large_font), "autorange": "reversed"}
     layout = base_layout(
-        f"{_describe(record)} · head {head} · grey = masked",
+        f"{_describe(record)} · head {head + 1} · grey = masked",
         height or heatmap_height(n_queries, large_font) + 40,
         large_font,
         plot_bgcolor=MASKED_GREY,
@@ -355,12 +355,12 @@ def attention_grid(
 
     # Unique category labels: hover then names layer, head, query and key with no per-cell text.
     y = [
-        f"layer {layer} · query {q}" if i < rows else f"layer {layer} gap {i}"
+        f"layer {layer + 1} · query {q}" if i < rows else f"layer {layer + 1} gap {i}"
         for layer in range(n_layers)
         for i, q in enumerate([*queries, *[""] * gutter])
     ][: z.shape[0]]
     x = [
-        f"head {head} · key {k}" if i < cols else f"head {head} gap {i}"
+        f"head {head + 1} · key {k}" if i < cols else f"head {head + 1} gap {i}"
         for head in range(n_heads)
         for i, k in enumerate([*keys, *[""] * gutter])
     ][: z.shape[1]]
@@ -373,12 +373,18 @@ def attention_grid(
         coloraxis="coloraxis",
         hovertemplate="%{y}<br>%{x}<br>weight %{z}‰<extra></extra>",
     )
-    hidden = {"showticklabels": False, "showgrid": False, "zeroline": False, "type": "category"}
+    hidden = {
+        "showticklabels": False,
+        "ticks": "",
+        "showgrid": False,
+        "zeroline": False,
+        "type": "category",
+    }
     head_notes = [
         {
             "x": head * tile_w + (cols - 1) / 2,
             "y": -0.5,
-            "text": f"head {head}",
+            "text": f"head {head + 1}",
             "yanchor": "bottom",
         }
         for head in range(n_heads)
@@ -387,7 +393,7 @@ def attention_grid(
         {
             "x": -0.5,
             "y": layer * tile_h + (rows - 1) / 2,
-            "text": f"layer {layer}",
+            "text": f"layer {layer + 1}",
             "xanchor": "right",
         }
         for layer in range(n_layers)
@@ -452,7 +458,7 @@ def _grid_shapes(
                 "fillcolor": MASKED_GREY,
                 "line": {"width": 0},
                 "layer": "above",
-                "name": f"masked cells, layer {layer}",
+                "name": f"masked cells, layer {layer + 1}",
             }
         )
     return shapes

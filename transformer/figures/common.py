@@ -63,7 +63,7 @@ def base_layout(title: str, height: int, large_font: bool, **extra: Any) -> dict
         "title": {"text": title, "font": {"size": round(size * 1.25)}, "x": 0.01},
         "height": height,
         "font": {"size": size},
-        "margin": {"l": 10, "r": 10, "t": 60 + (20 if large_font else 0), "b": 10},
+        "margin": {"l": 70, "r": 20, "t": 60 + (20 if large_font else 0), "b": 60},
         "hoverlabel": {"font": {"size": size}},
     }
     layout.update(extra)

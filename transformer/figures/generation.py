@@ -114,7 +114,7 @@ def cross_attention_step_figure(
     z = np.vstack([w, w.mean(axis=0, keepdims=True)]).astype(np.float32)
     if masked is not None:
         z[:, to_numpy(masked, bool).reshape(-1)] = np.nan
-    rows = [f"head {h}" for h in range(n_heads)] + ["mean"]
+    rows = [f"head {h + 1}" for h in range(n_heads)] + ["mean"]
     trace = go.Heatmap(
         z=z,
         x=keys,

@@ -113,9 +113,9 @@ def positional_curves_figure(
         large_font,
         xaxis={"title": {"text": "position"}, "showgrid": True, "gridcolor": "#eee"},
         yaxis={"title": {"text": "PE value"}, "range": [-1.1, 1.1], "gridcolor": "#eee"},
-        legend={"orientation": "h", "y": -0.2},
+        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
     )
-    layout["margin"]["b"] = 80
+    layout["margin"]["t"] += 30
     return go.Figure(traces, layout)
 
 
