@@ -26,6 +26,9 @@ from .tokenization import Tokenizer, train_tokenizer
 from .training import Progress, TrainingConfig, TrainingResult, train
 
 
+SAMPLE_SIZE = 200
+
+
 @dataclass(frozen=True)
 class Recipe:
     """A bundled model's recipe. ``model`` vocabulary sizes are filled from the tokenizer."""
@@ -131,6 +134,9 @@ def run_recipe(
     )
     test = task.test[:test_limit] if test_limit else task.test
     metrics = evaluate_model(model, tokenizer, test, architecture)
+    # The first SAMPLE_SIZE test examples again, on their own: a test re-evaluates exactly these
+    # to check that the shipped checkpoint still reproduces what was recorded.
+    metrics["sample"] = evaluate_model(model, tokenizer, test[:SAMPLE_SIZE], architecture)
     metrics["steps"] = result.steps_done
     metrics["train_seconds"] = round(result.seconds, 1)
     metrics["parameters"] = count_parameters(model)
