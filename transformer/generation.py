@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -667,19 +668,17 @@ def _reorder(cache: DecoderCache, order: Tensor) -> None:
         cache.key_padding = cache.key_padding.index_select(0, order)
 
 
-class _eval_mode:
-    """Context manager: the model in eval mode inside, its training flag restored after."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model, self.was_training = model, model.training
-
-    def __enter__(self) -> None:
-        if self.was_training:
-            self.model.eval()
-
-    def __exit__(self, *exc: object) -> None:
-        if self.was_training:
-            self.model.train()
+@contextmanager
+def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """The model in eval mode (dropout off) inside, its training flag restored after."""
+    was_training = model.training
+    if was_training:
+        model.eval()
+    try:
+        yield
+    finally:
+        if was_training:
+            model.train()
 
 
 def generate(
