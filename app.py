@@ -34,6 +34,7 @@ from transformer.config import ConfigError, base_config
 from transformer.corpus import bundled_corpus
 from transformer.device import pick_device
 from transformer.embeddings import sinusoidal_table
+from transformer.generation import MAX_NEW_TOKENS, DecodingSession, DecodingSettings, teacher_force
 from transformer.inspection import analyse, check_sentences
 from transformer.model import Intervention, Transformer, count_parameters
 from transformer.recipes import RECIPES, build_model, build_tokenizer
@@ -959,8 +960,275 @@ def build_demo(device: str | None = "auto") -> gr.Blocks:
     return demo
 
 
+@dataclass
+class GenerationState:
+    """One browser session's generation: the decoding session and the inputs it was made from
+    (a change of any input starts a new one)."""
+
+    key: tuple = ()
+    decoding: DecodingSession | None = None
+    source_pieces: list[str] = field(default_factory=list)
+
+
+def _decoding_settings(
+    strategy: str, temperature: Any, top_k: Any, top_p: Any, beam: Any, max_tokens: Any, seed: Any
+) -> DecodingSettings:
+    top_p_value = float(top_p) if top_p is not None else 1.0
+    return DecodingSettings(
+        strategy=strategy,
+        temperature=float(temperature),
+        top_k=_int(top_k, "top-k", 0, 1000) or None,
+        top_p=None if top_p_value >= 1.0 else top_p_value,
+        beam_width=_int(beam, "beam width", 1, 16),
+        max_new_tokens=_int(max_tokens, "max tokens", 1, MAX_NEW_TOKENS),
+        seed=_int(seed, "seed", 0, 2**31 - 1),
+        capture_attention=True,
+        top_k_shown=10,
+    )
+
+
+def _start_decoding(app: App, session: SessionModels, key: tuple) -> GenerationState:
+    source, name, *settings = key
+    checkpoint = app.checkpoint(name, session)
+    tokenizer, model = checkpoint.tokenizer, checkpoint.model
+    if not (source or "").strip():
+        raise ValueError("enter a source sentence (or a prompt) first")
+    if model.config.architecture == "decoder-only":
+        source_ids = tokenizer.encode_ids(source, add_bos=True)
+    else:
+        source_ids = tokenizer.encode_ids(source)
+    decoding = DecodingSession(
+        model,
+        source_ids,
+        _decoding_settings(*settings),
+        bos_id=tokenizer.bos_id,
+        eos_id=tokenizer.eos_id,
+        decode_token=lambda i: tokenizer.id_to_token(i) or "?",
+    )
+    pieces = [tokenizer.id_to_token(i) or "?" for i in source_ids]
+    return GenerationState(key=key, decoding=decoding, source_pieces=pieces)
+
+
+def _draw_generation(
+    app: App, state: GenerationState, layer: Any, head: Any, large: bool, session: SessionModels
+) -> tuple[Any, ...]:
+    decoding = state.decoding
+    checkpoint = app.checkpoint(state.key[1], session)
+    tokenizer, config = checkpoint.tokenizer, checkpoint.config
+    records = decoding.records if decoding else []
+    empty = figures.top_k_figure(
+        [1.0], ["(press Step)"], k=1, title="Next-token probabilities", large_font=large
+    )
+    if not records:
+        return "_Press **Step** or **Run to the end**._", empty, empty, empty, state
+    last = records[-1]
+    layer_i = _int(layer, "layer", 1, 64) - 1
+    layer_i = min(layer_i, config.n_decoder_layers - 1)
+    head_i = min(_int(head, "head", 1, 64) - 1, config.n_heads - 1)
+    probabilities = torch.zeros(tokenizer.vocab_size)
+    probabilities[last.top_ids] = torch.tensor(last.top_probs)
+    vocab = [tokenizer.id_to_token(i) or "?" for i in range(tokenizer.vocab_size)]
+    top = figures.top_k_figure(
+        probabilities,
+        vocab,
+        k=10,
+        chosen=last.chosen_id,
+        title=f"Step {last.step + 1}: next-token probabilities ({last.method})",
+        large_font=large,
+    )
+    if last.cross_attention is not None:
+        cross = figures.cross_attention_step_figure(
+            last.cross_attention[layer_i],
+            figures.token_labels(state.source_pieces),
+            query_label=f"{len(last.tokens) - 1}:{last.chosen_label}",
+            layer=layer_i + 1,
+            large_font=large,
+        )
+    else:
+        cross = figures.top_k_figure(
+            [1.0],
+            ["a decoder-only model has no cross-attention"],
+            k=1,
+            title="Cross-attention",
+            large_font=large,
+        )
+    rows = [
+        record.self_attention[layer_i, head_i]
+        for record in records
+        if record.self_attention is not None
+    ]
+    labels = figures.token_labels([tokenizer.id_to_token(i) or "?" for i in last.tokens])
+    triangle = figures.causal_growth_figure(
+        rows,
+        labels[: len(rows[-1])] if rows else None,
+        head=head_i + 1,
+        layer=layer_i + 1,
+        large_font=large,
+    )
+    output = tokenizer.decode(decoding.output_ids)
+    lines = [
+        f"**Output so far** ({len(records)} steps): `{output}`",
+        "Pieces: " + " ".join(f"`{tokenizer.id_to_token(i)}`" for i in decoding.output_ids),
+        f"Chosen at step {last.step + 1}: `{last.chosen_label}` with probability {last.chosen_prob:.3f} "
+        f"({last.method}); entropy of the distribution {last.entropy:.2f} nats.",
+    ]
+    if last.beams:
+        lines.append(
+            "Beams: "
+            + "; ".join(
+                f"`{tokenizer.decode(b.tokens)}` (log-prob {b.score:.2f})" for b in last.beams[:4]
+            )
+        )
+    if decoding.done:
+        lines.append(f"**Finished** ({decoding.stop_reason}).")
+    return "\n\n".join(lines), top, cross, triangle, state
+
+
 def build_generate_tab(app: App, large: gr.Checkbox, session: gr.State) -> None:
-    gr.Markdown("_Generation arrives with the decoding engine._")
+    gr.Markdown(
+        "The decoder writes one token at a time: it scores every token of the vocabulary, picks one "
+        "(greedy, sampling or beam search), appends it and goes again. Step through it."
+    )
+    with gr.Row():
+        source = gr.Textbox(
+            value="the small cat sees a red ball",
+            label="Source sentence (or prompt for 'continue')",
+        )
+        model_name = gr.Dropdown(app.model_names, value=app.model_names[0], label="Model")
+    with gr.Row():
+        strategy = gr.Radio(["greedy", "sample", "beam"], value="greedy", label="Decoding")
+        temperature = gr.Slider(0, 2, value=1.0, step=0.05, label="Temperature (0 = greedy)")
+        top_k = gr.Slider(0, 100, value=0, step=1, label="Top-k (0 = off)")
+        top_p = gr.Slider(0.05, 1, value=1.0, step=0.05, label="Top-p (1 = off)")
+    with gr.Row():
+        beam = gr.Slider(1, 8, value=3, step=1, label="Beam width")
+        max_tokens = gr.Slider(1, 128, value=40, step=1, label="Max new tokens")
+        seed = gr.Number(value=0, precision=0, label="Seed")
+        layer = gr.Slider(1, 6, value=1, step=1, label="Layer (attention views)")
+        head = gr.Slider(1, 8, value=1, step=1, label="Head (self-attention view)")
+    with gr.Row():
+        step_button = gr.Button("Step", variant="primary")
+        back_button = gr.Button("Back")
+        run_button = gr.Button("Run to the end")
+        reset_button = gr.Button("Reset")
+    state = gr.State(GenerationState())
+    summary = gr.Markdown()
+    with gr.Row():
+        top_plot = gr.Plot(label="Next-token distribution")
+        cross_plot = gr.Plot(label="Cross-attention of the new token over the source")
+    triangle_plot = gr.Plot(label="Decoder self-attention, one row per step")
+
+    def key_of(source, name, *settings):
+        return (source, name, *settings)
+
+    def current(state: GenerationState, session: SessionModels, key: tuple) -> GenerationState:
+        if state is None or state.decoding is None or state.key != key:
+            return _start_decoding(app, session, key)
+        return state
+
+    settings = [strategy, temperature, top_k, top_p, beam, max_tokens, seed]
+    inputs = [source, model_name, *settings, layer, head, large, session, state]
+    outputs = [summary, top_plot, cross_plot, triangle_plot, state]
+
+    @friendly
+    @gpu
+    def step(source, name, *rest):
+        *settings_values, layer, head, large, session, state = rest
+        state = current(state, session, key_of(source, name, *settings_values))
+        if state.decoding.done:
+            gr.Warning("Generation has finished: press Back or Reset.")
+        else:
+            state.decoding.step()
+        return _draw_generation(app, state, layer, head, large, session)
+
+    @friendly
+    def back(source, name, *rest):
+        *settings_values, layer, head, large, session, state = rest
+        state = current(state, session, key_of(source, name, *settings_values))
+        if state.decoding.records:
+            state.decoding.back()
+        return _draw_generation(app, state, layer, head, large, session)
+
+    @friendly
+    def reset(source, name, *rest):
+        *settings_values, layer, head, large, session, state = rest
+        state = _start_decoding(app, session, key_of(source, name, *settings_values))
+        return _draw_generation(app, state, layer, head, large, session)
+
+    @friendly
+    @gpu
+    def run(source, name, *rest):
+        *settings_values, layer, head, large, session, state = rest
+        state = current(state, session, key_of(source, name, *settings_values))
+        if state.decoding.done:
+            yield _draw_generation(app, state, layer, head, large, session)
+            return
+        for _ in state.decoding.run():
+            yield _draw_generation(app, state, layer, head, large, session)
+
+    step_button.click(step, inputs, outputs, api_name="generate_step")
+    back_button.click(back, inputs, outputs, api_name="generate_back")
+    run_button.click(run, inputs, outputs, api_name="generate", concurrency_limit=4)
+    reset_button.click(reset, inputs, outputs, api_name="generate_reset")
+    gr.Examples(
+        [
+            ["the small cat sees a red ball", "translate", "greedy"],
+            ["k d a m z q b", "reverse", "greedy"],
+            ["the teacher sees", "continue", "sample"],
+            ["a big dog never eats the old cake", "translate", "beam"],
+        ],
+        [source, model_name, strategy],
+        label="Examples for a lecture",
+    )
+
+    gr.Markdown("### Teacher forcing: the model's prediction at every position of a reference")
+    reference = gr.Textbox(value="le minou petol voitte une ballette rougin", label="Reference target")
+    force_button = gr.Button("Compare with the reference")
+    force_summary = gr.Markdown()
+    force_table = gr.Dataframe(
+        headers=["position", "reference", "p(reference)", "model's argmax", "match"], max_height=320
+    )
+
+    @friendly
+    def force(source: str, name: str, reference_text: str, session: SessionModels):
+        checkpoint = app.checkpoint(name, session)
+        tokenizer, model = checkpoint.tokenizer, checkpoint.model
+        if not (source or "").strip() or not (reference_text or "").strip():
+            raise ValueError("enter both a source and a reference")
+        if model.config.architecture == "decoder-only":
+            raise ValueError(
+                "teacher forcing here compares a translation with a reference: pick an encoder-decoder model"
+            )
+        result = teacher_force(
+            model,
+            tokenizer.encode_ids(source),
+            tokenizer.encode_ids(reference_text, add_eos=True),
+            bos_id=tokenizer.bos_id,
+            decode_token=lambda i: tokenizer.id_to_token(i) or "?",
+        )
+
+        def piece(i: int) -> str:
+            return tokenizer.id_to_token(i) or "?"
+
+        rows = [
+            [
+                p.position + 1,
+                piece(p.reference_id),
+                round(p.reference_prob, 4),
+                piece(p.predicted_id),
+                "✓" if p.matches else "✗",
+            ]
+            for p in result.positions
+        ]
+        text = f"The model's argmax matches the reference at **{result.accuracy:.0%}** of positions; mean log-probability {result.mean_log_prob:.3f}."
+        return text, rows
+
+    force_button.click(
+        force,
+        [source, model_name, reference, session],
+        [force_summary, force_table],
+        api_name="teacher_forcing",
+    )
 
 
 def launch_options() -> dict[str, Any]:

@@ -195,3 +195,72 @@ def test_model_info_counts_parameters(client):
     assert "63,119,496" in info
     rows = {row[0]: row[1] for row in params["data"]}
     assert int(rows["total"].replace(",", "")) > 0
+
+
+GENERATE = [
+    "the small cat sees a red ball",
+    "translate",
+    "greedy",
+    1.0,
+    0,
+    1.0,
+    3,
+    40,
+    0,
+    1,
+    1,
+    False,
+]
+
+
+def test_generate_streams_one_step_at_a_time(client):
+    updates = list(client.submit(*GENERATE, api_name="/generate"))
+    steps = [int(u[0].split("(")[1].split(" steps")[0]) for u in updates if "Output so far" in u[0]]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) > 3  # one update per step
+    final = updates[-1][0]
+    assert "**Finished** (eos)" in final and "`le minou petol voitte une ballette rougin`" in final
+
+
+def test_step_back_and_step_again_reproduce(client):
+    sampled = ["the teacher sees", "continue", "sample", 0.9, 0, 1.0, 3, 40, 7, 1, 1, False]
+    first = [client.predict(*sampled, api_name="/generate_step")[0] for _ in range(3)]
+    back = client.predict(*sampled, api_name="/generate_back")[0]
+    assert back == first[1]
+    assert client.predict(*sampled, api_name="/generate_step")[0] == first[2]
+    reset = client.predict(*sampled, api_name="/generate_reset")[0]
+    assert "Press **Step**" in reset
+
+
+def test_generation_state_is_private_to_each_session(url):
+    alice, bob = Client(url, verbose=False), Client(url, verbose=False)
+    for _ in range(3):
+        alice.predict(*GENERATE, api_name="/generate_step")
+    assert "(1 steps)" in bob.predict(*GENERATE, api_name="/generate_step")[0]
+    assert "(4 steps)" in alice.predict(*GENERATE, api_name="/generate_step")[0]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({0: ""}, "enter a source sentence"),
+        ({7: 0}, "less than|between 1 and"),
+        ({2: "nucleus"}, "nucleus"),
+    ],
+)
+def test_generate_bad_input(client, changes, message):
+    args = list(GENERATE)
+    for index, value in changes.items():
+        args[index] = value
+    with pytest.raises(Exception, match=message):
+        client.predict(*args, api_name="/generate_step")
+
+
+def test_teacher_forcing_against_a_reference(client):
+    text, table = client.predict(
+        GENERATE[0],
+        "translate",
+        "le minou petol voitte une ballette rougin",
+        api_name="/teacher_forcing",
+    )
+    assert "**100%**" in text
+    assert all(row[-1] == "✓" for row in table["data"])

@@ -94,7 +94,11 @@ TABS = [
     TabSpec(
         "Generate",
         "generate",
-        (Action("Run to the end", plots=1),),  # TODO(lead): match the tab when it lands
+        (
+            Action("Step", plots=3, text="Output so far"),
+            Action("Run to the end", plots=3, text="Finished"),
+            Action("Compare with the reference", plots=3, text="matches the reference"),
+        ),
     ),
     TabSpec(
         "Model & training",
@@ -107,9 +111,7 @@ TABS = [
         setup=_few_training_steps,
     ),
 ]
-PENDING = {  # tabs not built yet: strict, so the test fails once the tab works (drop the entry)
-    "Generate": "the Generate tab is a placeholder until the decoding engine lands",
-}
+PENDING: dict[str, str] = {}  # tabs not built yet: strict xfail, so a working tab fails it
 
 
 # -- the browser and the app ------------------------------------------------------------------------

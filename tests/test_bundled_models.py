@@ -30,7 +30,13 @@ def task_of(checkpoint):
 def test_checkpoint_folder_is_small_and_complete(name):
     folder = BUNDLED_DIR / name
     files = {p.name for p in folder.iterdir()}
-    assert {"model.safetensors", "config.json", "tokenizer.json", "metrics.json", "snapshots"} <= files
+    assert {
+        "model.safetensors",
+        "config.json",
+        "tokenizer.json",
+        "metrics.json",
+        "snapshots",
+    } <= files
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     assert size < 10 * 1024 * 1024, f"{name} is {size / 2**20:.1f} MB (Spaces needs LFS over 10 MB)"
     assert not list(folder.rglob("*.pt")) and not list(folder.rglob("*.pkl"))
@@ -121,3 +127,19 @@ def test_a_corrupted_bundled_checkpoint_is_reported_by_name(tmp_path):
     assert set(loaded.models) == set(BUNDLED_NAMES) - {"reverse"}
     assert "model.safetensors" in loaded.errors["reverse"]
     assert load_checkpoint(tmp_path / "translate").task == "translate"
+
+
+def test_bundled_reversal_model_reverses_held_out_inputs(bundled):
+    from transformer.generation import DecodingSettings, generate
+
+    checkpoint = bundled["reverse"]
+    tokenizer = checkpoint.tokenizer
+    for example in task_of(checkpoint).test[:50]:
+        output = generate(
+            checkpoint.model,
+            tokenizer.encode_ids(example.source),
+            DecodingSettings(max_new_tokens=20),
+            bos_id=tokenizer.bos_id,
+            eos_id=tokenizer.eos_id,
+        )
+        assert tokenizer.decode(output) == " ".join(reversed(example.source.split()))

@@ -33,5 +33,6 @@ def load_bundled(
         try:
             result.models[name] = load_checkpoint(Path(folder) / name, device)
         except CheckpointError as error:
-            result.errors[name] = str(error)
+            # Shown in the UI: name the checkpoint relative to the repository, not by its path.
+            result.errors[name] = str(error).replace(str(Path(folder).resolve()), "assets/models")
     return result
