@@ -1182,7 +1182,9 @@ def build_generate_tab(app: App, large: gr.Checkbox, session: gr.State) -> None:
     )
 
     gr.Markdown("### Teacher forcing: the model's prediction at every position of a reference")
-    reference = gr.Textbox(value="le minou petol voitte une ballette rougin", label="Reference target")
+    reference = gr.Textbox(
+        value="le minou petol voitte une ballette rougin", label="Reference target"
+    )
     force_button = gr.Button("Compare with the reference")
     force_summary = gr.Markdown()
     force_table = gr.Dataframe(

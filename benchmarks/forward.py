@@ -1,9 +1,9 @@
 """Forward-pass speed: our Transformer (fast path, and with capture) against torch.nn.Transformer.
 
 Both run the same configuration with the same weights (copied with transformer.torch_parity) on
-the same padded batch, in eval mode under no_grad. Ours is timed as encode + decode to the
-decoder's hidden states; torch.nn's as the same stacks on our embedded inputs
-(``reference_forward``), so both include the embeddings and the mask construction.
+the same padded batch, in eval mode under inference_mode, from token ids to vocabulary logits:
+torch.nn's stacks run on our embedded inputs (``reference_forward``) and our generator, so both
+include the embeddings, the mask construction and the output projection.
 
 Usage: python benchmarks/forward.py [--quick] [--threads N] [--device cpu|cuda]
 """
@@ -84,8 +84,10 @@ def measure(
     src = padded(batch, length, config.src_vocab_size, device)
     tgt = padded(batch, length, config.tgt_vocab_size, device)
     with torch.inference_mode():
-        t_ref = median_ms(lambda: reference_forward(model, ref, src, tgt), repeats, device)
-        t_ours = median_ms(lambda: model.decode(tgt, model.encode(src)).hidden, repeats, device)
+        t_ref = median_ms(
+            lambda: model.generator(reference_forward(model, ref, src, tgt)[1]), repeats, device
+        )
+        t_ours = median_ms(lambda: model(src, tgt), repeats, device)
         t_cap = median_ms(lambda: model(src, tgt, capture=True), repeats, device)
     return t_ref, t_ours, t_cap
 
