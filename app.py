@@ -32,13 +32,14 @@ from transformer.bundled import load_bundled
 from transformer.checkpoint import Checkpoint, CheckpointError
 from transformer.config import ConfigError, base_config
 from transformer.corpus import bundled_corpus
+from transformer.data import encode_examples, pad
 from transformer.device import pick_device
 from transformer.embeddings import sinusoidal_table
 from transformer.generation import MAX_NEW_TOKENS, DecodingSession, DecodingSettings, teacher_force
 from transformer.inspection import analyse, check_sentences
 from transformer.model import Intervention, Transformer, count_parameters
 from transformer.recipes import RECIPES, build_model, build_tokenizer
-from transformer.tasks import make_task
+from transformer.tasks import make_task, reference_target
 from transformer.tokenization import (
     MAX_TOKENIZER_JSON_BYTES,
     Tokenizer,
@@ -553,15 +554,26 @@ def attention_outputs(
     what_if: list[str],
     large: bool,
     checkpoint: Checkpoint | None = None,
+    use_reference: bool = False,
 ) -> tuple[Any, ...]:
-    """Everything the attention tab draws, from one captured pass (plus one for a what-if)."""
+    """Everything the attention tab draws, from one captured pass (plus one for a what-if).
+
+    With ``use_reference`` the decoder reads the task's correct answer (teacher forcing) instead
+    of the model's own output: an early training snapshot's output is too poor to read along.
+    """
     checkpoint = checkpoint or app.checkpoint(name, session)
     model, tokenizer, config = checkpoint.model, checkpoint.tokenizer, checkpoint.config
     sentences = check_sentences((sentences_text or "").splitlines())
     kind = ATTENTION_KINDS.get(kind_label)
     if kind is None:
         raise ValueError(f"choose one of {list(ATTENTION_KINDS)}")
-    analysis = analyse(model, tokenizer, sentences)
+    targets = None
+    if use_reference and config.has_encoder and config.has_decoder:
+        answers = [reference_target(checkpoint.task or "", sentence) for sentence in sentences]
+        if all(answer is not None for answer in answers):
+            rows = [[tokenizer.bos_id, *tokenizer.encode_ids(answer)] for answer in answers]
+            targets = pad(rows, config.pad_id)
+    analysis = analyse(model, tokenizer, sentences, targets=targets)
     try:
         records = analysis.trace.attention_records(kind)
     except ValueError:
@@ -657,7 +669,7 @@ def build_attention_tab(app: App, large: gr.Checkbox, session: gr.State) -> None
                 label="Which attention",
             )
     with gr.Row():
-        layer = gr.Slider(1, 6, value=1, step=1, label="Layer")
+        layer = gr.Slider(1, 6, value=2, step=1, label="Layer")
         head = gr.Slider(1, 8, value=1, step=1, label="Head")
         row = gr.Slider(1, 3, value=1, step=1, label="Sentence")
     what_if = gr.CheckboxGroup(
@@ -813,8 +825,6 @@ def build_training_tab(app: App, large: gr.Checkbox, session: gr.State) -> None:
         data = make_task(task, seed=config.seed, n_train=4000, n_validation=200, n_test=200)
         tokenizer = build_tokenizer(recipe, data)
         model = build_model(recipe, tokenizer)
-        from transformer.data import encode_examples
-
         arch = model.config.architecture
         train_pairs = encode_examples(data.train, tokenizer, arch)
         validation_pairs = encode_examples(data.validation, tokenizer, arch)
@@ -899,7 +909,12 @@ def build_training_tab(app: App, large: gr.Checkbox, session: gr.State) -> None:
         i = min(_int(index, "snapshot", 0, 100), len(steps) - 1)
         model = Transformer(session.trained.config)
         model.load_state_dict(session.snapshots[steps[i]])
-        frozen = Checkpoint(path=Path("."), model=model.eval(), tokenizer=session.trained.tokenizer)
+        frozen = Checkpoint(
+            path=Path("."),
+            model=model.eval(),
+            tokenizer=session.trained.tokenizer,
+            info=session.trained.info,
+        )
         kind = (
             "cross-attention (decoder → encoder)"
             if frozen.config.has_encoder

@@ -270,3 +270,13 @@ def test_corpus_is_train_sources_and_targets(name: str) -> None:
     assert set(corpus) == set(
         itertools.chain.from_iterable((e.source, e.target) for e in task.train)
     )
+
+
+def test_reference_target_is_the_task_answer() -> None:
+    from transformer.tasks import reference_target
+
+    assert reference_target("reverse", "a b c") == "c b a"
+    for example in make_task("translate", seed=2, n_train=20, n_validation=5, n_test=5).train:
+        assert reference_target("translate", example.source) == example.target
+    assert reference_target("translate", "zzz is not toy english") is None
+    assert reference_target("continue", "the cat") is None

@@ -25,7 +25,6 @@ from .tasks import TaskData, make_task, task_corpus
 from .tokenization import Tokenizer, train_tokenizer
 from .training import Progress, TrainingConfig, TrainingResult, train
 
-
 SAMPLE_SIZE = 200
 
 

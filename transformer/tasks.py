@@ -534,3 +534,19 @@ def make_task(
 def task_corpus(task: TaskData) -> list[str]:
     """The texts a task's tokenizer is trained on: every source and target of the train split."""
     return [text for example in task.train for text in (example.source, example.target)]
+
+
+def reference_target(task_name: str, source: str) -> str | None:
+    """The correct output of a task for ``source``, or ``None`` when it has no single answer.
+
+    Reversal: the words reversed. Translation: :func:`translate` (``None`` if the sentence is not
+    toy English). Continuation has no single correct continuation.
+    """
+    if task_name == "reverse":
+        return " ".join(reversed(source.split()))
+    if task_name == "translate":
+        try:
+            return translate(source).target
+        except ValueError:
+            return None
+    return None
