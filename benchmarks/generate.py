@@ -30,9 +30,11 @@ import sys
 import time
 from pathlib import Path
 
-import torch
+# Run as a script, this folder would come first on sys.path and benchmarks/tokenize.py would
+# shadow the standard library's tokenize (which torch imports): put the repository root there.
+sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch
 
 from transformer.config import base_config
 from transformer.generation import DecodingSession, DecodingSettings
@@ -130,7 +132,12 @@ def fitting(lengths: tuple[int, ...], model: Transformer, prefix_length: int) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer lengths, one repeat")
-    parser.add_argument("--model", type=Path, help="a bundled checkpoint folder to time too")
+    parser.add_argument(
+        "--model",
+        type=Path,
+        default=Path(__file__).resolve().parents[1] / "assets" / "models" / "translate",
+        help="a checkpoint folder to time too (default: the bundled translation model)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: default)")
     parser.add_argument("--repeats", type=int, help="runs per figure (default 3; 1 with --quick)")
     parser.add_argument(
@@ -156,10 +163,9 @@ def main() -> None:
     elif not args.model.is_dir():
         print(f"\n## bundled model: skipped ({args.model} does not exist yet)")
     else:
-        from transformer.checkpoint import load_checkpoint  # written by the training work
+        from transformer.checkpoint import load_checkpoint
 
-        loaded = load_checkpoint(args.model)
-        model = (loaded[0] if isinstance(loaded, tuple) else loaded).eval()
+        model = load_checkpoint(args.model).model.eval()
         source = random_source(model, min(12, model.config.max_len), generator)
         prefix = 1 if model.config.has_encoder else len(source)
         kept = fitting(lengths, model, prefix)
