@@ -90,7 +90,6 @@ MAX_UPLOAD_BYTES = min(MAX_TOKENIZER_JSON_BYTES, 20 * 1024 * 1024)
 CSS = """
 .large-font { font-size: 130% !important; }
 .large-font .prose, .large-font label, .large-font button { font-size: 1.25em !important; }
-footer { display: none !important; }
 """
 
 
