@@ -69,6 +69,7 @@ except ImportError:  # pragma: no cover - depends on the host
 
 
 TRAINED_HERE = "trained here (this session)"
+ACCURACY_KEYS = ["val_token_accuracy", "val_exact_match", "val_next_token_accuracy"]
 ATTENTION_KINDS: dict[str, AttentionKind] = {
     "encoder self-attention": "encoder_self",
     "decoder masked self-attention": "decoder_self",
@@ -96,10 +97,6 @@ CSS = """
 # -- errors become messages, never tracebacks ------------------------------------------------
 
 
-class UserFacingError(gr.Error):
-    """A problem with the user's input, shown as a message."""
-
-
 EXPECTED_ERRORS = (ValueError, TokenizerError, CheckpointError, ConfigError, IndexError)
 
 
@@ -108,7 +105,7 @@ def _message(error: Exception) -> gr.Error:
         return error
     if isinstance(error, EXPECTED_ERRORS):
         return gr.Error(str(error).replace(str(Path.cwd()), "."))
-    if isinstance(error, torch.cuda.OutOfMemoryError if torch.cuda.is_available() else MemoryError):
+    if isinstance(error, torch.cuda.OutOfMemoryError | MemoryError):
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         return gr.Error("out of memory: try a shorter input or fewer sentences")
@@ -769,6 +766,12 @@ def model_info(
     return config_rows, parameter_table(checkpoint.model), text
 
 
+def training_curves(history: list[dict[str, float]], large: bool) -> Any:
+    """Loss and accuracy curves; accuracy panels only for the metrics this run reports."""
+    present = [key for key in ACCURACY_KEYS if any(key in row for row in history)]
+    return figures.training_curves_figure(history, accuracy_keys=present, large_font=large)
+
+
 def build_training_tab(app: App, large: gr.Checkbox, session: gr.State) -> None:
     with gr.Row():
         model_name = gr.Dropdown(app.model_names, value=app.model_names[0], label="Model")
@@ -863,7 +866,7 @@ def build_training_tab(app: App, large: gr.Checkbox, session: gr.State) -> None:
                     yield (
                         f"`{bar}` step {report.step}/{n_steps} · loss {report.loss:.3f} · "
                         f"{report.tokens_per_second:,.0f} tokens/s",
-                        figures.training_curves_figure(history, large_font=large),
+                        training_curves(history, large),
                         session,
                     )
         finally:
@@ -884,7 +887,7 @@ def build_training_tab(app: App, large: gr.Checkbox, session: gr.State) -> None:
         yield (
             f"Done: {result.steps_done} steps in {result.seconds:.1f} s. The model is now "
             f"available as **{TRAINED_HERE}** in the other tabs; {len(result.snapshots)} snapshots kept.",
-            figures.training_curves_figure(history, large_font=large),
+            training_curves(history, large),
             session,
         )
 

@@ -28,12 +28,12 @@ from torch import Tensor, nn
 from transformer.config import ModelConfig
 from transformer.data import Batch, batches, encode_examples
 from transformer.embeddings import sinusoidal_table
-from transformer.evaluation import exact_match
+from transformer.evaluation import exact_match, sequence_loss
 from transformer.masks import causal_mask, to_torch_nn_mask
 from transformer.recipes import RECIPES, build_model, build_tokenizer
 from transformer.tasks import make_task
 from transformer.torch_parity import torch_reference
-from transformer.training import Progress, sequence_loss, train
+from transformer.training import Progress, train
 
 
 class TorchNNSeq2Seq(nn.Module):

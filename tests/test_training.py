@@ -62,6 +62,7 @@ def test_a_few_steps_lower_the_loss(reverse_data):
     assert len(evaluations) == FAST.steps // FAST.eval_every
     assert evaluations[-1]["loss"] < evaluations[0]["loss"]
     assert evaluations[-1]["token_accuracy"] > evaluations[0]["token_accuracy"]
+    assert all(0.0 <= e["exact_match"] <= 1.0 for e in evaluations)  # greedy, periodically
 
 
 def test_decoder_only_training_lowers_the_loss():

@@ -6,13 +6,69 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from .data import EncodedPair, batches, encode_examples, pad
+from .data import Batch, EncodedPair, batches, encode_examples, pad
 from .model import Transformer
 from .tasks import Example, is_toy_english
 from .tokenization import Tokenizer
-from .training import evaluate_batches
+
+
+def sequence_loss(logits: Tensor, targets: Tensor, pad_id: int, label_smoothing: float) -> Tensor:
+    """Mean cross-entropy over non-padding targets, with label smoothing (section 5.4).
+
+    ``logits`` ``(B, T, V)``, ``targets`` ``(B, T)``. PyTorch's smoothing spreads ε over all
+    V classes (padding included), a negligible difference from the paper's description.
+    """
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)),
+        targets.reshape(-1),
+        ignore_index=pad_id,
+        label_smoothing=label_smoothing,
+    )
+
+
+def forward_batch(model: Transformer, batch: Batch) -> Tensor:
+    """``(B, Tt, V)`` logits of one batch, whatever the architecture."""
+    if model.config.has_encoder:
+        return model(batch.src, batch.tgt_in)
+    return model(tgt=batch.tgt_in)
+
+
+@torch.no_grad()
+def evaluate_batches(
+    model: Transformer,
+    eval_batches: Sequence[Batch],
+    device: torch.device,
+    with_exact_match: bool = False,
+) -> dict[str, float]:
+    """Teacher-forced loss (no smoothing) and token accuracy over non-padding targets, and with
+    ``with_exact_match`` (encoder-decoder models) the greedy exact match of the same pairs."""
+    was_training = model.training
+    model.eval()
+    pad_id = model.config.pad_id
+    total_loss, correct, count = 0.0, 0, 0
+    for batch in eval_batches:
+        batch = batch.to(device)
+        logits = forward_batch(model, batch)
+        real = batch.tgt_out != pad_id
+        n = int(real.sum())
+        total_loss += float(sequence_loss(logits, batch.tgt_out, pad_id, 0.0)) * n
+        correct += int(((logits.argmax(-1) == batch.tgt_out) & real).sum())
+        count += n
+    metrics = {"loss": total_loss / max(count, 1), "token_accuracy": correct / max(count, 1)}
+    if with_exact_match and model.config.has_encoder and model.config.has_decoder:
+        bos, eos = eval_batches[0].tgt_in[0, 0].item(), _eos_of(eval_batches[0])
+        pairs = [pair for batch in eval_batches for pair in batch.pairs]
+        metrics["exact_match"] = exact_match(model, pairs, bos, eos)
+    model.train(was_training)
+    return metrics
+
+
+def _eos_of(batch: Batch) -> int:
+    """The end token of a batch: the last real target token of its first pair."""
+    return batch.pairs[0].target[-1]
 
 
 @torch.no_grad()

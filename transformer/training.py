@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from .data import Batch, EncodedPair, batches
 from .device import pick_device
+from .evaluation import evaluate_batches, forward_batch, sequence_loss
 from .model import Transformer
 
 
@@ -69,27 +69,6 @@ def noam_learning_rate(step: int, d_model: int, warmup_steps: int, factor: float
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
 
-def sequence_loss(logits: Tensor, targets: Tensor, pad_id: int, label_smoothing: float) -> Tensor:
-    """Mean cross-entropy over non-padding targets, with label smoothing (section 5.4).
-
-    ``logits`` ``(B, T, V)``, ``targets`` ``(B, T)``. PyTorch's smoothing spreads ε over all
-    V classes (padding included), a negligible difference from the paper's description.
-    """
-    return F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)),
-        targets.reshape(-1),
-        ignore_index=pad_id,
-        label_smoothing=label_smoothing,
-    )
-
-
-def forward_batch(model: Transformer, batch: Batch) -> Tensor:
-    """``(B, Tt, V)`` logits of one batch, whatever the architecture."""
-    if model.config.has_encoder:
-        return model(batch.src, batch.tgt_in)
-    return model(tgt=batch.tgt_in)
-
-
 @dataclass
 class Progress:
     """One report to the progress callback (after each step, and after each evaluation)."""
@@ -117,27 +96,6 @@ class TrainingResult:
     cancelled: bool = False
     steps_done: int = 0
     seconds: float = 0.0
-
-
-@torch.no_grad()
-def evaluate_batches(
-    model: Transformer, eval_batches: Sequence[Batch], device: torch.device
-) -> dict[str, float]:
-    """Teacher-forced loss (no smoothing) and token accuracy over non-padding targets."""
-    was_training = model.training
-    model.eval()
-    pad_id = model.config.pad_id
-    total_loss, correct, count = 0.0, 0, 0
-    for batch in eval_batches:
-        batch = batch.to(device)
-        logits = forward_batch(model, batch)
-        real = batch.tgt_out != pad_id
-        n = int(real.sum())
-        total_loss += float(sequence_loss(logits, batch.tgt_out, pad_id, 0.0)) * n
-        correct += int(((logits.argmax(-1) == batch.tgt_out) & real).sum())
-        count += n
-    model.train(was_training)
-    return {"loss": total_loss / max(count, 1), "token_accuracy": correct / max(count, 1)}
 
 
 def _snapshot_steps(total: int, n: int) -> list[int]:
@@ -222,7 +180,7 @@ def train(
 
         validation = None
         if eval_set and (step % config.eval_every == 0 or step == config.steps):
-            validation = evaluate_batches(model, eval_set, device)
+            validation = evaluate_batches(model, eval_set, device, with_exact_match=True)
         report = Progress(
             step=step,
             total_steps=config.steps,
