@@ -15,6 +15,7 @@ import logging
 import os
 import queue
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -36,8 +37,8 @@ from transformer.data import encode_examples, pad
 from transformer.device import pick_device
 from transformer.embeddings import sinusoidal_table
 from transformer.generation import MAX_NEW_TOKENS, DecodingSession, DecodingSettings, teacher_force
-from transformer.inspection import analyse, check_sentences
-from transformer.model import Intervention, Transformer, count_parameters
+from transformer.inspection import Analysis, analyse, check_sentences
+from transformer.model import NO_INTERVENTION, Intervention, Transformer, count_parameters
 from transformer.recipes import RECIPES, build_model, build_tokenizer
 from transformer.tasks import make_task, reference_target
 from transformer.tokenization import (
@@ -160,13 +161,55 @@ class SessionModels:
 
 
 class App:
-    """The app's shared, read-only state: the device and the bundled models."""
+    """The app's shared state: the device, the bundled models (read-only) and a cache of their
+    analyses, so that changing layer, head or view does not recompute the trace."""
+
+    CACHE_BYTES = 512 * 1024 * 1024  # traces of long inputs are large: (L, B, H, T, T) twice
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.bundled = load_bundled(device)
         for name, reason in self.bundled.errors.items():
             log.warning("bundled model %s could not be loaded: %s", name, reason)
+        self._analyses: OrderedDict[tuple, tuple[Analysis, int]] = OrderedDict()
+        self._cache_lock = threading.Lock()
+
+    def analysis(
+        self,
+        name: str,
+        checkpoint: Checkpoint,
+        sentences: list[str],
+        intervention: Intervention = NO_INTERVENTION,
+        targets: torch.Tensor | None = None,
+    ) -> Analysis:
+        """``analyse`` through an LRU cache bounded by bytes. Only bundled models are cached:
+        a model trained in a session is that session's alone."""
+        if self.bundled.models.get(name) is not checkpoint:
+            return analyse(checkpoint.model, checkpoint.tokenizer, sentences, intervention, targets)
+        key = (
+            name,
+            tuple(sentences),
+            intervention,
+            None if targets is None else str(targets.tolist()),
+        )
+        with self._cache_lock:
+            if key in self._analyses:
+                self._analyses.move_to_end(key)
+                return self._analyses[key][0]
+        result = analyse(checkpoint.model, checkpoint.tokenizer, sentences, intervention, targets)
+        size = sum(
+            r.weights.nbytes + r.scores.nbytes
+            for kind in ATTENTION_KINDS.values()
+            for r in _records_or_none(result.trace, kind)
+        )
+        with self._cache_lock:
+            self._analyses[key] = (result, size)
+            while (
+                sum(n for _, n in self._analyses.values()) > self.CACHE_BYTES
+                and len(self._analyses) > 1
+            ):
+                self._analyses.popitem(last=False)
+        return result
 
     @property
     def model_names(self) -> list[str]:
@@ -186,6 +229,13 @@ class App:
         if name not in self.bundled.models:
             raise ValueError(f"unknown model {name!r}; choose one of {self.model_names}")
         return self.bundled.models[name]
+
+
+def _records_or_none(trace: Any, kind: AttentionKind) -> list:
+    try:
+        return trace.attention_records(kind)
+    except ValueError:  # the architecture has no attention of this kind
+        return []
 
 
 # -- tokenize ---------------------------------------------------------------------------------
@@ -538,6 +588,76 @@ def build_positions_tab(
 # -- attention --------------------------------------------------------------------------------
 
 
+@dataclass
+class AttentionView:
+    """One captured analysis and the layer, head and sentence a view draws (all 0-based)."""
+
+    analysis: Analysis
+    kind: AttentionKind
+    records: list
+    layer: int
+    head: int
+    row: int
+    query_labels: list[str]
+    key_labels: list[str]
+
+
+def attention_view(
+    app: App,
+    session: SessionModels,
+    sentences_text: str,
+    name: str,
+    kind_label: str,
+    layer: Any,
+    head: Any,
+    row: Any,
+    checkpoint: Checkpoint | None = None,
+    use_reference: bool = False,
+) -> AttentionView:
+    """The analysis behind every attention view (cached for bundled models) and the validated
+    layer, head and sentence.
+
+    With ``use_reference`` the decoder reads the task's correct answer (teacher forcing) instead
+    of the model's own output: an early training snapshot's output is too poor to read along.
+    """
+    checkpoint = checkpoint or app.checkpoint(name, session)
+    tokenizer, config = checkpoint.tokenizer, checkpoint.config
+    sentences = check_sentences((sentences_text or "").splitlines())
+    kind = ATTENTION_KINDS.get(kind_label)
+    if kind is None:
+        raise ValueError(f"choose one of {list(ATTENTION_KINDS)}")
+    targets = None
+    if use_reference and config.has_encoder and config.has_decoder:
+        answers = [reference_target(checkpoint.task or "", sentence) for sentence in sentences]
+        if all(answer is not None for answer in answers):
+            rows = [[tokenizer.bos_id, *tokenizer.encode_ids(answer)] for answer in answers]
+            targets = pad(rows, config.pad_id)
+    analysis = app.analysis(name, checkpoint, sentences, targets=targets)
+    try:
+        records = analysis.trace.attention_records(kind)
+    except ValueError:
+        raise ValueError(
+            f"the {name} model is {config.architecture}: it has no {kind_label}"
+        ) from None
+    row_index = _int(row, "sentence", 1, analysis.batch_size) - 1
+    queries = analysis.source_pieces if kind == "encoder_self" else analysis.target_pieces
+    keys = (
+        analysis.target_pieces
+        if kind == "decoder_self"
+        else (analysis.source_pieces or analysis.target_pieces)
+    )
+    return AttentionView(
+        analysis=analysis,
+        kind=kind,
+        records=records,
+        layer=_int(layer, "layer", 1, len(records)) - 1,
+        head=_int(head, "head", 1, config.n_heads) - 1,
+        row=row_index,
+        query_labels=figures.token_labels(queries[row_index]),
+        key_labels=figures.token_labels(keys[row_index]),
+    )
+
+
 def attention_outputs(
     app: App,
     session: SessionModels,
@@ -549,80 +669,48 @@ def attention_outputs(
     row: Any,
     what_if: list[str],
     large: bool,
-    checkpoint: Checkpoint | None = None,
-    use_reference: bool = False,
 ) -> tuple[Any, ...]:
-    """Everything the attention tab draws, from one captured pass (plus one for a what-if).
-
-    With ``use_reference`` the decoder reads the task's correct answer (teacher forcing) instead
-    of the model's own output: an early training snapshot's output is too poor to read along.
-    """
-    checkpoint = checkpoint or app.checkpoint(name, session)
-    model, tokenizer, config = checkpoint.model, checkpoint.tokenizer, checkpoint.config
-    sentences = check_sentences((sentences_text or "").splitlines())
-    kind = ATTENTION_KINDS.get(kind_label)
-    if kind is None:
-        raise ValueError(f"choose one of {list(ATTENTION_KINDS)}")
-    targets = None
-    if use_reference and config.has_encoder and config.has_decoder:
-        answers = [reference_target(checkpoint.task or "", sentence) for sentence in sentences]
-        if all(answer is not None for answer in answers):
-            rows = [[tokenizer.bos_id, *tokenizer.encode_ids(answer)] for answer in answers]
-            targets = pad(rows, config.pad_id)
-    analysis = analyse(model, tokenizer, sentences, targets=targets)
-    try:
-        records = analysis.trace.attention_records(kind)
-    except ValueError:
-        raise ValueError(
-            f"the {name} model is {config.architecture}: it has no {kind_label}"
-        ) from None
-    layer = _int(layer, "layer", 1, len(records)) - 1
-    head = _int(head, "head", 1, config.n_heads) - 1
-    row = _int(row, "sentence", 1, analysis.batch_size) - 1
-    record = records[layer]
-    queries = analysis.source_pieces if kind == "encoder_self" else analysis.target_pieces
-    keys = (
-        analysis.target_pieces
-        if kind == "decoder_self"
-        else (analysis.source_pieces or analysis.target_pieces)
-    )
-    q_labels, k_labels = figures.token_labels(queries[row]), figures.token_labels(keys[row])
+    """One head (scores beside weights), the masks, the what-if change and a summary."""
+    view = attention_view(app, session, sentences_text, name, kind_label, layer, head, row)
+    checkpoint = app.checkpoint(name, session)
+    config = checkpoint.config
+    analysis, record, row = view.analysis, view.records[view.layer], view.row
+    q_labels, k_labels = view.query_labels, view.key_labels
     single = figures.scores_and_weights_figure(
-        record, row, head, q_labels, k_labels, large_font=large
+        record, row, view.head, q_labels, k_labels, large_font=large
     )
-    grid = figures.grid_figure(records, row, q_labels, k_labels, large_font=large)
-    source_or_target = analysis.trace.source if kind != "decoder_self" else analysis.trace.target
-    key_padding = (source_or_target or analysis.trace.target).padding[row]
-    causal = analysis.trace.causal if kind == "decoder_self" else None
+    trace = analysis.trace
+    source_or_target = trace.source if view.kind != "decoder_self" else trace.target
+    key_padding = (source_or_target or trace.target).padding[row]
+    causal = trace.causal if view.kind == "decoder_self" else None
     masks = figures.masks_figure(key_padding, q_labels, k_labels, causal=causal, large_font=large)
     summary = (
         [f"**Sentence {i + 1}** → `{out}`" for i, out in enumerate(analysis.outputs)]
         if config.has_encoder and config.has_decoder
         else []
     )
-
-    intervention = Intervention(
-        causal_mask="causal mask off" not in what_if,
-        padding_mask="padding mask off" not in what_if,
-        scale_scores="no √d scaling" not in what_if,
-        positional_encoding="no positional encoding" not in what_if,
-        zero_heads=frozenset({(kind, layer, head)}) if "zero this head" in what_if else frozenset(),
-    )
+    before = record.weights[row, view.head]
     if what_if:
-        targets = (
-            analysis.trace.target.tokens if (config.has_encoder and config.has_decoder) else None
+        intervention = Intervention(
+            causal_mask="causal mask off" not in what_if,
+            padding_mask="padding mask off" not in what_if,
+            scale_scores="no √d scaling" not in what_if,
+            positional_encoding="no positional encoding" not in what_if,
+            zero_heads=(
+                frozenset({(view.kind, view.layer, view.head)})
+                if "zero this head" in what_if
+                else frozenset()
+            ),
         )
-        changed = analyse(model, tokenizer, sentences, intervention, targets=targets)
-        after = changed.trace.attention_records(kind)[layer].weights[row, head]
-        diff = figures.attention_difference_figure(
-            record.weights[row, head],
-            after,
-            q_labels,
-            k_labels,
-            title=f"What changed with {', '.join(what_if)} (layer {layer + 1}, head {head + 1})",
-            large_font=large,
+        # The same decoder input as the plain pass, so the two are comparable position by position.
+        targets = trace.target.tokens if (config.has_encoder and config.has_decoder) else None
+        sentences = check_sentences(sentences_text.splitlines())
+        changed = app.analysis(name, checkpoint, sentences, intervention, targets)
+        after = changed.trace.attention_records(view.kind)[view.layer].weights[row, view.head]
+        title = (
+            f"What changed with {', '.join(what_if)} (layer {view.layer + 1}, head {view.head + 1})"
         )
-        delta = (changed.trace.logits - analysis.trace.logits).abs().max().item()
+        delta = (changed.trace.logits - trace.logits).abs().max().item()
         summary.append(
             f"**What-if ({', '.join(what_if)})**: largest change of any output logit {delta:.3f}."
         )
@@ -631,19 +719,35 @@ def attention_outputs(
                 f"Next-token predictions before: `{analysis.predicted[row]}` — after: `{changed.predicted[row]}`"
             )
     else:
-        diff = figures.attention_difference_figure(
-            record.weights[row, head],
-            record.weights[row, head],
-            q_labels,
-            k_labels,
-            title="Tick a what-if switch to see what it changes",
-            large_font=large,
-        )
+        after, title = before, "Tick a what-if switch to see what it changes"
+    diff = figures.attention_difference_figure(
+        before, after, q_labels, k_labels, title=title, large_font=large
+    )
     summary.append(
         f"Padding is real here: the {analysis.batch_size} sentences are padded to one length, and grey "
         "cells are the ones a mask removed."
     )
-    return single, grid, masks, diff, "\n\n".join(summary)
+    return single, masks, diff, "\n\n".join(summary)
+
+
+def attention_grid(
+    app: App,
+    session: SessionModels,
+    sentences_text: str,
+    name: str,
+    kind_label: str,
+    row: Any,
+    large: bool,
+    checkpoint: Checkpoint | None = None,
+    use_reference: bool = False,
+) -> Any:
+    """Every head of every layer of one attention kind, on one colour scale."""
+    view = attention_view(
+        app, session, sentences_text, name, kind_label, 1, 1, row, checkpoint, use_reference
+    )
+    return figures.grid_figure(
+        view.records, view.row, view.query_labels, view.key_labels, large_font=large
+    )
 
 
 def build_attention_tab(app: App, large: gr.Checkbox, session: gr.State) -> None:
@@ -693,10 +797,21 @@ def build_attention_tab(app: App, large: gr.Checkbox, session: gr.State) -> None
             app, session, sentences, name, kind, layer, head, row, what_if or [], large
         )
 
+    @friendly
+    @gpu
+    def grid_view(sentences, name, kind, row, large, session):
+        return attention_grid(app, session, sentences, name, kind, row, large)
+
     inputs = [sentences, model_name, kind, layer, head, row, what_if, large, session]
-    outputs = [single, grid, masks, diff, summary]
-    run.click(attention, inputs, outputs, api_name="attention")
+    outputs = [single, masks, diff, summary]
+    grid_inputs = [sentences, model_name, kind, row, large, session]
+    # The head view comes first; the grid follows from the same cached trace.
+    run.click(attention, inputs, outputs, api_name="attention").success(
+        grid_view, grid_inputs, [grid], api_name="attention_grid"
+    )
     what_if.change(attention, inputs, outputs, api_visibility="private")
+    for slider in (layer, head):
+        slider.release(attention, inputs, outputs, api_visibility="private")
     gr.Examples(
         [
             [
@@ -922,8 +1037,16 @@ def build_training_tab(app: App, large: gr.Checkbox, session: gr.State) -> None:
             if frozen.config.has_encoder
             else "decoder masked self-attention"
         )
-        _, grid, *_ = attention_outputs(
-            app, session, sentence, TRAINED_HERE, kind, 1, 1, 1, [], large, checkpoint=frozen
+        grid = attention_grid(
+            app,
+            session,
+            sentence,
+            TRAINED_HERE,
+            kind,
+            1,
+            large,
+            checkpoint=frozen,
+            use_reference=True,
         )
         grid.update_layout(title=f"Snapshot at step {steps[i]} of training")
         return grid

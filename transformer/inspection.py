@@ -112,9 +112,9 @@ def analyse(
         trace = model(src=src, capture=True, intervention=intervention)
         return Analysis(trace, _pieces(tokenizer, src.cpu()), [], list(sentences), [])
     if targets is None:
-        generated = greedy_decode(
-            model, src, tokenizer.bos_id, tokenizer.eos_id, config.max_len - 1
-        )
+        # An answer much longer than its source is babble: stop it early (each step costs time).
+        limit = min(config.max_len - 1, 2 * src.size(1) + 8)
+        generated = greedy_decode(model, src, tokenizer.bos_id, tokenizer.eos_id, limit)
         targets = pad([[tokenizer.bos_id, *row] for row in generated], config.pad_id)
     targets = targets.to(device)
     trace = model(src, targets, capture=True, intervention=intervention)

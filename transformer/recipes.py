@@ -46,7 +46,7 @@ RECIPES: dict[str, Recipe] = {
         tokenizer_algorithm="wordpiece",
         tokenizer_vocab_size=64,
         model=ModelConfig(
-            d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2, n_decoder_layers=2, max_len=64
+            d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2, n_decoder_layers=2, max_len=512
         ),
         training=TrainingConfig(steps=6000, batch_size=64, warmup_steps=400, eval_every=500),
     ),
@@ -55,7 +55,7 @@ RECIPES: dict[str, Recipe] = {
         tokenizer_algorithm="bpe",
         tokenizer_vocab_size=200,
         model=ModelConfig(
-            d_model=64, n_heads=4, d_ff=256, n_encoder_layers=3, n_decoder_layers=3, max_len=64
+            d_model=64, n_heads=4, d_ff=256, n_encoder_layers=3, n_decoder_layers=3, max_len=512
         ),
         training=TrainingConfig(steps=4000, batch_size=64, warmup_steps=400, eval_every=250),
     ),
@@ -70,7 +70,7 @@ RECIPES: dict[str, Recipe] = {
             d_ff=256,
             n_encoder_layers=0,
             n_decoder_layers=3,
-            max_len=128,
+            max_len=512,
         ),
         training=TrainingConfig(steps=3000, batch_size=64, warmup_steps=400, eval_every=250),
     ),
