@@ -718,11 +718,13 @@ def attention_outputs(
             summary.append(
                 f"Next-token predictions before: `{analysis.predicted[row]}` — after: `{changed.predicted[row]}`"
             )
+        diff = figures.attention_difference_figure(
+            before, after, q_labels, k_labels, title=title, large_font=large
+        )
     else:
-        after, title = before, "Tick a what-if switch to see what it changes"
-    diff = figures.attention_difference_figure(
-        before, after, q_labels, k_labels, title=title, large_font=large
-    )
+        diff = figures.placeholder_figure(
+            "What-if", "Tick a what-if switch to see what it changes", large_font=large
+        )
     summary.append(
         f"Padding is real here: the {analysis.batch_size} sentences are padded to one length, and grey "
         "cells are the ones a mask removed."

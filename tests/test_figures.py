@@ -34,6 +34,7 @@ from transformer.figures import (
     training_curves_figure,
 )
 from transformer.model import Intervention, Transformer
+from transformer.trace import AttentionRecord
 
 CONFIG = ModelConfig(
     src_vocab_size=30,
@@ -419,3 +420,41 @@ def test_grid_payload_is_bounded(length, limit):
     fig = attention_grid(weights, causal, labels, labels)
     assert len(fig.to_json()) < limit
     assert ("downsampled" in fig.layout.title.text) == (length > 128)
+
+
+def _long_record(length: int) -> AttentionRecord:
+    """A (1, 1, T, T) causal record with real softmax weights."""
+
+    generator = torch.Generator().manual_seed(1)
+    mask = torch.ones(length, length, dtype=torch.bool).tril()[None, None]
+    scores = torch.randn(1, 1, length, length, generator=generator).masked_fill(
+        ~mask, float("-inf")
+    )
+    return AttentionRecord("decoder_self", 0, scores, torch.softmax(scores, -1), mask)
+
+
+def test_long_single_head_keeps_weights_exact_and_pools_scores():
+    record = _long_record(300)
+    fig = scores_and_weights_figure(record, 0, 0)
+    scores, weights = fig.data
+    assert np.array_equal(
+        z_of(weights), np.where(record.mask[0, 0], record.weights[0, 0], np.nan), equal_nan=True
+    )
+    assert z_of(scores).shape == (100, 100)  # 300 → blocks of 3
+    block = record.scores[0, 0, :3, :3].numpy()
+    assert z_of(scores)[0, 0] == pytest.approx(block[np.isfinite(block)].mean(), rel=1e-5)
+    assert np.isnan(z_of(scores)[0, 5])  # a block wholly in the future stays masked
+    assert "scores downsampled 300×300→100×100, weights exact" in fig.layout.title.text
+    assert "downsampled" not in scores_and_weights_figure(_long_record(64), 0, 0).layout.title.text
+    assert len(fig.to_json()) < 2_000_000
+
+
+def test_long_difference_map_is_pooled_and_says_so():
+    before = torch.softmax(torch.randn(200, 200), -1)
+    after = torch.softmax(torch.randn(200, 200), -1)
+    fig = attention_difference_figure(before, after)
+    z = z_of(heatmap(fig))
+    assert z.shape == (100, 100) and "downsampled 200×200→100×100" in fig.layout.title.text
+    # Pooling is linear: the pooled change is the change of the pooled mass.
+    expected = (after - before)[:2, :2].sum(-1).mean()
+    assert z[0, 0] == pytest.approx(float(expected), abs=1e-5)

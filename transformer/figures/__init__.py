@@ -14,6 +14,7 @@ from .attention import (
     grid_figure,
     head_figure,
     masks_figure,
+    placeholder_figure,
     scores_and_weights_figure,
 )
 from .common import to_numpy, token_labels
@@ -40,6 +41,7 @@ __all__ = [
     "grid_figure",
     "head_figure",
     "masks_figure",
+    "placeholder_figure",
     "positional_curves_figure",
     "positional_encoding_figure",
     "positional_similarity",

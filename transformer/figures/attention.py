@@ -180,6 +180,8 @@ def scores_and_weights_figure(
     query_labels: Sequence[str] | None = None,
     key_labels: Sequence[str] | None = None,
     *,
+    exact_scores_up_to: int = 256,
+    max_tile: int = 128,
     large_font: bool = False,
     height: int | None = None,
 ) -> go.Figure:
@@ -189,6 +191,9 @@ def scores_and_weights_figure(
         record: an :class:`AttentionRecord` with ``(B, H, Tq, Tk)`` scores and weights.
         batch, head: which sequence and which head.
         query_labels, key_labels: ``Tq`` and ``Tk`` unique labels.
+        exact_scores_up_to: past this many queries or keys the *scores* panel is block-averaged
+            to at most ``max_tile`` cells a side (and says so), which keeps a 512-token view
+            under 2 MB; the weights panel is always exact.
 
     Scores use a diverging scale around 0, weights a 0..1 scale; masked cells are grey in both
     (their score was ``-inf``, their weight exactly 0).
@@ -199,22 +204,32 @@ def scores_and_weights_figure(
     n_queries, n_keys = weights.shape
     queries = check_labels(query_labels, n_queries, "query")
     keys = check_labels(key_labels, n_keys, "key")
+    score_queries, score_keys, note = queries, keys, ""
+    if max(n_queries, n_keys) > exact_scores_up_to:
+        scores, fq, fk = _pool_mean(scores, max_tile)
+        score_queries, score_keys = _block_labels(queries, fq), _block_labels(keys, fk)
+        note = f" · scores downsampled {n_queries}×{n_keys}→{scores.shape[0]}×{scores.shape[1]}, weights exact"
     left, right = panel_domains(2, gap=0.14)
     traces = [
-        _heatmap(scores, queries, keys, "score", ".3f", coloraxis="coloraxis"),
+        _heatmap(scores, score_queries, score_keys, "score", ".3f", coloraxis="coloraxis"),
         _heatmap(weights, queries, keys, "weight", ".3f", coloraxis="coloraxis2"),
     ]
     traces[1].update(xaxis="x2", yaxis="y2")
-    y_axis = {**category_axis("query", queries, large_font), "autorange": "reversed"}
+    y_axis = {**category_axis("query", score_queries, large_font), "autorange": "reversed"}
+    y_axis2 = {**category_axis("query", queries, large_font), "autorange": "reversed"}
+    if note:  # different categories: the two panels cannot share a query axis
+        y_axis2.update(title=None, showticklabels=False, anchor="x2")
+    else:
+        y_axis2 = {**y_axis, "title": None, "showticklabels": False, "matches": "y", "anchor": "x2"}
     layout = base_layout(
-        f"{_describe(record)} · head {head + 1} · grey = masked",
+        f"{_describe(record)} · head {head + 1} · grey = masked{note}",
         height or heatmap_height(n_queries, large_font) + 40,
         large_font,
         plot_bgcolor=MASKED_GREY,
-        xaxis={**category_axis("key", keys, large_font), "domain": left},
+        xaxis={**category_axis("key", score_keys, large_font), "domain": left},
         xaxis2={**category_axis("key", keys, large_font), "domain": right, "anchor": "y2"},
         yaxis=y_axis,
-        yaxis2={**y_axis, "title": None, "showticklabels": False, "matches": "y", "anchor": "x2"},
+        yaxis2=y_axis2,
         coloraxis={
             "colorscale": SIGNED_COLORSCALE,
             "cmid": 0.0,
@@ -264,6 +279,24 @@ def downsample_attention(
         np.logical_and.reduceat(m, k_starts, axis=-1), q_starts, axis=-2
     )
     return mass.astype(np.float32), pooled_masked, fq, fk
+
+
+def _pool_mean(matrix: np.ndarray, max_size: int) -> tuple[np.ndarray, int, int]:
+    """Block means of a ``(Tq, Tk)`` matrix over its finite cells (NaN marks masked ones), to at
+    most ``max_size`` cells a side; a block with no finite cell stays NaN (masked)."""
+    n_queries, n_keys = matrix.shape
+    fq, fk = math.ceil(n_queries / max_size), math.ceil(n_keys / max_size)
+    q_starts, k_starts = np.arange(0, n_queries, fq), np.arange(0, n_keys, fk)
+    finite = np.isfinite(matrix)
+
+    def block_sum(values: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(np.add.reduceat(values, k_starts, axis=1), q_starts, axis=0)
+
+    total = block_sum(np.where(finite, matrix, 0.0).astype(np.float64))
+    count = block_sum(finite.astype(np.float64))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pooled = np.where(count > 0, total / count, np.nan)
+    return pooled.astype(np.float32), fq, fk
 
 
 def _block_labels(labels: list[str], factor: int) -> list[str]:
@@ -597,10 +630,15 @@ def attention_difference_figure(
     *,
     masked: Any | None = None,
     title: str = "Change in attention weights (after − before)",
+    exact_up_to: int = 128,
+    max_tile: int = 128,
     large_font: bool = False,
     height: int | None = None,
 ) -> go.Figure:
     """What a what-if changed: ``after − before`` on a diverging scale centred on 0.
+
+    Past ``exact_up_to`` queries or keys both maps are pooled to attention mass per block (at most
+    ``max_tile`` a side) before subtracting, and the title says so.
 
     Args:
         before, after: ``(Tq, Tk)`` attention weights of the same head without and with the
@@ -614,10 +652,15 @@ def attention_difference_figure(
     b, a = to_numpy(before), to_numpy(after)
     if b.shape != a.shape:
         raise ValueError(f"before {b.shape} and after {a.shape} must have the same shape")
-    z = _masked_matrix(a - b, masked)
-    n_queries, n_keys = z.shape
+    n_queries, n_keys = a.shape
     queries = check_labels(query_labels, n_queries, "query")
     keys = check_labels(key_labels, n_keys, "key")
+    if max(n_queries, n_keys) > exact_up_to:
+        b, _, _, _ = downsample_attention(b, None, max_tile)
+        a, masked, fq, fk = downsample_attention(a, masked, max_tile)
+        queries, keys = _block_labels(queries, fq), _block_labels(keys, fk)
+        title = f"{title} · downsampled {n_queries}×{n_keys}→{a.shape[0]}×{a.shape[1]}"
+    z = _masked_matrix(a - b, masked)
     half = _signed_range(z)
     trace = _heatmap(
         z,
@@ -632,9 +675,34 @@ def attention_difference_figure(
     )
     layout = base_layout(
         f"{title} · red = more, blue = less · grey = masked",
-        height or heatmap_height(n_queries, large_font),
+        height or heatmap_height(len(queries), large_font),
         large_font,
         plot_bgcolor=MASKED_GREY,
         **_query_key_axes(queries, keys, large_font),
     )
     return go.Figure(trace, layout)
+
+
+def placeholder_figure(
+    title: str, text: str, *, large_font: bool = False, height: int = 240
+) -> go.Figure:
+    """An empty figure with a message: what a view shows before there is anything to draw."""
+    layout = base_layout(
+        title,
+        height,
+        large_font,
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        annotations=[
+            {
+                "text": text,
+                "x": 0.5,
+                "y": 0.5,
+                "xref": "paper",
+                "yref": "paper",
+                "showarrow": False,
+                "font": {"size": font_size(large_font) + 2},
+            }
+        ],
+    )
+    return go.Figure(layout=layout)

@@ -1,0 +1,371 @@
+"""Latency, payload size, cold start and memory of the app, measured like a user meets them.
+
+Starts ``python app.py`` as a separate process on loopback, then through ``gradio_client``:
+
+- calls each endpoint repeatedly at 16, 64, 256 and 512 tokens and reports the median and p95
+  round-trip time (on loopback this is the server's time plus gradio's queue overhead) and the
+  JSON size of the response; the attention endpoints' first call computes the trace (reported as
+  "first"), later calls change head and reuse it, as a lecturer clicking through heads does;
+- times one generation step and one training step;
+- measures cold start (process start to first served page) beside the time to import gradio
+  and torch in a fresh interpreter, and the server's peak resident memory.
+
+Prints a table and writes ``benchmarks/results.md``.
+
+Usage: python benchmarks/app_latency.py [--quick] [--repeats N] [--port P]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+# Run as a script, this folder would come first on sys.path and benchmarks/tokenize.py would
+# shadow the standard library's tokenize (which torch imports): put the repository root there.
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[0] = str(ROOT)
+
+import httpx
+from gradio_client import Client
+
+from transformer.checkpoint import load_checkpoint
+from transformer.corpus import bundled_corpus
+from transformer.tokenization import Tokenizer, train_tokenizer
+
+
+class QueueClient:
+    """Gradio's queue protocol (what gradio_client speaks), read directly because its last
+    message says what gradio_client does not pass on: the server-side ``duration`` of the
+    event, and the exact bytes of the response."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(timeout=120)
+        self.session = "bench" + str(time.time_ns())
+        config = self.http.get(f"{self.url}/config").json()
+        states = {c["id"] for c in config["components"] if c.get("type") == "state"}
+        self.events = {}
+        for dep in config["dependencies"]:
+            if dep.get("api_name"):
+                self.events["/" + dep["api_name"]] = (
+                    dep["id"],
+                    [i in states for i in dep["inputs"]],
+                )
+
+    def call(self, api_name: str, *args: object) -> tuple[float, int]:
+        """Server-side seconds and response bytes of one call."""
+        fn_index, is_state = self.events[api_name]
+        values = iter(args)
+        data = [None if state else next(values) for state in is_state]
+        join = self.http.post(
+            f"{self.url}/gradio_api/queue/join",
+            json={"data": data, "fn_index": fn_index, "session_hash": self.session},
+        )
+        join.raise_for_status()
+        duration, size = 0.0, 0
+        with self.http.stream(
+            "GET", f"{self.url}/gradio_api/queue/data", params={"session_hash": self.session}
+        ) as stream:
+            for line in stream.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                message = json.loads(line[5:])
+                if message.get("msg") == "process_completed":
+                    if not message.get("success"):
+                        raise RuntimeError(f"{api_name} failed: {message.get('output')}")
+                    output = message["output"]
+                    duration, size = output.get("duration", 0.0), len(line) - 5
+                    break
+        return duration, size
+
+
+LENGTHS = (16, 64, 256, 512)
+BPE_CHOICE = "BPE, trained live on the bundled corpus"
+KINDS = {
+    "encoder self": "encoder self-attention",
+    "decoder self": "decoder masked self-attention",
+    "cross": "cross-attention (decoder → encoder)",
+}
+TARGETS = {
+    "attention median at 64 tokens": "≤ 100 ms",
+    "attention median at 512 tokens": "≤ 1 s",
+    "response at 64 tokens": "≤ 1 MB",
+    "response at 512 tokens": "≤ 3 MB",
+    "generation step": "≤ 30 ms",
+    "cold start": "≤ 1.5 × import of gradio + torch",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def text_of(tokenizer: Tokenizer, n_tokens: int, words: list[str]) -> str:
+    """A text of about ``n_tokens`` tokens under ``tokenizer``, made of ``words`` repeated."""
+    out: list[str] = []
+    i = 0
+    while len(tokenizer.encode_ids(" ".join(out))) < n_tokens:
+        out.append(words[i % len(words)])
+        i += 1
+    while len(tokenizer.encode_ids(" ".join(out))) > n_tokens and len(out) > 1:
+        out.pop()
+    return " ".join(out)
+
+
+def payload_bytes(result: object) -> int:
+    return len(json.dumps(result, default=str).encode())
+
+
+def timed(fn, repeats: int) -> tuple[list[float], object]:
+    times, result = [], None
+    for i in range(repeats):
+        start = time.perf_counter()
+        result = fn(i)
+        times.append((time.perf_counter() - start) * 1000)
+    return times, result
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def import_seconds() -> float:
+    code = (
+        "import time; t = time.perf_counter(); import torch, gradio; print(time.perf_counter() - t)"
+    )
+    runs = [
+        float(subprocess.check_output([sys.executable, "-c", code], cwd=ROOT)) for _ in range(3)
+    ]
+    return statistics.median(runs)
+
+
+def start_server(port: int) -> tuple[subprocess.Popen, float]:
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        [sys.executable, "app.py", "--port", str(port), "--device", "cpu"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/"
+    while True:
+        if process.poll() is not None:
+            raise SystemExit("the app exited during start-up")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return process, time.perf_counter() - start
+        except OSError:
+            time.sleep(0.05)
+        if time.perf_counter() - start > 120:
+            process.kill()
+            raise SystemExit("the app did not serve its page within 120 s")
+
+
+def peak_rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {platform.system()}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="16 and 64 tokens, 5 repeats")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results.md")
+    args = parser.parse_args()
+    lengths = LENGTHS[:2] if args.quick else LENGTHS
+    repeats = args.repeats or (5 if args.quick else 12)
+
+    imports = import_seconds()
+    port = args.port or free_port()
+    server, cold = start_server(port)
+    rows: list[dict] = []
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        client, raw = Client(url, verbose=False), QueueClient(url)
+        translate = load_checkpoint(ROOT / "assets" / "models" / "translate").tokenizer
+        corpus_bpe = train_tokenizer(bundled_corpus(), "bpe", 500)
+        corpus_words = " ".join(bundled_corpus()).split()
+        toy_words = [
+            "the",
+            "small",
+            "cat",
+            "sees",
+            "a",
+            "red",
+            "ball",
+            "and",
+            "a",
+            "big",
+            "dog",
+            "sleeps",
+            "under",
+            "the",
+            "old",
+            "table",
+        ]
+
+        def measure(name, n, api_name, args_of, first_args=None) -> None:
+            """``repeats`` calls through the raw protocol (server-side time, bytes) and as many
+            through gradio_client (round trip); ``first_args`` is one call made before them on a
+            new input, which computes the trace the others reuse."""
+            first = raw.call(api_name, *first_args)[0] * 1000 if first_args else None
+            server_ms, sizes = [], []
+            for i in range(repeats):
+                seconds, size = raw.call(api_name, *args_of(i))
+                server_ms.append(seconds * 1000)
+                sizes.append(size)
+            trips, _ = timed(lambda i: client.predict(*args_of(i), api_name=api_name), repeats)
+            row = {
+                "name": name,
+                "n": n,
+                "first": first,
+                "median": statistics.median(server_ms),
+                "p95": p95(server_ms),
+                "trip": statistics.median(trips),
+                "bytes": max(sizes),
+            }
+            rows.append(row)
+            first_text = f"first {first:7.1f} ms  " if first is not None else " " * 20
+            print(
+                f"{name:34} {n!s:>4}  {first_text}server median {row['median']:7.1f} ms  "
+                f"p95 {row['p95']:7.1f} ms  round trip {row['trip']:7.1f} ms  "
+                f"{row['bytes'] / 1e6:6.3f} MB",
+                flush=True,
+            )
+
+        for n in lengths:
+            text = text_of(corpus_bpe, n, corpus_words)
+
+            measure(
+                "tokenize",
+                n,
+                "/tokenize",
+                lambda i, t=text: (t, BPE_CHOICE, 500, None, "(none)", 30),
+            )
+            measure(
+                "positional encoding",
+                n,
+                "/positional_encoding",
+                lambda i, n=n: (128, n, 10000, "0, 1, 6", "cosine", False),
+            )
+            sentence = text_of(translate, n, toy_words)
+            for label, kind in KINDS.items():
+                measure(
+                    f"attention: {label}, one head",
+                    n,
+                    "/attention",
+                    lambda i, s=sentence, k=kind: (
+                        s,
+                        "translate",
+                        k,
+                        1 + i % 3,
+                        1 + i % 4,
+                        1,
+                        [],
+                        False,
+                    ),
+                    first_args=(sentence + " ", "translate", kind, 1, 1, 1, [], False),
+                )
+                measure(
+                    f"attention: {label}, all heads",
+                    n,
+                    "/attention_grid",
+                    lambda i, s=sentence, k=kind: (s, "translate", k, 1, False),
+                )
+            settings = (sentence, "translate", "greedy", 1.0, 0, 1.0, 3, 128, 0, 1, 1, False)
+            raw.call("/generate_reset", *settings)
+            client.predict(*settings, api_name="/generate_reset")
+            measure("generation step", n, "/generate_step", lambda i, a=settings: a)
+
+        done = list(client.submit("reverse", 50, 0, False, api_name="/train"))[-1][0]
+        match = re.search(r"Done: (\d+) steps in ([\d.]+) s", done)
+        per_step = float(match.group(2)) / int(match.group(1)) * 1000 if match else float("nan")
+        rows.append(
+            {
+                "name": "training step (reverse, batch 64)",
+                "n": "–",
+                "first": None,
+                "median": per_step,
+                "p95": None,
+                "trip": None,
+                "bytes": 0,
+            }
+        )
+        print(f"training step: {per_step:.1f} ms")
+        rss = peak_rss_mb(server.pid)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    print(
+        f"cold start {cold:.2f} s, import of gradio + torch {imports:.2f} s "
+        f"(ratio {cold / imports:.2f}), peak resident memory {rss:.0f} MB"
+    )
+
+    def cell(value: float | None) -> str:
+        return "–" if value is None or value != value else f"{value:.1f}"
+
+    lines = [
+        "# App latency, payload and memory",
+        "",
+        f"Measured by `python benchmarks/app_latency.py` on {time.strftime('%Y-%m-%d')}: {machine()}, "
+        f"CPU only, Python {platform.python_version()}. Each endpoint is called {repeats} times: "
+        "'server' is gradio's own measure of the event's processing time (pre-processing, our "
+        "handler, post-processing), 'round trip' the median of `gradio_client.predict` on "
+        "loopback (gradio's queue adds about 55–75 ms even to a function that returns at once), "
+        "'response' the bytes of the response message. Attention calls cycle through layers and "
+        "heads of one input; 'first call' is the one that computed its trace.",
+        "",
+        "| endpoint | tokens | server median (ms) | server p95 (ms) | first call (ms) | round trip (ms) | response (MB) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    lines += [
+        f"| {r['name']} | {r['n']} | {cell(r['median'])} | {cell(r['p95'])} | {cell(r['first'])} | "
+        f"{cell(r['trip'])} | {r['bytes'] / 1e6:.3f} |"
+        for r in rows
+    ]
+    lines += [
+        "",
+        f"Cold start (process start to first served page): **{cold:.2f} s**; importing gradio and "
+        f"torch in a fresh interpreter: {imports:.2f} s; ratio **{cold / imports:.2f}**.",
+        f"Peak resident memory of the server: **{rss:.0f} MB**.",
+        "",
+        "Targets (issue 7): " + "; ".join(f"{k} {v}" for k, v in TARGETS.items()) + ".",
+        "",
+        "GPU figures: not measured yet.",
+    ]
+    args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
