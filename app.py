@@ -519,10 +519,10 @@ def build_positions_tab(
 
     @friendly
     def positional(d_model: float, length: float, base: float, dims: str, metric: str, large: bool):
-        d = _int(d_model, "d_model", 2, 1024)
+        d = _int(d_model, "d_model", 2, 512)
         if d % 2:
             raise ValueError("d_model must be even (sin and cos come in pairs)")
-        n = _int(length, "positions", 1, 2048)
+        n = _int(length, "positions", 1, 512)
         if base is None or not 2 <= float(base) <= 1e9:
             raise ValueError("base must be between 2 and 1e9")
         try:

@@ -331,8 +331,8 @@ def main() -> None:
         f"(ratio {cold / imports:.2f}), peak resident memory {rss:.0f} MB"
     )
 
-    def cell(value: float | None) -> str:
-        return "–" if value is None or value != value else f"{value:.1f}"
+    def cell(value: float | None, digits: int = 1) -> str:
+        return "–" if value is None or value != value else f"{value:.{digits}f}"
 
     lines = [
         "# App latency, payload and memory",
@@ -343,14 +343,16 @@ def main() -> None:
         "handler, post-processing), 'round trip' the median of `gradio_client.predict` on "
         "loopback (gradio's queue adds about 55–75 ms even to a function that returns at once), "
         "'response' the bytes of the response message. Attention calls cycle through layers and "
-        "heads of one input; 'first call' is the one that computed its trace.",
+        "heads of one input; 'first call' is the one that computed its trace. 'tokens' is the "
+        "input's length: decoder views span the model's own output, which the translation model "
+        "ends early on long nonsense inputs.",
         "",
         "| endpoint | tokens | server median (ms) | server p95 (ms) | first call (ms) | round trip (ms) | response (MB) |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     lines += [
         f"| {r['name']} | {r['n']} | {cell(r['median'])} | {cell(r['p95'])} | {cell(r['first'])} | "
-        f"{cell(r['trip'])} | {r['bytes'] / 1e6:.3f} |"
+        f"{cell(r['trip'])} | {cell(r['bytes'] / 1e6 if r['bytes'] else None, 3)} |"
         for r in rows
     ]
     lines += [
