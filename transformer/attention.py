@@ -71,6 +71,7 @@ class KeyValueCache:
 
     @property
     def length(self) -> int:
+        """Number of cached positions."""
         return 0 if self.keys is None else self.keys.size(2)
 
 

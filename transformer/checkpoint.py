@@ -51,10 +51,12 @@ class Checkpoint:
 
     @property
     def config(self) -> ModelConfig:
+        """The model's configuration."""
         return self.model.config
 
     @property
     def task(self) -> str | None:
+        """The bundled task the model was trained on, if any."""
         return self.info.get("task")
 
     def load_snapshot(self, step: int) -> Transformer:

@@ -63,10 +63,12 @@ class ModelConfig:
 
     @property
     def has_encoder(self) -> bool:
+        """True for encoder-decoder and encoder-only models."""
         return self.architecture in ("encoder-decoder", "encoder-only")
 
     @property
     def has_decoder(self) -> bool:
+        """True for encoder-decoder and decoder-only models."""
         return self.architecture in ("encoder-decoder", "decoder-only")
 
     @property
@@ -132,9 +134,11 @@ class ModelConfig:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (JSON-ready)."""
         return asdict(self)
 
     def to_json(self) -> str:
+        """The configuration as indented JSON."""
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
@@ -153,6 +157,7 @@ class ModelConfig:
 
     @classmethod
     def from_json(cls, text: str) -> ModelConfig:
+        """Parse JSON text; :class:`ConfigError` names what is wrong."""
         try:
             data = json.loads(text)
         except json.JSONDecodeError as error:
@@ -160,10 +165,12 @@ class ModelConfig:
         return cls.from_dict(data)
 
     def save(self, path: str | Path) -> None:
+        """Write the configuration as JSON to ``path``."""
         Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | Path) -> ModelConfig:
+        """Read a JSON configuration; errors name the file."""
         try:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as error:

@@ -45,6 +45,7 @@ class Batch:
         return sum(len(p.target) - 1 for p in self.pairs)
 
     def to(self, device: torch.device) -> Batch:
+        """The same batch with its tensors on ``device``."""
         src = self.src.to(device, non_blocking=True) if self.src is not None else None
         return Batch(src, self.tgt_in.to(device), self.tgt_out.to(device), self.pairs)
 

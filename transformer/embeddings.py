@@ -22,6 +22,7 @@ class TokenEmbedding(nn.Module):
 
     @property
     def weight(self) -> nn.Parameter:
+        """The ``(vocab_size, d_model)`` embedding matrix (unscaled)."""
         return self.lookup.weight
 
     def forward(self, tokens: Tensor) -> Tensor:

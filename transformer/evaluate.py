@@ -18,6 +18,7 @@ from .tasks import make_task
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point: evaluate a checkpoint and print its metrics."""
     parser = argparse.ArgumentParser(description="Evaluate a checkpoint on its task's test split.")
     parser.add_argument("checkpoint", help="checkpoint folder")
     parser.add_argument("--split", choices=("test", "validation"), default="test")

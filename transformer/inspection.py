@@ -41,6 +41,7 @@ class Analysis:
 
     @property
     def batch_size(self) -> int:
+        """Number of sentences in the batch."""
         return len(self.outputs)
 
 

@@ -422,6 +422,7 @@ class Transformer(nn.Module):
 
     @property
     def device(self) -> torch.device:
+        """The device the weights are on."""
         return self.generator.proj.weight.device
 
     # -- inputs ---------------------------------------------------------------------------

@@ -64,6 +64,7 @@ class LayerTrace:
 
     @property
     def output(self) -> Tensor:
+        """``(B, T, d_model)`` output of the layer (after its feed-forward sub-layer)."""
         return self.feed_forward_output
 
 

@@ -14,6 +14,7 @@ from .recipes import RECIPES, run_recipe
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point: train a bundled model from its recipe."""
     parser = argparse.ArgumentParser(description="Train a bundled model from its recipe.")
     parser.add_argument("--task", required=True, choices=sorted(RECIPES))
     parser.add_argument("--out", required=True, help="checkpoint folder to write")

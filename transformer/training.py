@@ -60,6 +60,7 @@ class TrainingConfig:
                 raise ValueError(f"TrainingConfig.{name}={getattr(self, name)!r} is out of range")
 
     def to_dict(self) -> dict:
+        """The settings as a plain dict (recorded in a checkpoint's config.json)."""
         return asdict(self)
 
 
@@ -83,6 +84,7 @@ class Progress:
 
     @property
     def fraction(self) -> float:
+        """Share of the run done, in 0..1."""
         return self.step / self.total_steps
 
 
