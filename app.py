@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import argparse
 import functools
+import html
 import inspect
 import logging
 import os
 import queue
+import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -88,6 +91,11 @@ TOKENIZER_CHOICES = {
 }
 MAX_TEXT = 20_000  # characters the tokenize tab accepts (the library's own limit is higher)
 MAX_UPLOAD_BYTES = min(MAX_TOKENIZER_JSON_BYTES, 20 * 1024 * 1024)
+# Wall-clock limits, so that one visitor's request cannot hold a worker (or the trainer) for long.
+GENERATION_TIME_LIMIT_S = 60.0  # "Run to the end" pauses there; Run again continues
+TRAINING_TIME_LIMIT_S = 300.0  # training stops there and keeps what it has learned
+QUEUE_SIZE = 64  # requests waiting at once, all events together; more are told to retry
+TRAINING_THREAD = "training"  # name prefix of training threads (tests check none outlive a run)
 
 CSS = """
 .large-font { font-size: 130% !important; }
@@ -99,19 +107,52 @@ CSS = """
 
 
 EXPECTED_ERRORS = (ValueError, TokenizerError, CheckpointError, ConfigError, IndexError)
+MAX_MESSAGE_CHARS = 600  # an error echoing a 100,000-character input stays readable
+# An absolute path (POSIX or Windows) of at least two components, not glued to a word ("tokens/s").
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.])(?:[A-Za-z]:)?(?:[/\\][\w.~@+-]+){2,}[/\\]?")
+
+
+def _scrub(text: str) -> str:
+    """A message fit for any user: no file paths (a path becomes its file name), no traceback,
+    no HTML (gradio renders an error as HTML), at most ``MAX_MESSAGE_CHARS`` characters."""
+    text = text.replace(str(Path.cwd()), ".")
+    text = _ABSOLUTE_PATH.sub(lambda m: re.split(r"[/\\]", m.group(0).rstrip("/\\"))[-1], text)
+    text = text.split("Traceback (most recent call last)")[0].strip() or "an error occurred"
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[: MAX_MESSAGE_CHARS - 1] + "…"
+    return html.escape(text, quote=False)
+
+
+def _device_trouble(error: Exception) -> str | None:
+    """What to tell the user about an out-of-memory or accelerator error, or None."""
+    text = str(error)
+    if isinstance(error, torch.OutOfMemoryError | MemoryError) or "out of memory" in text.lower():
+        return "out of memory: try a shorter input, fewer sentences or fewer steps"
+    if isinstance(error, RuntimeError) and any(
+        word in text for word in ("CUDA", "cuDNN", "CUBLAS", "MPS", "device-side")
+    ):
+        return "the accelerator reported an error during this request; please try again"
+    return None
 
 
 def _message(error: Exception) -> gr.Error:
+    """The ``gr.Error`` a user sees for ``error``. Gradio does not print its traceback to the
+    server log: expected errors are the user's input, unexpected ones are logged here."""
     if isinstance(error, gr.Error):
         return error
     if isinstance(error, EXPECTED_ERRORS):
-        return gr.Error(str(error).replace(str(Path.cwd()), "."))
-    if isinstance(error, torch.cuda.OutOfMemoryError | MemoryError):
+        return gr.Error(_scrub(str(error)), print_exception=False)
+    trouble = _device_trouble(error)
+    if trouble is not None:
+        log.warning("device trouble in a request: %s: %s", type(error).__name__, error)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        return gr.Error("out of memory: try a shorter input or fewer sentences")
+        return gr.Error(trouble, print_exception=False)
     log.exception("unexpected error in a request")
-    return gr.Error(f"something went wrong ({type(error).__name__}); the app is still running")
+    return gr.Error(
+        f"something went wrong ({type(error).__name__}); the app is still running",
+        print_exception=False,
+    )
 
 
 def friendly(fn: Callable) -> Callable:
@@ -142,10 +183,21 @@ def _int(value: Any, name: str, low: int, high: int) -> int:
     """A slider or number input as an int in ``low..high`` (API callers can send anything)."""
     try:
         number = int(float(value))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # None, "x", NaN, ±infinity
         raise ValueError(f"{name} must be a number, got {value!r}") from None
     if not low <= number <= high:
         raise ValueError(f"{name} must be between {low} and {high}, got {number}")
+    return number
+
+
+def _float(value: Any, name: str, low: float, high: float) -> float:
+    """A slider or number input as a finite float in ``low..high`` (NaN and infinity rejected)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not low <= number <= high:  # False for NaN too
+        raise ValueError(f"{name} must be between {low:g} and {high:g}, got {number:g}")
     return number
 
 
@@ -259,8 +311,12 @@ def pick_tokenizer(app: App, choice: str, vocab_size: Any, upload: str | None) -
         raise ValueError("upload a tokenizer.json file first (or pick another tokenizer)")
     path = Path(upload)
     if path.stat().st_size > MAX_UPLOAD_BYTES:
-        raise ValueError(f"the uploaded file is larger than {MAX_UPLOAD_BYTES >> 20} MB")
+        raise ValueError(f"the uploaded file is larger than the limit of {_size(MAX_UPLOAD_BYTES)}")
     return Tokenizer.load(path)
+
+
+def _size(n_bytes: int) -> str:
+    return f"{n_bytes / 2**20:g} MB" if n_bytes >= 2**20 else f"{n_bytes:,} bytes"
 
 
 def highlighted(
@@ -441,7 +497,10 @@ def build_tokenize_tab(app: App) -> None:
             )
         tokenizer = pick_tokenizer(app, choice, vocab, upload)
         segments, rows, line = highlighted(tokenizer, text)
-        words = replay(tokenizer, text)
+        try:
+            replay_text = replay_markdown(replay(tokenizer, text), _int(step, "step", 0, 1000))
+        except TokenizerError as error:  # e.g. a WordLevel upload: tokens yes, no steps to replay
+            replay_text = f"_No replay for this tokenizer: {_scrub(str(error))}_"
         out_b: tuple[Any, str] = ([], "")
         if compare and compare != "(none)":
             seg_b, _, line_b = highlighted(pick_tokenizer(app, compare, vocab, upload), text)
@@ -452,7 +511,7 @@ def build_tokenize_tab(app: App) -> None:
             out_b[1],
             out_b[0],
             rows,
-            replay_markdown(words, _int(step, "step", 0, 1000)),
+            replay_text,
         )
 
     inputs = [text, choice, vocab, upload, compare, step]
@@ -523,8 +582,7 @@ def build_positions_tab(
         if d % 2:
             raise ValueError("d_model must be even (sin and cos come in pairs)")
         n = _int(length, "positions", 1, 512)
-        if base is None or not 2 <= float(base) <= 1e9:
-            raise ValueError("base must be between 2 and 1e9")
+        base = _float(base, "base", 2, 1e9)
         try:
             chosen = sorted(
                 {int(x) for x in (dims or "0").replace(";", ",").split(",") if x.strip()}
@@ -533,7 +591,7 @@ def build_positions_tab(
             raise ValueError("dimensions must be whole numbers separated by commas") from None
         if not chosen or min(chosen) < 0 or max(chosen) >= d or len(chosen) > 12:
             raise ValueError(f"choose 1 to 12 dimensions between 0 and {d - 1}")
-        table = sinusoidal_table(n, d, float(base))
+        table = sinusoidal_table(n, d, base)
         return (
             figures.positional_encoding_figure(table, large_font=large),
             figures.positional_curves_figure(table, dims=tuple(chosen), large_font=large),
@@ -951,6 +1009,10 @@ def build_training_tab(app: App, large: gr.Checkbox, session: gr.State) -> None:
         reports: queue.Queue = queue.Queue()
         stop = threading.Event()
         outcome: dict[str, Any] = {}
+        deadline = time.monotonic() + TRAINING_TIME_LIMIT_S
+
+        def should_stop() -> bool:
+            return stop.is_set() or time.monotonic() > deadline
 
         def work() -> None:
             try:
@@ -960,14 +1022,14 @@ def build_training_tab(app: App, large: gr.Checkbox, session: gr.State) -> None:
                     config,
                     validation_pairs,
                     callback=reports.put,
-                    should_stop=stop.is_set,
+                    should_stop=should_stop,
                 )
             except Exception as error:
                 outcome["error"] = error
             finally:
                 reports.put(None)
 
-        worker = threading.Thread(target=work, daemon=True)
+        worker = threading.Thread(target=work, daemon=True, name=f"{TRAINING_THREAD}-{task}")
         worker.start()
         history: list[dict[str, float]] = []
         try:
@@ -1002,8 +1064,13 @@ def build_training_tab(app: App, large: gr.Checkbox, session: gr.State) -> None:
             info={"task": task},
         )
         session = SessionModels(trained=trained, snapshots=result.snapshots)
+        stopped = (
+            f"Stopped at the time limit of {TRAINING_TIME_LIMIT_S:g} s. "
+            if result.cancelled
+            else ""
+        )
         yield (
-            f"Done: {result.steps_done} steps in {result.seconds:.1f} s. The model is now "
+            f"{stopped}Done: {result.steps_done} steps in {result.seconds:.1f} s. The model is now "
             f"available as **{TRAINED_HERE}** in the other tabs; {len(result.snapshots)} snapshots kept.",
             training_curves(history, large),
             session,
@@ -1099,7 +1166,7 @@ def build_demo(device: str | None = "auto") -> gr.Blocks:
         with gr.Tab("Model & training"):
             build_training_tab(app, large, session)
         demo.load(positional, pe_inputs, pe_outputs, api_visibility="private")
-    demo.queue(default_concurrency_limit=4, max_size=64)
+    demo.queue(default_concurrency_limit=4, max_size=QUEUE_SIZE)
     return demo
 
 
@@ -1116,10 +1183,10 @@ class GenerationState:
 def _decoding_settings(
     strategy: str, temperature: Any, top_k: Any, top_p: Any, beam: Any, max_tokens: Any, seed: Any
 ) -> DecodingSettings:
-    top_p_value = float(top_p) if top_p is not None else 1.0
+    top_p_value = _float(top_p if top_p is not None else 1.0, "top-p", 0.0, 1.0)
     return DecodingSettings(
         strategy=strategy,
-        temperature=float(temperature),
+        temperature=_float(temperature, "temperature", 0.0, 100.0),
         top_k=_int(top_k, "top-k", 0, 1000) or None,
         top_p=None if top_p_value >= 1.0 else top_p_value,
         beam_width=_int(beam, "beam width", 1, 16),
@@ -1307,8 +1374,19 @@ def build_generate_tab(app: App, large: gr.Checkbox, session: gr.State) -> None:
         if state.decoding.done:
             yield _draw_generation(app, state, layer, head, large, session)
             return
+        # Bounded by max tokens and by GENERATION_TIME_LIMIT_S. A client that disconnects or
+        # cancels makes gradio close this generator at its next yield: nothing runs on.
+        deadline = time.monotonic() + GENERATION_TIME_LIMIT_S
         for _ in state.decoding.run():
-            yield _draw_generation(app, state, layer, head, large, session)
+            drawn = _draw_generation(app, state, layer, head, large, session)
+            if time.monotonic() > deadline and not state.decoding.done:
+                note = (
+                    f"\n\n**Paused** at the time limit of {GENERATION_TIME_LIMIT_S:g} s per run: "
+                    "press Run to the end again to go on."
+                )
+                yield (drawn[0] + note, *drawn[1:])
+                return
+            yield drawn
 
     step_button.click(step, inputs, outputs, api_name="generate_step")
     back_button.click(back, inputs, outputs, api_name="generate_back")

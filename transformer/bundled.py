@@ -35,4 +35,6 @@ def load_bundled(
         except CheckpointError as error:
             # Shown in the UI: name the checkpoint relative to the repository, not by its path.
             result.errors[name] = str(error).replace(str(Path(folder).resolve()), "assets/models")
+        except Exception as error:  # unreadable file, device error, ...: the others still load
+            result.errors[name] = f"it could not be read ({type(error).__name__})"
     return result

@@ -1,0 +1,118 @@
+"""Fuzzing: hypothesis-generated text through every endpoint that takes text, over HTTP.
+
+Each example sends one generated text to each text endpoint at once (in parallel, one session
+per endpoint). An outcome is expected when it is a normal result or an error message with no
+traceback, no source location and no absolute path in it, and that is not the catch-all for an
+unexpected exception. ``FUZZ_EXAMPLES`` (default 200) sets the number of examples.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from gradio_client import Client
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from serving import CROSS, Tally, call, leaks, serve, still_serves
+
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
+
+# Text a public Space receives: any Unicode scalar value (gradio_client cannot send lone
+# surrogates; test_reliability sends them over raw HTTP), and the classes that break naive code.
+ANY = st.characters(exclude_categories=("Cs",))
+CLASSES = {
+    "emoji": st.characters(min_codepoint=0x1F300, max_codepoint=0x1FAFF),
+    "CJK": st.characters(min_codepoint=0x4E00, max_codepoint=0x9FFF),
+    "right-to-left": st.characters(min_codepoint=0x0590, max_codepoint=0x06FF),
+    "combining": st.characters(categories=("Mn", "Me")),
+    "control": st.characters(categories=("Cc", "Cf")),
+    "space": st.sampled_from(" \t\n\r\u00a0\u2028\u2029\u3000\u200b"),
+    "ascii": st.characters(min_codepoint=0x20, max_codepoint=0x7E),
+}
+WORDS = st.sampled_from(
+    ["the", "cat", "a", "b", "[UNK]", "[PAD]", "<s>", "##", "▁", "0, 1", "\x00"]
+)
+TEXT = st.one_of(
+    st.text(ANY, max_size=80),
+    st.text(st.one_of(*CLASSES.values()), max_size=80),
+    st.lists(WORDS, max_size=20).map(" ".join),
+    st.tuples(
+        st.text(st.one_of(*CLASSES.values()), min_size=1, max_size=4),
+        st.sampled_from([2, 20, 200, 2_000, 30_000]),
+    ).map(lambda pair: pair[0] * pair[1]),  # repeats, up to 120,000 characters
+)
+
+TEXT_ENDPOINTS = {
+    "/tokenize": lambda t: [
+        t,
+        "byte-level BPE (GPT-2 style), trained live",
+        300,
+        None,
+        "WordPiece (BERT style), trained live",
+        30,
+    ],
+    "/learn_bpe": lambda t: [t, 30, t],
+    "/positional_encoding": lambda t: [32, 16, 10000, t, "dot", False],
+    "/embeddings": lambda t: [t, "translate", False],
+    "/attention": lambda t: [t, "reverse", CROSS, 1, 1, 1, ["padding mask off"], False],
+    "/attention_grid": lambda t: [t, "translate", CROSS, 1, False],
+    "/generate_step": lambda t: [t, "continue", "sample", 0.8, 5, 0.9, 2, 8, 1, 1, 1, False],
+    "/teacher_forcing": lambda t: [t, "translate", t],
+    "/snapshot": lambda t: [1, t, False],
+}
+TALLY = Tally()
+
+
+@pytest.fixture(scope="module")
+def sessions():
+    with serve() as (_, url):
+        clients = {name: Client(url, verbose=False) for name in TEXT_ENDPOINTS}
+        trained = list(clients["/snapshot"].submit("reverse", 20, 0, False, api_name="/train"))
+        assert "Done: 20 steps" in trained[-1][0]  # the snapshot endpoint needs a trained model
+        yield clients
+        for client in clients.values():
+            still_serves(client)
+        print(
+            f"\n[fuzz] {dict(TALLY.requests)}: {TALLY.total} requests, {len(TALLY.failures)} failures"
+        )
+
+
+def _expected(ok: bool, result) -> bool:
+    if ok:
+        return True
+    message = str(result)
+    return bool(message.strip()) and not leaks(message) and "something went wrong" not in message
+
+
+def test_every_text_endpoint_survives_generated_text(sessions):
+    pool = ThreadPoolExecutor(len(TEXT_ENDPOINTS))
+
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.fixed_dictionaries({name: TEXT for name in TEXT_ENDPOINTS}))
+    def send(texts: dict[str, str]) -> None:
+        def one(name: str) -> tuple[str, bool, object]:
+            ok, result = call(sessions[name], name, *TEXT_ENDPOINTS[name](texts[name]))
+            return name, ok, result
+
+        for name, ok, result in pool.map(one, TEXT_ENDPOINTS):
+            failure = (
+                None
+                if _expected(ok, result)
+                else f"{name} {texts[name][:80]!r}: {str(result)[:300]}"
+            )
+            TALLY.add(name, failure)
+            assert failure is None, failure
+
+    try:
+        send()
+    finally:
+        pool.shutdown()
+    assert min(TALLY.requests[name] for name in TEXT_ENDPOINTS) >= EXAMPLES * 0.9, TALLY.requests

@@ -1,0 +1,107 @@
+"""Load: many client sessions at once on loopback, doing what visitors do, with zero failures,
+and no session ever seeing another's trained model or generation state.
+
+Bounded in count (``SESSIONS`` sessions, a fixed list of requests each) and in time (every
+request has a timeout, the whole run a deadline).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from gradio_client import Client
+from serving import BPE, CROSS, GENERATE, Tally, serve, still_serves
+
+import app as visualiser
+
+SESSIONS = 20
+TRAINERS = {0, 7, 14}  # sessions that also train (training runs one at a time)
+REQUEST_TIMEOUT = 120  # seconds, any single request
+DEADLINE = 300  # seconds, the whole run
+NOT_TRAINED = "no model has been trained in this session"
+
+
+@pytest.fixture(scope="module")
+def url():
+    with serve() as (_, address):
+        yield address
+
+
+def visitor(url: str, index: int, tally: Tally) -> None:
+    """One session's visit. Failures are recorded, never raised, so every session finishes."""
+    key = f"session {index}"
+
+    def request(label: str, *args, api_name: str, stream: bool = False):
+        start = time.monotonic()
+        try:
+            job = client.submit(*args, api_name=api_name)
+            if stream:
+                updates = list(job)
+                assert updates, "no update"
+                result = updates[-1]
+            else:
+                result = job.result(timeout=REQUEST_TIMEOUT)
+        except Exception as error:
+            tally.add(key, f"{key} {label}: {type(error).__name__}: {str(error)[:200]}")
+            return None
+        tally.add(key)
+        tally.latencies.append(time.monotonic() - start)
+        return result
+
+    def check(condition: bool, what: str) -> None:
+        if not condition:
+            tally.add(key, f"{key}: {what}")
+
+    client = Client(url, verbose=False)
+    sentence = ["the small cat sees a red ball", "a big dog sleeps", "my old bird eats"][index % 3]
+    request("tokenize", sentence, BPE, 400, None, "(none)", 30, api_name="/tokenize")
+    request("attention", sentence, "translate", CROSS, 1, 1, 1, [], False, api_name="/attention")
+    streamed = request(
+        "generate", sentence, *GENERATE[1:7], 8, *GENERATE[8:], api_name="/generate", stream=True
+    )
+    check(streamed is not None and "Output so far" in streamed[0], "streamed generation")
+    # Step this session's own generation a session-specific number of times, interleaved with
+    # everyone else's: the count it reports must be its own.
+    steps = 1 + index % 3
+    args = [sentence, "translate", "greedy", 1.0, 0, 1.0, 3, 40, index, 1, 1, False]
+    for _ in range(steps):
+        stepped = request("generate_step", *args, api_name="/generate_step")
+    check(stepped is not None and f"({steps} steps)" in stepped[0], "generation state is private")
+    trained_here = [sentence, visualiser.TRAINED_HERE, CROSS, 1, 1, 1, [], False]
+    if index in TRAINERS:
+        done = request("train", "reverse", 20, index, False, api_name="/train", stream=True)
+        check(done is not None and "Done: 20 steps" in done[0], "training finished")
+        view = request(
+            "attention (trained here)", "a b c", *trained_here[1:], api_name="/attention"
+        )
+        check(view is not None, "the session's own trained model")
+    else:
+        # Another session's training must not be visible here.
+        try:
+            client.predict("a b c", *trained_here[1:], api_name="/attention")
+            tally.add(key, f"{key}: sees a model trained by another session")
+        except Exception as error:
+            tally.add(key, None if NOT_TRAINED in str(error) else f"{key}: {error}")
+    request("embeddings", sentence, "translate", False, api_name="/embeddings")
+
+
+def test_many_sessions_at_once(url):
+    tally = Tally()
+    tally.latencies = []
+    start = time.monotonic()
+    with ThreadPoolExecutor(SESSIONS) as pool:
+        futures = [pool.submit(visitor, url, i, tally) for i in range(SESSIONS)]
+        for future in futures:
+            future.result(timeout=DEADLINE)
+    wall = time.monotonic() - start
+    latencies = sorted(tally.latencies)
+    print(
+        f"\n[load] {SESSIONS} sessions, {tally.total} requests, {len(tally.failures)} failures, "
+        f"{wall:.1f} s wall, median latency {latencies[len(latencies) // 2]:.2f} s, "
+        f"slowest {latencies[-1]:.2f} s"
+    )
+    assert not tally.failures, "\n".join(tally.failures)
+    assert wall < DEADLINE
+    still_serves(Client(url, verbose=False))

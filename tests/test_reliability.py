@@ -1,0 +1,603 @@
+"""Reliability: bad input through every named endpoint, faults (disconnects, cancelled training,
+out-of-memory and device errors, broken bundled checkpoints) and the security defaults.
+
+Every bad input must come back as a normal result or as a clear message, with no traceback and
+no file path in it, and the server must go on serving: a cheap request follows every one.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import itertools
+import json
+import pickle
+import re
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+from gradio_client import Client, handle_file
+from serving import (
+    CROSS,
+    GENERATE,
+    TOKENIZE,
+    Tally,
+    call,
+    leaks,
+    raw_call,
+    serve,
+    still_serves,
+)
+
+import app as visualiser
+from transformer import bundled as bundled_module
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BAD_TEXTS = {
+    "empty": "",
+    "whitespace": "   \n\t  \u3000",
+    "100,000 characters": "a" * 100_000,
+    "emoji": "🤖🧠✨" * 30 + " 👩‍👩‍👧‍👦 🇺🇳",
+    "CJK": "注意力机制就是你所需要的一切。トランスフォーマー",
+    "right-to-left": "مرحبا بالعالم שלום עולם",
+    "combining marks": "e\u0301\u0302\u0303" * 20 + "a\u0338" * 10,
+    "NUL": "\x00",
+    "control characters": "a\x00b\x01\x07\x1b[31m\x7f\x9f\x08",
+    "bidi and zero-width": "\u202eevil\u202c \u200b\u200d\ufeff\u2028x",
+}
+LONE_SURROGATES = "a\ud800b\udfff"  # valid JSON ("\ud800"), not valid UTF-8: raw HTTP only
+BAD_NUMBERS = [-1e12, 1e12, None, "x"]
+RAW_NUMBERS = [float("nan"), float("inf")]  # gradio_client cannot send these
+
+
+@dataclass
+class Endpoint:
+    """A named endpoint: valid arguments, and which of them are strings and which numbers."""
+
+    args: list
+    strings: list[int]
+    numbers: list[int] = field(default_factory=list)
+    trained: bool = False  # needs a session that has trained a model (the snapshot slider)
+
+
+GEN_NUMBERS = [3, 4, 5, 6, 7, 8, 9, 10]  # sliders and the seed
+SHORT_GENERATE = [
+    *GENERATE[:7],
+    3,
+    *GENERATE[8:],
+]  # 3 new tokens: the matrix is about input  # temperature, top-k, top-p, beam, max tokens, seed, layer, head
+ENDPOINTS = {
+    "/tokenize": Endpoint(TOKENIZE, strings=[0, 1, 4], numbers=[2, 5]),
+    "/learn_bpe": Endpoint(["low lower lowest\nnewer wider", 20, "lowest"], [0, 2], [1]),
+    "/positional_encoding": Endpoint(
+        [64, 32, 10000, "0, 1, 5", "cosine", False], [3, 4], [0, 1, 2]
+    ),
+    "/embeddings": Endpoint(["the small cat", "translate", False], [0, 1]),
+    "/attention": Endpoint(
+        ["a b c\nd e", "reverse", CROSS, 1, 1, 1, [], False], [0, 1, 2], [3, 4, 5]
+    ),
+    "/attention_grid": Endpoint(["a b c\nd e", "reverse", CROSS, 1, False], [0, 1, 2], [3]),
+    "/generate": Endpoint(SHORT_GENERATE, [0, 1, 2], GEN_NUMBERS),
+    "/generate_step": Endpoint(SHORT_GENERATE, [0, 1, 2], GEN_NUMBERS),
+    "/generate_back": Endpoint(SHORT_GENERATE, [0, 1, 2], GEN_NUMBERS),
+    "/generate_reset": Endpoint(SHORT_GENERATE, [0, 1, 2], GEN_NUMBERS),
+    "/teacher_forcing": Endpoint(["the small cat", "translate", "le minou petol"], [0, 1, 2]),
+    "/train": Endpoint(["reverse", 20, 0, False], [0], [1, 2]),
+    "/snapshot": Endpoint([0, "a b c", False], [1], [0], trained=True),
+    "/model_info": Endpoint(["reverse"], [0]),
+}
+FIGURES: dict[str, int] = {}  # inputs tried per endpoint, printed for the README
+
+
+@pytest.fixture(scope="module")
+def server():
+    with serve() as (demo, url):
+        yield demo, url
+
+
+@pytest.fixture(scope="module")
+def url(server):
+    return server[1]
+
+
+@pytest.fixture(scope="module")
+def client(url):
+    return Client(url, verbose=False)
+
+
+WORKERS = 6
+
+
+@pytest.fixture(scope="module")
+def pool(url):
+    """Sessions that send the bad-input matrix in parallel (one thread each)."""
+    return [Client(url, verbose=False) for _ in range(WORKERS)]
+
+
+@pytest.fixture(scope="module")
+def trained_client(url):
+    """A session that has trained a model, so the snapshot slider is live."""
+    trained = Client(url, verbose=False)
+    updates = list(trained.submit("reverse", 20, 0, False, api_name="/train"))
+    assert "Done: 20 steps" in updates[-1][0]
+    return trained
+
+
+def _cases(endpoint: Endpoint) -> list[tuple[str, list, bool]]:
+    """(label, arguments, via raw HTTP) for every bad value in every position."""
+    cases = []
+    for position in endpoint.strings:
+        for label, text in BAD_TEXTS.items():
+            args = list(endpoint.args)
+            args[position] = text
+            cases.append((f"arg {position} {label}", args, False))
+        args = list(endpoint.args)
+        args[position] = LONE_SURROGATES
+        cases.append((f"arg {position} lone surrogates", args, True))
+    for position in endpoint.numbers:
+        for value in BAD_NUMBERS + RAW_NUMBERS:
+            args = list(endpoint.args)
+            args[position] = value
+            cases.append((f"arg {position} = {value!r}", args, isinstance(value, float)))
+    return cases
+
+
+def _check(name: str, label: str, args: list, ok: bool, result, out_of_range: bool) -> str | None:
+    """Why this outcome is wrong, or None."""
+    if ok:
+        if out_of_range:
+            return f"{name} {label}: out-of-range number accepted"
+        return None
+    message = str(result)
+    if found := leaks(message):
+        return f"{name} {label}: message leaks {found}: {message[:300]!r}"
+    if "something went wrong" in message or not message.strip():
+        return f"{name} {label}: unhandled error: {message[:300]!r}"
+    return None
+
+
+@pytest.mark.parametrize("name", list(ENDPOINTS))
+def test_bad_input_gets_a_clear_message_and_the_server_keeps_serving(
+    url, pool, trained_client, name
+):
+    endpoint = ENDPOINTS[name]
+    tally = Tally()
+
+    def run(client: Client, cases: list[tuple[str, list, bool]]) -> None:
+        for label, args, raw in cases:
+            ok, result = raw_call(url, name, *args) if raw else call(client, name, *args)
+            out_of_range = any(isinstance(a, float) and abs(a) >= 1e12 for a in args)
+            tally.add(name, _check(name, label, args, ok, result, out_of_range))
+            still_serves(client)  # the server is still up and its queue still moves
+
+    cases = _cases(endpoint)
+    clients = [trained_client] if endpoint.trained else pool
+    with ThreadPoolExecutor(len(clients)) as threads:
+        chunks = [cases[i :: len(clients)] for i in range(len(clients))]
+        list(threads.map(run, clients, chunks))
+    FIGURES[name] = tally.total
+    print(f"\n[reliability] {name}: {tally.total} bad inputs, {len(tally.failures)} failures")
+    assert not tally.failures, "\n".join(tally.failures)
+
+
+# -- uploads ---------------------------------------------------------------------------------
+
+
+class _Tripwire:
+    """Unpickling this creates a file: proof that a pickle was loaded."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def _upload(client: Client, path: Path) -> tuple[bool, object]:
+    return call(
+        client,
+        "/tokenize",
+        "ab ba",
+        "uploaded tokenizer.json",
+        400,
+        handle_file(str(path)),
+        "(none)",
+        5,
+    )
+
+
+def test_uploads_that_are_not_what_their_name_says(client, tmp_path):
+    marker = tmp_path / "UNPICKLED"
+    buffer = io.BytesIO()
+    torch.save({"weights": torch.zeros(3)}, buffer)
+    valid = (ROOT / "assets/models/translate/tokenizer.json").read_text(encoding="utf-8")
+    files = {
+        "pickle protocol 0 (ASCII)": (
+            "p0.json",
+            pickle.dumps(_Tripwire(marker), protocol=0),
+            "not JSON",
+        ),
+        "pickle protocol 5": ("p5.json", pickle.dumps(_Tripwire(marker), protocol=5), "not UTF-8"),
+        "torch.save .pt": ("weights.json", buffer.getvalue(), "not UTF-8"),
+        "pickle named .pt": ("model.pt", pickle.dumps(_Tripwire(marker)), "Invalid file type"),
+        "PNG": ("image.json", b"\x89PNG\r\n\x1a\n" + bytes(64), "not UTF-8"),
+        "empty": ("empty.json", b"", "not JSON"),
+        "not JSON": ("text.json", b"hello, world", "not JSON"),
+        "JSON list": ("list.json", b"[1, 2, 3]", "not an object"),
+        "JSON, not a tokenizer": (
+            "config.json",
+            b'{"vocab_size": 3, "architectures": []}',
+            "config.json",
+        ),
+        "nested 100,000 deep": ("deep.json", b"[" * 100_000, "nested too deeply"),
+        "truncated tokenizer": ("cut.json", valid[: len(valid) // 2].encode(), "not JSON"),
+        "no model vocabulary": ("novocab.json", b'{"model": {"type": "BPE"}}', "vocab"),
+    }
+    for label, (filename, content, expected) in files.items():
+        path = tmp_path / filename
+        path.write_bytes(content)
+        ok, message = _upload(client, path)
+        assert not ok, label
+        assert expected in message, (label, message)
+        assert not leaks(message), (label, message)
+        still_serves(client)
+    assert not marker.exists(), "an uploaded pickle was unpickled"
+
+
+def test_a_tokenizer_without_replay_still_tokenizes(client, tmp_path):
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import models, pre_tokenizers
+
+    word_level = Backend(models.WordLevel({"ab": 0, "ba": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    word_level.pre_tokenizer = pre_tokenizers.Whitespace()
+    path = tmp_path / "tokenizer.json"
+    path.write_text(word_level.to_str(), encoding="utf-8")
+    ok, result = _upload(client, path)
+    assert ok, result
+    stats, *_, replay_md = result
+    assert "2 tokens" in stats and "No replay for this tokenizer" in replay_md
+
+
+def test_upload_size_limits(client, url, tmp_path, monkeypatch):
+    options = visualiser.launch_options()
+    assert options["max_file_size"] == f"{visualiser.MAX_UPLOAD_BYTES >> 20}mb"
+    # gradio refuses a bigger upload at the door, before any handler runs ...
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (visualiser.MAX_UPLOAD_BYTES + 1))
+    with big.open("rb") as handle:
+        response = httpx.post(f"{url}gradio_api/upload", files={"files": handle}, timeout=60)
+    assert response.status_code == 413, response.text[:200]
+    # ... and the app checks the size of what it reads too (a limit set lower for this test).
+    monkeypatch.setattr(visualiser, "MAX_UPLOAD_BYTES", 1000)
+    small = tmp_path / "tokenizer.json"
+    small.write_text(json.dumps({"model": {"vocab": {f"t{i}": i for i in range(200)}}}))
+    ok, message = _upload(client, small)
+    assert not ok and "larger than the limit of 1,000 bytes" in message, message
+    still_serves(client)
+
+
+def test_a_path_that_was_not_uploaded_is_never_read(url):
+    for path in ["/etc/passwd", str(ROOT / "assets/models/translate/tokenizer.json"), "../app.py"]:
+        file_data = {"path": path, "meta": {"_type": "gradio.FileData"}}
+        ok, message = raw_call(
+            url, "/tokenize", "ab", "uploaded tokenizer.json", 400, file_data, "(none)", 5
+        )
+        assert not ok, path
+        assert "not uploaded" in message or "not in the upload folder" in message, message
+    for name in ["../../etc/passwd", "/etc/passwd", "assets/models/translate"]:
+        ok, message = raw_call(url, "/model_info", name)
+        assert not ok and "not in the list of choices" in message
+
+
+# -- numbers the UI cannot send ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("api", "args", "message"),
+    [
+        ("/generate_step", {3: float("nan")}, "temperature must be a number|between"),
+        ("/generate_step", {5: float("nan")}, "top-p must be"),
+        ("/generate_step", {7: float("nan")}, "max tokens must be a number"),
+        ("/generate_step", {8: float("inf")}, "Expected a `float"),  # gradio's Number refuses
+        ("/train", {1: float("nan")}, "steps must be a number"),
+        ("/positional_encoding", {2: float("nan")}, "base must be"),
+    ],
+)
+def test_nan_and_infinity_are_refused_by_name(url, api, args, message):
+    base = {
+        "/generate_step": GENERATE,
+        "/train": ["reverse", 20, 0, False],
+        "/positional_encoding": [64, 32, 10000, "0", "cosine", False],
+    }[api]
+    values = list(base)
+    for index, value in args.items():
+        values[index] = value
+    ok, result = raw_call(url, api, *values)
+    assert not ok and re.search(message, result), result
+
+
+# -- faults ----------------------------------------------------------------------------------
+
+
+def _training_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(visualiser.TRAINING_THREAD)]
+
+
+def _wait_until(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+def _join_and_drop(url: str, api_name: str, data: list, updates: int) -> None:
+    """Start a streaming request over gradio's queue protocol, read ``updates`` progress
+    messages, then drop the connection as a closed browser tab does."""
+    config = httpx.get(f"{url}config").json()
+    fn_index = next(
+        i
+        for i, dep in enumerate(config["dependencies"])
+        if dep.get("api_name") == api_name.lstrip("/")
+    )
+    session = f"drop{time.monotonic_ns()}"
+    joined = httpx.post(
+        f"{url}gradio_api/queue/join",
+        json={"data": data, "fn_index": fn_index, "session_hash": session, "event_data": None},
+    )
+    assert joined.status_code == 200, joined.text
+    seen = 0
+    with httpx.stream(
+        "GET", f"{url}gradio_api/queue/data", params={"session_hash": session}, timeout=60
+    ) as stream:
+        for line in stream.iter_lines():
+            if '"process_generating"' in line:
+                seen += 1
+                if seen >= updates:
+                    break  # leaving the block closes the connection mid-stream
+
+
+def test_a_client_that_disconnects_mid_training_stops_the_training(url, client):
+    assert not _training_threads()
+    _join_and_drop(url, "/train", ["reverse", 3000, 0, False, None], updates=2)
+    assert _wait_until(lambda: not _training_threads(), 30), (
+        "the training thread outlived its client"
+    )
+    still_serves(client)
+    updates = list(client.submit("reverse", 20, 0, False, api_name="/train"))
+    assert "Done: 20 steps" in updates[-1][0]
+
+
+def test_a_client_that_disconnects_mid_generation_leaves_nothing_running(server, client):
+    demo, url = server
+    _join_and_drop(url, "/generate", [*GENERATE[:7], 128, *GENERATE[8:], None, None], updates=2)
+    queue = demo._queue
+    assert _wait_until(lambda: not any(queue.active_jobs), 30), "the generation outlived its client"
+    still_serves(client)
+
+
+def test_cancelling_a_training_leaves_the_app_usable(url):
+    trainer = Client(url, verbose=False)
+    job = trainer.submit("reverse", 3000, 0, False, api_name="/train")
+    assert _wait_until(lambda: len(job.outputs()) >= 2, 60), "training did not report progress"
+    job.cancel()
+    assert _wait_until(lambda: not _training_threads(), 30), "the cancelled training runs on"
+    still_serves(trainer)
+    updates = list(trainer.submit("reverse", 20, 1, False, api_name="/train"))
+    assert "Done: 20 steps" in updates[-1][0]
+
+
+def test_time_limits_bound_training_and_generation(url, monkeypatch):
+    limited = Client(url, verbose=False)
+    monkeypatch.setattr(visualiser, "TRAINING_TIME_LIMIT_S", 0.0)
+    updates = list(limited.submit("reverse", 3000, 0, False, api_name="/train"))
+    assert "Stopped at the time limit of 0 s" in updates[-1][0]
+    monkeypatch.setattr(visualiser, "GENERATION_TIME_LIMIT_S", 0.0)
+    updates = list(limited.submit(*GENERATE, api_name="/generate"))
+    assert "(1 steps)" in updates[-1][0] and "**Paused** at the time limit" in updates[-1][0]
+
+
+def _fails_once(monkeypatch, module, name: str, error: Exception) -> None:
+    original = getattr(module, name)
+    calls = {"n": 0}
+
+    @functools.wraps(original)
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise error
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, flaky)
+
+
+_FRESH = itertools.count()
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (
+            torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"),
+            "out of memory",
+        ),
+        (MemoryError(), "out of memory"),
+        (RuntimeError("CUDA error: device-side assert triggered"), "accelerator reported an error"),
+        (RuntimeError("MPS backend out of memory"), "out of memory"),
+    ],
+)
+def test_out_of_memory_and_device_errors_become_messages(client, monkeypatch, error, message):
+    _fails_once(monkeypatch, visualiser, "analyse", error)
+    # A fresh input each time: the app caches analyses per input, and a cached one would not
+    # reach the failing call.
+    letters = [
+        "a",
+        "b",
+        "c",
+        "d",
+        "e",
+        "f",
+        "g",
+        "h",
+        "i",
+        "j",
+        "k",
+        "l",
+        "m",
+        "n",
+        "o",
+        "p",
+        "q",
+        "r",
+        "s",
+        "t",
+    ]
+    fresh = " ".join(letters[next(_FRESH) % 20 :][:4] + ["a"] * (next(_FRESH) % 5))
+    args = [fresh, "reverse", CROSS, 1, 1, 1, [], False]
+    ok, result = call(client, "/attention", *args)
+    assert not ok and message in result and not leaks(result), result
+    ok, result = call(client, "/attention", *args)
+    assert ok, result  # the next request works
+
+
+def test_an_unexpected_error_is_a_message_without_its_traceback(client, monkeypatch):
+    _fails_once(monkeypatch, visualiser, "sinusoidal_table", KeyError(f"{ROOT}/secret"))
+    ok, result = call(client, "/positional_encoding", 64, 32, 10000, "0", "cosine", False)
+    assert not ok and "something went wrong (KeyError)" in result and not leaks(result)
+    assert call(client, "/positional_encoding", 64, 32, 10000, "0", "cosine", False)[0]
+
+
+def test_messages_are_scrubbed_of_paths_html_and_length():
+    scrub = visualiser._scrub
+    assert (
+        scrub("cannot read /tmp/gradio/0a1b/tokenizer.json: denied")
+        == "cannot read tokenizer.json: denied"
+    )
+    assert scrub(r"C:\Users\me\tokenizer.json is bad") == "tokenizer.json is bad"
+    assert scrub(f"{Path.cwd()}/assets/models/x") == "./assets/models/x"
+    assert scrub("1,000 tokens/s, layer 1/2") == "1,000 tokens/s, layer 1/2"
+    assert scrub("<img src=x onerror=alert(1)>") == "&lt;img src=x onerror=alert(1)&gt;"
+    assert len(scrub("x" * 100_000)) == visualiser.MAX_MESSAGE_CHARS
+
+
+def _copy_bundled(tmp_path: Path) -> Path:
+    folder = tmp_path / "models"
+    shutil.copytree(bundled_module.BUNDLED_DIR, folder)
+    return folder
+
+
+def _damage(folder: Path, name: str, how: str, monkeypatch) -> None:
+    checkpoint = folder / name
+    if how == "missing":
+        shutil.rmtree(checkpoint)
+    elif how == "corrupted weights":
+        weights = checkpoint / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:1000])
+    elif how == "config not JSON":
+        (checkpoint / "config.json").write_text("{ not json")
+    elif how == "unreadable":  # an error the loader does not expect: it must not stop start-up
+        original = bundled_module.load_checkpoint
+
+        def load(path, device="cpu"):
+            if Path(path).name == name:
+                raise PermissionError(13, "Permission denied", str(path))
+            return original(path, device)
+
+        monkeypatch.setattr(bundled_module, "load_checkpoint", load)
+
+
+@pytest.mark.parametrize("how", ["missing", "corrupted weights", "config not JSON", "unreadable"])
+def test_a_broken_bundled_checkpoint_is_reported_by_name(tmp_path, monkeypatch, how):
+    folder = tmp_path / "models"
+    shutil.copytree(bundled_module.BUNDLED_DIR, folder)
+    _damage(folder, "reverse", how, monkeypatch)
+    loaded = bundled_module.load_bundled("cpu", folder)
+    assert set(loaded.models) == {"translate", "continue"}
+    assert set(loaded.errors) == {"reverse"}
+    assert not leaks(loaded.errors["reverse"]) and str(tmp_path) not in loaded.errors["reverse"]
+
+
+def test_the_app_starts_without_its_broken_checkpoints(tmp_path, monkeypatch):
+    folder = tmp_path / "models"
+    shutil.copytree(bundled_module.BUNDLED_DIR, folder)
+    _damage(folder, "reverse", "corrupted weights", monkeypatch)
+    _damage(folder, "continue", "unreadable", monkeypatch)
+    monkeypatch.setattr(
+        visualiser, "load_bundled", functools.partial(bundled_module.load_bundled, folder=folder)
+    )
+    with serve() as (_, url):
+        client = Client(url, verbose=False)
+        for name in ["reverse", "continue"]:
+            ok, message = call(client, "/model_info", name)
+            assert not ok and "not in the list of choices: ['translate'," in message, message
+            assert not leaks(message) and str(tmp_path) not in message
+        ok, result = call(client, "/attention", "the cat", "translate", CROSS, 1, 1, 1, [], False)
+        assert ok, result
+        config = json.dumps(httpx.get(f"{url}config").json())
+        assert "bundled model **reverse** unavailable" in config
+        assert "bundled model **continue** unavailable" in config
+
+
+# -- security defaults -----------------------------------------------------------------------
+
+
+def test_the_server_binds_loopback_and_does_not_share_by_default(monkeypatch):
+    launched = {}
+
+    class FakeDemo:
+        def launch(self, **kwargs):
+            launched.update(kwargs)
+
+    monkeypatch.setattr(visualiser, "build_demo", lambda device: FakeDemo())
+    visualiser.main([])
+    assert launched["server_name"] == "127.0.0.1"
+    assert launched["share"] is False
+    assert launched["max_file_size"] == visualiser.launch_options()["max_file_size"]
+    visualiser.main(["--host", "0.0.0.0", "--share"])
+    assert launched["server_name"] == "0.0.0.0" and launched["share"] is True
+
+
+def test_queue_and_concurrency_limits(server):
+    demo, _ = server
+    assert demo._queue.max_size == visualiser.QUEUE_SIZE
+    by_name = {fn.api_name: fn for fn in demo.fns.values()}
+    assert by_name["train"].concurrency_limit == 1  # one training at a time, all sessions together
+    assert by_name["generate"].concurrency_limit == 4
+    # max tokens is a slider up to 128 and each run has a wall-clock limit
+    assert 0 < visualiser.GENERATION_TIME_LIMIT_S <= 120
+    assert 0 < visualiser.TRAINING_TIME_LIMIT_S <= 600
+
+
+def test_nothing_unpickles():
+    """Only safetensors and JSON are ever loaded: no pickle, no torch.load, anywhere."""
+    forbidden = re.compile(
+        r"\b(torch\.load|pickle\.loads?|import pickle|from pickle|dill|joblib\.load|allow_pickle\s*=\s*True|weights_only\s*=\s*False)\b"
+    )
+    offenders = []
+    for path in [
+        ROOT / "app.py",
+        *(ROOT / "transformer").rglob("*.py"),
+        *(ROOT / "benchmarks").rglob("*.py"),
+    ]:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if forbidden.search(line):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not offenders, offenders
+
+
+def test_summary():
+    """The figures for the README's reliability section (run with -s to see them)."""
+    if FIGURES:
+        total = sum(FIGURES.values())
+        print(
+            f"\n[reliability] bad inputs: {total} over {len(FIGURES)} endpoints (each followed by a request that succeeded)"
+        )
