@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from gradio_client import Client
+from serving import CROSS, GENERATE, free_port
 
 import app as visualiser
 
-CROSS = "cross-attention (decoder → encoder)"
 DECODER_SELF = "decoder masked self-attention"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -199,22 +191,6 @@ def test_model_info_counts_parameters(client):
     assert "63,119,496" in info
     rows = {row[0]: row[1] for row in params["data"]}
     assert int(rows["total"].replace(",", "")) > 0
-
-
-GENERATE = [
-    "the small cat sees a red ball",
-    "translate",
-    "greedy",
-    1.0,
-    0,
-    1.0,
-    3,
-    40,
-    0,
-    1,
-    1,
-    False,
-]
 
 
 def test_generate_streams_one_step_at_a_time(client):
