@@ -31,34 +31,34 @@ import gradio as gr
 import torch
 
 from transformer import figures
-from transformer.bpe_learning import learn_bpe
 from transformer.bundled import load_bundled
 from transformer.checkpoint import Checkpoint, CheckpointError
 from transformer.config import ConfigError, base_config
-from transformer.corpus import bundled_corpus
-from transformer.data import encode_examples, pad
 from transformer.device import pick_device
 from transformer.embeddings import sinusoidal_table
 from transformer.generation import MAX_NEW_TOKENS, DecodingSession, DecodingSettings, teacher_force
 from transformer.inspection import Analysis, analyse, check_sentences
 from transformer.model import NO_INTERVENTION, Intervention, Transformer, count_parameters
-from transformer.recipes import RECIPES, build_model, build_tokenizer
-from transformer.tasks import make_task, reference_target
-from transformer.tokenization import (
-    MAX_TOKENIZER_JSON_BYTES,
-    Tokenizer,
-    TokenizerError,
-    train_tokenizer,
-)
-from transformer.tokenizer_replay import (
+from transformer.text.bpe_learning import learn_bpe
+from transformer.text.corpus import bundled_corpus
+from transformer.text.replay import (
     BPEReplay,
     UnigramReplay,
     WordPieceReplay,
     WordReplay,
     replay,
 )
+from transformer.text.tokenization import (
+    MAX_TOKENIZER_JSON_BYTES,
+    Tokenizer,
+    TokenizerError,
+    train_tokenizer,
+)
 from transformer.trace import AttentionKind
-from transformer.training import train
+from transformer.training.data import encode_examples, pad
+from transformer.training.loop import train
+from transformer.training.recipes import RECIPES, build_model, build_tokenizer
+from transformer.training.tasks import make_task, reference_target
 
 log = logging.getLogger("visualiser")
 

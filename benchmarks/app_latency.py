@@ -39,8 +39,8 @@ import httpx
 from gradio_client import Client
 
 from transformer.checkpoint import load_checkpoint
-from transformer.corpus import bundled_corpus
-from transformer.tokenization import Tokenizer, train_tokenizer
+from transformer.text.corpus import bundled_corpus
+from transformer.text.tokenization import Tokenizer, train_tokenizer
 
 
 class QueueClient:

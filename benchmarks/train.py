@@ -26,14 +26,14 @@ import torch
 from torch import Tensor, nn
 
 from transformer.config import ModelConfig
-from transformer.data import Batch, batches, encode_examples
 from transformer.embeddings import sinusoidal_table
-from transformer.evaluation import exact_match, sequence_loss
 from transformer.masks import causal_mask, to_torch_nn_mask
-from transformer.recipes import RECIPES, build_model, build_tokenizer
-from transformer.tasks import make_task
 from transformer.torch_parity import torch_reference
-from transformer.training import Progress, train
+from transformer.training.data import Batch, batches, encode_examples
+from transformer.training.evaluation import exact_match, sequence_loss
+from transformer.training.loop import Progress, train
+from transformer.training.recipes import RECIPES, build_model, build_tokenizer
+from transformer.training.tasks import make_task
 
 
 class TorchNNSeq2Seq(nn.Module):

@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-from transformer.corpus import bundled_corpus
-from transformer.tokenization import ALGORITHMS, Tokenizer, train_tokenizer
+from transformer.text.corpus import bundled_corpus
+from transformer.text.tokenization import ALGORITHMS, Tokenizer, train_tokenizer
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer.bpe_learning import corpus_words, learn_bpe
-from transformer.tokenization import SPECIAL_TOKENS, Tokenizer, TokenizerError, train_tokenizer
-from transformer.tokenizer_replay import replay
+from transformer.text.bpe_learning import corpus_words, learn_bpe
+from transformer.text.replay import replay
+from transformer.text.tokenization import SPECIAL_TOKENS, Tokenizer, TokenizerError, train_tokenizer
 
 
 def library_merges(tok: Tokenizer) -> list[tuple[str, str]]:

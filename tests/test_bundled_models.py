@@ -9,9 +9,9 @@ import torch
 
 from transformer.bundled import BUNDLED_DIR, BUNDLED_NAMES, load_bundled
 from transformer.checkpoint import load_checkpoint
-from transformer.evaluation import evaluate_model
-from transformer.recipes import SAMPLE_SIZE, task_digest
-from transformer.tasks import adjective_noun_pairs, make_task
+from transformer.training.evaluation import evaluate_model
+from transformer.training.recipes import SAMPLE_SIZE, task_digest
+from transformer.training.tasks import adjective_noun_pairs, make_task
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import torch
 from transformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from transformer.config import ModelConfig
 from transformer.model import Transformer
-from transformer.tokenization import train_tokenizer
+from transformer.text.tokenization import train_tokenizer
 
 
 @pytest.fixture(scope="module")

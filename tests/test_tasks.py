@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer.tasks import (
+from transformer.training.tasks import (
     ANIMATE_NOUNS,
     NOUN_GENDER,
     REVERSE_ALPHABET,
@@ -112,7 +112,7 @@ def test_splits_disjoint_and_deduplicated(name: str) -> None:
 
 
 def test_too_many_examples_asked_for_is_an_error_not_a_hang(monkeypatch) -> None:
-    import transformer.tasks as tasks
+    import transformer.training.tasks as tasks
 
     monkeypatch.setattr(tasks, "_MAX_CONSECUTIVE_DUPLICATES", 50)
     monkeypatch.setattr(tasks, "REVERSE_ALPHABET", ("x",))  # one sentence per length: 9 in all
@@ -273,7 +273,7 @@ def test_corpus_is_train_sources_and_targets(name: str) -> None:
 
 
 def test_reference_target_is_the_task_answer() -> None:
-    from transformer.tasks import reference_target
+    from transformer.training.tasks import reference_target
 
     assert reference_target("reverse", "a b c") == "c b a"
     for example in make_task("translate", seed=2, n_train=20, n_validation=5, n_test=5).train:

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import processors
 
-from transformer.tokenization import (
+from transformer.text.replay import byte_level_to_bytes
+from transformer.text.tokenization import (
     ALGORITHMS,
     BOS_ID,
     EOS_ID,
@@ -23,7 +24,6 @@ from transformer.tokenization import (
     TokenizerError,
     train_tokenizer,
 )
-from transformer.tokenizer_replay import byte_level_to_bytes
 
 PLAIN_WORDS = ["the", "cat", "sat", "on", "a", "mat", "attention", "token", "layer"]
 NASTY_TEXTS = [

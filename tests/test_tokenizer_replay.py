@@ -14,8 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import normalizers, pre_tokenizers
 
-from transformer.tokenization import ALGORITHMS, SPECIAL_TOKENS, Tokenizer, TokenizerError
-from transformer.tokenizer_replay import (
+from transformer.text.replay import (
     MAX_REPLAY_CHARS,
     BPEReplay,
     UnigramReplay,
@@ -23,6 +22,7 @@ from transformer.tokenizer_replay import (
     byte_level_to_bytes,
     replay,
 )
+from transformer.text.tokenization import ALGORITHMS, SPECIAL_TOKENS, Tokenizer, TokenizerError
 
 WORDS = [
     "the",

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from transformer.config import ModelConfig
-from transformer.data import batches, encode_examples
 from transformer.model import Transformer
-from transformer.tasks import make_task, task_corpus
-from transformer.tokenization import train_tokenizer
-from transformer.training import TrainingConfig, noam_learning_rate, train
+from transformer.text.tokenization import train_tokenizer
+from transformer.training.data import batches, encode_examples
+from transformer.training.loop import TrainingConfig, noam_learning_rate, train
+from transformer.training.tasks import make_task, task_corpus
 
 
 @pytest.fixture(scope="module")

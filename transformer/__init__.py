@@ -9,10 +9,8 @@ Figures live in ``transformer.figures`` (plotly); nothing here imports a UI.
 """
 
 from .attention import KeyValueCache, MultiHeadAttention, scaled_dot_product_attention
-from .bpe_learning import BPELearningTrace, MergeStep, learn_bpe
 from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from .config import ConfigError, ModelConfig, base_config
-from .corpus import bundled_corpus
 from .embeddings import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
@@ -30,7 +28,10 @@ from .model import (
     Transformer,
     count_parameters,
 )
-from .tokenization import (
+from .text.bpe_learning import BPELearningTrace, MergeStep, learn_bpe
+from .text.corpus import bundled_corpus
+from .text.replay import WordReplay, replay
+from .text.tokenization import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
@@ -41,7 +42,6 @@ from .tokenization import (
     TokenRecord,
     train_tokenizer,
 )
-from .tokenizer_replay import WordReplay, replay
 from .trace import AttentionRecord, LayerTrace, StackInput, Trace
 
 __all__ = [

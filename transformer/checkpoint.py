@@ -27,7 +27,7 @@ from torch import Tensor
 
 from .config import ConfigError, ModelConfig
 from .model import Transformer
-from .tokenization import Tokenizer, TokenizerError
+from .text.tokenization import Tokenizer, TokenizerError
 
 FORMAT_VERSION = 1
 MAX_WEIGHTS_BYTES = 512 * 1024 * 1024

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .data import pad
-from .evaluation import greedy_decode
 from .model import NO_INTERVENTION, Intervention, Transformer
-from .tokenization import Tokenizer
+from .text.tokenization import Tokenizer
 from .trace import Trace
+from .training.data import pad
+from .training.evaluation import greedy_decode
 
 MAX_SENTENCES = 3
 

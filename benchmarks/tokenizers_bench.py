@@ -19,10 +19,10 @@ sys.path.insert(0, os.path.dirname(_HERE))
 
 import time
 
-from transformer.bpe_learning import learn_bpe
-from transformer.corpus import bundled_corpus
-from transformer.tokenization import ALGORITHMS, train_tokenizer
-from transformer.tokenizer_replay import replay
+from transformer.text.bpe_learning import learn_bpe
+from transformer.text.corpus import bundled_corpus
+from transformer.text.replay import replay
+from transformer.text.tokenization import ALGORITHMS, train_tokenizer
 
 VOCAB_SIZES = {"bpe": 1000, "byte_bpe": 1000, "wordpiece": 1000, "unigram": 1000}
 REPEAT = 80  # about 1 MB of text

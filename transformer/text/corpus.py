@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-CORPUS_PATH = Path(__file__).resolve().parent.parent / "assets" / "corpus" / "transformer_notes.txt"
+CORPUS_PATH = Path(__file__).resolve().parents[2] / "assets" / "corpus" / "transformer_notes.txt"
 
 
 @cache

@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..model import Transformer
+from ..text.tokenization import Tokenizer
 from .data import Batch, EncodedPair, batches, encode_examples, pad
-from .model import Transformer
 from .tasks import Example, is_toy_english
-from .tokenization import Tokenizer
 
 
 def sequence_loss(logits: Tensor, targets: Tensor, pad_id: int, label_smoothing: float) -> Tensor:

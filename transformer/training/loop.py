@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import Tensor
 
+from ..device import pick_device
+from ..model import Transformer
 from .data import Batch, EncodedPair, batches
-from .device import pick_device
 from .evaluation import evaluate_batches, forward_batch, sequence_loss
-from .model import Transformer
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """How each bundled model is built: its task, tokenizer, model shape and training settings.
 
-``python -m transformer.train --task NAME`` follows these recipes, and so does the app's live
+``python -m transformer train --task NAME`` follows these recipes, and so does the app's live
 training, so a bundled checkpoint can always be rebuilt from code.
 """
 
@@ -16,14 +16,14 @@ from typing import Any
 
 import torch
 
-from .checkpoint import save_checkpoint
-from .config import ModelConfig
+from ..checkpoint import save_checkpoint
+from ..config import ModelConfig
+from ..model import Transformer, count_parameters
+from ..text.tokenization import Tokenizer, train_tokenizer
 from .data import encode_examples
 from .evaluation import evaluate_model
-from .model import Transformer, count_parameters
+from .loop import Progress, TrainingConfig, TrainingResult, train
 from .tasks import TaskData, make_task, task_corpus
-from .tokenization import Tokenizer, train_tokenizer
-from .training import Progress, TrainingConfig, TrainingResult, train
 
 SAMPLE_SIZE = 200
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..text.tokenization import Tokenizer
 from .tasks import Example, decoder_only_text
-from .tokenization import Tokenizer
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from typing import Any
 
 import tokenizers
 
-from transformer.tokenization import Tokenizer, TokenizerError, check_text
+from .tokenization import Tokenizer, TokenizerError, check_text
 
 MAX_REPLAY_CHARS = 20_000
 """Longest text `replay` accepts, in characters (a replay records every step of every word)."""

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from transformer.tokenization import METASPACE, TokenizerError, clean_text
+from .tokenization import METASPACE, TokenizerError, clean_text
 
 MAX_LEARNING_CHARS = 2_000_000
 """Largest corpus (total characters) `learn_bpe` accepts: it runs in pure Python."""
