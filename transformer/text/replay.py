@@ -24,8 +24,9 @@ from __future__ import annotations
 import heapq
 import json
 import re
+import unicodedata
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
 
@@ -39,32 +40,65 @@ UNIGRAM_UNK_PENALTY = 10.0
 """`tokenizers` scores an unknown character ``min(vocab scores) - UNIGRAM_UNK_PENALTY``."""
 
 
+class _MergeHistory:
+    """The merges of one word as linked-list operations, so that the symbols after any step can
+    be rebuilt in O(word length) without storing a copy per step (which is quadratic)."""
+
+    __slots__ = ("initial", "steps")
+
+    def __init__(self, initial: tuple[str, ...]) -> None:
+        self.initial = initial
+        self.steps: list[tuple[int, int, str]] = []  # (left node, right node, merged symbol)
+
+    def symbols_after(self, count: int) -> tuple[str, ...]:
+        """The word's symbols after its first ``count`` merges."""
+        symbols = list(self.initial)
+        alive = [True] * len(symbols)
+        for left, right, result in self.steps[:count]:
+            symbols[left] = result
+            alive[right] = False
+        return tuple(s for s, a in zip(symbols, alive, strict=True) if a)
+
+
 @dataclass(frozen=True)
 class BPEMerge:
     """One merge applied to a word: ``pair`` (left, right) became ``result``.
 
-    ``rank`` is the merge's position in the tokenizer's merge list (lower merges first),
-    ``position`` the index of the left symbol among the symbols before the merge, and
-    ``symbols`` the word's symbols after it.
+    ``rank`` is the merge's position in the tokenizer's merge list (lower merges first; for a
+    tiktoken-format tokenizer such as cl100k_base it is ``result_id - 256``), ``result_id`` the
+    id of the merged token, ``position`` the index of the left symbol among the symbols before
+    the merge, and ``symbols`` (computed on access) the word's symbols after it.
     """
 
     pair: tuple[str, str]
     rank: int
     result: str
     position: int
-    symbols: tuple[str, ...]
+    result_id: int
+    _history: _MergeHistory = field(repr=False, compare=False)
+    _index: int = field(repr=False, compare=False)
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        """The word's symbols after this merge (rebuilt on each access, O(word length))."""
+        return self._history.symbols_after(self._index + 1)
 
 
 @dataclass(frozen=True)
 class BPEReplay:
     """BPE on one word: the initial ``symbols`` (characters or bytes, unknown ones already
     replaced by the unknown token or byte-fallback pieces) and the ``merges`` applied in order.
-    ``whole_word`` is True when the model looks whole words up first (``ignore_merges``) and
-    found this one, so no merge ran."""
+    ``whole_word`` is True when the model looks whole words up first (``ignore_merges``, as
+    tiktoken and Llama-3 do) and found this one, so no merge ran."""
 
     symbols: tuple[str, ...]
     merges: tuple[BPEMerge, ...]
     whole_word: bool = False
+
+    @property
+    def final_symbols(self) -> tuple[str, ...]:
+        """The word's symbols after its last merge: the pieces the model outputs."""
+        return self.merges[-1].symbols if self.merges else self.symbols
 
 
 @dataclass(frozen=True)
@@ -227,15 +261,20 @@ class _BPEModel:
             return [word], BPEReplay(symbols=(word,), merges=(), whole_word=True)
         symbols = self.initial_symbols(word)
         initial = tuple(symbols)
+        history = _MergeHistory(initial)
         # A doubly linked list over the symbols, and a heap of candidate merges ordered by
-        # (rank, position): exactly the order of `tokenizers`' Word::merge_all.
+        # (rank, position): exactly the order of `tokenizers`' Word::merge_all. A Fenwick tree
+        # over the live symbols gives each merge's position in O(log n): the whole word costs
+        # O(n log n), so a text without a pre-tokeniser (one long word) replays in linear-ish time.
         n = len(symbols)
         nxt = [i + 1 if i + 1 < n else -1 for i in range(n)]
         prv = [i - 1 for i in range(n)]
         alive = [True] * n
+        live = _Fenwick(n)
         heap: list[tuple[int, int, str]] = []
+        merges = self.merges
         for i in range(n - 1):
-            found = self.merges.get((symbols[i], symbols[i + 1]))
+            found = merges.get((symbols[i], symbols[i + 1]))
             if found:
                 heap.append((found[0], i, found[1]))
         heapq.heapify(heap)
@@ -246,34 +285,70 @@ class _BPEModel:
                 continue
             right = nxt[pos]
             pair = (symbols[pos], symbols[right])
-            current = self.merges.get(pair)
+            current = merges.get(pair)
             if current is None or current[1] != result:
                 continue  # stale: this pair changed since it was queued
-            index = sum(alive[:pos])
+            index = live.prefix(pos)  # live symbols before ``pos``
             symbols[pos] = result
             alive[right] = False
+            live.remove(right)
             nxt[pos] = nxt[right]
             if nxt[right] != -1:
                 prv[nxt[right]] = pos
+            history.steps.append((pos, right, result))
             steps.append(
                 BPEMerge(
                     pair=pair,
                     rank=current[0],
                     result=result,
                     position=index,
-                    symbols=tuple(s for s, a in zip(symbols, alive, strict=True) if a),
+                    result_id=self.vocab[result],
+                    _history=history,
+                    _index=len(steps),
                 )
             )
             if prv[pos] >= 0:
-                found = self.merges.get((symbols[prv[pos]], result))
+                found = merges.get((symbols[prv[pos]], result))
                 if found:
                     heapq.heappush(heap, (found[0], prv[pos], found[1]))
             if nxt[pos] != -1:
-                found = self.merges.get((result, symbols[nxt[pos]]))
+                found = merges.get((result, symbols[nxt[pos]]))
                 if found:
                     heapq.heappush(heap, (found[0], pos, found[1]))
         pieces = [s for s, a in zip(symbols, alive, strict=True) if a]
         return pieces, BPEReplay(symbols=initial, merges=tuple(steps))
+
+
+class _Fenwick:
+    """Counts of live symbols, with O(log n) removal and prefix counts."""
+
+    __slots__ = ("tree",)
+
+    def __init__(self, n: int) -> None:
+        tree = [0] * (n + 1)
+        for i in range(1, n + 1):  # all ones, built in O(n)
+            tree[i] += 1
+            parent = i + (i & -i)
+            if parent <= n:
+                tree[parent] += tree[i]
+        self.tree = tree
+
+    def remove(self, index: int) -> None:
+        i = index + 1
+        tree = self.tree
+        while i < len(tree):
+            tree[i] -= 1
+            i += i & -i
+
+    def prefix(self, index: int) -> int:
+        """How many live symbols come before ``index``."""
+        total = 0
+        i = index
+        tree = self.tree
+        while i > 0:
+            total += tree[i]
+            i -= i & -i
+        return total
 
 
 class _WordPieceModel:
@@ -394,6 +469,56 @@ def _merge_pair(merge: Any) -> tuple[str, str]:
 # -- the text pipeline before the model -------------------------------------------------------
 
 
+def _prepends_first(section: Any) -> bool:
+    """Whether a pre-tokeniser section (possibly a nested Sequence) has prepend_scheme "first"."""
+    if isinstance(section, dict):
+        if section.get("prepend_scheme") == "first":
+            return True
+        return any(_prepends_first(v) for v in section.values())
+    if isinstance(section, list):
+        return any(_prepends_first(v) for v in section)
+    return False
+
+
+def _never_prepend(section: Any) -> Any:
+    """A copy of a pre-tokeniser section with every prepend_scheme "first" set to "never"."""
+    if isinstance(section, dict):
+        out = {k: _never_prepend(v) for k, v in section.items()}
+        if out.get("prepend_scheme") == "first":
+            out["prepend_scheme"] = "never"
+        return out
+    if isinstance(section, list):
+        return [_never_prepend(v) for v in section]
+    return section
+
+
+def _build_pre_tokenizer(section: dict[str, Any]) -> Any:
+    """A `tokenizers` pre-tokeniser from its JSON section (built on an empty WordLevel model)."""
+    spec = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [],
+        "normalizer": None,
+        "pre_tokenizer": section,
+        "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": {}, "unk_token": "[UNK]"},
+    }
+    return tokenizers.Tokenizer.from_str(json.dumps(spec)).pre_tokenizer
+
+
+def _is_word_char(char: str) -> bool:
+    """Rust regex's Unicode ``\\w`` (which `tokenizers` uses for ``single_word``): letters, marks,
+    decimal and letter numbers, connector punctuation, joiners and the Other_Alphabetic symbols.
+    Python's ``\\w`` also counts other numbers such as ``²``, and so cannot be used."""
+    category = unicodedata.category(char)
+    if category[0] in "LM" or category in ("Nd", "Nl", "Pc"):
+        return True
+    code = ord(char)
+    return code in (0x200C, 0x200D) or 0x24B6 <= code <= 0x24E9 or 0x1F130 <= code <= 0x1F189
+
+
 @dataclass(frozen=True)
 class _AddedToken:
     content: str
@@ -402,6 +527,7 @@ class _AddedToken:
     lstrip: bool
     rstrip: bool
     special: bool
+    surface: str = ""  # the token's string in the library's output (normalised if matched so)
 
 
 class _AddedTokenSplitter:
@@ -422,8 +548,8 @@ class _AddedTokenSplitter:
             start, stop = match.span()
             token = self.tokens[match.group()]
             if token.single_word:
-                before_ok = start == 0 or not re.search(r"\w$", text[:start])
-                after_ok = stop == len(text) or not re.match(r"\w", text[stop:])
+                before_ok = start == 0 or not _is_word_char(text[start - 1])
+                after_ok = stop == len(text) or not _is_word_char(text[stop])
                 if not (before_ok and after_ok):
                     continue
             if token.lstrip:
@@ -443,7 +569,8 @@ class Replayer:
     """Replays one tokenizer; build once, call `replay` for each text."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
+        # Only the library object is kept, never the `Tokenizer` wrapper: the module's cache is
+        # keyed weakly on the wrapper, and a value that referenced its key would never be freed.
         spec = tokenizer.spec
         model = spec["model"]
         model_type = tokenizer.model_type
@@ -459,16 +586,17 @@ class Replayer:
                 f"{model_type}, which has no steps to show beyond a vocabulary lookup"
             )
         backend = tokenizer.backend
+        self.backend = backend
         self.normalizer = backend.normalizer
         self.pre_tokenizer = backend.pre_tokenizer
         # Metaspace(prepend_scheme="first") adds "▁" only to the split that starts the text; the
         # library knows where each split came from, `pre_tokenize_str` does not, so later splits
-        # use a copy of the pre-tokeniser that never prepends.
+        # use a copy of the pre-tokeniser that never prepends. Only the pre-tokeniser section is
+        # edited (a vocabulary may well hold the token "first").
         self.later_pre_tokenizer = self.pre_tokenizer
-        if '"first"' in json.dumps(spec.get("pre_tokenizer")):
-            patched = json.loads(json.dumps(spec).replace('"first"', '"never"'))
-            patched_tok = tokenizers.Tokenizer.from_str(json.dumps(patched))
-            self.later_pre_tokenizer = patched_tok.pre_tokenizer
+        section = spec.get("pre_tokenizer")
+        if _prepends_first(section):
+            self.later_pre_tokenizer = _build_pre_tokenizer(_never_prepend(section))
         skip_special = bool(getattr(backend, "encode_special_tokens", False))
         raw: dict[str, _AddedToken] = {}
         normalized: dict[str, _AddedToken] = {}
@@ -487,9 +615,9 @@ class Replayer:
             if entry.get("normalized"):
                 key = self.normalizer.normalize_str(content) if self.normalizer else content
                 if key:
-                    normalized.setdefault(key, token)
+                    normalized.setdefault(key, replace(token, surface=key))
             else:
-                raw.setdefault(content, token)
+                raw.setdefault(content, replace(token, surface=content))
         self.raw_splitter = _AddedTokenSplitter(raw)
         self.normalized_splitter = _AddedTokenSplitter(normalized)
 
@@ -525,18 +653,26 @@ class Replayer:
         return [(p, vocab[p]) for p in pieces], detail
 
     def replay(self, text: str) -> list[WordReplay]:
-        """Replay ``text``: one `WordReplay` per word or added token (empty text gives ``[]``)."""
+        """Replay ``text``: one `WordReplay` per word or added token (empty text gives ``[]``).
+
+        The pieces and ids are the replay's own (from its merges, greedy choices or Viterbi
+        segmentation); they are then checked against the library's encoding, and a difference
+        raises TokenizerError. Only the character spans come from the library's offsets.
+        """
         text = check_text(text, MAX_REPLAY_CHARS)
         if not text:
             return []
-        encoding = self.tokenizer.encoding(text, add_special_tokens=False)
+        try:
+            encoding = self.backend.encode(text, add_special_tokens=False)
+        except Exception as err:  # e.g. a Unigram file without unk_id meeting an unknown char
+            raise TokenizerError(f"this tokenizer cannot encode the text: {err}") from None
         lib = list(zip(encoding.tokens, encoding.ids, encoding.offsets, strict=True))
         result: list[WordReplay] = []
         cursor = 0  # position in the library's tokens
         last_end = 0
         for word, added in self.words(text):
             if added is not None:
-                tokens: list[tuple[str, int]] = [(added.content, added.id)]
+                tokens: list[tuple[str, int]] = [(added.surface, added.id)]
                 detail: StepDetail | None = None
             else:
                 tokens, detail = self._model_tokens(word)
@@ -546,9 +682,9 @@ class Replayer:
                 same = same and [t[0] for t in theirs] == [t[0] for t in tokens]
             if not same:
                 raise TokenizerError(
-                    f"the replay of word {word!r} gives {tokens} but `tokenizers` gives "
-                    f"{[(t[0], t[1]) for t in theirs]}: this tokenizer's configuration is not "
-                    "one the replay reproduces faithfully"
+                    f"the replay of word {word[:80]!r} gives {tokens[:20]} but `tokenizers` gives "
+                    f"{[(t[0], t[1]) for t in theirs][:20]}: this tokenizer's configuration is "
+                    "not one the replay reproduces faithfully"
                 )
             cursor += len(tokens)
             if theirs:
@@ -561,8 +697,8 @@ class Replayer:
                     word=word,
                     start=start,
                     end=last_end,
-                    pieces=tuple(t[0] for t in theirs),
-                    ids=tuple(t[1] for t in theirs),
+                    pieces=tuple(t[0] for t in tokens),
+                    ids=tuple(t[1] for t in tokens),
                     added_token=added is not None,
                     steps=detail,
                 )
@@ -581,11 +717,23 @@ _REPLAYERS: weakref.WeakKeyDictionary[Tokenizer, Replayer] = weakref.WeakKeyDict
 def replay(tokenizer: Tokenizer, text: str) -> list[WordReplay]:
     """The steps by which ``tokenizer`` reaches the pieces of ``text``, word by word.
 
-    Raises TokenizerError for a model type or configuration that cannot be replayed, or for text
-    over `MAX_REPLAY_CHARS`. The flattened pieces and ids always equal the library's encoding
-    (without a post-processor's additions such as BERT's ``[CLS]``).
+    Raises TokenizerError, with the reason, for a model type or configuration that cannot be
+    replayed, for text over `MAX_REPLAY_CHARS`, or for any failure inside the replay: a caller
+    that shows tokens can always catch TokenizerError and show them without the steps. The
+    flattened pieces and ids always equal the library's encoding (without a post-processor's
+    additions such as BERT's ``[CLS]``).
     """
-    replayer = _REPLAYERS.get(tokenizer)
-    if replayer is None:
-        replayer = _REPLAYERS[tokenizer] = Replayer(tokenizer)
-    return replayer.replay(text)
+    if not isinstance(tokenizer, Tokenizer):
+        raise TokenizerError(f"replay needs a Tokenizer, got {type(tokenizer).__name__}")
+    try:
+        replayer = _REPLAYERS.get(tokenizer)
+        if replayer is None:
+            replayer = _REPLAYERS[tokenizer] = Replayer(tokenizer)
+        return replayer.replay(text)
+    except TokenizerError:
+        raise
+    except Exception as err:  # a file shape the replay did not foresee: say so, never crash
+        raise TokenizerError(
+            f"the replay failed on this tokenizer ({type(err).__name__}: {err}); its tokens are "
+            "still valid, only the steps cannot be shown"
+        ) from err
