@@ -183,9 +183,14 @@ def bytes_to_unicode() -> dict[int, str]:
     return table
 
 
+@cache
+def _unicode_to_bytes() -> dict[str, int]:
+    return {c: b for b, c in bytes_to_unicode().items()}
+
+
 def byte_level_to_bytes(piece: str) -> bytes:
     """The bytes a byte-level piece stands for (``"Ġcat"`` → ``b" cat"``); unknown chars kept."""
-    inverse = {c: b for b, c in bytes_to_unicode().items()}
+    inverse = _unicode_to_bytes()
     out = bytearray()
     for char in piece:
         if char in inverse:
@@ -193,6 +198,91 @@ def byte_level_to_bytes(piece: str) -> bytes:
         else:
             out.extend(char.encode("utf-8"))
     return bytes(out)
+
+
+_BYTE_NAMES = {0x20: "a space", 0x0A: "a newline", 0x09: "a tab", 0x0D: "a carriage return"}
+
+
+@dataclass(frozen=True)
+class ReadablePiece:
+    """A byte-level piece as a person reads it.
+
+    ``piece`` is the token as stored (``"Ġcat"``), ``data`` the bytes it stands for
+    (``b" cat"``), ``text`` those bytes as text, with each byte that is not part of a whole
+    UTF-8 character here written ``<0xE2>``, and ``notes`` what each marker means
+    (``"Ġ is a space"``, ``"<0xE2><0x80> are 2 of the 3 bytes of one character; the rest is in
+    the next piece"``).
+    """
+
+    piece: str
+    data: bytes
+    text: str
+    notes: tuple[str, ...]
+
+
+def _utf8_length(lead: int) -> int:
+    """Bytes in a UTF-8 sequence starting with ``lead`` (0 for a continuation/invalid byte)."""
+    if lead < 0x80:
+        return 1
+    if 0xC2 <= lead <= 0xDF:
+        return 2
+    if 0xE0 <= lead <= 0xEF:
+        return 3
+    if 0xF0 <= lead <= 0xF4:
+        return 4
+    return 0
+
+
+def readable_piece(piece: str) -> ReadablePiece:
+    """Explain a byte-level piece (GPT-2, cl100k_base, our ``byte_bpe``): ``"Ġcat"`` → text
+    ``" cat"`` with the note "Ġ is a space"; ``"âĢ"`` (the first 2 bytes of ``’``) → text
+    ``"<0xE2><0x80>"`` with a note on the partial character. Use it only for byte-level
+    tokenizers (``Tokenizer.algorithm == "byte_bpe"``); other pieces are plain text already."""
+    table = bytes_to_unicode()
+    data = byte_level_to_bytes(piece)
+    notes: list[str] = []
+    for byte, name in _BYTE_NAMES.items():
+        if byte in data:
+            notes.append(f"{table[byte]} is {name}")
+    parts: list[str] = []
+    partial: list[int] = []
+    i = 0
+    while i < len(data):
+        length = _utf8_length(data[i])
+        chunk = data[i : i + length] if length else b""
+        try:
+            char = chunk.decode("utf-8") if length and len(chunk) == length else None
+        except UnicodeDecodeError:
+            char = None
+        if char is None:
+            parts.append(f"<0x{data[i]:02X}>")
+            partial.append(data[i])
+            i += 1
+            continue
+        if length == 1 and (data[i] < 0x20 or data[i] == 0x7F) and data[i] not in _BYTE_NAMES:
+            notes.append(f"{table[data[i]]} is the control byte <0x{data[i]:02X}>")
+        parts.append(char)
+        i += length
+    if partial:
+        notes.append(_partial_note(partial))
+    return ReadablePiece(piece=piece, data=data, text="".join(parts), notes=tuple(notes))
+
+
+def _partial_note(partial: list[int]) -> str:
+    shown = "".join(f"<0x{b:02X}>" for b in partial)
+    lead = partial[0]
+    if _utf8_length(lead) > 1:
+        need = _utf8_length(lead)
+        return (
+            f"{shown}: the first {len(partial)} of the {need} bytes of one character; the rest "
+            "is in the next piece"
+        )
+    if 0x80 <= lead <= 0xBF:
+        return (
+            f"{shown}: the last bytes of a character that starts in the previous piece "
+            "(UTF-8 continuation bytes)"
+        )
+    return f"{shown}: bytes that are not a whole UTF-8 character"
 
 
 # -- the models -------------------------------------------------------------------------------
