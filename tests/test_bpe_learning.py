@@ -115,3 +115,27 @@ def test_bad_arguments_raise():
         learn_bpe(["a"], -1)
     with pytest.raises(TokenizerError):
         learn_bpe(["a"], 1, min_frequency=-2)
+
+
+def test_segment_word_keeps_case_as_learning_does():
+    # "Hello" and "hello" are different words to learn_bpe (it is case-sensitive), so segmenting
+    # "Hello" must not lower-case it: after every merge it is one piece, "▁Hello".
+    corpus = ["Hello Hello Hello world", "hello"]
+    trace = learn_bpe(corpus, 40, min_frequency=0)
+    tok = library_bpe(corpus, len(trace.merges), 0)
+    for word in ["Hello", "hello", "Hello world", "world hello", "ello"]:
+        assert trace.segment_word(word) == [p for w in replay(tok, word) for p in w.pieces]
+    assert trace.segment_word("Hello") == ["▁Hello"]
+    assert trace.segment_word("hello") == ["▁hello"]
+    assert trace.segment_word("") == []
+
+
+@given(word=st.text("abcABCé🙂 ", min_size=1, max_size=12))
+@settings(max_examples=100, deadline=None, derandomize=True)
+def test_segment_word_equals_the_library(word):
+    corpus = ["abc ABC aBc abcabc Abc", "cab CAB é🙂 éé"]
+    trace = learn_bpe(corpus, 30, min_frequency=0)
+    tok = library_bpe(corpus, len(trace.merges), 0)
+    library = [p for w in replay(tok, word) for p in w.pieces]
+    if "[UNK]" not in library:
+        assert trace.segment_word(word) == library

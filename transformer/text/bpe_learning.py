@@ -81,6 +81,13 @@ class BPELearningTrace:
             symbols = _merge_symbols(symbols, step.pair, step.token)
         return symbols
 
+    def segment_word(self, word: str, after: int | None = None) -> list[str]:
+        """``word`` as a user types it (``"Hello"``), found the way learning found words (NFKC,
+        a ``▁`` in front, spaces as ``▁``; case kept, as learning keeps it) and split by the
+        first ``after`` merges. Text with spaces gives the pieces of each of its words in turn;
+        text with no characters gives ``[]``."""
+        return [piece for w in corpus_words(word) for piece in self.segment(w, after)]
+
 
 def corpus_words(line: str) -> list[str]:
     """The words of a line as the ``bpe`` tokenizer sees them: NFKC, spaces as ``▁``, a word
