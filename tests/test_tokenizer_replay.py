@@ -600,7 +600,8 @@ def test_the_replayer_cache_frees_tokenizers(trained):
 def test_one_long_word_replays_and_matches(model_like):
     # A tokenizer without a pre-tokeniser sees a whole text as one word (benchmarks/
     # tokenizers_bench.py times this at 20,000 characters).
-    text = " ".join(bundled_corpus())[:MAX_REPLAY_CHARS]
+    text = " ".join(bundled_corpus() * 2)[:MAX_REPLAY_CHARS]
+    assert len(text) == MAX_REPLAY_CHARS == 20_000
     tok = model_like["llama2_legacy"]
     (word,) = replay(tok, text)
     assert len(word.steps.symbols) >= len(text)
