@@ -30,13 +30,12 @@ bytes of a three-byte character, shown ``<0xE2><0x80>``).
 
 from __future__ import annotations
 
-import functools
 import heapq
 import json
 import re
 import weakref
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import tokenizers
@@ -610,7 +609,7 @@ def _build_pre_tokenizer(section: dict[str, Any]) -> Any:
 _RUST_WORDS = tokenizers.pre_tokenizers.Whitespace()  # splits on Rust regex's \\w+|[^\\w\\s]+
 
 
-@functools.lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096)
 def _is_word_char(char: str) -> bool:
     """Whether ``char`` is a word character to `tokenizers`' ``single_word`` rule: Rust regex's
     Unicode ``\\w``, asked of the library's own Whitespace pre-tokeniser (same engine, same
