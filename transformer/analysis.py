@@ -19,8 +19,6 @@ from .inspection import Analysis
 from .model import Intervention, Transformer, count_parameters
 from .text.tokenization import Tokenizer
 from .trace import AttentionKind, Trace
-from .training.data import pad
-from .training.tasks import reference_target
 
 # The what-if switches by the name a learner reads, and the Intervention field each turns off.
 # "zero this head" is the one switch that needs to know which head: see ``what_if``.
@@ -82,6 +80,11 @@ def reference_targets(
 ) -> Tensor | None:
     """``(B, T)`` decoder inputs ``[BOS] + reference answer`` for teacher-forced analysis, padded
     with ``pad_id``; ``None`` when the task has no known answer for some sentence."""
+    # The toy tasks know the answers; imported here so that importing this module does not
+    # load their grammar.
+    from .training.data import pad
+    from .training.tasks import reference_target
+
     answers = [reference_target(model_task or "", sentence) for sentence in sentences]
     if any(answer is None for answer in answers):
         return None
