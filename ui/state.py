@@ -4,11 +4,13 @@ that one browser session keeps in ``gr.State``."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import get_args
+from typing import Any, get_args
 
 import torch
 
@@ -124,3 +126,15 @@ class ModelRegistry:
             ):
                 self._analyses.popitem(last=False)
         return result
+
+
+def bind(handler: Callable, *shared: Any) -> Callable:
+    """``handler`` with its leading shared arguments (the registry) filled in, for an event.
+
+    A ``functools.partial`` keeps the signature gradio needs (the remaining inputs); its name
+    and docstring are the handler's, so the API page describes the endpoint, not ``partial``.
+    """
+    bound = functools.partial(handler, *shared)
+    bound.__name__ = handler.__name__  # type: ignore[attr-defined]
+    bound.__doc__ = handler.__doc__
+    return bound

@@ -3,7 +3,6 @@ what-if switches recomputed beside the original pass."""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +17,7 @@ from transformer.trace import AttentionKind
 
 from ..errors import friendly, gpu
 from ..inputs import as_int
-from ..state import ModelRegistry, SessionModels
+from ..state import ModelRegistry, SessionModels, bind
 
 ATTENTION_KINDS: dict[str, AttentionKind] = {
     "encoder self-attention": "encoder_self",
@@ -227,13 +226,13 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
         masks = gr.Plot(label="Masks")
         diff = gr.Plot(label="What-if: change in this head's weights")
 
-    handler = functools.partial(attention, registry)
+    handler = bind(attention, registry)
     inputs = [sentences, model_name, kind, layer, head, row, what_if, large, session]
     outputs = [single, masks, diff, summary]
     grid_inputs = [sentences, model_name, kind, row, large, session]
     # The head view comes first; the grid follows from the same cached trace.
     run.click(handler, inputs, outputs, api_name="attention").success(
-        functools.partial(grid, registry), grid_inputs, [grid_plot], api_name="attention_grid"
+        bind(grid, registry), grid_inputs, [grid_plot], api_name="attention_grid"
     )
     what_if.change(handler, inputs, outputs, api_visibility="private")
     for slider in (layer, head):

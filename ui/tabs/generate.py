@@ -4,7 +4,6 @@ against a reference."""
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +18,7 @@ from transformer.generation import MAX_NEW_TOKENS, DecodingSettings, teacher_for
 from .. import limits
 from ..errors import friendly, gpu
 from ..inputs import as_float, as_int
-from ..state import GenerationState, ModelRegistry, SessionModels
+from ..state import GenerationState, ModelRegistry, SessionModels, bind
 
 TOP_K_SHOWN = 10  # bars in the next-token chart
 
@@ -189,8 +188,8 @@ def reset(registry: ModelRegistry, source: str, name: str, *rest: Any) -> Drawn:
 @friendly
 @gpu
 def run(registry: ModelRegistry, source: str, name: str, *rest: Any) -> Iterator[Drawn]:
-    """The ``/generate`` endpoint: step to the end, one update per step, pausing at
-    ``limits.GENERATION_TIME_LIMIT_S``."""
+    """The ``/generate`` endpoint: step to the end, one update per step, pausing at the time
+    limit of a run (``limits.GENERATION_TIME_LIMIT_S``)."""
     settings, layer, head, large, session, state = _split(rest)
     state = current(registry, state, session, (source, name, *settings))
     if state.decoding.done:
@@ -300,7 +299,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
         (run_button, run, "generate", {"concurrency_limit": 4}),
         (reset_button, reset, "generate_reset", {}),
     ]:
-        bound = functools.partial(handler, registry)
+        bound = bind(handler, registry)
         button.click(bound, inputs, outputs, api_name=api_name, **extra)
     gr.Examples(
         [
@@ -323,7 +322,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
         headers=["position", "reference", "p(reference)", "model's argmax", "match"], max_height=320
     )
     force_button.click(
-        functools.partial(force, registry),
+        bind(force, registry),
         [source, model_name, reference, session],
         [force_summary, force_table],
         api_name="teacher_forcing",

@@ -3,7 +3,6 @@ and a sentence's token embeddings plus positional encodings, as the model receiv
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +14,7 @@ from transformer.inspection import analyse
 
 from ..errors import friendly
 from ..inputs import as_float, as_int, as_int_list
-from ..state import ModelRegistry, SessionModels
+from ..state import ModelRegistry, SessionModels, bind
 
 MAX_CURVES = 12  # dimensions drawn as curves at once
 
@@ -99,7 +98,7 @@ def build(
     emb_plot = gr.Plot(label="Embedding, PE and their sum")
     norm_plot = gr.Plot(label="Vector lengths")
     emb_button.click(
-        functools.partial(embeddings, registry),
+        bind(embeddings, registry),
         [sentence, model_name, large, session],
         [emb_plot, norm_plot],
         api_name="embeddings",

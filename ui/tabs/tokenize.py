@@ -3,7 +3,6 @@ a BPE tokenizer learning its merges."""
 
 from __future__ import annotations
 
-import functools
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from transformer.text.tokenization import Tokenizer, TokenizerError, train_token
 from .. import limits
 from ..errors import friendly, scrub
 from ..inputs import as_int, size_text
-from ..state import ModelRegistry
+from ..state import ModelRegistry, bind
 
 TOKENIZER_CHOICES = {
     "translate model's tokenizer (BPE)": ("bundled", "translate"),
@@ -269,7 +268,7 @@ def build(registry: ModelRegistry) -> None:
     )
     replay_md = gr.Markdown()
 
-    handler = functools.partial(tokenize, registry)
+    handler = bind(tokenize, registry)
     inputs = [text, choice, vocab, upload, compare, step]
     outputs = [stats, pieces, stats_b, pieces_b, table, replay_md]
     run.click(handler, inputs, outputs, api_name="tokenize")

@@ -4,7 +4,6 @@ during training."""
 
 from __future__ import annotations
 
-import functools
 from functools import lru_cache
 from typing import Any
 
@@ -20,7 +19,7 @@ from transformer.training.recipes import RECIPES
 from .. import limits
 from ..errors import friendly, gpu
 from ..inputs import as_int
-from ..state import TRAINED_HERE, ModelRegistry, SessionModels
+from ..state import TRAINED_HERE, ModelRegistry, SessionModels, bind
 from .attention import attention_grid
 
 ACCURACY_KEYS = ["val_token_accuracy", "val_exact_match", "val_next_token_accuracy"]
@@ -158,7 +157,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
             headers=["component", "parameters"], label="Parameters per component"
         )
     show.click(
-        functools.partial(model_info, registry),
+        bind(model_info, registry),
         [model_name, session],
         [info, params_table, config_table],
         api_name="model_info",
@@ -184,7 +183,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
     snap_plot = gr.Plot(label="Cross-attention (or self-attention) of every head, at this snapshot")
 
     event = start.click(
-        functools.partial(run_training, registry),
+        bind(run_training, registry),
         [task, steps, seed, large, session],
         [progress, curves, session],
         api_name="train",
@@ -193,6 +192,6 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
     )
     cancel.click(None, None, None, cancels=[event], api_visibility="private")
     snap_inputs = [snapshot, snap_sentence, large, session]
-    snap = functools.partial(snapshot_view, registry)
+    snap = bind(snapshot_view, registry)
     snap_button.click(snap, snap_inputs, [snap_plot], api_name="snapshot")
     snapshot.release(snap, snap_inputs, [snap_plot], api_visibility="private")
