@@ -4,6 +4,7 @@ during training."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
@@ -74,11 +75,9 @@ def progress_line(step: int, total: int, loss: float, tokens_per_second: float) 
 @gpu
 def run_training(
     registry: ModelRegistry, task: str, steps: float, seed: float, large: bool, session: Any
-):
+) -> Iterator[tuple[str, Any, SessionModels]]:
     """The ``/train`` endpoint: train a recipe's task live, streaming (progress, curves, session);
     the trained model and its snapshots end up in the session."""
-    if task not in RECIPES:
-        raise ValueError(f"unknown task {task!r}; choose one of {list(RECIPES)}")
     n_steps = as_int(steps, "steps", 1, 3000)
     live = LiveTraining.for_task(
         task,
