@@ -7,6 +7,7 @@ from gradio_client import Client
 from serving import CROSS, GENERATE, free_port
 
 import app as visualiser
+from ui.state import TRAINED_HERE
 
 DECODER_SELF = "decoder masked self-attention"
 
@@ -158,7 +159,7 @@ def test_attention_what_if_reports_the_change(client):
         (("a b", "reverse", CROSS, 1, 6, 1), "head must be between 1 and 4"),
         (("a b", "continue", CROSS, 1, 1, 1), "has no cross-attention"),
         (
-            ("a b", visualiser.TRAINED_HERE, CROSS, 1, 1, 1),
+            ("a b", TRAINED_HERE, CROSS, 1, 1, 1),
             "no model has been trained in this session",
         ),
         ((" ".join(["a"] * 600), "reverse", CROSS, 1, 1, 1), "reads at most 512"),
@@ -175,13 +176,11 @@ def test_training_is_private_to_its_session(url):
     updates = list(job)
     assert "Done: 20 steps" in updates[-1][0]
     summary = alice.predict(
-        "a b c", visualiser.TRAINED_HERE, CROSS, 1, 1, 1, [], False, api_name="/attention"
+        "a b c", TRAINED_HERE, CROSS, 1, 1, 1, [], False, api_name="/attention"
     )[-1]
     assert "Sentence 1" in summary
     with pytest.raises(Exception, match="no model has been trained in this session"):
-        bob.predict(
-            "a b c", visualiser.TRAINED_HERE, CROSS, 1, 1, 1, [], False, api_name="/attention"
-        )
+        bob.predict("a b c", TRAINED_HERE, CROSS, 1, 1, 1, [], False, api_name="/attention")
     snapshot = alice.predict(0, "a b c", False, api_name="/snapshot")
     assert snapshot
 

@@ -14,7 +14,7 @@ import pytest
 from gradio_client import Client
 from serving import BPE, CROSS, GENERATE, Tally, serve, still_serves
 
-import app as visualiser
+from ui.state import TRAINED_HERE
 
 SESSIONS = 20
 TRAINERS = {0, 7, 14}  # sessions that also train (training runs one at a time)
@@ -69,7 +69,7 @@ def visitor(url: str, index: int, tally: Tally) -> None:
     for _ in range(steps):
         stepped = request("generate_step", *args, api_name="/generate_step")
     check(stepped is not None and f"({steps} steps)" in stepped[0], "generation state is private")
-    trained_here = [sentence, visualiser.TRAINED_HERE, CROSS, 1, 1, 1, [], False]
+    trained_here = [sentence, TRAINED_HERE, CROSS, 1, 1, 1, [], False]
     if index in TRAINERS:
         done = request("train", "reverse", 20, index, False, api_name="/train", stream=True)
         check(done is not None and "Done: 20 steps" in done[0], "training finished")

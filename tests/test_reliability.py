@@ -38,6 +38,9 @@ from serving import (
 
 import app as visualiser
 from transformer import bundled as bundled_module
+from transformer.training.live import TRAINING_THREAD
+from ui import errors, limits, state
+from ui.tabs import positions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -268,15 +271,15 @@ def test_a_tokenizer_without_replay_still_tokenizes(client, tmp_path):
 
 def test_upload_size_limits(client, url, tmp_path, monkeypatch):
     options = visualiser.launch_options()
-    assert options["max_file_size"] == f"{visualiser.MAX_UPLOAD_BYTES >> 20}mb"
+    assert options["max_file_size"] == f"{limits.MAX_UPLOAD_BYTES >> 20}mb"
     # gradio refuses a bigger upload at the door, before any handler runs ...
     big = tmp_path / "big.json"
-    big.write_bytes(b" " * (visualiser.MAX_UPLOAD_BYTES + 1))
+    big.write_bytes(b" " * (limits.MAX_UPLOAD_BYTES + 1))
     with big.open("rb") as handle:
         response = httpx.post(f"{url}gradio_api/upload", files={"files": handle}, timeout=60)
     assert response.status_code == 413, response.text[:200]
     # ... and the app checks the size of what it reads too (a limit set lower for this test).
-    monkeypatch.setattr(visualiser, "MAX_UPLOAD_BYTES", 1000)
+    monkeypatch.setattr(limits, "MAX_UPLOAD_BYTES", 1000)
     small = tmp_path / "tokenizer.json"
     small.write_text(json.dumps({"model": {"vocab": {f"t{i}": i for i in range(200)}}}))
     ok, message = _upload(client, small)
@@ -328,7 +331,7 @@ def test_nan_and_infinity_are_refused_by_name(url, api, args, message):
 
 
 def _training_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith(visualiser.TRAINING_THREAD)]
+    return [t for t in threading.enumerate() if t.name.startswith(TRAINING_THREAD)]
 
 
 def _wait_until(condition, seconds: float) -> bool:
@@ -398,10 +401,10 @@ def test_cancelling_a_training_leaves_the_app_usable(url):
 
 def test_time_limits_bound_training_and_generation(url, monkeypatch):
     limited = Client(url, verbose=False)
-    monkeypatch.setattr(visualiser, "TRAINING_TIME_LIMIT_S", 0.0)
+    monkeypatch.setattr(limits, "TRAINING_TIME_LIMIT_S", 0.0)
     updates = list(limited.submit("reverse", 3000, 0, False, api_name="/train"))
     assert "Stopped at the time limit of 0 s" in updates[-1][0]
-    monkeypatch.setattr(visualiser, "GENERATION_TIME_LIMIT_S", 0.0)
+    monkeypatch.setattr(limits, "GENERATION_TIME_LIMIT_S", 0.0)
     updates = list(limited.submit(*GENERATE, api_name="/generate"))
     assert "(1 steps)" in updates[-1][0] and "**Paused** at the time limit" in updates[-1][0]
 
@@ -436,7 +439,7 @@ _FRESH = itertools.count()
     ],
 )
 def test_out_of_memory_and_device_errors_become_messages(client, monkeypatch, error, message):
-    _fails_once(monkeypatch, visualiser, "analyse", error)
+    _fails_once(monkeypatch, state, "analyse", error)
     # A fresh input each time: the app caches analyses per input, and a cached one would not
     # reach the failing call.
     letters = [
@@ -470,14 +473,14 @@ def test_out_of_memory_and_device_errors_become_messages(client, monkeypatch, er
 
 
 def test_an_unexpected_error_is_a_message_without_its_traceback(client, monkeypatch):
-    _fails_once(monkeypatch, visualiser, "sinusoidal_table", KeyError(f"{ROOT}/secret"))
+    _fails_once(monkeypatch, positions, "sinusoidal_table", KeyError(f"{ROOT}/secret"))
     ok, result = call(client, "/positional_encoding", 64, 32, 10000, "0", "cosine", False)
     assert not ok and "something went wrong (KeyError)" in result and not leaks(result)
     assert call(client, "/positional_encoding", 64, 32, 10000, "0", "cosine", False)[0]
 
 
 def test_messages_are_scrubbed_of_paths_html_and_length():
-    scrub = visualiser._scrub
+    scrub = errors.scrub
     assert (
         scrub("cannot read /tmp/gradio/0a1b/tokenizer.json: denied")
         == "cannot read tokenizer.json: denied"
@@ -486,7 +489,7 @@ def test_messages_are_scrubbed_of_paths_html_and_length():
     assert scrub(f"{Path.cwd()}/assets/models/x") == "./assets/models/x"
     assert scrub("1,000 tokens/s, layer 1/2") == "1,000 tokens/s, layer 1/2"
     assert scrub("<img src=x onerror=alert(1)>") == "&lt;img src=x onerror=alert(1)&gt;"
-    assert len(scrub("x" * 100_000)) == visualiser.MAX_MESSAGE_CHARS
+    assert len(scrub("x" * 100_000)) == errors.MAX_MESSAGE_CHARS
 
 
 def _copy_bundled(tmp_path: Path) -> Path:
@@ -532,7 +535,7 @@ def test_the_app_starts_without_its_broken_checkpoints(tmp_path, monkeypatch):
     _damage(folder, "reverse", "corrupted weights", monkeypatch)
     _damage(folder, "continue", "unreadable", monkeypatch)
     monkeypatch.setattr(
-        visualiser, "load_bundled", functools.partial(bundled_module.load_bundled, folder=folder)
+        state, "load_bundled", functools.partial(bundled_module.load_bundled, folder=folder)
     )
     with serve() as (_, url):
         client = Client(url, verbose=False)
@@ -568,13 +571,13 @@ def test_the_server_binds_loopback_and_does_not_share_by_default(monkeypatch):
 
 def test_queue_and_concurrency_limits(server):
     demo, _ = server
-    assert demo._queue.max_size == visualiser.QUEUE_SIZE
+    assert demo._queue.max_size == limits.QUEUE_SIZE
     by_name = {fn.api_name: fn for fn in demo.fns.values()}
     assert by_name["train"].concurrency_limit == 1  # one training at a time, all sessions together
     assert by_name["generate"].concurrency_limit == 4
     # max tokens is a slider up to 128 and each run has a wall-clock limit
-    assert 0 < visualiser.GENERATION_TIME_LIMIT_S <= 120
-    assert 0 < visualiser.TRAINING_TIME_LIMIT_S <= 600
+    assert 0 < limits.GENERATION_TIME_LIMIT_S <= 120
+    assert 0 < limits.TRAINING_TIME_LIMIT_S <= 600
 
 
 def test_nothing_unpickles():
@@ -585,6 +588,7 @@ def test_nothing_unpickles():
     offenders = []
     for path in [
         ROOT / "app.py",
+        *(ROOT / "ui").rglob("*.py"),
         *(ROOT / "transformer").rglob("*.py"),
         *(ROOT / "benchmarks").rglob("*.py"),
     ]:

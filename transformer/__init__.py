@@ -93,3 +93,47 @@ __all__ = [
     "to_torch_nn_mask",
     "train_tokenizer",
 ]
+
+# Reading an analysis, the what-ifs by name, decoding from text, parameters per component.
+from .analysis import (
+    WHAT_IF_SWITCHES,
+    axis_pieces,
+    key_padding,
+    parameter_groups,
+    prompt_ids,
+    reference_targets,
+    start_decoding,
+    what_if,
+)
+
+# Live training, loaded on first use: it pulls in the recipes and the toy tasks.
+_LAZY = {
+    "LiveTraining": ".training.live",
+    "TaskRun": ".training.live",
+    "prepare_task_run": ".training.live",
+    "snapshot_checkpoint": ".training.live",
+}
+
+__all__ += [
+    "WHAT_IF_SWITCHES",
+    "LiveTraining",
+    "TaskRun",
+    "axis_pieces",
+    "key_padding",
+    "parameter_groups",
+    "prepare_task_run",
+    "prompt_ids",
+    "reference_targets",
+    "snapshot_checkpoint",
+    "start_decoding",
+    "what_if",
+]
+
+
+def __getattr__(name: str) -> object:
+    """Names loaded on first use (PEP 562), so that ``import transformer`` stays light."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,133 @@
+"""transformer.analysis: the what-if switches by name, axis labels and key padding of a view,
+reference targets, decoding from text and parameters per component."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import transformer
+from transformer import (
+    Intervention,
+    ModelConfig,
+    Transformer,
+    analyse,
+    axis_pieces,
+    key_padding,
+    parameter_groups,
+    prompt_ids,
+    reference_targets,
+    start_decoding,
+    what_if,
+)
+from transformer.bundled import load_bundled
+from transformer.generation import DecodingSettings
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return load_bundled("cpu").models
+
+
+@pytest.mark.parametrize(
+    ("switch", "expected"),
+    [
+        ("causal mask off", Intervention(causal_mask=False)),
+        ("padding mask off", Intervention(padding_mask=False)),
+        ("no √d scaling", Intervention(scale_scores=False)),
+        ("no positional encoding", Intervention(positional_encoding=False)),
+        ("zero this head", Intervention(zero_heads=frozenset({("cross", 1, 2)}))),
+    ],
+)
+def test_each_what_if_name_sets_its_own_field(switch, expected):
+    assert what_if([switch], head=("cross", 1, 2)) == expected
+
+
+def test_what_ifs_combine_and_none_is_the_plain_pass():
+    assert what_if([]) == Intervention()
+    both = what_if(["causal mask off", "no √d scaling"])
+    assert both == Intervention(causal_mask=False, scale_scores=False)
+
+
+def test_unknown_what_if_and_a_head_switch_without_a_head_are_refused():
+    with pytest.raises(ValueError, match="unknown what-if"):
+        what_if(["mask everything"])
+    with pytest.raises(ValueError, match="needs the"):
+        what_if(["zero this head"])
+
+
+def test_axis_pieces_and_key_padding_follow_the_kind(bundled):
+    checkpoint = bundled["translate"]
+    sentences = ["the small cat sees a red ball", "a dog"]
+    analysis = analyse(checkpoint.model, checkpoint.tokenizer, sentences)
+    source = [checkpoint.tokenizer.encode_ids(s) for s in sentences]
+    q, k = axis_pieces(analysis, "cross")
+    assert q is analysis.target_pieces and k is analysis.source_pieces
+    q, k = axis_pieces(analysis, "encoder_self")
+    assert q is k is analysis.source_pieces
+    q, k = axis_pieces(analysis, "decoder_self")
+    assert q is k is analysis.target_pieces
+    longest = max(len(ids) for ids in source)
+    expected = [True] * len(source[1]) + [False] * (longest - len(source[1]))
+    assert key_padding(analysis.trace, "cross", 1).tolist() == expected
+    assert key_padding(analysis.trace, "encoder_self", 1).tolist() == expected
+    target = analysis.trace.target.tokens[1]
+    assert key_padding(analysis.trace, "decoder_self", 1).tolist() == (target != 0).tolist()
+
+
+def test_reference_targets_are_bos_plus_the_tasks_answer(bundled):
+    tokenizer = bundled["reverse"].tokenizer
+    targets = reference_targets(tokenizer, "reverse", ["a b c", "d e"], pad_id=0)
+    expected_rows = [
+        [tokenizer.bos_id, *tokenizer.encode_ids("c b a")],
+        [tokenizer.bos_id, *tokenizer.encode_ids("e d")],
+    ]
+    width = max(map(len, expected_rows))
+    expected = torch.tensor([row + [0] * (width - len(row)) for row in expected_rows])
+    assert torch.equal(targets, expected)
+    assert reference_targets(tokenizer, None, ["a b"], pad_id=0) is None
+
+
+def test_prompt_ids_add_bos_only_for_a_decoder_only_model(bundled):
+    translate, cont = bundled["translate"], bundled["continue"]
+    assert prompt_ids(translate.model, translate.tokenizer, "the cat") == (
+        translate.tokenizer.encode_ids("the cat")
+    )
+    ids = prompt_ids(cont.model, cont.tokenizer, "the teacher")
+    assert ids == [cont.tokenizer.bos_id, *cont.tokenizer.encode_ids("the teacher")]
+    with pytest.raises(ValueError, match="enter a source"):
+        prompt_ids(cont.model, cont.tokenizer, "  ")
+
+
+def test_start_decoding_steps_the_models_greedy_choice(bundled):
+    checkpoint = bundled["translate"]
+    tokenizer, model = checkpoint.tokenizer, checkpoint.model
+    session, pieces = start_decoding(model, tokenizer, "the small cat", DecodingSettings())
+    assert pieces == [tokenizer.id_to_token(i) for i in tokenizer.encode_ids("the small cat")]
+    record = session.step()
+    src = torch.tensor([tokenizer.encode_ids("the small cat")])
+    with torch.no_grad():
+        logits = model(src, torch.tensor([[tokenizer.bos_id]]))
+    assert record.chosen_id == int(logits[0, -1].argmax())
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_parameter_groups_count_tied_tensors_once(tie):
+    config = ModelConfig(
+        src_vocab_size=50, tgt_vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1,
+        tie_embeddings=tie,
+    )  # fmt: skip
+    model = Transformer(config)
+    groups = parameter_groups(model)
+    storages = {p.data_ptr(): p.numel() for _, p in model.named_parameters(remove_duplicate=False)}
+    assert groups["total"] == sum(storages.values())
+    assert sum(n for label, n in groups.items() if label != "total") == groups["total"]
+    embeddings = "token embeddings (shared)" if tie else "token embeddings"
+    n_lookup = 50 * 16
+    assert groups[embeddings] == (n_lookup if tie else 2 * n_lookup)
+    assert groups["generator"] == (50 if tie else n_lookup + 50)  # the bias (+ the projection)
+
+
+def test_the_new_names_are_exported():
+    for name in ["what_if", "parameter_groups", "LiveTraining", "snapshot_checkpoint"]:
+        assert name in transformer.__all__ and getattr(transformer, name)

@@ -1,0 +1,155 @@
+"""Helpers for reading an analysis, shared by the app and a notebook: which tokens label the
+axes of an attention view, which keys are real, what the decoder reads when teacher-forced, the
+what-if switches by name, starting a step-by-step decoding from text, and where a model's
+parameters are.
+
+    >>> pieces_q, pieces_k = axis_pieces(analysis, "cross")
+    >>> intervention = what_if(["causal mask off"])
+    >>> session, source_pieces = start_decoding(model, tokenizer, "the cat", DecodingSettings())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from torch import Tensor
+
+from .generation import DecodingSession, DecodingSettings
+from .inspection import Analysis
+from .model import Intervention, Transformer, count_parameters
+from .text.tokenization import Tokenizer
+from .trace import AttentionKind, Trace
+
+# The what-if switches by the name a learner reads, and the Intervention field each turns off.
+# "zero this head" is the one switch that needs to know which head: see ``what_if``.
+WHAT_IF_SWITCHES: dict[str, str] = {
+    "causal mask off": "causal_mask",
+    "padding mask off": "padding_mask",
+    "no √d scaling": "scale_scores",
+    "no positional encoding": "positional_encoding",
+    "zero this head": "zero_heads",
+}
+
+
+def what_if(
+    switches: Iterable[str], head: tuple[AttentionKind, int, int] | None = None
+) -> Intervention:
+    """The :class:`Intervention` that the named switches (keys of ``WHAT_IF_SWITCHES``) ask for.
+
+    ``head`` is the ``(kind, layer, head)`` (0-based) that "zero this head" switches off.
+    """
+    chosen = set(switches)
+    unknown = chosen - set(WHAT_IF_SWITCHES)
+    if unknown:
+        raise ValueError(f"unknown what-if {sorted(unknown)}; choose from {list(WHAT_IF_SWITCHES)}")
+    off = {WHAT_IF_SWITCHES[name] for name in chosen}
+    if "zero_heads" in off and head is None:
+        raise ValueError("'zero this head' needs the (kind, layer, head) to switch off")
+    return Intervention(
+        causal_mask="causal_mask" not in off,
+        padding_mask="padding_mask" not in off,
+        scale_scores="scale_scores" not in off,
+        positional_encoding="positional_encoding" not in off,
+        zero_heads=frozenset({head}) if "zero_heads" in off and head else frozenset(),
+    )
+
+
+def axis_pieces(analysis: Analysis, kind: AttentionKind) -> tuple[list[list[str]], list[list[str]]]:
+    """Per sentence, the token pieces on the query axis and on the key axis of ``kind``.
+
+    Encoder self-attention: source × source; decoder self-attention: target × target;
+    cross-attention: target (queries) × source (keys). A decoder-only model has no source,
+    so its keys are target pieces.
+    """
+    queries = analysis.source_pieces if kind == "encoder_self" else analysis.target_pieces
+    if kind == "decoder_self":
+        keys = analysis.target_pieces
+    else:
+        keys = analysis.source_pieces or analysis.target_pieces
+    return queries, keys
+
+
+def key_padding(trace: Trace, kind: AttentionKind, row: int) -> Tensor:
+    """``(Tk,)`` bool, ``True`` for the real (not padding) keys of ``kind`` in sentence ``row``."""
+    stack = trace.source if kind != "decoder_self" else trace.target
+    return (stack or trace.target).padding[row]
+
+
+def reference_targets(
+    tokenizer: Tokenizer, model_task: str | None, sentences: Sequence[str], pad_id: int
+) -> Tensor | None:
+    """``(B, T)`` decoder inputs ``[BOS] + reference answer`` for teacher-forced analysis, padded
+    with ``pad_id``; ``None`` when the task has no known answer for some sentence."""
+    # The toy tasks know the answers; imported here so that importing this module does not
+    # load their grammar.
+    from .training.data import pad
+    from .training.tasks import reference_target
+
+    answers = [reference_target(model_task or "", sentence) for sentence in sentences]
+    if any(answer is None for answer in answers):
+        return None
+    rows = [[tokenizer.bos_id, *tokenizer.encode_ids(answer)] for answer in answers]
+    return pad(rows, pad_id)
+
+
+def prompt_ids(model: Transformer, tokenizer: Tokenizer, text: str) -> list[int]:
+    """The ids a decoding starts from: the source sentence of an encoder-decoder model, or the
+    prompt of a decoder-only model (which begins with ``[BOS]``, as in training)."""
+    if not (text or "").strip():
+        raise ValueError("enter a source sentence (or a prompt) first")
+    return tokenizer.encode_ids(text, add_bos=model.config.architecture == "decoder-only")
+
+
+def start_decoding(
+    model: Transformer, tokenizer: Tokenizer, text: str, settings: DecodingSettings
+) -> tuple[DecodingSession, list[str]]:
+    """A step-by-step :class:`DecodingSession` from text, and the pieces of its source/prompt."""
+    ids = prompt_ids(model, tokenizer, text)
+    session = DecodingSession(
+        model,
+        ids,
+        settings,
+        bos_id=tokenizer.bos_id,
+        eos_id=tokenizer.eos_id,
+        decode_token=lambda i: tokenizer.id_to_token(i) or "?",
+    )
+    return session, [tokenizer.id_to_token(i) or "?" for i in ids]
+
+
+def parameter_groups(model: Transformer) -> dict[str, int]:
+    """Parameters per component (in the paper's order), each tied tensor counted once, in the
+    first component that holds it; components without parameters are left out, and the last
+    entry, ``"total"``, is :func:`~transformer.model.count_parameters`."""
+    tied = model.config.tie_embeddings
+    groups = {
+        "token embeddings (shared)" if tied else "token embeddings": (
+            "src_embedding",
+            "tgt_embedding",
+        ),
+        "positional (learned only)": ("src_positional", "tgt_positional"),
+        "encoder layers": ("encoder",),
+        "decoder layers": ("decoder",),
+        "generator": ("generator",),
+    }
+    counts = dict.fromkeys(groups, 0)
+    # named_parameters() yields each shared tensor once, under the first name that holds it,
+    # which is how count_parameters counts too.
+    for name, parameter in model.named_parameters():
+        top = name.split(".")[0]
+        label = next((label for label, owners in groups.items() if top in owners), "other")
+        counts[label] = counts.get(label, 0) + parameter.numel()
+    result = {label: n for label, n in counts.items() if n}
+    result["total"] = count_parameters(model)
+    return result
+
+
+__all__ = [
+    "WHAT_IF_SWITCHES",
+    "axis_pieces",
+    "key_padding",
+    "parameter_groups",
+    "prompt_ids",
+    "reference_targets",
+    "start_decoding",
+    "what_if",
+]

@@ -1,0 +1,16 @@
+"""Every limit the app sets on a request, in one place (tests lower them to check they hold).
+
+Handlers read them as ``limits.NAME`` at call time, so a changed value takes effect at once.
+"""
+
+from __future__ import annotations
+
+from transformer.text.tokenization import MAX_TOKENIZER_JSON_BYTES
+
+MAX_TEXT = 20_000  # characters the tokenize tab accepts (the library's own limit is higher)
+MAX_UPLOAD_BYTES = min(MAX_TOKENIZER_JSON_BYTES, 20 * 1024 * 1024)
+# Wall-clock limits, so that one visitor's request cannot hold a worker (or the trainer) for long.
+GENERATION_TIME_LIMIT_S = 60.0  # "Run to the end" pauses there; Run again continues
+TRAINING_TIME_LIMIT_S = 300.0  # training stops there and keeps what it has learned
+QUEUE_SIZE = 64  # requests waiting at once, all events together; more are told to retry
+CACHE_BYTES = 512 * 1024 * 1024  # analyses kept for bundled models: (L, B, H, T, T) twice each
