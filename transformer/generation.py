@@ -679,8 +679,8 @@ def _reorder(cache: DecoderCache, order: Tensor) -> None:
         kv = layer.self_attention
         if kv.keys is not None:
             kv.keys, kv.values = kv.keys.index_select(0, order), kv.values.index_select(0, order)
-    if cache.key_padding is not None:
-        cache.key_padding = cache.key_padding.index_select(0, order)
+    if cache.real_keys is not None:
+        cache.real_keys = cache.real_keys.index_select(0, order)
 
 
 def generate(
