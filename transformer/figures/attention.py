@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from ..trace import AttentionRecord
 from .common import (
+    BASE_COLOR,
     MASKED_GREY,
     SIGNED_COLORSCALE,
     WEIGHTS_COLORSCALE,
@@ -30,7 +31,6 @@ from .common import (
 )
 
 Values = Literal["weights", "scores"]
-_ALLOWED_BLUE = "#4c78a8"
 
 
 def _masked_matrix(matrix: Any, masked: Any | None) -> np.ndarray:
@@ -597,7 +597,7 @@ def masks_figure(
         if i:
             y_axis.update(title=None, showticklabels=False, matches="y", anchor=f"x{suffix}")
         axes[f"yaxis{suffix}"] = y_axis
-    two_colours = [[0, MASKED_GREY], [0.5, MASKED_GREY], [0.5, _ALLOWED_BLUE], [1, _ALLOWED_BLUE]]
+    two_colours = [[0, MASKED_GREY], [0.5, MASKED_GREY], [0.5, BASE_COLOR], [1, BASE_COLOR]]
     layout = base_layout(
         "Masks · blue = may attend, grey = masked",
         height or heatmap_height(n_queries, large_font, maximum=700) + 40,

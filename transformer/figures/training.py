@@ -8,9 +8,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from ..util import is_number
-from .common import base_layout, panel_domains
-
-_PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2")
+from .common import PALETTE, base_layout, panel_domains
 
 
 def training_curves_figure(
@@ -52,7 +50,7 @@ def training_curves_figure(
                     name=key,
                     mode="lines+markers" if len(points) < 30 else "lines",
                     line={
-                        "color": _PALETTE[i % len(_PALETTE)],
+                        "color": PALETTE[i % len(PALETTE)],
                         "dash": "dash" if key.lower().startswith("val") else "solid",
                     },
                     xaxis="x" if panel == 0 else "x2",
