@@ -17,6 +17,7 @@ import torch
 
 from .generation import greedy_batch
 from .model import NO_INTERVENTION, Intervention, Transformer
+from .special import PAD_ID
 from .text.tokenization import Tokenizer
 from .trace import Trace
 from .util import eval_mode, pad
@@ -73,7 +74,7 @@ def encode_batch(
                 f"sentence {number} is {len(ids)} tokens long; this model reads at most {max_len}"
             )
         rows.append(ids)
-    return pad(rows, tokenizer.pad_id if tokenizer.pad_id is not None else 0)
+    return pad(rows, tokenizer.pad_id if tokenizer.pad_id is not None else PAD_ID)
 
 
 @torch.no_grad()
