@@ -17,6 +17,9 @@ Strategies (:class:`DecodingSettings`):
 - ``"beam"``: beam search over ``beam_width`` hypotheses ranked by their summed log-probability
   divided by ``length ** length_penalty`` (``length_penalty = 0``: plain sum).
 
+:func:`greedy_batch` runs the same greedy step over a whole batch without records; evaluation
+and inspection use it, so this module holds the project's only decoding loop.
+
 Positions: an encoder-decoder target starts with ``[BOS]``; a decoder-only model continues the
 prompt as given. Either way the decoder reads at most ``max_len`` positions, so a session makes
 at most ``max_len - len(prefix) + 1`` tokens and stops early with ``stop_reason == "max_len"``
