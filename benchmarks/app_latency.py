@@ -12,7 +12,7 @@ Starts ``python app.py`` as a separate process on loopback, then through ``gradi
 
 Prints a table and writes ``benchmarks/results.md``.
 
-Usage: python benchmarks/app_latency.py [--quick] [--repeats N] [--port P]
+Usage: python -m benchmarks.app_latency [--quick] [--repeats N] [--port P]
 """
 
 from __future__ import annotations
@@ -30,17 +30,14 @@ import time
 import urllib.request
 from pathlib import Path
 
-# Run as a script, this folder would come first on sys.path and benchmarks/tokenize.py would
-# shadow the standard library's tokenize (which torch imports): put the repository root there.
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[0] = str(ROOT)
-
 import httpx
 from gradio_client import Client
 
 from transformer.checkpoint import load_checkpoint
 from transformer.text.corpus import bundled_corpus
 from transformer.text.tokenization import Tokenizer, train_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class QueueClient:
@@ -337,7 +334,7 @@ def main() -> None:
     lines = [
         "# App latency, payload and memory",
         "",
-        f"Measured by `python benchmarks/app_latency.py` on {time.strftime('%Y-%m-%d')}: {machine()}, "
+        f"Measured by `python -m benchmarks.app_latency` on {time.strftime('%Y-%m-%d')}: {machine()}, "
         f"CPU only, Python {platform.python_version()}. Each endpoint is called {repeats} times: "
         "'server' is gradio's own measure of the event's processing time (pre-processing, our "
         "handler, post-processing), 'round trip' the median of `gradio_client.predict` on "

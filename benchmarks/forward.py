@@ -5,20 +5,14 @@ the same padded batch, in eval mode under inference_mode, from token ids to voca
 torch.nn's stacks run on our embedded inputs (``reference_forward``) and our generator, so both
 include the embeddings, the mask construction and the output projection.
 
-Usage: python benchmarks/forward.py [--quick] [--threads N] [--device cpu|cuda]
+Usage: python -m benchmarks.forward [--quick] [--threads N] [--device cpu|cuda]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
-
-# Run as a script, this folder would come first on sys.path and benchmarks/tokenize.py would
-# shadow the standard library's tokenize (which torch imports): put the repository root there.
-sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import torch
 

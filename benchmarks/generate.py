@@ -1,6 +1,6 @@
 """Milliseconds per generated token, with and without the key/value cache.
 
-    python benchmarks/generate.py [--quick] [--model CHECKPOINT_DIR] [--threads N] [--repeats R]
+    python -m benchmarks.generate [--quick] [--model CHECKPOINT_DIR] [--threads N] [--repeats R]
 
 For each output length L the script generates exactly L tokens greedily ([EOS] is ignored, so
 every run has the same length) from a fixed random source and reports
@@ -26,13 +26,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
-
-# Run as a script, this folder would come first on sys.path and benchmarks/tokenize.py would
-# shadow the standard library's tokenize (which torch imports): put the repository root there.
-sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import torch
 

@@ -1,8 +1,9 @@
 """Benchmark: encoding throughput and the cost of a replay, per algorithm, on the bundled corpus.
 
-Run as ``python benchmarks/tokenizers_bench.py``. Trains each tokenizer on the bundled corpus,
-then encodes the corpus (repeated to about a megabyte) through `Tokenizer.encode_ids` (one call
-per line, as a data pipeline would) and through `Tokenizer.encode` (records with offsets), and
+Run from the repository root as ``python -m benchmarks.tokenizers_bench``. Trains each tokenizer
+on the bundled corpus, then encodes the corpus (repeated to about a megabyte) through
+`Tokenizer.encode_ids` (one call per line, as a data pipeline would) and through `Tokenizer.encode`
+(records with offsets), and
 replays every line, reporting microseconds per replayed word.
 
 Then the replay of one long word (a tokenizer without a pre-tokeniser, as Llama-2's first
@@ -14,16 +15,8 @@ library's own encoding of the same text: the replay must stay near-linear (it wa
 
 from __future__ import annotations
 
-import os
-import sys
-
-# This file shares its name with the standard library's `tokenize`, which `dataclasses` and
-# `inspect` import: keep this folder off the import path so they find the real one.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
-sys.path.insert(0, os.path.dirname(_HERE))
-
 import hashlib
+import os
 import shutil
 import tempfile
 import time

@@ -7,20 +7,14 @@
 2. Trains the bundled reversal recipe, checking greedy exact match on validation examples every
    250 steps, and prints the wall time until it reaches 99%.
 
-Usage: python benchmarks/train.py [--quick] [--steps N] [--device cpu|cuda]
+Usage: python -m benchmarks.train [--quick] [--steps N] [--device cpu|cuda]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
-from pathlib import Path
-
-# Run as a script, this folder would come first on sys.path and benchmarks/tokenize.py would
-# shadow the standard library's tokenize (which torch imports): put the repository root there.
-sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import torch
 from torch import Tensor, nn

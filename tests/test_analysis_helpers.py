@@ -13,9 +13,9 @@ from transformer import (
     Transformer,
     analyse,
     axis_pieces,
-    key_padding,
     parameter_groups,
     prompt_ids,
+    real_keys,
     reference_targets,
     start_decoding,
     what_if,
@@ -69,10 +69,10 @@ def test_axis_pieces_and_key_padding_follow_the_kind(bundled):
     assert q is k is analysis.target_pieces
     longest = max(len(ids) for ids in source)
     expected = [True] * len(source[1]) + [False] * (longest - len(source[1]))
-    assert key_padding(analysis.trace, "cross", 1).tolist() == expected
-    assert key_padding(analysis.trace, "encoder_self", 1).tolist() == expected
+    assert real_keys(analysis.trace, "cross", 1).tolist() == expected
+    assert real_keys(analysis.trace, "encoder_self", 1).tolist() == expected
     target = analysis.trace.target.tokens[1]
-    assert key_padding(analysis.trace, "decoder_self", 1).tolist() == (target != 0).tolist()
+    assert real_keys(analysis.trace, "decoder_self", 1).tolist() == (target != 0).tolist()
 
 
 def test_reference_targets_are_bos_plus_the_tasks_answer(bundled):

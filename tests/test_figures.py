@@ -234,16 +234,16 @@ def test_downsampling_keeps_attention_mass_and_marks_only_fully_masked_blocks():
 
 
 def test_masks_figure_draws_padding_causal_and_combined(trace):
-    padding = trace.target.padding[1]  # (T,) True for real tokens
-    fig = masks_figure(padding, TGT_LABELS, TGT_LABELS, causal=trace.causal)
+    real = trace.target.real_tokens[1]  # (T,) True for real tokens
+    fig = masks_figure(real, TGT_LABELS, TGT_LABELS, causal=trace.causal)
     pad, causal, combined = (np.asarray(t.z) for t in fig.data)
-    assert np.array_equal(pad, np.broadcast_to(padding.numpy(), (TGT_LEN, TGT_LEN)))
+    assert np.array_equal(pad, np.broadcast_to(real.numpy(), (TGT_LEN, TGT_LEN)))
     assert np.array_equal(causal, trace.causal.numpy())
     assert np.array_equal(
         combined.astype(bool), trace.attention("decoder_self", 0).mask[1, 0].numpy()
     )
     assert {t.coloraxis for t in fig.data} == {"coloraxis"}
-    only_padding = masks_figure(trace.source.padding[1], SRC_LABELS, SRC_LABELS)
+    only_padding = masks_figure(trace.source.real_tokens[1], SRC_LABELS, SRC_LABELS)
     assert len(only_padding.data) == 1
 
 

@@ -19,10 +19,12 @@ from transformer.generation import (
     DecodingSettings,
     filter_logits,
     generate,
+    greedy_batch,
     sampling_distribution,
     teacher_force,
 )
 from transformer.model import Transformer
+from transformer.special import BOS_ID, PAD_ID
 
 CONFIG = ModelConfig(
     src_vocab_size=30, tgt_vocab_size=30, d_model=32, n_heads=4, d_ff=64, dropout=0.0
@@ -325,11 +327,99 @@ def test_a_model_in_training_mode_is_run_in_eval_mode_and_left_as_it_was():
     assert chosen(run(model, eos_id=None, max_new_tokens=6)) == chosen(first)  # no dropout
 
 
+def test_every_decoding_call_leaves_a_training_model_in_training_mode():
+    model = model_for(dropout=0.5)
+    src = torch.tensor([SOURCE])
+    expected = {  # dropout off: what the same model computes in eval mode
+        "generate": generate(model, SOURCE, DecodingSettings(max_new_tokens=5), eos_id=None),
+        "greedy_batch": greedy_batch(model, src, eos_id=None, max_new_tokens=5),
+        "teacher_force": teacher_force(model, SOURCE, [5, 6, 7]).accuracy,
+    }
+    model.train()
+    calls = {
+        "generate": lambda: generate(
+            model, SOURCE, DecodingSettings(max_new_tokens=5), eos_id=None
+        ),
+        "greedy_batch": lambda: greedy_batch(model, src, eos_id=None, max_new_tokens=5),
+        "teacher_force": lambda: teacher_force(model, SOURCE, [5, 6, 7]).accuracy,
+    }
+    for name, call in calls.items():
+        assert call() == expected[name], name
+        assert model.training, f"{name} left the model in eval mode"
+
+
 def test_generate_returns_the_output_ids():
     model = model_for()
     assert generate(model, SOURCE, DecodingSettings(max_new_tokens=5), eos_id=None) == chosen(
         run(model, eos_id=None, max_new_tokens=5)
     )
+
+
+# -- greedy over a batch --------------------------------------------------------------------------
+
+
+def reference_greedy(model: Transformer, prefix: list[int], src: list[int] | None, steps: int):
+    """A plain greedy loop written here: one unpadded row, no cache, the whole prefix recomputed."""
+    tokens = list(prefix)
+    for _ in range(steps):
+        if src is None:
+            logits = model(tgt=torch.tensor([tokens]))
+        else:
+            logits = model(torch.tensor([src]), torch.tensor([tokens]))
+        tokens.append(int(logits[0, -1].argmax()))
+    return tokens[len(prefix) :]
+
+
+def cut(row: list[int], eos: int) -> list[int]:
+    return row[: row.index(eos)] if eos in row else row
+
+
+def test_greedy_batch_equals_a_plain_greedy_loop_row_by_row():
+    model = model_for().double()  # rounding cannot tip an argmax between batched and single rows
+    sources = [SOURCE, [7, 8, 9], [11, 12, 13, 14, 15, 16, 17, 18], [6]]
+    src = torch.full((len(sources), 8), PAD_ID)
+    for i, row in enumerate(sources):
+        src[i, : len(row)] = torch.tensor(row)
+    expected = [reference_greedy(model, [BOS_ID], row, 7) for row in sources]
+    assert greedy_batch(model, src, eos_id=None, max_new_tokens=7) == expected
+    # A row stops at its [EOS]; the others go on.
+    row, k = next(
+        (i, k) for i, out in enumerate(expected) for k in range(1, 7) if out[k] not in out[:k]
+    )
+    eos = expected[row][k]  # this row stops after k tokens
+    outputs = greedy_batch(model, src, eos_id=eos, max_new_tokens=7)
+    assert outputs == [cut(out, eos) for out in expected]
+    assert outputs[row] == expected[row][:k]
+
+
+def test_greedy_batch_continues_decoder_only_prompts():
+    model = model_for("decoder-only").double()
+    prompts = [[5, 9, 12], [20, 4, 7]]
+    expected = [reference_greedy(model, row, None, 6) for row in prompts]
+    assert greedy_batch(model, prompts=torch.tensor(prompts), eos_id=None, max_new_tokens=6) == (
+        expected
+    )
+
+
+def test_greedy_batch_agrees_with_a_greedy_session_and_its_max_len():
+    model = model_for(max_len=8)
+    session = run(model, eos_id=None, max_new_tokens=20)  # stops at max_len
+    assert session.stop_reason == "max_len"
+    outputs = greedy_batch(model, torch.tensor([SOURCE]), eos_id=None, max_new_tokens=20)
+    assert outputs == [session.output_ids]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "decodes from src"),
+        ({"src": torch.tensor([SOURCE]), "max_new_tokens": -1}, "max_new_tokens"),
+        ({"src": torch.tensor(SOURCE)}, "src must be"),
+    ],
+)
+def test_greedy_batch_rejects_bad_input(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        greedy_batch(model_for(), **kwargs)
 
 
 # -- filtering ------------------------------------------------------------------------------------

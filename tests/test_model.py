@@ -280,3 +280,33 @@ def test_embeddings_are_scaled_by_sqrt_d_model():
     trace = model(src=tokens, capture=True)
     expected = model.src_embedding.lookup(tokens) * math.sqrt(CONFIG.d_model)
     assert torch.allclose(trace.source.token_embedding, expected)
+
+
+CORE = ("config", "masks", "embeddings", "layers", "attention", "model", "trace", "special", "util")
+
+
+def test_the_paper_components_import_only_each_other():
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "transformer"
+    for name in CORE:
+        tree = ast.parse((package / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                assert node.level == 1 and node.module in CORE, (name, node.module)
+            if isinstance(node, ast.ImportFrom | ast.Import):
+                modules = [node.module] if isinstance(node, ast.ImportFrom) else []
+                modules += [alias.name for alias in getattr(node, "names", [])]
+                assert not any(str(m).startswith("transformer") for m in modules), name
+
+
+def test_importing_the_package_does_not_load_the_toy_grammar():
+    import subprocess
+    import sys
+
+    code = "import sys, transformer; print([m for m in sys.modules if 'training' in m])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"

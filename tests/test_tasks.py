@@ -6,6 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from transformer.bundled import BUNDLED_NAMES
+from transformer.training.recipes import RECIPES, Recipe
 from transformer.training.tasks import (
     ANIMATE_NOUNS,
     NOUN_GENDER,
@@ -49,6 +51,11 @@ def source_words(task: TaskData) -> set[str]:
 
 def test_task_names_and_architectures() -> None:
     assert TASKS == ("reverse", "translate", "continue")
+    # Every task has a recipe and a bundled checkpoint, named after it.
+    assert set(RECIPES) == set(BUNDLED_NAMES) == set(TASKS)
+    assert all(recipe.task == name for name, recipe in RECIPES.items())
+    with pytest.raises(ValueError, match="unknown task 'sort'"):
+        Recipe("sort", "bpe", 100, RECIPES["reverse"].model, RECIPES["reverse"].training)
     architectures = {name: small(name).architecture for name in TASKS}
     assert architectures == {
         "reverse": "encoder-decoder",

@@ -126,3 +126,32 @@ def test_batches_pad_and_shift(reverse_data):
     assert batch.n_tokens == int((batch.tgt_out != tokenizer.pad_id).sum())
     with pytest.raises(ValueError, match="out of range"):
         TrainingConfig(steps=0)
+
+
+def test_evaluation_and_inspection_leave_a_training_model_in_training_mode(reverse_data):
+    from transformer.inspection import analyse
+    from transformer.training.evaluation import evaluate_batches, evaluate_model, exact_match
+
+    tokenizer, _, validation_pairs = reverse_data
+    model = small_model(tokenizer).eval()  # dropout 0.1: on, it would change every result
+    examples = make_task("reverse", seed=1, n_train=0, n_validation=8, n_test=8).test
+    eval_batches = batches(validation_pairs[:16], 16, tokenizer.pad_id)
+    bos, eos = tokenizer.bos_id, tokenizer.eos_id
+    calls = {
+        "evaluate_batches": lambda: evaluate_batches(
+            model, eval_batches, torch.device("cpu"), with_exact_match=True
+        ),
+        "evaluate_model": lambda: evaluate_model(model, tokenizer, examples, "encoder-decoder"),
+        "exact_match": lambda: exact_match(model, validation_pairs[:16], bos, eos),
+        "analyse": lambda: analyse(model, tokenizer, ["a b c", "d e"]).trace.logits,
+    }
+    expected = {name: call() for name, call in calls.items()}
+    model.train()
+    for name, call in calls.items():
+        torch.manual_seed(1)  # dropout, if it were on, would change the result
+        result = call()
+        if isinstance(result, torch.Tensor):
+            assert torch.equal(result, expected[name]), name
+        else:
+            assert result == expected[name], name
+        assert model.training, f"{name} left the model in eval mode"

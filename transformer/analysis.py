@@ -19,6 +19,7 @@ from .inspection import Analysis
 from .model import Intervention, Transformer, count_parameters
 from .text.tokenization import Tokenizer
 from .trace import AttentionKind, Trace
+from .util import pad
 
 # The what-if switches by the name a learner reads, and the Intervention field each turns off.
 # "zero this head" is the one switch that needs to know which head: see ``what_if``.
@@ -69,10 +70,10 @@ def axis_pieces(analysis: Analysis, kind: AttentionKind) -> tuple[list[list[str]
     return queries, keys
 
 
-def key_padding(trace: Trace, kind: AttentionKind, row: int) -> Tensor:
+def real_keys(trace: Trace, kind: AttentionKind, row: int) -> Tensor:
     """``(Tk,)`` bool, ``True`` for the real (not padding) keys of ``kind`` in sentence ``row``."""
     stack = trace.source if kind != "decoder_self" else trace.target
-    return (stack or trace.target).padding[row]
+    return (stack or trace.target).real_tokens[row]
 
 
 def reference_targets(
@@ -82,7 +83,6 @@ def reference_targets(
     with ``pad_id``; ``None`` when the task has no known answer for some sentence."""
     # The toy tasks know the answers; imported here so that importing this module does not
     # load their grammar.
-    from .training.data import pad
     from .training.tasks import reference_target
 
     answers = [reference_target(model_task or "", sentence) for sentence in sentences]
@@ -146,9 +146,9 @@ def parameter_groups(model: Transformer) -> dict[str, int]:
 __all__ = [
     "WHAT_IF_SWITCHES",
     "axis_pieces",
-    "key_padding",
     "parameter_groups",
     "prompt_ids",
+    "real_keys",
     "reference_targets",
     "start_decoding",
     "what_if",

@@ -8,9 +8,11 @@ from pathlib import Path
 import torch
 
 from .checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from .training.tasks import TASKS
 
 BUNDLED_DIR = Path(__file__).resolve().parents[1] / "assets" / "models"
-BUNDLED_NAMES: tuple[str, ...] = ("translate", "reverse", "continue")
+# One checkpoint per task, translation first (the app opens on it).
+BUNDLED_NAMES: tuple[str, ...] = ("translate", *(task for task in TASKS if task != "translate"))
 
 
 @dataclass

@@ -11,6 +11,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from .special import PAD_ID
+from .util import is_int
+
 Architecture = Literal["encoder-decoder", "encoder-only", "decoder-only"]
 Activation = Literal["relu", "gelu"]
 NormPlacement = Literal["post", "pre"]
@@ -48,7 +51,7 @@ class ModelConfig:
     norm: NormPlacement = "post"
     positional: PositionalKind = "sinusoidal"
     max_len: int = 512
-    pad_id: int = 0
+    pad_id: int = PAD_ID
     tie_embeddings: bool = False
     architecture: Architecture = "encoder-decoder"
     layer_norm_eps: float = 1e-5
@@ -90,7 +93,7 @@ class ModelConfig:
                 raise ConfigError(f"{name}={value!r} is not one of {', '.join(allowed)}.")
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}.")
         if self.d_model % self.n_heads != 0:
             raise ConfigError(
@@ -105,7 +108,7 @@ class ModelConfig:
             )
         for name in ("n_encoder_layers", "n_decoder_layers"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            if not is_int(value) or value < 0:
                 raise ConfigError(f"{name} must be an integer ≥ 0, got {value!r}.")
         if self.has_encoder and self.n_encoder_layers == 0:
             raise ConfigError(f"a {self.architecture} model needs n_encoder_layers ≥ 1.")
@@ -208,7 +211,7 @@ def base_config() -> ModelConfig:
         norm="post",
         positional="sinusoidal",
         max_len=512,
-        pad_id=0,
+        pad_id=PAD_ID,
         tie_embeddings=True,
         architecture="encoder-decoder",
     )

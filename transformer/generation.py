@@ -17,6 +17,9 @@ Strategies (:class:`DecodingSettings`):
 - ``"beam"``: beam search over ``beam_width`` hypotheses ranked by their summed log-probability
   divided by ``length ** length_penalty`` (``length_penalty = 0``: plain sum).
 
+:func:`greedy_batch` runs the same greedy step over a whole batch without records; evaluation
+and inspection use it, so this module holds the project's only decoding loop.
+
 Positions: an encoder-decoder target starts with ``[BOS]``; a decoder-only model continues the
 prompt as given. Either way the decoder reads at most ``max_len`` positions, so a session makes
 at most ``max_len - len(prefix) + 1`` tokens and stops early with ``stop_reason == "max_len"``
@@ -28,7 +31,6 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -37,6 +39,8 @@ import torch
 from torch import Tensor
 
 from .model import Decoded, DecoderCache, Encoded, Transformer
+from .special import BOS_ID, EOS_ID, PAD_ID
+from .util import eval_mode, is_int, is_number
 
 __all__ = [
     "BOS_ID",
@@ -54,11 +58,10 @@ __all__ = [
     "TeacherForcing",
     "filter_logits",
     "generate",
+    "greedy_batch",
     "sampling_distribution",
     "teacher_force",
 ]
-
-PAD_ID, BOS_ID, EOS_ID = 0, 2, 3
 
 MAX_NEW_TOKENS = 512
 """``max_new_tokens`` must lie in ``1..MAX_NEW_TOKENS`` (and the model's max_len bounds it too)."""
@@ -70,10 +73,6 @@ MIN_TEMPERATURE = 1e-4
 Strategy = Literal["greedy", "sample", "beam"]
 STRATEGIES: tuple[str, ...] = ("greedy", "sample", "beam")
 StopReason = Literal["eos", "max_new_tokens", "max_len"]
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -121,38 +120,32 @@ class DecodingSettings:
         """Raise ``ValueError`` naming the setting to change and its valid range."""
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy={self.strategy!r} is not one of {', '.join(STRATEGIES)}.")
-        if not _is_int(self.max_new_tokens) or not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
+        if not is_int(self.max_new_tokens) or not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
             raise ValueError(
                 f"max_new_tokens must be an integer in 1..{MAX_NEW_TOKENS}, "
                 f"got {self.max_new_tokens!r}."
             )
-        if isinstance(self.temperature, bool) or not isinstance(self.temperature, int | float):
+        if not is_number(self.temperature):
             raise ValueError(f"temperature must be a number, got {self.temperature!r}.")
         if not math.isfinite(self.temperature):
             raise ValueError(
                 f"temperature must be finite, got {self.temperature}; use a value ≤ 0 for greedy."
             )
-        if self.top_k is not None and (not _is_int(self.top_k) or self.top_k < 0):
+        if self.top_k is not None and (not is_int(self.top_k) or self.top_k < 0):
             raise ValueError(
                 f"top_k must be None or an integer ≥ 0 (0 = no limit), got {self.top_k!r}."
             )
-        if self.top_p is not None and (
-            isinstance(self.top_p, bool)
-            or not isinstance(self.top_p, int | float)
-            or not 0.0 < self.top_p <= 1.0
-        ):
+        if self.top_p is not None and (not is_number(self.top_p) or not 0.0 < self.top_p <= 1.0):
             raise ValueError(f"top_p must be None or in (0, 1], got {self.top_p!r}.")
-        if not _is_int(self.beam_width) or not 1 <= self.beam_width <= MAX_BEAM_WIDTH:
+        if not is_int(self.beam_width) or not 1 <= self.beam_width <= MAX_BEAM_WIDTH:
             raise ValueError(
                 f"beam_width must be an integer in 1..{MAX_BEAM_WIDTH}, got {self.beam_width!r}."
             )
-        if isinstance(self.length_penalty, bool) or not (
-            isinstance(self.length_penalty, int | float) and 0.0 <= self.length_penalty <= 5.0
-        ):
+        if not (is_number(self.length_penalty) and 0.0 <= self.length_penalty <= 5.0):
             raise ValueError(f"length_penalty must be in [0, 5], got {self.length_penalty!r}.")
-        if self.seed is not None and not _is_int(self.seed):
+        if self.seed is not None and not is_int(self.seed):
             raise ValueError(f"seed must be None or an integer, got {self.seed!r}.")
-        if not _is_int(self.top_k_shown) or not 1 <= self.top_k_shown <= MAX_TOP_K_SHOWN:
+        if not is_int(self.top_k_shown) or not 1 <= self.top_k_shown <= MAX_TOP_K_SHOWN:
             raise ValueError(
                 f"top_k_shown must be an integer in 1..{MAX_TOP_K_SHOWN}, got {self.top_k_shown!r}."
             )
@@ -310,7 +303,7 @@ def _check_ids(ids: Sequence[int], what: str) -> list[int]:
             raise ValueError(f"{what} must be one sequence of ids, got shape {tuple(ids.shape)}")
         ids = ids.tolist()
     ids = list(ids)
-    if not all(_is_int(i) for i in ids):
+    if not all(is_int(i) for i in ids):
         raise ValueError(f"{what} must be a sequence of integer token ids")
     return ids
 
@@ -348,6 +341,33 @@ def _last_query_rows(decoded: Decoded, row: int) -> tuple[np.ndarray, np.ndarray
         cross_rows = torch.stack([record.weights[row, :, -1] for record in cross])
         cross_rows = cross_rows.float().cpu().numpy()
     return self_rows.float().cpu().numpy(), cross_rows
+
+
+# -- the step every decoding loop shares ----------------------------------------------------------
+
+
+def _room(max_len: int, prefix_length: int) -> int:
+    """Tokens a decoder of ``max_len`` positions can produce after a prefix: the last chosen token
+    is never fed back, so it may take position ``max_len``."""
+    return max_len - prefix_length + 1
+
+
+def _decode_next(
+    model: Transformer,
+    tokens: Tensor,
+    encoded: Encoded | None,
+    cache: DecoderCache | None,
+    capture: bool = False,
+) -> Decoded:
+    """Run the decoder so that ``logits[:, -1]`` predicts the token after ``tokens`` ``(K, T)``.
+
+    With a cache only the positions it has not seen are fed (the whole prefix on the first step,
+    then one token); without one the whole sequence is recomputed.
+    """
+    if cache is None:
+        return model.decode(tokens, encoded, capture=capture)
+    pending = tokens[:, cache.length :]  # (K, T_new): the prefix, then one token
+    return model.decode(pending, encoded, cache=cache, capture=capture)
 
 
 # -- the session ----------------------------------------------------------------------------------
@@ -394,7 +414,7 @@ class DecodingSession:
         config = model.config
         vocab = config.output_vocab_size
         for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
-            if value is not None and not (_is_int(value) and 0 <= value < vocab):
+            if value is not None and not (is_int(value) and 0 <= value < vocab):
                 raise ValueError(
                     f"{name}={value!r} is outside the target vocabulary 0..{vocab - 1}"
                 )
@@ -405,7 +425,7 @@ class DecodingSession:
             raise ValueError(f"beam_width={self.width} exceeds the vocabulary size {vocab}")
 
         self.prefix: list[int] = [bos_id] if config.has_encoder else list(self.source)
-        room = config.max_len - len(self.prefix) + 1  # the last token is never fed back
+        room = _room(config.max_len, len(self.prefix))
         self.max_steps = min(settings.max_new_tokens, room)
         self._limit_reason: StopReason = (
             "max_new_tokens" if settings.max_new_tokens <= room else "max_len"
@@ -420,7 +440,7 @@ class DecodingSession:
 
         self._encoded: Encoded | None = None
         if config.has_encoder:
-            with torch.inference_mode(), _eval_mode(model):
+            with torch.inference_mode(), eval_mode(model):
                 src = torch.tensor([self.source], device=device)
                 encoded = model.encode(src)
             if self.width > 1:  # every beam attends to the same memory
@@ -479,7 +499,7 @@ class DecodingSession:
         state = self._state
         if self._rng is not None:
             state.rng_state = self._rng.get_state()
-        with torch.inference_mode(), _eval_mode(self.model):
+        with torch.inference_mode(), eval_mode(self.model):
             decoded = self._forward(state.tokens)
             if self.strategy == "beam":
                 record, new_state = self._beam_step(state, decoded)
@@ -507,7 +527,7 @@ class DecodingSession:
 
     def rewind(self, n_steps: int = 1) -> None:
         """Undo the last ``n_steps`` steps (at most all of them)."""
-        if not _is_int(n_steps) or n_steps < 0:
+        if not is_int(n_steps) or n_steps < 0:
             raise ValueError(f"n_steps must be an integer ≥ 0, got {n_steps!r}")
         self.rewind_to(max(len(self.records) - n_steps, 0))
 
@@ -522,7 +542,7 @@ class DecodingSession:
         again reproduces the same records (bit for bit for greedy and sampling; beam search
         rebuilds its reordered cache in one pass, equal to within float rounding).
         """
-        if not _is_int(step) or not 0 <= step <= len(self.records):
+        if not is_int(step) or not 0 <= step <= len(self.records):
             raise ValueError(f"step must be an integer in 0..{len(self.records)}, got {step!r}")
         if step == len(self.records):
             return
@@ -540,18 +560,16 @@ class DecodingSession:
         else:  # beams were reordered since: rebuild the cache of the current hypotheses
             self._cache.truncate(0)
             if fed:
-                with torch.inference_mode(), _eval_mode(self.model):
+                with torch.inference_mode(), eval_mode(self.model):
                     self.model.decode(self._state.tokens[:, :fed], self._encoded, cache=self._cache)
 
     # -- internals ----------------------------------------------------------------------------
 
     def _forward(self, tokens: Tensor) -> Decoded:
         """Logits (and attention, if captured) for the position after ``tokens`` ``(K, T)``."""
-        capture = self.settings.capture_attention
-        if self._cache is None:
-            return self.model.decode(tokens, self._encoded, capture=capture)
-        pending = tokens[:, self._cache.length :]  # (K, T_new): the prefix, then one token
-        return self.model.decode(pending, self._encoded, cache=self._cache, capture=capture)
+        return _decode_next(
+            self.model, tokens, self._encoded, self._cache, self.settings.capture_attention
+        )
 
     def _record(
         self,
@@ -664,21 +682,8 @@ def _reorder(cache: DecoderCache, order: Tensor) -> None:
         kv = layer.self_attention
         if kv.keys is not None:
             kv.keys, kv.values = kv.keys.index_select(0, order), kv.values.index_select(0, order)
-    if cache.key_padding is not None:
-        cache.key_padding = cache.key_padding.index_select(0, order)
-
-
-@contextmanager
-def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
-    """The model in eval mode (dropout off) inside, its training flag restored after."""
-    was_training = model.training
-    if was_training:
-        model.eval()
-    try:
-        yield
-    finally:
-        if was_training:
-            model.train()
+    if cache.real_keys is not None:
+        cache.real_keys = cache.real_keys.index_select(0, order)
 
 
 def generate(
@@ -694,6 +699,73 @@ def generate(
     for _ in session.run():
         pass
     return session.output_ids
+
+
+def greedy_batch(
+    model: Transformer,
+    src: Tensor | None = None,
+    prompts: Tensor | None = None,
+    *,
+    bos_id: int = BOS_ID,
+    eos_id: int | None = EOS_ID,
+    max_new_tokens: int = 64,
+) -> list[list[int]]:
+    """Greedy outputs of a whole batch, decoded together with the key/value cache.
+
+    The same step as a greedy :class:`DecodingSession` (the most probable token, fed back
+    through the cache), for many rows at once and without per-step records: what evaluation
+    and inspection use.
+
+    Args:
+        model: an encoder-decoder or decoder-only :class:`Transformer` (run in eval mode, its
+            training flag restored after).
+        src: encoder-decoder: ``(B, Ts)`` right-padded source ids; each target starts with
+            ``bos_id``.
+        prompts: decoder-only: ``(B, Tp)`` prompt ids, all of the same length (a padded prompt
+            would shift the positions of the tokens after it).
+        eos_id: a row stops when it chooses this id (the rows that have stopped are fed
+            ``pad_id`` until all have); ``None`` never stops early.
+        max_new_tokens: tokens to generate at most per row (``[EOS]`` included); the model's
+            ``max_len`` bounds it as in a session.
+
+    Returns:
+        Per row, the generated ids without the prefix and without ``[EOS]`` (nor anything after).
+    """
+    config = model.config
+    if not config.has_decoder:
+        raise ValueError(f"a {config.architecture} model has no decoder, so it cannot generate")
+    if config.has_encoder:
+        if src is None or prompts is not None:
+            raise ValueError("an encoder-decoder model decodes from src (B, Ts), not prompts")
+        if src.dim() != 2 or src.size(1) == 0:
+            raise ValueError(f"src must be (batch, length) ids, got shape {tuple(src.shape)}")
+        device = src.device
+        prefix = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=device)
+    else:
+        if prompts is None or src is not None:
+            raise ValueError("a decoder-only model continues prompts (B, Tp), it has no src")
+        if prompts.dim() != 2 or prompts.size(1) == 0:
+            raise ValueError(f"prompts must be (batch, length) ids, got {tuple(prompts.shape)}")
+        device = prompts.device
+        prefix = prompts
+    if not is_int(max_new_tokens) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer ≥ 0, got {max_new_tokens!r}")
+    steps = min(max_new_tokens, _room(config.max_len, prefix.size(1)))
+    tokens = prefix
+    with torch.inference_mode(), eval_mode(model):
+        encoded = model.encode(src) if src is not None else None
+        cache = model.new_cache()
+        finished = torch.zeros(prefix.size(0), dtype=torch.bool, device=device)
+        for _ in range(steps):
+            logits = _decode_next(model, tokens, encoded, cache).logits[:, -1]  # (B, V)
+            chosen = logits.argmax(dim=-1).masked_fill(finished, config.pad_id)  # (B,)
+            tokens = torch.cat([tokens, chosen[:, None]], dim=1)
+            if eos_id is not None:
+                finished |= chosen == eos_id
+                if bool(finished.all()):
+                    break
+    generated = tokens[:, prefix.size(1) :].tolist()
+    return [row[: row.index(eos_id)] if eos_id in row else row for row in generated]
 
 
 # -- teacher forcing ------------------------------------------------------------------------------
@@ -765,7 +837,7 @@ def teacher_force(
     target = _check_ids(target_ids, "target")
     if not target:
         raise ValueError("the target is empty: give the reference ids to compare against")
-    if not _is_int(top_k_shown) or not 1 <= top_k_shown <= MAX_TOP_K_SHOWN:
+    if not is_int(top_k_shown) or not 1 <= top_k_shown <= MAX_TOP_K_SHOWN:
         raise ValueError(f"top_k_shown must be an integer in 1..{MAX_TOP_K_SHOWN}")
     config = model.config
     prefix = [bos_id] if config.has_encoder else source
@@ -779,7 +851,7 @@ def teacher_force(
     if any(not 0 <= i < vocab for i in target):
         raise ValueError(f"target ids must lie in 0..{vocab - 1}")
     device = model.device
-    with torch.inference_mode(), _eval_mode(model):
+    with torch.inference_mode(), eval_mode(model):
         encoded = None
         if config.has_encoder:
             encoded = model.encode(torch.tensor([source], device=device))

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 
 import torch
 
+from .generation import greedy_batch
 from .model import NO_INTERVENTION, Intervention, Transformer
+from .special import PAD_ID
 from .text.tokenization import Tokenizer
 from .trace import Trace
-from .training.data import pad
-from .training.evaluation import greedy_decode
+from .util import eval_mode, pad
 
 MAX_SENTENCES = 3
 
@@ -73,7 +74,7 @@ def encode_batch(
                 f"sentence {number} is {len(ids)} tokens long; this model reads at most {max_len}"
             )
         rows.append(ids)
-    return pad(rows, tokenizer.pad_id if tokenizer.pad_id is not None else 0)
+    return pad(rows, tokenizer.pad_id if tokenizer.pad_id is not None else PAD_ID)
 
 
 @torch.no_grad()
@@ -87,17 +88,26 @@ def analyse(
     """Capture a forward pass over 1..3 sentences (padded into one batch).
 
     Args:
-        model: any architecture (eval mode is set).
+        model: any architecture (run in eval mode, its training flag restored after).
         tokenizer: the model's tokenizer (needs [BOS]/[EOS] for encoder-decoder and decoder-only).
         sentences: the inputs; for a decoder-only model, its prompt texts.
         intervention: what-if switches applied to the captured pass.
         targets: ``(B, Tt)`` decoder input ids to use instead of the model's greedy output (to
             compare two interventions on the same target).
     """
-    model.eval()
+    with eval_mode(model):
+        return _analyse(model, tokenizer, check_sentences(sentences), intervention, targets)
+
+
+def _analyse(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: list[str],
+    intervention: Intervention,
+    targets: torch.Tensor | None,
+) -> Analysis:
     config = model.config
     device = model.device
-    sentences = check_sentences(sentences)
     if config.architecture == "decoder-only":
         tgt = encode_batch(tokenizer, sentences, config.max_len, add_bos=True).to(device)
         trace = model(tgt=tgt, capture=True, intervention=intervention)
@@ -115,7 +125,9 @@ def analyse(
     if targets is None:
         # An answer much longer than its source is babble: stop it early (each step costs time).
         limit = min(config.max_len - 1, 2 * src.size(1) + 8)
-        generated = greedy_decode(model, src, tokenizer.bos_id, tokenizer.eos_id, limit)
+        generated = greedy_batch(
+            model, src, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, max_new_tokens=limit
+        )
         targets = pad([[tokenizer.bos_id, *row] for row in generated], config.pad_id)
     targets = targets.to(device)
     trace = model(src, targets, capture=True, intervention=intervention)

@@ -307,13 +307,13 @@ class Decoder(nn.Module):
 
 @dataclass
 class DecoderCache:
-    """Key/value caches of every decoder layer, plus which cached target positions are padding.
+    """Key/value caches of every decoder layer, plus which cached target positions are real tokens.
 
     Made by :meth:`Transformer.new_cache`; :meth:`Transformer.decode` fills it step by step.
     """
 
     layers: list[LayerCache]
-    key_padding: Tensor | None = None  # (B, T_past) bool, True for real tokens
+    real_keys: Tensor | None = None  # (B, T_past) bool, True for real tokens, False for padding
 
     @property
     def length(self) -> int:
@@ -328,8 +328,8 @@ class DecoderCache:
             kv = layer.self_attention
             if kv.keys is not None:
                 kv.keys, kv.values = kv.keys[:, :, :length], kv.values[:, :, :length]
-        if self.key_padding is not None:
-            self.key_padding = self.key_padding[:, :length]
+        if self.real_keys is not None:
+            self.real_keys = self.real_keys[:, :length]
 
 
 class Generator(nn.Module):
@@ -453,7 +453,7 @@ class Transformer(nn.Module):
                 tokens=tokens,
                 token_embedding=token_vectors.detach(),
                 positional=pe.detach(),
-                padding=tokens != self.config.pad_id,
+                real_tokens=tokens != self.config.pad_id,
                 position_offset=offset,
             )
         return x, record
@@ -501,16 +501,16 @@ class Transformer(nn.Module):
             tgt, self.tgt_embedding, self.tgt_positional, offset, capture, intervention
         )
         # Self-attention keys are the cached positions plus the new ones.
-        key_padding = tgt != self.config.pad_id  # (B, Tq)
+        real_keys = tgt != self.config.pad_id  # (B, Tq)
         if cache is not None:
-            if cache.key_padding is not None:
-                key_padding = torch.cat([cache.key_padding, key_padding], dim=1)
-            cache.key_padding = key_padding
-        n_queries, n_keys = tgt.size(1), key_padding.size(1)
+            if cache.real_keys is not None:
+                real_keys = torch.cat([cache.real_keys, real_keys], dim=1)
+            cache.real_keys = real_keys
+        n_queries, n_keys = tgt.size(1), real_keys.size(1)
         causal = causal_mask(n_queries, n_keys, device=tgt.device)
         self_mask = combine_masks(
             causal if intervention.causal_mask else None,
-            key_padding[:, None, None, :] if intervention.padding_mask else None,
+            real_keys[:, None, None, :] if intervention.padding_mask else None,
         )
         memory = encoded.memory if encoded is not None else None
         memory_mask = encoded.mask if encoded is not None else None

@@ -73,13 +73,14 @@ class StackInput:
     """What enters a stack: token ids, their scaled embeddings and the positional encodings.
 
     ``tokens`` ``(B, T)``; ``token_embedding`` ``(B, T, d_model)`` (already × √d_model);
-    ``positional`` ``(T, d_model)``; ``padding`` ``(B, T)`` bool, ``True`` for real tokens.
+    ``positional`` ``(T, d_model)``; ``real_tokens`` ``(B, T)`` bool, ``True`` for real tokens
+    (``False`` for padding).
     """
 
     tokens: Tensor
     token_embedding: Tensor
     positional: Tensor
-    padding: Tensor
+    real_tokens: Tensor
     position_offset: int = 0
 
 

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from ..trace import AttentionRecord
 from .common import (
+    BASE_COLOR,
     MASKED_GREY,
     SIGNED_COLORSCALE,
     WEIGHTS_COLORSCALE,
@@ -30,7 +31,6 @@ from .common import (
 )
 
 Values = Literal["weights", "scores"]
-_ALLOWED_BLUE = "#4c78a8"
 
 
 def _masked_matrix(matrix: Any, masked: Any | None) -> np.ndarray:
@@ -538,7 +538,7 @@ def grid_figure(
 
 
 def masks_figure(
-    key_padding: Any,
+    real_keys: Any,
     query_labels: Sequence[str] | None = None,
     key_labels: Sequence[str] | None = None,
     *,
@@ -549,17 +549,17 @@ def masks_figure(
     """The masks themselves: padding, causal (if any) and their combination, side by side.
 
     Args:
-        key_padding: ``(Tk,)`` bool, ``True`` for real tokens (``StackInput.padding[b]``).
+        real_keys: ``(Tk,)`` bool, ``True`` for real tokens (``StackInput.real_tokens[b]``).
             Padding masks keys only, so it is drawn as whole columns.
         query_labels, key_labels: ``Tq`` and ``Tk`` unique labels (``Tq = Tk`` if causal).
         causal: ``(Tq, Tk)`` bool, ``True`` = may attend (``Trace.causal``), or None.
 
     Polarity as everywhere in the project: ``True`` (blue) = may attend, grey = masked.
     """
-    padding = to_numpy(key_padding, bool).reshape(-1)
-    n_keys = padding.size
+    real = to_numpy(real_keys, bool).reshape(-1)
+    n_keys = real.size
     n_queries = n_keys if query_labels is None else len(query_labels)
-    panels = {"padding (keys only)": np.broadcast_to(padding[None, :], (n_queries, n_keys))}
+    panels = {"padding (keys only)": np.broadcast_to(real[None, :], (n_queries, n_keys))}
     combined = panels["padding (keys only)"]
     if causal is not None:
         causal = to_numpy(causal, bool)
@@ -597,7 +597,7 @@ def masks_figure(
         if i:
             y_axis.update(title=None, showticklabels=False, matches="y", anchor=f"x{suffix}")
         axes[f"yaxis{suffix}"] = y_axis
-    two_colours = [[0, MASKED_GREY], [0.5, MASKED_GREY], [0.5, _ALLOWED_BLUE], [1, _ALLOWED_BLUE]]
+    two_colours = [[0, MASKED_GREY], [0.5, MASKED_GREY], [0.5, BASE_COLOR], [1, BASE_COLOR]]
     layout = base_layout(
         "Masks · blue = may attend, grey = masked",
         height or heatmap_height(n_queries, large_font, maximum=700) + 40,

@@ -16,9 +16,11 @@ MASKED_GREY = "#b0b0b0"
 # Weights are sequential (0 → 1); scores, differences and encodings are signed (diverging).
 WEIGHTS_COLORSCALE = "Viridis"
 SIGNED_COLORSCALE = "RdBu_r"
-# Colours for bar and line charts (colour-blind safe pair: blue and orange).
-BASE_COLOR = "#4c78a8"
-HIGHLIGHT_COLOR = "#f58518"
+# Colours of bar and line charts: Tableau 10's first six, blue and orange first (a colour-blind
+# safe pair). Every figure takes its colours from here.
+PALETTE: tuple[str, ...] = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2")
+BASE_COLOR, HIGHLIGHT_COLOR, GREEN = PALETTE[0], PALETTE[1], PALETTE[2]
+MUTED_COLOR = "#bab0ac"  # Tableau 10's grey: a series shown for reference only
 
 _FONT_SIZE = {False: 13, True: 20}
 

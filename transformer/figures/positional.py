@@ -14,7 +14,9 @@ import plotly.graph_objects as go
 
 from .common import (
     BASE_COLOR,
+    GREEN,
     HIGHLIGHT_COLOR,
+    MUTED_COLOR,
     SIGNED_COLORSCALE,
     base_layout,
     category_axis,
@@ -273,10 +275,10 @@ def embedding_norms_figure(
     d_model = emb.shape[1]
     scaled = np.linalg.norm(emb, axis=1)
     series = [
-        ("embedding (unscaled)", scaled / np.sqrt(d_model), "#bab0ac"),
+        ("embedding (unscaled)", scaled / np.sqrt(d_model), MUTED_COLOR),
         ("embedding × √d_model", scaled, BASE_COLOR),
         ("positional encoding", np.linalg.norm(pe, axis=1), HIGHLIGHT_COLOR),
-        ("sum (input to layer 0)", np.linalg.norm(emb + pe, axis=1), "#54a24b"),
+        ("sum (input to layer 0)", np.linalg.norm(emb + pe, axis=1), GREEN),
     ]
     traces = [
         go.Bar(

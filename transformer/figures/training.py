@@ -7,13 +7,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from .common import base_layout, panel_domains
-
-_PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+from ..util import is_number
+from .common import PALETTE, base_layout, panel_domains
 
 
 def training_curves_figure(
@@ -37,7 +32,7 @@ def training_curves_figure(
             ``"loss"`` or ``"acc"``. Keys starting with ``"val"`` are dashed.
     """
     keys = list(dict.fromkeys(k for record in history for k in record if k != x))
-    numeric = [k for k in keys if any(_is_number(r.get(k)) for r in history)]
+    numeric = [k for k in keys if any(is_number(r.get(k)) for r in history)]
     if loss_keys is None:
         loss_keys = [k for k in numeric if "loss" in k.lower()]
     if accuracy_keys is None:
@@ -47,9 +42,7 @@ def training_curves_figure(
     traces = []
     for panel, panel_keys in enumerate((loss_keys, accuracy_keys)):
         for i, key in enumerate(panel_keys):
-            points = [
-                (r.get(x, n), r[key]) for n, r in enumerate(history) if _is_number(r.get(key))
-            ]
+            points = [(r.get(x, n), r[key]) for n, r in enumerate(history) if is_number(r.get(key))]
             traces.append(
                 go.Scatter(
                     x=[p[0] for p in points],
@@ -57,7 +50,7 @@ def training_curves_figure(
                     name=key,
                     mode="lines+markers" if len(points) < 30 else "lines",
                     line={
-                        "color": _PALETTE[i % len(_PALETTE)],
+                        "color": PALETTE[i % len(PALETTE)],
                         "dash": "dash" if key.lower().startswith("val") else "solid",
                     },
                     xaxis="x" if panel == 0 else "x2",

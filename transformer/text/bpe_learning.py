@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
+from ..util import is_int
 from .tokenization import METASPACE, TokenizerError, clean_text
 
 MAX_LEARNING_CHARS = 2_000_000
@@ -132,9 +133,9 @@ def learn_bpe(corpus: Sequence[str], num_merges: int, min_frequency: int = 2) ->
     `tokenizers`' BpeTrainer. Raises TokenizerError for a negative ``num_merges`` or a corpus
     over `MAX_LEARNING_CHARS`.
     """
-    if isinstance(num_merges, bool) or not isinstance(num_merges, int) or num_merges < 0:
+    if not is_int(num_merges) or num_merges < 0:
         raise TokenizerError(f"num_merges must be an int >= 0, got {num_merges!r}")
-    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 0:
+    if not is_int(min_frequency) or min_frequency < 0:
         raise TokenizerError(f"min_frequency must be an int >= 0, got {min_frequency!r}")
     if sum(len(line) for line in corpus) > MAX_LEARNING_CHARS:
         raise TokenizerError(

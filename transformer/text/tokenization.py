@@ -12,7 +12,7 @@
 - ``unigram``: Unigram; NFKC; Metaspace, as SentencePiece's Unigram.
 
 Every tokenizer we train starts its vocabulary with the same special tokens at fixed ids
-(`SPECIAL_TOKENS`): ``[PAD]``=0, ``[UNK]``=1, ``[BOS]``=2, ``[EOS]``=3, ``[CLS]``=4, ``[SEP]``=5,
+(`SPECIAL_TOKENS`, defined in `transformer.special`): ``[PAD]``=0, ``[UNK]``=1, ``[BOS]``=2, ``[EOS]``=3, ``[CLS]``=4, ``[SEP]``=5,
 ``[MASK]``=6. They are added tokens: typed in a text, they are recognised whole.
 
 `Tokenizer` wraps a `tokenizers.Tokenizer`, ours or any ``tokenizer.json`` a user brings (BERT's,
@@ -33,19 +33,24 @@ from typing import Any, Literal
 import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
-PAD_TOKEN, UNK_TOKEN, BOS_TOKEN, EOS_TOKEN = "[PAD]", "[UNK]", "[BOS]", "[EOS]"
-CLS_TOKEN, SEP_TOKEN, MASK_TOKEN = "[CLS]", "[SEP]", "[MASK]"
-SPECIAL_TOKENS: list[str] = [
-    PAD_TOKEN,
-    UNK_TOKEN,
+from ..special import (  # the ids are re-exported: ``from transformer.text.tokenization import PAD_ID``
+    BOS_ID,  # noqa: F401
     BOS_TOKEN,
+    CLS_ID,  # noqa: F401
+    CLS_TOKEN,  # noqa: F401
+    EOS_ID,  # noqa: F401
     EOS_TOKEN,
-    CLS_TOKEN,
-    SEP_TOKEN,
-    MASK_TOKEN,
-]
-"""Special tokens of every tokenizer we train, in id order: the id of each is its index."""
-PAD_ID, UNK_ID, BOS_ID, EOS_ID, CLS_ID, SEP_ID, MASK_ID = range(len(SPECIAL_TOKENS))
+    MASK_ID,  # noqa: F401
+    MASK_TOKEN,  # noqa: F401
+    PAD_ID,  # noqa: F401
+    PAD_TOKEN,
+    SEP_ID,  # noqa: F401
+    SEP_TOKEN,  # noqa: F401
+    SPECIAL_TOKENS,
+    UNK_ID,  # noqa: F401
+    UNK_TOKEN,
+)
+from ..util import is_int
 
 Algorithm = Literal["bpe", "byte_bpe", "wordpiece", "unigram"]
 ALGORITHMS: tuple[str, ...] = ("bpe", "byte_bpe", "wordpiece", "unigram")
@@ -239,7 +244,7 @@ class Tokenizer:
 
     def id_to_token(self, id: int) -> str | None:
         """Token string of ``id``, or None if the id is out of range."""
-        if not isinstance(id, int) or isinstance(id, bool) or not 0 <= id < 2**32:
+        if not is_int(id) or not 0 <= id < 2**32:
             return None
         return self.backend.id_to_token(id)
 
@@ -508,7 +513,7 @@ def train_tokenizer(
     """
     if algorithm not in ALGORITHMS:
         raise TokenizerError(f"unknown algorithm {algorithm!r}: choose one of {ALGORITHMS}")
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+    if not is_int(vocab_size):
         raise TokenizerError(f"vocab_size must be an int, got {vocab_size!r}")
     smallest = len(SPECIAL_TOKENS) + (_BYTE_ALPHABET_SIZE if algorithm == "byte_bpe" else 1)
     if not smallest <= vocab_size <= MAX_VOCAB_SIZE:
@@ -518,7 +523,7 @@ def train_tokenizer(
             + (" and the 256 byte symbols" if algorithm == "byte_bpe" else "")
             + " are part of it)"
         )
-    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 0:
+    if not is_int(min_frequency) or min_frequency < 0:
         raise TokenizerError(f"min_frequency must be an int >= 0, got {min_frequency!r}")
     corpus = [clean_text(t) for t in texts]
     if not any(t.strip() for t in corpus):

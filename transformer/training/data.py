@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ..text.tokenization import Tokenizer
+from ..util import pad
 from .tasks import Example, decoder_only_text
 
 
@@ -64,15 +65,6 @@ def encode_examples(
             target = tokenizer.encode_ids(example.target, add_bos=True, add_eos=True)
             pairs.append(EncodedPair(tuple(source), tuple(target)))
     return pairs
-
-
-def pad(rows: Sequence[Sequence[int]], pad_id: int) -> Tensor:
-    """Right-pad lists of ids into a ``(len(rows), max_len)`` long tensor."""
-    width = max((len(row) for row in rows), default=0)
-    out = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return out
 
 
 def collate(pairs: Sequence[EncodedPair], pad_id: int) -> Batch:

@@ -1,5 +1,9 @@
 """Metrics of a trained model on a task split: exact match, token accuracy, and for the
-decoder-only task the share of continuations that stay grammatical."""
+decoder-only task the share of continuations that stay grammatical.
+
+Greedy outputs come from :func:`transformer.generation.greedy_batch`, the generation module's
+greedy step run over a batch; every model runs in eval mode and gets its training flag back.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..generation import greedy_batch
 from ..model import Transformer
 from ..text.tokenization import Tokenizer
-from .data import Batch, EncodedPair, batches, encode_examples, pad
+from ..util import eval_mode
+from .data import Batch, EncodedPair, batches, encode_examples
 from .tasks import Example, is_toy_english
 
 
@@ -45,63 +51,28 @@ def evaluate_batches(
 ) -> dict[str, float]:
     """Teacher-forced loss (no smoothing) and token accuracy over non-padding targets, and with
     ``with_exact_match`` (encoder-decoder models) the greedy exact match of the same pairs."""
-    was_training = model.training
-    model.eval()
     pad_id = model.config.pad_id
     total_loss, correct, count = 0.0, 0, 0
-    for batch in eval_batches:
-        batch = batch.to(device)
-        logits = forward_batch(model, batch)
-        real = batch.tgt_out != pad_id
-        n = int(real.sum())
-        total_loss += float(sequence_loss(logits, batch.tgt_out, pad_id, 0.0)) * n
-        correct += int(((logits.argmax(-1) == batch.tgt_out) & real).sum())
-        count += n
+    with eval_mode(model):
+        for batch in eval_batches:
+            batch = batch.to(device)
+            logits = forward_batch(model, batch)
+            real = batch.tgt_out != pad_id
+            n = int(real.sum())
+            total_loss += float(sequence_loss(logits, batch.tgt_out, pad_id, 0.0)) * n
+            correct += int(((logits.argmax(-1) == batch.tgt_out) & real).sum())
+            count += n
     metrics = {"loss": total_loss / max(count, 1), "token_accuracy": correct / max(count, 1)}
     if with_exact_match and model.config.has_encoder and model.config.has_decoder:
         bos, eos = eval_batches[0].tgt_in[0, 0].item(), _eos_of(eval_batches[0])
         pairs = [pair for batch in eval_batches for pair in batch.pairs]
         metrics["exact_match"] = exact_match(model, pairs, bos, eos)
-    model.train(was_training)
     return metrics
 
 
 def _eos_of(batch: Batch) -> int:
     """The end token of a batch: the last real target token of its first pair."""
     return batch.pairs[0].target[-1]
-
-
-@torch.no_grad()
-def greedy_decode(
-    model: Transformer, src: Tensor, bos_id: int, eos_id: int, max_new_tokens: int
-) -> list[list[int]]:
-    """Greedy translations of a batch of sources, with the key/value cache.
-
-    ``src`` ``(B, Ts)`` padded source ids. Returns, per row, the generated ids without [BOS]
-    and up to (not including) [EOS].
-    """
-    model.eval()
-    batch = src.size(0)
-    encoded = model.encode(src)
-    cache = model.new_cache()
-    step_input = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)
-    finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
-    outputs: list[Tensor] = []
-    limit = min(max_new_tokens, model.config.max_len - 1)
-    for _ in range(limit):
-        logits = model.decode(step_input, encoded, cache=cache).logits[:, -1]  # (B, V)
-        chosen = logits.argmax(dim=-1)
-        chosen = chosen.masked_fill(finished, model.config.pad_id)
-        outputs.append(chosen)
-        finished |= chosen == eos_id
-        if bool(finished.all()):
-            break
-        step_input = chosen[:, None]
-    generated = torch.stack(outputs, dim=1).tolist() if outputs else [[] for _ in range(batch)]
-    result = []
-    for row in generated:
-        result.append(row[: row.index(eos_id)] if eos_id in row else row)
-    return result
 
 
 @torch.no_grad()
@@ -120,7 +91,9 @@ def exact_match(
     for batch in batches(pairs, batch_size, model.config.pad_id):
         references = [list(p.target[1:-1]) for p in batch.pairs]  # drop BOS and EOS
         longest = max(len(r) for r in references)
-        outputs = greedy_decode(model, batch.src.to(device), bos_id, eos_id, longest + 10)
+        outputs = greedy_batch(
+            model, batch.src.to(device), bos_id=bos_id, eos_id=eos_id, max_new_tokens=longest + 10
+        )
         hits += sum(out == ref for out, ref in zip(outputs, references, strict=True))
     return hits / len(pairs)
 
@@ -132,21 +105,13 @@ def continuation_grammaticality(
     """Share of greedy continuations (decoder-only) whose full text parses as toy English."""
     if not examples:
         return 0.0
-    model.eval()
     ok = 0
     for example in examples:
         prompt = tokenizer.encode_ids(example.source, add_bos=True)
-        tokens = pad([prompt], model.config.pad_id).to(model.device)
-        cache = model.new_cache()
-        logits = model.decode(tokens, cache=cache).logits[:, -1]
-        generated: list[int] = []
-        for _ in range(min(max_new_tokens, model.config.max_len - len(prompt))):
-            chosen = int(logits.argmax(-1))
-            if chosen == tokenizer.eos_id:
-                break
-            generated.append(chosen)
-            step = torch.tensor([[chosen]], device=model.device)
-            logits = model.decode(step, cache=cache).logits[:, -1]
+        prompts = torch.tensor([prompt], device=model.device)
+        (generated,) = greedy_batch(
+            model, prompts=prompts, eos_id=tokenizer.eos_id, max_new_tokens=max_new_tokens
+        )
         text = tokenizer.decode(prompt[1:] + generated)
         ok += is_toy_english(text)
     return ok / len(examples)

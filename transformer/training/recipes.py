@@ -23,7 +23,7 @@ from ..text.tokenization import Tokenizer, train_tokenizer
 from .data import encode_examples
 from .evaluation import evaluate_model
 from .loop import Progress, TrainingConfig, TrainingResult, train
-from .tasks import TaskData, make_task, task_corpus
+from .tasks import TASKS, TaskData, make_task, task_corpus
 
 SAMPLE_SIZE = 200
 
@@ -39,42 +39,50 @@ class Recipe:
     training: TrainingConfig
     n_train: int = 20000
 
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"unknown task {self.task!r}; valid tasks: {', '.join(TASKS)}")
+
 
 RECIPES: dict[str, Recipe] = {
-    "reverse": Recipe(
-        task="reverse",
-        tokenizer_algorithm="wordpiece",
-        tokenizer_vocab_size=64,
-        model=ModelConfig(
-            d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2, n_decoder_layers=2, max_len=512
+    recipe.task: recipe
+    for recipe in (
+        Recipe(
+            task="reverse",
+            tokenizer_algorithm="wordpiece",
+            tokenizer_vocab_size=64,
+            model=ModelConfig(
+                d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2, n_decoder_layers=2, max_len=512
+            ),
+            training=TrainingConfig(steps=6000, batch_size=64, warmup_steps=400, eval_every=500),
         ),
-        training=TrainingConfig(steps=6000, batch_size=64, warmup_steps=400, eval_every=500),
-    ),
-    "translate": Recipe(
-        task="translate",
-        tokenizer_algorithm="bpe",
-        tokenizer_vocab_size=200,
-        model=ModelConfig(
-            d_model=64, n_heads=4, d_ff=256, n_encoder_layers=3, n_decoder_layers=3, max_len=512
+        Recipe(
+            task="translate",
+            tokenizer_algorithm="bpe",
+            tokenizer_vocab_size=200,
+            model=ModelConfig(
+                d_model=64, n_heads=4, d_ff=256, n_encoder_layers=3, n_decoder_layers=3, max_len=512
+            ),
+            training=TrainingConfig(steps=4000, batch_size=64, warmup_steps=400, eval_every=250),
         ),
-        training=TrainingConfig(steps=4000, batch_size=64, warmup_steps=400, eval_every=250),
-    ),
-    "continue": Recipe(
-        task="continue",
-        tokenizer_algorithm="unigram",
-        tokenizer_vocab_size=200,
-        model=ModelConfig(
-            architecture="decoder-only",
-            d_model=64,
-            n_heads=4,
-            d_ff=256,
-            n_encoder_layers=0,
-            n_decoder_layers=3,
-            max_len=512,
+        Recipe(
+            task="continue",
+            tokenizer_algorithm="unigram",
+            tokenizer_vocab_size=200,
+            model=ModelConfig(
+                architecture="decoder-only",
+                d_model=64,
+                n_heads=4,
+                d_ff=256,
+                n_encoder_layers=0,
+                n_decoder_layers=3,
+                max_len=512,
+            ),
+            training=TrainingConfig(steps=3000, batch_size=64, warmup_steps=400, eval_every=250),
         ),
-        training=TrainingConfig(steps=3000, batch_size=64, warmup_steps=400, eval_every=250),
-    ),
+    )
 }
+"""The recipe of each task in :data:`~transformer.training.tasks.TASKS`, by task name."""
 
 
 def task_digest(task: TaskData) -> str:

@@ -54,8 +54,6 @@ __all__ = [
     "translate",
 ]
 
-TASKS = ("reverse", "translate", "continue")
-
 
 @dataclass(frozen=True)
 class Example:
@@ -453,7 +451,7 @@ class _Spec:
     sizes: tuple[int, int, int]  # default (train, validation, test)
 
 
-_SPECS: dict[str, _Spec] = {
+_SPECS: dict[str, _Spec] = {  # the tasks, by name (the one place their names are written)
     "reverse": _Spec(
         _draw_reverse,
         lambda e: e.source,
@@ -478,6 +476,10 @@ _SPECS: dict[str, _Spec] = {
         (20_000, 1_000, 1_000),
     ),
 }
+
+TASKS: tuple[str, ...] = tuple(_SPECS)
+"""The task names, ``("reverse", "translate", "continue")``: recipes, bundled models and the CLI
+use this tuple."""
 
 # A draw that keeps repeating seen examples means the task has fewer distinct ones than asked.
 _MAX_CONSECUTIVE_DUPLICATES = 10_000

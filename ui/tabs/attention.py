@@ -9,7 +9,7 @@ from typing import Any
 import gradio as gr
 
 from transformer import figures
-from transformer.analysis import WHAT_IF_SWITCHES, axis_pieces, key_padding, reference_targets
+from transformer.analysis import WHAT_IF_SWITCHES, axis_pieces, real_keys, reference_targets
 from transformer.analysis import what_if as what_if_intervention
 from transformer.checkpoint import Checkpoint
 from transformer.inspection import Analysis, check_sentences
@@ -119,7 +119,7 @@ def attention(
     trace = analysis.trace
     causal = trace.causal if view.kind == "decoder_self" else None
     masks = figures.masks_figure(
-        key_padding(trace, view.kind, row), q_labels, k_labels, causal=causal, large_font=large
+        real_keys(trace, view.kind, row), q_labels, k_labels, causal=causal, large_font=large
     )
     summary = (
         [f"**Sentence {i + 1}** → `{out}`" for i, out in enumerate(analysis.outputs)]

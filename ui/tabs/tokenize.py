@@ -200,11 +200,7 @@ def learn(corpus_text: str, merges: Any, word: str) -> tuple[str, list[list[Any]
     ]
     vocab = trace.vocabulary(after=n)
     word = (word or "transformer").strip().split()[0] if (word or "").strip() else "transformer"
-    pieces = (
-        trace.segment("▁" + word.lower(), after=n)
-        if trace.alphabet and "▁" in "".join(trace.alphabet)
-        else trace.segment(word, after=n)
-    )
+    pieces = trace.segment_word(word, after=n)
     summary = (
         f"After **{n}** of {len(trace.merges)} learned merges the vocabulary has **{len(vocab)}** symbols "
         f"({len(trace.alphabet)} characters + {len(vocab) - len(trace.alphabet)} merged). "
