@@ -93,3 +93,8 @@ __all__ = [
     "to_torch_nn_mask",
     "train_tokenizer",
 ]
+
+# Pretrained Hugging Face models (BERT, GPT-2, Marian families); appended, not merged above.
+from .pretrained import PretrainedError, load_pretrained, load_shipped, shipped_models
+
+__all__ += ["PretrainedError", "load_pretrained", "load_shipped", "shipped_models"]

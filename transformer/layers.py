@@ -27,15 +27,29 @@ class LayerNorm(nn.Module):
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
 
 
+def _gelu_tanh(x: Tensor) -> Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+ACTIVATION_FUNCTIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": _gelu_tanh, "silu": F.silu}
+"""The feed-forward non-linearity by config name: ReLU (paper), GELU exact (erf; BERT), GELU
+with the tanh approximation (GPT-2), SiLU/swish (Marian)."""
+
+
 class PositionwiseFeedForward(nn.Module):
-    """``FFN(x) = max(0, x W1 + b1) W2 + b2``, applied to each position alone (equation 2)."""
+    """``FFN(x) = max(0, x W1 + b1) W2 + b2``, applied to each position alone (equation 2).
+
+    ``activation`` replaces the ``max(0, ·)`` (see :data:`ACTIVATION_FUNCTIONS`).
+    """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu") -> None:
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
-        self.activation = F.relu if activation == "relu" else F.gelu
+        if activation not in ACTIVATION_FUNCTIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATION_FUNCTIONS)}")
+        self.activation = ACTIVATION_FUNCTIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
         """``(B, T, d_model)`` → ``(B, T, d_model)``."""

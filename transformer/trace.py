@@ -73,7 +73,8 @@ class StackInput:
     """What enters a stack: token ids, their scaled embeddings and the positional encodings.
 
     ``tokens`` ``(B, T)``; ``token_embedding`` ``(B, T, d_model)`` (already × √d_model);
-    ``positional`` ``(T, d_model)``; ``padding`` ``(B, T)`` bool, ``True`` for real tokens.
+    ``positional`` ``(T, d_model)``; ``padding`` ``(B, T)`` bool, ``True`` for real tokens;
+    ``token_type_embedding`` ``(B, T, d_model)`` for models with token types (BERT), else None.
     """
 
     tokens: Tensor
@@ -81,6 +82,7 @@ class StackInput:
     positional: Tensor
     padding: Tensor
     position_offset: int = 0
+    token_type_embedding: Tensor | None = None
 
 
 @dataclass
