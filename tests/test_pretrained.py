@@ -390,3 +390,18 @@ def test_hub_id_not_in_the_cache_says_how_to_download(
 def test_missing_folder_is_reported(tmp_path: Path) -> None:
     with pytest.raises(PretrainedError, match="does not exist"):
         load_pretrained(tmp_path / "nothing" / "here")
+
+
+def test_fused_layer_norm_equals_the_written_out_formula_and_torch() -> None:
+    from transformer.layers import LayerNorm
+
+    ours = LayerNorm(48, eps=1e-12)
+    reference = torch.nn.LayerNorm(48, eps=1e-12)
+    with torch.no_grad():
+        for param in (*ours.parameters(), *reference.parameters()):
+            param.copy_(torch.randn(48, generator=torch.Generator().manual_seed(param.dim())))
+        ours.weight.copy_(reference.weight)
+        ours.bias.copy_(reference.bias)
+    x = torch.randn(3, 5, 48) * 4 + 2
+    _close(ours(x), reference(x), "fused LayerNorm")
+    _close(ours.explicit(x), reference(x), "written-out LayerNorm")

@@ -8,10 +8,13 @@ from torch import Tensor, nn
 
 
 class LayerNorm(nn.Module):
-    """Layer normalisation over the last dimension, written out.
+    """Layer normalisation over the last dimension.
 
     ``y = γ · (x − mean) / sqrt(var + eps) + β`` with the *biased* variance (divide by n, not
     n − 1) and ``eps`` inside the square root, exactly as ``torch.nn.LayerNorm``.
+    :meth:`explicit` computes it step by step; :meth:`forward` runs the same formula as one
+    fused kernel (``F.layer_norm``), because six element-wise passes per norm cost real models
+    (13 norms in MiniLM, 25 in GPT-2 small) a fifth of their time on a CPU.
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5) -> None:
@@ -21,7 +24,11 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d_model))  # β
 
     def forward(self, x: Tensor) -> Tensor:
-        """``(..., d_model)`` → ``(..., d_model)``."""
+        """``(..., d_model)`` → ``(..., d_model)``, fused (equal to :meth:`explicit`)."""
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+    def explicit(self, x: Tensor) -> Tensor:
+        """``(..., d_model)`` → ``(..., d_model)``, the formula written out step by step."""
         mean = x.mean(dim=-1, keepdim=True)
         var = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # biased variance
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
