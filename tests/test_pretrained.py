@@ -284,6 +284,58 @@ def test_marian_greedy_generation_equals_generate(marian_folder: Path) -> None:
     assert session.tokens == expected[0].tolist()
 
 
+def _marian_spm_folder(folder: Path) -> list[str]:
+    """source.spm, target.spm (Unigram, trained here) and their shared vocab.json, as Marian's."""
+    spm = pytest.importorskip("sentencepiece")
+    source = [
+        "The small cat sees a red ball.",
+        "Attention is all you need!",
+        "Tom asked his teacher for advice, twice.",
+        "I am a small frog, très élégant — ﬁne ½.",
+        'Numbers 12345 and commas; quotes "here".',
+    ]
+    target = ["Die kleine Katze sieht einen roten Ball.", "Ich bin ein kleiner Frosch."]
+    for name, corpus in (("source", source), ("target", target)):
+        (folder / f"{name}.txt").write_text("\n".join(corpus * 20), encoding="utf-8")
+        spm.SentencePieceTrainer.train(
+            input=str(folder / f"{name}.txt"),
+            model_prefix=str(folder / name),
+            vocab_size=60,
+            hard_vocab_limit=False,
+            model_type="unigram",
+            character_coverage=1.0,
+            bos_id=-1,
+            eos_id=0,
+            unk_id=1,
+            pad_id=-1,
+            minloglevel=2,
+        )
+        (folder / f"{name}.model").rename(folder / f"{name}.spm")
+    vocab = {"</s>": 0, "<unk>": 1}
+    for name in ("source", "target"):
+        processor = spm.SentencePieceProcessor(model_file=str(folder / f"{name}.spm"))
+        for i in range(processor.get_piece_size()):
+            vocab.setdefault(processor.id_to_piece(i), len(vocab))
+    vocab["<pad>"] = len(vocab)
+    (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    return [*source, "  leading, inner   and trailing spaces  ", "ball Ball BALL 12 345"]
+
+
+@pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
+def test_marian_sentencepiece_files_are_read_without_sentencepiece(tmp_path: Path) -> None:
+    from transformer.pretrained.marian import load_tokenizer
+
+    texts = _marian_spm_folder(tmp_path)
+    reference = transformers.MarianTokenizer(
+        str(tmp_path / "source.spm"), str(tmp_path / "target.spm"), str(tmp_path / "vocab.json")
+    )
+    ours = load_tokenizer(tmp_path)
+    for text in texts:
+        ids = ours.encoding(text).ids
+        assert ids == reference(text)["input_ids"], text
+        assert ours.decode(ids) == reference.decode(ids, skip_special_tokens=True), text
+
+
 # -- the real shipped model ------------------------------------------------------------------
 
 MINILM = next(m for m in shipped_models() if m.name == "all-MiniLM-L6-v2")
@@ -405,3 +457,72 @@ def test_fused_layer_norm_equals_the_written_out_formula_and_torch() -> None:
     x = torch.randn(3, 5, 48) * 4 + 2
     _close(ours(x), reference(x), "fused LayerNorm")
     _close(ours.explicit(x), reference(x), "written-out LayerNorm")
+
+
+# -- the configuration options ---------------------------------------------------------------
+
+
+def test_new_options_round_trip_and_old_configs_load_with_paper_defaults() -> None:
+    from transformer.config import ModelConfig
+
+    config = ModelConfig(
+        architecture="encoder-decoder",
+        activation="silu",
+        sinusoidal_layout="halves",
+        scale_embeddings=False,
+        embedding_norm=True,
+        n_token_types=3,
+        generator_bias=False,
+        mask_target_padding=False,
+        decoder_start_id=5,
+        eos_id=3,
+    )
+    assert ModelConfig.from_json(config.to_json()) == config
+    old = {k: v for k, v in ModelConfig().to_dict().items() if k != "sinusoidal_layout"}
+    for key in ("scale_embeddings", "embedding_norm", "n_token_types", "generator_bias"):
+        old.pop(key)
+    loaded = ModelConfig.from_dict(old)
+    assert (loaded.sinusoidal_layout, loaded.scale_embeddings, loaded.embedding_norm) == (
+        "interleaved",
+        True,
+        False,
+    )
+    assert (loaded.n_token_types, loaded.generator_bias, loaded.mask_target_padding) == (
+        0,
+        True,
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"sinusoidal_layout": "zigzag"}, "sinusoidal_layout='zigzag' is not one of"),
+        ({"activation": "tanh"}, "gelu_tanh, silu"),
+        ({"n_token_types": -1}, "n_token_types must be an integer"),
+        ({"scale_embeddings": "yes"}, "scale_embeddings must be true or false"),
+        ({"decoder_start_id": 5000}, "decoder_start_id=5000"),
+        (
+            {"architecture": "decoder-only", "n_encoder_layers": 0, "n_token_types": 2},
+            "decoder-only model needs n_token_types=0",
+        ),
+    ],
+)
+def test_new_options_are_validated(changes: dict, message: str) -> None:
+    from transformer.config import ConfigError, ModelConfig
+
+    with pytest.raises(ConfigError, match=message):
+        ModelConfig(**changes)
+
+
+def test_halves_layout_holds_the_interleaved_values_reordered() -> None:
+    from transformer.embeddings import sinusoidal_table
+
+    interleaved = sinusoidal_table(50, 16)
+    halves = sinusoidal_table(50, 16, layout="halves")
+    assert torch.equal(halves[:, :8], interleaved[:, 0::2])
+    assert torch.equal(halves[:, 8:], interleaved[:, 1::2])
+    position = torch.arange(50, dtype=torch.float64)[:, None]
+    i = torch.arange(8, dtype=torch.float64)
+    expected_sin = torch.sin(position / 10000 ** (2 * i / 16)).float()
+    _close(halves[:, :8], expected_sin, "sin half", 1e-6)

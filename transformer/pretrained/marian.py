@@ -21,9 +21,9 @@ Ignored when present: ``lm_head.weight`` (tied to the shared embedding), and
 ``[sin | cos]`` table and a mismatch is an error. A ``MarianModel`` without an LM head has no
 ``final_logits_bias``; zeros are used, as ``transformers`` does.
 
-Tokenizer: ``tokenizer.json`` is required. Marian folders on the Hub ship SentencePiece files
-(``source.spm``, ``target.spm``) and ``vocab.json`` instead, which the ``tokenizers`` library
-cannot read without the ``sentencepiece`` package; see :func:`load_tokenizer`.
+Tokenizer: ``tokenizer.json`` if the folder has one; otherwise Marian's own ``source.spm`` and
+``vocab.json`` (what the Hub's opus-mt folders ship), read without the ``sentencepiece``
+package by :mod:`.spm`. Only the source side is read: one shared vocabulary decodes both.
 """
 
 from __future__ import annotations
@@ -44,7 +44,9 @@ from ._common import (
     build_config,
     load_tokenizer_json,
     require,
+    wrap,
 )
+from .spm import marian_tokenizer
 
 FAMILY = "marian"
 MODEL_TYPES = ("marian",)
@@ -173,17 +175,15 @@ def map_weights(reader: TensorReader, config: ModelConfig) -> dict[str, Tensor |
     return weights
 
 
-CONVERT_HINT = (
-    "Marian folders from the Hub ship SentencePiece files (source.spm, target.spm) and "
-    "vocab.json instead; reading those needs the sentencepiece package, which this project does "
-    "not use, and transformers has no converter of Marian's tokenizer to tokenizer.json. Add a "
-    "tokenizer.json (Hugging Face tokenizers format) whose ids are those of vocab.json."
-)
-
-
 def load_tokenizer(folder: Path) -> Tokenizer:
-    """``tokenizer.json`` of the folder; without one, an error saying how to write it."""
+    """``tokenizer.json`` of the folder, else Marian's ``source.spm`` + ``vocab.json`` read
+    offline as a Unigram tokenizer (see :mod:`.spm`)."""
     found = load_tokenizer_json(folder)
     if found is not None:
         return found
-    raise PretrainedError(f"{folder} has no tokenizer.json. {CONVERT_HINT}")
+    if not ((folder / "source.spm").is_file() and (folder / "vocab.json").is_file()):
+        raise PretrainedError(
+            f"{folder} has neither tokenizer.json nor source.spm + vocab.json: a Marian model "
+            "needs one of them"
+        )
+    return wrap(marian_tokenizer(folder), "source.spm/vocab.json")
