@@ -336,6 +336,19 @@ def test_marian_sentencepiece_files_are_read_without_sentencepiece(tmp_path: Pat
         assert ours.decode(ids) == reference.decode(ids, skip_special_tokens=True), text
 
 
+def test_analyse_runs_on_the_decoding_families(gpt2_folder: Path, marian_folder: Path) -> None:
+    from transformer.inspection import analyse
+
+    gpt2 = load_pretrained(gpt2_folder)
+    analysis = analyse(gpt2.model, gpt2.tokenizer, ["w5 w7 w9", "w11"])
+    assert analysis.trace.attention_weights("decoder_self").shape[:3] == (2, 2, 4)
+    marian = load_pretrained(marian_folder)
+    analysis = analyse(marian.model, marian.tokenizer, ["w5 w7 w9 </s>"])
+    assert analysis.trace.target.tokens[0, 0].item() == VOCAB - 1  # starts from <pad>
+    for kind in ("encoder_self", "decoder_self", "cross"):
+        assert analysis.trace.attention_weights(kind).shape[:3] == (2, 1, 4)
+
+
 # -- the real shipped model ------------------------------------------------------------------
 
 MINILM = next(m for m in shipped_models() if m.name == "all-MiniLM-L6-v2")
