@@ -349,6 +349,20 @@ def test_analyse_runs_on_the_decoding_families(gpt2_folder: Path, marian_folder:
         assert analysis.trace.attention_weights(kind).shape[:3] == (2, 1, 4)
 
 
+def test_a_pretrained_model_saves_and_reloads_as_our_checkpoint(
+    marian_folder: Path, tmp_path: Path
+) -> None:
+    from transformer import load_checkpoint, save_checkpoint
+
+    original = load_pretrained(marian_folder)
+    save_checkpoint(tmp_path, original.model, original.tokenizer)
+    reloaded = load_checkpoint(tmp_path)
+    assert reloaded.config == original.config
+    src, tgt = torch.tensor([[5, 9, 0]]), torch.tensor([[VOCAB - 1, 7]])
+    with torch.no_grad():
+        assert torch.equal(reloaded.model(src, tgt), original.model(src, tgt))
+
+
 # -- the real shipped model ------------------------------------------------------------------
 
 MINILM = next(m for m in shipped_models() if m.name == "all-MiniLM-L6-v2")

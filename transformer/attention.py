@@ -47,6 +47,8 @@ def scaled_dot_product_attention(
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
     scores.mul_(scale)  # in place: one pass less over (B, H, Tq, Tk); autograd-safe after @
+    if mask is not None and bool(mask.all()):
+        mask = None  # nothing is masked (an unpadded batch): skip two passes over the scores
     if mask is not None:
         scores.masked_fill_(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
