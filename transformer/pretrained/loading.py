@@ -28,6 +28,8 @@ HUB_FILES = [
     "vocab.txt",
     "vocab.json",
     "merges.txt",
+    "source.spm",
+    "target.spm",
 ]
 """The files fetched for a hub id: never ``*.bin`` (pickles) or other frameworks' weights."""
 
@@ -94,7 +96,8 @@ def load_pretrained(
     Args:
         path_or_id: a folder holding ``config.json``, ``model.safetensors`` and tokenizer files
             (``tokenizer.json``; or ``vocab.txt`` for BERT, ``vocab.json`` + ``merges.txt`` for
-            GPT-2), or a hub id found in the local Hugging Face cache.
+            GPT-2, ``source.spm`` + ``vocab.json`` for Marian), or a hub id found in the local
+            Hugging Face cache.
         device: where the model goes (default CPU).
         allow_download: fetch a hub id that is not cached (off by default: nothing is
             downloaded unless asked).
