@@ -106,6 +106,9 @@ from .analysis import (
     what_if,
 )
 
+# Pretrained Hugging Face models (BERT, GPT-2 and Marian families) on our own Transformer.
+from .pretrained import PretrainedError, load_pretrained, load_shipped, shipped_models
+
 # Live training, loaded on first use: it pulls in the recipes and the toy tasks.
 _LAZY = {
     "LiveTraining": ".training.live",
@@ -117,13 +120,17 @@ _LAZY = {
 __all__ += [
     "WHAT_IF_SWITCHES",
     "LiveTraining",
+    "PretrainedError",
     "TaskRun",
     "axis_pieces",
+    "load_pretrained",
+    "load_shipped",
     "parameter_groups",
     "prepare_task_run",
     "prompt_ids",
     "real_keys",
     "reference_targets",
+    "shipped_models",
     "snapshot_checkpoint",
     "start_decoding",
     "what_if",

@@ -45,14 +45,19 @@ def scaled_dot_product_attention(
         ``(B, H, Tq, d_v)`` output and the :class:`AttentionProbe` of scores and weights.
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
-    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, Tq, Tk)
+    scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
+    scores.mul_(scale)  # in place: one pass less over (B, H, Tq, Tk); autograd-safe after @
+    if mask is not None and bool(mask.all()):
+        mask = None  # nothing is masked (an unpadded batch): skip two passes over the scores
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores.masked_fill_(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     if mask is not None:
         # softmax over a row of only -inf is 0/0 = NaN; a query that may attend to nothing
-        # receives nothing instead.
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        # receives nothing instead. The check runs on the small mask, the fill only if needed.
+        has_key = mask.any(dim=-1, keepdim=True)
+        if not bool(has_key.all()):
+            weights = weights.masked_fill(~has_key, 0.0)
     attended = dropout(weights) if dropout is not None else weights
     return attended @ v, AttentionProbe(scores=scores, weights=weights)
 

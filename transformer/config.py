@@ -15,14 +15,16 @@ from .special import PAD_ID
 from .util import is_int
 
 Architecture = Literal["encoder-decoder", "encoder-only", "decoder-only"]
-Activation = Literal["relu", "gelu"]
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
 NormPlacement = Literal["post", "pre"]
 PositionalKind = Literal["sinusoidal", "learned"]
+SinusoidalLayout = Literal["interleaved", "halves"]
 
 ARCHITECTURES: tuple[str, ...] = ("encoder-decoder", "encoder-only", "decoder-only")
-ACTIVATIONS: tuple[str, ...] = ("relu", "gelu")
+ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "gelu_tanh", "silu")
 NORM_PLACEMENTS: tuple[str, ...] = ("post", "pre")
 POSITIONAL_KINDS: tuple[str, ...] = ("sinusoidal", "learned")
+SINUSOIDAL_LAYOUTS: tuple[str, ...] = ("interleaved", "halves")
 
 
 class ConfigError(ValueError):
@@ -37,6 +39,26 @@ class ModelConfig:
     ``x + Sublayer(LayerNorm(x))`` (which adds a final LayerNorm to each stack).
     ``tie_embeddings`` ties the generator to the target embedding (paper section 3.4) and, in
     an encoder-decoder, the source embedding too; that needs one shared vocabulary.
+
+    The options after ``layer_norm_eps`` let pretrained families run on the same parts (see
+    :mod:`transformer.pretrained`); their defaults are the paper's choices:
+
+    - ``activation``: ``"relu"`` (paper), ``"gelu"`` (exact, erf: BERT), ``"gelu_tanh"`` (the
+      tanh approximation: GPT-2) or ``"silu"`` (a.k.a. swish: Marian).
+    - ``sinusoidal_layout``: ``"interleaved"`` puts sin and cos of one frequency side by side
+      (paper: dims 2i, 2i+1); ``"halves"`` puts every sin first, then every cos (Marian).
+    - ``scale_embeddings``: multiply token embeddings by √d_model (paper, Marian) or not
+      (BERT, GPT-2).
+    - ``embedding_norm``: a LayerNorm over token + position (+ type) embeddings (BERT).
+    - ``n_token_types``: size of the token-type (segment) embedding added to the encoder's
+      input, 0 for none (BERT uses 2: sentence A and B).
+    - ``generator_bias``: the output projection has a bias (paper, Marian's
+      ``final_logits_bias``) or not (GPT-2's and BERT's tied read-out).
+    - ``mask_target_padding``: decoder self-attention ignores target keys equal to ``pad_id``
+      (paper); ``False`` where the pad id is real input: Marian's decoder starts from the pad
+      token and GPT-2 has no pad token of its own.
+    - ``decoder_start_id`` / ``eos_id``: the first decoder input and the end token of
+      generation; ``None`` means the tokenizer's ``[BOS]`` / ``[EOS]`` (our own models).
     """
 
     src_vocab_size: int = 1000
@@ -55,6 +77,14 @@ class ModelConfig:
     tie_embeddings: bool = False
     architecture: Architecture = "encoder-decoder"
     layer_norm_eps: float = 1e-5
+    sinusoidal_layout: SinusoidalLayout = "interleaved"
+    scale_embeddings: bool = True
+    embedding_norm: bool = False
+    n_token_types: int = 0
+    generator_bias: bool = True
+    mask_target_padding: bool = True
+    decoder_start_id: int | None = None
+    eos_id: int | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -86,6 +116,7 @@ class ModelConfig:
             "activation": ACTIVATIONS,
             "norm": NORM_PLACEMENTS,
             "positional": POSITIONAL_KINDS,
+            "sinusoidal_layout": SINUSOIDAL_LAYOUTS,
         }
         for name, allowed in choices.items():
             value = getattr(self, name)
@@ -114,6 +145,22 @@ class ModelConfig:
             raise ConfigError(f"a {self.architecture} model needs n_encoder_layers ≥ 1.")
         if self.has_decoder and self.n_decoder_layers == 0:
             raise ConfigError(f"a {self.architecture} model needs n_decoder_layers ≥ 1.")
+        for name in ("scale_embeddings", "embedding_norm", "generator_bias", "mask_target_padding"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}.")
+        if not _is_int(self.n_token_types) or self.n_token_types < 0:
+            raise ConfigError(f"n_token_types must be an integer ≥ 0, got {self.n_token_types!r}.")
+        if self.n_token_types and not self.has_encoder:
+            raise ConfigError(
+                "token-type embeddings are added to the encoder's input: a decoder-only model "
+                "needs n_token_types=0."
+            )
+        for name in ("decoder_start_id", "eos_id"):
+            value = getattr(self, name)
+            if value is not None and not (_is_int(value) and 0 <= value < self.output_vocab_size):
+                raise ConfigError(
+                    f"{name}={value!r} must be None or an id in 0..{self.output_vocab_size - 1}."
+                )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}.")
         if not self.layer_norm_eps > 0:
@@ -182,6 +229,10 @@ class ModelConfig:
             return cls.from_json(text)
         except ConfigError as error:
             raise ConfigError(f"{Path(path).name}: {error}") from error
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _divisors(n: int) -> list[int]:

@@ -12,13 +12,16 @@ class TokenEmbedding(nn.Module):
     """Token ids to vectors, multiplied by √d_model as in section 3.4.
 
     The scale keeps the embedding's magnitude comparable to the positional encoding's
-    (entries in [-1, 1]) when the weights are initialised small.
+    (entries in [-1, 1]) when the weights are initialised small. ``scale=False`` leaves the
+    vectors as they are (BERT and GPT-2 learn embeddings at the positions' magnitude).
     """
 
-    def __init__(self, vocab_size: int, d_model: int, pad_id: int | None = None) -> None:
+    def __init__(
+        self, vocab_size: int, d_model: int, pad_id: int | None = None, scale: bool = True
+    ) -> None:
         super().__init__()
         self.lookup = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
-        self.scale = math.sqrt(d_model)
+        self.scale = math.sqrt(d_model) if scale else 1.0
 
     @property
     def weight(self) -> nn.Parameter:
@@ -27,13 +30,19 @@ class TokenEmbedding(nn.Module):
 
     def forward(self, tokens: Tensor) -> Tensor:
         """``(B, T)`` ids → ``(B, T, d_model)``."""
-        return self.lookup(tokens) * self.scale
+        vectors = self.lookup(tokens)
+        return vectors * self.scale if self.scale != 1.0 else vectors
 
 
-def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> Tensor:
+def sinusoidal_table(
+    max_len: int, d_model: int, base: float = 10000.0, layout: str = "interleaved"
+) -> Tensor:
     """The sinusoidal positional-encoding table.
 
-    ``PE[pos, 2i] = sin(pos / base^(2i/d_model))`` and ``PE[pos, 2i+1] = cos(pos / base^(2i/d_model))``.
+    ``PE[pos, 2i] = sin(pos / base^(2i/d_model))`` and ``PE[pos, 2i+1] = cos(pos / base^(2i/d_model))``
+    with ``layout="interleaved"`` (the paper). ``layout="halves"`` holds the same values with
+    every sine first, then every cosine: ``PE[pos, i] = sin(...)``, ``PE[pos, d/2 + i] = cos(...)``
+    (Marian, from the XLM code).
 
     Returns:
         ``(max_len, d_model)`` float32 (float64 arithmetic, so large positions stay accurate).
@@ -43,6 +52,10 @@ def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> Tenso
     position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model/2,)
     angle = position / base ** (two_i / d_model)  # (max_len, d_model/2)
+    if layout == "halves":
+        return torch.cat([torch.sin(angle), torch.cos(angle)], dim=1).float()
+    if layout != "interleaved":
+        raise ValueError(f"layout must be 'interleaved' or 'halves', got {layout!r}")
     table = torch.empty(max_len, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(angle)
     table[:, 1::2] = torch.cos(angle)
@@ -52,11 +65,14 @@ def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> Tenso
 class SinusoidalPositionalEncoding(nn.Module):
     """Fixed positional encodings (a buffer, not a parameter: nothing here is learned)."""
 
-    def __init__(self, d_model: int, max_len: int, base: float = 10000.0) -> None:
+    def __init__(
+        self, d_model: int, max_len: int, base: float = 10000.0, layout: str = "interleaved"
+    ) -> None:
         super().__init__()
         self.max_len = max_len
         # persistent=False: derived from the config, so checkpoints need not store it.
-        self.register_buffer("table", sinusoidal_table(max_len, d_model, base), persistent=False)
+        table = sinusoidal_table(max_len, d_model, base, layout)
+        self.register_buffer("table", table, persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         """Encodings of positions ``offset .. offset+length-1`` as ``(length, d_model)``."""

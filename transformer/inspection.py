@@ -63,10 +63,16 @@ def check_sentences(sentences: Sequence[str], limit: int = MAX_SENTENCES) -> lis
 def encode_batch(
     tokenizer: Tokenizer, sentences: Sequence[str], max_len: int, add_bos: bool = False
 ) -> torch.Tensor:
-    """``(B, T)`` right-padded ids; ``ValueError`` naming the sentence that is too long."""
+    """``(B, T)`` right-padded ids; ``ValueError`` naming the sentence that is too long.
+
+    Without ``add_bos`` (an encoder's input) the tokenizer's post-processor adds its special
+    tokens, if it has one (pretrained tokenizers do; the bundled ones have none)."""
     rows = []
     for number, sentence in enumerate(sentences, 1):
-        ids = tokenizer.encode_ids(sentence, add_bos=add_bos)
+        if add_bos:
+            ids = tokenizer.encode_ids(sentence, add_bos=True)
+        else:  # the tokenizer's own post-processor: BERT's [CLS] … [SEP], Marian's … </s>
+            ids = tokenizer.encoding(sentence).ids
         if not ids:
             raise ValueError(f"sentence {number} has no tokens")
         if len(ids) > max_len:
@@ -125,10 +131,11 @@ def _analyse(
     if targets is None:
         # An answer much longer than its source is babble: stop it early (each step costs time).
         limit = min(config.max_len - 1, 2 * src.size(1) + 8)
-        generated = greedy_batch(
-            model, src, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, max_new_tokens=limit
-        )
-        targets = pad([[tokenizer.bos_id, *row] for row in generated], config.pad_id)
+        # Pretrained models name their own start and end ids (Marian starts from <pad>).
+        bos = config.decoder_start_id if config.decoder_start_id is not None else tokenizer.bos_id
+        eos = config.eos_id if config.eos_id is not None else tokenizer.eos_id
+        generated = greedy_batch(model, src, bos_id=bos, eos_id=eos, max_new_tokens=limit)
+        targets = pad([[bos, *row] for row in generated], config.pad_id)
     targets = targets.to(device)
     trace = model(src, targets, capture=True, intervention=intervention)
     outputs = [tokenizer.decode(row.tolist()) for row in targets]

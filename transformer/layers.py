@@ -8,10 +8,13 @@ from torch import Tensor, nn
 
 
 class LayerNorm(nn.Module):
-    """Layer normalisation over the last dimension, written out.
+    """Layer normalisation over the last dimension.
 
     ``y = γ · (x − mean) / sqrt(var + eps) + β`` with the *biased* variance (divide by n, not
     n − 1) and ``eps`` inside the square root, exactly as ``torch.nn.LayerNorm``.
+    :meth:`explicit` computes it step by step; :meth:`forward` runs the same formula as one
+    fused kernel (``F.layer_norm``), because six element-wise passes per norm cost real models
+    (13 norms in MiniLM, 25 in GPT-2 small) a fifth of their time on a CPU.
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5) -> None:
@@ -21,21 +24,39 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d_model))  # β
 
     def forward(self, x: Tensor) -> Tensor:
-        """``(..., d_model)`` → ``(..., d_model)``."""
+        """``(..., d_model)`` → ``(..., d_model)``, fused (equal to :meth:`explicit`)."""
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+    def explicit(self, x: Tensor) -> Tensor:
+        """``(..., d_model)`` → ``(..., d_model)``, the formula written out step by step."""
         mean = x.mean(dim=-1, keepdim=True)
         var = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # biased variance
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
 
 
+def _gelu_tanh(x: Tensor) -> Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+ACTIVATION_FUNCTIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": _gelu_tanh, "silu": F.silu}
+"""The feed-forward non-linearity by config name: ReLU (paper), GELU exact (erf; BERT), GELU
+with the tanh approximation (GPT-2), SiLU/swish (Marian)."""
+
+
 class PositionwiseFeedForward(nn.Module):
-    """``FFN(x) = max(0, x W1 + b1) W2 + b2``, applied to each position alone (equation 2)."""
+    """``FFN(x) = max(0, x W1 + b1) W2 + b2``, applied to each position alone (equation 2).
+
+    ``activation`` replaces the ``max(0, ·)`` (see :data:`ACTIVATION_FUNCTIONS`).
+    """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu") -> None:
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
-        self.activation = F.relu if activation == "relu" else F.gelu
+        if activation not in ACTIVATION_FUNCTIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATION_FUNCTIONS)}")
+        self.activation = ACTIVATION_FUNCTIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
         """``(B, T, d_model)`` → ``(B, T, d_model)``."""

@@ -335,9 +335,9 @@ class DecoderCache:
 class Generator(nn.Module):
     """The final linear projection to vocabulary logits (softmax is left to the loss/sampler)."""
 
-    def __init__(self, d_model: int, vocab_size: int) -> None:
+    def __init__(self, d_model: int, vocab_size: int, bias: bool = True) -> None:
         super().__init__()
-        self.proj = nn.Linear(d_model, vocab_size)
+        self.proj = nn.Linear(d_model, vocab_size, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         """``(B, T, d_model)`` → ``(B, T, vocab_size)`` logits."""
@@ -385,21 +385,33 @@ class Transformer(nn.Module):
 
         def positional() -> nn.Module:
             if config.positional == "sinusoidal":
-                return SinusoidalPositionalEncoding(d, config.max_len)
+                return SinusoidalPositionalEncoding(
+                    d, config.max_len, layout=config.sinusoidal_layout
+                )
             return LearnedPositionalEmbedding(d, config.max_len)
 
+        def embedding_norm() -> LayerNorm | None:
+            return LayerNorm(d, config.layer_norm_eps) if config.embedding_norm else None
+
+        scale = config.scale_embeddings
         self.embedding_dropout = nn.Dropout(config.dropout)
         self.src_embedding: TokenEmbedding | None = None
         self.tgt_embedding: TokenEmbedding | None = None
+        # Token-type (segment) embeddings, added to the encoder's input (BERT).
+        self.token_type_embedding: nn.Embedding | None = None
         if config.has_encoder:
-            self.src_embedding = TokenEmbedding(config.src_vocab_size, d, config.pad_id)
+            self.src_embedding = TokenEmbedding(config.src_vocab_size, d, config.pad_id, scale)
             self.src_positional = positional()
+            if config.n_token_types:
+                self.token_type_embedding = nn.Embedding(config.n_token_types, d)
+            self.src_embedding_norm = embedding_norm()
             self.encoder = Encoder(config)
         if config.has_decoder:
-            self.tgt_embedding = TokenEmbedding(config.tgt_vocab_size, d, config.pad_id)
+            self.tgt_embedding = TokenEmbedding(config.tgt_vocab_size, d, config.pad_id, scale)
             self.tgt_positional = positional()
+            self.tgt_embedding_norm = embedding_norm()
             self.decoder = Decoder(config)
-        self.generator = Generator(d, config.output_vocab_size)
+        self.generator = Generator(d, config.output_vocab_size, bias=config.generator_bias)
         self._init_weights()
         if config.tie_embeddings:
             # Section 3.4: one matrix for both embeddings and the pre-softmax projection.
@@ -435,8 +447,14 @@ class Transformer(nn.Module):
         offset: int,
         capture: bool,
         intervention: Intervention,
+        real: Tensor,
+        norm: LayerNorm | None = None,
+        token_types: Tensor | None = None,
     ) -> tuple[Tensor, StackInput | None]:
-        """``(B, T)`` ids → ``(B, T, d_model)``: scaled token embedding + positional encoding."""
+        """``(B, T)`` ids → ``(B, T, d_model)``: scaled token embedding + positional encoding
+        (+ token-type embedding, then LayerNorm, where the configuration has them).
+
+        ``real`` ``(B, T)`` bool marks the real (non-padding) tokens, for the trace."""
         if tokens.dim() != 2:
             raise ValueError(f"tokens must be (batch, length), got shape {tuple(tokens.shape)}")
         vocab = embedding.lookup.num_embeddings
@@ -446,15 +464,37 @@ class Transformer(nn.Module):
         pe = positional(tokens.size(1), offset)  # (T, d_model)
         if not intervention.positional_encoding:
             pe = torch.zeros_like(pe)
-        x = self.embedding_dropout(token_vectors + pe)
+        x = token_vectors + pe
+        type_vectors = None
+        if self.token_type_embedding is not None:
+            if token_types is None:
+                token_types = torch.zeros_like(tokens)
+            elif token_types.shape != tokens.shape:
+                raise ValueError(
+                    f"token_types must have the tokens' shape {tuple(tokens.shape)}, got "
+                    f"{tuple(token_types.shape)}"
+                )
+            n_types = self.token_type_embedding.num_embeddings
+            if token_types.numel() and (
+                int(token_types.min()) < 0 or int(token_types.max()) >= n_types
+            ):
+                raise ValueError(f"token types must lie in 0..{n_types - 1}")
+            type_vectors = self.token_type_embedding(token_types)  # (B, T, d_model)
+            x = x + type_vectors
+        elif token_types is not None:
+            raise ValueError("this model has no token-type embeddings: leave token_types out")
+        if norm is not None:
+            x = norm(x)
+        x = self.embedding_dropout(x)
         record = None
         if capture:
             record = StackInput(
                 tokens=tokens,
                 token_embedding=token_vectors.detach(),
                 positional=pe.detach(),
-                real_tokens=tokens != self.config.pad_id,
+                real_tokens=real,
                 position_offset=offset,
+                token_type_embedding=None if type_vectors is None else type_vectors.detach(),
             )
         return x, record
 
@@ -466,12 +506,22 @@ class Transformer(nn.Module):
         *,
         capture: bool = False,
         intervention: Intervention = NO_INTERVENTION,
+        token_types: Tensor | None = None,
     ) -> Encoded:
-        """Run the encoder on ``(B, Ts)`` source ids."""
+        """Run the encoder on ``(B, Ts)`` source ids (and ``(B, Ts)`` token types, if the
+        model has token-type embeddings; all 0 when left out)."""
         if not self.config.has_encoder:
             raise ValueError(f"a {self.config.architecture} model has no encoder")
         x, record = self._embed(
-            src, self.src_embedding, self.src_positional, 0, capture, intervention
+            src,
+            self.src_embedding,
+            self.src_positional,
+            0,
+            capture,
+            intervention,
+            src != self.config.pad_id,
+            self.src_embedding_norm,
+            token_types,
         )
         mask = padding_mask(src, self.config.pad_id) if intervention.padding_mask else None
         memory, layers = self.encoder(x, mask, capture, intervention)
@@ -497,11 +547,21 @@ class Transformer(nn.Module):
         if self.config.has_encoder and encoded is None:
             raise ValueError("an encoder-decoder model decodes against encode(src)'s output")
         offset = cache.length if cache is not None else 0
+        if self.config.mask_target_padding:
+            real_keys = tgt != self.config.pad_id  # (B, Tq)
+        else:  # the pad id is real input here (Marian's start token, GPT-2's <|endoftext|>)
+            real_keys = torch.ones_like(tgt, dtype=torch.bool)
         x, record = self._embed(
-            tgt, self.tgt_embedding, self.tgt_positional, offset, capture, intervention
+            tgt,
+            self.tgt_embedding,
+            self.tgt_positional,
+            offset,
+            capture,
+            intervention,
+            real_keys,
+            self.tgt_embedding_norm,
         )
         # Self-attention keys are the cached positions plus the new ones.
-        real_keys = tgt != self.config.pad_id  # (B, Tq)
         if cache is not None:
             if cache.real_keys is not None:
                 real_keys = torch.cat([cache.real_keys, real_keys], dim=1)
@@ -510,7 +570,9 @@ class Transformer(nn.Module):
         causal = causal_mask(n_queries, n_keys, device=tgt.device)
         self_mask = combine_masks(
             causal if intervention.causal_mask else None,
-            real_keys[:, None, None, :] if intervention.padding_mask else None,
+            real_keys[:, None, None, :]
+            if intervention.padding_mask and self.config.mask_target_padding
+            else None,
         )
         memory = encoded.memory if encoded is not None else None
         memory_mask = encoded.mask if encoded is not None else None
@@ -541,6 +603,7 @@ class Transformer(nn.Module):
         *,
         capture: Literal[False] = ...,
         intervention: Intervention = ...,
+        token_types: Tensor | None = ...,
     ) -> Tensor: ...
 
     @overload
@@ -551,6 +614,7 @@ class Transformer(nn.Module):
         *,
         capture: Literal[True],
         intervention: Intervention = ...,
+        token_types: Tensor | None = ...,
     ) -> Trace: ...
 
     def forward(
@@ -560,6 +624,7 @@ class Transformer(nn.Module):
         *,
         capture: bool = False,
         intervention: Intervention = NO_INTERVENTION,
+        token_types: Tensor | None = None,
     ) -> Tensor | Trace:
         """Logits for a batch: ``(B, Tt, V)`` (or ``(B, Ts, V)`` for encoder-only models).
 
@@ -568,6 +633,8 @@ class Transformer(nn.Module):
             tgt: ``(B, Tt)`` target ids, shifted right (encoder-decoder and decoder-only).
             capture: return a :class:`Trace` of every step instead of the bare logits.
             intervention: what-if switches (see :class:`Intervention`).
+            token_types: ``(B, Ts)`` segment ids of the source, for models with token-type
+                embeddings (BERT); all 0 when left out.
         """
         config = self.config
         if not config.has_encoder and src is not None:
@@ -581,7 +648,9 @@ class Transformer(nn.Module):
 
         encoded = None
         if config.has_encoder:
-            encoded = self.encode(src, capture=capture, intervention=intervention)
+            encoded = self.encode(
+                src, capture=capture, intervention=intervention, token_types=token_types
+            )
         if config.has_decoder:
             decoded = self.decode(tgt, encoded, capture=capture, intervention=intervention)
             logits = decoded.logits

@@ -74,7 +74,8 @@ class StackInput:
 
     ``tokens`` ``(B, T)``; ``token_embedding`` ``(B, T, d_model)`` (already × √d_model);
     ``positional`` ``(T, d_model)``; ``real_tokens`` ``(B, T)`` bool, ``True`` for real tokens
-    (``False`` for padding).
+    (``False`` for padding); ``token_type_embedding`` ``(B, T, d_model)`` for models with token
+    types (BERT), else None.
     """
 
     tokens: Tensor
@@ -82,6 +83,7 @@ class StackInput:
     positional: Tensor
     real_tokens: Tensor
     position_offset: int = 0
+    token_type_embedding: Tensor | None = None
 
 
 @dataclass

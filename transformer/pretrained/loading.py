@@ -1,0 +1,136 @@
+"""``load_pretrained``: a Hugging Face model folder (or a hub id in the local cache) → Checkpoint."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from ..checkpoint import Checkpoint
+from ..model import Transformer
+from . import bert, gpt2, marian
+from ._common import PretrainedError, TensorReader, load_weights, read_json
+
+FAMILIES: dict[str, ModuleType] = {"bert": bert, "gpt2": gpt2, "marian": marian}
+"""Supported families by name; each module maps one ``model_type``'s config, weights, tokenizer."""
+
+SUPPORTED = "BERT (model_type 'bert', MiniLM included), GPT-2 ('gpt2') and Marian ('marian')"
+
+HUB_FILES = [
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "source.spm",
+    "target.spm",
+]
+"""The files fetched for a hub id: never ``*.bin`` (pickles) or other frameworks' weights."""
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def family_of(hf_config: dict) -> str:
+    """The family name for a ``config.json`` dict, or an error naming the supported ones."""
+    model_type = hf_config.get("model_type")
+    for name, module in FAMILIES.items():
+        if model_type in module.MODEL_TYPES:
+            return name
+    raise PretrainedError(
+        f"config.json has model_type={model_type!r}; supported families: {SUPPORTED}."
+    )
+
+
+def resolve(path_or_id: str | Path, allow_download: bool = False) -> Path:
+    """The local folder for a path or a Hugging Face hub id.
+
+    A hub id (``"gpt2"``, ``"Helsinki-NLP/opus-mt-en-de"``) is looked up in the local Hugging
+    Face cache only, unless ``allow_download`` (then the files in :data:`HUB_FILES` are fetched).
+    """
+    path = Path(path_or_id).expanduser()
+    if path.is_dir():
+        return path
+    text = str(path_or_id)
+    if path.exists():
+        raise PretrainedError(f"{text} is a file; give the model's folder")
+    if not _HUB_ID.match(text) or text.startswith((".", "/")):
+        raise PretrainedError(f"model folder {text} does not exist")
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+    except ImportError as error:  # pragma: no cover - installed with gradio
+        raise PretrainedError(
+            f"{text} is not a folder, and huggingface_hub (needed to find hub ids) is not "
+            "installed: pip install huggingface_hub, or give a folder path."
+        ) from error
+    try:
+        folder = snapshot_download(
+            text, allow_patterns=HUB_FILES, local_files_only=not allow_download
+        )
+    except LocalEntryNotFoundError as error:
+        raise PretrainedError(
+            f"{text} is neither a folder nor in the local Hugging Face cache. Download it "
+            f"once (allow_download=True, or `hf download {text}`), or give a folder path."
+        ) from error
+    except Exception as error:  # unknown repository, no network, ...
+        raise PretrainedError(
+            f"{text} could not be found on the Hugging Face hub: {error}"
+        ) from error
+    return Path(folder)
+
+
+def load_pretrained(
+    path_or_id: str | Path,
+    *,
+    device: str | torch.device | None = None,
+    allow_download: bool = False,
+) -> Checkpoint:
+    """Load a Hugging Face model of the BERT, GPT-2 or Marian family onto our :class:`Transformer`.
+
+    Args:
+        path_or_id: a folder holding ``config.json``, ``model.safetensors`` and tokenizer files
+            (``tokenizer.json``; or ``vocab.txt`` for BERT, ``vocab.json`` + ``merges.txt`` for
+            GPT-2, ``source.spm`` + ``vocab.json`` for Marian), or a hub id found in the local
+            Hugging Face cache.
+        device: where the model goes (default CPU).
+        allow_download: fetch a hub id that is not cached (off by default: nothing is
+            downloaded unless asked).
+
+    Returns:
+        A :class:`Checkpoint` in eval mode; ``info`` holds ``family``, ``model_type``,
+        ``source`` (what was asked for) and ``path``. Raises :class:`PretrainedError` (a
+        ``CheckpointError``) naming the file and the problem.
+    """
+    folder = resolve(path_or_id, allow_download)
+    hf = read_json(folder / "config.json")
+    family = family_of(hf)
+    module = FAMILIES[family]
+    config = module.config_from_hf(hf)
+    tokenizer = module.load_tokenizer(folder)
+    if tokenizer.vocab_size > config.output_vocab_size:
+        raise PretrainedError(
+            f"the tokenizer has {tokenizer.vocab_size} tokens but config.json's vocab_size is "
+            f"{config.output_vocab_size}: they do not belong together."
+        )
+    reader = TensorReader(folder / "model.safetensors", module.PREFIXES, module.PROBE)
+    weights = module.map_weights(reader, config)
+    reader.check_complete()
+    model = Transformer(config)
+    load_weights(model, weights)
+    return Checkpoint(
+        path=folder,
+        model=model.to(device or "cpu").eval(),
+        tokenizer=tokenizer,
+        info={
+            "family": family,
+            "model_type": hf.get("model_type"),
+            "source": str(path_or_id),
+            "architectures": hf.get("architectures"),
+        },
+    )
