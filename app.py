@@ -1,6 +1,7 @@
 """The visualiser: a Gradio app that shows, step by step, how a Transformer works.
 
     python app.py [--host 127.0.0.1] [--port 7860] [--device auto|cpu|cuda|mps] [--share]
+                  [--model PATH_OR_ID ...] [--allow-download]
 
 This file is the entry point only: arguments, building the demo, launching it. The interface
 lives in ``ui/`` (one module per tab), computation in ``transformer/`` and figures in
@@ -24,9 +25,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=7860)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
     parser.add_argument("--share", action="store_true", help="make a public gradio.live link")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="PATH_OR_ID",
+        help="add a Hugging Face model folder, or a hub id (e.g. gpt2) found in the local "
+        "Hugging Face cache, of the BERT, GPT-2 or Marian family (repeatable)",
+    )
+    parser.add_argument(
+        "--allow-download",
+        action="store_true",
+        help="let --model download a hub id that is not in the local cache (safetensors only)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
-    demo = build_demo(args.device)
+    demo = build_demo(args.device, args.model, args.allow_download)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_options())
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -22,9 +23,21 @@ CSS = """
 LARGE_FONT_JS = "(on) => { document.body.classList.toggle('large-font', on); }"
 
 
-def build_demo(device: str | None = "auto") -> gr.Blocks:
-    """The app (not launched). ``launch_options()`` gives the matching ``launch()`` arguments."""
-    registry = ModelRegistry(pick_device(device))
+def build_demo(
+    device: str | None = "auto",
+    models: Sequence[str] = (),
+    allow_download: bool = False,
+    preload: bool = True,
+) -> gr.Blocks:
+    """The app (not launched). ``launch_options()`` gives the matching ``launch()`` arguments.
+
+    ``models`` adds pretrained model folders or hub ids (resolved from the local Hugging Face
+    cache; downloaded only with ``allow_download``). Pretrained weights are read in the
+    background when ``preload`` is set, else on first use.
+    """
+    registry = ModelRegistry(pick_device(device), models, allow_download)
+    if preload:
+        registry.preload()
     with gr.Blocks(title="Transformer, step by step") as demo:
         session = gr.State(SessionModels())
         with gr.Row():

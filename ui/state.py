@@ -1,14 +1,16 @@
-"""Shared state: the model registry (the bundled models, read-only, and each session's
-"trained here" model), the byte-bounded cache of analyses with its lock, and the dataclasses
-that one browser session keeps in ``gr.State``."""
+"""Shared state: the model registry (the bundled models; the pretrained ones, shipped in a pip
+package or named with ``--model``, loaded lazily; each session's "trained here" model), the
+byte-bounded cache of analyses with its lock, and the dataclasses that one browser session keeps
+in ``gr.State``."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
@@ -19,6 +21,7 @@ from transformer.checkpoint import Checkpoint
 from transformer.generation import DecodingSession
 from transformer.inspection import Analysis, analyse
 from transformer.model import NO_INTERVENTION, Intervention
+from transformer.pretrained import PretrainedError, load_pretrained, shipped_models
 from transformer.trace import AttentionKind, Trace
 
 from . import limits
@@ -62,21 +65,78 @@ class ModelRegistry:
     """The models the app offers, by name, and a cache of their analyses, so that changing
     layer, head or view does not recompute the trace.
 
-    Bundled models are shared by every session, read-only; ``TRAINED_HERE`` names the model a
-    session trained (found in its ``SessionModels``).
+    Bundled models are loaded at start (they are small); pretrained models (the shipped
+    all-MiniLM-L6-v2 and any ``--model`` folder or hub id) are listed at once but read on first
+    use or by :meth:`preload` in the background, so the app starts as fast without them. All of
+    them are shared by every session, read-only; ``TRAINED_HERE`` names the model a session
+    trained (found in its ``SessionModels``).
     """
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        extra_models: Sequence[str] = (),
+        allow_download: bool = False,
+    ) -> None:
         self.device = device
         self.bundled = load_bundled(device)
         for name, reason in self.bundled.errors.items():
             log.warning("bundled model %s could not be loaded: %s", name, reason)
+        # name -> loader; the loaded checkpoints and load errors fill in as they are read.
+        self._loaders: dict[str, Callable[[], Checkpoint]] = {}
+        for shipped in shipped_models():
+            if shipped.available:
+                self._loaders[shipped.name] = functools.partial(shipped.load, device)
+        for spec in extra_models:
+            self._loaders[spec] = functools.partial(
+                load_pretrained, spec, device=device, allow_download=allow_download
+            )
+        self.pretrained: dict[str, Checkpoint] = {}
+        self.pretrained_errors: dict[str, str] = {}
+        self._load_lock = threading.Lock()
         self._analyses: OrderedDict[tuple, tuple[Analysis, int]] = OrderedDict()
         self._cache_lock = threading.Lock()
 
     @property
     def model_names(self) -> list[str]:
-        return [*self.bundled.models, TRAINED_HERE]
+        """Every model a menu offers: bundled, pretrained, then the session's own."""
+        return [*self.bundled.models, *self._loaders, TRAINED_HERE]
+
+    @property
+    def errors(self) -> dict[str, str]:
+        """Models that could not be loaded, with the reason (bundled and pretrained)."""
+        return {**self.bundled.errors, **self.pretrained_errors}
+
+    def _pretrained(self, name: str) -> Checkpoint:
+        """A pretrained model, read on first use (one thread reads it; others wait for it)."""
+        with self._load_lock:
+            if name in self.pretrained:
+                return self.pretrained[name]
+            if name in self.pretrained_errors:
+                raise ValueError(
+                    f"the model '{name}' could not be loaded: {self.pretrained_errors[name]}"
+                )
+            try:
+                checkpoint = self._loaders[name]()
+            except (PretrainedError, OSError, ValueError) as error:
+                self.pretrained_errors[name] = str(error)
+                log.warning("pretrained model %s could not be loaded: %s", name, error)
+                raise ValueError(f"the model '{name}' could not be loaded: {error}") from None
+            self.pretrained[name] = checkpoint
+            return checkpoint
+
+    def preload(self) -> threading.Thread:
+        """Read every pretrained model in a background thread (errors are kept by name)."""
+
+        def work() -> None:
+            for name in self._loaders:
+                # A failure is recorded in pretrained_errors; choosing the model reports it.
+                with contextlib.suppress(ValueError):
+                    self._pretrained(name)
+
+        thread = threading.Thread(target=work, daemon=True, name="preload-models")
+        thread.start()
+        return thread
 
     def checkpoint(self, name: str, session: SessionModels | None) -> Checkpoint:
         """The model called ``name`` (``session`` holds the one trained here)."""
@@ -90,9 +150,18 @@ class ModelRegistry:
             raise ValueError(
                 f"the bundled model '{name}' could not be loaded: {self.bundled.errors[name]}"
             )
+        if name in self._loaders:
+            return self._pretrained(name)
         if name not in self.bundled.models:
             raise ValueError(f"unknown model {name!r}; choose one of {self.model_names}")
         return self.bundled.models[name]
+
+    def is_shared(self, name: str, checkpoint: Checkpoint) -> bool:
+        """Whether ``checkpoint`` is the registry's own (bundled or pretrained), whose analyses
+        may be cached for everyone; a model trained in a session is that session's alone."""
+        return (
+            self.bundled.models.get(name) is checkpoint or self.pretrained.get(name) is checkpoint
+        )
 
     def analysis(
         self,
@@ -103,8 +172,8 @@ class ModelRegistry:
         targets: torch.Tensor | None = None,
     ) -> Analysis:
         """``analyse`` through an LRU cache bounded by bytes (``limits.CACHE_BYTES``). Only
-        bundled models are cached: a model trained in a session is that session's alone."""
-        if self.bundled.models.get(name) is not checkpoint:
+        shared models are cached: a model trained in a session is that session's alone."""
+        if not self.is_shared(name, checkpoint):
             return analyse(checkpoint.model, checkpoint.tokenizer, sentences, intervention, targets)
         key = (
             name,
