@@ -214,7 +214,7 @@ def test_long_sequences_are_downsampled_and_say_so():
     weights /= weights.sum(-1, keepdims=True)
     masked = np.zeros((200, 200), bool)
     masked[:, 190:] = True
-    fig = attention_grid(weights, masked)
+    fig = attention_grid(weights, masked, max_tile=64)
     assert "downsampled 200→50" in fig.layout.title.text
     z = z_of(fig.data[0])
     assert z.shape[0] <= 2 * 64 + 1 and z.shape[1] <= 3 * 64 + 2

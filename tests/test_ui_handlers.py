@@ -168,7 +168,12 @@ def test_attention_masks_show_the_padding_of_the_shorter_sentence(registry):
     # The padding-mask panel: one row over the keys, real keys first, the padded tail masked.
     real = np.isfinite(key_row[0]) & (key_row[0] > 0)
     assert real.tolist() == [True] * lengths[1] + [False] * (max(lengths) - lengths[1])
-    assert "2 sentences are padded" in summary
+    assert "Padding is real here" in summary and "sentence 2 is padded" in summary
+    # The longest sentence has no padding: the summary must not claim any.
+    _, _, _, summary = attention.attention(
+        registry, "\n".join(sentences), "translate", ENCODER_SELF, 1, 1, 1, [], False, None
+    )
+    assert "Padding is real here" not in summary
 
 
 def test_attention_what_if_causal_mask_off_lets_the_decoder_see_the_future(registry):

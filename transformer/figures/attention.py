@@ -31,6 +31,8 @@ from .common import (
 )
 
 Values = Literal["weights", "scores"]
+# The most heatmap cells a grid ships (2 bytes each, ~1.6 MB of JSON): past it tiles are pooled.
+GRID_MAX_CELLS = 600_000
 
 
 def _masked_matrix(matrix: Any, masked: Any | None) -> np.ndarray:
@@ -72,13 +74,43 @@ def _signed_range(z: np.ndarray) -> float:
 
 
 def _query_key_axes(
-    query_labels: list[str], key_labels: list[str], large_font: bool
+    query_labels: list[str],
+    key_labels: list[str],
+    large_font: bool,
+    padded_queries: Any | None = None,
 ) -> dict[str, Any]:
     """Layout axes for one map: keys along x, queries down y (first query at the top)."""
     return {
         "xaxis": category_axis("key", key_labels, large_font),
-        "yaxis": {**category_axis("query", query_labels, large_font), "autorange": "reversed"},
+        "yaxis": query_axis(query_labels, large_font, padded_queries),
     }
+
+
+# The mark of a [PAD] query row: its row attends like any other, but the loss ignores its output.
+PAD_ROW_MARK = "⊘"
+PAD_ROW_COLOR = "#e45756"
+
+
+def query_axis(
+    query_labels: list[str], large_font: bool, padded_queries: Any | None = None
+) -> dict[str, Any]:
+    """The query (y) axis of a map, first query at the top; ``padded_queries`` ``(Tq,)`` bool
+    marks [PAD] query rows (their tick label red with :data:`PAD_ROW_MARK`)."""
+    axis = {**category_axis("query", query_labels, large_font), "autorange": "reversed"}
+    if padded_queries is not None:
+        padded = to_numpy(padded_queries, bool).reshape(-1)
+        if padded.size != len(query_labels):
+            raise ValueError(f"{padded.size} padding flags for {len(query_labels)} query rows")
+        if padded.any():
+            axis["tickmode"] = "array"
+            axis["tickvals"] = list(query_labels)
+            axis["ticktext"] = [
+                f'<span style="color:{PAD_ROW_COLOR}">{label} {PAD_ROW_MARK}</span>'
+                if pad
+                else label
+                for label, pad in zip(query_labels, padded, strict=True)
+            ]
+    return axis
 
 
 def attention_heatmap(
@@ -182,6 +214,7 @@ def scores_and_weights_figure(
     *,
     exact_scores_up_to: int = 256,
     max_tile: int = 128,
+    padded_queries: Any | None = None,
     large_font: bool = False,
     height: int | None = None,
 ) -> go.Figure:
@@ -194,6 +227,7 @@ def scores_and_weights_figure(
         exact_scores_up_to: past this many queries or keys the *scores* panel is block-averaged
             to at most ``max_tile`` cells a side (and says so), which keeps a 512-token view
             under 2 MB; the weights panel is always exact.
+        padded_queries: ``(Tq,)`` bool, ``True`` for [PAD] query rows (marked on the axis).
 
     Scores use a diverging scale around 0, weights a 0..1 scale; masked cells are grey in both
     (their score was ``-inf``, their weight exactly 0).
@@ -215,8 +249,8 @@ def scores_and_weights_figure(
         _heatmap(weights, queries, keys, "weight", ".3f", coloraxis="coloraxis2"),
     ]
     traces[1].update(xaxis="x2", yaxis="y2")
-    y_axis = {**category_axis("query", score_queries, large_font), "autorange": "reversed"}
-    y_axis2 = {**category_axis("query", queries, large_font), "autorange": "reversed"}
+    y_axis = query_axis(score_queries, large_font, None if note else padded_queries)
+    y_axis2 = query_axis(queries, large_font, padded_queries)
     if note:  # different categories: the two panels cannot share a query axis
         y_axis2.update(title=None, showticklabels=False, anchor="x2")
     else:
@@ -244,6 +278,81 @@ def scores_and_weights_figure(
         annotations=[
             panel_title("scores QKᵀ/√d_k (before softmax)", left, large_font),
             panel_title("weights (after softmax)", right, large_font),
+        ],
+    )
+    layout["margin"]["t"] += 30
+    return go.Figure(traces, layout)
+
+
+def weights_beside_figure(
+    before: Any,
+    after: Any,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    masked_before: Any | None = None,
+    masked_after: Any | None = None,
+    panel_titles: tuple[str, str] = ("original", "changed"),
+    title: str = "Attention weights: original beside changed",
+    exact_up_to: int = 256,
+    max_tile: int = 128,
+    padded_queries: Any | None = None,
+    large_font: bool = False,
+    height: int | None = None,
+) -> go.Figure:
+    """Two passes' weights of one head side by side, on one 0..1 scale (a what-if beside the
+    original).
+
+    Args:
+        before, after: ``(Tq, Tk)`` attention weights without and with the change.
+        masked_before, masked_after: ``(Tq, Tk)`` bool, ``True`` where each pass's mask removed
+            the cell (grey).
+        panel_titles: the two panels' titles.
+        exact_up_to: past this many queries or keys both maps are pooled to attention mass per
+            block (at most ``max_tile`` a side), and the title says so.
+        padded_queries: ``(Tq,)`` bool, ``True`` for [PAD] query rows (marked on the axis).
+    """
+    b, a = to_numpy(before), to_numpy(after)
+    if b.shape != a.shape or b.ndim != 2:
+        raise ValueError(f"before {b.shape} and after {a.shape} must be one (queries, keys) shape")
+    n_queries, n_keys = a.shape
+    queries = check_labels(query_labels, n_queries, "query")
+    keys = check_labels(key_labels, n_keys, "key")
+    note = ""
+    if max(n_queries, n_keys) > exact_up_to:
+        b, masked_before, _, _ = downsample_attention(b, masked_before, max_tile)
+        a, masked_after, fq, fk = downsample_attention(a, masked_after, max_tile)
+        queries, keys = _block_labels(queries, fq), _block_labels(keys, fk)
+        note = f" · downsampled {n_queries}×{n_keys}→{a.shape[0]}×{a.shape[1]}"
+        padded_queries = None
+    left, right = panel_domains(2, gap=0.06)
+    traces = []
+    for i, (values, masked) in enumerate(((b, masked_before), (a, masked_after))):
+        trace = _heatmap(
+            _masked_matrix(values, masked), queries, keys, "weight", ".3f", coloraxis="coloraxis"
+        )
+        if i:
+            trace.update(xaxis="x2", yaxis="y2")
+        traces.append(trace)
+    y_axis = query_axis(queries, large_font, padded_queries)
+    layout = base_layout(
+        f"{title}{note}",
+        height or heatmap_height(len(queries), large_font) + 40,
+        large_font,
+        plot_bgcolor=MASKED_GREY,
+        xaxis={**category_axis("key", keys, large_font), "domain": left},
+        xaxis2={**category_axis("key", keys, large_font), "domain": right, "anchor": "y2"},
+        yaxis=y_axis,
+        yaxis2={**y_axis, "title": None, "showticklabels": False, "matches": "y", "anchor": "x2"},
+        coloraxis={
+            "colorscale": WEIGHTS_COLORSCALE,
+            "cmin": 0.0,
+            "cmax": 1.0,
+            "colorbar": {"x": 1.01, "title": {"text": "weight"}, "len": 0.9},
+        },
+        annotations=[
+            panel_title(panel_titles[0], left, large_font),
+            panel_title(panel_titles[1], right, large_font),
         ],
     )
     layout["margin"]["t"] += 30
@@ -333,7 +442,9 @@ def attention_grid(
     *,
     title: str = "Attention weights, every layer and head",
     exact_up_to: int = 128,
-    max_tile: int = 64,
+    max_tile: int = 128,
+    max_cells: int = GRID_MAX_CELLS,
+    padded_queries: Any | None = None,
     large_font: bool = False,
     height: int | None = None,
 ) -> go.Figure:
@@ -346,6 +457,13 @@ def attention_grid(
         query_labels, key_labels: ``Tq`` and ``Tk`` unique labels, shown on hover.
         exact_up_to: longer sequences are average-pooled (:func:`downsample_attention`) to at
             most ``max_tile`` × ``max_tile`` per tile, and the title says so.
+        max_cells: the most cells all tiles together may hold (the payload: 2 bytes a cell);
+            past it every tile is pooled to a side that fits (a 6 × 12 grid keeps 64 tokens
+            exact, a 12 × 12 grid 64 tokens too).
+        padded_queries: ``(Tq,)`` bool, ``True`` for [PAD] query rows: a red tick beside each
+            such row of every layer (they attend normally; the loss ignores their output).
+
+    The colour scale is 0‰..1000‰, the same 0..1 as the single-head view.
 
     The tiles are one heatmap separated by gutters (dozens of subplots are ~10× slower to
     build). Values ship as ``uint16`` thousandths (‰) of attention, exact to 0.05%: half the
@@ -363,13 +481,24 @@ def attention_grid(
     m = np.zeros((n_queries, n_keys), bool) if masked is None else to_numpy(masked, bool)
     m = np.broadcast_to(m, (n_layers, n_queries, n_keys))
 
+    padded = (
+        np.zeros(n_queries, bool)
+        if padded_queries is None
+        else to_numpy(padded_queries, bool).reshape(-1)
+    )
+    if padded.size != n_queries:
+        raise ValueError(f"{padded.size} padding flags for {n_queries} query rows")
     notice = ""
+    side = max(8, math.isqrt(max_cells // (n_layers * n_heads)))
     if max(n_queries, n_keys) > exact_up_to:
-        pooled = [downsample_attention(layer, m[i], max_tile) for i, layer in enumerate(layers)]
+        side = min(side, max_tile)
+    if max(n_queries, n_keys) > side:
+        pooled = [downsample_attention(layer, m[i], side) for i, layer in enumerate(layers)]
         layers = [p[0] for p in pooled]
         m = np.stack([p[1] for p in pooled])
         fq, fk = pooled[0][2:]
         queries, keys = _block_labels(queries, fq), _block_labels(keys, fk)
+        padded = np.logical_and.reduceat(padded, np.arange(0, n_queries, fq))
         rows, cols = layers[0].shape[-2:]
         if (n_queries, rows) == (n_keys, cols):
             notice = f" · downsampled {n_queries}→{rows}"
@@ -441,10 +570,11 @@ def attention_grid(
         coloraxis={
             "colorscale": WEIGHTS_COLORSCALE,
             "cmin": 0,
-            "cmax": max(1, int(z.max())),
+            "cmax": 1000,  # one scale with the single head's 0..1
             "colorbar": {"title": {"text": "weight ‰"}},
         },
-        shapes=_grid_shapes(m, n_heads, rows, cols, tile_h, tile_w, z.shape),
+        shapes=_grid_shapes(m, n_heads, rows, cols, tile_h, tile_w, z.shape)
+        + _padded_row_marks(padded, n_layers, tile_h),
         annotations=[
             {**note, "showarrow": False, "font": {"size": size - 1}}
             for note in head_notes + layer_notes
@@ -452,6 +582,29 @@ def attention_grid(
     )
     layout["margin"].update(l=80 if large_font else 60, t=105 if large_font else 80)
     return go.Figure(heatmap, layout)
+
+
+def _padded_row_marks(padded: np.ndarray, n_layers: int, tile_h: int) -> list[dict[str, Any]]:
+    """A short red bar left of each [PAD] query row of every layer (in paper coordinates on x,
+    so it sits in the margin beside the tiles)."""
+    rows = np.flatnonzero(padded)
+    if not rows.size:
+        return []
+    path = "".join(
+        f"M-0.012,{r + layer * tile_h - 0.5}V{r + layer * tile_h + 0.5}"
+        for layer in range(n_layers)
+        for r in rows
+    )
+    return [
+        {
+            "type": "path",
+            "path": path,
+            "xref": "paper",
+            "yref": "y",
+            "line": {"color": PAD_ROW_COLOR, "width": 4},
+            "name": "padded query rows",
+        }
+    ]
 
 
 def _grid_shapes(
@@ -504,7 +657,9 @@ def grid_figure(
     key_labels: Sequence[str] | None = None,
     *,
     exact_up_to: int = 128,
-    max_tile: int = 64,
+    max_tile: int = 128,
+    max_cells: int = GRID_MAX_CELLS,
+    padded_queries: Any | None = None,
     large_font: bool = False,
     height: int | None = None,
 ) -> go.Figure:
@@ -515,6 +670,7 @@ def grid_figure(
             each with ``(B, H, Tq, Tk)`` weights and a ``(B, 1, Tq, Tk)`` mask.
         batch: which sequence of the batch.
         query_labels, key_labels: ``Tq`` and ``Tk`` unique labels.
+        padded_queries: ``(Tq,)`` bool, ``True`` for [PAD] query rows (marked in red).
     """
     if not records:
         raise ValueError("no attention records to draw")
@@ -529,6 +685,8 @@ def grid_figure(
         title=f"{kind}: every layer (rows) and head (columns)",
         exact_up_to=exact_up_to,
         max_tile=max_tile,
+        max_cells=max_cells,
+        padded_queries=padded_queries,
         large_font=large_font,
         height=height,
     )
@@ -543,6 +701,8 @@ def masks_figure(
     key_labels: Sequence[str] | None = None,
     *,
     causal: Any | None = None,
+    changed: Any | None = None,
+    changed_title: str = "applied with the what-if",
     large_font: bool = False,
     height: int | None = None,
 ) -> go.Figure:
@@ -553,6 +713,8 @@ def masks_figure(
             Padding masks keys only, so it is drawn as whole columns.
         query_labels, key_labels: ``Tq`` and ``Tk`` unique labels (``Tq = Tk`` if causal).
         causal: ``(Tq, Tk)`` bool, ``True`` = may attend (``Trace.causal``), or None.
+        changed: ``(Tq, Tk)`` bool, ``True`` = may attend: the mask a what-if pass applied,
+            drawn last, beside the original (``changed_title`` above it).
 
     Polarity as everywhere in the project: ``True`` (blue) = may attend, grey = masked.
     """
@@ -568,6 +730,9 @@ def masks_figure(
         panels["causal (no future)"] = causal
         combined = combined & causal
         panels["combined = padding AND causal"] = combined
+    if changed is not None:
+        changed = np.broadcast_to(to_numpy(changed, bool), (n_queries, n_keys))
+        panels[changed_title] = changed
     queries = check_labels(query_labels, n_queries, "query")
     keys = check_labels(key_labels, n_keys, "key")
 
