@@ -61,12 +61,18 @@ def check_sentences(sentences: Sequence[str], limit: int = MAX_SENTENCES) -> lis
 
 
 def encode_batch(
-    tokenizer: Tokenizer, sentences: Sequence[str], max_len: int, add_bos: bool = False
+    tokenizer: Tokenizer,
+    sentences: Sequence[str],
+    max_len: int,
+    add_bos: bool = False,
+    pad_id: int | None = None,
 ) -> torch.Tensor:
     """``(B, T)`` right-padded ids; ``ValueError`` naming the sentence that is too long.
 
     Without ``add_bos`` (an encoder's input) the tokenizer's post-processor adds its special
-    tokens, if it has one (pretrained tokenizers do; the bundled ones have none)."""
+    tokens, if it has one (pretrained tokenizers do; the bundled ones have none). Padding is
+    ``pad_id`` (the model's own, e.g. GPT-2's ``<|endoftext|>``, whose tokenizer names no pad
+    token), else the tokenizer's."""
     rows = []
     for number, sentence in enumerate(sentences, 1):
         if add_bos:
@@ -80,7 +86,9 @@ def encode_batch(
                 f"sentence {number} is {len(ids)} tokens long; this model reads at most {max_len}"
             )
         rows.append(ids)
-    return pad(rows, tokenizer.pad_id if tokenizer.pad_id is not None else PAD_ID)
+    if pad_id is None:
+        pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else PAD_ID
+    return pad(rows, pad_id)
 
 
 @torch.no_grad()
@@ -115,7 +123,9 @@ def _analyse(
     config = model.config
     device = model.device
     if config.architecture == "decoder-only":
-        tgt = encode_batch(tokenizer, sentences, config.max_len, add_bos=True).to(device)
+        tgt = encode_batch(
+            tokenizer, sentences, config.max_len, add_bos=True, pad_id=config.pad_id
+        ).to(device)
         trace = model(tgt=tgt, capture=True, intervention=intervention)
         return Analysis(
             trace=trace,

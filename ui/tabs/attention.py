@@ -146,15 +146,15 @@ def controls(
     n_rows = min(sentence_count(sentences), MAX_SENTENCES)
     return (
         gr.Radio(choices=kinds, value=kind),
-        gr.Slider(minimum=1, maximum=n_layers, value=_clamp(layer, n_layers), visible=n_layers > 1),
-        gr.Slider(
-            minimum=1,
-            maximum=config.n_heads,
-            value=_clamp(head, config.n_heads),
-            visible=config.n_heads > 1,
-        ),
-        gr.Slider(minimum=1, maximum=n_rows, value=_clamp(row, n_rows), visible=n_rows > 1),
+        _slider(n_layers, layer),
+        _slider(config.n_heads, head),
+        _slider(n_rows, row),
     )
+
+
+def _slider(n: int, value: Any) -> Any:
+    """A 1..n slider update; hidden when there is only one choice (a slider needs two)."""
+    return gr.Slider(minimum=1, maximum=max(n, 2), value=_clamp(value, n), visible=n > 1)
 
 
 def _plural(n: int, word: str) -> str:
@@ -162,9 +162,16 @@ def _plural(n: int, word: str) -> str:
 
 
 def padded_query_rows(analysis: Analysis, kind: AttentionKind, row: int) -> Any:
-    """``(Tq,)`` bool, ``True`` for the [PAD] query rows of ``kind`` in sentence ``row``."""
+    """``(Tq,)`` bool, ``True`` for the [PAD] query rows of ``kind`` in sentence ``row``: the
+    run of padding ids that ends the (right-padded) sequence. A model whose pad token is a real
+    token (GPT-2's ``<|endoftext|>``) does not mask these, but they are padding all the same."""
     stack = analysis.trace.source if kind == "encoder_self" else analysis.trace.target
-    return ~stack.real_tokens[row]
+    tokens = stack.tokens[row].cpu()
+    is_pad = tokens == analysis.trace.config.pad_id
+    # Trailing pads only: a decoder's first token may be the pad id (Marian, GPT-2 start there).
+    trailing = is_pad.flip(0).cumprod(0).flip(0).bool()
+    trailing[0] = False
+    return trailing | ~stack.real_tokens[row].cpu()
 
 
 def _head_panels(
@@ -277,12 +284,19 @@ def _head_panels(
         )
     n_padded = int(padded.sum())
     n_pad_keys = int((~keys_real).sum())
-    if n_padded or n_pad_keys:
+    if n_pad_keys:
         summary.append(
             f"**Padding is real here**: sentence {row + 1} is padded to the batch's length "
             f"({_plural(max(n_padded, n_pad_keys), 'padding position')}). Grey key columns are "
             f"what the padding mask removed; red {PAD_ROW_MARK} query rows are [PAD] "
             "queries: they attend normally, but the loss ignores their output."
+        )
+    elif n_padded:
+        summary.append(
+            f"Sentence {row + 1} is padded with {_plural(n_padded, 'position')} (red "
+            f"{PAD_ROW_MARK} rows), but this model's pad token is a real token it does not mask "
+            "(GPT-2 pads with <|endoftext|>): those positions are read like any other, so compare "
+            "unpadded sentences."
         )
     elif analysis.batch_size > 1:
         summary.append(
@@ -422,9 +436,16 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
             model_name = gr.Dropdown(registry.model_names, value=first_model, label="Model")
             kind = gr.Radio(kinds, value=first_kind, label="Which attention")
     with gr.Row():
-        layer = gr.Slider(1, n_layers, value=min(2, n_layers), step=1, label="Layer")
-        head = gr.Slider(1, n_heads, value=1, step=1, label="Head")
-        row = gr.Slider(1, n_rows, value=1, step=1, label="Sentence", visible=n_rows > 1)
+        layer = gr.Slider(
+            1,
+            max(2, n_layers),
+            value=min(2, n_layers),
+            step=1,
+            label="Layer",
+            visible=n_layers > 1,
+        )
+        head = gr.Slider(1, max(2, n_heads), value=1, step=1, label="Head", visible=n_heads > 1)
+        row = gr.Slider(1, max(2, n_rows), value=1, step=1, label="Sentence", visible=n_rows > 1)
     what_if = gr.CheckboxGroup(list(WHAT_IF_SWITCHES), label="What if… (recomputed live)")
     run = gr.Button("Show attention", variant="primary")
     summary = gr.Markdown(first[3])

@@ -1,0 +1,322 @@
+"""The Attention tab on every kind of model: bundled, the shipped MiniLM (BERT), and tiny random
+GPT-2 and Marian models built with ``transformers`` and loaded through the registry.
+
+Each check compares the tab's figures with an independent computation: a direct forward pass of
+the model (with the what-if's Intervention built by hand), the tokenizer's own padding, the
+model's configuration, ``json`` sizes of the figures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from transformer.model import Intervention
+from transformer.special import PAD_ID
+from ui.state import ModelRegistry, SessionModels
+from ui.tabs import attention
+
+transformers = pytest.importorskip("transformers")
+
+CROSS = "cross-attention (decoder → encoder)"
+ENCODER_SELF = "encoder self-attention"
+DECODER_SELF = "decoder masked self-attention"
+MINILM = "all-MiniLM-L6-v2"
+VOCAB = 99
+
+
+def _word_level_tokenizer(folder: Path, pad: str, specials: list[str]) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {token: i for i, token in enumerate(specials)}
+    for i in range(len(vocab), VOCAB - 1):
+        vocab[f"w{i}"] = i
+    vocab[pad] = VOCAB - 1
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.add_special_tokens([*specials, pad])
+    tokenizer.save(str(folder / "tokenizer.json"))
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Tiny random GPT-2 (3 layers, 2 heads) and Marian (2 layers, 4 heads) folders."""
+    torch.manual_seed(0)
+    gpt2 = tmp_path_factory.mktemp("gpt2")
+    config = transformers.GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=32,
+        n_layer=3,
+        n_head=2,
+        n_positions=64,
+        bos_token_id=VOCAB - 1,
+        eos_token_id=VOCAB - 1,
+    )
+    transformers.GPT2LMHeadModel(config).save_pretrained(gpt2, safe_serialization=True)
+    _word_level_tokenizer(gpt2, "<|endoftext|>", ["<unk>"])
+    marian = tmp_path_factory.mktemp("marian")
+    config = transformers.MarianConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=37,
+        decoder_ffn_dim=37,
+        max_position_embeddings=64,
+        pad_token_id=VOCAB - 1,
+        decoder_start_token_id=VOCAB - 1,
+        eos_token_id=0,
+        forced_eos_token_id=None,
+    )
+    transformers.MarianMTModel(config).save_pretrained(marian, safe_serialization=True)
+    _word_level_tokenizer(marian, "<pad>", ["</s>", "<unk>"])
+    return {"gpt2": str(gpt2), "marian": str(marian)}
+
+
+@pytest.fixture(scope="module")
+def registry(folders: dict[str, str]) -> ModelRegistry:
+    return ModelRegistry(torch.device("cpu"), [folders["gpt2"], folders["marian"]])
+
+
+def _z(trace) -> np.ndarray:
+    return np.asarray(trace.z, dtype=np.float64)
+
+
+# -- ranges and kinds follow the model --------------------------------------------------------
+
+
+def _expected(model: torch.nn.Module) -> tuple[set[str], int, dict[str, int]]:
+    """Kinds, heads and layers per kind, read off the model's own modules."""
+    layers: dict[str, int] = {}
+    heads = set()
+    if getattr(model, "encoder", None) is not None:
+        layers[ENCODER_SELF] = len(model.encoder.layers)
+        heads |= {layer.self_attention.n_heads for layer in model.encoder.layers}
+    if getattr(model, "decoder", None) is not None:
+        layers[DECODER_SELF] = len(model.decoder.layers)
+        heads |= {layer.self_attention.n_heads for layer in model.decoder.layers}
+        cross = [layer for layer in model.decoder.layers if layer.cross_attention is not None]
+        if cross:
+            layers[CROSS] = len(cross)
+    (n_heads,) = heads
+    return set(layers), n_heads, layers
+
+
+def _cases(registry, folders):
+    cases = {
+        name: _expected(registry.checkpoint(name, None).model)
+        for name in [*registry.bundled.models, folders["gpt2"], folders["marian"], MINILM]
+    }
+    # The transformers configurations above, and MiniLM's published shape (6 layers x 12 heads).
+    assert cases[folders["gpt2"]] == ({DECODER_SELF}, 2, {DECODER_SELF: 3})
+    assert cases[folders["marian"]] == (
+        {ENCODER_SELF, DECODER_SELF, CROSS},
+        4,
+        dict.fromkeys([ENCODER_SELF, DECODER_SELF, CROSS], 2),
+    )
+    assert cases[MINILM] == ({ENCODER_SELF}, 12, {ENCODER_SELF: 6})
+    return cases
+
+
+def _choices(radio) -> set[str]:
+    return {c[0] if isinstance(c, (tuple, list)) else c for c in radio.choices}
+
+
+def test_kinds_and_slider_ranges_follow_each_model(registry, folders):
+    for name, (kinds, n_heads, layers) in _cases(registry, folders).items():
+        for kind in kinds:
+            kind_radio, layer, head, row = attention.controls(
+                registry, "w3 w4\nw5\nw6 w7 w8", name, kind, 99, 99, 99, SessionModels()
+            )
+            assert _choices(kind_radio) == kinds, name
+            assert kind_radio.value == kind
+            assert (layer.maximum, head.maximum) == (layers[kind], n_heads), (name, kind)
+            assert (layer.value, head.value) == (layers[kind], n_heads)  # clamped
+            assert row.maximum == 3 and row.value == 3
+
+
+def test_a_kind_the_model_lacks_is_replaced_and_sentences_set_the_slider(registry, folders):
+    kind, _, _, row = attention.controls(
+        registry, "the cat\n\n", MINILM, CROSS, 2, 1, 3, SessionModels()
+    )
+    assert kind.value == ENCODER_SELF
+    assert row.value == 1 and row.visible is False
+    kind, *_ = attention.controls(registry, "w3", folders["gpt2"], ENCODER_SELF, 1, 1, 1, None)
+    assert kind.value == DECODER_SELF
+
+
+# -- the single head is the model's own weights -----------------------------------------------
+
+
+def _pieces(checkpoint, sentences, add_bos):
+    rows = [
+        checkpoint.tokenizer.encode_ids(s, add_bos=True)
+        if add_bos
+        else checkpoint.tokenizer.encoding(s).ids
+        for s in sentences
+    ]
+    return rows
+
+
+def _padded(rows, pad_id):
+    width = max(map(len, rows))
+    return torch.tensor([r + [pad_id] * (width - len(r)) for r in rows])
+
+
+@pytest.mark.parametrize(
+    ("model", "kind", "sentences"),
+    [
+        (MINILM, ENCODER_SELF, ["The cat sat on the mat.", "A dog."]),
+        ("gpt2", DECODER_SELF, ["w3 w4 w5 w6", "w7 w8"]),
+        ("marian", ENCODER_SELF, ["w3 w4 w5 w6 w7", "w8 w9"]),
+    ],
+)
+def test_single_head_and_grid_are_the_models_weights_with_padding(
+    registry, folders, model, kind, sentences
+):
+    name = folders.get(model, model)
+    checkpoint = registry.checkpoint(name, None)
+    layer, head, row = 2, 2, 2  # the shorter, padded sentence
+    single, _, _, summary, grid = attention.everything(
+        registry, "\n".join(sentences), name, kind, layer, head, row, [], False, None
+    )
+    decoder_only = checkpoint.config.architecture == "decoder-only"
+    rows = _pieces(checkpoint, sentences, add_bos=decoder_only)
+    # GPT-2 pads with <|endoftext|> (its tokenizer names no pad token); the others with their own.
+    pad_id = checkpoint.tokenizer.token_to_id("<|endoftext|>") if model == "gpt2" else None
+    if pad_id is None:
+        pad_id = checkpoint.tokenizer.pad_id if checkpoint.tokenizer.pad_id is not None else PAD_ID
+    ids = _padded(rows, pad_id)
+    with torch.no_grad():
+        if decoder_only:
+            trace = checkpoint.model(tgt=ids, capture=True)
+            record = trace.decoder_layers[layer - 1].self_attention
+        else:
+            trace = (
+                checkpoint.model(src=ids, capture=True)
+                if checkpoint.config.architecture == "encoder-only"
+                else None
+            )
+            if trace is None:
+                memory_trace = checkpoint.model.encode(ids, capture=True)
+                record = memory_trace.layers[layer - 1].self_attention
+            else:
+                record = trace.encoder_layers[layer - 1].self_attention
+    expected = record.weights[row - 1, head - 1].numpy()
+    n = len(rows[row - 1])
+    weights = _z(single.data[1])
+    np.testing.assert_allclose(np.nan_to_num(weights), expected, atol=1e-5)
+    # Padded keys are masked (grey) where the model masks its pad token; GPT-2 does not.
+    masks_padding = model != "gpt2"
+    assert np.isnan(weights[:, n:]).all() == masks_padding
+    # The [PAD] query rows are marked, exactly where the tokenizer padded.
+    ticktext = list(single.layout.yaxis.ticktext)
+    marked = [attention.PAD_ROW_MARK in t for t in ticktext]
+    assert marked == [i >= n for i in range(ids.size(1))]
+    assert ("Padding is real here" in summary) == masks_padding
+    if checkpoint.config.architecture == "encoder-only":
+        assert "Next-token" not in summary and "→ `" not in summary  # no predictions for BERT
+    # The grid's tile for (layer, head) holds the same weights in thousandths, on the same scale.
+    z = _z(grid.data[0])
+    tq = ids.size(1)
+    gutter = max(1, round(tq / 32))
+    tile = z[(layer - 1) * (tq + gutter) : (layer - 1) * (tq + gutter) + tq]
+    tile = tile[:, (head - 1) * (tq + gutter) : (head - 1) * (tq + gutter) + tq]
+    np.testing.assert_allclose(tile / 1000, expected, atol=6e-4)
+    assert grid.layout.coloraxis.cmax == 1000 and single.layout.coloraxis2.cmax == 1.0
+
+
+def test_marian_offers_all_three_kinds_with_source_padding_in_cross(registry, folders):
+    name = folders["marian"]
+    sentences = "w3 w4 w5 w6 w7\nw8"
+    single, _, _, _, grid = attention.everything(
+        registry, sentences, name, CROSS, 1, 1, 2, [], False, None
+    )
+    tokenizer = registry.checkpoint(name, None).tokenizer
+    lengths = [len(tokenizer.encoding(s).ids) for s in sentences.splitlines()]
+    weights = _z(single.data[1])
+    assert weights.shape[1] == max(lengths)  # keys are the source
+    assert np.isnan(weights[:, lengths[1] :]).all() and np.isfinite(weights[:, : lengths[1]]).all()
+    np.testing.assert_allclose(np.nansum(weights, axis=1)[: weights.shape[0]], 1.0, atol=1e-5)
+    assert grid.layout.title.text.startswith("Cross-attention")
+
+
+# -- what-if beside the original --------------------------------------------------------------
+
+
+def test_what_if_shows_the_interventions_own_weights_beside_the_original(registry):
+    sentence = "the teacher sees a bird"
+    single, masks, diff, _ = attention.attention(
+        registry, sentence, "continue", DECODER_SELF, 2, 3, 1, ["causal mask off"], False, None
+    )
+    checkpoint = registry.checkpoint("continue", None)
+    tgt = torch.tensor([checkpoint.tokenizer.encode_ids(sentence, add_bos=True)])
+    with torch.no_grad():
+        plain = checkpoint.model(tgt=tgt, capture=True).decoder_layers[1].self_attention
+        off = (
+            checkpoint.model(tgt=tgt, capture=True, intervention=Intervention(causal_mask=False))
+            .decoder_layers[1]
+            .self_attention
+        )
+    before, after = _z(single.data[0]), _z(single.data[1])
+    np.testing.assert_allclose(np.nan_to_num(before), plain.weights[0, 2].numpy(), atol=1e-5)
+    np.testing.assert_allclose(after, off.weights[0, 2].numpy(), atol=1e-5)
+    np.testing.assert_allclose(
+        np.nan_to_num(_z(diff.data[0])), (off.weights - plain.weights)[0, 2].numpy(), atol=1e-5
+    )
+    # The masks show the mask the what-if applied (nothing causal) beside the original.
+    assert masks.layout.annotations[-1].text == "with the what-if"
+    assert _z(masks.data[-1]).all() and not _z(masks.data[-2]).all()
+
+
+def test_zeroing_a_head_shows_it_passes_on_nothing(registry):
+    sentence = "the small cat sees a red ball"
+    single, _, diff, summary = attention.attention(
+        registry, sentence, "translate", ENCODER_SELF, 1, 2, 1, ["zero this head"], False, None
+    )
+    checkpoint = registry.checkpoint("translate", None)
+    src = torch.tensor([checkpoint.tokenizer.encode_ids(sentence)])
+    with torch.no_grad():
+        record = checkpoint.model.encode(src, capture=True).layers[0].self_attention
+    before, after = _z(single.data[0]), _z(single.data[1])
+    np.testing.assert_allclose(before, record.weights[0, 1].numpy(), atol=1e-5)
+    assert (after == 0).all()
+    np.testing.assert_allclose(_z(diff.data[0]), -record.weights[0, 1].numpy(), atol=1e-5)
+    assert "Zeroing layer 1, head 2" in summary
+
+
+# -- [UNK] and payloads -----------------------------------------------------------------------
+
+
+def test_unreadable_characters_are_named(registry):
+    *_, summary = attention.attention(
+        registry, "k d a m z q b", "reverse", ENCODER_SELF, 1, 1, 1, [], False, None
+    )
+    tokenizer = registry.checkpoint("reverse", None).tokenizer
+    assert tokenizer.token_to_id("z") is None  # the premise: the reversal vocabulary has no z
+    assert "cannot read `z`" in summary and "`k`" not in summary
+    *_, summary = attention.attention(
+        registry, "k d a m q b", "reverse", ENCODER_SELF, 1, 1, 1, [], False, None
+    )
+    assert "cannot read" not in summary
+
+
+def test_minilm_grid_stays_small_at_512_and_64_tokens(registry):
+    checkpoint = registry.checkpoint(MINILM, None)
+    words = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog"]
+    for n_tokens, limit in ((512, 3_000_000), (128, 2_000_000), (64, 1_100_000)):
+        text = " ".join(words[i % len(words)] for i in range(n_tokens - 2))
+        assert len(checkpoint.tokenizer.encoding(text).ids) == n_tokens
+        grid = attention.grid(registry, text, MINILM, ENCODER_SELF, 1, False, None)
+        assert len(grid.to_json()) < limit, n_tokens
+        single, masks, diff, _ = attention.attention(
+            registry, text, MINILM, ENCODER_SELF, 6, 12, 1, [], True, None
+        )
+        assert sum(len(f.to_json()) for f in (single, masks, diff)) < 3_000_000
+        if n_tokens == 64:  # exact at 64 tokens: every weight of every head
+            assert "downsampled" not in grid.layout.title.text
