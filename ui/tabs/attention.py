@@ -18,7 +18,7 @@ from transformer.analysis import (
 )
 from transformer.analysis import what_if as what_if_intervention
 from transformer.checkpoint import Checkpoint
-from transformer.figures.attention import PAD_ROW_MARK, weights_beside_figure
+from transformer.figures.attention import GRID_MAX_CELLS, PAD_ROW_MARK, weights_beside_figure
 from transformer.inspection import MAX_SENTENCES, Analysis, check_sentences
 from transformer.trace import AttentionKind
 
@@ -31,6 +31,8 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
     "decoder masked self-attention": "decoder_self",
     "cross-attention (decoder → encoder)": "cross",
 }
+# The fewest cells a grid keeps however long the text (a 6 x 12 grid: ~45 x 45 per tile).
+GRID_MIN_CELLS = 150_000
 EXAMPLE_SENTENCES = (
     "the small cat sees a red ball\na big dog sleeps\nmy old bird eats the green cake"
 )
@@ -372,11 +374,16 @@ def attention_grid(
 
 
 def _grid(view: AttentionView, large: bool) -> Any:
+    """The grid of one view. Its cell budget leaves room for the single head (float32, exact,
+    two grid cells' bytes per cell) that ships in the same response: together under 3 MB."""
+    n_queries, n_keys = view.records[0].weights.shape[-2:]
+    budget = max(GRID_MIN_CELLS, GRID_MAX_CELLS - 2 * n_queries * n_keys)
     return figures.grid_figure(
         view.records,
         view.row,
         view.query_labels,
         view.key_labels,
+        max_cells=budget,
         padded_queries=padded_query_rows(view.analysis, view.kind, view.row),
         large_font=large,
     )
@@ -449,10 +456,14 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
     what_if = gr.CheckboxGroup(list(WHAT_IF_SWITCHES), label="What if… (recomputed live)")
     run = gr.Button("Show attention", variant="primary")
     summary = gr.Markdown(first[3])
-    single = gr.Plot(first[0], label="One head: scores before softmax, weights after")
-    diff = gr.Plot(first[2], label="What-if: change in this head's weights")
-    masks = gr.Plot(first[1], label="Masks")
-    grid_plot = gr.Plot(first[4], label="Every head of every layer (one colour scale)")
+    single = gr.Plot(
+        first[0], label="One head: scores before softmax, weights after", show_label=False
+    )
+    diff = gr.Plot(first[2], label="What-if: change in this head's weights", show_label=False)
+    masks = gr.Plot(first[1], label="Masks", show_label=False)
+    grid_plot = gr.Plot(
+        first[4], label="Every head of every layer (one colour scale)", show_label=False
+    )
 
     handler = bind(attention, registry)
     inputs = [sentences, model_name, kind, layer, head, row, what_if, large, session]
