@@ -240,6 +240,9 @@ def test_the_vocabulary_slider_spans_what_training_accepts(registry, algorithm):
 def test_the_vocabulary_slider_hides_for_fixed_vocabularies(registry):
     view = tokenize.tokenize_view(registry, "the cat", GPT2, 500, None, "(none)")
     assert view[6]["visible"] is False
+    assert view[8]["visible"] is False  # the upload box shows only for "uploaded tokenizer.json"
+    upload = tokenize.tokenize_view(registry, "", "uploaded tokenizer.json", 500, None, "(none)")
+    assert upload[8]["visible"] is True
     shown = tokenize.tokenize_view(registry, "the cat", GPT2, 500, None, LIVE["unigram"])
     assert shown[6]["visible"] and shown[6]["minimum"] == tokenize.VOCAB_RANGE["unigram"][0]
 

@@ -52,10 +52,11 @@ def positional_encoding_figure(
             are sines, odd ones cosines; wavelengths grow from left to right. A model's learned
             position embeddings draw the same way (pass ``zmax=None``).
         zmax: the colour scale runs from ``-zmax`` to ``zmax`` (1 for sin/cos); None takes the
-            table's largest magnitude.
+            99th percentile of the magnitudes, so that a few outlying dimensions (MiniLM has
+            some) saturate instead of washing out every other cell.
     """
     z = _table(table)
-    half = (float(np.abs(z).max()) or 1.0) if zmax is None else float(zmax)
+    half = (float(np.quantile(np.abs(z), 0.99)) or 1.0) if zmax is None else float(zmax)
     trace = go.Heatmap(
         z=z,
         colorscale=SIGNED_COLORSCALE,

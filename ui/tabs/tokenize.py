@@ -458,8 +458,18 @@ def tokenize_view(
     slider = vocab_control(registry, choice, compare, vocab)
     if slider.get("visible"):
         vocab = slider["value"]
+    choices = tokenizer_choices(registry)
+    uploads = any(choices.get(label, ("",))[0] == "upload" for label in (choice, compare))
+    show_upload = gr.update(visible=uploads)
+    if uploads and not upload:  # just chosen: ask for the file instead of failing
+        ask = "_Drop a `tokenizer.json` file in the box under the menu to see its tokens._"
+        if choices.get(choice, ("",))[0] == "upload":
+            return (ask, [], "", [], [], "", slider, step_control(0), show_upload)
+        compare = "(none)"
+        views, steps = _views(registry, text, choice, vocab, upload, compare, None)
+        return (*views[:2], ask, *views[3:], slider, step_control(steps), show_upload)
     views, steps = _views(registry, text, choice, vocab, upload, compare, None)
-    return (*views, slider, step_control(steps))
+    return (*views, slider, step_control(steps), show_upload)
 
 
 def run_example(registry: ModelRegistry, text: str, choice: str, compare: str) -> tuple[Any, ...]:
@@ -521,7 +531,10 @@ def build(registry: ModelRegistry) -> None:
                 info=VOCAB_INFO["bpe"].format(hi=high),
             )
             upload = gr.File(
-                label="tokenizer.json (for 'uploaded')", file_types=[".json"], type="filepath"
+                label="tokenizer.json (for 'uploaded')",
+                file_types=[".json"],
+                type="filepath",
+                visible=False,  # shown when "uploaded tokenizer.json" is chosen
             )
     compare = gr.Dropdown(
         ["(none)", *choices], value=first_compare, label="Compare side by side with"
@@ -568,7 +581,7 @@ def build(registry: ModelRegistry) -> None:
     outputs = [stats, pieces, stats_b, pieces_b, table, replay_md]
     run.click(handler, inputs, outputs, api_name="tokenize")
     live_inputs = [text, choice, vocab, upload, compare]
-    live_outputs = [*outputs, vocab, step]
+    live_outputs = [*outputs, vocab, step, upload]
     root = Context.root_block
     gr.on(
         [
@@ -636,4 +649,17 @@ def build(registry: ModelRegistry) -> None:
     )
     learn_inputs = [corpus_box, merges, word]
     learn_button.click(learn, learn_inputs, [learn_md, learn_table], api_name="learn_bpe")
-    merges.release(learn, learn_inputs, [learn_md, learn_table], api_visibility="private")
+    gr.on(
+        [
+            *([root.load] if root is not None else []),
+            merges.release,
+            word.submit,
+            word.blur,
+            corpus_box.blur,
+        ],
+        learn,
+        learn_inputs,
+        [learn_md, learn_table],
+        api_visibility="private",
+        trigger_mode="always_last",
+    )
