@@ -248,8 +248,8 @@ def build(
     with gr.Row():
         with gr.Column():
             gr.Markdown("#### Sinusoidal (the paper)")
-            pe_plot = gr.Plot(label="Positional encoding")
-            similarity_plot = gr.Plot(label="PE·PE similarity")
+            pe_plot = gr.Plot(label="Positional encoding", show_label=False)
+            similarity_plot = gr.Plot(label="PE·PE similarity", show_label=False)
         with gr.Column():
             learned_model = gr.Dropdown(
                 registry.model_names,
@@ -257,9 +257,9 @@ def build(
                 label="Learned positions of",
             )
             learned_caption = gr.Markdown()
-            learned_plot = gr.Plot(label="Position embeddings")
-            learned_similarity = gr.Plot(label="PE·PE similarity (learned)")
-    curves_plot = gr.Plot(label="Chosen dimensions")
+            learned_plot = gr.Plot(label="Position embeddings", show_label=False)
+            learned_similarity = gr.Plot(label="PE·PE similarity (learned)", show_label=False)
+    curves_plot = gr.Plot(label="Chosen dimensions", show_label=False)
 
     pe_inputs = [d_model, length, base, dims, metric, large]
     pe_outputs = [pe_plot, curves_plot, similarity_plot]
@@ -297,8 +297,8 @@ def build(
         model_name = gr.Dropdown(registry.model_names, value=registry.model_names[0], label="Model")
     sentence_caption = gr.Markdown()
     emb_button = gr.Button("Show the model's input")
-    emb_plot = gr.Plot(label="Embedding, position and their sum")
-    norm_plot = gr.Plot(label="Vector lengths")
+    emb_plot = gr.Plot(label="Embedding, position and their sum", show_label=False)
+    norm_plot = gr.Plot(label="Vector lengths", show_label=False)
     emb_inputs = [sentence, model_name, large, session]
     emb_button.click(
         bind(embeddings, registry), emb_inputs, [emb_plot, norm_plot], api_name="embeddings"
