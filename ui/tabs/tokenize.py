@@ -211,6 +211,8 @@ def highlighted(
         elif byte_level:
             readable = readable_piece(record.piece)
             reads, note = readable.text, "; ".join(readable.notes)
+            if not reads.strip():  # a piece of spaces or line breaks: make them visible
+                reads = visible(reads)
             notes.extend(n for n in readable.notes if n not in notes)
         else:
             reads, note = text[record.start : record.end], ""
@@ -628,6 +630,7 @@ def build(registry: ModelRegistry) -> None:
         live_outputs,
         fn=bind(run_example, registry),
         run_on_click=True,
+        cache_examples=False,  # they depend on the slider's state and the registry
         label="Examples for a lecture (click one to run it)",
     )
 
