@@ -46,7 +46,7 @@ def test_tokenize_highlights_and_tabulates(client):
     rows = table["data"]
     assert "wordpiece" in stats and f"**{len(rows)} tokens**" in stats
     # Offsets map every token back onto its span of the text (WordPiece marks continuations ##).
-    assert [text[start:end] for _, _, _, start, end, _, _ in rows] == [
+    assert [text[start:end] for _, _, _, start, end, *_ in rows] == [
         piece.removeprefix("##") for _, piece, *_ in rows
     ]
     assert "".join(segment["token"] for segment in pieces) == text

@@ -1,5 +1,6 @@
-"""Embeddings and positions: the sinusoidal table, its curves and similarity, and what enters
-the first layer (token embedding × √d_model + positional encoding) for one sentence.
+"""Embeddings and positions: the sinusoidal table, its curves and similarity, a model's learned
+position embeddings, and what enters the first layer for one sentence (token embedding × √d_model
++ positional encoding in the paper; token + position + token type, then LayerNorm, in BERT).
 
 Tables are ``(positions, d_model)``: rows are positions, columns dimensions.
 """
@@ -17,6 +18,7 @@ from .common import (
     GREEN,
     HIGHLIGHT_COLOR,
     MUTED_COLOR,
+    PALETTE,
     SIGNED_COLORSCALE,
     base_layout,
     category_axis,
@@ -41,19 +43,25 @@ def positional_encoding_figure(
     title: str = "Sinusoidal positional encoding PE[pos, dim]",
     large_font: bool = False,
     height: int | None = None,
+    zmax: float | None = 1.0,
 ) -> go.Figure:
     """The positional-encoding table as a heatmap: positions down, dimensions across.
 
     Args:
         table: ``(T, d_model)`` encodings, e.g. ``sinusoidal_table(T, d_model)``. Even dimensions
-            are sines, odd ones cosines; wavelengths grow from left to right.
+            are sines, odd ones cosines; wavelengths grow from left to right. A model's learned
+            position embeddings draw the same way (pass ``zmax=None``).
+        zmax: the colour scale runs from ``-zmax`` to ``zmax`` (1 for sin/cos); None takes the
+            99th percentile of the magnitudes, so that a few outlying dimensions (MiniLM has
+            some) saturate instead of washing out every other cell.
     """
     z = _table(table)
+    half = (float(np.quantile(np.abs(z), 0.99)) or 1.0) if zmax is None else float(zmax)
     trace = go.Heatmap(
         z=z,
         colorscale=SIGNED_COLORSCALE,
-        zmin=-1.0,
-        zmax=1.0,
+        zmin=-half,
+        zmax=half,
         colorbar={"title": {"text": "value"}},
         hovertemplate="position %{y}<br>dimension %{x}<br>PE %{z:.3f}<extra></extra>",
     )
@@ -72,16 +80,46 @@ def positional_encoding_figure(
     return go.Figure(trace, layout)
 
 
-def _dimension_name(dim: int, d_model: int) -> str:
+# Twelve distinct colours for up to twelve curves (Tableau 10, then two dark ones): plotly's own
+# colour cycle repeats after ten.
+CURVE_COLORS: tuple[str, ...] = (
+    "#4c78a8",
+    "#f58518",
+    "#54a24b",
+    "#e45756",
+    "#72b7b2",
+    "#b279a2",
+    "#eeca3b",
+    "#ff9da6",
+    "#9d755d",
+    "#7f7f7f",
+    "#1b3a6b",
+    "#8c2d04",
+)
+
+
+def readable_number(value: float) -> str:
+    """A number as a person writes it: ``10000`` → ``"10,000"``, ``1e9`` → ``"1,000,000,000"``,
+    ``62.83`` → ``"62.8"``, ``1.5e12`` → ``"1.5e+12"``."""
+    if value >= 1e10:
+        return f"{value:.3g}"
+    if value >= 100 or float(value).is_integer():
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def _dimension_name(dim: int, d_model: int, base: float = 10000.0) -> str:
     i = dim // 2
-    wavelength = 2 * np.pi * 10000 ** (2 * i / d_model)
-    return f"dim {dim} ({'sin' if dim % 2 == 0 else 'cos'}, wavelength {wavelength:.3g})"
+    wavelength = 2 * np.pi * base ** (2 * i / d_model)
+    kind = "sin" if dim % 2 == 0 else "cos"
+    return f"dim {dim} ({kind}, wavelength {readable_number(wavelength)})"
 
 
 def positional_curves_figure(
     table: Any,
     dims: Sequence[int] = (0, 1, 4, 10),
     *,
+    base: float = 10000.0,
     title: str = "Positional encoding: chosen dimensions over position",
     large_font: bool = False,
     height: int | None = None,
@@ -90,24 +128,29 @@ def positional_curves_figure(
 
     Args:
         table: ``(T, d_model)`` sinusoidal encodings (``sinusoidal_table``).
-        dims: dimension indices to draw; the legend names each one's sin/cos and wavelength
-            (``2π · 10000^(2i/d_model)`` for dimensions ``2i`` and ``2i+1``).
+        dims: dimension indices to draw (at most 12, each its own colour); the legend names
+            each one's sin/cos and wavelength (``2π · base^(2i/d_model)`` for dimensions ``2i``
+            and ``2i+1``).
+        base: the base the table was made with (10,000 in the paper), for the wavelengths.
     """
     t = _table(table)
     n_positions, d_model = t.shape
     bad = [d for d in dims if not 0 <= d < d_model]
     if bad:
         raise ValueError(f"dimensions {bad} are outside 0..{d_model - 1}")
+    if len(dims) > len(CURVE_COLORS):
+        raise ValueError(f"draw at most {len(CURVE_COLORS)} dimensions at once, got {len(dims)}")
     positions = np.arange(n_positions, dtype=np.int32)
     traces = [
         go.Scatter(
             x=positions,
             y=t[:, d],
             mode="lines",
-            name=_dimension_name(d, d_model),
+            name=_dimension_name(d, d_model, base),
+            line={"color": CURVE_COLORS[k]},
             hovertemplate=f"dim {d}<br>position %{{x}}<br>PE %{{y:.3f}}<extra></extra>",
         )
-        for d in dims
+        for k, d in enumerate(dims)
     ]
     layout = base_layout(
         title,
@@ -141,15 +184,18 @@ def positional_similarity_figure(
     table: Any,
     metric: Literal["cosine", "dot"] = "cosine",
     *,
+    what: str = "Positional encodings",
     large_font: bool = False,
     height: int | None = None,
 ) -> go.Figure:
-    """Similarity of every position's encoding to every other's: high near the diagonal and
-    depending only on the distance between positions.
+    """Similarity of every position's encoding to every other's: for the sinusoidal table high
+    near the diagonal and depending only on the distance between positions.
 
     Args:
-        table: ``(T, d_model)`` encodings.
-        metric: ``"cosine"`` (range -1..1) or ``"dot"`` (``PE·PEᵀ``, diagonal = d_model/2).
+        table: ``(T, d_model)`` encodings (sinusoidal or a model's learned position embeddings).
+        metric: ``"cosine"`` (range -1..1) or ``"dot"`` (``PE·PEᵀ``; sinusoidal diagonal =
+            d_model/2).
+        what: what the rows are, for the title (e.g. ``"all-MiniLM-L6-v2's learned positions"``).
     """
     z = positional_similarity(table, metric)
     half = float(np.abs(z).max()) or 1.0
@@ -163,7 +209,7 @@ def positional_similarity_figure(
     )
     axis = {"showgrid": False, "zeroline": False}
     layout = base_layout(
-        f"Positional encodings compared: {'cosine similarity' if metric == 'cosine' else 'dot product PE·PEᵀ'}",
+        f"{what} compared: {'cosine similarity' if metric == 'cosine' else 'dot product PE·PEᵀ'}",
         height or (620 if large_font else 520),
         large_font,
         xaxis={**axis, "title": {"text": "position"}, "constrain": "domain"},
@@ -191,6 +237,9 @@ def embedding_sum_figure(
     positional: Any,
     labels: Sequence[str] | None = None,
     *,
+    token_type: Any | None = None,
+    layer_input: Any | None = None,
+    scaled: bool = True,
     large_font: bool = False,
     height: int | None = None,
 ) -> go.Figure:
@@ -198,31 +247,44 @@ def embedding_sum_figure(
     side on one shared colour scale, so their magnitudes compare honestly.
 
     Args:
-        token_embedding: ``(T, d_model)`` token embeddings already × √d_model
-            (``StackInput.token_embedding[b]``).
-        positional: ``(T, d_model)`` encodings (``StackInput.positional``).
+        token_embedding: ``(T, d_model)`` token embeddings as the model adds them (already
+            × √d_model where the model scales; ``StackInput.token_embedding[b]``).
+        positional: ``(T, d_model)`` encodings (``StackInput.positional``), sinusoidal or learned.
         labels: ``T`` unique token labels (see :func:`token_labels`).
+        token_type: ``(T, d_model)`` token-type (segment) embeddings, for BERT; added to the sum.
+        layer_input: ``(T, d_model)`` what the first layer actually receives when it differs from
+            the sum (BERT's LayerNorm over the sum): drawn as a last panel on its own colour
+            scale (a LayerNorm output is on another scale than its input).
+        scaled: whether the model multiplied the token embedding by √d_model (the paper) or not
+            (BERT, GPT-2), for the panel title.
     """
     emb, pe = _embedding_inputs(token_embedding, positional)
     total = emb + pe
     tokens = check_labels(labels, emb.shape[0], "token")
-    panels = {
-        "token embedding × √d_model": emb,
-        "+ positional encoding": pe,
-        "= input to layer 0": total,
-    }
-    domains = panel_domains(3, gap=0.03)
-    half = float(max(np.abs(a).max() for a in panels.values())) or 1.0
+    panels = {"token embedding × √d_model" if scaled else "token embedding": emb}
+    panels["+ positional encoding" if scaled else "+ position embedding"] = pe
+    if token_type is not None:
+        types = _embedding_inputs(token_type, pe)[0]
+        panels["+ token type"] = types
+        total = total + types
+    normed = None if layer_input is None else _embedding_inputs(layer_input, pe)[0]
+    panels["= sum" if normed is not None else "= input to layer 1"] = total
+    if normed is not None:
+        panels["LayerNorm(sum) = input to layer 1"] = normed
+    domains = panel_domains(len(panels), gap=0.03)
+    shared = [z for name, z in panels.items() if not name.startswith("LayerNorm")]
+    half = float(max(np.abs(a).max() for a in shared)) or 1.0
     traces, axes = [], {}
     for i, (name, z) in enumerate(panels.items()):
         suffix = "" if i == 0 else str(i + 1)
+        own_scale = name.startswith("LayerNorm")
         traces.append(
             go.Heatmap(
                 z=z,
                 y=tokens,
                 xaxis=f"x{suffix}",
                 yaxis=f"y{suffix}",
-                coloraxis="coloraxis",
+                coloraxis="coloraxis2" if own_scale else "coloraxis",
                 hovertemplate=f"{name}<br>token %{{y}}<br>dim %{{x}}<br>%{{z:.3f}}<extra></extra>",
             )
         )
@@ -237,15 +299,45 @@ def embedding_sum_figure(
         if i:
             y_axis.update(title=None, showticklabels=False, matches="y", anchor=f"x{suffix}")
         axes[f"yaxis{suffix}"] = y_axis
+    color_axes: dict[str, Any] = {
+        "coloraxis": {
+            "colorscale": SIGNED_COLORSCALE,
+            "cmin": -half,
+            "cmax": half,
+            "colorbar": {
+                "x": 1.0,
+                "len": 0.45 if normed is not None else 1.0,
+                "y": 1.0,
+                "yanchor": "top",
+                "title": {"text": "value"},
+            },
+        }
+    }
+    if normed is not None:
+        norm_half = float(np.abs(normed).max()) or 1.0
+        color_axes["coloraxis2"] = {
+            "colorscale": SIGNED_COLORSCALE,
+            "cmin": -norm_half,
+            "cmax": norm_half,
+            "colorbar": {
+                "x": 1.0,
+                "len": 0.45,
+                "y": 0.0,
+                "yanchor": "bottom",
+                "title": {"text": "after norm"},
+            },
+        }
     layout = base_layout(
-        "What enters the first layer: embedding + position",
+        "What enters the first layer: "
+        + " + ".join(["token", "position"] + (["token type"] if token_type is not None else []))
+        + (", then LayerNorm" if normed is not None else ""),
         height or heatmap_height(emb.shape[0], large_font, maximum=700) + 40,
         large_font,
-        coloraxis={"colorscale": SIGNED_COLORSCALE, "cmin": -half, "cmax": half},
         annotations=[
             panel_title(name, domain, large_font)
             for name, domain in zip(panels, domains, strict=True)
         ],
+        **color_axes,
         **axes,
     )
     layout["margin"]["t"] += 30
@@ -257,29 +349,55 @@ def embedding_norms_figure(
     positional: Any,
     labels: Sequence[str] | None = None,
     *,
+    token_type: Any | None = None,
+    layer_input: Any | None = None,
+    scaled: bool = True,
     large_font: bool = False,
     height: int | None = None,
 ) -> go.Figure:
-    """Per-token vector lengths: why embeddings are multiplied by √d_model.
+    """Per-token vector lengths: why the paper multiplies embeddings by √d_model.
 
     Args:
-        token_embedding: ``(T, d_model)`` token embeddings already × √d_model
-            (``StackInput.token_embedding[b]``); the unscaled length is this / √d_model.
+        token_embedding: ``(T, d_model)`` token embeddings as the model adds them (already
+            × √d_model when ``scaled``; the unscaled length is then this / √d_model).
         positional: ``(T, d_model)`` encodings; a sinusoidal row has length √(d_model/2).
         labels: ``T`` unique token labels.
+        token_type: ``(T, d_model)`` token-type embeddings (BERT), or None.
+        layer_input: ``(T, d_model)`` the first layer's input when it is not the sum (BERT's
+            LayerNorm output), or None.
+        scaled: whether the model scales token embeddings by √d_model (BERT and GPT-2 do not).
 
     Without the scale, small initial embeddings would be drowned by the positional encoding.
     """
     emb, pe = _embedding_inputs(token_embedding, positional)
     tokens = check_labels(labels, emb.shape[0], "token")
     d_model = emb.shape[1]
-    scaled = np.linalg.norm(emb, axis=1)
-    series = [
-        ("embedding (unscaled)", scaled / np.sqrt(d_model), MUTED_COLOR),
-        ("embedding × √d_model", scaled, BASE_COLOR),
-        ("positional encoding", np.linalg.norm(pe, axis=1), HIGHLIGHT_COLOR),
-        ("sum (input to layer 0)", np.linalg.norm(emb + pe, axis=1), GREEN),
-    ]
+    lengths = np.linalg.norm(emb, axis=1)
+    total = emb + pe
+    palette = [*PALETTE, MUTED_COLOR]
+    if scaled:
+        series = [
+            ("embedding (unscaled)", lengths / np.sqrt(d_model), MUTED_COLOR),
+            ("embedding × √d_model", lengths, BASE_COLOR),
+            ("positional encoding", np.linalg.norm(pe, axis=1), HIGHLIGHT_COLOR),
+        ]
+    else:
+        series = [
+            ("token embedding", lengths, BASE_COLOR),
+            ("position embedding", np.linalg.norm(pe, axis=1), HIGHLIGHT_COLOR),
+        ]
+    if token_type is not None:
+        types = _embedding_inputs(token_type, pe)[0]
+        series.append(("token type", np.linalg.norm(types, axis=1), palette[4]))
+        total = total + types
+    if layer_input is None:
+        series.append(("sum (input to layer 1)", np.linalg.norm(total, axis=1), GREEN))
+    else:
+        normed = _embedding_inputs(layer_input, pe)[0]
+        series.append(("sum", np.linalg.norm(total, axis=1), GREEN))
+        series.append(
+            ("LayerNorm(sum) (input to layer 1)", np.linalg.norm(normed, axis=1), palette[3])
+        )
     traces = [
         go.Bar(
             x=tokens,
@@ -290,8 +408,13 @@ def embedding_norms_figure(
         )
         for name, values, color in series
     ]
+    title = (
+        f"Vector length per token (L2 norm) · √d_model = {np.sqrt(d_model):.2f}"
+        if scaled
+        else "Vector length per token (L2 norm) · no √d_model scaling in this model"
+    )
     layout = base_layout(
-        f"Vector length per token (L2 norm) · √d_model = {np.sqrt(d_model):.2f}",
+        title,
         height or (520 if large_font else 420),
         large_font,
         barmode="group",

@@ -1,5 +1,9 @@
 """Embeddings & positions tab: the sinusoidal positional encoding (heatmap, curves, similarity)
-and a sentence's token embeddings plus positional encodings, as the model receives them."""
+beside a model's learned position embeddings (MiniLM's, GPT-2's), and a sentence's token
+embeddings plus positions as the model's first layer receives them.
+
+Every control redraws the panels that depend on it (and Large font redraws every plot); the
+buttons stay for the API endpoints (``/positional_encoding``, ``/embeddings``)."""
 
 from __future__ import annotations
 
@@ -7,16 +11,37 @@ from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
+import numpy as np
+from gradio.context import Context
 
 from transformer import figures
-from transformer.embeddings import sinusoidal_table
-from transformer.inspection import analyse
+from transformer.embeddings import LearnedPositionalEmbedding, sinusoidal_table
+from transformer.figures.positional import readable_number
 
 from ..errors import friendly
 from ..inputs import as_float, as_int, as_int_list
-from ..state import ModelRegistry, SessionModels, bind
+from ..state import TRAINED_HERE, ModelRegistry, SessionModels, bind
 
 MAX_CURVES = 12  # dimensions drawn as curves at once
+MAX_BASE = 1e9
+
+
+def _load_trigger() -> list:
+    """The app's load event as a trigger, so a panel is drawn when the page opens (none when
+    built outside a Blocks)."""
+    root = Context.root_block
+    return [root.load] if root is not None else []
+
+
+def pe_caption(base: float, d_model: int) -> str:
+    """The formula with the chosen ``base`` written in, and what the base changes."""
+    b = readable_number(base)
+    longest = 2 * np.pi * base ** ((d_model - 2) / d_model)
+    return (
+        f"`PE[pos, 2i] = sin(pos / {b}^(2i/{d_model}))`, `PE[pos, 2i+1] = cos(pos / {b}^(2i/{d_model}))` "
+        f"with base **{b}** (the paper's is 10,000). Wavelengths run from 2π (dimensions 0 and 1) "
+        f"to {readable_number(longest)} (the last pair): a larger base stretches the slow dimensions."
+    )
 
 
 @friendly
@@ -29,41 +54,178 @@ def positional(
     if d % 2:
         raise ValueError("d_model must be even (sin and cos come in pairs)")
     n = as_int(length, "positions", 1, 512)
-    base = as_float(base, "base", 2, 1e9)
+    base = as_float(base, "base", 2, MAX_BASE)
     chosen = as_int_list(dims, "dimensions")
     if not chosen or min(chosen) < 0 or max(chosen) >= d or len(chosen) > MAX_CURVES:
         raise ValueError(f"choose 1 to {MAX_CURVES} dimensions between 0 and {d - 1}")
     table = sinusoidal_table(n, d, base)
     return (
-        figures.positional_encoding_figure(table, large_font=large),
-        figures.positional_curves_figure(table, dims=tuple(chosen), large_font=large),
-        figures.positional_similarity_figure(table, metric=metric, large_font=large),
+        figures.positional_encoding_figure(
+            table,
+            title=f"Sinusoidal positional encoding PE[pos, dim], base {readable_number(base)}",
+            large_font=large,
+        ),
+        figures.positional_curves_figure(
+            table,
+            dims=tuple(chosen),
+            base=base,
+            title=f"Chosen dimensions over position (base {readable_number(base)})",
+            large_font=large,
+        ),
+        figures.positional_similarity_figure(
+            table, metric=metric, what="Sinusoidal encodings", large_font=large
+        ),
     )
+
+
+@friendly
+def positional_view(
+    d_model: float, length: float, base: float, dims: str, metric: str, large: bool
+) -> tuple[Any, Any, Any, str]:
+    """The live view of the sinusoidal section: the ``/positional_encoding`` plots and the
+    caption with the chosen base."""
+    plots = positional(d_model, length, base, dims, metric, large)
+    return (
+        *plots,
+        pe_caption(as_float(base, "base", 2, MAX_BASE), as_int(d_model, "d_model", 2, 512)),
+    )
+
+
+def position_table(registry: ModelRegistry, name: str, session: SessionModels | None):
+    """A model's ``(max_len, d_model)`` position table (learned weights, or its sinusoidal
+    buffer) and whether it is learned."""
+    model = registry.checkpoint(name, session).model
+    module = model.src_positional if model.config.has_encoder else model.tgt_positional
+    if isinstance(module, LearnedPositionalEmbedding):
+        return module.lookup.weight.detach().float().cpu(), True
+    return module.table.detach().float().cpu(), False
+
+
+@friendly
+def learned_positions(
+    registry: ModelRegistry,
+    name: str,
+    length: float,
+    metric: str,
+    large: bool,
+    session: SessionModels | None = None,
+) -> tuple[Any, Any, str]:
+    """A model's position embeddings (the first ``length`` positions) as a heatmap, their
+    position-by-position similarity, and a caption saying what they are."""
+    n = as_int(length, "positions", 1, 512)
+    table, learned = position_table(registry, name, session)
+    total, d = table.shape
+    shown = table[: min(n, total)]
+    kind = "learned position embeddings" if learned else "sinusoidal table (fixed, not learned)"
+    heatmap = figures.positional_encoding_figure(
+        shown,
+        title=f"{name}: {kind}",
+        large_font=large,
+        zmax=None if learned else 1.0,
+    )
+    similarity = figures.positional_similarity_figure(
+        shown, metric=metric, what=f"{name}'s positions", large_font=large
+    )
+    count = (
+        f"the first {len(shown):,} of its {total:,} positions"
+        if len(shown) < total
+        else (f"all {total:,} positions")
+    )
+    if learned:
+        caption = (
+            f"**{name}** learned one {d:,}-dimensional vector per position in training (showing "
+            f"{count}). Nothing forces neighbouring positions to look alike: the similarity "
+            "shows what training made of them, beside the sinusoidal table's fixed pattern."
+        )
+    else:
+        caption = (
+            f"**{name}** uses the fixed sinusoidal table (d_model {d:,}, showing {count}): "
+            "nothing here was learned. Pick a pretrained model (all-MiniLM-L6-v2, GPT-2) to "
+            "see learned positions."
+        )
+    return heatmap, similarity, caption
+
+
+def _first_layer_input(analysis: Any) -> tuple[Any, Any, list[str]]:
+    """The stack a sentence enters, its first layer's input and the token pieces."""
+    trace = analysis.trace
+    if trace.source is not None:
+        layers, stack, pieces = trace.encoder_layers, trace.source, analysis.source_pieces[0]
+    else:
+        layers, stack, pieces = trace.decoder_layers, trace.target, analysis.target_pieces[0]
+    return stack, layers[0].input[0] if layers else None, pieces
+
+
+def _sentence_figures(
+    registry: ModelRegistry, sentence: str, name: str, large: bool, session: SessionModels
+) -> tuple[Any, Any, str]:
+    checkpoint = registry.checkpoint(name, session)
+    config = checkpoint.model.config
+    analysis = registry.analysis(name, checkpoint, [sentence])
+    stack, layer_input, pieces = _first_layer_input(analysis)
+    labels = figures.token_labels(pieces)
+    types = None if stack.token_type_embedding is None else stack.token_type_embedding[0]
+    normed = layer_input if config.embedding_norm else None
+    options = {
+        "token_type": types,
+        "layer_input": normed,
+        "scaled": config.scale_embeddings,
+        "large_font": large,
+    }
+    emb = stack.token_embedding[0]
+    summed = figures.embedding_sum_figure(emb, stack.positional, labels, **options)
+    norms = figures.embedding_norms_figure(emb, stack.positional, labels, **options)
+    parts = ["the token embedding" + (" × √d_model" if config.scale_embeddings else "")]
+    parts.append(
+        "a learned position embedding"
+        if config.positional == "learned"
+        else "the sinusoidal positional encoding"
+    )
+    if types is not None:
+        parts.append("a token-type (segment) embedding, type 0 for one sentence")
+    caption = f"**{name}** adds " + ", ".join(parts[:-1]) + " and " + parts[-1]
+    if config.embedding_norm:
+        caption += ", then normalises the sum with its embedding LayerNorm: that is layer 1's input"
+    caption += "."
+    if not config.scale_embeddings:
+        caption += (
+            " No √d_model scaling here: "
+            + ("BERT" if types is not None else "this model")
+            + " learned its token embeddings at the positions' magnitude, so it does not need"
+            " the paper's scale."
+        )
+    else:
+        caption += (
+            f" √d_model = {np.sqrt(config.d_model):.2f} makes the small learned embeddings "
+            "as large as the encoding."
+        )
+    return summed, norms, caption
 
 
 @friendly
 def embeddings(
     registry: ModelRegistry, sentence: str, name: str, large: bool, session: SessionModels
 ) -> tuple[Any, Any]:
-    """The ``/embeddings`` endpoint: a sentence's token embeddings, positional encodings and
-    their sum as the model's first stack receives them, and the vectors' lengths."""
-    checkpoint = registry.checkpoint(name, session)
-    analysis = analyse(checkpoint.model, checkpoint.tokenizer, [sentence])
-    stack = analysis.trace.source or analysis.trace.target
-    pieces = (
-        analysis.source_pieces[0]
-        if analysis.trace.source is not None
-        else analysis.target_pieces[0]
-    )
-    labels = figures.token_labels(pieces)
-    return (
-        figures.embedding_sum_figure(
-            stack.token_embedding[0], stack.positional, labels, large_font=large
-        ),
-        figures.embedding_norms_figure(
-            stack.token_embedding[0], stack.positional, labels, large_font=large
-        ),
-    )
+    """The ``/embeddings`` endpoint: a sentence's token embeddings, positional encodings (and
+    token types, and the embedding LayerNorm, for BERT) as the model's first layer receives
+    them, and the vectors' lengths."""
+    summed, norms, _ = _sentence_figures(registry, sentence, name, large, session)
+    return summed, norms
+
+
+@friendly
+def embeddings_view(
+    registry: ModelRegistry, sentence: str, name: str, large: bool, session: SessionModels
+) -> tuple[Any, Any, str]:
+    """The live sentence view: the ``/embeddings`` plots and a caption on what this model adds."""
+    return _sentence_figures(registry, sentence, name, large, session)
+
+
+def _learned_default(registry: ModelRegistry) -> str:
+    pretrained = [
+        n for n in registry.model_names if n not in registry.bundled.models and n != TRAINED_HERE
+    ]
+    return (pretrained or registry.model_names)[0]
 
 
 def build(
@@ -72,35 +234,81 @@ def build(
     """Lay out the tab; returns the positional-encoding handler, inputs and outputs (drawn on load)."""
     gr.Markdown(
         "Attention itself ignores order, so the paper **adds** a sinusoidal positional encoding to "
-        "each token embedding: `PE[pos, 2i] = sin(pos / 10000^(2i/d))`, `PE[pos, 2i+1] = cos(…)`."
+        "each token embedding. Models such as BERT (all-MiniLM-L6-v2) and GPT-2 **learn** one "
+        "vector per position instead: compare the two side by side."
     )
     with gr.Row():
         d_model = gr.Slider(8, 512, value=128, step=8, label="d_model")
         length = gr.Slider(4, 512, value=64, step=1, label="positions")
-        base = gr.Number(value=10000, label="base", minimum=2, maximum=1e6)
+        base = gr.Number(value=10000, label="base", minimum=2, maximum=MAX_BASE)
         dims = gr.Textbox(value="0, 1, 6, 20", label="dimensions to draw as curves")
         metric = gr.Radio(["cosine", "dot"], value="cosine", label="similarity")
+    pe_caption_md = gr.Markdown(pe_caption(10000, 128))
     pe_button = gr.Button("Draw positional encodings", variant="primary")
-    pe_plot = gr.Plot(label="Positional encoding")
     with gr.Row():
-        curves_plot = gr.Plot(label="Chosen dimensions")
-        similarity_plot = gr.Plot(label="PE·PE similarity")
+        with gr.Column():
+            gr.Markdown("#### Sinusoidal (the paper)")
+            pe_plot = gr.Plot(label="Positional encoding", show_label=False)
+            similarity_plot = gr.Plot(label="PE·PE similarity", show_label=False)
+        with gr.Column():
+            learned_model = gr.Dropdown(
+                registry.model_names,
+                value=_learned_default(registry),
+                label="Learned positions of",
+            )
+            learned_caption = gr.Markdown()
+            learned_plot = gr.Plot(label="Position embeddings", show_label=False)
+            learned_similarity = gr.Plot(label="PE·PE similarity (learned)", show_label=False)
+    curves_plot = gr.Plot(label="Chosen dimensions", show_label=False)
 
     pe_inputs = [d_model, length, base, dims, metric, large]
     pe_outputs = [pe_plot, curves_plot, similarity_plot]
     pe_button.click(positional, pe_inputs, pe_outputs, api_name="positional_encoding")
+    gr.on(
+        [
+            *_load_trigger(),
+            d_model.change,
+            length.change,
+            base.submit,
+            base.blur,
+            dims.submit,
+            dims.blur,
+            metric.change,
+            large.change,
+        ],
+        positional_view,
+        pe_inputs,
+        [*pe_outputs, pe_caption_md],
+        api_visibility="private",
+        trigger_mode="always_last",
+    )
+    gr.on(
+        [*_load_trigger(), learned_model.change, length.change, metric.change, large.change],
+        bind(learned_positions, registry),
+        [learned_model, length, metric, large, session],
+        [learned_plot, learned_similarity, learned_caption],
+        api_visibility="private",
+        trigger_mode="always_last",
+    )
 
-    gr.Markdown("### A sentence: token embedding + positional encoding")
+    gr.Markdown("### A sentence: what enters the first layer")
     with gr.Row():
         sentence = gr.Textbox(value="the small cat sees a red ball", label="Sentence")
         model_name = gr.Dropdown(registry.model_names, value=registry.model_names[0], label="Model")
+    sentence_caption = gr.Markdown()
     emb_button = gr.Button("Show the model's input")
-    emb_plot = gr.Plot(label="Embedding, PE and their sum")
-    norm_plot = gr.Plot(label="Vector lengths")
+    emb_plot = gr.Plot(label="Embedding, position and their sum", show_label=False)
+    norm_plot = gr.Plot(label="Vector lengths", show_label=False)
+    emb_inputs = [sentence, model_name, large, session]
     emb_button.click(
-        bind(embeddings, registry),
-        [sentence, model_name, large, session],
-        [emb_plot, norm_plot],
-        api_name="embeddings",
+        bind(embeddings, registry), emb_inputs, [emb_plot, norm_plot], api_name="embeddings"
+    )
+    gr.on(
+        [*_load_trigger(), sentence.input, sentence.submit, model_name.change, large.change],
+        bind(embeddings_view, registry),
+        emb_inputs,
+        [emb_plot, norm_plot, sentence_caption],
+        api_visibility="private",
+        trigger_mode="always_last",
     )
     return positional, pe_inputs, pe_outputs
