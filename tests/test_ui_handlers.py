@@ -256,8 +256,8 @@ def test_teacher_forcing_matches_the_models_argmax(registry):
 def test_generate_bad_input_is_a_message(registry):
     with pytest.raises(gr.Error, match="enter a source sentence"):
         generate.step(registry, "", *GREEDY[1:], 1, 1, False, SessionModels(), None)
-    with pytest.raises(gr.Error, match="pick an encoder-decoder model"):
-        generate.force(registry, "the teacher", "continue", "sees", SessionModels())
+    with pytest.raises(gr.Error, match="enter both a source"):
+        generate.force(registry, "the teacher", "continue", " ", SessionModels())
 
 
 # -- model & training --------------------------------------------------------------------------

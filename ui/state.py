@@ -47,6 +47,18 @@ class GenerationState:
     key: tuple = ()
     decoding: DecodingSession | None = None
     source_pieces: list[str] = field(default_factory=list)
+    # Step and Run to the end may arrive at once for one session: each step holds this lock.
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def __deepcopy__(self, memo: dict) -> GenerationState:
+        """gr.State copies its initial value per session; a lock is not copied but made anew."""
+        import copy
+
+        return GenerationState(
+            copy.deepcopy(self.key, memo),
+            copy.deepcopy(self.decoding, memo),
+            list(self.source_pieces),
+        )
 
 
 def _attention_bytes(trace: Trace) -> int:
