@@ -293,8 +293,8 @@ def test_training_live_fills_the_session_and_its_snapshots(registry):
 
 
 def test_snapshot_before_training_and_unknown_task_are_messages(registry):
-    with pytest.raises(gr.Error, match="train a model first"):
-        training.snapshot_view(registry, 0, "a b", False, SessionModels())
+    hint = training.snapshot_view(registry, 0, "a b", False, SessionModels())
+    assert not hint.data and "train a model" in hint.layout.annotations[0].text
     with pytest.raises(gr.Error, match="unknown task"):
         list(training.run_training(registry, "poetry", 20, 0, False, SessionModels()))
 

@@ -47,8 +47,11 @@ class GenerationState:
     key: tuple = ()
     decoding: DecodingSession | None = None
     source_pieces: list[str] = field(default_factory=list)
-    # Step and Run to the end may arrive at once for one session: each step holds this lock.
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Step and Run to the end may arrive at once for one session: each step holds this
+        # lock. Not a field: gradio turns a State's dataclass fields into its config.
+        self.lock = threading.Lock()
 
     def __deepcopy__(self, memo: dict) -> GenerationState:
         """gr.State copies its initial value per session; a lock is not copied but made anew."""
