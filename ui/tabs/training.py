@@ -103,8 +103,12 @@ def parameter_counts(model: Transformer) -> dict[str, int]:
         counts[label] = counts.get(label, 0) + parameter.numel()
     order = [label for label, _ in _COMPONENTS] + ["other"]
     result = {label: counts[label] for label in order if counts.get(label)}
-    if model.config.tie_embeddings and "generator" not in result and "token embeddings" in result:
-        result["token embeddings (tied to the generator)"] = result.pop("token embeddings")
+    config = model.config
+    if config.tie_embeddings and config.has_decoder and "token embeddings" in result:
+        result = {
+            ("token embeddings (tied to the generator)" if k == "token embeddings" else k): n
+            for k, n in result.items()
+        }
     result["total"] = count_parameters(model)
     return result
 
