@@ -236,6 +236,7 @@ def test_an_encoder_only_model_says_it_cannot_generate(pretrained, tiny):
     note, _layer, _head, _cross, *buttons = generate.model_controls(pretrained, name, None)
     assert "cannot write text" in note and "BERT" in note
     assert not any(b["interactive"] for b in buttons)
+    assert _layer["minimum"] < _layer["maximum"] and _layer["interactive"] is False
     summary, *figures_, _state = generate.first_step(
         pretrained, *_args("w5 w6", name), 1, 1, False, SessionModels(), GenerationState()
     )

@@ -485,18 +485,24 @@ def model_controls(registry: ModelRegistry, name: str, session: SessionModels) -
     config = checkpoint.config
     reason = cannot_generate(name, checkpoint)
     can = reason is None
-    layers = max(config.n_decoder_layers, 1)
+    layers = config.n_decoder_layers
     family = checkpoint.info.get("family")
     kind = {"gpt2": "GPT-2 family: continues the prompt", "marian": "Marian family: translates"}
     note = reason or (f"_{name}: {kind[family]}._" if family in kind else "")
     buttons = [gr.update(interactive=can) for _ in range(5)]
     return (
         note,
-        gr.update(minimum=1, maximum=layers, value=1, interactive=layers > 1),
-        gr.update(minimum=1, maximum=config.n_heads, value=1, interactive=config.n_heads > 1),
+        _range(layers),
+        _range(config.n_heads),
         gr.update(visible=config.has_encoder or not can),
         *buttons,
     )
+
+
+def _range(n: int) -> Any:
+    """A 1..n slider update (gradio needs minimum < maximum: a lone layer or head shows a
+    fixed slider at 1)."""
+    return gr.update(minimum=1, maximum=max(n, 2), value=1, interactive=n > 1)
 
 
 def strategy_controls(strategy: str) -> tuple:
@@ -570,8 +576,22 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
     with gr.Row():
         max_tokens = gr.Slider(1, 128, value=40, step=1, label="Max new tokens")
         seed = gr.Number(value=0, precision=0, label="Seed")
-        layer = gr.Slider(1, layers, value=1, step=1, label="Layer (attention views)")
-        head = gr.Slider(1, heads, value=1, step=1, label="Head (self-attention view)")
+        layer = gr.Slider(
+            1,
+            max(layers, 2),
+            value=1,
+            step=1,
+            label="Layer (attention views)",
+            interactive=layers > 1,
+        )
+        head = gr.Slider(
+            1,
+            max(heads, 2),
+            value=1,
+            step=1,
+            label="Head (self-attention view)",
+            interactive=heads > 1,
+        )
     with gr.Row():
         step_button = gr.Button("Step", variant="primary")
         back_button = gr.Button("Back")
@@ -580,9 +600,11 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
     state = gr.State(GenerationState())
     summary = gr.Markdown()
     with gr.Row():
-        top_plot = gr.Plot(label="Next-token distribution")
-        cross_plot = gr.Plot(label="Cross-attention of the new token over the source")
-    triangle_plot = gr.Plot(label="Decoder self-attention, one row per step")
+        top_plot = gr.Plot(label="Next-token distribution", show_label=False)
+        cross_plot = gr.Plot(
+            label="Cross-attention of the new token over the source", show_label=False
+        )
+    triangle_plot = gr.Plot(label="Decoder self-attention, one row per step", show_label=False)
 
     settings = [strategy, temperature, top_k, top_p, beam, max_tokens, seed]
     inputs = [source, model_name, *settings, layer, head, large, session, state]

@@ -65,6 +65,13 @@ def human(value: Any) -> str:
     return f"{value:.2g}"
 
 
+def metric(key: str, value: float) -> str:
+    """A recorded metric for people: accuracies and match rates as percentages."""
+    if ("accuracy" in key or "match" in key) and 0 <= value <= 1:
+        return f"{value:.1%}".replace(".0%", "%")
+    return human(value)
+
+
 @lru_cache(maxsize=1)
 def base_parameter_count() -> int:
     """Parameters of the paper's base preset (built once: 63M parameters take a second)."""
@@ -144,9 +151,9 @@ def describe(name: str, checkpoint: Checkpoint, device: Any) -> str:
         f"**{count_parameters(checkpoint.model):,}** parameters. Running on **{device}**."
     )
     metrics = [
-        f"{key.replace('_', ' ')} {human(value)}"
+        f"{key.replace('_', ' ')} {metric(key, value)}"
         for key, value in checkpoint.metrics.items()
-        if isinstance(value, int | float) and not isinstance(value, bool)
+        if isinstance(value, int | float) and not isinstance(value, bool) and key != "parameters"
     ]  # the nested test-sample record is for the tests
     if metrics:
         lines.append("Recorded metrics: " + ", ".join(metrics) + ".")
@@ -174,6 +181,12 @@ def model_info(
 
 def training_curves(history: list[dict[str, float]], large: bool) -> Any:
     """Loss and accuracy curves; accuracy panels only for the metrics this run reports."""
+    if not history:
+        return figures.placeholder_figure(
+            "Loss and accuracy",
+            "press Train: the curves grow here as the model learns",
+            large_font=large,
+        )
     present = [key for key in ACCURACY_KEYS if any(key in row for row in history)]
     return figures.training_curves_figure(history, accuracy_keys=present, large_font=large)
 
@@ -430,7 +443,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
         start = gr.Button("Train", variant="primary")
         cancel = gr.Button("Cancel", variant="stop")
     progress = gr.Markdown()
-    curves = gr.Plot(label="Loss and accuracy")
+    curves = gr.Plot(label="Loss and accuracy", show_label=False)
     gr.Markdown("### Attention as it formed during training")
     sources = snapshot_sources(registry)
     first = sources[0]
@@ -449,7 +462,10 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
             value=TASK_SENTENCES.get(first_task or "", "a b c d e f"), label="Input"
         )
     snap_button = gr.Button("Draw this snapshot's attention")
-    snap_plot = gr.Plot(label="Cross-attention (or self-attention) of every head, at this snapshot")
+    snap_plot = gr.Plot(
+        label="Cross-attention (or self-attention) of every head, at this snapshot",
+        show_label=False,
+    )
 
     event = start.click(
         bind(run_training, registry),
