@@ -467,9 +467,8 @@ def force_view(
         checkpoint = registry.checkpoint(name, session)
     except ValueError as error:
         return f"_{error}_", []
-    reason = cannot_generate(name, checkpoint)
-    if reason is not None:
-        return reason, []
+    if cannot_generate(name, checkpoint) is not None:
+        return "_This model cannot be teacher-forced: it has no decoder._", []
     return force(registry, source, name, reference_text, session)
 
 
@@ -492,8 +491,8 @@ def model_controls(registry: ModelRegistry, name: str, session: SessionModels) -
     buttons = [gr.update(interactive=can) for _ in range(5)]
     return (
         note,
-        _range(layers),
-        _range(config.n_heads),
+        _range(layers if can else 0),
+        _range(config.n_heads if can else 0),
         gr.update(visible=config.has_encoder or not can),
         *buttons,
     )
@@ -525,7 +524,8 @@ def first_step(registry: ModelRegistry, source: str, name: str, *rest: Any) -> D
     checkpoint = registry.checkpoint(name, session)
     reason = cannot_generate(name, checkpoint)
     if reason is not None:
-        return (reason, *placeholders(large, "this model cannot generate"), state)
+        short = "_This model cannot generate: it has no decoder (see the note above)._"
+        return (short, *placeholders(large, "this model cannot generate"), state)
     if not (source or "").strip():
         return ("_Enter a source sentence (or a prompt)._", *placeholders(large), state)
     with state.lock:

@@ -262,7 +262,7 @@ def run_training(
         )
     elif result.cancelled:
         head = (
-            f"**Stopped** at the time limit of {limits.TRAINING_TIME_LIMIT_S:g} s, at step "
+            f"**Stopped at the time limit of {limits.TRAINING_TIME_LIMIT_S:g} s**, at step "
             f"{result.steps_done:,} of {n_steps:,}. "
         )
     else:
