@@ -443,6 +443,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
         start = gr.Button("Train", variant="primary")
         cancel = gr.Button("Cancel", variant="stop")
     progress = gr.Markdown()
+    cancel_note = gr.Markdown()
     curves = gr.Plot(label="Loss and accuracy", show_label=False)
     gr.Markdown("### Attention as it formed during training")
     sources = snapshot_sources(registry)
@@ -467,15 +468,25 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
         show_label=False,
     )
 
+    def train(
+        task: str, steps: float, seed: float, large: bool, session: Any, request: gr.Request
+    ) -> Iterator[tuple[str, Any, SessionModels]]:
+        # A closure, not bind(): gradio finds the gr.Request parameter through type hints,
+        # which it cannot read through a functools.partial.
+        yield from run_training(registry, task, steps, seed, large, session, request)
+
+    train.__name__, train.__doc__ = run_training.__name__, run_training.__doc__
     event = start.click(
-        bind(run_training, registry),
+        train,
         [task, steps, seed, large, session],
         [progress, curves, session],
         api_name="train",
         concurrency_limit=1,
         concurrency_id="training",
     )
-    cancel.click(cancel_training, None, progress, **private)
+    # Outside the queue, so that it is not held behind the training it stops; the training
+    # itself then reports where it stopped.
+    cancel.click(cancel_training, None, cancel_note, queue=False, **private)
     snap_inputs = [snapshot, snap_sentence, large, session]
     snap_button.click(bind(snapshot_view, registry), snap_inputs, [snap_plot], api_name="snapshot")
     live_inputs = [snapshot_model, snapshot, snap_sentence, large, session]
@@ -488,6 +499,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
     snap_sentence.submit(live_snapshot, live_inputs, [snap_plot], **private)
     large.change(live_snapshot, live_inputs, [snap_plot], **private)
     large.change(redraw_curves, large, curves, **private)
+    event.then(lambda: "", None, cancel_note, **private)
     # After a training, its snapshots are the ones to look at.
     event.then(lambda: gr.update(value=TRAINED_HERE), None, snapshot_model, **private).then(
         controls, [snapshot_model, session], [snapshot, snap_sentence], **private
