@@ -195,7 +195,7 @@ def test_model_info_counts_parameters(client):
 
 def test_generate_streams_one_step_at_a_time(client):
     updates = list(client.submit(*GENERATE, api_name="/generate"))
-    steps = [int(u[0].split("(")[1].split(" steps")[0]) for u in updates if "Output so far" in u[0]]
+    steps = [int(u[0].split("(")[1].split(" step")[0]) for u in updates if "Output so far" in u[0]]
     assert steps == list(range(1, len(steps) + 1)) and len(steps) > 3  # one update per step
     final = updates[-1][0]
     assert "**Finished** (eos)" in final and "`le minou petol voitte une ballette rougin`" in final
@@ -215,7 +215,7 @@ def test_generation_state_is_private_to_each_session(url):
     alice, bob = Client(url, verbose=False), Client(url, verbose=False)
     for _ in range(3):
         alice.predict(*GENERATE, api_name="/generate_step")
-    assert "(1 steps)" in bob.predict(*GENERATE, api_name="/generate_step")[0]
+    assert "(1 step)" in bob.predict(*GENERATE, api_name="/generate_step")[0]
     assert "(4 steps)" in alice.predict(*GENERATE, api_name="/generate_step")[0]
 
 

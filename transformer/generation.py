@@ -257,6 +257,9 @@ class StepRecord:
         method: how it was chosen, e.g. ``"greedy"`` or ``"sample (T=0.8, top-p=0.9)"``.
         sampling_probs: for sampling, the probability of each of ``top_ids`` under the
             distribution actually sampled from (temperature and filtering applied), else ``None``.
+        chosen_sampling_prob: for sampling, the chosen id's probability under that distribution.
+        chosen_rank: the chosen id's rank under the model (1 = most probable), so that a chosen
+            token outside ``top_ids`` can be shown where it stands.
         self_attention: ``(L, H, Tk)`` float32, the new query row of the decoder's masked
             self-attention (keys: ``tokens``), when attention is captured.
         cross_attention: ``(L, H, Ts)`` float32, the new query row of cross-attention (keys: the
@@ -275,6 +278,8 @@ class StepRecord:
     chosen_prob: float
     method: str
     sampling_probs: list[float] | None = None
+    chosen_sampling_prob: float | None = None
+    chosen_rank: int | None = None
     self_attention: np.ndarray | None = None
     cross_attention: np.ndarray | None = None
     beams: list[Beam] | None = None
@@ -595,6 +600,7 @@ class DecodingSession:
             entropy=float(torch.special.entr(probs).sum()),
             chosen_id=chosen,
             chosen_prob=float(probs[chosen]),
+            chosen_rank=int((probs > probs[chosen]).sum()) + 1,
             method=settings.describe(),
             self_attention=self_rows,
             cross_attention=cross_rows,
@@ -617,6 +623,7 @@ class DecodingSession:
         record = self._record(decoded, 0, state.tokens[0], chosen)
         if sampling_probs is not None:
             record.sampling_probs = sampling_probs[record.top_ids].tolist()
+            record.chosen_sampling_prob = float(sampling_probs[chosen])
         new_token = torch.tensor([[chosen]], device=state.tokens.device)
         new_state = _State(
             tokens=torch.cat([state.tokens, new_token], dim=1),

@@ -48,6 +48,21 @@ class GenerationState:
     decoding: DecodingSession | None = None
     source_pieces: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        # Step and Run to the end may arrive at once for one session: each step holds this
+        # lock. Not a field: gradio turns a State's dataclass fields into its config.
+        self.lock = threading.Lock()
+
+    def __deepcopy__(self, memo: dict) -> GenerationState:
+        """gr.State copies its initial value per session; a lock is not copied but made anew."""
+        import copy
+
+        return GenerationState(
+            copy.deepcopy(self.key, memo),
+            copy.deepcopy(self.decoding, memo),
+            list(self.source_pieces),
+        )
+
 
 def _attention_bytes(trace: Trace) -> int:
     """Bytes of every captured attention record (scores and weights) of a trace."""

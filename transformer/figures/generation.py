@@ -13,6 +13,7 @@ from .common import (
     BASE_COLOR,
     HIGHLIGHT_COLOR,
     MASKED_GREY,
+    MUTED_COLOR,
     WEIGHTS_COLORSCALE,
     base_layout,
     category_axis,
@@ -197,3 +198,88 @@ def causal_growth_figure(
         yaxis={**category_axis("query", queries, large_font), "autorange": "reversed"},
     )
     return go.Figure(trace, layout)
+
+
+def next_token_figure(
+    labels: Sequence[str],
+    model_probs: Sequence[float],
+    sampled_probs: Sequence[float] | None = None,
+    *,
+    chosen: int | None = None,
+    title: str = "Next-token probabilities",
+    large_font: bool = False,
+    height: int | None = None,
+) -> go.Figure:
+    """Candidate next tokens as horizontal bars: the model's own probability and, when a token
+    was sampled, the probability under the distribution it was drawn from (after temperature,
+    top-k and top-p) beside it.
+
+    Args:
+        labels: one unique label per bar, most probable first (e.g. ``"cat #12"``; a chosen
+            token from further down carries its rank, ``"dog #40 (rank 57)"``).
+        model_probs: each label's probability under the model (``softmax(logits)``).
+        sampled_probs: each label's probability under the sampled distribution, or None
+            (greedy and beam search choose from the model's own).
+        chosen: the index (into ``labels``) of the chosen token, highlighted.
+    """
+    n = len(labels)
+    if len(model_probs) != n or (sampled_probs is not None and len(sampled_probs) != n):
+        raise ValueError("labels, model_probs and sampled_probs must have one value per bar")
+    if chosen is not None and not 0 <= chosen < n:
+        raise ValueError(f"chosen index {chosen} is outside the {n} bars")
+    names = list(labels)
+    model = np.asarray(model_probs, np.float32)
+    edge = ["#222" if i == chosen else "rgba(0,0,0,0)" for i in range(n)]
+    traces = [
+        go.Bar(
+            x=model,
+            y=names,
+            orientation="h",
+            name="model (softmax of the logits)",
+            marker={
+                "color": [HIGHLIGHT_COLOR if i == chosen else BASE_COLOR for i in range(n)],
+                "line": {"color": edge, "width": 2},
+            },
+            texttemplate="%{x:.1%}",
+            textposition="outside",
+            cliponaxis=False,
+            hovertemplate="%{y}<br>model p = %{x:.4f}<extra></extra>",
+        )
+    ]
+    top = float(model.max()) if n else 1.0
+    if sampled_probs is not None:
+        sampled = np.asarray(sampled_probs, np.float32)
+        top = max(top, float(sampled.max()) if n else 0.0)
+        traces.append(
+            go.Bar(
+                x=sampled,
+                y=names,
+                orientation="h",
+                name="sampled from (temperature, top-k, top-p applied)",
+                marker={"color": MUTED_COLOR, "pattern": {"shape": "/"}},
+                texttemplate="%{x:.1%}",
+                textposition="outside",
+                cliponaxis=False,
+                hovertemplate="%{y}<br>sampled p = %{x:.4f}<extra></extra>",
+            )
+        )
+    rows = n * (2 if sampled_probs is not None else 1)
+    layout = base_layout(
+        title,
+        height or int(150 + rows * (30 if large_font else 22)),
+        large_font,
+        xaxis={
+            "title": {"text": "probability"},
+            "range": [0, min(1.0, top * 1.3 + 0.03)],
+            "tickformat": ".0%",
+            "gridcolor": "#eee",
+        },
+        yaxis={**category_axis("", names, large_font), "autorange": "reversed"},
+        barmode="group",
+        bargap=0.2,
+        showlegend=sampled_probs is not None,
+        legend={"orientation": "h", "y": -0.18 if not large_font else -0.25, "x": 0},
+    )
+    if sampled_probs is not None:
+        layout["margin"] = {**layout["margin"], "b": 100 if large_font else 80}
+    return go.Figure(traces, layout)

@@ -40,24 +40,25 @@ def training_curves_figure(
 
     domains = panel_domains(2, gap=0.1)
     traces = []
-    for panel, panel_keys in enumerate((loss_keys, accuracy_keys)):
-        for i, key in enumerate(panel_keys):
-            points = [(r.get(x, n), r[key]) for n, r in enumerate(history) if is_number(r.get(key))]
-            traces.append(
-                go.Scatter(
-                    x=[p[0] for p in points],
-                    y=[p[1] for p in points],
-                    name=key,
-                    mode="lines+markers" if len(points) < 30 else "lines",
-                    line={
-                        "color": PALETTE[i % len(PALETTE)],
-                        "dash": "dash" if key.lower().startswith("val") else "solid",
-                    },
-                    xaxis="x" if panel == 0 else "x2",
-                    yaxis="y" if panel == 0 else "y2",
-                    hovertemplate=f"{key}<br>{x} %{{x}}<br>%{{y:.4f}}<extra></extra>",
-                )
+    # One colour per curve across both panels (a loss and an accuracy never share one).
+    curves = [(panel, key) for panel, keys in enumerate((loss_keys, accuracy_keys)) for key in keys]
+    for i, (panel, key) in enumerate(curves):
+        points = [(r.get(x, n), r[key]) for n, r in enumerate(history) if is_number(r.get(key))]
+        traces.append(
+            go.Scatter(
+                x=[p[0] for p in points],
+                y=[p[1] for p in points],
+                name=key,
+                mode="lines+markers" if len(points) < 30 else "lines",
+                line={
+                    "color": PALETTE[i % len(PALETTE)],
+                    "dash": "dash" if key.lower().startswith("val") else "solid",
+                },
+                xaxis="x" if panel == 0 else "x2",
+                yaxis="y" if panel == 0 else "y2",
+                hovertemplate=f"{key}<br>{x} %{{x:,}}<br>%{{y:.4g}}<extra></extra>",
             )
+        )
     grid = {"gridcolor": "#eee", "zeroline": False}
     layout = base_layout(
         title,

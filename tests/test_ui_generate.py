@@ -1,0 +1,446 @@
+"""The Generate tab's handlers, called directly: the distribution a token is sampled from, the
+chosen token's probability, controls that follow the model, restarts, serialised steps, and the
+GPT-2 and Marian families (tiny random models, against ``transformers``)."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from pathlib import Path
+
+import gradio as gr
+import pytest
+import torch
+
+from transformer.generation import DecodingSession
+from ui.state import TRAINED_HERE, GenerationState, ModelRegistry, SessionModels
+from ui.tabs import generate
+
+transformers = pytest.importorskip("transformers")
+
+VOCAB = 99
+# source, model, strategy, temperature, top-k, top-p, beam, max tokens, seed
+GREEDY = ["the small cat sees a red ball", "translate", "greedy", 1.0, 0, 1.0, 3, 40, 0]
+
+
+@pytest.fixture(scope="module")
+def registry() -> ModelRegistry:
+    return ModelRegistry(torch.device("cpu"))
+
+
+# -- tiny pretrained models, as tests/test_pretrained.py builds them ----------------------------
+
+
+def _perturb(model: torch.nn.Module, seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.1 * torch.randn(param.shape, generator=generator))
+        for name, buffer in model.named_buffers():
+            if name.endswith("final_logits_bias"):
+                buffer.copy_(torch.randn(buffer.shape, generator=generator))
+
+
+def _word_level_tokenizer(folder: Path, pad: str, specials: list[str]) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {token: i for i, token in enumerate(specials)}
+    for i in range(len(vocab), VOCAB - 1):
+        vocab[f"w{i}"] = i
+    vocab[pad] = VOCAB - 1
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.add_special_tokens([*specials, pad])
+    tokenizer.save(str(folder / "tokenizer.json"))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny")
+    torch.manual_seed(0)
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            vocab_size=VOCAB,
+            n_embd=32,
+            n_layer=3,
+            n_head=2,
+            n_positions=64,
+            bos_token_id=VOCAB - 1,
+            eos_token_id=VOCAB - 1,
+        )
+    )
+    _perturb(gpt2, 2)
+    gpt2.save_pretrained(root / "gpt2", safe_serialization=True)
+    _word_level_tokenizer(root / "gpt2", "<|endoftext|>", ["<unk>"])
+    marian = transformers.MarianMTModel(
+        transformers.MarianConfig(
+            vocab_size=VOCAB,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=37,
+            decoder_ffn_dim=37,
+            max_position_embeddings=64,
+            activation_function="swish",
+            scale_embedding=True,
+            pad_token_id=VOCAB - 1,
+            decoder_start_token_id=VOCAB - 1,
+            eos_token_id=0,
+            forced_eos_token_id=None,
+        )
+    )
+    _perturb(marian, 3)
+    marian.save_pretrained(root / "marian", safe_serialization=True)
+    _word_level_tokenizer(root / "marian", "<pad>", ["</s>", "<unk>"])
+    bert = transformers.BertModel(
+        transformers.BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=37,
+            max_position_embeddings=64,
+        )
+    )
+    bert.save_pretrained(root / "bert", safe_serialization=True)
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words += [f"w{i}" for i in range(VOCAB - len(words))]
+    (root / "bert" / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    return {name: root / name for name in ("gpt2", "marian", "bert")}
+
+
+@pytest.fixture(scope="module")
+def pretrained(tiny: dict[str, Path]) -> ModelRegistry:
+    return ModelRegistry(torch.device("cpu"), extra_models=[str(p) for p in tiny.values()])
+
+
+def _hf(cls: type, folder: Path) -> torch.nn.Module:
+    return cls.from_pretrained(folder, attn_implementation="eager").eval()
+
+
+def _args(source: str, name: str, strategy: str = "greedy", **changes) -> list:
+    settings = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "beam": 3, "max_tokens": 40}
+    settings |= {"seed": 0} | changes
+    return [source, name, strategy, *settings.values()]
+
+
+# -- the distribution sampled from, and the chosen token -------------------------------------
+
+
+def _first_logits(registry: ModelRegistry, source: str) -> torch.Tensor:
+    checkpoint = registry.checkpoint("translate", None)
+    tokenizer = checkpoint.tokenizer
+    src = torch.tensor([tokenizer.encode_ids(source)])
+    with torch.no_grad():
+        return checkpoint.model(src, torch.tensor([[tokenizer.bos_id]]))[0, -1].float()
+
+
+def _filtered(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """softmax(logits / T) restricted to the top-k, then to the smallest top-p nucleus,
+    renormalised: written out here, independently of the library."""
+    probs = (logits / temperature).softmax(-1)
+    order = probs.argsort(descending=True).tolist()
+    kept = order[:top_k] if top_k else order
+    nucleus, mass = [], 0.0
+    restricted = probs[kept] / probs[kept].sum()
+    for token, p in zip(kept, restricted.tolist(), strict=True):
+        nucleus.append(token)
+        mass += p
+        if mass >= top_p:
+            break
+    out = torch.zeros_like(probs)
+    out[nucleus] = probs[nucleus] / probs[nucleus].sum()
+    return out
+
+
+def _bar_ids(figure) -> list[int]:
+    return [int(label.split("#")[1].split()[0]) for label in figure.data[0].y]
+
+
+def test_the_chart_shows_the_distribution_actually_sampled_from(registry):
+    source = GREEDY[0]
+    args = _args(source, "translate", "sample", temperature=1.6, top_k=6, top_p=0.8, seed=3)
+    _summary, chart, *_rest = generate.step(
+        registry, *args, 1, 1, False, SessionModels(), GenerationState()
+    )
+    logits = _first_logits(registry, source)
+    expected = _filtered(logits, 1.6, 6, 0.8)
+    ids = _bar_ids(chart)
+    model, sampled = chart.data[0], chart.data[1]
+    assert "sampled from" in sampled.name
+    assert torch.allclose(torch.tensor(list(model.x)), logits.softmax(-1)[ids], atol=1e-5)
+    assert torch.allclose(torch.tensor(list(sampled.x)), expected[ids], atol=1e-5)
+    assert 0 < sum(1 for p in sampled.x if p > 0) <= 6  # top-k and top-p cut the rest
+
+
+def test_a_sampled_token_outside_the_top_ten_shows_its_true_probability_and_rank(registry):
+    source = GREEDY[0]
+    logits = _first_logits(registry, source)
+    probs = logits.softmax(-1)
+    for seed in range(200):
+        args = _args(source, "translate", "sample", temperature=50.0, seed=seed)
+        state = GenerationState()
+        _s, chart, *_rest, state = generate.step(
+            registry, *args, 1, 1, False, SessionModels(), state
+        )
+        chosen = state.decoding.records[-1].chosen_id
+        rank = int((probs > probs[chosen]).sum()) + 1
+        if rank > generate.TOP_K_SHOWN:
+            break
+    else:
+        pytest.fail("no seed sampled a token outside the top ten")
+    ids = _bar_ids(chart)
+    assert ids[-1] == chosen and len(ids) == generate.TOP_K_SHOWN + 1
+    assert f"(rank {rank})" in chart.data[0].y[-1]
+    assert chart.data[0].x[-1] == pytest.approx(float(probs[chosen]), abs=1e-6)
+    assert chart.data[0].x[-1] > 0
+    expected = _filtered(logits, 50.0, 0, 1.0)
+    assert chart.data[1].x[-1] == pytest.approx(float(expected[chosen]), abs=1e-6)
+
+
+# -- controls that follow the model -----------------------------------------------------------
+
+
+def test_layer_and_head_sliders_span_the_models_own(registry, pretrained, tiny):
+    for reg, name in [(registry, "translate"), (registry, "reverse"), (registry, "continue")]:
+        config = reg.checkpoint(name, None).config
+        note, layer, head, cross, *buttons = generate.model_controls(reg, name, SessionModels())
+        assert (layer["minimum"], layer["maximum"]) == (1, config.n_decoder_layers)
+        assert (head["minimum"], head["maximum"]) == (1, config.n_heads)
+        assert cross["visible"] == config.has_encoder
+        assert all(b["interactive"] for b in buttons)
+    note, layer, head, cross, *buttons = generate.model_controls(
+        pretrained, str(tiny["gpt2"]), SessionModels()
+    )
+    assert (layer["maximum"], head["maximum"]) == (3, 2) and not cross["visible"]
+    assert "GPT-2" in note
+
+
+def test_strategy_shows_only_the_controls_that_act():
+    visible = {
+        s: [u["visible"] for u in generate.strategy_controls(s)]
+        for s in ("greedy", "sample", "beam")
+    }
+    assert visible == {
+        "greedy": [False, False, False, False],
+        "sample": [True, True, True, False],
+        "beam": [False, False, False, True],
+    }
+
+
+def test_an_encoder_only_model_says_it_cannot_generate(pretrained, tiny):
+    name = str(tiny["bert"])
+    note, _layer, _head, _cross, *buttons = generate.model_controls(pretrained, name, None)
+    assert "cannot write text" in note and "BERT" in note
+    assert not any(b["interactive"] for b in buttons)
+    assert _layer["minimum"] < _layer["maximum"] and _layer["interactive"] is False
+    summary, *figures_, _state = generate.first_step(
+        pretrained, *_args("w5 w6", name), 1, 1, False, SessionModels(), GenerationState()
+    )
+    assert "cannot generate" in summary
+    assert all(not fig.data for fig in figures_)
+    with pytest.raises(gr.Error, match="cannot write text"):
+        generate.step(pretrained, *_args("w5", name), 1, 1, False, SessionModels(), None)
+
+
+# -- restarts, reset, labels ------------------------------------------------------------------
+
+
+def test_a_setting_changed_mid_sequence_restarts_and_says_so(registry):
+    session, state = SessionModels(), GenerationState()
+    for _ in range(3):
+        summary, *_rest, state = generate.step(registry, *GREEDY, 1, 1, False, session, state)
+    assert "(3 steps)" in summary and "restarted" not in summary
+    changed = _args(GREEDY[0], "translate", "sample", temperature=0.5)
+    summary, *_rest, state = generate.step(registry, *changed, 1, 1, False, session, state)
+    assert summary.startswith("**Settings changed — restarted.**")
+    assert "(1 step)" in summary and len(state.decoding.records) == 1
+    summary, *_rest = generate.step(registry, *changed, 1, 1, False, session, state)
+    assert "restarted" not in summary and "(2 steps)" in summary
+    # The live view (a slider released) restarts as visibly.
+    live, *_rest, state = generate.first_step(
+        registry, *_args(GREEDY[0], "translate", "sample", temperature=0.9), 1, 1, False,
+        session, state,
+    )  # fmt: skip
+    assert live.startswith("**Settings changed — restarted.**") and "(1 step)" in live
+
+
+def test_after_reset_the_attention_panels_are_placeholders(registry):
+    session = SessionModels()
+    *_rest, state = generate.step(registry, *GREEDY, 1, 1, False, session, None)
+    _summary, top, cross, triangle, state = generate.reset(
+        registry, *GREEDY, 1, 1, False, session, state
+    )
+    for figure in (top, cross, triangle):
+        assert not figure.data and "press Step" in figure.layout.annotations[0].text
+    assert cross.layout.title.text.startswith("Cross-attention")
+    assert triangle.layout.title.text.startswith("Decoder self-attention")
+
+
+def test_cross_attention_names_the_query_as_the_self_attention_rows_do(registry):
+    session, state = SessionModels(), None
+    for _ in range(3):
+        _s, _top, cross, triangle, state = generate.step(
+            registry, *GREEDY, 1, 1, False, session, state
+        )
+    last_row = triangle.data[0].y[-1]
+    assert cross.layout.title.text.count(f"from {last_row} ") == 1
+    tokens = state.decoding.records[-1].tokens
+    tokenizer = registry.checkpoint("translate", None).tokenizer
+    assert last_row == f"{len(tokens) - 1}:{tokenizer.id_to_token(tokens[-1])}"
+
+
+def test_a_retrained_model_restarts_the_open_decoding(registry):
+    reverse = registry.checkpoint("reverse", None)
+    session = SessionModels(trained=reverse)
+    args = _args("a b c", TRAINED_HERE)
+    *_rest, state = generate.step(registry, *args, 1, 1, False, session, None)
+    *_rest, state = generate.step(registry, *args, 1, 1, False, session, state)
+    retrained = copy.copy(reverse)
+    retrained.model = copy.deepcopy(reverse.model)
+    session.trained = retrained
+    summary, *_rest, state = generate.step(registry, *args, 1, 1, False, session, state)
+    assert "retrained — restarted" in summary and "(1 step)" in summary
+    assert state.decoding.model is retrained.model
+
+
+def test_unknown_characters_are_named_and_the_examples_have_none(registry):
+    summary, *_rest = generate.step(
+        registry, *_args("k d a m z q b", "reverse"), 1, 1, False, SessionModels(), None
+    )
+    assert "cannot read “z”" in summary
+    for source, name, _strategy in generate.EXAMPLES:
+        assert generate.unreadable(registry.checkpoint(name, None), source) == []
+        if name != "continue":
+            reference = generate.example_reference(source, name)
+            assert generate.unreadable(registry.checkpoint(name, None), reference) == []
+
+
+# -- one session, two requests at once ---------------------------------------------------------
+
+
+def test_step_and_run_on_one_session_never_interleave(registry, monkeypatch):
+    active, overlaps = [0], []
+    original = DecodingSession.step
+
+    def slow_step(self):
+        active[0] += 1
+        overlaps.append(active[0])
+        time.sleep(0.01)  # wide enough for another thread to enter if nothing stops it
+        try:
+            return original(self)
+        finally:
+            active[0] -= 1
+
+    monkeypatch.setattr(DecodingSession, "step", slow_step)
+    session = SessionModels()
+    args = _args("the teacher sees", "continue", "sample", temperature=0.8, max_tokens=30)
+    *_rest, state = generate.reset(registry, *args, 1, 1, False, session, None)
+    errors: list[BaseException] = []
+
+    def runner() -> None:
+        try:
+            for _ in generate.run(registry, *args, 1, 1, False, session, state):
+                pass
+        except BaseException as error:
+            errors.append(error)
+
+    def stepper() -> None:
+        try:
+            for _ in range(8):
+                generate.step(registry, *args, 1, 1, False, session, state)
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=runner), threading.Thread(target=stepper)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors and max(overlaps) == 1
+    records = state.decoding.records
+    prefix = state.decoding.prefix
+    for i, record in enumerate(records):  # every step extends exactly the one before it
+        assert record.tokens == prefix + [r.chosen_id for r in records[:i]]
+
+
+# -- the GPT-2 and Marian families ------------------------------------------------------------
+
+
+def test_generate_on_tiny_gpt2_equals_transformers_generate(pretrained, tiny):
+    name = str(tiny["gpt2"])
+    prompt = "w5 w17 w42 w8"
+    updates = list(
+        generate.run(pretrained, *_args(prompt, name, max_tokens=20), 2, 2, False, None, None)
+    )
+    decoding = updates[-1][-1].decoding
+    tokenizer = pretrained.checkpoint(name, None).tokenizer
+    ids = [VOCAB - 1, *tokenizer.encode_ids(prompt)]  # the prompt starts with <|endoftext|>
+    assert decoding.prefix == ids
+    with torch.no_grad():
+        expected = _hf(transformers.GPT2LMHeadModel, tiny["gpt2"]).generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            max_new_tokens=20,
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=VOCAB - 1,
+        )
+    assert decoding.tokens == expected[0].tolist()
+    assert not updates[-1][2].data  # no cross-attention in a decoder-only model
+
+
+def test_generate_on_tiny_marian_equals_transformers_generate(pretrained, tiny):
+    name = str(tiny["marian"])
+    source = "w7 w23 w61 w4 w88"
+    updates = list(
+        generate.run(pretrained, *_args(source, name, max_tokens=20), 2, 4, False, None, None)
+    )
+    state = updates[-1][-1]
+    tokenizer = pretrained.checkpoint(name, None).tokenizer
+    ids = [*tokenizer.encode_ids(source), 0]  # Marian's source ends with </s>
+    assert state.decoding.source == ids and state.decoding.prefix == [VOCAB - 1]
+    with torch.no_grad():
+        expected = _hf(transformers.MarianMTModel, tiny["marian"]).generate(
+            torch.tensor([ids]), max_new_tokens=20, do_sample=False, num_beams=1
+        )
+    assert state.decoding.tokens == expected[0].tolist()
+    assert updates[-1][2].data[0].z.shape == (5, len(ids))  # 4 heads and their mean
+
+
+def test_teacher_forcing_on_tiny_marian_equals_the_forward_argmax(pretrained, tiny):
+    name = str(tiny["marian"])
+    source, reference = "w7 w23 w61 w4", "w11 w30 w5 w62 w9"
+    text, rows = generate.force(pretrained, source, name, reference, SessionModels())
+    tokenizer = pretrained.checkpoint(name, None).tokenizer
+    src = [*tokenizer.encode_ids(source), 0]
+    target = [*tokenizer.encode_ids(reference), 0]
+    with torch.no_grad():
+        logits = _hf(transformers.MarianMTModel, tiny["marian"])(
+            input_ids=torch.tensor([src]),
+            decoder_input_ids=torch.tensor([[VOCAB - 1, *target[:-1]]]),
+        ).logits[0]
+    probs = logits.softmax(-1)
+    assert [row[3] for row in rows] == [tokenizer.id_to_token(int(i)) for i in logits.argmax(-1)]
+    assert [row[1] for row in rows] == [tokenizer.id_to_token(i) for i in target]
+    for row, token, p in zip(rows, target, probs, strict=True):
+        assert row[2] == pytest.approx(float(p[token]), abs=1e-4)
+    share = sum(int(i) == t for i, t in zip(logits.argmax(-1), target, strict=True)) / len(target)
+    assert f"**{share:.0%}**" in text
+
+
+def test_teacher_forcing_continues_a_gpt2_prompt(pretrained, tiny):
+    name = str(tiny["gpt2"])
+    prompt, reference = "w5 w17", "w42 w8 w3"
+    _text, rows = generate.force(pretrained, prompt, name, reference, SessionModels())
+    tokenizer = pretrained.checkpoint(name, None).tokenizer
+    ids = [VOCAB - 1, *tokenizer.encode_ids(prompt)]
+    target = [*tokenizer.encode_ids(reference), VOCAB - 1]
+    with torch.no_grad():
+        logits = _hf(transformers.GPT2LMHeadModel, tiny["gpt2"])(
+            torch.tensor([ids + target[:-1]])
+        ).logits[0, len(ids) - 1 :]
+    assert [row[3] for row in rows] == [tokenizer.id_to_token(int(i)) for i in logits.argmax(-1)]

@@ -1,0 +1,207 @@
+"""The Model & training tab's handlers, called directly: parameters per component against
+``transformers``' own modules, a pretrained model's description, the snapshot controls and
+views, cancelling a training, curves and numbers for people."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from transformer import figures
+from transformer.checkpoint import load_snapshot
+from ui.state import TRAINED_HERE, ModelRegistry, SessionModels
+from ui.tabs import training
+
+transformers = pytest.importorskip("transformers")
+
+VOCAB = 99
+
+
+@pytest.fixture(scope="module")
+def registry() -> ModelRegistry:
+    return ModelRegistry(torch.device("cpu"))
+
+
+def _word_level_tokenizer(folder: Path, pad: str, specials: list[str]) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {token: i for i, token in enumerate(specials)}
+    for i in range(len(vocab), VOCAB - 1):
+        vocab[f"w{i}"] = i
+    vocab[pad] = VOCAB - 1
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.add_special_tokens([*specials, pad])
+    tokenizer.save(str(folder / "tokenizer.json"))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, torch.nn.Module]]:
+    root = tmp_path_factory.mktemp("tiny-models")
+    torch.manual_seed(0)
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            vocab_size=VOCAB, n_embd=32, n_layer=3, n_head=2, n_positions=64, eos_token_id=VOCAB - 1
+        )
+    )
+    gpt2.save_pretrained(root / "gpt2", safe_serialization=True)
+    _word_level_tokenizer(root / "gpt2", "<|endoftext|>", ["<unk>"])
+    bert = transformers.BertModel(
+        transformers.BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=37,
+            max_position_embeddings=64,
+        ),
+        add_pooling_layer=False,
+    )
+    bert.save_pretrained(root / "bert", safe_serialization=True)
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words += [f"w{i}" for i in range(VOCAB - len(words))]
+    (root / "bert" / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    return {"gpt2": (root / "gpt2", gpt2), "bert": (root / "bert", bert)}
+
+
+@pytest.fixture(scope="module")
+def pretrained(tiny) -> ModelRegistry:
+    return ModelRegistry(torch.device("cpu"), extra_models=[str(p) for p, _ in tiny.values()])
+
+
+def _numel(model: torch.nn.Module, prefix: str) -> int:
+    return sum(p.numel() for n, p in model.named_parameters() if n.startswith(prefix))
+
+
+def _table(rows: list[list]) -> dict[str, int]:
+    return {label: int(count.replace(",", "")) for label, count in rows}
+
+
+def test_gpt2_parameters_per_component_are_transformers_own(pretrained, tiny):
+    folder, hf = tiny["gpt2"]
+    text, rows, config_rows = training.model_info(pretrained, str(folder), SessionModels())
+    table = _table(rows)
+    assert table == {
+        "token embeddings (tied to the generator)": _numel(hf, "transformer.wte."),
+        "positions (learned)": _numel(hf, "transformer.wpe."),
+        "decoder layers": _numel(hf, "transformer.h."),
+        "decoder final norm": _numel(hf, "transformer.ln_f."),
+        "total": sum(p.numel() for p in hf.parameters()),  # lm_head is wte: counted once
+    }
+    assert "GPT-2 family" in text and str(folder) in text
+    assert "3 decoder layers, 2 heads each" in text
+    assert ["n_decoder_layers", "3"] in config_rows
+
+
+def test_bert_parameters_per_component_are_transformers_own(pretrained, tiny):
+    folder, hf = tiny["bert"]
+    text, rows, _config = training.model_info(pretrained, str(folder), SessionModels())
+    assert _table(rows) == {
+        "token embeddings": _numel(hf, "embeddings.word_embeddings."),
+        "positions (learned)": _numel(hf, "embeddings.position_embeddings."),
+        "token types": _numel(hf, "embeddings.token_type_embeddings."),
+        "embedding norms": _numel(hf, "embeddings.LayerNorm."),
+        "encoder layers": _numel(hf, "encoder.layer."),
+        "total": sum(p.numel() for p in hf.parameters()),
+    }
+    assert "BERT family" in text and "2 encoder layers, 4 heads each" in text
+
+
+def test_bundled_model_components_add_up(registry):
+    for name in ("translate", "continue"):
+        model = registry.checkpoint(name, None).model
+        table = _table(training.model_info(registry, name, None)[1])
+        assert "other" not in table
+        assert sum(n for k, n in table.items() if k != "total") == table["total"]
+        assert table["decoder layers"] == _numel(model, "decoder.layers.")
+
+
+def test_snapshot_slider_spans_the_snapshots_that_exist(registry):
+    steps = registry.checkpoint("reverse", None).snapshot_steps
+    slider, sentence = training.snapshot_controls(registry, "reverse", None)
+    assert (slider["minimum"], slider["maximum"], slider["value"]) == (0, len(steps) - 1, 3)
+    assert f"3 = step {steps[3]:,}" in slider["label"] and sentence["value"] == "a b c d e f"
+    slider, _ = training.snapshot_controls(registry, TRAINED_HERE, SessionModels())
+    assert slider["interactive"] is False and "none yet" in slider["label"]
+    hint = training.snapshot_live(registry, TRAINED_HERE, 0, "a b", False, SessionModels())
+    assert not hint.data and "train a model" in hint.layout.annotations[0].text
+
+
+def test_a_bundled_snapshot_shows_that_snapshots_weights(registry):
+    checkpoint = registry.checkpoint("reverse", None)
+    first, last = checkpoint.snapshot_steps[0], checkpoint.snapshot_steps[-1]
+    early = training.snapshot_live(registry, "reverse", 0, "a b c", False, None)
+    late = training.snapshot_live(registry, "reverse", 3, "a b c", False, None)
+    assert early.layout.title.text.startswith(f"Snapshot at step {first:,} of training")
+    assert late.layout.title.text.startswith(f"Snapshot at step {last:,} of training")
+    # The drawn weights are those of a forward pass through the snapshot read here.
+    model = load_snapshot(checkpoint.path, first, checkpoint.config)
+    tokenizer = checkpoint.tokenizer
+    src = torch.tensor([tokenizer.encode_ids("a b c")])
+    tgt = torch.tensor([[tokenizer.bos_id, *tokenizer.encode_ids("c b a")]])
+    with torch.no_grad():
+        trace = model(src, tgt, capture=True)
+    weights = trace.attention_weights("cross")[0, 0]  # layer 1, sentence 1: (H, Tq, Tk)
+    assert _grid_contains(early, weights[0]) and not _grid_contains(late, weights[0])
+    with pytest.raises(Exception, match="snapshot must be between 0 and 3"):
+        training.snapshot_live(registry, "reverse", 4, "a b c", False, None)
+
+
+def _grid_contains(figure, head: torch.Tensor) -> bool:
+    """Whether some block of the tiled grid (thousandths of attention) equals ``head``
+    ``(Tq, Tk)``."""
+    import numpy as np
+
+    z = np.asarray(figure.data[0].z, dtype=np.float32) / 1000
+    q, k = head.shape
+    target = head.numpy()
+    for r in range(z.shape[0] - q + 1):
+        for c in range(z.shape[1] - k + 1):
+            block = z[r : r + q, c : c + k]
+            if np.allclose(block, target, atol=6e-4):
+                return True
+    return False
+
+
+def test_cancel_says_where_training_stopped_and_keeps_the_model(registry):
+    request = SimpleNamespace(session_hash="cancel-test")
+    assert "No training" in training.cancel_training(request)
+    updates = training.run_training(registry, "reverse", 3000, 0, False, SessionModels(), request)
+    next(updates)
+    assert "Stopping" in training.cancel_training(request)
+    *_, (final, curves, session) = list(updates)
+    assert final.startswith("**Cancelled** at step ")
+    stopped = int(final.split("at step ")[1].split(" of")[0].replace(",", ""))
+    assert 0 < stopped < 3000 and "of 3,000" in final
+    assert "kept" in final and session.trained is not None
+    assert max(session.snapshots) <= stopped
+    assert max(curves.data[0].x) <= stopped
+    assert "No training" in training.cancel_training(request)
+
+
+def test_training_curves_have_one_colour_per_curve():
+    history = [
+        {"step": 10, "loss": 2.0},
+        {"step": 20, "loss": 1.5, "val_loss": 1.6, "val_token_accuracy": 0.5, "val_exact": 0.1},
+    ]
+    figure = figures.training_curves_figure(
+        history, accuracy_keys=["val_token_accuracy", "val_exact"]
+    )
+    colours = [trace.line.color for trace in figure.data]
+    assert len(colours) == 4 and len(set(colours)) == 4
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(883.4, "883.4"), (1234, "1,234"), (1e-9, "1e-09"), (0.0713, "0.0713"), (5000.0, "5,000")],
+)
+def test_numbers_are_formatted_for_people(value, text):
+    assert training.human(value) == text
+
+
+def test_plurals():
+    assert training.plural(1, "snapshot") == "1 snapshot"
+    assert training.plural(4, "snapshot") == "4 snapshots"
