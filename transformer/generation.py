@@ -380,16 +380,18 @@ def _decode_next(
     encoded: Encoded | None,
     cache: DecoderCache | None,
     capture: bool = False,
+    check_ids: bool = False,
 ) -> Decoded:
     """Run the decoder so that ``logits[:, -1]`` predicts the token after ``tokens`` ``(K, T)``.
 
     With a cache only the positions it has not seen are fed (the whole prefix on the first step,
-    then one token); without one the whole sequence is recomputed.
+    then one token); without one the whole sequence is recomputed. Ids are validated where they
+    enter (the session's start, ``greedy_batch``'s first step), so ``check_ids`` is off per step.
     """
     if cache is None:
-        return model.decode(tokens, encoded, capture=capture)
+        return model.decode(tokens, encoded, capture=capture, check_ids=check_ids)
     pending = tokens[:, cache.length :]  # (K, T_new): the prefix, then one token
-    return model.decode(pending, encoded, cache=cache, capture=capture)
+    return model.decode(pending, encoded, cache=cache, capture=capture, check_ids=check_ids)
 
 
 # -- the session ----------------------------------------------------------------------------------
@@ -780,8 +782,9 @@ def greedy_batch(
         encoded = model.encode(src) if src is not None else None
         cache = model.new_cache()
         finished = torch.zeros(prefix.size(0), dtype=torch.bool, device=device)
-        for _ in range(steps):
-            logits = _decode_next(model, tokens, encoded, cache).logits[:, -1]  # (B, V)
+        for step in range(steps):
+            decoded = _decode_next(model, tokens, encoded, cache, check_ids=step == 0)
+            logits = decoded.logits[:, -1]  # (B, V)
             logits = without_padding(logits, config.pad_id)
             chosen = logits.argmax(dim=-1).masked_fill(finished, config.pad_id)  # (B,)
             tokens = torch.cat([tokens, chosen[:, None]], dim=1)
