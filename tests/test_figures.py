@@ -113,8 +113,9 @@ def test_head_figure_shows_that_heads_weights_with_masked_cells_blank(
     assert hm.hoverongaps is False and hm.text is None and "query" in hm.hovertemplate
     assert list(hm.y) == queries and list(hm.x) == keys
     assert fig.layout.yaxis.title.text == "query" and fig.layout.xaxis.title.text == "key"
-    assert fig.layout.plot_bgcolor is not None  # the grey that masked (NaN) cells show
-    assert fig.layout.height > 0
+    assert fig.layout.plot_bgcolor == "#b0b0b0"  # the grey that masked (NaN) cells show
+    # Each query row gets 18 px for its label, plus 120 px of margins, within 320..900 px.
+    assert fig.layout.height == min(900, max(320, 120 + 18 * len(queries)))
     # A different head or batch row is a different picture: the builder did not mix them up.
     assert not np.allclose(
         z_of(heatmap(head_figure(record, 1, 1, queries, keys)))[~masked], z[~masked]

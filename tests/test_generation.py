@@ -552,3 +552,93 @@ def test_top_p_stops_as_soon_as_the_mass_is_reached_and_top_k_keeps_k():
     ]
     assert (sampling_distribution(logits, 1.0, top_k=3) > 0).tolist() == [True, True, True, False]
     assert (sampling_distribution(logits, 1.0, top_p=1.0) > 0).all()
+
+
+# -- [PAD] is never generated ---------------------------------------------------------------------
+
+
+def _pad_loving_model(architecture: str) -> Transformer:
+    """A model whose raw logits always rank [PAD] first, far ahead of everything else."""
+    model = model_for(architecture)
+    with torch.no_grad():
+        model.generator.proj.bias[PAD_ID] = 100.0
+    return model
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        {"strategy": "greedy"},
+        {"strategy": "sample", "temperature": 1.0},
+        {"strategy": "sample", "temperature": 5.0, "top_k": 3, "top_p": 0.9},
+        {"strategy": "beam", "beam_width": 4},
+    ],
+)
+def test_padding_is_never_generated_nor_offered(architecture, strategy):
+    model = _pad_loving_model(architecture)
+    raw = model(
+        **({"src": torch.tensor([SOURCE])} if architecture == "encoder-decoder" else {}),
+        tgt=torch.tensor([[BOS_ID] if architecture == "encoder-decoder" else SOURCE]),
+    )
+    assert int(raw[0, -1].argmax()) == PAD_ID  # unmasked, the model would pick [PAD]
+    session = run(model, eos_id=None, max_new_tokens=6, keep_logits=True, **strategy)
+    assert len(session.records) == 6
+    for record in session.records:
+        assert record.chosen_id != PAD_ID and PAD_ID not in record.top_ids
+        # The distribution shown is the softmax over the real tokens, re-computed here.
+        logits = torch.from_numpy(record.logits).double()
+        real = torch.ones_like(logits, dtype=torch.bool)
+        real[PAD_ID] = False
+        expected = torch.zeros_like(logits)
+        expected[real] = logits[real].softmax(-1)
+        assert record.top_probs == pytest.approx(expected[record.top_ids].tolist(), rel=1e-4)
+        for beam in record.beams or []:
+            assert PAD_ID not in beam.tokens[len(session.prefix) :]
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_greedy_batch_and_teacher_forcing_never_choose_padding(architecture):
+    model = _pad_loving_model(architecture)
+    rows = torch.tensor([SOURCE, SOURCE[::-1]])
+    inputs = {"src": rows} if architecture == "encoder-decoder" else {"prompts": rows}
+    for output in greedy_batch(model, **inputs, eos_id=None, max_new_tokens=5):
+        assert len(output) == 5 and PAD_ID not in output
+    forced = teacher_force(model, SOURCE, [5, 6, 7])
+    for position in forced.positions:
+        assert position.predicted_id != PAD_ID and PAD_ID not in position.top_ids
+        assert sum(position.top_probs) <= 1.0 + 1e-6
+
+
+# -- token ids are checked where they enter -------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [-3, 30])
+def test_a_bad_token_id_is_named_with_the_valid_range(bad):
+    model = model_for()
+    with pytest.raises(ValueError, match=rf"token id {bad} \(row 0, position 1\).*0\.\.29"):
+        model(torch.tensor([[4, bad, 5]]), torch.tensor([[BOS_ID]]))
+    with pytest.raises(ValueError, match=rf"token id {bad} \(row 1, position 0\)"):
+        model.decode(torch.tensor([[4], [bad]]), model.encode(torch.tensor([[4], [5]])))
+    with pytest.raises(ValueError, match=rf"source ids must lie in 0\.\.29; got {bad}"):
+        DecodingSession(model, [4, bad])
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_ids_are_checked_once_per_sequence_not_once_per_step(architecture, use_cache):
+    import transformer.model as model_module
+
+    model = model_for(architecture)
+    with mock.patch.object(
+        model_module, "_check_token_ids", wraps=model_module._check_token_ids
+    ) as check:
+        session = run(model, eos_id=None, max_new_tokens=12, use_cache=use_cache)
+        assert len(session.records) == 12
+        # The session validated its source in Python; the encoder checks it once more at most.
+        assert check.call_count <= 1
+        check.reset_mock()
+        rows = torch.tensor([SOURCE, SOURCE])
+        inputs = {"src": rows} if architecture == "encoder-decoder" else {"prompts": rows}
+        greedy_batch(model, **inputs, eos_id=None, max_new_tokens=12)
+        assert check.call_count == (2 if architecture == "encoder-decoder" else 1)

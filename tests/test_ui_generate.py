@@ -135,7 +135,10 @@ def _first_logits(registry: ModelRegistry, source: str) -> torch.Tensor:
     tokenizer = checkpoint.tokenizer
     src = torch.tensor([tokenizer.encode_ids(source)])
     with torch.no_grad():
-        return checkpoint.model(src, torch.tensor([[tokenizer.bos_id]]))[0, -1].float()
+        logits = checkpoint.model(src, torch.tensor([[tokenizer.bos_id]]))[0, -1].float()
+    # The model never writes [PAD]: its class gets no probability (the library masks it too).
+    logits[checkpoint.config.pad_id] = float("-inf")
+    return logits
 
 
 def _filtered(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
@@ -404,8 +407,14 @@ def test_generate_on_tiny_marian_equals_transformers_generate(pretrained, tiny):
     ids = [*tokenizer.encode_ids(source), 0]  # Marian's source ends with </s>
     assert state.decoding.source == ids and state.decoding.prefix == [VOCAB - 1]
     with torch.no_grad():
-        expected = _hf(transformers.MarianMTModel, tiny["marian"]).generate(
-            torch.tensor([ids]), max_new_tokens=20, do_sample=False, num_beams=1
+        model = _hf(transformers.MarianMTModel, tiny["marian"])
+        # Real opus-mt checkpoints ban <pad> from the output (bad_words_ids), as we never write it.
+        expected = model.generate(
+            torch.tensor([ids]),
+            max_new_tokens=20,
+            do_sample=False,
+            num_beams=1,
+            bad_words_ids=[[model.config.pad_token_id]],
         )
     assert state.decoding.tokens == expected[0].tolist()
     assert updates[-1][2].data[0].z.shape == (5, len(ids))  # 4 heads and their mean
@@ -423,6 +432,7 @@ def test_teacher_forcing_on_tiny_marian_equals_the_forward_argmax(pretrained, ti
             input_ids=torch.tensor([src]),
             decoder_input_ids=torch.tensor([[VOCAB - 1, *target[:-1]]]),
         ).logits[0]
+    logits[:, VOCAB - 1] = float("-inf")  # <pad> (the start token) is never predicted
     probs = logits.softmax(-1)
     assert [row[3] for row in rows] == [tokenizer.id_to_token(int(i)) for i in logits.argmax(-1)]
     assert [row[1] for row in rows] == [tokenizer.id_to_token(i) for i in target]

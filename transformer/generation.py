@@ -6,6 +6,9 @@ next-token distribution, which token was chosen and how, and (on request) the ne
 every attention head. A session can be stepped, resumed, and rewound ("back") so that stepping
 again reproduces the same records.
 
+Every strategy chooses among the real tokens only: the [PAD] logit is set to ``-inf``
+(:func:`without_padding`) before any distribution is formed, so padding is never generated.
+
 Everything here works on token ids; the caller tokenizes and detokenizes (``decode_token`` only
 labels ids in the records).
 
@@ -38,6 +41,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .config import ModelConfig
 from .model import Decoded, DecoderCache, Encoded, Transformer
 from .special import BOS_ID, EOS_ID, PAD_ID
 from .util import eval_mode, is_int, is_number
@@ -61,6 +65,7 @@ __all__ = [
     "greedy_batch",
     "sampling_distribution",
     "teacher_force",
+    "without_padding",
 ]
 
 MAX_NEW_TOKENS = 512
@@ -176,6 +181,33 @@ class DecodingSettings:
 # -- the distribution a token is drawn from -------------------------------------------------------
 
 
+def never_generated(config: ModelConfig) -> int | None:
+    """The class a model never writes: its [PAD], unless the pad id is also its end-of-text id
+    (GPT-2 has no pad token and pads with ``<|endoftext|>``, which it must be able to write)."""
+    if config.eos_id is not None and config.pad_id == config.eos_id:
+        return None
+    return config.pad_id
+
+
+def without_padding(logits: Tensor, pad_id: int | None) -> Tensor:
+    """``logits`` with the ``pad_id`` class set to ``-inf``: the distribution the model predicts
+    from. Padding only fills batches; the model never generates it and training gives it no
+    probability (:func:`transformer.training.evaluation.sequence_loss` masks it the same way).
+
+    Args:
+        logits: ``(..., V)`` raw logits.
+        pad_id: the padding id, in ``0..V-1``; ``None`` (see :func:`never_generated`) leaves
+            the logits as they are.
+
+    Returns:
+        ``(..., V)`` logits, a new tensor (the gradient does not reach the padding logit).
+    """
+    if pad_id is None:
+        return logits
+    index = torch.tensor([pad_id], device=logits.device)
+    return logits.index_fill(-1, index, float("-inf"))
+
+
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
     """Set to ``-inf`` every logit outside the top-k, then outside the top-p nucleus.
 
@@ -250,7 +282,8 @@ class StepRecord:
         tokens: the ids the model read: the prefix ([BOS], or the prompt) plus earlier choices
             (for beam search, those of the best hypothesis extended at this step).
         top_ids: the ``top_k_shown`` most probable next ids, most probable first.
-        top_probs: their probabilities under the model (``softmax(logits)``, temperature 1).
+        top_probs: their probabilities under the model (``softmax(logits)``, temperature 1, with
+            [PAD] excluded: see :func:`without_padding`).
         entropy: entropy of the model's next-token distribution, in nats.
         chosen_id: the id chosen at this step (appended to ``tokens``).
         chosen_prob: its probability under the model.
@@ -265,7 +298,8 @@ class StepRecord:
         cross_attention: ``(L, H, Ts)`` float32, the new query row of cross-attention (keys: the
             source), when captured and the model has an encoder.
         beams: for beam search, every hypothesis after this step, best first.
-        logits: ``(V,)`` float32 raw logits, when ``keep_logits`` is set.
+        logits: ``(V,)`` float32 raw logits (the [PAD] logit as the model computed it), when
+            ``keep_logits`` is set.
         top_labels / chosen_label: ``decode_token`` of ``top_ids`` / ``chosen_id`` when given.
     """
 
@@ -363,16 +397,18 @@ def _decode_next(
     encoded: Encoded | None,
     cache: DecoderCache | None,
     capture: bool = False,
+    check_ids: bool = False,
 ) -> Decoded:
     """Run the decoder so that ``logits[:, -1]`` predicts the token after ``tokens`` ``(K, T)``.
 
     With a cache only the positions it has not seen are fed (the whole prefix on the first step,
-    then one token); without one the whole sequence is recomputed.
+    then one token); without one the whole sequence is recomputed. Ids are validated where they
+    enter (the session's start, ``greedy_batch``'s first step), so ``check_ids`` is off per step.
     """
     if cache is None:
-        return model.decode(tokens, encoded, capture=capture)
+        return model.decode(tokens, encoded, capture=capture, check_ids=check_ids)
     pending = tokens[:, cache.length :]  # (K, T_new): the prefix, then one token
-    return model.decode(pending, encoded, cache=cache, capture=capture)
+    return model.decode(pending, encoded, cache=cache, capture=capture, check_ids=check_ids)
 
 
 # -- the session ----------------------------------------------------------------------------------
@@ -586,7 +622,7 @@ class DecodingSession:
     ) -> StepRecord:
         settings = self.settings
         logits = decoded.logits[row, -1]  # (V,)
-        probs = logits.float().softmax(dim=-1)
+        probs = without_padding(logits.float(), never_generated(self.model.config)).softmax(dim=-1)
         top = probs.topk(min(settings.top_k_shown, probs.numel()))
         top_ids = top.indices.tolist()
         self_rows = cross_rows = None
@@ -611,7 +647,7 @@ class DecodingSession:
         )
 
     def _single_step(self, state: _State, decoded: Decoded) -> tuple[StepRecord, _State]:
-        logits = decoded.logits[0, -1]  # (V,)
+        logits = without_padding(decoded.logits[0, -1], never_generated(self.model.config))  # (V,)
         sampling_probs = None
         if self.strategy == "greedy":
             chosen = int(logits.argmax())
@@ -636,7 +672,9 @@ class DecodingSession:
 
     def _beam_step(self, state: _State, decoded: Decoded) -> tuple[StepRecord, _State]:
         width, pad = self.width, self.model.config.pad_id
-        log_probs = decoded.logits[:, -1].float().log_softmax(dim=-1)  # (K, V)
+        log_probs = without_padding(
+            decoded.logits[:, -1].float(), never_generated(self.model.config)
+        ).log_softmax(dim=-1)  # (K, V)
         vocab = log_probs.size(1)
         candidates = state.scores[:, None] + log_probs  # (K, V)
         # A finished beam stays as it is: its only continuation is padding at no cost.
@@ -763,8 +801,10 @@ def greedy_batch(
         encoded = model.encode(src) if src is not None else None
         cache = model.new_cache()
         finished = torch.zeros(prefix.size(0), dtype=torch.bool, device=device)
-        for _ in range(steps):
-            logits = _decode_next(model, tokens, encoded, cache).logits[:, -1]  # (B, V)
+        for step in range(steps):
+            decoded = _decode_next(model, tokens, encoded, cache, check_ids=step == 0)
+            logits = decoded.logits[:, -1]  # (B, V)
+            logits = without_padding(logits, never_generated(config))
             chosen = logits.argmax(dim=-1).masked_fill(finished, config.pad_id)  # (B,)
             tokens = torch.cat([tokens, chosen[:, None]], dim=1)
             if eos_id is not None:
@@ -864,7 +904,9 @@ def teacher_force(
             encoded = model.encode(torch.tensor([source], device=device))
         logits = model.decode(torch.tensor([inputs], device=device), encoded).logits[0]
     first = len(prefix) - 1  # the position whose output predicts target[0]
-    probs = logits[first:].float().softmax(dim=-1)  # (T_target, V)
+    probs = without_padding(logits[first:].float(), never_generated(config)).softmax(
+        dim=-1
+    )  # (T_target, V)
     top = probs.topk(min(top_k_shown, vocab), dim=-1)
     entropy = torch.special.entr(probs).sum(dim=-1)
     reference = torch.tensor(target, device=device)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .generation import greedy_batch
+from .generation import greedy_batch, never_generated, without_padding
 from .model import NO_INTERVENTION, Intervention, Transformer
 from .special import PAD_ID
 from .text.tokenization import Tokenizer
@@ -160,6 +160,8 @@ def _analyse(
 
 def _predicted(tokenizer: Tokenizer, trace: Trace, inputs: torch.Tensor) -> list[str]:
     """Teacher-forced argmax at every real position, decoded."""
-    best = trace.logits.argmax(-1).cpu()
+    best = (
+        without_padding(trace.logits, never_generated(trace.config)).argmax(-1).cpu()
+    )  # never [PAD]
     real = (inputs != trace.config.pad_id).cpu()
     return [tokenizer.decode(best[b][real[b]].tolist()) for b in range(best.size(0))]

@@ -332,6 +332,18 @@ class DecoderCache:
             self.real_keys = self.real_keys[:, :length]
 
 
+def _check_token_ids(tokens: Tensor, vocab: int) -> None:
+    """Raise ``ValueError`` naming the first id of ``(B, T)`` ``tokens`` outside ``0..vocab-1``
+    and where it is. One device sync when every id is valid."""
+    bad = (tokens < 0) | (tokens >= vocab)  # (B, T)
+    if tokens.numel() and bool(bad.any()):
+        row, position = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"token id {int(tokens[row, position])} (row {row}, position {position}) is outside "
+            f"the vocabulary: ids must lie in 0..{vocab - 1}"
+        )
+
+
 class Generator(nn.Module):
     """The final linear projection to vocabulary logits (softmax is left to the loss/sampler)."""
 
@@ -450,16 +462,19 @@ class Transformer(nn.Module):
         real: Tensor,
         norm: LayerNorm | None = None,
         token_types: Tensor | None = None,
+        check_ids: bool = True,
     ) -> tuple[Tensor, StackInput | None]:
         """``(B, T)`` ids → ``(B, T, d_model)``: scaled token embedding + positional encoding
         (+ token-type embedding, then LayerNorm, where the configuration has them).
 
-        ``real`` ``(B, T)`` bool marks the real (non-padding) tokens, for the trace."""
+        ``real`` ``(B, T)`` bool marks the real (non-padding) tokens, for the trace.
+        ``check_ids`` validates the ids (one device sync); incremental decoding skips it for the
+        tokens it feeds back, which the model itself chose.
+        """
         if tokens.dim() != 2:
             raise ValueError(f"tokens must be (batch, length), got shape {tuple(tokens.shape)}")
-        vocab = embedding.lookup.num_embeddings
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab):
-            raise ValueError(f"token ids must lie in 0..{vocab - 1}; got {int(tokens.max())}")
+        if check_ids:
+            _check_token_ids(tokens, embedding.lookup.num_embeddings)
         token_vectors = embedding(tokens)  # (B, T, d_model)
         pe = positional(tokens.size(1), offset)  # (T, d_model)
         if not intervention.positional_encoding:
@@ -535,8 +550,12 @@ class Transformer(nn.Module):
         cache: DecoderCache | None = None,
         capture: bool = False,
         intervention: Intervention = NO_INTERVENTION,
+        check_ids: bool = True,
     ) -> Decoded:
         """Run the decoder on ``(B, Tq)`` target ids and return hidden states and logits.
+
+        ``check_ids`` validates the ids of a whole sequence or of a cache's first call (one
+        device sync); a decoding loop that validated its prefix passes ``False``.
 
         With a ``cache``, ``tgt`` holds only the *new* positions: their keys and values are
         appended to the cache, and the cross-attention keys/values over ``encoded.memory`` are
@@ -551,6 +570,9 @@ class Transformer(nn.Module):
             real_keys = tgt != self.config.pad_id  # (B, Tq)
         else:  # the pad id is real input here (Marian's start token, GPT-2's <|endoftext|>)
             real_keys = torch.ones_like(tgt, dtype=torch.bool)
+        # Ids are checked where they enter: a whole sequence, or the first call on a cache (the
+        # prefix); the tokens a decoding loop feeds back one by one come from the model's own
+        # vocabulary, and checking them would cost a device sync per step.
         x, record = self._embed(
             tgt,
             self.tgt_embedding,
@@ -560,6 +582,7 @@ class Transformer(nn.Module):
             intervention,
             real_keys,
             self.tgt_embedding_norm,
+            check_ids=check_ids and offset == 0,
         )
         # Self-attention keys are the cached positions plus the new ones.
         if cache is not None:

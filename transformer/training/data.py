@@ -67,11 +67,18 @@ def encode_examples(
     return pairs
 
 
-def collate(pairs: Sequence[EncodedPair], pad_id: int) -> Batch:
-    """Pad a list of pairs into one :class:`Batch`."""
+def collate(pairs: Sequence[EncodedPair], pad_id: int, has_source: bool | None = None) -> Batch:
+    """Pad a list of pairs into one :class:`Batch`.
+
+    ``has_source``: whether the model has an encoder (``src`` is built even where some, or all,
+    sources are empty); ``None`` infers it from the pairs (any non-empty source). Callers that
+    know the architecture should say it.
+    """
     pairs = list(pairs)
+    if has_source is None:
+        has_source = any(p.source for p in pairs)
     target = pad([p.target for p in pairs], pad_id)
-    src = pad([p.source for p in pairs], pad_id) if pairs and pairs[0].source else None
+    src = pad([p.source for p in pairs], pad_id) if has_source else None
     return Batch(src=src, tgt_in=target[:, :-1], tgt_out=target[:, 1:], pairs=pairs)
 
 
@@ -81,12 +88,16 @@ def batches(
     pad_id: int,
     shuffle: bool = False,
     rng: random.Random | None = None,
+    has_source: bool | None = None,
 ) -> list[Batch]:
     """Group pairs of similar length into batches (less padding), in random order if ``shuffle``.
 
     With ``shuffle`` the pairs are shuffled, sorted by length within pools of 50 batches, cut
     into batches and the batches shuffled: each epoch differs, yet little padding is wasted.
+    ``has_source`` is passed to :func:`collate` (``None``: any non-empty source means an encoder).
     """
+    if has_source is None:
+        has_source = any(p.source for p in pairs)
     order = list(range(len(pairs)))
     if shuffle:
         rng = rng or random.Random(0)
@@ -100,4 +111,4 @@ def batches(
         chunks.extend(part[i : i + batch_size] for i in range(0, len(part), batch_size))
     if shuffle:
         rng.shuffle(chunks)
-    return [collate([pairs[i] for i in chunk], pad_id) for chunk in chunks]
+    return [collate([pairs[i] for i in chunk], pad_id, has_source) for chunk in chunks]

@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from ..generation import greedy_batch
+from ..generation import greedy_batch, without_padding
 from ..model import Transformer
 from ..text.tokenization import Tokenizer
 from ..util import eval_mode
@@ -24,15 +23,24 @@ from .tasks import Example, is_toy_english
 def sequence_loss(logits: Tensor, targets: Tensor, pad_id: int, label_smoothing: float) -> Tensor:
     """Mean cross-entropy over non-padding targets, with label smoothing (section 5.4).
 
-    ``logits`` ``(B, T, V)``, ``targets`` ``(B, T)``. PyTorch's smoothing spreads ε over all
-    V classes (padding included), a negligible difference from the paper's description.
+    ``logits`` ``(B, T, V)``, ``targets`` ``(B, T)``. [PAD] is not a class the model predicts:
+    its logit is masked out of the softmax (:func:`~transformer.generation.without_padding`, as
+    in generation) and the smoothed target gives it no mass. As in the Annotated Transformer's
+    ``LabelSmoothing``, the target token gets ``1 - ε`` and the ``ε`` is spread evenly over the
+    other ``V - 2`` classes. So no gradient ever reaches the [PAD] row of a tied embedding.
     """
-    return F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)),
-        targets.reshape(-1),
-        ignore_index=pad_id,
-        label_smoothing=label_smoothing,
-    )
+    vocab = logits.size(-1)
+    flat = targets.reshape(-1)  # (N,)
+    real = (flat != pad_id).to(logits.dtype)  # (N,)
+    log_probs = without_padding(logits.reshape(-1, vocab), pad_id).log_softmax(dim=-1)  # (N, V)
+    # The [PAD] column is -inf; it has zero target mass, so leave it out of the sums (0·-inf).
+    log_probs = log_probs.index_fill(-1, torch.tensor([pad_id], device=logits.device), 0.0)
+    target_log_prob = log_probs.gather(1, flat[:, None])[:, 0]  # (N,)
+    per_token = -target_log_prob
+    if label_smoothing > 0 and vocab > 2:
+        others = (log_probs.sum(dim=-1) - target_log_prob) / (vocab - 2)  # mean over V-2 classes
+        per_token = (1 - label_smoothing) * per_token - label_smoothing * others
+    return (per_token * real).sum() / real.sum().clamp(min=1)
 
 
 def forward_batch(model: Transformer, batch: Batch) -> Tensor:
@@ -60,7 +68,8 @@ def evaluate_batches(
             real = batch.tgt_out != pad_id
             n = int(real.sum())
             total_loss += float(sequence_loss(logits, batch.tgt_out, pad_id, 0.0)) * n
-            correct += int(((logits.argmax(-1) == batch.tgt_out) & real).sum())
+            predicted = without_padding(logits, pad_id).argmax(-1)
+            correct += int(((predicted == batch.tgt_out) & real).sum())
             count += n
     metrics = {"loss": total_loss / max(count, 1), "token_accuracy": correct / max(count, 1)}
     if with_exact_match and model.config.has_encoder and model.config.has_decoder:
@@ -88,7 +97,7 @@ def exact_match(
         return 0.0
     device = model.device
     hits = 0
-    for batch in batches(pairs, batch_size, model.config.pad_id):
+    for batch in batches(pairs, batch_size, model.config.pad_id, has_source=True):
         references = [list(p.target[1:-1]) for p in batch.pairs]  # drop BOS and EOS
         longest = max(len(r) for r in references)
         outputs = greedy_batch(
@@ -128,7 +137,9 @@ def evaluate_model(
     ``exact_match`` (greedy, encoder-decoder) or ``grammatical`` (decoder-only)."""
     pairs = encode_examples(examples, tokenizer, architecture)
     teacher_forced = evaluate_batches(
-        model, batches(pairs, batch_size, model.config.pad_id), model.device
+        model,
+        batches(pairs, batch_size, model.config.pad_id, has_source=model.config.has_encoder),
+        model.device,
     )
     metrics = {"loss": teacher_forced["loss"]}
     if architecture == "decoder-only":

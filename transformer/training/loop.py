@@ -20,6 +20,7 @@ from ..device import pick_device
 from ..model import Transformer
 from .data import Batch, EncodedPair, batches
 from .evaluation import evaluate_batches, forward_batch, sequence_loss
+from .rng import PrivateRng
 
 
 @dataclass(frozen=True)
@@ -139,8 +140,11 @@ def train(
             f"{model.config.max_len}: raise max_len or use a larger tokenizer vocabulary"
         )
     device = pick_device(config.device)
-    torch.manual_seed(config.seed)
+    # Dropout draws from the run's own stream, shuffling from its own random.Random: the same
+    # seed gives the same run, and the process's global generators are left as they were.
+    dropout_rng = PrivateRng(config.seed, device)
     rng = random.Random(config.seed)
+    has_source = model.config.has_encoder
     model.to(device).train()
     pad_id = model.config.pad_id
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
@@ -150,7 +154,8 @@ def train(
             i + 1, model.config.d_model, config.warmup_steps, config.lr_factor
         ),
     )
-    eval_set = batches(validation_pairs, config.batch_size, pad_id)[: config.eval_batches]
+    eval_set = batches(validation_pairs, config.batch_size, pad_id, has_source=has_source)
+    eval_set = eval_set[: config.eval_batches]
     snapshot_at = set(_snapshot_steps(config.steps, config.snapshots))
     result = TrainingResult(history=[])
     bar = None
@@ -167,10 +172,13 @@ def train(
             result.cancelled = True
             break
         if not epoch:
-            epoch = batches(train_pairs, config.batch_size, pad_id, shuffle=True, rng=rng)
+            epoch = batches(
+                train_pairs, config.batch_size, pad_id, shuffle=True, rng=rng, has_source=has_source
+            )
             epoch.reverse()  # pop() from the end walks the shuffled order
         batch = epoch.pop().to(device)
-        logits = forward_batch(model, batch)
+        with dropout_rng.active():
+            logits = forward_batch(model, batch)
         loss = sequence_loss(logits, batch.tgt_out, pad_id, config.label_smoothing)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -23,6 +23,7 @@ from ..text.tokenization import Tokenizer, train_tokenizer
 from .data import encode_examples
 from .evaluation import evaluate_model
 from .loop import Progress, TrainingConfig, TrainingResult, train
+from .rng import seeded_global_rng
 from .tasks import TASKS, TaskData, make_task, task_corpus
 
 SAMPLE_SIZE = 200
@@ -108,8 +109,9 @@ def build_model(recipe: Recipe, tokenizer: Tokenizer) -> Transformer:
     config = recipe.model.replace(
         src_vocab_size=vocab, tgt_vocab_size=vocab, pad_id=tokenizer.pad_id, tie_embeddings=True
     )
-    torch.manual_seed(recipe.training.seed)
-    return Transformer(config)
+    # Initialisation draws from the global generators: seed them for this model only.
+    with seeded_global_rng(recipe.training.seed):
+        return Transformer(config)
 
 
 def run_recipe(
