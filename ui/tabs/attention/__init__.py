@@ -1,0 +1,41 @@
+"""Attention tab: one head (scores beside weights), the masks, every head of every layer, and
+what-if switches recomputed beside the original pass.
+
+Modules: `view` (the captured analysis a view draws, the grid), `panels` (one head's panels),
+`handlers` (the module-level handlers), `layout` (build())."""
+
+from transformer.figures.attention import PAD_ROW_MARK
+
+from .handlers import attention, controls, everything, grid
+from .layout import build
+from .view import (
+    ATTENTION_KINDS,
+    EXAMPLE_SENTENCES,
+    GRID_MIN_CELLS,
+    AttentionView,
+    attention_grid,
+    attention_view,
+    kinds_for,
+    layers_of,
+    padded_query_rows,
+    sentence_count,
+)
+
+__all__ = [
+    "ATTENTION_KINDS",
+    "EXAMPLE_SENTENCES",
+    "GRID_MIN_CELLS",
+    "PAD_ROW_MARK",
+    "AttentionView",
+    "attention",
+    "attention_grid",
+    "attention_view",
+    "build",
+    "controls",
+    "everything",
+    "grid",
+    "kinds_for",
+    "layers_of",
+    "padded_query_rows",
+    "sentence_count",
+]

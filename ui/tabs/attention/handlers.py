@@ -1,0 +1,133 @@
+"""The tab's module-level handlers (``/attention``, ``/attention_grid``, the live controls and
+redraw), taking the registry first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from transformer.inspection import MAX_SENTENCES
+
+from ...errors import friendly, gpu
+from ...state import ModelRegistry, SessionModels
+from .panels import _head_panels
+from .view import (
+    ATTENTION_KINDS,
+    EXAMPLE_SENTENCES,
+    _grid,
+    attention_grid,
+    attention_view,
+    kinds_for,
+    layers_of,
+    sentence_count,
+)
+
+
+def _clamp(value: Any, high: int) -> int:
+    try:
+        return min(max(1, int(float(value))), high)
+    except (TypeError, ValueError, OverflowError):
+        return 1
+
+
+@friendly
+def controls(
+    registry: ModelRegistry,
+    sentences: str,
+    name: str,
+    kind: str,
+    layer: Any,
+    head: Any,
+    row: Any,
+    session: SessionModels,
+) -> tuple[Any, Any, Any, Any]:
+    """The Which-attention choices and the Layer, Head and Sentence ranges that this model and
+    these sentences have (values kept where they still apply)."""
+    config = registry.checkpoint(name, session).config
+    kinds = kinds_for(config)
+    if kind not in kinds:
+        # Cross-attention is the one an encoder-decoder model is best known for.
+        kind = kinds[-1]
+    n_layers = layers_of(config, ATTENTION_KINDS[kind])
+    n_rows = min(sentence_count(sentences), MAX_SENTENCES)
+    return (
+        gr.Radio(choices=kinds, value=kind),
+        _slider(n_layers, layer),
+        _slider(config.n_heads, head),
+        _slider(n_rows, row),
+    )
+
+
+def _slider(n: int, value: Any) -> Any:
+    """A 1..n slider update; hidden when there is only one choice (a slider needs two)."""
+    return gr.Slider(minimum=1, maximum=max(n, 2), value=_clamp(value, n), visible=n > 1)
+
+
+@friendly
+@gpu
+def attention(
+    registry: ModelRegistry,
+    sentences: str,
+    name: str,
+    kind: str,
+    layer: Any,
+    head: Any,
+    row: Any,
+    what_if: list[str] | None,
+    large: bool,
+    session: SessionModels,
+) -> tuple[Any, Any, Any, str]:
+    """The ``/attention`` endpoint: one head (scores beside weights; with a what-if, the
+    original weights beside the changed ones), the masks, the what-if change of that head's
+    weights and a summary."""
+    view = attention_view(registry, session, sentences, name, kind, layer, head, row)
+    checkpoint = registry.checkpoint(name, session)
+    return _head_panels(registry, view, checkpoint, name, sentences, what_if or [], large)
+
+
+@friendly
+@gpu
+def everything(
+    registry: ModelRegistry,
+    sentences: str,
+    name: str,
+    kind: str,
+    layer: Any,
+    head: Any,
+    row: Any,
+    what_if: list[str] | None,
+    large: bool,
+    session: SessionModels,
+) -> tuple[Any, Any, Any, str, Any]:
+    """Every panel of the tab from one cached analysis: what each control redraws."""
+    view = attention_view(registry, session, sentences, name, kind, layer, head, row)
+    checkpoint = registry.checkpoint(name, session)
+    panels = _head_panels(registry, view, checkpoint, name, sentences, what_if or [], large)
+    return (*panels, _grid(view, large))
+
+
+@friendly
+@gpu
+def grid(
+    registry: ModelRegistry,
+    sentences: str,
+    name: str,
+    kind: str,
+    row: Any,
+    large: bool,
+    session: SessionModels,
+) -> Any:
+    """The ``/attention_grid`` endpoint: every head of every layer of one attention kind."""
+    return attention_grid(registry, session, sentences, name, kind, row, large)
+
+
+def _first_view(registry: ModelRegistry, name: str, kind: str) -> tuple[Any, ...]:
+    """What the tab shows when it opens: every panel of its first example (built once, at
+    start; a bundled model takes milliseconds). Empty panels if the model is unavailable."""
+    try:
+        return everything(
+            registry, EXAMPLE_SENTENCES, name, kind, 2, 1, 1, [], False, SessionModels()
+        )
+    except gr.Error:
+        return (None, None, None, "", None)

@@ -1,0 +1,119 @@
+"""The tab's layout and event wiring."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from transformer.analysis import (
+    WHAT_IF_SWITCHES,
+)
+
+from ...state import ModelRegistry, bind
+from .handlers import _first_view, attention, controls, everything, grid
+from .view import ATTENTION_KINDS, EXAMPLE_SENTENCES, kinds_for, layers_of, sentence_count
+
+
+def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> None:
+    """Lay out the tab and wire its events (``/attention``, ``/attention_grid``; every control
+    redraws every panel that depends on it through private events)."""
+    gr.Markdown(
+        "Each head computes `softmax(QKᵀ/√d_k)V`. Rows are **queries** (the token that looks), "
+        "columns are **keys** (the tokens looked at). Grey cells are masked."
+    )
+    first_model = registry.model_names[0]
+    try:
+        first_config = registry.checkpoint(first_model, None).config
+    except ValueError:
+        first_config = None
+    kinds = kinds_for(first_config) if first_config else list(ATTENTION_KINDS)
+    first_kind = kinds[-1]
+    n_layers = layers_of(first_config, ATTENTION_KINDS[first_kind]) if first_config else 6
+    n_heads = first_config.n_heads if first_config else 8
+    n_rows = sentence_count(EXAMPLE_SENTENCES)
+    first = _first_view(registry, first_model, first_kind)
+    with gr.Row():
+        sentences = gr.Textbox(
+            value=EXAMPLE_SENTENCES,
+            lines=3,
+            label="One to three sentences (one per line; different lengths make padding)",
+        )
+        with gr.Column():
+            model_name = gr.Dropdown(registry.model_names, value=first_model, label="Model")
+            kind = gr.Radio(kinds, value=first_kind, label="Which attention")
+    with gr.Row():
+        layer = gr.Slider(
+            1,
+            max(2, n_layers),
+            value=min(2, n_layers),
+            step=1,
+            label="Layer",
+            visible=n_layers > 1,
+        )
+        head = gr.Slider(1, max(2, n_heads), value=1, step=1, label="Head", visible=n_heads > 1)
+        row = gr.Slider(1, max(2, n_rows), value=1, step=1, label="Sentence", visible=n_rows > 1)
+    what_if = gr.CheckboxGroup(list(WHAT_IF_SWITCHES), label="What if… (recomputed live)")
+    run = gr.Button("Show attention", variant="primary")
+    summary = gr.Markdown(first[3])
+    single = gr.Plot(
+        first[0], label="One head: scores before softmax, weights after", show_label=False
+    )
+    diff = gr.Plot(first[2], label="What-if: change in this head's weights", show_label=False)
+    masks = gr.Plot(first[1], label="Masks", show_label=False)
+    grid_plot = gr.Plot(
+        first[4], label="Every head of every layer (one colour scale)", show_label=False
+    )
+
+    handler = bind(attention, registry)
+    inputs = [sentences, model_name, kind, layer, head, row, what_if, large, session]
+    outputs = [single, masks, diff, summary]
+    grid_inputs = [sentences, model_name, kind, row, large, session]
+    # The head view comes first; the grid follows from the same cached trace.
+    run.click(handler, inputs, outputs, api_name="attention").success(
+        bind(grid, registry), grid_inputs, [grid_plot], api_name="attention_grid"
+    )
+
+    # Live: every control redraws every panel that depends on it. Controls that change what
+    # applies (model, sentences, kind) first fit the choices and ranges, then redraw.
+    control_inputs = [sentences, model_name, kind, layer, head, row, session]
+    control_outputs = [kind, layer, head, row]
+    redraw = bind(everything, registry)
+    all_outputs = [single, masks, diff, summary, grid_plot]
+    private = {"api_visibility": "private"}
+
+    refit = bind(controls, registry)
+    for trigger in (model_name.input, kind.input):
+        trigger(refit, control_inputs, control_outputs, **private).success(
+            redraw, inputs, all_outputs, **private
+        )
+    sentences.input(
+        refit, control_inputs, control_outputs, trigger_mode="always_last", **private
+    ).success(redraw, inputs, all_outputs, **private)
+    for slider in (layer, head, row):
+        slider.release(redraw, inputs, all_outputs, **private)
+    what_if.input(redraw, inputs, all_outputs, **private)
+    large.change(redraw, inputs, all_outputs, **private)
+
+    examples = [
+        [
+            "the small cat sees a red ball\na big dog sleeps",
+            "translate",
+            "cross-attention (decoder → encoder)",
+        ],
+        ["a b c d e f g h\nk l m", "reverse", "cross-attention (decoder → encoder)"],
+        ["the teacher sees\na bird", "continue", "decoder masked self-attention"],
+        ["my quiet mouse always waits on the green cat", "translate", "encoder self-attention"],
+        [
+            "The cat sat on the mat because it was tired.\nIt slept.",
+            "all-MiniLM-L6-v2",
+            "encoder self-attention",
+        ],
+    ]
+    names = set(registry.model_names)
+    rows = gr.Examples(
+        [example for example in examples if example[1] in names],
+        [sentences, model_name, kind],
+        label="Examples for a lecture (click one to show it)",
+    )
+    rows.load_input_event.success(refit, control_inputs, control_outputs, **private).success(
+        redraw, inputs, all_outputs, **private
+    )

@@ -1,0 +1,151 @@
+"""One head's panels: scores beside weights (or original beside what-if), the masks, the
+what-if difference and the summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformer import figures
+from transformer.analysis import (
+    real_keys,
+    unreadable_characters,
+)
+from transformer.analysis import what_if as what_if_intervention
+from transformer.checkpoint import Checkpoint
+from transformer.figures.attention import PAD_ROW_MARK, weights_beside_figure
+from transformer.inspection import check_sentences
+
+from ...state import ModelRegistry
+from .view import AttentionView, _describe, _plural, padded_query_rows
+
+
+def _head_panels(
+    registry: ModelRegistry,
+    view: AttentionView,
+    checkpoint: Checkpoint,
+    name: str,
+    sentences: str,
+    what_if: list[str],
+    large: bool,
+) -> tuple[Any, Any, Any, str]:
+    """The head view, the masks, the what-if difference and the summary of one view."""
+    config = checkpoint.config
+    analysis, record, row = view.analysis, view.records[view.layer], view.row
+    trace = analysis.trace
+    q_labels, k_labels = view.query_labels, view.key_labels
+    padded = padded_query_rows(analysis, view.kind, row)
+    causal = trace.causal if view.kind == "decoder_self" else None
+    keys_real = real_keys(trace, view.kind, row)
+    where = f"layer {view.layer + 1}, head {view.head + 1}"
+    summary = []
+    if config.has_encoder and config.has_decoder:
+        summary += [f"**Sentence {i + 1}** → `{out}`" for i, out in enumerate(analysis.outputs)]
+    lines = check_sentences((sentences or "").splitlines())
+    for number, line in enumerate(lines, 1):
+        unknown = unreadable_characters(checkpoint.tokenizer, line)
+        if unknown:
+            listed = ", ".join(f"`{c}`" for c in unknown)
+            summary.append(
+                f"⚠️ Sentence {number}: this model cannot read {listed}: "
+                f"{'it reads' if len(unknown) == 1 else 'each reads'} as [UNK]."
+            )
+    if what_if:
+        intervention = what_if_intervention(what_if, head=(view.kind, view.layer, view.head))
+        # The same decoder input as the plain pass, so the two are comparable position by position.
+        targets = trace.target.tokens if (config.has_encoder and config.has_decoder) else None
+        changed = registry.analysis(name, checkpoint, lines, intervention, targets)
+        changed_record = changed.trace.attention_records(view.kind)[view.layer]
+        before = record.weights[row, view.head]
+        after = changed_record.weights[row, view.head]
+        zeroed = "zero this head" in what_if
+        if zeroed:
+            # The head still computes its weights; its output is multiplied by 0, so what it
+            # passes on is nothing: show that.
+            after = after * 0
+        switches = ", ".join(what_if)
+        masked_before = ~record.mask[row, 0]
+        masked_after = ~changed_record.mask[row, 0]
+        single = weights_beside_figure(
+            before,
+            after,
+            q_labels,
+            k_labels,
+            masked_before=masked_before,
+            masked_after=masked_after,
+            panel_titles=(
+                "original",
+                "with this head zeroed (passes on 0)" if zeroed else "with the what-if",
+            ),
+            title=f"{_describe(view.kind)} · {where} · weights, original | what-if",
+            padded_queries=padded,
+            large_font=large,
+        )
+        mask_changed = bool((masked_before != masked_after).any())
+        masks = figures.masks_figure(
+            keys_real,
+            q_labels,
+            k_labels,
+            causal=causal,
+            changed=changed_record.mask[row, 0] if mask_changed else None,
+            changed_title="with the what-if",
+            large_font=large,
+        )
+        diff = figures.attention_difference_figure(
+            before,
+            after,
+            q_labels,
+            k_labels,
+            masked=masked_before & masked_after,
+            title=f"What-if change (after − before), {where}",
+            large_font=large,
+        )
+        if config.architecture == "encoder-only":
+            delta = (changed.trace.memory - trace.memory).abs().max().item()
+            summary.append(
+                f"**What-if ({switches})**: largest change of any encoder output {delta:.3f}."
+            )
+        else:
+            delta = (changed.trace.logits - trace.logits).abs().max().item()
+            summary.append(
+                f"**What-if ({switches})**: largest change of any output logit {delta:.3f}."
+            )
+        if analysis.predicted:
+            summary.append(
+                f"Next-token predictions before: `{analysis.predicted[row]}` — "
+                f"after: `{changed.predicted[row]}`"
+            )
+        if zeroed:
+            summary.append(
+                f"Zeroing {where} multiplies its output by 0: its weights (left) are still "
+                "computed, but what it passes on is nothing (right)."
+            )
+    else:
+        single = figures.scores_and_weights_figure(
+            record, row, view.head, q_labels, k_labels, padded_queries=padded, large_font=large
+        )
+        masks = figures.masks_figure(keys_real, q_labels, k_labels, causal=causal, large_font=large)
+        diff = figures.placeholder_figure(
+            "What-if", "Tick a what-if switch to see what it changes", large_font=large
+        )
+    n_padded = int(padded.sum())
+    n_pad_keys = int((~keys_real).sum())
+    if n_pad_keys:
+        summary.append(
+            f"**Padding is real here**: sentence {row + 1} is padded to the batch's length "
+            f"({_plural(max(n_padded, n_pad_keys), 'padding position')}). Grey key columns are "
+            f"what the padding mask removed; red {PAD_ROW_MARK} query rows are [PAD] "
+            "queries: they attend normally, but the loss ignores their output."
+        )
+    elif n_padded:
+        summary.append(
+            f"Sentence {row + 1} is padded with {_plural(n_padded, 'position')} (red "
+            f"{PAD_ROW_MARK} rows), but this model's pad token is a real token it does not mask "
+            "(GPT-2 pads with <|endoftext|>): those positions are read like any other, so compare "
+            "unpadded sentences."
+        )
+    elif analysis.batch_size > 1:
+        summary.append(
+            f"Sentence {row + 1} is the longest of the {analysis.batch_size} sentences: it has no "
+            "padding (a shorter one does; choose it with the Sentence slider)."
+        )
+    return single, masks, diff, "\n\n".join(summary)

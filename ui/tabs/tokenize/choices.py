@@ -1,0 +1,122 @@
+"""The tokenizer menu and picking a tokenizer from it: bundled, trained live on the bundled
+corpus (with the vocabulary sizes each algorithm can learn there), real, pretrained, uploaded."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from transformer.text.corpus import bundled_corpus
+from transformer.text.real_tokenizers import REAL_TOKENIZERS, load_real_tokenizer
+from transformer.text.tokenization import Tokenizer, train_tokenizer
+
+from ... import limits
+from ...inputs import as_int, size_text
+from ...state import TRAINED_HERE, ModelRegistry
+
+TOKENIZER_CHOICES = {
+    "translate model's tokenizer (BPE)": ("bundled", "translate"),
+    "reverse model's tokenizer (WordPiece)": ("bundled", "reverse"),
+    "continue model's tokenizer (Unigram)": ("bundled", "continue"),
+    "BPE, trained live on the bundled corpus": ("train", "bpe"),
+    "byte-level BPE (GPT-2 style), trained live": ("train", "byte_bpe"),
+    "WordPiece (BERT style), trained live": ("train", "wordpiece"),
+    "Unigram (SentencePiece style), trained live": ("train", "unigram"),
+    **{info.label: ("real", name) for name, info in REAL_TOKENIZERS.items()},
+    "uploaded tokenizer.json": ("upload", ""),
+}
+"""The fixed menu; `tokenizer_choices` adds each pretrained model's own tokenizer."""
+
+
+DEFAULT_VOCAB = 500
+
+VOCAB_RANGE: dict[str, tuple[int, int]] = {
+    "bpe": (115, 932),
+    "byte_bpe": (263, 1055),
+    "wordpiece": (144, 879),
+    "unigram": (116, 779),
+}
+"""Vocabulary sizes each algorithm can train on the bundled corpus, measured (tests train at
+both ends): below the low end Unigram and byte-level BPE refuse and BPE/WordPiece return their
+alphabet anyway; above the high end every size gives the same tokenizer."""
+VOCAB_INFO: dict[str, str] = {
+    "bpe": "its 108 characters + 7 special tokens at least; past {hi:,} no pair occurs twice",
+    "byte_bpe": "256 bytes + 7 special tokens at least; past {hi:,} no pair occurs twice",
+    "wordpiece": "every character, alone and as a ##continuation, + 7 special tokens at least; "
+    "past {hi:,} no pair is left to merge",
+    "unigram": "room for every character at least; past {hi:,} no more pieces are worth keeping",
+}
+
+
+@lru_cache(maxsize=16)
+def corpus_tokenizer(algorithm: str, vocab_size: int) -> Tokenizer:
+    """A tokenizer trained on the bundled corpus (cached: training takes ~50 ms)."""
+    return train_tokenizer(bundled_corpus(), algorithm, vocab_size)
+
+
+def _pretrained_names(registry: ModelRegistry) -> list[str]:
+    return [
+        n
+        for n in registry.model_names
+        if n not in registry.bundled.models
+        and n not in registry.bundled.errors
+        and n != TRAINED_HERE
+    ]
+
+
+def tokenizer_choices(registry: ModelRegistry) -> dict[str, tuple[str, str]]:
+    """Menu label → (kind, name): the fixed `TOKENIZER_CHOICES` with each pretrained model's own
+    tokenizer (the shipped all-MiniLM-L6-v2, ``--model`` ones) before the upload."""
+    choices = {k: v for k, v in TOKENIZER_CHOICES.items() if v[0] != "upload"}
+    for name in _pretrained_names(registry):
+        choices[f"{name} model's tokenizer"] = ("model", name)
+    choices["uploaded tokenizer.json"] = ("upload", "")
+    return choices
+
+
+def vocab_in_range(algorithm: str, vocab_size: Any) -> tuple[int, str]:
+    """The vocabulary size to train ``algorithm`` with, and a note when the asked size was
+    moved into the range the bundled corpus allows (`VOCAB_RANGE`)."""
+    asked = as_int(vocab_size, "vocabulary size", 1, 1_000_000)
+    low, high = VOCAB_RANGE[algorithm]
+    size = min(max(asked, low), high)
+    if size == asked:
+        return size, ""
+    why = "the smallest" if asked < low else "the largest"
+    return size, f" ({asked:,} asked; {size:,} is {why} {algorithm} can learn on this corpus)"
+
+
+def pick_tokenizer(
+    registry: ModelRegistry, choice: str, vocab_size: Any, upload: str | None
+) -> Tokenizer:
+    """The tokenizer a dropdown choice names (a bundled model's, one trained live, a real one, a
+    pretrained model's, an upload)."""
+    return _pick(registry, choice, vocab_size, upload)[0]
+
+
+def _pick(
+    registry: ModelRegistry, choice: str, vocab_size: Any, upload: str | None
+) -> tuple[Tokenizer, str]:
+    """The tokenizer and a note on its vocabulary size (for live-trained ones)."""
+    choices = tokenizer_choices(registry)
+    if choice not in choices:
+        raise ValueError(f"unknown tokenizer {choice!r}; choose one of {list(choices)}")
+    kind, name = choices[choice]
+    if kind == "bundled":
+        return registry.checkpoint(name, None).tokenizer, ""
+    if kind == "model":
+        return registry.checkpoint(name, None).tokenizer, ""
+    if kind == "real":
+        return load_real_tokenizer(name), ""
+    if kind == "train":
+        size, note = vocab_in_range(name, vocab_size)
+        return corpus_tokenizer(name, size), note
+    if not upload:
+        raise ValueError("upload a tokenizer.json file first (or pick another tokenizer)")
+    path = Path(upload)
+    if path.stat().st_size > limits.MAX_UPLOAD_BYTES:
+        raise ValueError(
+            f"the uploaded file is larger than the limit of {size_text(limits.MAX_UPLOAD_BYTES)}"
+        )
+    return Tokenizer.load(path), ""

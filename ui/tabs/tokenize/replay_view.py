@@ -1,0 +1,111 @@
+"""The replay as markdown: how the tokenizer reached each word's pieces, step by step."""
+
+from __future__ import annotations
+
+from transformer.text.replay import (
+    BPEReplay,
+    UnigramReplay,
+    WordPieceReplay,
+    WordReplay,
+    readable_piece,
+)
+
+from .views import plural, visible
+
+REPLAY_WORDS = 60  # words drawn in the replay (the rest are counted)
+
+
+def _symbol(symbol: str, byte_level: bool) -> str:
+    """A symbol for the replay: byte-level ones as the text they stand for (␣ a space)."""
+    return visible(readable_piece(symbol).text) if byte_level else symbol
+
+
+def _bpe_line(head: str, detail: BPEReplay, step: int, byte_level: bool = False) -> str:
+    if detail.whole_word:
+        return head + " (whole word in the vocabulary: no merge)"
+    shown = detail.merges[:step]
+    symbols = shown[-1].symbols if shown else detail.symbols
+    state = " ".join(f"`{_symbol(s, byte_level)}`" for s in symbols)
+    last = shown[-1] if shown else None
+    note = (
+        f"merge {len(shown)}/{len(detail.merges)}: `{_symbol(last.pair[0], byte_level)}` + "
+        f"`{_symbol(last.pair[1], byte_level)}` → `{_symbol(last.result, byte_level)}` "
+        f"(rank {last.rank:,})"
+        if last
+        else f"start: {plural(len(detail.symbols), 'symbol')}, "
+        f"{plural(len(detail.merges), 'merge')} to apply"
+    )
+    return f"{head}<br>&nbsp;&nbsp;{state} — {note}"
+
+
+def _wordpiece_line(head: str, detail: WordPieceReplay, step: int) -> str:
+    shown = detail.choices[:step] if step else detail.choices[:0]
+    parts = []
+    for choice in shown:
+        tried = ", ".join(f"~~{r}~~" for r in choice.rejected[-3:])
+        parts.append(
+            f"at {choice.start}: `{choice.piece or '[UNK]'}`"
+            + (f" (tried {tried})" if tried else "")
+        )
+    note = "; ".join(parts) or plural(len(detail.choices), "greedy longest-match choice")
+    if detail.unknown_reason and len(shown) == len(detail.choices):
+        note += f" — unknown: {detail.unknown_reason}"
+    return f"{head}<br>&nbsp;&nbsp;{note}"
+
+
+def _unigram_line(head: str, detail: UnigramReplay, step: int) -> str:
+    shown = detail.pieces[:step] if step else detail.pieces[:0]
+    parts = [f"`{p.piece}` ({p.score:.2f})" for p in shown]
+    note = (
+        " + ".join(parts) if parts else f"best segmentation: {plural(len(detail.pieces), 'piece')}"
+    )
+    if len(shown) == len(detail.pieces):
+        note += f" = total log-probability {detail.total_score:.2f}"
+    return f"{head}<br>&nbsp;&nbsp;{note}"
+
+
+def word_steps(word: WordReplay) -> int:
+    """How many steps a word's replay has (merges, greedy choices or pieces)."""
+    detail = word.steps
+    if isinstance(detail, BPEReplay):
+        return len(detail.merges)
+    if isinstance(detail, WordPieceReplay):
+        return len(detail.choices)
+    if isinstance(detail, UnigramReplay):
+        return len(detail.pieces)
+    return 0
+
+
+def replay_steps(words: list[WordReplay]) -> int:
+    """The most steps any drawn word has: the step slider's end."""
+    return max((word_steps(w) for w in words[:REPLAY_WORDS]), default=0)
+
+
+def replay_markdown(words: list[WordReplay], step: int, byte_level: bool = False) -> str:
+    """Every word's replay, drawn up to ``step`` (the stepper), as markdown. Byte-level words
+    show their symbols as text (␣ for a space; the tokenizer stores it as Ġ)."""
+    if not words:
+        return "_Nothing to replay: the text is empty._"
+    lines = []
+    if byte_level:
+        lines.append(
+            "_Byte-level BPE: the text becomes bytes first (a space, ␣ here, is stored as Ġ); "
+            "then the adjacent pair with the lowest rank (learned earliest) merges, again and "
+            "again._"
+        )
+    for word in words[:REPLAY_WORDS]:
+        head = f"**`{_symbol(word.word, byte_level)}`** → " + " ".join(
+            f"`{_symbol(p, byte_level)}`" for p in word.pieces
+        )
+        detail = word.steps
+        if word.added_token or detail is None:
+            lines.append(head + " (added token, matched whole)")
+        elif isinstance(detail, BPEReplay):
+            lines.append(_bpe_line(head, detail, step, byte_level))
+        elif isinstance(detail, WordPieceReplay):
+            lines.append(_wordpiece_line(head, detail, step))
+        elif isinstance(detail, UnigramReplay):
+            lines.append(_unigram_line(head, detail, step))
+    if len(words) > REPLAY_WORDS:
+        lines.append(f"_… and {plural(len(words) - REPLAY_WORDS, 'more word')}_")
+    return "\n\n".join(lines)

@@ -1,0 +1,129 @@
+"""The token view: highlighted pieces, the token table and the stats line (with notes on
+byte symbols and unreadable characters)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformer.text.replay import (
+    readable_piece,
+)
+from transformer.text.tokenization import Tokenizer
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``"1 token"``, ``"2 tokens"``, ``"1,000 characters"``."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def visible(text: str) -> str:
+    """Text for a code span: a space shown as ␣, line breaks and tabs as ↵ and ⇥."""
+    return text.replace(" ", "␣").replace("\n", "↵").replace("\r", "␍").replace("\t", "⇥")
+
+
+def unreadable_characters(tokenizer: Tokenizer, text: str, records: list[Any]) -> list[str]:
+    """The characters of ``text`` that the tokenizer reads as its unknown token, each once, in
+    order: those, inside the spans that became unknown, that become unknown on their own."""
+    unk = tokenizer.unk_id
+    if unk is None:
+        return []
+    found: list[str] = []
+    for record in records:
+        if record.id != unk or record.start == record.end:
+            continue
+        for char in text[record.start : record.end]:
+            if char.isspace() or char in found:
+                continue
+            if unk in tokenizer.encode_ids(char):
+                found.append(char)
+    return found
+
+
+def unknown_message(tokenizer: Tokenizer, text: str, records: list[Any]) -> str:
+    """What to tell the user when part of the text became the unknown token (else "")."""
+    unk = tokenizer.unk_id
+    spans = [r for r in records if unk is not None and r.id == unk and r.start < r.end]
+    if not spans:
+        return ""
+    chars = unreadable_characters(tokenizer, text, records)
+    if chars:
+        listed = ", ".join(f"`{c}` (U+{ord(c):04X})" for c in chars)
+        return (
+            f"\n\n⚠️ This tokenizer cannot read {plural(len(chars), 'character')}: {listed}; "
+            f"{'it becomes' if len(spans) == 1 else 'they make'} "
+            f"{plural(len(spans), 'unknown token')} ({tokenizer.id_to_token(unk)})."
+        )
+    words = ", ".join(f"`{text[r.start : r.end]}`" for r in spans[:5])
+    return (
+        f"\n\n⚠️ {plural(len(spans), 'piece')} became {tokenizer.id_to_token(unk)}: {words} "
+        "cannot be built from this vocabulary's pieces, although each character alone can."
+    )
+
+
+def highlighted(
+    tokenizer: Tokenizer, text: str
+) -> tuple[list[tuple[str, str | None]], list[list[Any]], str]:
+    """HighlightedText segments, table rows and a stats line for one text.
+
+    Byte-level tokenizers (GPT-2, cl100k_base, our byte-level BPE) show each piece as the text
+    its bytes stand for (a byte that is part of a character split across pieces as ``<0xE2>``),
+    and the stats line explains the byte symbols found (``Ġ`` is a space). Table rows are
+    ``[index, piece, id, start, end, special, word, reads as, bytes explained]``.
+    """
+    records = tokenizer.encode(text)
+    byte_level = tokenizer.algorithm == "byte_bpe"
+    segments: list[tuple[str, str | None]] = []
+    rows = []
+    notes: list[str] = []
+    cursor = 0
+    for index, record in enumerate(records):
+        label = "unknown" if record.id == tokenizer.unk_id else ("A" if index % 2 == 0 else "B")
+        if record.special:
+            reads, note = record.piece, "special token"
+        elif byte_level:
+            readable = readable_piece(record.piece)
+            reads, note = readable.text, "; ".join(readable.notes)
+            if not reads.strip():  # a piece of spaces or line breaks: make them visible
+                reads = visible(reads)
+            notes.extend(n for n in readable.notes if n not in notes)
+        else:
+            reads, note = text[record.start : record.end], ""
+        rows.append(
+            [
+                index,
+                record.piece,
+                record.id,
+                record.start,
+                record.end,
+                record.special,
+                record.word,
+                reads,
+                note,
+            ]
+        )
+        if record.special and record.start == record.end:
+            segments.append((record.piece, "special"))
+            continue
+        if byte_level:  # every byte belongs to a piece: draw the pieces themselves
+            segments.append((reads, "special" if record.special else label))
+            continue
+        if record.start < cursor:  # overlapping pieces (split characters)
+            continue
+        if record.start > cursor:
+            segments.append((text[cursor : record.start], None))
+        segments.append((text[record.start : record.end], label))
+        cursor = record.end
+    if not byte_level and cursor < len(text):
+        segments.append((text[cursor:], None))
+    n_tokens = len(records)
+    ratio = f"{len(text) / n_tokens:.2f}" if n_tokens else "–"
+    stats = (
+        f"**{tokenizer.algorithm}**, vocabulary {tokenizer.vocab_size:,}: "
+        f"{plural(len(text), 'character')} → **{plural(n_tokens, 'token')}**, "
+        f"{ratio} characters per token"
+    )
+    if notes:
+        shown = notes[:6] + ([f"… {len(notes) - 6} more in the table"] if len(notes) > 6 else [])
+        stats += "\n\nBytes explained: " + "; ".join(shown) + "."
+    stats += unknown_message(tokenizer, text, records)
+    return segments, rows, stats
