@@ -1,0 +1,68 @@
+"""Generate tab: autoregressive decoding one step at a time (greedy, sampling or beam search),
+with the probabilities behind each choice, the attention of the new token, and teacher forcing
+against a reference.
+
+Works for every model with a decoder: the bundled ones, and pretrained models of the GPT-2
+family (which continue a prompt) and the Marian family (which translate, decoding from the
+model's own start token and stopping at its end token). An encoder-only model (BERT, MiniLM)
+cannot generate: the tab says so and disables its buttons.
+
+Modules: ``decoding``, ``drawing``, ``handlers``, ``layout``."""
+
+from __future__ import annotations
+
+from .decoding import (
+    EXAMPLES,
+    RESTARTED,
+    TOP_K_SHOWN,
+    cannot_generate,
+    current,
+    decoding_settings,
+    example_reference,
+    start,
+    start_ids,
+    unreadable,
+    unreadable_note,
+)
+from .drawing import Drawn, draw, placeholders
+from .handlers import (
+    back,
+    first_step,
+    force,
+    force_view,
+    model_controls,
+    redraw,
+    reset,
+    run,
+    step,
+    strategy_controls,
+)
+from .layout import build
+
+__all__ = [
+    "EXAMPLES",
+    "RESTARTED",
+    "TOP_K_SHOWN",
+    "Drawn",
+    "back",
+    "build",
+    "cannot_generate",
+    "current",
+    "decoding_settings",
+    "draw",
+    "example_reference",
+    "first_step",
+    "force",
+    "force_view",
+    "model_controls",
+    "placeholders",
+    "redraw",
+    "reset",
+    "run",
+    "start",
+    "start_ids",
+    "step",
+    "strategy_controls",
+    "unreadable",
+    "unreadable_note",
+]

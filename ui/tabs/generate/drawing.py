@@ -1,0 +1,138 @@
+"""A decoding state drawn: the summary markdown, the next-token chart, the cross-attention
+of the new token and the decoder self-attention triangle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformer import figures
+from transformer.figures.generation import next_token_figure
+from transformer.generation import (
+    StepRecord,
+)
+
+from ...inputs import as_int
+from ...state import GenerationState, ModelRegistry, SessionModels
+from .decoding import unreadable_note
+
+Drawn = tuple[str, Any, Any, Any, GenerationState]
+
+
+def _chart(record: StepRecord, tokenizer: Any, large: bool) -> Any:
+    """The next-token chart of one step: the model's top tokens (and the chosen one wherever it
+    ranks), with the sampled-from distribution beside the model's own when sampling."""
+    ids, model_probs = list(record.top_ids), list(record.top_probs)
+    sampled = list(record.sampling_probs) if record.sampling_probs is not None else None
+
+    def label(i: int) -> str:
+        return f"{tokenizer.id_to_token(i) or '?'} #{i}"
+
+    labels = [label(i) for i in ids]
+    if record.chosen_id not in ids:
+        ids.append(record.chosen_id)
+        labels.append(f"{label(record.chosen_id)} (rank {record.chosen_rank})")
+        model_probs.append(record.chosen_prob)
+        if sampled is not None:
+            sampled.append(record.chosen_sampling_prob or 0.0)
+    chosen = ids.index(record.chosen_id)
+    return next_token_figure(
+        labels,
+        model_probs,
+        sampled,
+        chosen=chosen,
+        title=f"Step {record.step + 1}: next token ({record.method}) · chosen {labels[chosen]}",
+        large_font=large,
+    )
+
+
+def placeholders(large: bool, text: str = "press Step to generate the first token") -> tuple:
+    """(next-token, cross-attention, self-attention) placeholders before the first step."""
+    return (
+        figures.placeholder_figure("Next-token probabilities", text, large_font=large),
+        figures.placeholder_figure("Cross-attention of the new token", text, large_font=large),
+        figures.placeholder_figure("Decoder self-attention, step by step", text, large_font=large),
+    )
+
+
+def draw(
+    registry: ModelRegistry,
+    state: GenerationState,
+    layer: Any,
+    head: Any,
+    large: bool,
+    session: SessionModels,
+    note: str = "",
+) -> Drawn:
+    """(summary, next-token chart, cross-attention of the new token, self-attention triangle,
+    state) for the decoding so far; ``note`` (e.g. "settings changed — restarted") leads."""
+    decoding = state.decoding
+    checkpoint = registry.checkpoint(state.key[1], session)
+    tokenizer, config = checkpoint.tokenizer, checkpoint.config
+    records = decoding.records if decoding else []
+    lead = [f"**{note[0].upper()}{note[1:]}.**"] if note else []
+    warning = unreadable_note(checkpoint, state.key[0])
+    if warning:
+        lead.append(warning)
+    if not records:
+        text = "\n\n".join([*lead, "_Press **Step** or **Run to the end**._"])
+        return (text, *placeholders(large), state)
+    last = records[-1]
+    # The sliders follow the model; an API caller's larger value shows the last layer/head.
+    layer_i = min(as_int(layer, "layer", 1, 1000) - 1, config.n_decoder_layers - 1)
+    head_i = min(as_int(head, "head", 1, 1000) - 1, config.n_heads - 1)
+    top = _chart(last, tokenizer, large)
+    labels = figures.token_labels([tokenizer.id_to_token(i) or "?" for i in last.tokens])
+    # The new query is the last token read: named as in the self-attention rows.
+    query = labels[len(last.tokens) - 1]
+    if last.cross_attention is not None:
+        cross = figures.cross_attention_step_figure(
+            last.cross_attention[layer_i],
+            figures.token_labels(state.source_pieces),
+            query_label=query,
+            layer=layer_i + 1,
+            large_font=large,
+            height=360 if large else 300,
+        )
+    else:
+        cross = figures.placeholder_figure(
+            "Cross-attention",
+            "a decoder-only model has no cross-attention",
+            large_font=large,
+        )
+    rows = [
+        record.self_attention[layer_i, head_i]
+        for record in records
+        if record.self_attention is not None
+    ]
+    triangle = figures.causal_growth_figure(
+        rows,
+        labels[: len(rows[-1])] if rows else None,
+        head=head_i + 1,
+        layer=layer_i + 1,
+        large_font=large,
+    )
+    output = tokenizer.decode(decoding.output_ids)
+    n = len(records)
+    lines = [
+        *lead,
+        f"**Output so far** ({n} step{'s' if n != 1 else ''}): `{output}`",
+        "Pieces: " + " ".join(f"`{tokenizer.id_to_token(i)}`" for i in decoding.output_ids),
+        f"Chosen at step {last.step + 1} from position `{query}`: `{last.chosen_label}`, "
+        f"probability {last.chosen_prob:.3f} under the model"
+        + (
+            f", {last.chosen_sampling_prob:.3f} in the distribution sampled from"
+            if last.chosen_sampling_prob is not None
+            else ""
+        )
+        + f" ({last.method}); entropy of the model's distribution {last.entropy:.2f} nats.",
+    ]
+    if last.beams:
+        lines.append(
+            "Beams: "
+            + "; ".join(
+                f"`{tokenizer.decode(b.tokens)}` (log-prob {b.score:.2f})" for b in last.beams[:4]
+            )
+        )
+    if decoding.done:
+        lines.append(f"**Finished** ({decoding.stop_reason}).")
+    return "\n\n".join(lines), top, cross, triangle, state

@@ -1,0 +1,257 @@
+"""The Generate tab's module-level handlers (registry first): step, back, reset, run,
+teacher forcing, and the live updates that follow the model and the strategy."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import gradio as gr
+
+from transformer.checkpoint import Checkpoint
+from transformer.generation import (
+    teacher_force,
+)
+
+from ... import limits
+from ...errors import friendly, gpu
+from ...state import GenerationState, ModelRegistry, SessionModels
+from .decoding import RESTARTED, _restart, cannot_generate, current, start_ids, unreadable_note
+from .drawing import Drawn, draw, placeholders
+
+# The generation endpoints share one signature: source, model name, the seven decoding controls
+# (strategy, temperature, top-k, top-p, beam width, max tokens, seed), then layer, head, large
+# font, the session's models and its generation state.
+
+
+def _split(rest: tuple) -> tuple[tuple, Any, Any, bool, SessionModels, GenerationState]:
+    *settings, layer, head, large, session, state = rest
+    return tuple(settings), layer, head, large, session, state or GenerationState()
+
+
+@friendly
+@gpu
+def step(registry: ModelRegistry, source: str, name: str, *rest: Any) -> Drawn:
+    """The ``/generate_step`` endpoint: one more token."""
+    settings, layer, head, large, session, state = _split(rest)
+    with state.lock:
+        state, note = current(registry, state, session, (source, name, *settings))
+        if state.decoding.done:
+            gr.Warning("Generation has finished: press Back or Reset.")
+        else:
+            state.decoding.step()
+        return draw(registry, state, layer, head, large, session, note)
+
+
+@friendly
+@gpu
+def back(registry: ModelRegistry, source: str, name: str, *rest: Any) -> Drawn:
+    """The ``/generate_back`` endpoint: undo the last step."""
+    settings, layer, head, large, session, state = _split(rest)
+    with state.lock:
+        state, note = current(registry, state, session, (source, name, *settings))
+        if state.decoding.records:
+            state.decoding.back()
+        return draw(registry, state, layer, head, large, session, note)
+
+
+@friendly
+@gpu
+def reset(registry: ModelRegistry, source: str, name: str, *rest: Any) -> Drawn:
+    """The ``/generate_reset`` endpoint: start again from the source."""
+    settings, layer, head, large, session, state = _split(rest)
+    with state.lock:
+        _restart(registry, state, session, (source, name, *settings))
+        return draw(registry, state, layer, head, large, session)
+
+
+@friendly
+@gpu
+def run(registry: ModelRegistry, source: str, name: str, *rest: Any) -> Iterator[Drawn]:
+    """The ``/generate`` endpoint: step to the end, one update per step, pausing at the time
+    limit of a run (``limits.GENERATION_TIME_LIMIT_S``).
+
+    Each step holds the session's lock, so a Step pressed meanwhile takes its turn between two
+    of these steps and never runs inside one; a restart meanwhile ends this run."""
+    settings, layer, head, large, session, state = _split(rest)
+    with state.lock:
+        state, note = current(registry, state, session, (source, name, *settings))
+        decoding = state.decoding
+        if decoding.done:
+            drawn = draw(registry, state, layer, head, large, session, note)
+    if decoding.done:
+        yield drawn
+        return
+    # Bounded by max tokens and by the time limit. A client that disconnects or cancels makes
+    # gradio close this generator at its next yield: nothing runs on.
+    limit = limits.GENERATION_TIME_LIMIT_S
+    deadline = time.monotonic() + limit
+    while True:
+        with state.lock:
+            if state.decoding is not decoding or decoding.done:
+                return
+            decoding.step()
+            drawn = draw(registry, state, layer, head, large, session, note)
+        note = ""
+        if time.monotonic() > deadline and not decoding.done:
+            pause = (
+                f"\n\n**Paused** at the time limit of {limit:g} s per run: "
+                "press Run to the end again to go on."
+            )
+            yield (drawn[0] + pause, *drawn[1:])
+            return
+        yield drawn
+
+
+def _forcing_ids(checkpoint: Checkpoint, source: str, reference_text: str) -> tuple:
+    """(source or prompt ids, reference ids, first decoder id) for teacher forcing."""
+    tokenizer = checkpoint.tokenizer
+    ids, bos, eos = start_ids(checkpoint, source)
+    reference = tokenizer.encode_ids(reference_text)
+    if eos is not None:
+        reference.append(eos)
+    if not reference:
+        raise ValueError("the reference gives no tokens: enter a reference")
+    return ids, reference, bos
+
+
+@friendly
+@gpu
+def force(
+    registry: ModelRegistry, source: str, name: str, reference_text: str, session: SessionModels
+) -> tuple[str, list[list[Any]]]:
+    """The ``/teacher_forcing`` endpoint: the model's prediction at every position of a
+    reference (a translation, or the continuation of a prompt), as (summary, table)."""
+    checkpoint = registry.checkpoint(name, session)
+    tokenizer, model = checkpoint.tokenizer, checkpoint.model
+    if not (source or "").strip() or not (reference_text or "").strip():
+        raise ValueError("enter both a source (or prompt) and a reference")
+    reason = cannot_generate(name, checkpoint)
+    if reason is not None:
+        raise ValueError(reason.replace("**", "'").replace("`", ""))
+    source_ids, reference, bos = _forcing_ids(checkpoint, source, reference_text)
+    result = teacher_force(
+        model,
+        source_ids,
+        reference,
+        bos_id=bos if bos is not None else 0,
+        decode_token=lambda i: tokenizer.id_to_token(i) or "?",
+    )
+
+    def piece(i: int) -> str:
+        return tokenizer.id_to_token(i) or "?"
+
+    rows = [
+        [
+            p.position + 1,
+            piece(p.reference_id),
+            round(p.reference_prob, 4),
+            piece(p.predicted_id),
+            "✓" if p.matches else "✗",
+        ]
+        for p in result.positions
+    ]
+    what = "translation" if model.config.has_encoder else "continuation"
+    text = (
+        f"Fed the reference {what} one position at a time, the model's most probable next "
+        f"token matches it at **{result.accuracy:.0%}** of positions; mean log-probability of "
+        f"the reference {result.mean_log_prob:.3f} nats."
+    )
+    notes = [
+        n
+        for n in (unreadable_note(checkpoint, source), unreadable_note(checkpoint, reference_text))
+        if n
+    ]
+    return "\n\n".join([*dict.fromkeys(notes), text]), rows
+
+
+def force_view(
+    registry: ModelRegistry, source: str, name: str, reference_text: str, session: SessionModels
+) -> tuple[str, list[list[Any]]]:
+    """Teacher forcing for the live view: a note instead of an error when there is nothing to
+    compare (no reference, or a model that cannot generate)."""
+    if not (reference_text or "").strip():
+        return "_Enter a reference to compare the model's predictions with._", []
+    try:
+        checkpoint = registry.checkpoint(name, session)
+    except ValueError as error:
+        return f"_{error}_", []
+    if cannot_generate(name, checkpoint) is not None:
+        return "_This model cannot be teacher-forced: it has no decoder._", []
+    return force(registry, source, name, reference_text, session)
+
+
+def model_controls(registry: ModelRegistry, name: str, session: SessionModels) -> tuple:
+    """Updates for the controls that follow the model: (note, layer slider, head slider,
+    cross-attention plot, the four decoding buttons, the teacher-forcing button). Sliders span
+    the model's layers and heads; an encoder-only model disables the buttons and says why."""
+    try:
+        checkpoint = registry.checkpoint(name, session)
+    except ValueError as error:
+        off = gr.update(interactive=False)
+        return (f"_{error}_", gr.update(), gr.update(), gr.update(), *[off] * 5)
+    config = checkpoint.config
+    reason = cannot_generate(name, checkpoint)
+    can = reason is None
+    layers = config.n_decoder_layers
+    family = checkpoint.info.get("family")
+    kind = {"gpt2": "GPT-2 family: continues the prompt", "marian": "Marian family: translates"}
+    note = reason or (f"_{name}: {kind[family]}._" if family in kind else "")
+    buttons = [gr.update(interactive=can) for _ in range(5)]
+    return (
+        note,
+        _range(layers if can else 0),
+        _range(config.n_heads if can else 0),
+        gr.update(visible=config.has_encoder or not can),
+        *buttons,
+    )
+
+
+def _range(n: int) -> Any:
+    """A 1..n slider update (gradio needs minimum < maximum: a lone layer or head shows a
+    fixed slider at 1)."""
+    return gr.update(minimum=1, maximum=max(n, 2), value=1, interactive=n > 1)
+
+
+def strategy_controls(strategy: str) -> tuple:
+    """Visibility of (temperature, top-k, top-p, beam width): each shown only where it acts."""
+    sample = strategy == "sample"
+    return (
+        gr.update(visible=sample),
+        gr.update(visible=sample),
+        gr.update(visible=sample),
+        gr.update(visible=strategy == "beam"),
+    )
+
+
+@friendly
+@gpu
+def first_step(registry: ModelRegistry, source: str, name: str, *rest: Any) -> Drawn:
+    """The live view after an input or a setting changed: restart and show the first step
+    (a model that cannot generate gets its note and placeholders, not an error)."""
+    settings, layer, head, large, session, state = _split(rest)
+    checkpoint = registry.checkpoint(name, session)
+    reason = cannot_generate(name, checkpoint)
+    if reason is not None:
+        short = "_This model cannot generate: it has no decoder (see the note above)._"
+        return (short, *placeholders(large, "this model cannot generate"), state)
+    if not (source or "").strip():
+        return ("_Enter a source sentence (or a prompt)._", *placeholders(large), state)
+    with state.lock:
+        had_records = state.decoding is not None and bool(state.decoding.records)
+        changed = state.key[:2] == (source, name) and state.key != (source, name, *settings)
+        _restart(registry, state, session, (source, name, *settings))
+        state.decoding.step()
+        note = RESTARTED if had_records and changed else ""
+        return draw(registry, state, layer, head, large, session, note)
+
+
+@friendly
+def redraw(registry: ModelRegistry, source: str, name: str, *rest: Any) -> Drawn:
+    """Redraw the decoding as it is (layer, head or font changed); nothing is stepped."""
+    _settings, layer, head, large, session, state = _split(rest)
+    if state.decoding is None or state.key[:2] != (source, name):
+        return first_step(registry, source, name, *rest)
+    with state.lock:
+        return draw(registry, state, layer, head, large, session)

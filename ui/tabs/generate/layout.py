@@ -1,0 +1,144 @@
+"""The Generate tab's layout and event wiring."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from ...state import GenerationState, ModelRegistry, bind
+from .decoding import EXAMPLES, example_reference
+from .handlers import (
+    back,
+    first_step,
+    force,
+    force_view,
+    model_controls,
+    redraw,
+    reset,
+    run,
+    step,
+    strategy_controls,
+)
+
+
+def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> None:
+    """Lay out the tab and wire its events (``/generate_step``, ``/generate_back``,
+    ``/generate``, ``/generate_reset``, ``/teacher_forcing``)."""
+    gr.Markdown(
+        "The decoder writes one token at a time: it scores every token of the vocabulary, picks one "
+        "(greedy, sampling or beam search), appends it and goes again. Step through it."
+    )
+    first_source, first_model, first_strategy = EXAMPLES[0]
+    names = registry.model_names
+    with gr.Row():
+        source = gr.Textbox(value=first_source, label="Source sentence (or prompt for 'continue')")
+        model_name = gr.Dropdown(
+            names, value=first_model if first_model in names else names[0], label="Model"
+        )
+    model_note = gr.Markdown()
+    with gr.Row():
+        strategy = gr.Radio(["greedy", "sample", "beam"], value=first_strategy, label="Decoding")
+        temperature = gr.Slider(
+            0, 2, value=1.0, step=0.05, label="Temperature (0 = greedy)", visible=False
+        )
+        top_k = gr.Slider(0, 100, value=0, step=1, label="Top-k (0 = off)", visible=False)
+        top_p = gr.Slider(0.05, 1, value=1.0, step=0.05, label="Top-p (1 = off)", visible=False)
+        beam = gr.Slider(1, 8, value=3, step=1, label="Beam width", visible=False)
+    first = registry.bundled.models.get(first_model)
+    layers = first.config.n_decoder_layers if first else 6
+    heads = first.config.n_heads if first else 8
+    with gr.Row():
+        max_tokens = gr.Slider(1, 128, value=40, step=1, label="Max new tokens")
+        seed = gr.Number(value=0, precision=0, label="Seed")
+        layer = gr.Slider(
+            1,
+            max(layers, 2),
+            value=1,
+            step=1,
+            label="Layer (attention views)",
+            interactive=layers > 1,
+        )
+        head = gr.Slider(
+            1,
+            max(heads, 2),
+            value=1,
+            step=1,
+            label="Head (self-attention view)",
+            interactive=heads > 1,
+        )
+    with gr.Row():
+        step_button = gr.Button("Step", variant="primary")
+        back_button = gr.Button("Back")
+        run_button = gr.Button("Run to the end")
+        reset_button = gr.Button("Reset")
+    state = gr.State(GenerationState())
+    summary = gr.Markdown()
+    with gr.Row():
+        top_plot = gr.Plot(label="Next-token distribution", show_label=False)
+        cross_plot = gr.Plot(
+            label="Cross-attention of the new token over the source", show_label=False
+        )
+    triangle_plot = gr.Plot(label="Decoder self-attention, one row per step", show_label=False)
+
+    settings = [strategy, temperature, top_k, top_p, beam, max_tokens, seed]
+    inputs = [source, model_name, *settings, layer, head, large, session, state]
+    outputs = [summary, top_plot, cross_plot, triangle_plot, state]
+    for button, handler, api_name, extra in [
+        (step_button, step, "generate_step", {}),
+        (back_button, back, "generate_back", {}),
+        (run_button, run, "generate", {"concurrency_limit": 4}),
+        (reset_button, reset, "generate_reset", {}),
+    ]:
+        bound = bind(handler, registry)
+        button.click(bound, inputs, outputs, api_name=api_name, **extra)
+
+    gr.Markdown("### Teacher forcing: the model's prediction at every position of a reference")
+    reference = gr.Textbox(
+        value=example_reference(first_source, first_model),
+        label="Reference (the translation, or the continuation of the prompt)",
+    )
+    force_button = gr.Button("Compare with the reference")
+    force_summary = gr.Markdown()
+    force_table = gr.Dataframe(
+        headers=["position", "reference", "p(reference)", "model's argmax", "match"], max_height=320
+    )
+    force_inputs = [source, model_name, reference, session]
+    force_outputs = [force_summary, force_table]
+    force_button.click(
+        bind(force, registry), force_inputs, force_outputs, api_name="teacher_forcing"
+    )
+    gr.Examples(
+        [[s, m, k, example_reference(s, m)] for s, m, k in EXAMPLES if m in names],
+        [source, model_name, strategy, reference],
+        label="Examples for a lecture (click one: it runs)",
+    )
+
+    # Live: every control redraws what depends on it; the buttons stay for the API.
+    private = {"api_visibility": "private"}
+    live_first = bind(first_step, registry)
+    live_force = bind(force_view, registry)
+    controls = [model_note, layer, head, cross_plot, step_button, back_button, run_button]
+    controls += [reset_button, force_button]
+    model_name.change(
+        bind(model_controls, registry), [model_name, session], controls, **private
+    ).then(live_first, inputs, outputs, **private).then(
+        live_force, force_inputs, force_outputs, **private
+    )
+    strategy.change(strategy_controls, strategy, [temperature, top_k, top_p, beam], **private)
+    strategy.change(live_first, inputs, outputs, trigger_mode="always_last", **private)
+    for control in (temperature, top_k, top_p, beam, max_tokens):
+        control.release(live_first, inputs, outputs, trigger_mode="always_last", **private)
+    seed.submit(live_first, inputs, outputs, **private)
+    source.change(live_first, inputs, outputs, trigger_mode="always_last", **private).then(
+        live_force, force_inputs, force_outputs, **private
+    )
+    reference.change(live_force, force_inputs, force_outputs, trigger_mode="always_last", **private)
+    live_redraw = bind(redraw, registry)
+    for control in (layer, head):
+        control.release(live_redraw, inputs, outputs, **private)
+    large.change(live_redraw, inputs, outputs, **private)
+    # The tab opens on its first example's first step.
+    demo = gr.context.Context.root_block
+    if demo is not None:
+        demo.load(live_first, inputs, outputs, **private).then(
+            live_force, force_inputs, force_outputs, **private
+        )

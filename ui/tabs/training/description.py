@@ -1,0 +1,153 @@
+"""What a model is: family, source, configuration and parameters per component, and numbers
+written for people."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from transformer.checkpoint import Checkpoint
+from transformer.config import base_config
+from transformer.model import Transformer, count_parameters
+
+from ...errors import friendly
+from ...state import TRAINED_HERE, ModelRegistry, SessionModels
+
+FAMILIES = {
+    "bert": "BERT family (encoder-only)",
+    "gpt2": "GPT-2 family (decoder-only)",
+    "marian": "Marian family (encoder-decoder translation)",
+}
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``"1 step"``, ``"2 steps"``, ``"1,000 steps"``."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def human(value: Any) -> str:
+    """A number for people: ``1,234``, ``883.4``, ``0.0713``, ``1e-09``; anything else as is."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, int) or (float(value).is_integer() and abs(value) < 1e15):
+        return f"{int(value):,}"
+    magnitude = abs(value)
+    if magnitude >= 100:
+        return f"{value:,.1f}"
+    if magnitude >= 1e-3:
+        return f"{value:.3g}" if magnitude < 1 else f"{value:,.3f}".rstrip("0").rstrip(".")
+    return f"{value:.2g}"
+
+
+def metric(key: str, value: float) -> str:
+    """A recorded metric for people: accuracies and match rates as percentages."""
+    if ("accuracy" in key or "match" in key) and 0 <= value <= 1:
+        return f"{value:.1%}".replace(".0%", "%")
+    return human(value)
+
+
+@lru_cache(maxsize=1)
+def base_parameter_count() -> int:
+    """Parameters of the paper's base preset (built once: 63M parameters take a second)."""
+    return count_parameters(Transformer(base_config()))
+
+
+# Components in the order of the model, by the top-level module (or parameter) that holds them.
+_COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
+    ("token embeddings", ("src_embedding", "tgt_embedding")),
+    ("positions (learned)", ("src_positional", "tgt_positional")),
+    ("token types", ("token_type_embedding",)),
+    ("embedding norms", ("src_embedding_norm", "tgt_embedding_norm")),
+    ("encoder layers", ("encoder.layers",)),
+    ("encoder final norm", ("encoder",)),
+    ("decoder layers", ("decoder.layers",)),
+    ("decoder final norm", ("decoder",)),
+    ("generator", ("generator",)),
+]
+
+
+def parameter_counts(model: Transformer) -> dict[str, int]:
+    """Parameters per component in the model's order (a tied tensor counted once, where it
+    first appears: a shared embedding under "token embeddings"); empty components left out;
+    ``"total"`` last, equal to :func:`~transformer.model.count_parameters`."""
+    counts: dict[str, int] = {}
+    for name, parameter in model.named_parameters():  # each shared tensor once
+        parts = name.split(".")
+        label = next(
+            (
+                label
+                for label, owners in _COMPONENTS
+                if ".".join(parts[:2]) in owners or parts[0] in owners
+            ),
+            "other",
+        )
+        counts[label] = counts.get(label, 0) + parameter.numel()
+    order = [label for label, _ in _COMPONENTS] + ["other"]
+    result = {label: counts[label] for label in order if counts.get(label)}
+    config = model.config
+    if config.tie_embeddings and config.has_decoder and "token embeddings" in result:
+        result = {
+            ("token embeddings (tied to the generator)" if k == "token embeddings" else k): n
+            for k, n in result.items()
+        }
+    result["total"] = count_parameters(model)
+    return result
+
+
+def parameter_table(model: Transformer) -> list[list[Any]]:
+    """Rows (component, parameters) for the table."""
+    return [[label, f"{n:,}"] for label, n in parameter_counts(model).items()]
+
+
+def describe(name: str, checkpoint: Checkpoint, device: Any) -> str:
+    """Family, source and shape of a model, in a few sentences."""
+    info, config = checkpoint.info, checkpoint.config
+    family = info.get("family")
+    lines = []
+    if family:
+        shown = info.get("name") or name
+        lines.append(
+            f"**{shown}**: pretrained, {FAMILIES.get(family, family)}, read from "
+            f"`{info.get('source', '?')}` into this project's Transformer."
+        )
+    elif checkpoint.task:
+        where = "trained in this session" if name == TRAINED_HERE else "bundled with the app"
+        lines.append(f"**{name}**: {where}, trained on the toy task *{checkpoint.task}*.")
+    layers = []
+    if config.n_encoder_layers:
+        layers.append(plural(config.n_encoder_layers, "encoder layer"))
+    if config.n_decoder_layers:
+        layers.append(plural(config.n_decoder_layers, "decoder layer"))
+    lines.append(
+        f"{config.architecture}: {' and '.join(layers)}, {plural(config.n_heads, 'head')} each, "
+        f"d_model {config.d_model:,}, d_ff {config.d_ff:,}, a vocabulary of "
+        f"{checkpoint.tokenizer.vocab_size:,} tokens; "
+        f"**{count_parameters(checkpoint.model):,}** parameters. Running on **{device}**."
+    )
+    metrics = [
+        f"{key.replace('_', ' ')} {metric(key, value)}"
+        for key, value in checkpoint.metrics.items()
+        if isinstance(value, int | float) and not isinstance(value, bool) and key != "parameters"
+    ]  # the nested test-sample record is for the tests
+    if metrics:
+        lines.append("Recorded metrics: " + ", ".join(metrics) + ".")
+    lines.append(
+        "The paper's base model (N=6, d_model=512, d_ff=2048, h=8, shared 37,000-token "
+        f"vocabulary, tied embeddings) built with this code has **{base_parameter_count():,}** "
+        "parameters; the paper reports 65M."
+    )
+    return "\n\n".join(lines)
+
+
+@friendly
+def model_info(
+    registry: ModelRegistry, name: str, session: SessionModels
+) -> tuple[str, list[list[Any]], list[list[Any]]]:
+    """The ``/model_info`` endpoint: (summary, parameters per component, configuration)."""
+    checkpoint = registry.checkpoint(name, session)
+    config_rows = [[key, human(value)] for key, value in checkpoint.config.to_dict().items()]
+    return (
+        describe(name, checkpoint, registry.device),
+        parameter_table(checkpoint.model),
+        config_rows,
+    )
