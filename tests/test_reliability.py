@@ -560,7 +560,7 @@ def test_the_server_binds_loopback_and_does_not_share_by_default(monkeypatch):
         def launch(self, **kwargs):
             launched.update(kwargs)
 
-    monkeypatch.setattr(visualiser, "build_demo", lambda device: FakeDemo())
+    monkeypatch.setattr(visualiser, "build_demo", lambda *args: FakeDemo())
     visualiser.main([])
     assert launched["server_name"] == "127.0.0.1"
     assert launched["share"] is False

@@ -12,6 +12,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, get_args
 
 import torch
@@ -87,15 +88,43 @@ class ModelRegistry:
         for shipped in shipped_models():
             if shipped.available:
                 self._loaders[shipped.name] = functools.partial(shipped.load, device)
+        # What each --model name stands for (a folder path or a hub id), for messages.
+        self.sources: dict[str, str] = {}
         for spec in extra_models:
-            self._loaders[spec] = functools.partial(
+            name = self._name_for(spec)
+            self.sources[name] = spec
+            self._loaders[name] = functools.partial(
                 load_pretrained, spec, device=device, allow_download=allow_download
             )
         self.pretrained: dict[str, Checkpoint] = {}
         self.pretrained_errors: dict[str, str] = {}
         self._load_lock = threading.Lock()
+        self._preloading: threading.Thread | None = None
         self._analyses: OrderedDict[tuple, tuple[Analysis, int]] = OrderedDict()
         self._cache_lock = threading.Lock()
+
+    def _name_for(self, spec: str) -> str:
+        """The menu name of a ``--model`` argument: a hub id as given, a folder by its own name
+        (a menu never shows where this machine keeps files), made unique with " (2)", " (3)"."""
+        path = Path(spec).expanduser()
+        path_like = (
+            path.exists()
+            or path.is_absolute()
+            or spec.startswith((".", "~"))
+            or spec.replace("\\", "/").strip("/").count("/") > 1  # a hub id has one at most
+        )
+        base = (path.resolve().name or spec) if path_like else spec
+        taken = {*self.bundled.models, *self.bundled.errors, *self._loaders, TRAINED_HERE}
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base} ({n})"
+        return name
+
+    @property
+    def preloading(self) -> bool:
+        """Whether the background thread is still reading pretrained models."""
+        return self._preloading is not None and self._preloading.is_alive()
 
     @property
     def model_names(self) -> list[str]:
@@ -118,10 +147,19 @@ class ModelRegistry:
                 )
             try:
                 checkpoint = self._loaders[name]()
-            except (PretrainedError, OSError, ValueError) as error:
-                self.pretrained_errors[name] = str(error)
-                log.warning("pretrained model %s could not be loaded: %s", name, error)
-                raise ValueError(f"the model '{name}' could not be loaded: {error}") from None
+            except Exception as error:  # any failure leaves the other models serving
+                reason = (
+                    str(error)
+                    if isinstance(error, PretrainedError | OSError | ValueError)
+                    else (f"{type(error).__name__}: {error}")
+                )
+                # The library names its own argument; a user of the app meets the flag.
+                reason = reason.replace(
+                    "allow_download=True", "start the app with --allow-download"
+                )
+                self.pretrained_errors[name] = reason
+                log.warning("pretrained model %s could not be loaded: %s", name, reason)
+                raise ValueError(f"the model '{name}' could not be loaded: {reason}") from None
             self.pretrained[name] = checkpoint
             return checkpoint
 
@@ -135,6 +173,7 @@ class ModelRegistry:
                     self._pretrained(name)
 
         thread = threading.Thread(target=work, daemon=True, name="preload-models")
+        self._preloading = thread
         thread.start()
         return thread
 
