@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import logging
 
-from ui import build_demo, launch_options
+from ui import build_demo, launch_options, preload_models
 
-__all__ = ["build_demo", "launch_options", "main"]
+__all__ = ["build_demo", "launch_options", "main", "preload_models"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,8 +40,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
-    demo = build_demo(args.device, args.model, args.allow_download)
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_options())
+    # Pretrained weights are read once the page is served: read during start-up, they would
+    # compete with it for the interpreter (about +5 s on two cores).
+    demo = build_demo(args.device, args.model, args.allow_download, preload=False)
+    demo.launch(
+        server_name=args.host,
+        server_port=args.port,
+        share=args.share,
+        prevent_thread_lock=True,
+        **launch_options(),
+    )
+    preload_models(demo)
+    demo.block_thread()
 
 
 if __name__ == "__main__":

@@ -47,15 +47,23 @@ def _wait_for_preload(registry: ModelRegistry, seconds: float = 60) -> None:
 def test_model_flags_reach_the_registry(monkeypatch, hf_models):
     built = {}
 
+    events = []
+
     class FakeDemo:
         def launch(self, **kwargs):
-            built["launch"] = kwargs
+            assert kwargs["prevent_thread_lock"] is True  # main goes on to start the preload
+            events.append("launch")
 
-    def fake_build(device, models, allow_download):
+        def block_thread(self):
+            events.append("serve")
+
+    def fake_build(device, models, allow_download, preload):
         built.update(device=device, models=list(models), allow_download=allow_download)
+        assert preload is False  # weights are read once the page is served, not during start-up
         return FakeDemo()
 
     monkeypatch.setattr(visualiser, "build_demo", fake_build)
+    monkeypatch.setattr(visualiser, "preload_models", lambda demo: events.append("preload"))
     bert, gpt2 = str(hf_models["bert"]), str(hf_models["gpt2"])
     visualiser.main(["--model", bert, "--model", gpt2])
     assert built["models"] == [bert, gpt2] and built["allow_download"] is False
@@ -63,6 +71,7 @@ def test_model_flags_reach_the_registry(monkeypatch, hf_models):
     assert built["models"] == ["gpt2"] and built["allow_download"] is True
     visualiser.main([])
     assert built["models"] == [] and built["allow_download"] is False
+    assert events == ["launch", "preload", "serve"] * 3
 
 
 # -- local folders -----------------------------------------------------------------------------
@@ -321,3 +330,28 @@ def test_gpu_is_spaces_gpu_under_zerogpu(monkeypatch):
     assert copy.gpu(handler).wrapped is handler
     assert copy.gpu(duration=60)(handler).kwargs == {"duration": 60}
     assert calls == [{}, {"duration": 60}]
+
+
+# -- the analysis cache ------------------------------------------------------------------------
+
+
+def test_the_cache_counts_every_tensor_of_a_trace_and_stays_in_its_bound(monkeypatch):
+    from ui import limits
+
+    registry = ModelRegistry(torch.device("cpu"))
+    checkpoint = registry.checkpoint("translate", None)
+    first = registry.analysis("translate", checkpoint, ["the small cat sees a red ball"])
+    trace = first.trace
+    records = [
+        r
+        for kind in ("encoder_self", "decoder_self", "cross")
+        for r in trace.attention_records(kind)
+    ]
+    floor = trace.logits.nbytes + sum(r.scores.nbytes + r.weights.nbytes for r in records)
+    (size,) = [n for _, n in registry._analyses.values()]
+    assert size >= floor  # the logits count too, not only the attention maps
+    # With room for about one entry, a second analysis evicts the first.
+    monkeypatch.setattr(limits, "CACHE_BYTES", int(size * 1.5))
+    registry.analysis("translate", checkpoint, ["a big dog sleeps under the old table"])
+    assert len(registry._analyses) == 1
+    assert sum(n for _, n in registry._analyses.values()) <= limits.CACHE_BYTES

@@ -621,7 +621,11 @@ def test_the_server_binds_loopback_and_does_not_share_by_default(monkeypatch):
         def launch(self, **kwargs):
             launched.update(kwargs)
 
-    monkeypatch.setattr(visualiser, "build_demo", lambda *args: FakeDemo())
+        def block_thread(self):
+            launched["blocked"] = True
+
+    monkeypatch.setattr(visualiser, "build_demo", lambda *args, **kwargs: FakeDemo())
+    monkeypatch.setattr(visualiser, "preload_models", lambda demo: None)
     visualiser.main([])
     assert launched["server_name"] == "127.0.0.1"
     assert launched["share"] is False

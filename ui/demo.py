@@ -82,7 +82,8 @@ def build_demo(
 
     ``models`` adds pretrained model folders or hub ids (resolved from the local Hugging Face
     cache; downloaded only with ``allow_download``). Pretrained weights are read in the
-    background when ``preload`` is set, else on first use.
+    background at once when ``preload`` is set; else by ``preload_models(demo)`` (``app.py``
+    calls it once the page is served) or on first use.
     """
     registry = ModelRegistry(pick_device(device), models, allow_download)
     if preload:
@@ -114,7 +115,16 @@ def build_demo(
             training.build(registry, large, session)
         demo.load(positional, pe_inputs, pe_outputs, api_visibility="private")
     demo.queue(default_concurrency_limit=4, max_size=limits.QUEUE_SIZE)
+    demo.model_registry = registry  # for preload_models
     return demo
+
+
+def preload_models(demo: gr.Blocks) -> None:
+    """Start reading the pretrained weights of a demo built with ``preload=False`` in the
+    background (its page polls for load errors while that goes on)."""
+    registry: ModelRegistry = demo.model_registry
+    if not registry.preloading and not registry.pretrained:
+        registry.preload()
 
 
 def model_status(registry: ModelRegistry) -> str:
