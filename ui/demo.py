@@ -67,6 +67,11 @@ body.large-font .cell-wrap, body.large-font .cell-wrap span { font-size: 18px !i
 body.large-font .textspan, body.large-font .textfield, body.large-font .text,
 body.large-font .token, body.large-font .label { font-size: 20px !important; }
 body.large-font .tab-nav button, body.large-font [role="tab"] { font-size: 21px !important; }
+body.large-font .min_value, body.large-font .max_value { font-size: 18px !important; }
+/* A plot's panel label floats over its top edge: keep the figure's title below it. */
+.block:has(> label[data-testid="block-label"].float) > .js-plotly-plot { margin-top: 30px; }
+body.large-font .block:has(> label[data-testid="block-label"].float) > .js-plotly-plot {
+  margin-top: 40px; }
 """
 )
 LARGE_FONT_JS = "(on) => { document.body.classList.toggle('large-font', on); }"
