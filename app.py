@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 
 from ui import build_demo, launch_options, preload_models
 
@@ -21,8 +22,14 @@ __all__ = ["build_demo", "launch_options", "main", "preload_models"]
 def main(argv: list[str] | None = None) -> None:
     """Parse the command line, build the app and serve it (loopback, no share link, by default)."""
     parser = argparse.ArgumentParser(description="The Transformer visualiser.")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=7860)
+    # A Hugging Face Space sets GRADIO_SERVER_NAME=0.0.0.0 for its proxy: an explicit host
+    # would override it, so it is the default when set (loopback otherwise).
+    parser.add_argument(
+        "--host",
+        default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+        help="address to bind (default $GRADIO_SERVER_NAME, else 127.0.0.1)",
+    )
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
     parser.add_argument("--share", action="store_true", help="make a public gradio.live link")
     parser.add_argument(

@@ -74,6 +74,30 @@ def test_model_flags_reach_the_registry(monkeypatch, hf_models):
     assert events == ["launch", "preload", "serve"] * 3
 
 
+def test_a_space_s_server_address_is_honoured_and_loopback_is_the_default(monkeypatch):
+    launched = {}
+
+    class FakeDemo:
+        def launch(self, **kwargs):
+            launched.update(kwargs)
+
+        def block_thread(self):
+            pass
+
+    monkeypatch.setattr(visualiser, "build_demo", lambda *args, **kwargs: FakeDemo())
+    monkeypatch.setattr(visualiser, "preload_models", lambda demo: None)
+    monkeypatch.delenv("GRADIO_SERVER_NAME", raising=False)
+    monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)
+    visualiser.main([])
+    assert (launched["server_name"], launched["server_port"]) == ("127.0.0.1", 7860)
+    monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")  # what a Space sets
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "7861")
+    visualiser.main([])
+    assert (launched["server_name"], launched["server_port"]) == ("0.0.0.0", 7861)
+    visualiser.main(["--host", "127.0.0.1", "--port", "8000"])
+    assert (launched["server_name"], launched["server_port"]) == ("127.0.0.1", 8000)
+
+
 # -- local folders -----------------------------------------------------------------------------
 
 
