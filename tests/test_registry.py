@@ -379,3 +379,11 @@ def test_the_cache_counts_every_tensor_of_a_trace_and_stays_in_its_bound(monkeyp
     registry.analysis("translate", checkpoint, ["a big dog sleeps under the old table"])
     assert len(registry._analyses) == 1
     assert sum(n for _, n in registry._analyses.values()) <= limits.CACHE_BYTES
+
+
+def test_freed_memory_is_returned_on_glibc():
+    """app.py fixes glibc's mmap threshold (a no-op elsewhere): mallopt accepts it here."""
+    import platform
+
+    expected = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    assert visualiser.return_freed_memory() is expected
