@@ -4,6 +4,7 @@ and tokenizers trained once per test session on the bundled corpus."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,3 +46,94 @@ def corpus() -> list[str]:
 def trained(corpus: list[str]) -> dict[str, Tokenizer]:
     """One tokenizer per algorithm, trained on the bundled corpus."""
     return {alg: train_tokenizer(corpus, alg, VOCAB_SIZES[alg]) for alg in ALGORITHMS}
+
+
+# -- tiny Hugging Face model folders (transformers is a test-only dependency) ---------------
+
+HF_VOCAB = 99
+
+
+def _bert_vocab_txt(folder: Path) -> None:
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat"]
+    words += [f"w{i}" for i in range(HF_VOCAB - len(words))]
+    (folder / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+
+
+def _word_level_tokenizer(folder: Path, pad: str, specials: list[str]) -> None:
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import models, pre_tokenizers
+
+    vocab = {token: i for i, token in enumerate(specials)}
+    for word in ("the", "cat", "sat"):
+        vocab[word] = len(vocab)
+    for i in range(len(vocab), HF_VOCAB - 1):
+        vocab[f"w{i}"] = i
+    vocab[pad] = HF_VOCAB - 1
+    backend = Backend(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.add_special_tokens([*specials, pad])
+    backend.save(str(folder / "tokenizer.json"))
+
+
+def build_hf_model(family: str, folder: Path, seed: int = 0) -> Path:
+    """A tiny randomly initialised Hugging Face model of ``family`` ("bert", "gpt2" or
+    "marian") saved in ``folder`` as ``transformers`` saves one (config.json, model.safetensors)
+    with its tokenizer files: what ``python app.py --model FOLDER`` is given."""
+    transformers = pytest.importorskip("transformers")
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    if family == "bert":
+        config = transformers.BertConfig(
+            vocab_size=HF_VOCAB,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=37,
+            max_position_embeddings=64,
+        )
+        model = transformers.BertModel(config)
+    elif family == "gpt2":
+        config = transformers.GPT2Config(
+            vocab_size=HF_VOCAB,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=64,
+            bos_token_id=HF_VOCAB - 1,
+            eos_token_id=HF_VOCAB - 1,
+        )
+        model = transformers.GPT2LMHeadModel(config)
+    elif family == "marian":
+        config = transformers.MarianConfig(
+            vocab_size=HF_VOCAB,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=37,
+            decoder_ffn_dim=37,
+            max_position_embeddings=64,
+            pad_token_id=HF_VOCAB - 1,
+            decoder_start_token_id=HF_VOCAB - 1,
+            eos_token_id=0,
+            forced_eos_token_id=None,
+        )
+        model = transformers.MarianMTModel(config)
+    else:
+        raise ValueError(f"unknown family {family!r}")
+    model.save_pretrained(folder, safe_serialization=True)
+    if family == "bert":
+        _bert_vocab_txt(folder)
+    elif family == "gpt2":
+        _word_level_tokenizer(folder, "<|endoftext|>", ["<unk>"])
+    else:
+        _word_level_tokenizer(folder, "<pad>", ["</s>", "<unk>"])
+    return folder
+
+
+@pytest.fixture(scope="session")
+def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One tiny model folder per supported family, built once per test session."""
+    root = tmp_path_factory.mktemp("hf-models")
+    return {family: build_hf_model(family, root / family) for family in ("bert", "gpt2", "marian")}

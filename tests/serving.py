@@ -49,9 +49,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(device: str = "cpu") -> Iterator[tuple[Any, str]]:
-    """The app launched in-process on 127.0.0.1 as ``python app.py`` launches it; (demo, url)."""
-    demo = visualiser.build_demo(device)
+def serve(
+    device: str = "cpu", models: tuple[str, ...] = (), allow_download: bool = False
+) -> Iterator[tuple[Any, str]]:
+    """The app launched in-process on 127.0.0.1 as ``python app.py [--model M ...]`` launches
+    it; (demo, url)."""
+    demo = visualiser.build_demo(device, models, allow_download)
     port = free_port()
     demo.launch(
         prevent_thread_lock=True,

@@ -1,7 +1,7 @@
 """Fuzzing: hypothesis-generated text through every endpoint that takes text, over HTTP.
 
 Each example sends one generated text to each text endpoint at once (in parallel, one session
-per endpoint). An outcome is expected when it is a normal result or an error message with no
+per endpoint), the shipped MiniLM and the Tokenize tab's real tokenizers included. An outcome is expected when it is a normal result or an error message with no
 traceback, no source location and no absolute path in it, and that is not the catch-all for an
 unexpected exception. ``FUZZ_EXAMPLES`` (default 200) sets the number of examples.
 """
@@ -16,6 +16,10 @@ from gradio_client import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from serving import CROSS, Tally, call, leaks, serve, still_serves
+
+from ui.tabs import tokenize as tokenize_tab
+
+MINILM = "all-MiniLM-L6-v2"
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
 
@@ -61,7 +65,41 @@ TEXT_ENDPOINTS = {
     "/generate_step": lambda t: [t, "continue", "sample", 0.8, 5, 0.9, 2, 8, 1, 1, 1, False],
     "/teacher_forcing": lambda t: [t, "translate", t],
     "/snapshot": lambda t: [1, t, False],
+    # The shipped pretrained model (BERT family: WordPiece, [CLS]/[SEP], at most 512 tokens).
+    "/attention MiniLM": lambda t: [
+        t,
+        MINILM,
+        "encoder self-attention",
+        6,
+        8,
+        1,
+        ["padding mask off"],
+        False,
+    ],
+    "/embeddings MiniLM": lambda t: [t, MINILM, False],
 }
+# The Tokenize tab's real tokenizers, whichever it offers (one endpoint entry cycling through them).
+REAL_TOKENIZERS = [
+    label
+    for label, value in tokenize_tab.TOKENIZER_CHOICES.items()
+    if not (isinstance(value, tuple) and value and value[0] in {"bundled", "train", "upload"})
+]
+if REAL_TOKENIZERS:
+    TEXT_ENDPOINTS["/tokenize real"] = lambda t: [
+        t,
+        REAL_TOKENIZERS[len(t) % len(REAL_TOKENIZERS)],
+        300,
+        None,
+        REAL_TOKENIZERS[(len(t) + 1) % len(REAL_TOKENIZERS)],
+        30,
+    ]
+
+
+def api_of(name: str) -> str:
+    """The endpoint a label calls (``"/attention MiniLM"`` calls ``/attention``)."""
+    return name.split(" ")[0]
+
+
 TALLY = Tally()
 
 
@@ -99,7 +137,7 @@ def test_every_text_endpoint_survives_generated_text(sessions):
     @given(st.fixed_dictionaries({name: TEXT for name in TEXT_ENDPOINTS}))
     def send(texts: dict[str, str]) -> None:
         def one(name: str) -> tuple[str, bool, object]:
-            ok, result = call(sessions[name], name, *TEXT_ENDPOINTS[name](texts[name]))
+            ok, result = call(sessions[name], api_of(name), *TEXT_ENDPOINTS[name](texts[name]))
             return name, ok, result
 
         for name, ok, result in pool.map(one, TEXT_ENDPOINTS):

@@ -1,4 +1,5 @@
-"""Load: many client sessions at once on loopback, doing what visitors do, with zero failures,
+"""Load: many client sessions at once on loopback, doing what visitors do (the bundled models and
+the shipped MiniLM), with zero failures,
 and no session ever seeing another's trained model or generation state.
 
 Bounded in count (``SESSIONS`` sessions, a fixed list of requests each) and in time (every
@@ -21,6 +22,7 @@ TRAINERS = {0, 7, 14}  # sessions that also train (training runs one at a time)
 REQUEST_TIMEOUT = 120  # seconds, any single request
 DEADLINE = 300  # seconds, the whole run
 NOT_TRAINED = "no model has been trained in this session"
+MINILM = "all-MiniLM-L6-v2"
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +60,20 @@ def visitor(url: str, index: int, tally: Tally) -> None:
     sentence = ["the small cat sees a red ball", "a big dog sleeps", "my old bird eats"][index % 3]
     request("tokenize", sentence, BPE, 400, None, "(none)", 30, api_name="/tokenize")
     request("attention", sentence, "translate", CROSS, 1, 1, 1, [], False, api_name="/attention")
+    # The shipped pretrained model, shared by every session (its weights load in the background:
+    # the first sessions wait for them), each session on a head of its own.
+    request(
+        "attention (MiniLM)",
+        sentence,
+        MINILM,
+        "encoder self-attention",
+        1 + index % 6,
+        1 + index % 8,
+        1,
+        [],
+        False,
+        api_name="/attention",
+    )
     streamed = request(
         "generate", sentence, *GENERATE[1:7], 8, *GENERATE[8:], api_name="/generate", stream=True
     )

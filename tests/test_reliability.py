@@ -41,6 +41,7 @@ from transformer import bundled as bundled_module
 from transformer.training.live import TRAINING_THREAD
 from ui import errors, limits, state
 from ui.tabs import positions
+from ui.tabs import tokenize as tokenize_tab
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,9 +70,13 @@ class Endpoint:
     strings: list[int]
     numbers: list[int] = field(default_factory=list)
     trained: bool = False  # needs a session that has trained a model (the snapshot slider)
+    api: str = ""  # the endpoint's name, when the key says more (which model it runs)
 
 
 GEN_NUMBERS = [3, 4, 5, 6, 7, 8, 9, 10]  # sliders and the seed
+MINILM = "all-MiniLM-L6-v2"
+ENCODER = "encoder self-attention"
+DECODER = "decoder masked self-attention"
 SHORT_GENERATE = [
     *GENERATE[:7],
     3,
@@ -96,14 +101,68 @@ ENDPOINTS = {
     "/train": Endpoint(["reverse", 20, 0, False], [0], [1, 2]),
     "/snapshot": Endpoint([0, "a b c", False], [1], [0], trained=True),
     "/model_info": Endpoint(["reverse"], [0]),
+    # The pretrained models: the shipped MiniLM (BERT family, 6 layers x 12 heads, attention
+    # on the encoder only) and tiny GPT-2 and Marian folders added as `--model` adds them.
+    "/embeddings MiniLM": Endpoint(["the small cat", MINILM, False], [0, 1], api="/embeddings"),
+    "/attention MiniLM": Endpoint(
+        ["the cat sat\na dog", MINILM, ENCODER, 6, 8, 2, ["padding mask off"], False],
+        [0, 1, 2],
+        [3, 4, 5],
+        api="/attention",
+    ),
+    "/attention_grid MiniLM": Endpoint(
+        ["the cat sat\na dog", MINILM, ENCODER, 2, False], [0, 1, 2], [3], api="/attention_grid"
+    ),
+    "/model_info MiniLM": Endpoint([MINILM], [0], api="/model_info"),
+    "/attention GPT-2 folder": Endpoint(
+        ["the cat sat", "gpt2", DECODER, 2, 4, 1, [], False], [0, 1, 2], [3, 4, 5], api="/attention"
+    ),
+    "/generate_step GPT-2 folder": Endpoint(
+        ["the cat", "gpt2", "sample", 0.8, 5, 0.9, 2, 3, 0, 2, 4, False],
+        [0, 1, 2],
+        GEN_NUMBERS,
+        api="/generate_step",
+    ),
+    "/attention Marian folder": Endpoint(
+        ["the cat sat", "marian", CROSS, 2, 4, 1, [], False], [0, 1, 2], [3, 4, 5], api="/attention"
+    ),
+    "/generate_step Marian folder": Endpoint(
+        ["the cat", "marian", "greedy", 1.0, 0, 1.0, 3, 3, 0, 2, 4, False],
+        [0, 1, 2],
+        GEN_NUMBERS,
+        api="/generate_step",
+    ),
+    "/teacher_forcing Marian folder": Endpoint(
+        ["the cat sat", "marian", "sat the cat"], [0, 1, 2], api="/teacher_forcing"
+    ),
 }
+# The Tokenize tab's real tokenizers (BERT's WordPiece, GPT-2's byte-level BPE, cl100k_base),
+# whichever it offers: every choice that is not bundled, trained live or uploaded.
+REAL_TOKENIZERS = [
+    label
+    for label, value in tokenize_tab.TOKENIZER_CHOICES.items()
+    if not (isinstance(value, tuple) and value and value[0] in {"bundled", "train", "upload"})
+]
+for _label in REAL_TOKENIZERS:
+    ENDPOINTS[f"/tokenize {_label}"] = Endpoint(
+        ["the cat sat", _label, 400, None, "(none)", 5], [0], [5], api="/tokenize"
+    )
 FIGURES: dict[str, int] = {}  # inputs tried per endpoint, printed for the README
 
 
 @pytest.fixture(scope="module")
-def server():
-    with serve() as (demo, url):
+def server(hf_models):
+    with serve(models=(str(hf_models["gpt2"]), str(hf_models["marian"]))) as (demo, url):
         yield demo, url
+
+
+def test_the_pretrained_models_answer_their_valid_arguments(client):
+    """The bad-input matrix below varies one argument at a time from these: each works."""
+    for key, endpoint in ENDPOINTS.items():
+        if endpoint.trained or " " not in key:  # the bundled models have tests of their own
+            continue
+        ok, result = call(client, endpoint.api or key, *endpoint.args)
+        assert ok, (key, result)
 
 
 @pytest.fixture(scope="module")
@@ -174,9 +233,11 @@ def test_bad_input_gets_a_clear_message_and_the_server_keeps_serving(
     endpoint = ENDPOINTS[name]
     tally = Tally()
 
+    api = endpoint.api or name
+
     def run(client: Client, cases: list[tuple[str, list, bool]]) -> None:
         for label, args, raw in cases:
-            ok, result = raw_call(url, name, *args) if raw else call(client, name, *args)
+            ok, result = raw_call(url, api, *args) if raw else call(client, api, *args)
             out_of_range = any(isinstance(a, float) and abs(a) >= 1e12 for a in args)
             tally.add(name, _check(name, label, args, ok, result, out_of_range))
             still_serves(client)  # the server is still up and its queue still moves
@@ -560,7 +621,11 @@ def test_the_server_binds_loopback_and_does_not_share_by_default(monkeypatch):
         def launch(self, **kwargs):
             launched.update(kwargs)
 
-    monkeypatch.setattr(visualiser, "build_demo", lambda device: FakeDemo())
+        def block_thread(self):
+            launched["blocked"] = True
+
+    monkeypatch.setattr(visualiser, "build_demo", lambda *args, **kwargs: FakeDemo())
+    monkeypatch.setattr(visualiser, "preload_models", lambda demo: None)
     visualiser.main([])
     assert launched["server_name"] == "127.0.0.1"
     assert launched["share"] is False

@@ -5,6 +5,6 @@ arguments. Shared state lives in ``state``, the error policy in ``errors``, inpu
 ``inputs``, request limits in ``limits``, and each tab in its own module under ``tabs/``.
 """
 
-from .demo import build_demo, launch_options
+from .demo import build_demo, launch_options, preload_models
 
-__all__ = ["build_demo", "launch_options"]
+__all__ = ["build_demo", "launch_options", "preload_models"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -13,13 +14,66 @@ import gradio as gr
 from transformer.device import pick_device
 
 from . import limits
+from .errors import scrub
 from .state import ModelRegistry, SessionModels
 from .tabs import attention, generate, positions, tokenize, training
 
-CSS = """
-.large-font { font-size: 130% !important; }
-.large-font .prose, .large-font label, .large-font button { font-size: 1.25em !important; }
+# Large font is a projector mode: every size scales about 1.45×. Gradio's theme declares its
+# sizes as variables on :root, and the derived ones (label, input, button sizes) are resolved
+# there, so each is set again on the body; components that fix their own size (inline code,
+# which holds the tokens; tables; highlighted text; slider numbers; headings) get rules too.
+_LARGE_VARIABLES = {
+    "text-xxs": "13px",
+    "text-xs": "15px",
+    "text-sm": "17px",
+    "text-md": "20px",
+    "text-lg": "23px",
+    "text-xl": "31px",
+    "text-xxl": "37px",
+    "body-text-size": "20px",
+    "prose-text-size": "20px",
+    "block-label-text-size": "19px",
+    "block-title-text-size": "20px",
+    "block-info-text-size": "17px",
+    "input-text-size": "20px",
+    "checkbox-label-text-size": "20px",
+    "section-header-text-size": "20px",
+    "button-small-text-size": "17px",
+    "button-medium-text-size": "20px",
+    "button-large-text-size": "23px",
+    "chatbot-text-size": "20px",
+}
+CSS = (
+    "body.large-font {"
+    + " ".join(f"--{name}: {size} !important;" for name, size in _LARGE_VARIABLES.items())
+    + "}\n"
+    + """
+body.large-font .gradio-container { font-size: 20px; }
+body.large-font .prose, body.large-font .prose p, body.large-font .prose li,
+body.large-font .md, body.large-font .md p, body.large-font .md li { font-size: 20px !important; }
+body.large-font .prose h1, body.large-font .md h1 { font-size: 40px !important; }
+body.large-font .prose h2, body.large-font .md h2 { font-size: 31px !important; }
+body.large-font .prose h3, body.large-font .md h3 { font-size: 25px !important; }
+body.large-font .prose h4, body.large-font .md h4 { font-size: 22px !important; }
+body.large-font code, body.large-font pre, body.large-font kbd { font-size: 0.95em !important; }
+body.large-font label, body.large-font label span, body.large-font [data-testid="block-info"],
+body.large-font .block-label span, body.large-font span[data-testid="block-info"] {
+  font-size: 19px !important; }
+body.large-font input, body.large-font textarea, body.large-font select,
+body.large-font input[type="number"] { font-size: 20px !important; }
+body.large-font button { font-size: 20px !important; }
+body.large-font table, body.large-font th, body.large-font td,
+body.large-font .cell-wrap, body.large-font .cell-wrap span { font-size: 18px !important; }
+body.large-font .textspan, body.large-font .textfield, body.large-font .text,
+body.large-font .token, body.large-font .label { font-size: 20px !important; }
+body.large-font .tab-nav button, body.large-font [role="tab"] { font-size: 21px !important; }
+body.large-font .min_value, body.large-font .max_value { font-size: 18px !important; }
+/* A plot's panel label floats over its top edge: keep the figure's title below it. */
+.block:has(> label[data-testid="block-label"].float) > .js-plotly-plot { margin-top: 30px; }
+body.large-font .block:has(> label[data-testid="block-label"].float) > .js-plotly-plot {
+  margin-top: 40px; }
 """
+)
 LARGE_FONT_JS = "(on) => { document.body.classList.toggle('large-font', on); }"
 
 
@@ -33,7 +87,8 @@ def build_demo(
 
     ``models`` adds pretrained model folders or hub ids (resolved from the local Hugging Face
     cache; downloaded only with ``allow_download``). Pretrained weights are read in the
-    background when ``preload`` is set, else on first use.
+    background at once when ``preload`` is set; else by ``preload_models(demo)`` (``app.py``
+    calls it once the page is served) or on first use.
     """
     registry = ModelRegistry(pick_device(device), models, allow_download)
     if preload:
@@ -45,14 +100,13 @@ def build_demo(
                 "# Transformer, step by step\nA from-scratch PyTorch Transformer, opened up."
             )
             large = gr.Checkbox(label="Large font (for projecting)", value=False)
-        if registry.bundled.errors:
-            gr.Markdown(
-                "⚠️ "
-                + "; ".join(
-                    f"bundled model **{n}** unavailable: {r}"
-                    for n, r in registry.bundled.errors.items()
-                )
-            )
+        status = gr.Markdown(model_status(registry))
+        # Pretrained weights are read in the background: a load that fails after the page was
+        # opened shows up here too (the timer polls only while that reading goes on).
+        poll = gr.Timer(1.0, active=registry.preloading)
+        refresh = functools.partial(_refresh_status, registry)
+        poll.tick(refresh, None, [status, poll], api_visibility="private", queue=False)
+        demo.load(refresh, None, [status, poll], api_visibility="private", queue=False)
         large.change(None, large, None, js=LARGE_FONT_JS)
         with gr.Tab("Tokenize"):
             tokenize.build(registry)
@@ -66,7 +120,32 @@ def build_demo(
             training.build(registry, large, session)
         demo.load(positional, pe_inputs, pe_outputs, api_visibility="private")
     demo.queue(default_concurrency_limit=4, max_size=limits.QUEUE_SIZE)
+    demo.model_registry = registry  # for preload_models
     return demo
+
+
+def preload_models(demo: gr.Blocks) -> None:
+    """Start reading the pretrained weights of a demo built with ``preload=False`` in the
+    background (its page polls for load errors while that goes on)."""
+    registry: ModelRegistry = demo.model_registry
+    if not registry.preloading and not registry.pretrained:
+        registry.preload()
+
+
+def model_status(registry: ModelRegistry) -> str:
+    """The page's line about models that could not be loaded (bundled or pretrained), each
+    with its reason (no file paths), or "" when every model is fine."""
+    lines = [
+        f"⚠️ {'bundled model' if name in registry.bundled.errors else 'model'} **{name}** "
+        f"unavailable: {scrub(reason)}"
+        for name, reason in registry.errors.items()
+    ]
+    return "\n\n".join(lines)
+
+
+def _refresh_status(registry: ModelRegistry) -> tuple[str, gr.Timer]:
+    """The model status now, and the poll switched off once background loading is over."""
+    return model_status(registry), gr.Timer(active=registry.preloading)
 
 
 def launch_options() -> dict[str, Any]:

@@ -6,13 +6,15 @@ in ``gr.State``."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -22,7 +24,7 @@ from transformer.generation import DecodingSession
 from transformer.inspection import Analysis, analyse
 from transformer.model import NO_INTERVENTION, Intervention
 from transformer.pretrained import PretrainedError, load_pretrained, shipped_models
-from transformer.trace import AttentionKind, Trace
+from transformer.trace import Trace
 
 from . import limits
 
@@ -64,16 +66,28 @@ class GenerationState:
         )
 
 
-def _attention_bytes(trace: Trace) -> int:
-    """Bytes of every captured attention record (scores and weights) of a trace."""
-    total = 0
-    for kind in get_args(AttentionKind):
-        try:
-            records = trace.attention_records(kind)
-        except ValueError:  # the architecture has no attention of this kind
-            continue
-        total += sum(r.weights.nbytes + r.scores.nbytes for r in records)
-    return total
+def _tensor_bytes(value: Any, seen: set[int]) -> int:
+    """Bytes of every tensor reachable from ``value`` (dataclasses, lists, tuples, dicts),
+    each storage counted once."""
+    if isinstance(value, torch.Tensor):
+        storage = value.untyped_storage()
+        if storage.data_ptr() in seen:
+            return 0
+        seen.add(storage.data_ptr())
+        return storage.nbytes()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return sum(_tensor_bytes(getattr(value, f.name), seen) for f in dataclasses.fields(value))
+    if isinstance(value, list | tuple):
+        return sum(_tensor_bytes(item, seen) for item in value)
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(item, seen) for item in value.values())
+    return 0
+
+
+def _trace_bytes(trace: Trace) -> int:
+    """Bytes a cached trace holds: every tensor, not only the attention maps (at 512 tokens
+    MiniLM's logits alone are 62 MB beside 138 MB of scores and weights)."""
+    return _tensor_bytes(trace, set())
 
 
 class ModelRegistry:
@@ -102,15 +116,43 @@ class ModelRegistry:
         for shipped in shipped_models():
             if shipped.available:
                 self._loaders[shipped.name] = functools.partial(shipped.load, device)
+        # What each --model name stands for (a folder path or a hub id), for messages.
+        self.sources: dict[str, str] = {}
         for spec in extra_models:
-            self._loaders[spec] = functools.partial(
+            name = self._name_for(spec)
+            self.sources[name] = spec
+            self._loaders[name] = functools.partial(
                 load_pretrained, spec, device=device, allow_download=allow_download
             )
         self.pretrained: dict[str, Checkpoint] = {}
         self.pretrained_errors: dict[str, str] = {}
         self._load_lock = threading.Lock()
+        self._preloading: threading.Thread | None = None
         self._analyses: OrderedDict[tuple, tuple[Analysis, int]] = OrderedDict()
         self._cache_lock = threading.Lock()
+
+    def _name_for(self, spec: str) -> str:
+        """The menu name of a ``--model`` argument: a hub id as given, a folder by its own name
+        (a menu never shows where this machine keeps files), made unique with " (2)", " (3)"."""
+        path = Path(spec).expanduser()
+        path_like = (
+            path.exists()
+            or path.is_absolute()
+            or spec.startswith((".", "~"))
+            or spec.replace("\\", "/").strip("/").count("/") > 1  # a hub id has one at most
+        )
+        base = (path.resolve().name or spec) if path_like else spec
+        taken = {*self.bundled.models, *self.bundled.errors, *self._loaders, TRAINED_HERE}
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base} ({n})"
+        return name
+
+    @property
+    def preloading(self) -> bool:
+        """Whether the background thread is still reading pretrained models."""
+        return self._preloading is not None and self._preloading.is_alive()
 
     @property
     def model_names(self) -> list[str]:
@@ -133,10 +175,19 @@ class ModelRegistry:
                 )
             try:
                 checkpoint = self._loaders[name]()
-            except (PretrainedError, OSError, ValueError) as error:
-                self.pretrained_errors[name] = str(error)
-                log.warning("pretrained model %s could not be loaded: %s", name, error)
-                raise ValueError(f"the model '{name}' could not be loaded: {error}") from None
+            except Exception as error:  # any failure leaves the other models serving
+                reason = (
+                    str(error)
+                    if isinstance(error, PretrainedError | OSError | ValueError)
+                    else (f"{type(error).__name__}: {error}")
+                )
+                # The library names its own argument; a user of the app meets the flag.
+                reason = reason.replace(
+                    "allow_download=True", "start the app with --allow-download"
+                )
+                self.pretrained_errors[name] = reason
+                log.warning("pretrained model %s could not be loaded: %s", name, reason)
+                raise ValueError(f"the model '{name}' could not be loaded: {reason}") from None
             self.pretrained[name] = checkpoint
             return checkpoint
 
@@ -150,6 +201,7 @@ class ModelRegistry:
                     self._pretrained(name)
 
         thread = threading.Thread(target=work, daemon=True, name="preload-models")
+        self._preloading = thread
         thread.start()
         return thread
 
@@ -201,7 +253,7 @@ class ModelRegistry:
                 self._analyses.move_to_end(key)
                 return self._analyses[key][0]
         result = analyse(checkpoint.model, checkpoint.tokenizer, sentences, intervention, targets)
-        size = _attention_bytes(result.trace)
+        size = _trace_bytes(result.trace)
         with self._cache_lock:
             self._analyses[key] = (result, size)
             while (

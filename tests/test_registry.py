@@ -1,0 +1,389 @@
+"""The model registry and the app's model flags: ``python app.py --model PATH_OR_ID``
+(repeatable) and ``--allow-download``; local folders of each supported family, hub ids from a
+temporary local Hugging Face cache (offline), broken folders reported by name while the app
+keeps serving the other models; and the ZeroGPU decorator's stand-in."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import shutil
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from gradio_client import Client
+from serving import CROSS, call, leaks, serve, still_serves
+
+import app as visualiser
+from ui import demo as demo_module
+from ui import errors
+from ui.state import TRAINED_HERE, ModelRegistry
+
+transformers = pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parents[1]
+KIND = {
+    "bert": "encoder self-attention",
+    "gpt2": "decoder masked self-attention",
+    "marian": CROSS,
+}
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _wait_for_preload(registry: ModelRegistry, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while registry.preloading and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not registry.preloading, "background loading did not finish"
+
+
+# -- the command line --------------------------------------------------------------------------
+
+
+def test_model_flags_reach_the_registry(monkeypatch, hf_models):
+    built = {}
+
+    events = []
+
+    class FakeDemo:
+        def launch(self, **kwargs):
+            assert kwargs["prevent_thread_lock"] is True  # main goes on to start the preload
+            events.append("launch")
+
+        def block_thread(self):
+            events.append("serve")
+
+    def fake_build(device, models, allow_download, preload):
+        built.update(device=device, models=list(models), allow_download=allow_download)
+        assert preload is False  # weights are read once the page is served, not during start-up
+        return FakeDemo()
+
+    monkeypatch.setattr(visualiser, "build_demo", fake_build)
+    monkeypatch.setattr(visualiser, "preload_models", lambda demo: events.append("preload"))
+    bert, gpt2 = str(hf_models["bert"]), str(hf_models["gpt2"])
+    visualiser.main(["--model", bert, "--model", gpt2])
+    assert built["models"] == [bert, gpt2] and built["allow_download"] is False
+    visualiser.main(["--model", "gpt2", "--allow-download"])
+    assert built["models"] == ["gpt2"] and built["allow_download"] is True
+    visualiser.main([])
+    assert built["models"] == [] and built["allow_download"] is False
+    assert events == ["launch", "preload", "serve"] * 3
+
+
+def test_a_space_s_server_address_is_honoured_and_loopback_is_the_default(monkeypatch):
+    launched = {}
+
+    class FakeDemo:
+        def launch(self, **kwargs):
+            launched.update(kwargs)
+
+        def block_thread(self):
+            pass
+
+    monkeypatch.setattr(visualiser, "build_demo", lambda *args, **kwargs: FakeDemo())
+    monkeypatch.setattr(visualiser, "preload_models", lambda demo: None)
+    monkeypatch.delenv("GRADIO_SERVER_NAME", raising=False)
+    monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)
+    visualiser.main([])
+    assert (launched["server_name"], launched["server_port"]) == ("127.0.0.1", 7860)
+    monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")  # what a Space sets
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "7861")
+    visualiser.main([])
+    assert (launched["server_name"], launched["server_port"]) == ("0.0.0.0", 7861)
+    visualiser.main(["--host", "127.0.0.1", "--port", "8000"])
+    assert (launched["server_name"], launched["server_port"]) == ("127.0.0.1", 8000)
+
+
+# -- local folders -----------------------------------------------------------------------------
+
+
+def test_local_folders_are_listed_by_name_and_load_lazily(hf_models):
+    registry = ModelRegistry(torch.device("cpu"), [str(p) for p in hf_models.values()])
+    names = registry.model_names
+    # Bundled first, then the shipped MiniLM and the folders (by their own name: a menu never
+    # shows this machine's paths), then the session's own model.
+    assert names[:3] == ["translate", "reverse", "continue"] and names[-1] == TRAINED_HERE
+    assert [n for n in names if n in hf_models] == ["bert", "gpt2", "marian"]
+    assert not registry.pretrained  # nothing read yet: listed at once, loaded on first use
+    for family in hf_models:
+        checkpoint = registry.checkpoint(family, None)
+        assert checkpoint.info["family"] == family
+        assert registry.is_shared(family, checkpoint)
+        assert registry.checkpoint(family, None) is checkpoint  # read once
+
+
+def test_two_folders_with_the_same_name_get_distinct_menu_names(tmp_path, hf_models):
+    twin = tmp_path / "elsewhere" / "bert"
+    shutil.copytree(hf_models["bert"], twin)
+    registry = ModelRegistry(torch.device("cpu"), [str(hf_models["bert"]), str(twin)])
+    assert "bert" in registry.model_names and "bert (2)" in registry.model_names
+    assert registry.sources["bert (2)"] == str(twin)
+    assert registry.checkpoint("bert (2)", None).path == twin
+
+
+def test_a_local_bert_attends_as_transformers_does(hf_models):
+    """The folder's model, through the registry's cached analysis, gives the attention
+    probabilities of ``transformers``' own BertModel on the same tokens."""
+    registry = ModelRegistry(torch.device("cpu"), [str(hf_models["bert"])])
+    checkpoint = registry.checkpoint("bert", None)
+    analysis = registry.analysis("bert", checkpoint, ["the cat sat w9 w20"])
+    vocab = (hf_models["bert"] / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    ids = torch.tensor([[vocab.index(piece) for piece in analysis.source_pieces[0]]])
+    assert ids.shape[1] >= 5
+    reference = transformers.BertModel.from_pretrained(
+        hf_models["bert"], attn_implementation="eager"
+    ).eval()
+    with torch.no_grad():
+        theirs = reference(ids, output_attentions=True).attentions
+    ours = analysis.trace.attention_records("encoder_self")
+    assert len(ours) == len(theirs) == 2
+    for layer, (record, expected) in enumerate(zip(ours, theirs, strict=True)):
+        difference = (record.weights - expected).abs().max().item()
+        assert difference < 1e-5, f"layer {layer}: {difference:.2e}"
+
+
+def test_the_app_serves_every_family_from_model_flags(hf_models):
+    with serve(models=tuple(str(p) for p in hf_models.values())) as (_demo, url):
+        client = Client(url, verbose=False)
+        for family, kind in KIND.items():
+            ok, result = call(client, "/model_info", family)
+            assert ok, (family, result)
+            _summary, _parameters, config = result
+            rows = {row[0]: row[1] for row in config["data"]}
+            architecture = {
+                "bert": "encoder-only",
+                "gpt2": "decoder-only",
+                "marian": "encoder-decoder",
+            }[family]
+            assert rows["architecture"] == architecture, rows
+            assert (rows["d_model"], rows["n_heads"]) == ("32", "4"), rows
+            ok, result = call(client, "/attention", "the cat sat", family, kind, 1, 1, 1, [], False)
+            assert ok, (family, result)
+        still_serves(client)
+
+
+# -- hub ids through a local Hugging Face cache ------------------------------------------------
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch, hf_models):
+    """A Hugging Face cache in ``tmp_path`` holding ``tiny/gpt2`` as huggingface_hub lays a
+    downloaded snapshot out; the hub is offline."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    repo = cache / "models--tiny--gpt2"
+    snapshot = repo / "snapshots" / COMMIT
+    shutil.copytree(hf_models["gpt2"], snapshot)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(COMMIT)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return cache
+
+
+def test_a_hub_id_resolves_from_the_local_cache(hub_cache):
+    registry = ModelRegistry(torch.device("cpu"), ["tiny/gpt2"])
+    assert "tiny/gpt2" in registry.model_names
+    checkpoint = registry.checkpoint("tiny/gpt2", None)
+    assert checkpoint.info["family"] == "gpt2" and checkpoint.info["source"] == "tiny/gpt2"
+    assert (
+        checkpoint.path.resolve()
+        == (hub_cache / "models--tiny--gpt2" / "snapshots" / COMMIT).resolve()
+    )
+
+
+def test_an_uncached_hub_id_says_how_to_download(hub_cache):
+    registry = ModelRegistry(torch.device("cpu"), ["nobody/not-cached"])
+    with pytest.raises(ValueError) as caught:
+        registry.checkpoint("nobody/not-cached", None)
+    message = str(caught.value)
+    assert "nobody/not-cached" in message and "local Hugging Face cache" in message
+    assert "--allow-download" in message and "allow_download=True" not in message
+    assert "--allow-download" in registry.errors["nobody/not-cached"]
+    assert not any((hub_cache / "models--nobody--not-cached").glob("snapshots/*/*"))
+
+
+# -- broken folders ----------------------------------------------------------------------------
+
+
+def _broken(tmp_path: Path, hf_models: dict[str, Path]) -> dict[str, tuple[Path, str]]:
+    """Broken model folders, each with a fragment the message must hold."""
+    wrong = shutil.copytree(hf_models["bert"], tmp_path / "wrong-type")
+    config = (
+        (wrong / "config.json").read_text().replace('"model_type": "bert"', '"model_type": "llama"')
+    )
+    (wrong / "config.json").write_text(config)
+    pickled = shutil.copytree(hf_models["bert"], tmp_path / "pickled")
+    (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")
+    corrupted = shutil.copytree(hf_models["gpt2"], tmp_path / "corrupted")
+    weights = corrupted / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:500])
+    return {
+        "wrong-type": (wrong, "model_type='llama'"),
+        "pickled": (pickled, "pytorch_model.bin"),
+        "corrupted": (corrupted, "model.safetensors"),
+        "absent": (tmp_path / "no-such-folder", "does not exist"),
+    }
+
+
+def test_broken_folders_are_reported_by_name_and_the_app_serves_the_rest(tmp_path, hf_models):
+    broken = _broken(tmp_path, hf_models)
+    specs = [str(path) for path, _ in broken.values()] + [str(hf_models["bert"])]
+    with serve(models=tuple(specs)) as (demo, url):
+        registry = next(
+            fn.fn.args[0]
+            for fn in demo.fns.values()
+            if isinstance(fn.fn, functools.partial) and isinstance(fn.fn.args[0], ModelRegistry)
+        )
+        _wait_for_preload(registry)
+        client = Client(url, verbose=False)
+        assert set(registry.pretrained_errors) == {
+            "wrong-type",
+            "pickled",
+            "corrupted",
+            "no-such-folder",
+        }
+        for name, (path, fragment) in broken.items():
+            menu_name = path.name
+            ok, message = call(client, "/model_info", menu_name)
+            assert not ok and fragment in message and menu_name in message, (name, message)
+            assert not leaks(message) and str(tmp_path) not in message, message
+            still_serves(client)
+        assert "llama" in registry.pretrained_errors["wrong-type"]
+        assert "BERT" in registry.pretrained_errors["wrong-type"]  # names the supported families
+        # The page lists them like a broken bundled model, without this machine's paths.
+        status = demo_module.model_status(registry)
+        for path, fragment in broken.values():
+            assert f"model **{path.name}** unavailable" in status and fragment in status
+        assert str(tmp_path) not in status
+        # The good folder and the bundled models still work.
+        ok, result = call(client, "/attention", "the cat", "bert", KIND["bert"], 1, 1, 1, [], False)
+        assert ok, result
+        ok, result = call(client, "/attention", "the cat", "translate", CROSS, 1, 1, 1, [], False)
+        assert ok, result
+
+
+def test_the_page_status_follows_background_loading(tmp_path, hf_models):
+    broken = _broken(tmp_path, hf_models)
+    registry = ModelRegistry(torch.device("cpu"), [str(broken["wrong-type"][0])])
+    text, timer = demo_module._refresh_status(registry)
+    assert text == "" and timer.active is False  # nothing tried yet, nothing loading
+    registry.preload()
+    _wait_for_preload(registry)
+    text, timer = demo_module._refresh_status(registry)
+    assert "model **wrong-type** unavailable" in text and "llama" in text
+    assert timer.active is False  # loading is over: the page stops asking
+
+
+def test_build_demo_does_not_wait_for_pretrained_weights(monkeypatch, hf_models):
+    """Weights load in the background: build_demo returns while a load is still blocked."""
+    import threading
+
+    from transformer import pretrained
+
+    release = threading.Event()
+    original = pretrained.load_pretrained
+
+    def slow(*args, **kwargs):
+        release.wait(30)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr("ui.state.load_pretrained", slow)
+    try:
+        start = time.monotonic()
+        built = visualiser.build_demo("cpu", [str(hf_models["bert"])])
+        elapsed = time.monotonic() - start
+        assert elapsed < 25, elapsed
+        registry = next(
+            fn.fn.args[0]
+            for fn in built.fns.values()
+            if isinstance(fn.fn, functools.partial) and isinstance(fn.fn.args[0], ModelRegistry)
+        )
+        assert registry.preloading and "bert" not in registry.pretrained
+    finally:
+        release.set()
+    _wait_for_preload(registry)
+    assert "bert" in registry.pretrained
+
+
+# -- ZeroGPU -----------------------------------------------------------------------------------
+
+
+def _fresh_errors_module(monkeypatch, spaces_module):
+    """ui/errors.py imported afresh under another name, with ``spaces`` as given (None: absent)."""
+    monkeypatch.setitem(sys.modules, "spaces", spaces_module)
+    spec = importlib.util.spec_from_file_location("errors_copy", ROOT / "ui" / "errors.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_is_a_no_op_without_spaces(monkeypatch):
+    copy = _fresh_errors_module(monkeypatch, None)  # None in sys.modules: import fails
+
+    def handler(x):
+        return x + 1
+
+    assert copy.gpu(handler) is handler  # @gpu
+    assert copy.gpu(duration=120)(handler) is handler  # @gpu(duration=120)
+    assert copy.gpu()(handler) is handler  # @gpu()
+    assert errors.gpu(handler)(1) == 2  # the app's own, on this machine
+
+
+def test_gpu_is_spaces_gpu_under_zerogpu(monkeypatch):
+    calls = []
+
+    def fake_gpu(fn=None, **kwargs):
+        calls.append(kwargs)
+        mark = lambda f: types.SimpleNamespace(wrapped=f, kwargs=kwargs)  # noqa: E731
+        return mark(fn) if fn is not None else mark
+
+    copy = _fresh_errors_module(monkeypatch, types.SimpleNamespace(GPU=fake_gpu))
+
+    def handler():
+        return "ran"
+
+    assert copy.gpu(handler).wrapped is handler
+    assert copy.gpu(duration=60)(handler).kwargs == {"duration": 60}
+    assert calls == [{}, {"duration": 60}]
+
+
+# -- the analysis cache ------------------------------------------------------------------------
+
+
+def test_the_cache_counts_every_tensor_of_a_trace_and_stays_in_its_bound(monkeypatch):
+    from ui import limits
+
+    registry = ModelRegistry(torch.device("cpu"))
+    checkpoint = registry.checkpoint("translate", None)
+    first = registry.analysis("translate", checkpoint, ["the small cat sees a red ball"])
+    trace = first.trace
+    records = [
+        r
+        for kind in ("encoder_self", "decoder_self", "cross")
+        for r in trace.attention_records(kind)
+    ]
+    floor = trace.logits.nbytes + sum(r.scores.nbytes + r.weights.nbytes for r in records)
+    (size,) = [n for _, n in registry._analyses.values()]
+    assert size >= floor  # the logits count too, not only the attention maps
+    # With room for about one entry, a second analysis evicts the first.
+    monkeypatch.setattr(limits, "CACHE_BYTES", int(size * 1.5))
+    registry.analysis("translate", checkpoint, ["a big dog sleeps under the old table"])
+    assert len(registry._analyses) == 1
+    assert sum(n for _, n in registry._analyses.values()) <= limits.CACHE_BYTES
+
+
+def test_freed_memory_is_returned_on_glibc():
+    """app.py fixes glibc's mmap threshold (a no-op elsewhere): mallopt accepts it here."""
+    import platform
+
+    expected = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    assert visualiser.return_freed_memory() is expected
