@@ -157,7 +157,7 @@ def test_attention_what_if_reports_the_change(client):
         (("a b", "reverse", CROSS, 3, 1, 1), "layer must be between 1 and 2"),
         (("a b", "reverse", CROSS, 99, 1, 1), "greater than maximum"),
         # The Head slider's range is the first model's 4 heads: gradio refuses 6 itself.
-        (("a b", "reverse", CROSS, 1, 6, 1), "greater than maximum value 4"),
+        (("a b", "reverse", CROSS, 1, 6, 1), "head must be between 1 and 4"),
         (("a b", "continue", CROSS, 1, 1, 1), "has no cross-attention"),
         (
             ("a b", TRAINED_HERE, CROSS, 1, 1, 1),

@@ -84,7 +84,8 @@ def visitor(url: str, index: int, tally: Tally) -> None:
     args = [sentence, "translate", "greedy", 1.0, 0, 1.0, 3, 40, index, 1, 1, False]
     for _ in range(steps):
         stepped = request("generate_step", *args, api_name="/generate_step")
-    check(stepped is not None and f"({steps} steps)" in stepped[0], "generation state is private")
+    counted = f"({steps} step{'s' if steps > 1 else ''})"
+    check(stepped is not None and counted in stepped[0], "generation state is private")
     trained_here = [sentence, TRAINED_HERE, CROSS, 1, 1, 1, [], False]
     if index in TRAINERS:
         done = request("train", "reverse", 20, index, False, api_name="/train", stream=True)

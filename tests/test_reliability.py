@@ -467,7 +467,7 @@ def test_time_limits_bound_training_and_generation(url, monkeypatch):
     assert "Stopped at the time limit of 0 s" in updates[-1][0]
     monkeypatch.setattr(limits, "GENERATION_TIME_LIMIT_S", 0.0)
     updates = list(limited.submit(*GENERATE, api_name="/generate"))
-    assert "(1 steps)" in updates[-1][0] and "**Paused** at the time limit" in updates[-1][0]
+    assert "(1 step)" in updates[-1][0] and "**Paused** at the time limit" in updates[-1][0]
 
 
 def _fails_once(monkeypatch, module, name: str, error: Exception) -> None:

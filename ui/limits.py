@@ -18,3 +18,9 @@ QUEUE_SIZE = 64  # requests waiting at once, all events together; more are told 
 # 270 MB: scores and weights (L, B, H, T, T), logits (B, T, 30522)) is kept alone, so the
 # server's peak stays under 1.2 GB.
 CACHE_BYTES = 192 * 1024 * 1024
+# Layer and head sliders are built with these bounds, so that an API call (a new session, which
+# gradio checks against the sliders as built) may name any layer or head of any model the app
+# serves; the page narrows them to the chosen model's own when it loads, and the handlers check
+# them against the model with a message.
+MAX_LAYERS = 48
+MAX_HEADS = 64

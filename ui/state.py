@@ -205,8 +205,16 @@ class ModelRegistry:
         thread.start()
         return thread
 
+    def menu_name(self, name: str) -> str:
+        """The menu name of a model: ``name`` itself, or the name given to the ``--model``
+        folder or hub id ``name`` (so a notebook or API caller may name it as it was given)."""
+        if name in self._loaders or name in self.bundled.models:
+            return name
+        return next((menu for menu, spec in self.sources.items() if spec == name), name)
+
     def checkpoint(self, name: str, session: SessionModels | None) -> Checkpoint:
         """The model called ``name`` (``session`` holds the one trained here)."""
+        name = self.menu_name(name)
         if name == TRAINED_HERE:
             if session is None or session.trained is None:
                 raise ValueError(
@@ -226,6 +234,7 @@ class ModelRegistry:
     def is_shared(self, name: str, checkpoint: Checkpoint) -> bool:
         """Whether ``checkpoint`` is the registry's own (bundled or pretrained), whose analyses
         may be cached for everyone; a model trained in a session is that session's alone."""
+        name = self.menu_name(name)
         return (
             self.bundled.models.get(name) is checkpoint or self.pretrained.get(name) is checkpoint
         )

@@ -8,6 +8,7 @@ from transformer.analysis import (
     WHAT_IF_SWITCHES,
 )
 
+from ... import limits
 from ...state import ModelRegistry, bind
 from .handlers import _first_view, attention, controls, everything, grid
 from .view import ATTENTION_KINDS, EXAMPLE_SENTENCES, kinds_for, layers_of, sentence_count
@@ -43,13 +44,13 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
     with gr.Row():
         layer = gr.Slider(
             1,
-            max(2, n_layers),
+            limits.MAX_LAYERS,
             value=min(2, n_layers),
             step=1,
             label="Layer",
             visible=n_layers > 1,
         )
-        head = gr.Slider(1, max(2, n_heads), value=1, step=1, label="Head", visible=n_heads > 1)
+        head = gr.Slider(1, limits.MAX_HEADS, value=1, step=1, label="Head", visible=n_heads > 1)
         row = gr.Slider(1, max(2, n_rows), value=1, step=1, label="Sentence", visible=n_rows > 1)
     what_if = gr.CheckboxGroup(list(WHAT_IF_SWITCHES), label="What if… (recomputed live)")
     run = gr.Button("Show attention", variant="primary")
@@ -117,3 +118,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
     rows.load_input_event.success(refit, control_inputs, control_outputs, **private).success(
         redraw, inputs, all_outputs, **private
     )
+    # The sliders were built wide for API callers; the page shows the first model's ranges.
+    demo = gr.context.Context.root_block
+    if demo is not None:
+        demo.load(refit, control_inputs, control_outputs, **private)

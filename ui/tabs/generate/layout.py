@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from ... import limits
 from ...state import GenerationState, ModelRegistry, bind
 from .decoding import EXAMPLES, example_reference
 from .handlers import (
@@ -51,7 +52,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
         seed = gr.Number(value=0, precision=0, label="Seed")
         layer = gr.Slider(
             1,
-            max(layers, 2),
+            limits.MAX_LAYERS,
             value=1,
             step=1,
             label="Layer (attention views)",
@@ -59,7 +60,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
         )
         head = gr.Slider(
             1,
-            max(heads, 2),
+            limits.MAX_HEADS,
             value=1,
             step=1,
             label="Head (self-attention view)",
@@ -139,6 +140,8 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
     # The tab opens on its first example's first step.
     demo = gr.context.Context.root_block
     if demo is not None:
+        # The sliders were built wide for API callers; the page shows the first model's ranges.
+        demo.load(bind(model_controls, registry), [model_name, session], controls, **private)
         demo.load(live_first, inputs, outputs, **private).then(
             live_force, force_inputs, force_outputs, **private
         )
