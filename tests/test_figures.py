@@ -459,3 +459,23 @@ def test_long_difference_map_is_pooled_and_says_so():
     # Pooling is linear: the pooled change is the change of the pooled mass.
     expected = (after - before)[:2, :2].sum(-1).mean()
     assert z[0, 0] == pytest.approx(float(expected), abs=1e-5)
+
+
+def test_long_wide_embedding_maps_average_dimensions_in_blocks_and_stay_small():
+    """MiniLM at 512 tokens: five 512 × 384 maps would ship megabytes; the figure averages
+    dimensions in blocks (recomputed here) and says so, and short inputs stay exact."""
+    from transformer.figures.positional import embedding_sum_figure
+
+    rng = np.random.default_rng(0)
+    emb, pe = rng.normal(size=(512, 384)), rng.normal(size=(512, 384))
+    labels = [f"{i}:w" for i in range(512)]
+    figure = embedding_sum_figure(emb, pe, labels, scaled=False)
+    block = 384 * 512 // 65_536 + 1  # the smallest power of two that fits the budget: 4
+    assert block == 4
+    expected = emb.reshape(512, -1, block).mean(-1)
+    assert np.allclose(np.asarray(figure.data[0].z, dtype=float), expected, atol=1e-6)
+    assert "mean of 4" in figure.layout.xaxis.title.text
+    assert len(figure.to_json()) < 3_000_000
+    short = embedding_sum_figure(emb[:8], pe[:8], labels[:8], scaled=False)
+    assert np.allclose(np.asarray(short.data[0].z, dtype=float), emb[:8], atol=1e-6)
+    assert short.layout.xaxis.title.text == "dimension"

@@ -223,6 +223,10 @@ def positional_similarity_figure(
     return go.Figure(trace, layout)
 
 
+EMBEDDING_MAX_CELLS = 65_536
+"""Cells per panel of :func:`embedding_sum_figure` before dimensions are averaged in blocks."""
+
+
 def _embedding_inputs(token_embedding: Any, positional: Any) -> tuple[np.ndarray, np.ndarray]:
     emb, pe = to_numpy(token_embedding), to_numpy(positional)
     if emb.ndim != 2 or emb.shape != pe.shape:
@@ -274,6 +278,17 @@ def embedding_sum_figure(
     domains = panel_domains(len(panels), gap=0.03)
     shared = [z for name, z in panels.items() if not name.startswith("LayerNorm")]
     half = float(max(np.abs(a).max() for a in shared)) or 1.0
+    # Long inputs of wide models (MiniLM at 512 tokens: five 512 × 384 maps) would ship
+    # megabytes: past EMBEDDING_MAX_CELLS per panel, dimensions are averaged in blocks (the
+    # colour scale above stays the exact one) and the axis title says so.
+    block = 1
+    while (
+        emb.shape[0] * (emb.shape[1] // block) > EMBEDDING_MAX_CELLS
+        and emb.shape[1] % (block * 2) == 0
+    ):
+        block *= 2
+    if block > 1:
+        panels = {name: z.reshape(z.shape[0], -1, block).mean(-1) for name, z in panels.items()}
     traces, axes = [], {}
     for i, (name, z) in enumerate(panels.items()):
         suffix = "" if i == 0 else str(i + 1)
@@ -289,7 +304,7 @@ def embedding_sum_figure(
             )
         )
         axes[f"xaxis{suffix}"] = {
-            "title": {"text": "dimension"},
+            "title": {"text": "dimension" if block == 1 else f"dimensions, mean of {block}"},
             "domain": domains[i],
             "anchor": f"y{suffix}",
             "showgrid": False,
