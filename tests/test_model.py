@@ -310,3 +310,41 @@ def test_importing_the_package_does_not_load_the_toy_grammar():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_recorded_updates_are_what_each_sub_layer_adds_to_the_stream(norm):
+    model = model_for("encoder-decoder", norm=norm).eval()
+    src, tgt = ids(2, 5), ids(2, 4)
+    trace = model(src, tgt, capture=True)
+    for layer, module in zip(trace.decoder_layers, model.decoder.layers, strict=True):
+        steps = [
+            (
+                layer.input,
+                layer.self_attention_update,
+                layer.self_attention_output,
+                module.self_attention_residual.norm,
+            ),
+            (
+                layer.self_attention_output,
+                layer.cross_attention_update,
+                layer.cross_attention_output,
+                module.cross_attention_residual.norm,
+            ),
+            (
+                layer.cross_attention_output,
+                layer.feed_forward_update,
+                layer.feed_forward_output,
+                module.feed_forward_residual.norm,
+            ),
+        ]
+        for before, update, after, ln in steps:
+            summed = before + update
+            if norm == "post":  # post-LN: the norm of (stream + update), by torch.nn's formula
+                summed = torch.nn.functional.layer_norm(
+                    summed, ln.weight.shape, ln.weight, ln.bias, ln.eps
+                )
+            torch.testing.assert_close(summed, after, atol=1e-5, rtol=1e-5)
+    for layer in trace.encoder_layers:
+        assert layer.cross_attention_update is None
+        assert layer.self_attention_update.shape == layer.input.shape

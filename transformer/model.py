@@ -121,9 +121,8 @@ class EncoderLayer(nn.Module):
         )
         x = self.attention_residual(x, attended)
         after_attention = x
-        x = self.feed_forward_residual(
-            x, self.feed_forward(self.feed_forward_residual.sublayer_input(x))
-        )
+        update = self.feed_forward(self.feed_forward_residual.sublayer_input(x))
+        x = self.feed_forward_residual(x, update)
         if not capture:
             return x, None
         return x, LayerTrace(
@@ -133,6 +132,8 @@ class EncoderLayer(nn.Module):
             self_attention=_record("encoder_self", self.index, probe, mask, 0),
             self_attention_output=after_attention.detach(),
             feed_forward_output=x.detach(),
+            self_attention_update=attended.detach(),
+            feed_forward_update=update.detach(),
         )
 
 
@@ -196,9 +197,11 @@ class DecoderLayer(nn.Module):
         )
         x = self.self_attention_residual(x, attended)
         after_self = x
+        self_update = attended
 
         cross_probe = None
         after_cross = None
+        cross_update = None
         if self.cross_attention is not None:
             if memory is None and not (cache and cache.cross_attention.keys is not None):
                 raise ValueError("this decoder layer cross-attends: pass the encoder memory")
@@ -215,10 +218,10 @@ class DecoderLayer(nn.Module):
             )
             x = self.cross_attention_residual(x, attended)
             after_cross = x
+            cross_update = attended
 
-        x = self.feed_forward_residual(
-            x, self.feed_forward(self.feed_forward_residual.sublayer_input(x))
-        )
+        update = self.feed_forward(self.feed_forward_residual.sublayer_input(x))
+        x = self.feed_forward_residual(x, update)
         if not capture:
             return x, None
         return x, LayerTrace(
@@ -232,6 +235,9 @@ class DecoderLayer(nn.Module):
             cross_attention=_record("cross", self.index, cross_probe, memory_mask, position_offset),
             cross_attention_output=None if after_cross is None else after_cross.detach(),
             feed_forward_output=x.detach(),
+            self_attention_update=self_update.detach(),
+            feed_forward_update=update.detach(),
+            cross_attention_update=None if cross_update is None else cross_update.detach(),
         )
 
 

@@ -50,7 +50,9 @@ class LayerTrace:
     """One encoder or decoder layer: its attention records and each sub-layer's output.
 
     Every ``*_output`` is the ``(B, T, d_model)`` residual stream after that sub-layer (after
-    the residual add, and after the norm in post-LN).
+    the residual add, and after the norm in post-LN). Every ``*_update`` is the ``(B, T,
+    d_model)`` vector that sub-layer adds to the stream: its own output, before the residual
+    add (and before the norm in post-LN).
     """
 
     stack: Literal["encoder", "decoder"]
@@ -59,8 +61,11 @@ class LayerTrace:
     self_attention: AttentionRecord
     self_attention_output: Tensor
     feed_forward_output: Tensor
+    self_attention_update: Tensor | None = None
+    feed_forward_update: Tensor | None = None
     cross_attention: AttentionRecord | None = None
     cross_attention_output: Tensor | None = None
+    cross_attention_update: Tensor | None = None
 
     @property
     def output(self) -> Tensor:
