@@ -479,3 +479,18 @@ def test_long_wide_embedding_maps_average_dimensions_in_blocks_and_stay_small():
     short = embedding_sum_figure(emb[:8], pe[:8], labels[:8], scaled=False)
     assert np.allclose(np.asarray(short.data[0].z, dtype=float), emb[:8], atol=1e-6)
     assert short.layout.xaxis.title.text == "dimension"
+
+
+def test_grid_tick_labels_show_the_pieces_where_they_fit_and_only_there():
+    weights = np.full((3, 4, 8, 6), 1 / 6, np.float32)
+    queries = [f"{i}:question" for i in range(8)]
+    keys = [f"{i}:k" for i in range(6)]
+    small = attention_grid(weights, query_labels=queries, key_labels=keys)
+    # every head's keys under the bottom tiles, every layer's queries (cut to 9 characters)
+    assert list(small.layout.xaxis.ticktext) == keys * 4
+    assert list(small.layout.yaxis.ticktext) == [q[:8] + "…" for q in queries] * 3
+    # each tick names the column or row it sits on (the hover's category label)
+    assert [v.split(" · key ")[1] for v in small.layout.xaxis.tickvals] == keys * 4
+    big = np.full((6, 12, 40, 40), 1 / 40, np.float32)
+    crowded = attention_grid(big, key_labels=[f"{i}:k" for i in range(40)])
+    assert not crowded.layout.xaxis.showticklabels and not crowded.layout.yaxis.showticklabels

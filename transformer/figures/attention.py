@@ -560,13 +560,20 @@ def attention_grid(
         }
         for layer in range(n_layers)
     ]
+    height = height or int(min(1400, max(360, 110 + n_layers * (190 if large_font else 150))))
+    x_axis, y_axis = _grid_tick_labels(
+        x, y, keys, queries, (n_heads, n_layers), height, size, hidden
+    )
+    if y_axis.get("showticklabels"):  # query labels take the margin: the layer names go above
+        for note in layer_notes:
+            note.update(x=0, xanchor="left", y=note["y"] - (rows - 1) / 2 - 0.5, yanchor="bottom")
     layout = base_layout(
         f"{title}{notice} · grey = masked",
-        height or int(min(1400, max(360, 110 + n_layers * (190 if large_font else 150)))),
+        height,
         large_font,
         plot_bgcolor="white",
-        xaxis=hidden,
-        yaxis={**hidden, "autorange": "reversed"},
+        xaxis=x_axis,
+        yaxis={**y_axis, "autorange": "reversed"},
         coloraxis={
             "colorscale": WEIGHTS_COLORSCALE,
             "cmin": 0,
@@ -582,6 +589,51 @@ def attention_grid(
     )
     layout["margin"].update(l=80 if large_font else 60, t=105 if large_font else 80)
     return go.Figure(heatmap, layout)
+
+
+# The plot area a grid gets at the narrowest supported page (1280 px wide, minus the panel's
+# margins and colour bar): tick labels are shown only where one fits per row or column there.
+_GRID_MIN_PLOT_WIDTH = 1000
+
+
+def _grid_tick_labels(
+    x: list[str],
+    y: list[str],
+    keys: Sequence[str],
+    queries: Sequence[str],
+    tiles: tuple[int, int],
+    height: int,
+    size: int,
+    hidden: dict[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The x and y axes of a grid: every tile's key pieces under the bottom row of tiles and the
+    query pieces left of the first column, each only when a label fits in its cell (at the
+    narrowest page for x; at the figure's own height for y); otherwise hover alone names them."""
+    n_heads, n_layers = tiles
+    x_axis, y_axis = dict(hidden), dict(hidden)
+    column_px = _GRID_MIN_PLOT_WIDTH / max(1, len(x))
+    if column_px >= size * 1.2:  # rotated labels need one line height per column
+        x_axis.update(
+            showticklabels=True,
+            tickvals=[name for name in x if " · key " in name],
+            ticktext=[_short(k) for _ in range(n_heads) for k in keys],
+            tickangle=-90,
+            tickfont={"size": size - 1},
+        )
+    row_px = (height - 150) / max(1, len(y))
+    if row_px >= size * 1.1:
+        y_axis.update(
+            showticklabels=True,
+            tickvals=[name for name in y if " · query " in name],
+            ticktext=[_short(q) for _ in range(n_layers) for q in queries],
+            tickfont={"size": size - 1},
+        )
+    return x_axis, y_axis
+
+
+def _short(label: str, width: int = 9) -> str:
+    """A tick label cut to ``width`` characters (the full one is in the hover)."""
+    return label if len(label) <= width else label[: width - 1] + "…"
 
 
 def _padded_row_marks(padded: np.ndarray, n_layers: int, tile_h: int) -> list[dict[str, Any]]:
