@@ -205,3 +205,11 @@ def test_numbers_are_formatted_for_people(value, text):
 def test_plurals():
     assert training.plural(1, "snapshot") == "1 snapshot"
     assert training.plural(4, "snapshot") == "4 snapshots"
+
+
+def test_recorded_durations_read_as_minutes_and_seconds():
+    from ui.tabs.training.description import metric
+
+    assert metric("train_seconds", 883.4) == "14 min 43 s"
+    assert metric("train_seconds", 42.25) == "42.2 s"
+    assert metric("exact_match", 0.997) == "99.7%"

@@ -42,9 +42,13 @@ def human(value: Any) -> str:
 
 
 def metric(key: str, value: float) -> str:
-    """A recorded metric for people: accuracies and match rates as percentages."""
+    """A recorded metric for people: accuracies and match rates as percentages, durations in
+    minutes and seconds."""
     if ("accuracy" in key or "match" in key) and 0 <= value <= 1:
         return f"{value:.1%}".replace(".0%", "%")
+    if "seconds" in key:
+        minutes, seconds = divmod(round(value), 60)
+        return f"{minutes} min {seconds} s" if minutes else f"{value:.1f} s"
     return human(value)
 
 
@@ -129,7 +133,7 @@ def describe(name: str, checkpoint: Checkpoint, device: Any) -> str:
         f"**{count_parameters(checkpoint.model):,}** parameters. Running on **{device}**."
     )
     metrics = [
-        f"{key.replace('_', ' ')} {metric(key, value)}"
+        f"{key.replace('_', ' ').replace(' seconds', ' time')} {metric(key, value)}"
         for key, value in checkpoint.metrics.items()
         if isinstance(value, int | float) and not isinstance(value, bool) and key != "parameters"
     ]  # the nested test-sample record is for the tests
