@@ -110,9 +110,10 @@ MISTAKES: dict[str, Mistake] = {
             "003",
             "Seed 003 splits heads with `key.view(batch_size * num_heads, -1, dim_per_head)` "
             "straight from the (batch, length, d_model) projection.",
-            "A view keeps memory order, so 'head' j gets whole rows of tokens jT/h…(j+1)T/h cut "
-            "into h pieces: every head mixes pieces of a few tokens instead of seeing one slice "
-            "of every token. The correct split views (B, T, h, d_head) and then transposes.",
+            "A view keeps memory order, so the first head gets the first T/h tokens cut into h "
+            "pieces, the next head the next T/h tokens, and so on: each head mixes pieces of a "
+            "few tokens instead of seeing its slice of every token (the correct split views "
+            "(B, T, h, d_head), then transposes).",
             "more than one head",
             _several_heads,
         ),
@@ -132,9 +133,10 @@ MISTAKES: dict[str, Mistake] = {
             "004",
             "Seed 004's LayerNorm computes `x.std(dim=-1)` (unbiased, divides by n − 1) and "
             "divides by `std + eps`.",
-            "LayerNorm divides by √(biased variance + eps): the unbiased std is √(n/(n−1)) times "
-            "larger and eps outside the root guards differently, so every normalised vector is "
-            "slightly too small, and the error compounds over the layers.",
+            "LayerNorm divides by √(biased variance + eps), as the model was trained: the "
+            "unbiased std makes every normalised vector √((n−1)/n) times too small and moves "
+            "eps out of the root; with hundreds of dimensions that is a small change, which is "
+            "why such a bug can go unnoticed.",
             "",
             _always,
         ),

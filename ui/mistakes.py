@@ -20,7 +20,12 @@ from transformer.config import ModelConfig
 from transformer.figures.attention import weights_beside_figure
 from transformer.inspection import Analysis, check_sentences
 from transformer.mistakes import MISTAKES, MistakeEffect, applicable, compare_passes
-from transformer.model import CROSS_QUERIES_FROM_MEMORY, NO_INTERVENTION, Intervention
+from transformer.model import (
+    CROSS_QUERIES_FROM_MEMORY,
+    NO_INTERVENTION,
+    SPLIT_BARE_VIEW,
+    Intervention,
+)
 
 from .errors import friendly, gpu
 from .state import ModelRegistry, SessionModels, bind
@@ -106,6 +111,14 @@ def broken_pass(
     return BrokenPass(mistake, analysis=analysis, effect=effect)
 
 
+def _seeds(seed: str) -> str:
+    """``"004"`` → "seed 004"; ``"003, 004"`` → "seeds 003 and 004"."""
+    numbers = [n.strip() for n in seed.split(",")]
+    if len(numbers) == 1:
+        return f"seed {numbers[0]}"
+    return f"seeds {', '.join(numbers[:-1])} and {numbers[-1]}"
+
+
 def _changed_count(effect: MistakeEffect) -> str:
     n, total = sum(effect.changed), len(effect.changed)
     if total == 1:
@@ -119,7 +132,7 @@ def describe(result: BrokenPass, config: ModelConfig, row: int, also: str = "") 
     ``also`` names other what-ifs that were on in the same pass."""
     mistake = MISTAKES[result.mistake]
     lines = [
-        f"**Seed {mistake.seed}'s mistake: {mistake.name}.** {mistake.origin}",
+        f"**Mistake of {_seeds(mistake.seed)}: {mistake.name}.** {mistake.origin}",
         f"*Why it is wrong:* {mistake.why}",
     ]
     if result.error is not None:
@@ -149,7 +162,7 @@ def describe(result: BrokenPass, config: ModelConfig, row: int, also: str = "") 
         lines.append(
             f"**What it did here{with_also}:** largest change of any output logit "
             f"{effect.largest_change:.3f} (sentence {effect.sentence + 1}, decoder position "
-            f"{effect.position}, reading `{reads}`); {_changed_count(effect)}."
+            f"{effect.position}, input `{reads}`); {_changed_count(effect)}."
         )
         before, after = effect.predicted_before[row], effect.predicted_after[row]
         arrow = "→" if effect.changed[row] else "→ (unchanged)"
@@ -173,8 +186,12 @@ def beside(
     large: bool,
 ) -> tuple[Any, Any]:
     """One head's weights, correct beside broken, and their difference: two figures."""
-    cross_from_memory = mistake == CROSS_QUERIES_FROM_MEMORY and kind_title.startswith("Cross")
-    right = f"with “{mistake}”" + (" (rows: source positions)" if cross_from_memory else "")
+    note = ""
+    if mistake == CROSS_QUERIES_FROM_MEMORY and kind_title.startswith("Cross"):
+        note = " (rows: source positions)"
+    elif mistake == SPLIT_BARE_VIEW:
+        note = " (rows, columns: pieces of tokens)"
+    right = f"with “{mistake}”{note}"
     single = weights_beside_figure(
         correct,
         broken,
@@ -199,11 +216,13 @@ def beside(
     return single, diff
 
 
-def cannot_run(message: str, large: bool) -> tuple[Any, Any]:
-    """The two figures when the broken pass cannot run (its message in a few words)."""
-    short = "The shapes clash: the summary says why."
-    fig = figures.placeholder_figure("With the mistake: no output", short, large_font=large)
-    return fig, figures.placeholder_figure("What the mistake changed", short, large_font=large)
+def cannot_run(result: BrokenPass, large: bool) -> Any:
+    """The change panel when the broken pass cannot run: no output, and where to read why."""
+    return figures.placeholder_figure(
+        f"With “{result.mistake}”: no output",
+        "The shapes clash, so the broken pass stops here: the text above says why.",
+        large_font=large,
+    )
 
 
 @friendly
@@ -242,8 +261,11 @@ def panel(
     lines = check_sentences((sentences or "").splitlines())
     result = broken_pass(registry, name, checkpoint, lines, view.analysis, name_of)
     if result.effect is None:
-        fig, diff = cannot_run(result.error or "", large)
-        return fig, diff, describe(result, config, 0)
+        record = view.records[view.layer]
+        single = figures.scores_and_weights_figure(
+            record, 0, view.head, view.query_labels, view.key_labels, large_font=large
+        )
+        return single, cannot_run(result, large), describe(result, config, 0)
     row = result.effect.sentence
     view = attention_view(
         registry, session, sentences, name, kind, layer, head, row + 1, checkpoint

@@ -73,7 +73,10 @@ def _head_panels(
         )
     if broken is not None and broken.analysis is None:
         # The broken pass cannot run (the shapes clash): its message is what the mistake does.
-        single, diff = seed_mistakes.cannot_run(broken.error or "", large)
+        single = figures.scores_and_weights_figure(
+            record, row, view.head, q_labels, k_labels, padded_queries=padded, large_font=large
+        )
+        diff = seed_mistakes.cannot_run(broken, large)
         masks = figures.masks_figure(keys_real, q_labels, k_labels, causal=causal, large_font=large)
         summary.append(seed_mistakes.describe(broken, config, row, ", ".join(what_if)))
     elif what_if or broken is not None:
