@@ -106,6 +106,9 @@ from .analysis import (
     what_if,
 )
 
+# The seeds' mistakes as switches of the forward pass, and what each does to a model's output.
+from .mistakes import MISTAKES, Mistake, MistakeEffect, mistake_effect
+
 # Pretrained Hugging Face models (BERT, GPT-2 and Marian families) on our own Transformer.
 from .pretrained import PretrainedError, load_pretrained, load_shipped, shipped_models
 
@@ -117,6 +120,12 @@ _LAZY = {
     "snapshot_checkpoint": ".training.live",
 }
 
+__all__ += [
+    "MISTAKES",
+    "Mistake",
+    "MistakeEffect",
+    "mistake_effect",
+]
 __all__ += [
     "WHAT_IF_SWITCHES",
     "LiveTraining",

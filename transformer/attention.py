@@ -99,14 +99,28 @@ class MultiHeadAttention(nn.Module):
         self.w_o = nn.Linear(d_model, d_model)
         self.dropout = nn.Dropout(dropout)
 
-    def split_heads(self, x: Tensor) -> Tensor:
-        """``(B, T, d_model)`` → ``(B, H, T, d_head)``: view the last axis as heads, then move them."""
+    def split_heads(self, x: Tensor, bare_view: bool = False) -> Tensor:
+        """``(B, T, d_model)`` → ``(B, H, T, d_head)``: view the last axis as heads, then move them.
+
+        ``bare_view`` makes seed 003's mistake instead: ``x.view(B·H, -1, d_head)`` straight
+        from ``(B, T, d_model)``, which keeps memory order, so head j receives the pieces of
+        tokens ``jT/H … (j+1)T/H`` (a what-if; see :mod:`transformer.mistakes`).
+        """
         batch, length, _ = x.shape
+        if bare_view:
+            scrambled = x.reshape(batch * self.n_heads, -1, self.d_head)  # (B·H, T, d_head)
+            return scrambled.view(batch, self.n_heads, length, self.d_head)
         return x.view(batch, length, self.n_heads, self.d_head).transpose(1, 2)
 
-    def merge_heads(self, x: Tensor) -> Tensor:
-        """``(B, H, T, d_head)`` → ``(B, T, d_model)``: the inverse of :meth:`split_heads`."""
+    def merge_heads(self, x: Tensor, bare_view: bool = False) -> Tensor:
+        """``(B, H, T, d_head)`` → ``(B, T, d_model)``: the inverse of :meth:`split_heads`.
+
+        ``bare_view`` makes seed 003's mistake instead: a view to ``(B, T, d_model)`` without
+        the transpose, so merged row t holds H consecutive positions of one head.
+        """
         batch, _, length, _ = x.shape
+        if bare_view:
+            return x.reshape(batch, length, self.n_heads * self.d_head)
         return x.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head)
 
     def forward(
@@ -119,6 +133,10 @@ class MultiHeadAttention(nn.Module):
         capture: bool = False,
         scale_scores: bool = True,
         head_gate: Tensor | None = None,
+        scale: float | None = None,
+        bare_view_split: bool = False,
+        bare_view_merge: bool = False,
+        value: Tensor | None = None,
     ) -> tuple[Tensor, AttentionProbe | None]:
         """Attend from ``query`` positions to ``key_value`` positions.
 
@@ -132,25 +150,33 @@ class MultiHeadAttention(nn.Module):
                 otherwise run ``F.scaled_dot_product_attention`` and keep no ``(B, H, Tq, Tk)``.
             scale_scores: ``False`` drops the ``1/√d_k`` factor (a what-if for teaching).
             head_gate: ``(H,)`` multipliers of each head's output (0 switches a head off).
+            scale: the multiplier of the scores instead of ``1/√d_head`` (the seeds' mistakes
+                ``1/√d_model`` and ``√d_head``); ``scale_scores=False`` overrides it with 1.
+            bare_view_split, bare_view_merge: split / merge the heads with a bare ``view``
+                (seed 003's mistakes; see :meth:`split_heads`, :meth:`merge_heads`).
+            value: ``(B, Tk, d_model)`` to take the values from instead of ``key_value`` (seed
+                004's cross-attention reads them from the decoder); not with a cache.
 
         Returns:
             ``(B, Tq, d_model)`` output and, with ``capture``, the :class:`AttentionProbe`.
         """
-        q = self.split_heads(self.w_q(query))  # (B, H, Tq, d_head)
+        split = bare_view_split
+        q = self.split_heads(self.w_q(query), split)  # (B, H, Tq, d_head)
         if cache is not None and cache.static and cache.keys is not None:
             k, v = cache.keys, cache.values
         else:
             if key_value is None:
                 raise ValueError("key_value is required unless a filled static cache is given")
-            k = self.split_heads(self.w_k(key_value))  # (B, H, Tk, d_head)
-            v = self.split_heads(self.w_v(key_value))
+            k = self.split_heads(self.w_k(key_value), split)  # (B, H, Tk, d_head)
+            v = self.split_heads(self.w_v(key_value if value is None else value), split)
             if cache is not None:
                 if not cache.static and cache.keys is not None:
                     k = torch.cat([cache.keys, k], dim=2)
                     v = torch.cat([cache.values, v], dim=2)
                 cache.keys, cache.values = k, v
 
-        scale = None if scale_scores else 1.0
+        if not scale_scores:
+            scale = 1.0
         probe = None
         if capture:
             out, probe = scaled_dot_product_attention(q, k, v, mask, scale, self.dropout)
@@ -165,4 +191,4 @@ class MultiHeadAttention(nn.Module):
             )
         if head_gate is not None:
             out = out * head_gate.view(1, -1, 1, 1)
-        return self.w_o(self.merge_heads(out)), probe
+        return self.w_o(self.merge_heads(out, bare_view_merge)), probe

@@ -35,14 +35,19 @@ class TokenEmbedding(nn.Module):
 
 
 def sinusoidal_table(
-    max_len: int, d_model: int, base: float = 10000.0, layout: str = "interleaved"
+    max_len: int,
+    d_model: int,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+    cos_first: bool = False,
 ) -> Tensor:
     """The sinusoidal positional-encoding table.
 
     ``PE[pos, 2i] = sin(pos / base^(2i/d_model))`` and ``PE[pos, 2i+1] = cos(pos / base^(2i/d_model))``
     with ``layout="interleaved"`` (the paper). ``layout="halves"`` holds the same values with
     every sine first, then every cosine: ``PE[pos, i] = sin(...)``, ``PE[pos, d/2 + i] = cos(...)``
-    (Marian, from the XLM code).
+    (Marian, from the XLM code). ``cos_first`` puts each cos where its sin belongs and the
+    reverse (seed 004's mistake, a what-if).
 
     Returns:
         ``(max_len, d_model)`` float32 (float64 arithmetic, so large positions stay accurate).
@@ -52,13 +57,16 @@ def sinusoidal_table(
     position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model/2,)
     angle = position / base ** (two_i / d_model)  # (max_len, d_model/2)
+    first, second = torch.sin(angle), torch.cos(angle)
+    if cos_first:
+        first, second = second, first
     if layout == "halves":
-        return torch.cat([torch.sin(angle), torch.cos(angle)], dim=1).float()
+        return torch.cat([first, second], dim=1).float()
     if layout != "interleaved":
         raise ValueError(f"layout must be 'interleaved' or 'halves', got {layout!r}")
     table = torch.empty(max_len, d_model, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(angle)
-    table[:, 1::2] = torch.cos(angle)
+    table[:, 0::2] = first
+    table[:, 1::2] = second
     return table.float()
 
 
@@ -70,6 +78,7 @@ class SinusoidalPositionalEncoding(nn.Module):
     ) -> None:
         super().__init__()
         self.max_len = max_len
+        self.layout = layout
         # persistent=False: derived from the config, so checkpoints need not store it.
         table = sinusoidal_table(max_len, d_model, base, layout)
         self.register_buffer("table", table, persistent=False)
@@ -78,6 +87,15 @@ class SinusoidalPositionalEncoding(nn.Module):
         """Encodings of positions ``offset .. offset+length-1`` as ``(length, d_model)``."""
         _check_length(length, offset, self.max_len)
         return self.table[offset : offset + length]
+
+    def swapped_base_1000(self, length: int, offset: int = 0) -> Tensor:
+        """Seed 004's table for positions ``offset .. offset+length-1``, ``(length, d_model)``:
+        cos where sin belongs and the reverse, with base 1000 instead of 10000 (a what-if;
+        see :mod:`transformer.mistakes`). Computed on demand: nothing is kept."""
+        _check_length(length, offset, self.max_len)
+        d_model = self.table.size(1)
+        table = sinusoidal_table(offset + length, d_model, 1000.0, self.layout, cos_first=True)
+        return table[offset:].to(self.table.device)
 
 
 class LearnedPositionalEmbedding(nn.Module):

@@ -7,8 +7,10 @@ an encoder to attend to.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 import torch
 from torch import Tensor, nn
@@ -19,6 +21,47 @@ from .embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from .layers import LayerNorm, PositionwiseFeedForward
 from .masks import causal_mask, combine_masks, padding_mask
 from .trace import AttentionKind, AttentionRecord, LayerTrace, StackInput, Trace
+
+# The seeds' mistakes, by the short name a learner reads: the switches of
+# ``Intervention.mistakes``. :mod:`transformer.mistakes` says where each came from and why it
+# is wrong, which models it applies to, and compares a broken pass with the correct one.
+SINUSOID_SWAPPED = "sin and cos swapped, base 1000"
+SCORES_OVER_D_MODEL = "scores ÷ √d_model"
+SCORES_TIMES_D_HEAD = "scores × √d_head"
+SPLIT_BARE_VIEW = "heads split with a bare view"
+MERGE_BARE_VIEW = "heads merged with a bare view"
+LAYER_NORM_STD_EPS = "LayerNorm: unbiased std + eps"
+CROSS_QUERIES_FROM_MEMORY = "cross-attention queries from the memory"
+MASK_INVERTED = "mask polarity inverted"
+SEED_MISTAKES: tuple[str, ...] = (
+    SINUSOID_SWAPPED,
+    SCORES_OVER_D_MODEL,
+    SCORES_TIMES_D_HEAD,
+    SPLIT_BARE_VIEW,
+    MERGE_BARE_VIEW,
+    LAYER_NORM_STD_EPS,
+    CROSS_QUERIES_FROM_MEMORY,
+    MASK_INVERTED,
+)
+
+
+def check_mistake_names(names: Iterable[str]) -> None:
+    """``ValueError`` naming the valid mistakes if any of ``names`` is not one of them."""
+    unknown = sorted(set(names) - set(SEED_MISTAKES))
+    if unknown:
+        raise ValueError(f"unknown mistake {unknown}; choose from {list(SEED_MISTAKES)}")
+
+
+def cross_shape_error(n_source: int, n_target: int) -> ValueError:
+    """The error of :data:`CROSS_QUERIES_FROM_MEMORY` when source and target lengths differ."""
+    return ValueError(
+        f"cross-attention with queries from the memory (seed 004's cross_attn(q=memory, "
+        f"k=memory, v=x)) cannot run here: its weights are source × source ({n_source} × "
+        f"{n_source}) but the values v = x have {n_target} target rows, so weights · v does not "
+        f"multiply, and its output, one row per source position, could not be added to the "
+        f"{n_target} target positions anyway. It runs, silently wrong, only when source and "
+        f"target are equally long."
+    )
 
 
 @dataclass(frozen=True)
@@ -31,6 +74,12 @@ class Intervention:
         scale_scores: ``False`` drops the ``1/√d_k`` scaling of attention scores.
         positional_encoding: ``False`` adds no positional information (word order is lost).
         zero_heads: ``(kind, layer, head)`` triples whose output is switched off.
+        mistakes: names of the seeds' mistakes to make (:data:`SEED_MISTAKES`, described in
+            :mod:`transformer.mistakes`); an unknown name is a ``ValueError``. A mistake that
+            does not apply to a model (sin/cos on learned positions, cross-attention without
+            an encoder) changes nothing there. With a key/value cache the shape-dependent ones
+            (bare views, inverted masks) act on each step's few positions, so incremental
+            decoding differs from one full pass: the seeds had no cache.
     """
 
     causal_mask: bool = True
@@ -38,6 +87,36 @@ class Intervention:
     scale_scores: bool = True
     positional_encoding: bool = True
     zero_heads: frozenset[tuple[AttentionKind, int, int]] = frozenset()
+    mistakes: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        mistakes = self.mistakes
+        if isinstance(mistakes, str):  # one name given bare: not its characters
+            mistakes = (mistakes,)
+        if not isinstance(mistakes, frozenset):
+            object.__setattr__(self, "mistakes", frozenset(mistakes))
+        check_mistake_names(self.mistakes)
+
+    def attention_options(self, attention: MultiHeadAttention) -> dict[str, Any]:
+        """The keyword arguments of :meth:`MultiHeadAttention.forward` these switches ask for
+        (only ``scale_scores`` when no mistake is on)."""
+        options: dict[str, Any] = {"scale_scores": self.scale_scores}
+        mistakes = self.mistakes
+        if mistakes:
+            over_d_model = SCORES_OVER_D_MODEL in mistakes
+            width = attention.n_heads * attention.d_head if over_d_model else attention.d_head
+            if over_d_model or SCORES_TIMES_D_HEAD in mistakes:
+                # ÷ √d_model replaces the width, × √d_head the division; both: × √d_model.
+                root = math.sqrt(width)
+                options["scale"] = root if SCORES_TIMES_D_HEAD in mistakes else 1.0 / root
+            options["bare_view_split"] = SPLIT_BARE_VIEW in mistakes
+            options["bare_view_merge"] = MERGE_BARE_VIEW in mistakes
+        return options
+
+    @property
+    def norm_mistake(self) -> bool:
+        """Whether every LayerNorm uses seed 004's formula."""
+        return LAYER_NORM_STD_EPS in self.mistakes
 
     def head_gate(
         self, kind: AttentionKind, layer: int, n_heads: int, like: Tensor
@@ -63,14 +142,19 @@ class _Residual(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.pre_norm = config.norm == "pre"
 
-    def sublayer_input(self, x: Tensor) -> Tensor:
-        """What the sub-layer reads: ``LayerNorm(x)`` in pre-LN, ``x`` itself in post-LN."""
-        return self.norm(x) if self.pre_norm else x
+    def sublayer_input(self, x: Tensor, norm_mistake: bool = False) -> Tensor:
+        """What the sub-layer reads: ``LayerNorm(x)`` in pre-LN, ``x`` itself in post-LN.
+        ``norm_mistake``: the norm uses seed 004's formula (see :class:`LayerNorm`)."""
+        if not self.pre_norm:
+            return x
+        return self.norm(x, unbiased_std_plus_eps=True) if norm_mistake else self.norm(x)
 
-    def forward(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
+    def forward(self, x: Tensor, sublayer_output: Tensor, norm_mistake: bool = False) -> Tensor:
         """Post-LN: ``LayerNorm(x + Dropout(sublayer))``; pre-LN: ``x + Dropout(sublayer)``."""
         x = x + self.dropout(sublayer_output)
-        return x if self.pre_norm else self.norm(x)
+        if self.pre_norm:
+            return x
+        return self.norm(x, unbiased_std_plus_eps=True) if norm_mistake else self.norm(x)
 
 
 def _record(
@@ -114,15 +198,21 @@ class EncoderLayer(nn.Module):
     ) -> tuple[Tensor, LayerTrace | None]:
         """``(B, T, d_model)`` → ``(B, T, d_model)``; ``mask`` broadcasts to ``(B, H, T, T)``."""
         x_in = x
-        h = self.attention_residual.sublayer_input(x)
+        norm_mistake = intervention.norm_mistake
+        h = self.attention_residual.sublayer_input(x, norm_mistake)
         gate = intervention.head_gate("encoder_self", self.index, self.self_attention.n_heads, h)
         attended, probe = self.self_attention(
-            h, h, mask, capture=capture, scale_scores=intervention.scale_scores, head_gate=gate
+            h,
+            h,
+            mask,
+            capture=capture,
+            head_gate=gate,
+            **intervention.attention_options(self.self_attention),
         )
-        x = self.attention_residual(x, attended)
+        x = self.attention_residual(x, attended, norm_mistake)
         after_attention = x
-        update = self.feed_forward(self.feed_forward_residual.sublayer_input(x))
-        x = self.feed_forward_residual(x, update)
+        update = self.feed_forward(self.feed_forward_residual.sublayer_input(x, norm_mistake))
+        x = self.feed_forward_residual(x, update, norm_mistake)
         if not capture:
             return x, None
         return x, LayerTrace(
@@ -183,8 +273,8 @@ class DecoderLayer(nn.Module):
         ``memory_mask`` broadcasts to ``(B, H, Tq, Ts)`` (source padding).
         """
         x_in = x
-        scale = intervention.scale_scores
-        h = self.self_attention_residual.sublayer_input(x)
+        norm_mistake = intervention.norm_mistake
+        h = self.self_attention_residual.sublayer_input(x, norm_mistake)
         gate = intervention.head_gate("decoder_self", self.index, self.self_attention.n_heads, h)
         attended, self_probe = self.self_attention(
             h,
@@ -192,10 +282,10 @@ class DecoderLayer(nn.Module):
             self_mask,
             cache.self_attention if cache else None,
             capture=capture,
-            scale_scores=scale,
             head_gate=gate,
+            **intervention.attention_options(self.self_attention),
         )
-        x = self.self_attention_residual(x, attended)
+        x = self.self_attention_residual(x, attended, norm_mistake)
         after_self = x
         self_update = attended
 
@@ -205,23 +295,44 @@ class DecoderLayer(nn.Module):
         if self.cross_attention is not None:
             if memory is None and not (cache and cache.cross_attention.keys is not None):
                 raise ValueError("this decoder layer cross-attends: pass the encoder memory")
-            h = self.cross_attention_residual.sublayer_input(x)
+            h = self.cross_attention_residual.sublayer_input(x, norm_mistake)
             gate = intervention.head_gate("cross", self.index, self.cross_attention.n_heads, h)
-            attended, cross_probe = self.cross_attention(
-                h,
-                memory,
-                memory_mask,
-                cache.cross_attention if cache else None,
-                capture=capture,
-                scale_scores=scale,
-                head_gate=gate,
-            )
-            x = self.cross_attention_residual(x, attended)
+            options = intervention.attention_options(self.cross_attention)
+            if CROSS_QUERIES_FROM_MEMORY in intervention.mistakes:
+                # Seed 004: cross_attn(q=memory, k=memory, v=x). Its weights are (Ts x Ts)
+                # and read Ts rows of values from x: only equal lengths multiply.
+                if memory is None:
+                    raise ValueError(
+                        "cross-attention with queries from the memory needs the memory itself "
+                        "(it cannot run from a key/value cache)"
+                    )
+                if memory.size(1) != h.size(1):
+                    raise cross_shape_error(memory.size(1), h.size(1))
+                attended, cross_probe = self.cross_attention(
+                    memory,
+                    memory,
+                    memory_mask,
+                    capture=capture,
+                    head_gate=gate,
+                    value=h,
+                    **options,
+                )
+            else:
+                attended, cross_probe = self.cross_attention(
+                    h,
+                    memory,
+                    memory_mask,
+                    cache.cross_attention if cache else None,
+                    capture=capture,
+                    head_gate=gate,
+                    **options,
+                )
+            x = self.cross_attention_residual(x, attended, norm_mistake)
             after_cross = x
             cross_update = attended
 
-        update = self.feed_forward(self.feed_forward_residual.sublayer_input(x))
-        x = self.feed_forward_residual(x, update)
+        update = self.feed_forward(self.feed_forward_residual.sublayer_input(x, norm_mistake))
+        x = self.feed_forward_residual(x, update, norm_mistake)
         if not capture:
             return x, None
         return x, LayerTrace(
@@ -265,7 +376,7 @@ class Encoder(nn.Module):
             if trace is not None:
                 traces.append(trace)
         if self.final_norm is not None:
-            x = self.final_norm(x)
+            x = _norm(self.final_norm, x, intervention)
         return x, traces
 
 
@@ -307,8 +418,20 @@ class Decoder(nn.Module):
             if trace is not None:
                 traces.append(trace)
         if self.final_norm is not None:
-            x = self.final_norm(x)
+            x = _norm(self.final_norm, x, intervention)
         return x, traces
+
+
+def _norm(norm: LayerNorm, x: Tensor, intervention: Intervention) -> Tensor:
+    """``norm(x)``, with seed 004's formula when the intervention asks for it."""
+    return norm(x, unbiased_std_plus_eps=True) if intervention.norm_mistake else norm(x)
+
+
+def _inverted(mask: Tensor | None, shape: tuple[int, ...], device: torch.device) -> Tensor:
+    """``mask`` with its polarity inverted (``None``, nothing masked, becomes all masked)."""
+    if mask is None:
+        return torch.zeros(shape, dtype=torch.bool, device=device)
+    return ~mask
 
 
 @dataclass
@@ -482,7 +605,12 @@ class Transformer(nn.Module):
         if check_ids:
             _check_token_ids(tokens, embedding.lookup.num_embeddings)
         token_vectors = embedding(tokens)  # (B, T, d_model)
-        pe = positional(tokens.size(1), offset)  # (T, d_model)
+        if SINUSOID_SWAPPED in intervention.mistakes and isinstance(
+            positional, SinusoidalPositionalEncoding
+        ):
+            pe = positional.swapped_base_1000(tokens.size(1), offset)  # seed 004's table
+        else:
+            pe = positional(tokens.size(1), offset)  # (T, d_model)
         if not intervention.positional_encoding:
             pe = torch.zeros_like(pe)
         x = token_vectors + pe
@@ -505,7 +633,7 @@ class Transformer(nn.Module):
         elif token_types is not None:
             raise ValueError("this model has no token-type embeddings: leave token_types out")
         if norm is not None:
-            x = norm(x)
+            x = _norm(norm, x, intervention)
         x = self.embedding_dropout(x)
         record = None
         if capture:
@@ -545,6 +673,8 @@ class Transformer(nn.Module):
             token_types,
         )
         mask = padding_mask(src, self.config.pad_id) if intervention.padding_mask else None
+        if MASK_INVERTED in intervention.mistakes:
+            mask = _inverted(mask, (src.size(0), 1, 1, src.size(1)), src.device)
         memory, layers = self.encoder(x, mask, capture, intervention)
         return Encoded(memory=memory, mask=mask, input=record, layers=layers)
 
@@ -603,6 +733,9 @@ class Transformer(nn.Module):
             if intervention.padding_mask and self.config.mask_target_padding
             else None,
         )
+        if MASK_INVERTED in intervention.mistakes:
+            # The cross-attention mask is encode()'s, inverted there.
+            self_mask = _inverted(self_mask, (tgt.size(0), 1, n_queries, n_keys), tgt.device)
         memory = encoded.memory if encoded is not None else None
         memory_mask = encoded.mask if encoded is not None else None
         hidden, layers = self.decoder(

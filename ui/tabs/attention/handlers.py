@@ -77,13 +77,14 @@ def attention(
     what_if: list[str] | None,
     large: bool,
     session: SessionModels,
+    mistake: str | None = None,
 ) -> tuple[Any, Any, Any, str]:
-    """The ``/attention`` endpoint: one head (scores beside weights; with a what-if, the
-    original weights beside the changed ones), the masks, the what-if change of that head's
-    weights and a summary."""
+    """The ``/attention`` endpoint: one head (scores beside weights; with a what-if or one of
+    the seeds' mistakes, the original weights beside the changed ones), the masks, the change of
+    that head's weights and a summary."""
     view = attention_view(registry, session, sentences, name, kind, layer, head, row)
     checkpoint = registry.checkpoint(name, session)
-    return _head_panels(registry, view, checkpoint, name, sentences, what_if or [], large)
+    return _head_panels(registry, view, checkpoint, name, sentences, what_if or [], large, mistake)
 
 
 @friendly
@@ -99,11 +100,14 @@ def everything(
     what_if: list[str] | None,
     large: bool,
     session: SessionModels,
+    mistake: str | None = None,
 ) -> tuple[Any, Any, Any, str, Any]:
     """Every panel of the tab from one cached analysis: what each control redraws."""
     view = attention_view(registry, session, sentences, name, kind, layer, head, row)
     checkpoint = registry.checkpoint(name, session)
-    panels = _head_panels(registry, view, checkpoint, name, sentences, what_if or [], large)
+    panels = _head_panels(
+        registry, view, checkpoint, name, sentences, what_if or [], large, mistake
+    )
     return (*panels, _grid(view, large))
 
 

@@ -9,6 +9,7 @@ from transformer.analysis import (
 )
 
 from ... import limits
+from ... import mistakes as seed_mistakes
 from ...state import ModelRegistry, bind
 from .handlers import _first_view, attention, controls, everything, grid
 from .view import ATTENTION_KINDS, EXAMPLE_SENTENCES, kinds_for, layers_of, sentence_count
@@ -52,7 +53,9 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
         )
         head = gr.Slider(1, limits.MAX_HEADS, value=1, step=1, label="Head", visible=n_heads > 1)
         row = gr.Slider(1, max(2, n_rows), value=1, step=1, label="Sentence", visible=n_rows > 1)
-    what_if = gr.CheckboxGroup(list(WHAT_IF_SWITCHES), label="What if… (recomputed live)")
+    with gr.Row():
+        what_if = gr.CheckboxGroup(list(WHAT_IF_SWITCHES), label="What if… (recomputed live)")
+        mistake = seed_mistakes.control(first_config)
     run = gr.Button("Show attention", variant="primary")
     summary = gr.Markdown(first[3])
     single = gr.Plot(
@@ -65,7 +68,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
     )
 
     handler = bind(attention, registry)
-    inputs = [sentences, model_name, kind, layer, head, row, what_if, large, session]
+    inputs = [sentences, model_name, kind, layer, head, row, what_if, large, session, mistake]
     outputs = [single, masks, diff, summary]
     grid_inputs = [sentences, model_name, kind, row, large, session]
     # The head view comes first; the grid follows from the same cached trace.
@@ -82,16 +85,20 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
     private = {"api_visibility": "private"}
 
     refit = bind(controls, registry)
-    for trigger in (model_name.input, kind.input):
-        trigger(refit, control_inputs, control_outputs, **private).success(
-            redraw, inputs, all_outputs, **private
-        )
+    kind.input(refit, control_inputs, control_outputs, **private).success(
+        redraw, inputs, all_outputs, **private
+    )
+    # A new model also offers only the seeds' mistakes that apply to it.
+    model_name.input(refit, control_inputs, control_outputs, **private).success(
+        bind(seed_mistakes.choices, registry), [model_name, mistake, session], [mistake], **private
+    ).success(redraw, inputs, all_outputs, **private)
     sentences.input(
         refit, control_inputs, control_outputs, trigger_mode="always_last", **private
     ).success(redraw, inputs, all_outputs, **private)
     for slider in (layer, head, row):
         slider.release(redraw, inputs, all_outputs, **private)
     what_if.input(redraw, inputs, all_outputs, **private)
+    mistake.input(redraw, inputs, all_outputs, **private)
     large.change(redraw, inputs, all_outputs, **private)
 
     examples = [
@@ -116,8 +123,8 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
         label="Examples for a lecture (click one to show it)",
     )
     rows.load_input_event.success(refit, control_inputs, control_outputs, **private).success(
-        redraw, inputs, all_outputs, **private
-    )
+        bind(seed_mistakes.choices, registry), [model_name, mistake, session], [mistake], **private
+    ).success(redraw, inputs, all_outputs, **private)
     # The sliders were built wide for API callers; the page shows the first model's ranges.
     demo = gr.context.Context.root_block
     if demo is not None:

@@ -14,7 +14,10 @@ from transformer.analysis import what_if as what_if_intervention
 from transformer.checkpoint import Checkpoint
 from transformer.figures.attention import PAD_ROW_MARK, weights_beside_figure
 from transformer.inspection import check_sentences
+from transformer.mistakes import MISTAKES
+from transformer.model import NO_INTERVENTION
 
+from ... import mistakes as seed_mistakes
 from ...state import ModelRegistry
 from .view import AttentionView, _describe, _plural, padded_query_rows
 
@@ -27,8 +30,10 @@ def _head_panels(
     sentences: str,
     what_if: list[str],
     large: bool,
+    mistake: str | None = None,
 ) -> tuple[Any, Any, Any, str]:
-    """The head view, the masks, the what-if difference and the summary of one view."""
+    """The head view, the masks, the what-if difference and the summary of one view; with one
+    of the seeds' ``mistake``, the broken pass is the changed one (with any what-if on too)."""
     config = checkpoint.config
     analysis, record, row = view.analysis, view.records[view.layer], view.row
     trace = analysis.trace
@@ -49,11 +54,39 @@ def _head_panels(
                 f"⚠️ Sentence {number}: this model cannot read {listed}: "
                 f"{'it reads' if len(unknown) == 1 else 'each reads'} as [UNK]."
             )
-    if what_if:
-        intervention = what_if_intervention(what_if, head=(view.kind, view.layer, view.head))
-        # The same decoder input as the plain pass, so the two are comparable position by position.
-        targets = trace.target.tokens if (config.has_encoder and config.has_decoder) else None
-        changed = registry.analysis(name, checkpoint, lines, intervention, targets)
+    mistake = seed_mistakes.chosen(mistake)
+    if mistake is not None and not MISTAKES[mistake].applies(config):
+        summary.append(
+            f"“{mistake}” does not apply to this {config.architecture} model (it needs "
+            f"{MISTAKES[mistake].requires}): choose another of the seeds' mistakes."
+        )
+        mistake = None
+    broken = None
+    if mistake is not None:
+        base = (
+            what_if_intervention(what_if, head=(view.kind, view.layer, view.head))
+            if what_if
+            else NO_INTERVENTION
+        )
+        broken = seed_mistakes.broken_pass(
+            registry, name, checkpoint, lines, analysis, mistake, base
+        )
+    if broken is not None and broken.analysis is None:
+        # The broken pass cannot run (the shapes clash): its message is what the mistake does.
+        single = figures.scores_and_weights_figure(
+            record, row, view.head, q_labels, k_labels, padded_queries=padded, large_font=large
+        )
+        diff = seed_mistakes.cannot_run(broken, large)
+        masks = figures.masks_figure(keys_real, q_labels, k_labels, causal=causal, large_font=large)
+        summary.append(seed_mistakes.describe(broken, config, row, ", ".join(what_if)))
+    elif what_if or broken is not None:
+        if broken is not None:
+            changed = broken.analysis
+        else:
+            intervention = what_if_intervention(what_if, head=(view.kind, view.layer, view.head))
+            # The same decoder input as the plain pass, so the two compare position by position.
+            targets = trace.target.tokens if (config.has_encoder and config.has_decoder) else None
+            changed = registry.analysis(name, checkpoint, lines, intervention, targets)
         changed_record = changed.trace.attention_records(view.kind)[view.layer]
         before = record.weights[row, view.head]
         after = changed_record.weights[row, view.head]
@@ -65,21 +98,45 @@ def _head_panels(
         switches = ", ".join(what_if)
         masked_before = ~record.mask[row, 0]
         masked_after = ~changed_record.mask[row, 0]
-        single = weights_beside_figure(
-            before,
-            after,
-            q_labels,
-            k_labels,
-            masked_before=masked_before,
-            masked_after=masked_after,
-            panel_titles=(
-                "original",
-                "with this head zeroed (passes on 0)" if zeroed else "with the what-if",
-            ),
-            title=f"{_describe(view.kind)} · {where} · weights, original | what-if",
-            padded_queries=padded,
-            large_font=large,
-        )
+        if broken is not None:
+            single, diff = seed_mistakes.beside(
+                before,
+                after,
+                masked_before,
+                masked_after,
+                q_labels,
+                k_labels,
+                padded,
+                where,
+                _describe(view.kind),
+                mistake,
+                large,
+            )
+        else:
+            single = weights_beside_figure(
+                before,
+                after,
+                q_labels,
+                k_labels,
+                masked_before=masked_before,
+                masked_after=masked_after,
+                panel_titles=(
+                    "original",
+                    "with this head zeroed (passes on 0)" if zeroed else "with the what-if",
+                ),
+                title=f"{_describe(view.kind)} · {where} · weights, original | what-if",
+                padded_queries=padded,
+                large_font=large,
+            )
+            diff = figures.attention_difference_figure(
+                before,
+                after,
+                q_labels,
+                k_labels,
+                masked=masked_before & masked_after,
+                title=f"What-if change (after − before), {where}",
+                large_font=large,
+            )
         mask_changed = bool((masked_before != masked_after).any())
         masks = figures.masks_figure(
             keys_real,
@@ -87,19 +144,12 @@ def _head_panels(
             k_labels,
             causal=causal,
             changed=changed_record.mask[row, 0] if mask_changed else None,
-            changed_title="with the what-if",
+            changed_title="with the mistake" if broken is not None else "with the what-if",
             large_font=large,
         )
-        diff = figures.attention_difference_figure(
-            before,
-            after,
-            q_labels,
-            k_labels,
-            masked=masked_before & masked_after,
-            title=f"What-if change (after − before), {where}",
-            large_font=large,
-        )
-        if config.architecture == "encoder-only":
+        if broken is not None:
+            summary.append(seed_mistakes.describe(broken, config, row, switches))
+        elif config.architecture == "encoder-only":
             delta = (changed.trace.memory - trace.memory).abs().max().item()
             summary.append(
                 f"**What-if ({switches})**: largest change of any encoder output {delta:.3f}."
@@ -109,7 +159,7 @@ def _head_panels(
             summary.append(
                 f"**What-if ({switches})**: largest change of any output logit {delta:.3f}."
             )
-        if analysis.predicted:
+        if analysis.predicted and broken is None:
             summary.append(
                 f"Next-token predictions before: `{analysis.predicted[row]}` — "
                 f"after: `{changed.predicted[row]}`"
@@ -125,7 +175,9 @@ def _head_panels(
         )
         masks = figures.masks_figure(keys_real, q_labels, k_labels, causal=causal, large_font=large)
         diff = figures.placeholder_figure(
-            "What-if", "Tick a what-if switch to see what it changes", large_font=large
+            "What-if",
+            "Tick a what-if switch or choose one of the seeds' mistakes to see what it changes",
+            large_font=large,
         )
     n_padded = int(padded.sum())
     n_pad_keys = int((~keys_real).sum())

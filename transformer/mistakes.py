@@ -1,0 +1,330 @@
+"""The seeds' mistakes, as switches of the forward pass.
+
+The four teaching texts this project started from (``seeds/`` 000, 002, 003, 004) each get
+something wrong. Each mistake here is a switch of :class:`~transformer.model.Intervention`
+(``mistakes=``), so a learner can run the broken formula on a real model and see what it does:
+
+    >>> from transformer.mistakes import MISTAKES, mistake_effect
+    >>> effect = mistake_effect(model, tokenizer, ["the cat sees a dog"], "scores × √d_head")
+    >>> effect.largest_change, effect.predicted_before, effect.predicted_after
+
+The forward pass itself (``model.py``, ``attention.py``, ``layers.py``, ``embeddings.py``) reads
+the names below; with no mistake switched on it runs exactly as without this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .config import ModelConfig
+from .generation import never_generated, without_padding
+from .inspection import Analysis, analyse
+from .model import (
+    CROSS_QUERIES_FROM_MEMORY,
+    LAYER_NORM_STD_EPS,
+    MASK_INVERTED,
+    MERGE_BARE_VIEW,
+    SCORES_OVER_D_MODEL,
+    SCORES_TIMES_D_HEAD,
+    SEED_MISTAKES,
+    SINUSOID_SWAPPED,
+    SPLIT_BARE_VIEW,
+    Intervention,
+    Transformer,
+    check_mistake_names,
+)
+from .text.tokenization import Tokenizer
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """One seed text's mistake.
+
+    Attributes:
+        name: the short name (the key of :data:`MISTAKES`).
+        seed: which seed text made it (``"004"``; several as ``"003, 004"``).
+        origin: one sentence, where the mistake came from.
+        why: one sentence, why it is wrong.
+        requires: what a model needs for the mistake to change anything (``""``: any model).
+    """
+
+    name: str
+    seed: str
+    origin: str
+    why: str
+    requires: str
+    _applies: Callable[[ModelConfig], bool]
+
+    def applies(self, config: ModelConfig) -> bool:
+        """Whether switching this mistake on changes a model of this configuration."""
+        return self._applies(config)
+
+
+def _always(config: ModelConfig) -> bool:
+    return True
+
+
+def _several_heads(config: ModelConfig) -> bool:
+    # With one head d_head = d_model and the bare view cuts nothing: the same formula.
+    return config.n_heads > 1
+
+
+MISTAKES: dict[str, Mistake] = {
+    m.name: m
+    for m in (
+        Mistake(
+            SINUSOID_SWAPPED,
+            "004",
+            "Seed 004 writes the paper's formula, sin at even dimensions with base 10000, then "
+            "fills `pe[:, 1::2]` with sin and `pe[:, 0::2]` with cos over `1000 ** (-2i/d)`.",
+            "Each pair's sin and cos trade places and every wavelength is 10 times shorter, so "
+            "the table is not the one the model was trained with (or the paper's): positions "
+            "far apart look alike sooner.",
+            "sinusoidal positions",
+            lambda config: config.positional == "sinusoidal",
+        ),
+        Mistake(
+            SCORES_OVER_D_MODEL,
+            "002",
+            "Seed 002 divides the scores by `math.sqrt(self.dim)`, the model width, in both its "
+            "single-head and its multi-head attention.",
+            "Each head's dot product sums d_head products, so its spread grows with √d_head: "
+            "dividing by √d_model shrinks the scores √h times too much and flattens the softmax.",
+            "more than one head",
+            _several_heads,
+        ),
+        Mistake(
+            SCORES_TIMES_D_HEAD,
+            "004",
+            "Seed 004 sets `scaling = head_size ** 0.5` and multiplies the scores by it.",
+            "Multiplying by √d_head instead of dividing makes the scores d_head times too large, "
+            "so the softmax saturates: nearly all weight goes to one key and gradients vanish.",
+            "",
+            _always,
+        ),
+        Mistake(
+            SPLIT_BARE_VIEW,
+            "003",
+            "Seed 003 splits heads with `key.view(batch_size * num_heads, -1, dim_per_head)` "
+            "straight from the (batch, length, d_model) projection.",
+            "A view keeps memory order, so the first head gets the first T/h tokens cut into h "
+            "pieces, the next head the next T/h tokens, and so on: each head mixes pieces of a "
+            "few tokens instead of seeing its slice of every token (the correct split views "
+            "(B, T, h, d_head), then transposes).",
+            "more than one head",
+            _several_heads,
+        ),
+        Mistake(
+            MERGE_BARE_VIEW,
+            "003",
+            "Seed 003 merges heads back with `context.view(batch_size, -1, dim_per_head * "
+            "num_heads)` straight from (batch·heads, length, d_head).",
+            "Without the transpose back to (B, T, h, d_head), a merged 'token' holds h "
+            "consecutive positions of one head instead of every head's output for one token, "
+            "so the output projection mixes positions.",
+            "more than one head",
+            _several_heads,
+        ),
+        Mistake(
+            LAYER_NORM_STD_EPS,
+            "004",
+            "Seed 004's LayerNorm computes `x.std(dim=-1)` (unbiased, divides by n − 1) and "
+            "divides by `std + eps`.",
+            "LayerNorm divides by √(biased variance + eps), as the model was trained: the "
+            "unbiased std makes every normalised vector √((n−1)/n) times too small and moves "
+            "eps out of the root; with hundreds of dimensions that is a small change, which is "
+            "why such a bug can go unnoticed.",
+            "",
+            _always,
+        ),
+        Mistake(
+            CROSS_QUERIES_FROM_MEMORY,
+            "004",
+            "Seed 004's decoder layer calls `cross_attn(q=memory, k=memory, v=x)`: queries and "
+            "keys from the encoder's memory, values from the decoder.",
+            "Cross-attention asks with the decoder's tokens (queries from x) and reads the "
+            "source (keys and values from the memory); this asks the source about itself and "
+            "reads target vectors by source position, which only has the right shape when both "
+            "are equally long.",
+            "an encoder and a decoder",
+            lambda config: config.has_encoder and config.has_decoder,
+        ),
+        Mistake(
+            MASK_INVERTED,
+            "003, 004",
+            "Seeds 003 and 004 build masks with True = masked out (`seq_k.eq(0)`, "
+            "`masked_fill_(mask, -inf)`, torch.nn's convention), seed 002 with 1 = real token, "
+            "and `F.scaled_dot_product_attention` reads True = may attend: one text's mask in "
+            "another's code is inverted.",
+            "Inverted, the padding mask lets queries read only [PAD] keys and the causal mask "
+            "lets them read only the future; a query whose every key is masked receives "
+            "nothing (the seeds' -inf fill would give NaN).",
+            "",
+            _always,
+        ),
+    )
+}
+assert tuple(MISTAKES) == SEED_MISTAKES, "every switch of the model is described here, in order"
+
+
+def check_mistakes(
+    names: Sequence[str] | frozenset[str], config: ModelConfig | None = None
+) -> None:
+    """Raise ``ValueError`` for an unknown name (naming the valid ones) or, with ``config``,
+    for a mistake that does not apply to that model (saying what it needs)."""
+    check_mistake_names(names)
+    if config is None:
+        return
+    for name in names:
+        mistake = MISTAKES[name]
+        if not mistake.applies(config):
+            raise ValueError(
+                f"the mistake {name!r} does not apply to this {config.architecture} model: it "
+                f"needs {mistake.requires}"
+            )
+
+
+def applicable(config: ModelConfig) -> list[str]:
+    """The names of the mistakes that change a model of this configuration, in seed order."""
+    return [name for name, mistake in MISTAKES.items() if mistake.applies(config)]
+
+
+# -- comparing the broken pass with the correct one ------------------------------------------
+
+
+@dataclass
+class MistakeEffect:
+    """What one mistake did to a model's output on the same input (teacher-forced: the broken
+    pass reads the correct pass's decoder input, so positions line up).
+
+    Attributes:
+        mistake: the :class:`Mistake`.
+        correct, broken: the two analyses (traces and token pieces) for figures.
+        largest_change: the largest ``|Δ logit|`` over every real position and class.
+        sentence, position: where it is (0-based; the decoder input's position, or the
+            source's for an encoder-only model).
+        largest_hidden_change: the largest ``|Δ|`` of the final hidden states (the decoder's
+            output, or the encoder's memory for an encoder-only model).
+        tokens_before, tokens_after: per sentence, the argmax token piece at each real position.
+        predicted_before, predicted_after: the same ids decoded to text, per sentence.
+        changed: per sentence, whether any argmax changed.
+    """
+
+    mistake: Mistake
+    correct: Analysis
+    broken: Analysis
+    largest_change: float
+    sentence: int
+    position: int
+    largest_hidden_change: float
+    tokens_before: list[list[str]]
+    tokens_after: list[list[str]]
+    predicted_before: list[str]
+    predicted_after: list[str]
+    changed: list[bool]
+
+    @property
+    def any_changed(self) -> bool:
+        """Whether the mistake changed any prediction of any sentence."""
+        return any(self.changed)
+
+
+def real_positions(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """``(B, T)`` bool: every position but the run of ``pad_id`` that right-pads each row
+    (position 0 always counts: Marian and GPT-2 start their decoder input with the pad id)."""
+    is_pad = tokens == pad_id
+    trailing = is_pad.flip(1).cumprod(1).flip(1).bool()
+    trailing[:, 0] = False
+    return ~trailing
+
+
+def _hidden(analysis: Analysis) -> torch.Tensor:
+    trace = analysis.trace
+    return trace.decoder_output if trace.decoder_output is not None else trace.memory
+
+
+def compare_passes(
+    correct: Analysis, broken: Analysis, tokenizer: Tokenizer, name: str
+) -> MistakeEffect:
+    """The :class:`MistakeEffect` of two analyses of the same input and decoder input (the
+    correct one and the one with mistake ``name`` switched on)."""
+    check_mistakes([name])
+    config = correct.trace.config
+    stack = correct.trace.target if correct.trace.target is not None else correct.trace.source
+    other = broken.trace.target if broken.trace.target is not None else broken.trace.source
+    if not torch.equal(stack.tokens, other.tokens):
+        raise ValueError("the two passes read different inputs: pass the same decoder input")
+    real = real_positions(stack.tokens, config.pad_id).to(correct.trace.logits.device)  # (B, T)
+    delta = (broken.trace.logits - correct.trace.logits).abs().amax(-1)  # (B, T)
+    delta = torch.nan_to_num(delta, nan=float("inf"))  # a NaN is the largest change there is
+    delta = delta.masked_fill(~real, -1.0)
+    flat = int(delta.argmax())
+    sentence, position = divmod(flat, delta.size(1))
+    hidden = (_hidden(broken) - _hidden(correct)).abs().amax(-1)
+    hidden = torch.nan_to_num(hidden, nan=float("inf")).masked_fill(~real, 0.0)
+    pad = never_generated(config)
+    best_before = without_padding(correct.trace.logits, pad).argmax(-1).cpu()
+    best_after = without_padding(broken.trace.logits, pad).argmax(-1).cpu()
+    real = real.cpu()
+    before = [best_before[b][real[b]].tolist() for b in range(real.size(0))]
+    after = [best_after[b][real[b]].tolist() for b in range(real.size(0))]
+
+    def pieces(rows: list[list[int]]) -> list[list[str]]:
+        return [[tokenizer.id_to_token(i) or "?" for i in row] for row in rows]
+
+    return MistakeEffect(
+        mistake=MISTAKES[name],
+        correct=correct,
+        broken=broken,
+        largest_change=float(delta.max()),
+        sentence=sentence,
+        position=position,
+        largest_hidden_change=float(hidden.max()),
+        tokens_before=pieces(before),
+        tokens_after=pieces(after),
+        predicted_before=[tokenizer.decode(row) for row in before],
+        predicted_after=[tokenizer.decode(row) for row in after],
+        changed=[b != a for b, a in zip(before, after, strict=True)],
+    )
+
+
+def mistake_effect(
+    model: Transformer, tokenizer: Tokenizer, sentences: Sequence[str], name: str
+) -> MistakeEffect:
+    """Run ``sentences`` through ``model`` correctly and with mistake ``name`` switched on, on
+    the same decoder input (the correct pass's greedy output, teacher-forced), and compare.
+
+    Raises ``ValueError`` for an unknown name, a mistake that does not apply to this model, or
+    (cross-attention from the memory) source and target lengths that cannot work.
+    """
+    check_mistakes([name], model.config)
+    correct = analyse(model, tokenizer, sentences)
+    targets = correct.trace.target.tokens if model.config.has_encoder else None
+    if not model.config.has_decoder:
+        targets = None
+    broken = analyse(model, tokenizer, sentences, Intervention(mistakes=frozenset({name})), targets)
+    return compare_passes(correct, broken, tokenizer, name)
+
+
+__all__ = [
+    "CROSS_QUERIES_FROM_MEMORY",
+    "LAYER_NORM_STD_EPS",
+    "MASK_INVERTED",
+    "MERGE_BARE_VIEW",
+    "MISTAKES",
+    "SCORES_OVER_D_MODEL",
+    "SCORES_TIMES_D_HEAD",
+    "SEED_MISTAKES",
+    "SINUSOID_SWAPPED",
+    "SPLIT_BARE_VIEW",
+    "Mistake",
+    "MistakeEffect",
+    "applicable",
+    "check_mistakes",
+    "compare_passes",
+    "mistake_effect",
+    "real_positions",
+]
