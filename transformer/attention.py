@@ -45,8 +45,9 @@ def scaled_dot_product_attention(
         ``(B, H, Tq, d_v)`` output and the :class:`AttentionProbe` of scores and weights.
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
-    scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
-    scores.mul_(scale)  # in place: one pass less over (B, H, Tq, Tk); autograd-safe after @
+    # Scaling the (Tq, d_k) queries instead of the (Tq, Tk) scores: the same product, one pass
+    # over d_k/Tk as many numbers (at 512 tokens and d_k 32, a sixteenth).
+    scores = (q * scale) @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
     if mask is not None and bool(mask.all()):
         mask = None  # nothing is masked (an unpadded batch): skip two passes over the scores
     if mask is not None:

@@ -490,7 +490,8 @@ class Encoded:
     """The encoder's output for one batch of sources.
 
     ``memory`` ``(B, Ts, d_model)``; ``mask`` ``(B, 1, 1, Ts)`` source padding mask (``None``
-    when the padding mask is switched off); ``layers`` and ``input`` only when captured.
+    when the padding mask is switched off, or when the fast path found nothing padded);
+    ``layers`` and ``input`` only when captured.
     """
 
     memory: Tensor
@@ -675,6 +676,10 @@ class Transformer(nn.Module):
         mask = padding_mask(src, self.config.pad_id) if intervention.padding_mask else None
         if MASK_INVERTED in intervention.mistakes:
             mask = _inverted(mask, (src.size(0), 1, 1, src.size(1)), src.device)
+        elif mask is not None and not capture and bool(mask.all()):
+            # Nothing is padded: the fast path gives sdpa no mask, which lets it take its
+            # fastest kernel (one check here instead of a masked kernel in every layer).
+            mask = None
         memory, layers = self.encoder(x, mask, capture, intervention)
         return Encoded(memory=memory, mask=mask, input=record, layers=layers)
 
