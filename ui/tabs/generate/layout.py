@@ -79,10 +79,25 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
             label="Cross-attention of the new token over the source", show_label=False
         )
     triangle_plot = gr.Plot(label="Decoder self-attention, one row per step", show_label=False)
+    with gr.Accordion("Inside the decoder: logit lens and residual stream", open=True):
+        gr.Markdown(
+            "**Logit lens** (left): the vector of the position that chose the newest token, "
+            "taken after each layer and read through the model's final norm (where it has one) "
+            "and its generator, as if that layer were the last. Each row lists that layer's top "
+            "5 next tokens; the chosen token is outlined, its rank is in the row's label "
+            "(#1 = top) and its probability on the right. The top row is the model's own "
+            "distribution.  \n**Residual stream** (right): the length ‖x‖ of each position's "
+            "vector after every sub-layer, and the length ‖Δ‖ of what each sub-layer added. In "
+            "post-LN models every sub-layer ends in a LayerNorm, so ‖x‖ stays near one size; "
+            "in pre-LN models (GPT-2) x grows by each Δ."
+        )
+        with gr.Row():
+            lens_plot = gr.Plot(label="Logit lens of the newest step", show_label=False)
+            norms_plot = gr.Plot(label="Residual stream norms per position", show_label=False)
 
     settings = [strategy, temperature, top_k, top_p, beam, max_tokens, seed]
     inputs = [source, model_name, *settings, layer, head, large, session, state]
-    outputs = [summary, top_plot, cross_plot, triangle_plot, state]
+    outputs = [summary, top_plot, cross_plot, triangle_plot, lens_plot, norms_plot, state]
     for button, handler, api_name, extra in [
         (step_button, step, "generate_step", {}),
         (back_button, back, "generate_back", {}),
