@@ -209,3 +209,50 @@ def test_residual_norms_are_the_norms_of_the_traces_streams_and_updates(bundled,
     assert norms.stages[1:4] == ["L1 self-attention", "L1 cross-attention", "L1 feed-forward"]
     gpt2 = residual_norms(_trace(pretrained["gpt2"]), "decoder")
     assert gpt2.norm == "pre" and "cross-attention" not in " ".join(gpt2.stages)
+
+
+# -- figures ------------------------------------------------------------------------------------
+
+
+def test_the_lens_figure_shows_each_layers_top_tokens_and_the_chosen_ones_rank(pretrained):
+    from transformer.figures.lens import logit_lens_figure
+
+    gpt2 = pretrained["gpt2"]
+    trace = _trace(gpt2)
+    lens = logit_lens(gpt2.model, trace, 4, top_k=5, chosen=7, include_input=True)
+    figure = logit_lens_figure(lens, lambda i: f"w<{i}>", position_label="4:x")
+    heatmap, bars = figure.data
+    n = len(trace.decoder_layers)
+    ranks = lens.chosen_rank.tolist()
+    expected_rows = [f"embeddings · chosen #{ranks[0]}"]
+    expected_rows += [f"layer {i} · chosen #{ranks[i]}" for i in range(1, n + 1)]
+    assert list(heatmap.y) == expected_rows  # first layer at the bottom, the last on top
+    torch.testing.assert_close(torch.tensor(heatmap.z), lens.top_probs)
+    assert heatmap.customdata[1][0] == f"w&lt;{int(lens.top_ids[1, 0])}&gt; #{lens.top_ids[1, 0]}"
+    assert list(bars.x) == pytest.approx(lens.chosen_prob.tolist())
+    outlined = {(int(s.y0 + 0.5), int(s.x0 + 0.5)) for s in figure.layout.shapes}
+    assert outlined == {tuple(i) for i in (lens.top_ids == 7).nonzero().tolist()}
+    assert figure.layout.height and "4:x" in figure.layout.title.text
+    large = logit_lens_figure(lens, large_font=True)
+    assert large.layout.font.size > figure.layout.font.size
+    assert large.layout.height > figure.layout.height
+
+
+def test_the_residual_figure_puts_stages_on_rows_and_stays_small(pretrained):
+    from transformer.figures.lens import residual_norms_figure
+
+    gpt2 = pretrained["gpt2"]
+    with torch.no_grad():
+        trace = gpt2.model(tgt=torch.randint(0, 90, (1, 60)), capture=True)
+    norms = residual_norms(trace, "decoder")
+    labels = [f"{i}:w" for i in range(60)]
+    figure = residual_norms_figure(norms, labels)
+    stream, added = figure.data
+    assert list(stream.y) == ["embeddings", "L1 attn", "L1 FFN", "L2 attn", "L2 FFN"]
+    torch.testing.assert_close(torch.tensor(stream.z), norms.stream)
+    torch.testing.assert_close(torch.tensor(added.z[1:]), norms.added)
+    assert all(v != v for v in added.z[0])  # no update at the input: NaN, drawn grey
+    assert stream.texttemplate == ""  # 300 cells: too many to write, hover has them
+    assert len(figure.to_json()) < 20_000 and figure.layout.height
+    with pytest.raises(ValueError, match="labels"):
+        residual_norms_figure(norms, labels[:-1])

@@ -179,6 +179,15 @@ def stage_label(stage: str) -> str:
     return f"{layer} {_SUBLAYER_SHORT.get(part, part)}"
 
 
+def _cell_format(values: np.ndarray) -> str:
+    """A cell text template with three significant digits for the panel's largest value:
+    ``76.6``, ``4.1`` beside it; ``0.183`` for a panel of small norms."""
+    finite = values[np.isfinite(values)]
+    top = float(np.abs(finite).max()) if finite.size else 1.0
+    decimals = int(np.clip(2 - np.floor(np.log10(max(top, 1e-12))), 0, 4))
+    return f"%{{z:.{decimals}f}}"
+
+
 def residual_norms_figure(
     norms: ResidualNorms,
     position_labels: Sequence[str] | None = None,
@@ -208,7 +217,6 @@ def residual_norms_figure(
     added_rows = np.vstack([np.full((1, n_positions), np.nan, np.float32), added])
     if numbers is None:
         numbers = n_stages * n_positions <= 160
-    template = "%{z:.1f}" if numbers else ""
     size = font_size(large_font)
     common = {
         "x": positions,
@@ -216,17 +224,18 @@ def residual_norms_figure(
         "xgap": 1,
         "ygap": 1,
         "hoverongaps": False,
-        "texttemplate": template,
         "textfont": {"size": size - 3},
     }
     stream_map = go.Heatmap(
         z=stream,
+        texttemplate=_cell_format(stream) if numbers else "",
         coloraxis="coloraxis",
         hovertemplate="position %{x}<br>after %{y}<br>‖x‖ = %{z:.3f}<extra></extra>",
         **common,
     )
     added_map = go.Heatmap(
         z=added_rows,
+        texttemplate=_cell_format(added) if numbers else "",
         xaxis="x2",
         coloraxis="coloraxis2",
         hovertemplate="position %{x}<br>%{y} added ‖Δ‖ = %{z:.3f}<extra></extra>",
@@ -238,7 +247,7 @@ def residual_norms_figure(
     placement = "post-LN" if norms.norm == "post" else "pre-LN"
     layout = base_layout(
         f"Residual stream of the {norms.stack}, per position ({placement})",
-        height or int(min(900, max(300, 170 + (24 if large_font else 17) * n_stages))),
+        height or int(min(1000, max(300, 170 + (32 if large_font else 19) * n_stages))),
         large_font,
         plot_bgcolor=MASKED_GREY,
         xaxis={**category_axis("position", positions, large_font), "domain": left},
