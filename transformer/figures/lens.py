@@ -60,7 +60,7 @@ def logit_lens_figure(
     Args:
         lens: a :class:`~transformer.lens.LogitLens` (``top_ids``/``top_probs`` ``(L, k)``).
         piece: ``id -> text`` to name the tokens (None: ``"#id"``).
-        position_label: the position read, e.g. ``"5:sees"``, for the title.
+        position_label: the position read, e.g. ``"5:sees"``, for the title (escaped).
         chosen_label: the chosen token's text, for the title.
     """
     ids = to_numpy(lens.top_ids, np.int64)
@@ -145,11 +145,11 @@ def logit_lens_figure(
         }
         for r, j in outline
     ]
-    where = f" at {position_label}" if position_label else ""
-    what = f" · chosen: {chosen_label}" if chosen_label else ""
-    row_height = 44 if large_font else 34
+    where = f" at {_escape(position_label)}" if position_label else ""
+    what = f" · chosen: {_escape(chosen_label)}" if chosen_label else ""
+    row_height = 58 if large_font else 36
     layout = base_layout(
-        f"Logit lens{where}: what each layer would predict{what}",
+        f"Logit lens: what each layer{where} would predict next{what}",
         height or int(max(260, 130 + row_height * n_rows + (30 if large_font else 0))),
         large_font,
         xaxis={**category_axis("", columns, large_font), "domain": [0, split], "side": "top"},
@@ -179,6 +179,15 @@ def stage_label(stage: str) -> str:
     return f"{layer} {_SUBLAYER_SHORT.get(part, part)}"
 
 
+def _norms_height(n_stages: int, positions: Sequence[str], large_font: bool) -> int:
+    """Room for every stage's row and for the position labels below (plotly turns long labels
+    upright, and they take their height from the plot's)."""
+    size = font_size(large_font)
+    longest = min(max((len(p) for p in positions), default=1), 20)
+    labels = int(longest * size * 0.62) if len(positions) > 6 else 2 * size
+    return int(min(1100, max(300, 150 + labels + (32 if large_font else 20) * n_stages)))
+
+
 def _cell_format(values: np.ndarray) -> str:
     """A cell text template with three significant digits for the panel's largest value:
     ``76.6``, ``4.1`` beside it; ``0.183`` for a panel of small norms."""
@@ -204,7 +213,8 @@ def residual_norms_figure(
         norms: a :class:`~transformer.lens.ResidualNorms` (``stream`` ``(S, T)``, ``added``
             ``(S - 1, T)``).
         position_labels: ``T`` unique labels, e.g. ``token_labels(pieces)``.
-        numbers: write each value in its cell (default: when there are at most 160 cells).
+        numbers: write each value in its cell (default: when the cells are wide enough for
+            it in a full-width figure: at most 14 positions, 10 in large font, and 30 stages).
     """
     stream = to_numpy(norms.stream)
     added = to_numpy(norms.added)
@@ -216,7 +226,7 @@ def residual_norms_figure(
     # The input has no update: a grey row keeps both panels on the same rows.
     added_rows = np.vstack([np.full((1, n_positions), np.nan, np.float32), added])
     if numbers is None:
-        numbers = n_stages * n_positions <= 160
+        numbers = n_positions <= (10 if large_font else 14) and n_stages <= 30
     size = font_size(large_font)
     common = {
         "x": positions,
@@ -241,13 +251,13 @@ def residual_norms_figure(
         hovertemplate="position %{x}<br>%{y} added ‖Δ‖ = %{z:.3f}<extra></extra>",
         **common,
     )
-    gap = 0.16
+    gap = 0.1
     left, right = [0.0, 0.5 - gap / 2], [0.5 + gap / 2, 1.0]
     bar = {"thickness": 12, "len": 0.9, "y": 0.45, "yanchor": "middle"}
     placement = "post-LN" if norms.norm == "post" else "pre-LN"
     layout = base_layout(
         f"Residual stream of the {norms.stack}, per position ({placement})",
-        height or int(min(1000, max(300, 170 + (32 if large_font else 19) * n_stages))),
+        height or _norms_height(n_stages, positions, large_font),
         large_font,
         plot_bgcolor=MASKED_GREY,
         xaxis={**category_axis("position", positions, large_font), "domain": left},

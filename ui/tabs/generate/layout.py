@@ -80,20 +80,23 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
         )
     triangle_plot = gr.Plot(label="Decoder self-attention, one row per step", show_label=False)
     with gr.Accordion("Inside the decoder: logit lens and residual stream", open=True):
+        with gr.Row(equal_height=False):
+            lens_plot = gr.Plot(label="Logit lens of the newest step", show_label=False, scale=3)
+            gr.Markdown(
+                "**Logit lens.** The vector of the position that chose the newest token, taken "
+                "after each layer and read through the final norm (where the model has one) and "
+                "the generator, as if that layer were the last. The top row is the model's own "
+                "distribution.\n\nThe chosen token is outlined; each row's label gives its rank "
+                "there (#1 = most probable), the bars its probability: at which layer does the "
+                "answer appear?"
+            )
         gr.Markdown(
-            "**Logit lens** (left): the vector of the position that chose the newest token, "
-            "taken after each layer and read through the model's final norm (where it has one) "
-            "and its generator, as if that layer were the last. Each row lists that layer's top "
-            "5 next tokens; the chosen token is outlined, its rank is in the row's label "
-            "(#1 = top) and its probability on the right. The top row is the model's own "
-            "distribution.  \n**Residual stream** (right): the length ‖x‖ of each position's "
-            "vector after every sub-layer, and the length ‖Δ‖ of what each sub-layer added. In "
-            "post-LN models every sub-layer ends in a LayerNorm, so ‖x‖ stays near one size; "
-            "in pre-LN models (GPT-2) x grows by each Δ."
+            "**Residual stream.** ‖x‖: each position's vector entering the decoder and after "
+            "every sub-layer; ‖Δ‖: what each sub-layer added (hover for values). Post-LN models "
+            "(the bundled ones, Marian) end every sub-layer in a LayerNorm, so ‖x‖ stays near "
+            "one size; in pre-LN models (GPT-2) x is the running sum of the Δs."
         )
-        with gr.Row():
-            lens_plot = gr.Plot(label="Logit lens of the newest step", show_label=False)
-            norms_plot = gr.Plot(label="Residual stream norms per position", show_label=False)
+        norms_plot = gr.Plot(label="Residual stream norms per position", show_label=False)
 
     settings = [strategy, temperature, top_k, top_p, beam, max_tokens, seed]
     inputs = [source, model_name, *settings, layer, head, large, session, state]
