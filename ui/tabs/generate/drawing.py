@@ -22,6 +22,8 @@ from transformer.lens import (
     logit_lens,
     residual_norms,
 )
+from transformer.model import Encoded
+from transformer.trace import Trace
 from transformer.util import eval_mode
 
 from ...inputs import as_int
@@ -37,11 +39,13 @@ LENS_TOP_K = 5  # columns of the logit lens
 @dataclass
 class StepLens:
     """The logit lens of one step (at the position that produced its token, following the
-    chosen token) and the decoder's residual-stream norms at every position read so far."""
+    chosen token) and the decoder's residual-stream norms at every position read so far;
+    with the source's encoding, computed once per decoding."""
 
     tokens: tuple[int, ...]
     lens: LogitLens
     norms: ResidualNorms
+    encoded: Encoded | None = None
 
 
 # One step's lens per decoding, so that a redraw (layer, head, font) runs no model. Weak keys:
@@ -50,10 +54,11 @@ _LENS_CACHE: weakref.WeakKeyDictionary[DecodingSession, StepLens] = weakref.Weak
 
 
 def step_lens(checkpoint: Checkpoint, decoding: DecodingSession, record: StepRecord) -> StepLens:
-    """The logit lens and residual norms of ``record``: one captured forward pass over the
-    tokens the step read (the source too, for an encoder-decoder model), the lens read at the
-    last of them (the position whose output chose the token), with [PAD] excluded as the step
-    excluded it, so that the last layer's row is the step's own distribution."""
+    """The logit lens and residual norms of ``record``: one captured pass of the decoder over
+    the tokens the step read (against the source's encoding, for an encoder-decoder model), the
+    lens read at the last of them (the position whose output chose the token), with [PAD]
+    excluded as the step excluded it, so that the last layer's row is the step's own
+    distribution."""
     tokens = tuple(record.tokens)
     cached = _LENS_CACHE.get(decoding)
     if cached is not None and cached.tokens == tokens:
@@ -61,8 +66,11 @@ def step_lens(checkpoint: Checkpoint, decoding: DecodingSession, record: StepRec
     model, config = checkpoint.model, checkpoint.config
     device = model.device
     with torch.inference_mode(), eval_mode(model):
-        src = torch.tensor([decoding.source], device=device) if config.has_encoder else None
-        trace = model(src, torch.tensor([tokens], device=device), capture=True)
+        encoded = cached.encoded if cached is not None else None
+        if config.has_encoder and encoded is None:
+            encoded = model.encode(torch.tensor([decoding.source], device=device))
+        decoded = model.decode(torch.tensor([tokens], device=device), encoded, capture=True)
+    trace = Trace(config=config, logits=decoded.logits, decoder_layers=decoded.layers)
     lens = logit_lens(
         model,
         trace,
@@ -72,7 +80,7 @@ def step_lens(checkpoint: Checkpoint, decoding: DecodingSession, record: StepRec
         include_input=input_is_comparable(config),
         exclude=never_generated(config),
     )
-    result = StepLens(tokens, lens, residual_norms(trace, "decoder"))
+    result = StepLens(tokens, lens, residual_norms(trace, "decoder"), encoded)
     _LENS_CACHE[decoding] = result
     return result
 
