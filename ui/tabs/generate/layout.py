@@ -92,7 +92,8 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
             )
         gr.Markdown(
             "**Residual stream.** ‖x‖: each position's vector entering the decoder and after "
-            "every sub-layer; ‖Δ‖: what each sub-layer added (hover for values). Post-LN models "
+            "every sub-layer (attn: self-attention, cross: cross-attention, FFN: feed-forward); "
+            "‖Δ‖: what each sub-layer added (hover for values). Post-LN models "
             "(the bundled ones, Marian) end every sub-layer in a LayerNorm, so ‖x‖ stays near "
             "one size; in pre-LN models (GPT-2) x is the running sum of the Δs."
         )
