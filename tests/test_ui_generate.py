@@ -274,19 +274,21 @@ def test_a_setting_changed_mid_sequence_restarts_and_says_so(registry):
 def test_after_reset_the_attention_panels_are_placeholders(registry):
     session = SessionModels()
     *_rest, state = generate.step(registry, *GREEDY, 1, 1, False, session, None)
-    _summary, top, cross, triangle, state = generate.reset(
+    _summary, top, cross, triangle, lens, norms, state = generate.reset(
         registry, *GREEDY, 1, 1, False, session, state
     )
-    for figure in (top, cross, triangle):
+    for figure in (top, cross, triangle, lens, norms):
         assert not figure.data and "press Step" in figure.layout.annotations[0].text
     assert cross.layout.title.text.startswith("Cross-attention")
     assert triangle.layout.title.text.startswith("Decoder self-attention")
+    assert lens.layout.title.text.startswith("Logit lens")
+    assert norms.layout.title.text.startswith("Residual stream")
 
 
 def test_cross_attention_names_the_query_as_the_self_attention_rows_do(registry):
     session, state = SessionModels(), None
     for _ in range(3):
-        _s, _top, cross, triangle, state = generate.step(
+        _s, _top, cross, triangle, _lens, _norms, state = generate.step(
             registry, *GREEDY, 1, 1, False, session, state
         )
     last_row = triangle.data[0].y[-1]

@@ -219,7 +219,7 @@ def test_generate_step_chooses_the_argmax_of_the_models_logits(registry):
     tokenizer = registry.checkpoint("translate", None).tokenizer
     chosen: list[int] = []
     for _ in range(3):
-        summary, _top, _cross, _triangle, state = generate.step(
+        summary, _top, _cross, _triangle, _lens, _norms, state = generate.step(
             registry, *GREEDY, 1, 1, False, session, state
         )
         chosen.append(state.decoding.output_ids[-1])

@@ -248,8 +248,10 @@ def first_step(registry: ModelRegistry, source: str, name: str, *rest: Any) -> D
 
 
 @friendly
+@gpu
 def redraw(registry: ModelRegistry, source: str, name: str, *rest: Any) -> Drawn:
-    """Redraw the decoding as it is (layer, head or font changed); nothing is stepped."""
+    """Redraw the decoding as it is (layer, head or font changed); nothing is stepped (the
+    logit lens is cached per step, so a redraw runs the model only when the cache lost it)."""
     _settings, layer, head, large, session, state = _split(rest)
     if state.decoding is None or state.key[:2] != (source, name):
         return first_step(registry, source, name, *rest)

@@ -79,10 +79,29 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
             label="Cross-attention of the new token over the source", show_label=False
         )
     triangle_plot = gr.Plot(label="Decoder self-attention, one row per step", show_label=False)
+    with gr.Accordion("Inside the decoder: logit lens and residual stream", open=True):
+        with gr.Row(equal_height=False):
+            lens_plot = gr.Plot(label="Logit lens of the newest step", show_label=False, scale=3)
+            gr.Markdown(
+                "**Logit lens.** The vector of the position that chose the newest token, taken "
+                "after each layer and read through the final norm (where the model has one) and "
+                "the generator, as if that layer were the last. The top row is the model's own "
+                "distribution.\n\nThe chosen token is outlined; each row's label gives its rank "
+                "there (#1 = most probable), the bars its probability: at which layer does the "
+                "answer appear?"
+            )
+        gr.Markdown(
+            "**Residual stream.** ‖x‖: each position's vector entering the decoder and after "
+            "every sub-layer (attn: self-attention, cross: cross-attention, FFN: feed-forward); "
+            "‖Δ‖: what each sub-layer added (hover for values). Post-LN models "
+            "(the bundled ones, Marian) end every sub-layer in a LayerNorm, so ‖x‖ stays near "
+            "one size; in pre-LN models (GPT-2) x is the running sum of the Δs."
+        )
+        norms_plot = gr.Plot(label="Residual stream norms per position", show_label=False)
 
     settings = [strategy, temperature, top_k, top_p, beam, max_tokens, seed]
     inputs = [source, model_name, *settings, layer, head, large, session, state]
-    outputs = [summary, top_plot, cross_plot, triangle_plot, state]
+    outputs = [summary, top_plot, cross_plot, triangle_plot, lens_plot, norms_plot, state]
     for button, handler, api_name, extra in [
         (step_button, step, "generate_step", {}),
         (back_button, back, "generate_back", {}),

@@ -1,0 +1,286 @@
+"""The logit lens (each layer read through the generator) and the residual stream's norms.
+
+Pure plotly: records of :mod:`transformer.lens` in, figures out. Layers are numbered from 1
+(0 = the embedding input); rows go up through the stack, the last layer on top.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from ..lens import LogitLens, ResidualNorms
+from .common import (
+    HIGHLIGHT_COLOR,
+    MASKED_GREY,
+    WEIGHTS_COLORSCALE,
+    base_layout,
+    category_axis,
+    check_labels,
+    font_size,
+    panel_title,
+    to_numpy,
+)
+
+MAX_PIECE_CHARS = 10  # a cell shows at most this much of a token's text (hover has it all)
+
+
+def _short(piece: str) -> str:
+    piece = piece.replace("\n", "⏎")
+    return piece if len(piece) <= MAX_PIECE_CHARS else piece[: MAX_PIECE_CHARS - 1] + "…"
+
+
+def _escape(text: str) -> str:
+    """Plotly renders a subset of HTML in text: show ``<`` and ``&`` as themselves."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def layer_name(number: int) -> str:
+    """``"layer 3"``, or ``"embeddings"`` for row 0 (the stack's input)."""
+    return "embeddings" if number == 0 else f"layer {number}"
+
+
+def logit_lens_figure(
+    lens: LogitLens,
+    piece: Callable[[int], str] | None = None,
+    *,
+    position_label: str | None = None,
+    chosen_label: str | None = None,
+    large_font: bool = False,
+    height: int | None = None,
+) -> go.Figure:
+    """The logit lens at one position: one row per layer (the last on top), its ``k`` most
+    probable next tokens coloured by probability, and, beside it, the probability of the chosen
+    token at every layer; each row's label gives the chosen token's rank there
+    (``"layer 3 · chosen #2"``). The chosen token's cells are outlined.
+
+    Args:
+        lens: a :class:`~transformer.lens.LogitLens` (``top_ids``/``top_probs`` ``(L, k)``).
+        piece: ``id -> text`` to name the tokens (None: ``"#id"``).
+        position_label: the position read, e.g. ``"5:sees"``, for the title (escaped).
+        chosen_label: the chosen token's text, for the title.
+    """
+    ids = to_numpy(lens.top_ids, np.int64)
+    probs = to_numpy(lens.top_probs)
+    if ids.ndim != 2 or ids.shape != probs.shape or ids.shape[0] != len(lens.layers):
+        raise ValueError("top_ids and top_probs must be (layers, k), one row per layer")
+    n_rows, k = ids.shape
+    name = piece if piece is not None else (lambda i: f"#{i}")
+    chosen = lens.chosen
+    ranks = to_numpy(lens.chosen_rank, np.int64) if lens.chosen_rank is not None else None
+    chosen_probs = to_numpy(lens.chosen_prob) if lens.chosen_prob is not None else None
+    rows = []
+    for r, number in enumerate(lens.layers):
+        label = layer_name(number)
+        rows.append(label if ranks is None else f"{label} · chosen #{int(ranks[r])}")
+    columns = [f"top {j + 1}" for j in range(k)]
+    texts = np.empty((n_rows, k), dtype=object)
+    hover = np.empty((n_rows, k), dtype=object)
+    outline = []
+    for r in range(n_rows):
+        for j in range(k):
+            token = name(int(ids[r, j]))
+            cell = _escape(_short(token))
+            if chosen is not None and int(ids[r, j]) == chosen:
+                cell = f"<b>{cell}</b>"
+                outline.append((r, j))
+            texts[r, j] = f"{cell}<br>{probs[r, j]:.0%}"
+            hover[r, j] = f"{_escape(token)} #{int(ids[r, j])}"
+    size = font_size(large_font)
+    heatmap = go.Heatmap(
+        z=probs,
+        x=columns,
+        y=rows,
+        text=texts,
+        customdata=hover,
+        texttemplate="%{text}",
+        textfont={"size": size - 1},
+        coloraxis="coloraxis",
+        xgap=2,
+        ygap=2,
+        hovertemplate="%{y}<br>%{x}: %{customdata}<br>p = %{z:.4f}<extra></extra>",
+    )
+    traces: list[Any] = [heatmap]
+    has_bars = chosen_probs is not None
+    split = 0.74 if has_bars else 1.0
+    layout_extra: dict[str, Any] = {}
+    if has_bars:
+        traces.append(
+            go.Bar(
+                x=chosen_probs,
+                y=rows,
+                orientation="h",
+                xaxis="x2",
+                yaxis="y",
+                marker_color=HIGHLIGHT_COLOR,
+                texttemplate="%{x:.0%}",
+                textposition="outside",
+                cliponaxis=False,
+                hovertemplate="%{y}<br>p(chosen) = %{x:.4f}<extra></extra>",
+                showlegend=False,
+            )
+        )
+        layout_extra["xaxis2"] = {
+            "domain": [split + 0.05, 1.0],
+            "range": [0, 1.3],
+            "tickvals": [0, 0.5, 1],
+            "tickformat": ".0%",
+            "title": {"text": "p(chosen)"},
+            "gridcolor": "#eee",
+            "anchor": "y",
+        }
+    shapes = [
+        {
+            "type": "rect",
+            "xref": "x",
+            "yref": "y",
+            "x0": j - 0.5,
+            "x1": j + 0.5,
+            "y0": r - 0.5,
+            "y1": r + 0.5,
+            "line": {"color": HIGHLIGHT_COLOR, "width": 3},
+        }
+        for r, j in outline
+    ]
+    where = f" at {_escape(position_label)}" if position_label else ""
+    what = f" · chosen: {_escape(chosen_label)}" if chosen_label else ""
+    row_height = 58 if large_font else 36
+    layout = base_layout(
+        f"Logit lens: what each layer{where} would predict next{what}",
+        height or int(max(260, 130 + row_height * n_rows + (30 if large_font else 0))),
+        large_font,
+        xaxis={**category_axis("", columns, large_font), "domain": [0, split], "side": "top"},
+        yaxis=category_axis("", rows, large_font),
+        coloraxis={
+            "colorscale": WEIGHTS_COLORSCALE,
+            "cmin": 0.0,
+            "cmax": 1.0,
+            "showscale": False,
+        },
+        shapes=shapes,
+        showlegend=False,
+        **layout_extra,
+    )
+    layout["margin"] = {**layout["margin"], "t": layout["margin"]["t"] + 20, "b": 50}
+    return go.Figure(traces, layout)
+
+
+_SUBLAYER_SHORT = {"self-attention": "attn", "cross-attention": "cross", "feed-forward": "FFN"}
+
+
+def stage_label(stage: str) -> str:
+    """A short axis label for a stage name: ``"L2 feed-forward"`` → ``"L2 FFN"``."""
+    if stage == "input":
+        return "embeddings"
+    layer, _, part = stage.partition(" ")
+    return f"{layer} {_SUBLAYER_SHORT.get(part, part)}"
+
+
+def _norms_height(n_stages: int, positions: Sequence[str], large_font: bool) -> int:
+    """Room for every stage's row and for the position labels below (plotly turns long labels
+    upright, and they take their height from the plot's)."""
+    size = font_size(large_font)
+    longest = min(max((len(p) for p in positions), default=1), 20)
+    labels = int(longest * size * 0.62) if len(positions) > 6 else 2 * size
+    return int(min(1100, max(300, 150 + labels + (32 if large_font else 20) * n_stages)))
+
+
+def _cell_format(values: np.ndarray) -> str:
+    """A cell text template with three significant digits for the panel's largest value:
+    ``76.6``, ``4.1`` beside it; ``0.183`` for a panel of small norms."""
+    finite = values[np.isfinite(values)]
+    top = float(np.abs(finite).max()) if finite.size else 1.0
+    decimals = int(np.clip(2 - np.floor(np.log10(max(top, 1e-12))), 0, 4))
+    return f"%{{z:.{decimals}f}}"
+
+
+def residual_norms_figure(
+    norms: ResidualNorms,
+    position_labels: Sequence[str] | None = None,
+    *,
+    large_font: bool = False,
+    height: int | None = None,
+    numbers: bool | None = None,
+) -> go.Figure:
+    """Two heatmaps over (stage, position): left, the norm ``‖x‖`` of the residual stream at
+    the stack's input and after every sub-layer; right, the norm ``‖Δ‖`` of what each
+    sub-layer added (its output before the residual add). Stages go up the stack (the embeddings at the bottom).
+
+    Args:
+        norms: a :class:`~transformer.lens.ResidualNorms` (``stream`` ``(S, T)``, ``added``
+            ``(S - 1, T)``).
+        position_labels: ``T`` unique labels, e.g. ``token_labels(pieces)``.
+        numbers: write each value in its cell (default: when the cells are wide enough for
+            it in a full-width figure: at most 14 positions, 10 in large font, and 30 stages).
+    """
+    stream = to_numpy(norms.stream)
+    added = to_numpy(norms.added)
+    n_stages, n_positions = stream.shape
+    if added.shape != (n_stages - 1, n_positions):
+        raise ValueError("added must have one row fewer than stream (no update at the input)")
+    positions = check_labels(position_labels, n_positions, "position")
+    stages = [stage_label(s) for s in norms.stages]
+    # The input has no update: a grey row keeps both panels on the same rows.
+    added_rows = np.vstack([np.full((1, n_positions), np.nan, np.float32), added])
+    if numbers is None:
+        numbers = n_positions <= (10 if large_font else 14) and n_stages <= 30
+    size = font_size(large_font)
+    common = {
+        "x": positions,
+        "y": stages,
+        "xgap": 1,
+        "ygap": 1,
+        "hoverongaps": False,
+        "textfont": {"size": size - 3},
+    }
+    stream_map = go.Heatmap(
+        z=stream,
+        texttemplate=_cell_format(stream) if numbers else "",
+        coloraxis="coloraxis",
+        hovertemplate="position %{x}<br>after %{y}<br>‖x‖ = %{z:.3f}<extra></extra>",
+        **common,
+    )
+    added_map = go.Heatmap(
+        z=added_rows,
+        texttemplate=_cell_format(added) if numbers else "",
+        xaxis="x2",
+        coloraxis="coloraxis2",
+        hovertemplate="position %{x}<br>%{y} added ‖Δ‖ = %{z:.3f}<extra></extra>",
+        **common,
+    )
+    gap = 0.1
+    left, right = [0.0, 0.5 - gap / 2], [0.5 + gap / 2, 1.0]
+    bar = {"thickness": 12, "len": 0.9, "y": 0.45, "yanchor": "middle"}
+    placement = "post-LN" if norms.norm == "post" else "pre-LN"
+    layout = base_layout(
+        f"Residual stream of the {norms.stack}, per position ({placement})",
+        height or _norms_height(n_stages, positions, large_font),
+        large_font,
+        plot_bgcolor=MASKED_GREY,
+        xaxis={**category_axis("position", positions, large_font), "domain": left},
+        xaxis2={
+            **category_axis("position", positions, large_font),
+            "domain": right,
+            "anchor": "y",
+        },
+        yaxis=category_axis("", stages, large_font),
+        coloraxis={
+            "colorscale": WEIGHTS_COLORSCALE,
+            "colorbar": {**bar, "x": left[1] + 0.01, "xanchor": "left", "title": {"text": "‖x‖"}},
+            "cmin": 0.0,
+        },
+        coloraxis2={
+            "colorscale": WEIGHTS_COLORSCALE,
+            "colorbar": {**bar, "x": 1.01, "xanchor": "left", "title": {"text": "‖Δ‖"}},
+            "cmin": 0.0,
+        },
+        annotations=[
+            panel_title("‖x‖: the stream after each step", left, large_font),
+            panel_title("‖Δ‖: what each sub-layer added", right, large_font),
+        ],
+    )
+    layout["margin"] = {**layout["margin"], "r": 60, "t": layout["margin"]["t"] + 10}
+    return go.Figure([stream_map, added_map], layout)
