@@ -494,3 +494,18 @@ def test_grid_tick_labels_show_the_pieces_where_they_fit_and_only_there():
     big = np.full((6, 12, 40, 40), 1 / 40, np.float32)
     crowded = attention_grid(big, key_labels=[f"{i}:k" for i in range(40)])
     assert not crowded.layout.xaxis.showticklabels and not crowded.layout.yaxis.showticklabels
+
+
+def test_the_step_by_step_triangle_keeps_its_cells_square_ish_from_the_first_step():
+    from transformer.figures import causal_growth_figure
+
+    first = causal_growth_figure([np.ones(1, np.float32)], ["0:[BOS]"])
+    grown = causal_growth_figure(
+        [np.full(i + 1, 1 / (i + 1), np.float32) for i in range(60)],
+        [f"{i}:t" for i in range(60)],
+    )
+    one_cell_px = first.layout.xaxis.domain[1] * 900  # width of the one cell on a 900 px plot
+    row_px = first.layout.height - 140  # the one row's height, margins aside
+    assert one_cell_px < 2 * row_px  # a small corner, not a block across the panel
+    assert grown.layout.xaxis.domain[1] == 1.0  # sixty keys take the whole width
+    assert first.data[0].colorbar.x < 0.2  # the colour bar stands beside the cells

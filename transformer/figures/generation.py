@@ -173,6 +173,11 @@ def causal_growth_figure(
     queries = [keys[a.size - 1] if a.size else f"step {i}" for i, a in enumerate(arrays)]
     if len(set(queries)) != len(queries):
         queries = [f"step {i} · {q}" for i, q in enumerate(queries)]
+    # Cells stay about as wide as they are tall: the first steps' one or two cells are a small
+    # corner that grows into the triangle, not a block stretched over the whole panel; the
+    # colour bar stands beside them.
+    cell = 30 if large_font else 22
+    domain_end = min(1.0, max(0.05, width * cell / 900))
     trace = go.Heatmap(
         z=z,
         x=keys,
@@ -181,7 +186,11 @@ def causal_growth_figure(
         zmin=0.0,
         zmax=1.0,
         hoverongaps=False,
-        colorbar={"title": {"text": "weight"}},
+        colorbar={
+            "title": {"text": "weight"},
+            "x": min(1.02, domain_end + 0.02),
+            "xanchor": "left",
+        },
         hovertemplate="query %{y}<br>key %{x}<br>weight %{z:.3f}<extra></extra>",
     )
     where = "".join(
@@ -191,10 +200,13 @@ def causal_growth_figure(
     )
     layout = base_layout(
         f"Decoder self-attention, step by step{where} · grey = future (masked)",
-        height or heatmap_height(max(len(arrays), 4), large_font),
+        height or int(min(900, max(200, 140 + (cell + 4) * len(arrays)))),
         large_font,
         plot_bgcolor=MASKED_GREY,
-        xaxis=category_axis("key", keys, large_font),
+        xaxis={
+            **category_axis("key", keys, large_font),
+            "domain": [0, domain_end],
+        },
         yaxis={**category_axis("query", queries, large_font), "autorange": "reversed"},
     )
     return go.Figure(trace, layout)
