@@ -456,3 +456,14 @@ def test_teacher_forcing_continues_a_gpt2_prompt(pretrained, tiny):
             torch.tensor([ids + target[:-1]])
         ).logits[0, len(ids) - 1 :]
     assert [row[3] for row in rows] == [tokenizer.id_to_token(int(i)) for i in logits.argmax(-1)]
+
+
+def test_every_generate_example_brings_a_reference_its_model_reads():
+    from transformer.training.tasks import is_toy_english
+    from ui.tabs.generate import EXAMPLES, example_reference
+
+    for source, task, _ in EXAMPLES:
+        reference = example_reference(source, task)
+        assert reference, f"example {source!r} has no teacher-forcing reference"
+        if task == "continue":  # prompt + continuation is one sentence of the task's grammar
+            assert is_toy_english(f"{source} {reference}")
