@@ -282,7 +282,7 @@ class _Walker:
             "input",
             "input",
             f"x: the input of layer {walk.layer + 1}",
-            "x = the sum above" if first else f"x = output of layer {walk.layer}",
+            ("x = the step above" if first else f"x = output of layer {walk.layer}"),
             shape=_dims("B, T, d_model", x),
             shown=f"token {walk.query_labels[self.i]}: ({x.size(-1)},)",
             values=_cpu(x[self.b, self.i]),

@@ -4,7 +4,8 @@ Vectors (d_model, d_head, d_ff wide) are one-row heatmap strips with hover value
 of numbers; keys × d_head matrices are small heatmaps with the key tokens on their rows; the
 per-key steps (q·k, ÷√d_k, the mask, exp, the weights) are one table with a bar chart of the
 weights beside it, masked keys in grey. Every strip has its own symmetric colour scale (its
-numbers are in the hover), so a LayerNorm's ±3 and a residual's ±30 are both readable.
+numbers are in the hover), saturating at the 98th percentile of its |values|, so a LayerNorm's
+±3, a residual's ±30 and a vector with one outlier dimension are all readable.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def section_figure(
         y += size["caption"]
         if block[0].per_key:
             n_keys = block[0].values.numel()
-            height = size["header"] + size["cell"] * min(n_keys, 16) + 4
+            height = 2 * size["header"] + size["cell"] * min(n_keys, 16) + 4
         elif block[0].values.dim() == 2:
             height = min(320, max(3 * size["row"], size["row"] * block[0].values.size(0) + 6))
         else:
@@ -166,7 +167,12 @@ def _heatmap_block(
     matrix = values.ndim == 2
     z = values if matrix else values[None, :]
     finite = np.abs(z[np.isfinite(z)])
-    limit = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    # Colours saturate at the 98th percentile of |value|: one outlier dimension (BERT has some)
+    # must not wash out the rest. The hover gives every exact value.
+    limit = float(np.percentile(finite, 98)) if finite.size else 0.0
+    limit = (
+        limit if limit > 0 else (float(finite.max()) if finite.size and finite.max() > 0 else 1.0)
+    )
     columns = np.arange(z.shape[1])
     rows = list(step.labels) if matrix and step.labels else [step.name]
     if matrix:
@@ -262,7 +268,7 @@ def _per_key_block(
     for step in steps:
         headers.append(_HEADERS.get(step.key.rsplit(".", 1)[-1], step.name))
         columns.append([_number(float(v)) for v in to_numpy(step.values)])
-    headers.append("why masked")
+    headers.append("reason")
     columns.append([note or "—" for note in notes])
     fill = ["#ececec" if masked else "white" for masked in off_list]
     traces.append(

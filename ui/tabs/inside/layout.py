@@ -58,7 +58,9 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
     for index, (_, title) in enumerate(SECTIONS):
         values = first[1 + 4 * index : 5 + 4 * index] if first else (None, "", "", None)
         visible = values[0]["visible"] if isinstance(values[0], dict) else True
-        with gr.Accordion(title, open=True, visible=visible) as section, gr.Row():
+        # The input is plain (embeddings); the attention is what a student came for: open it first.
+        opened = index > 0
+        with gr.Accordion(title, open=opened, visible=visible) as section, gr.Row():
             with gr.Column(scale=4):
                 steps = gr.Markdown(values[1])
                 code = gr.Code(values[2], language="python", label="The code, in the order it ran")
