@@ -41,11 +41,25 @@ def _blocks(steps: Sequence[Any]) -> list[list[Any]]:
     """Consecutive per-key steps form one table block; every other step is a block alone."""
     blocks: list[list[Any]] = []
     for step in steps:
-        if step.per_key and blocks and blocks[-1][0].per_key:
+        if blocks and _joins(blocks[-1], step):
             blocks[-1].append(step)
         else:
             blocks.append([step])
     return blocks
+
+
+def _joins(block: list[Any], step: Any) -> bool:
+    """Whether ``step`` joins ``block``: per-key steps make one table; two matrices over the same
+    keys (K and V) stand side by side."""
+    first = block[0]
+    if step.per_key or first.per_key:
+        return step.per_key and first.per_key
+    return (
+        len(block) == 1
+        and step.values.dim() == 2
+        and first.values.dim() == 2
+        and first.values.shape[0] == step.values.shape[0]
+    )
 
 
 def _number(value: float) -> str:
@@ -54,7 +68,9 @@ def _number(value: float) -> str:
     return f"{value:.3f}" if abs(value) < 1000 else f"{value:.4g}"
 
 
-def _caption(number: int, step: Any) -> str:
+def _caption(number: int, step: Any, short: bool = False) -> str:
+    if short:
+        return f"<b>{number}. {step.name}</b>   {step.formula}"
     return (
         f"<b>{number}. {step.name}</b>   {step.formula}"
         f"   <span style='color:#777'>{step.shown}</span>"
@@ -116,22 +132,20 @@ def section_figure(
             text = f"<b>{number}–{number + len(block) - 1}. {names}</b>"
             text += f"   <span style='color:#777'>{block[0].shown.split(';')[0]}</span>"
         else:
-            axis_index += 1
-            _heatmap_block(block[0], domain, axis_index, large_font, traces, layout, shapes)
-            text = _caption(number, block[0])
-        annotations.append(
-            {
-                "text": text,
-                "x": 0,
-                "y": caption_y,
-                "xref": "paper",
-                "yref": "paper",
-                "xanchor": "left",
-                "yanchor": "bottom",
-                "showarrow": False,
-                "font": {"size": font - 1},
-            }
-        )
+            texts = []
+            side = len(block) > 1
+            for n, step in enumerate(block):
+                axis_index += 1
+                x_domain = [0.0, 1.0] if not side else [n * 0.52, n * 0.52 + 0.48]
+                _heatmap_block(
+                    step, domain, axis_index, large_font, traces, layout, shapes, x_domain, n == 0
+                )
+                texts.append((x_domain[0], _caption(number + n, step, short=side)))
+            for x, caption in texts[1:]:
+                annotations.append(_annotation(caption, x, caption_y, font))
+            text = texts[0][1]
+        annotations.append(_annotation(text, 0, caption_y, font))
+
     layout.update(
         template="none",
         height=height_px,
@@ -147,6 +161,20 @@ def section_figure(
     return go.Figure(data=traces, layout=layout)
 
 
+def _annotation(text: str, x: float, y: float, font: int) -> dict[str, Any]:
+    return {
+        "text": text,
+        "x": x,
+        "y": y,
+        "xref": "paper",
+        "yref": "paper",
+        "xanchor": "left",
+        "yanchor": "bottom",
+        "showarrow": False,
+        "font": {"size": font - 1},
+    }
+
+
 def _axis_names(index: int) -> tuple[str, str, str, str]:
     suffix = "" if index == 1 else str(index)
     return f"x{suffix}", f"y{suffix}", f"xaxis{suffix}", f"yaxis{suffix}"
@@ -160,6 +188,8 @@ def _heatmap_block(
     traces: list[Any],
     layout: dict[str, Any],
     shapes: list[dict[str, Any]],
+    x_domain: Sequence[float] = (0.0, 1.0),
+    row_labels: bool = True,
 ) -> None:
     """One vector as a one-row strip, or one matrix with its row labels."""
     x_ref, y_ref, x_key, y_key = _axis_names(index)
@@ -212,7 +242,7 @@ def _heatmap_block(
         )
     small = font_size(large_font) - 3
     layout[x_key] = {
-        "domain": [0, 1],
+        "domain": list(x_domain),
         "anchor": y_ref,
         "showticklabels": False,
         "ticks": "",
@@ -225,7 +255,7 @@ def _heatmap_block(
         "anchor": x_ref,
         "type": "category",
         "autorange": "reversed",
-        "showticklabels": matrix,
+        "showticklabels": matrix and row_labels,
         "ticks": "",
         "tickfont": {"size": small},
         "showgrid": False,
@@ -269,12 +299,12 @@ def _per_key_block(
         headers.append(_HEADERS.get(step.key.rsplit(".", 1)[-1], step.name))
         columns.append([_number(float(v)) for v in to_numpy(step.values)])
     headers.append("reason")
-    columns.append([note or "—" for note in notes])
+    columns.append([note.split(":")[0] if note else "—" for note in notes])  # "causal", "padding"
     fill = ["#ececec" if masked else "white" for masked in off_list]
     traces.append(
         go.Table(
             domain={"x": [0, 0.64], "y": domain},
-            columnwidth=[1.3] + [1.0] * len(steps) + [1.7],
+            columnwidth=[1.3] + [1.0] * len(steps) + [1.1],
             header={
                 "values": [f"<b>{h}</b>" for h in headers],
                 "height": size["header"],
