@@ -314,3 +314,41 @@ def test_a_stack_the_model_lacks_names_the_other(bundled):
     checkpoint = bundled["continue"]
     with pytest.raises(ValueError, match="decoder-only model has no encoder: choose the decoder"):
         inside_layer(checkpoint.model, checkpoint.tokenizer, "the cat", "encoder", 0, 0, 0)
+
+
+def test_figures_draw_each_section_compactly_with_masked_keys_and_switched_off_units_grey(
+    bundled,
+):
+    from transformer.figures.common import MASKED_GREY
+    from transformer.figures.inside import section_figure
+
+    checkpoint = bundled["continue"]
+    query = 3
+    walk = inside_layer(
+        checkpoint.model, checkpoint.tokenizer, "the cat sat", "decoder", 1, 2, query
+    )
+    steps = walk.section("self-attention")
+    figure = section_figure(steps, 5)
+    n_keys = walk.step("self.dot").values.numel()
+    (table,) = [t for t in figure.data if t.type == "table"]
+    assert list(table.cells.values[0]) == walk.key_labels
+    later = [j > query for j in range(n_keys)]  # the causal mask, written out
+    assert [c == "#ececec" for c in table.cells.fill.color[0]] == later
+    (bars,) = [t for t in figure.data if t.type == "bar"]
+    assert [c == MASKED_GREY for c in bars.marker.color] == later
+    # Every vector is one float32 strip with an index/value hover (no per-cell text).
+    payload = figure.to_json()
+    assert '"dtype":"f4"' in payload and '"dtype":"f8"' not in payload
+    strips = [t for t in figure.data if t.type == "heatmap"]
+    assert all("%{z" in t.hovertemplate and t.text is None for t in strips)
+    assert figure.layout.height > 200 and len(payload) < 60_000
+    # The activation: the grey layer covers exactly the units with u ≤ 0.
+    ff = section_figure(walk.section("feed-forward"), 20)
+    hidden = walk.step("ff.hidden").values
+    grey = [t for t in ff.data if t.type == "heatmap" and "switched off" in t.hovertemplate]
+    assert len(grey) == 1
+    covered = ~torch.isnan(torch.as_tensor(grey[0].z[0]))
+    assert torch.equal(covered, hidden <= 0)
+    large = section_figure(steps, 5, large_font=True)
+    assert large.layout.font.size > figure.layout.font.size
+    assert large.layout.height > figure.layout.height
