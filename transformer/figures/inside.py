@@ -33,7 +33,7 @@ _HEADERS = {
 
 def _sizes(large_font: bool) -> dict[str, int]:
     if large_font:
-        return {"caption": 30, "strip": 36, "row": 20, "cell": 30, "header": 34, "top": 16}
+        return {"caption": 30, "strip": 36, "row": 22, "cell": 30, "header": 34, "top": 16}
     return {"caption": 22, "strip": 26, "row": 14, "cell": 22, "header": 26, "top": 10}
 
 
@@ -95,7 +95,9 @@ def section_figure(
     """
     size = _sizes(large_font)
     font = font_size(large_font)
-    top = size["top"] + (40 if title else 0)
+    top = (
+        size["top"] + 24 + (40 if title else 0)
+    )  # room for plotly's mode bar above the first caption
     traces: list[Any] = []
     layout: dict[str, Any] = {}
     annotations: list[dict[str, Any]] = []

@@ -62,8 +62,9 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
         opened = index > 0
         with gr.Accordion(title, open=opened, visible=visible) as section, gr.Row():
             with gr.Column(scale=4):
-                steps = gr.Markdown(values[1])
+                # The code first: the lines that ran, in order; what each step means below.
                 code = gr.Code(values[2], language="python", label="The code, in the order it ran")
+                steps = gr.Markdown(values[1])
             plot = gr.Plot(values[3], show_label=False, scale=6)
         outputs += [section, steps, code, plot]
 
