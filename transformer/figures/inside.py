@@ -242,7 +242,7 @@ def _heatmap_block(
                 hoverongaps=False,
             )
         )
-    small = font_size(large_font) - 3
+    small = 14 if large_font else 10  # one label per key row, none thinned out
     layout[x_key] = {
         "domain": list(x_domain),
         "anchor": y_ref,
