@@ -184,7 +184,23 @@ class _Walker:
         self.b, self.i, self.h = walk.row, walk.query, walk.head
         self.d_head = walk.config.d_head
 
-    def add(self, key: str, section: str, name: str, formula: str, **rest: Any) -> None:
+    def add(
+        self,
+        key: str,
+        section: str,
+        name: str,
+        formula: str,
+        full: Tensor | None = None,
+        dims: str = "B, T, d_model",
+        **rest: Any,
+    ) -> None:
+        """Append a step; with ``full``, a ``(B, T, n)`` tensor, the step shows this token's row
+        of it (its shape, the slice and the values follow from it)."""
+        if full is not None:
+            rest.setdefault("shape", _dims(dims, full))
+            label = self.walk.query_labels[self.i]
+            rest.setdefault("shown", f"token {label}: ({full.size(-1)},)")
+            rest["values"] = _cpu(full[self.b, self.i])
         self.steps.append(Step(key=key, name=name, section=section, formula=formula, **rest))
 
     # -- the input -------------------------------------------------------------------------
@@ -254,9 +270,7 @@ class _Walker:
             "input",
             "sum",
             formula,
-            shape=_dims("B, T, d_model", total),
-            shown=f"token {self.walk.query_labels[i]}: ({total.size(-1)},)",
-            values=_cpu(total[b, i]),
+            full=total,
             explanation="The pieces are added, number by number: one vector per token.",
             code=code,
         )
@@ -267,9 +281,7 @@ class _Walker:
                 "input",
                 "embedding LayerNorm",
                 f"{formula[4:]} → LayerNorm",
-                shape=_dims("B, T, d_model", normed),
-                shown=f"token {self.walk.query_labels[i]}: ({normed.size(-1)},)",
-                values=_cpu(normed[b, i]),
+                full=normed,
                 explanation=_norm_explanation(total[b, i], norm),
                 code=code_line(embed, ("x = norm(x)",)),
             )
@@ -283,9 +295,7 @@ class _Walker:
             "input",
             f"x: the input of layer {walk.layer + 1}",
             ("x = the step above" if first else f"x = output of layer {walk.layer}"),
-            shape=_dims("B, T, d_model", x),
-            shown=f"token {walk.query_labels[self.i]}: ({x.size(-1)},)",
-            values=_cpu(x[self.b, self.i]),
+            full=x,
             explanation=(
                 "What the first layer reads: the embedded tokens (dropout is off at inference)."
                 if first
@@ -321,9 +331,7 @@ class _Walker:
                 section,
                 "LayerNorm first (pre-LN)",
                 "LN(x) = γ·(x − μ)/√(σ² + ε) + β",
-                shape=_dims("B, T, d_model", hs),
-                shown=f"token {token}: ({hs.size(-1)},)",
-                values=_cpu(hs[b, i]),
+                full=hs,
                 explanation="A pre-LN model normalises what a sub-layer reads and adds the "
                 "sub-layer's output to the un-normalised stream. "
                 + _norm_explanation(x[b, i], residual.norm),
@@ -519,16 +527,13 @@ class _Walker:
     ) -> Tensor:
         """The residual add and, in post-LN, the norm after it; returns the new stream."""
         b, i = self.b, self.i
-        token = self.walk.query_labels[i]
         added = x + update
         self.add(
             f"{prefix}.residual",
             section,
             "residual add",
             f"x + {what}(…)",
-            shape=_dims("B, T, d_model", added),
-            shown=f"token {token}: ({added.size(-1)},)",
-            values=_cpu(added[b, i]),
+            full=added,
             explanation="The sub-layer's output is added to its input: the residual stream "
             "keeps what was there (dropout is off at inference).",
             code=code_line(type(residual).forward, ("x = x + self.dropout(", "x = x +")),
@@ -541,9 +546,7 @@ class _Walker:
             section,
             "LayerNorm (post-LN)",
             f"LN(x + {what}(…))",
-            shape=_dims("B, T, d_model", normed),
-            shown=f"token {token}: ({normed.size(-1)},)",
-            values=_cpu(normed[b, i]),
+            full=normed,
             explanation="A post-LN model (the paper, BERT, Marian) normalises after the add. "
             + _norm_explanation(added[b, i], residual.norm),
             code=code_line(type(residual).forward, ("else self.norm(x)", "self.norm(x)")),
@@ -565,9 +568,7 @@ class _Walker:
                 section,
                 "LayerNorm first (pre-LN)",
                 "LN(x) = γ·(x − μ)/√(σ² + ε) + β",
-                shape=_dims("B, T, d_model", hs),
-                shown=f"token {token}: ({hs.size(-1)},)",
-                values=_cpu(hs[b, i]),
+                full=hs,
                 explanation=_norm_explanation(x[b, i], residual.norm),
                 code=code_line(type(residual).sublayer_input, ("return self.norm(x)",)),
             )
@@ -615,9 +616,7 @@ class _Walker:
             section,
             "·W₂ + b₂",
             "FFN(x) = act(u)·W₂ + b₂",
-            shape=_dims("B, T, d_model", update),
-            shown=f"token {token}: ({update.size(-1)},)",
-            values=_cpu(update[b, i]),
+            full=update,
             explanation=f"Back from {d_ff} to d_model = {update.size(-1)}: what the "
             "feed-forward network adds to the stream.",
             code=code_line(ff_code, ("self.linear2(", "linear2(")),
@@ -775,9 +774,7 @@ def walkthrough(
             "feed-forward",
             f"the output of layer {layer + 1}",
             "x' = the stream after the feed-forward sub-layer",
-            shape=_dims("B, T, d_model", x),
-            shown=f"token {labels[query]}: ({x.size(-1)},)",
-            values=_cpu(x[row, query]),
+            full=x,
             explanation=(
                 "What the next layer reads at this token."
                 if layer + 1 < len(layers)
