@@ -65,7 +65,7 @@ def test_ranges_and_tokens_follow_the_model_and_the_sentence(registry, hf_models
                 registry, text, name, stack, 99, 99, 99, session
             )
             assert [c[0] if isinstance(c, tuple) else c for c in radio.choices] == list(stacks)
-            assert radio.value == stack and radio.visible == (len(stacks) > 1)
+            assert radio.value == stack
             assert (layer.maximum, layer.value) == (max(n_layers, 2), n_layers), name
             assert (head.maximum, head.value) == (max(n_heads, 2), n_heads), name
             ids = _tokens(checkpoint, text, stack)
@@ -77,7 +77,7 @@ def test_ranges_and_tokens_follow_the_model_and_the_sentence(registry, hf_models
             ]
     # A stack the model lacks falls back to the one it has.
     radio, *_ = inside.controls(registry, "a b", "continue", "encoder", 1, 1, 0, session)
-    assert radio.value == "decoder" and radio.visible is False
+    assert radio.value == "decoder" and [c[0] for c in radio.choices] == ["decoder"]
 
 
 def _section(outputs, index):
@@ -172,3 +172,14 @@ def test_unknown_characters_are_named_and_the_query_may_be_given_as_its_label(re
     )
     assert "cannot read" in outputs[0] and "日" in outputs[0]
     assert "query token **1:" in outputs[0]
+
+
+def test_a_change_of_model_fits_the_controls_and_draws_with_them_in_one_event(registry):
+    # From translate's encoder, token 9, layer 3 to the decoder-only continue model, 2 tokens.
+    outputs = inside.refresh(registry, "a b", "continue", "encoder", 3, 4, 9, False, None)
+    stack, layer, head, query, summary, *_ = outputs
+    n_tokens = len(registry.checkpoint("continue", None).tokenizer.encode_ids("a b", add_bos=True))
+    assert (stack.value, layer.value, head.value) == ("decoder", 3, 4)
+    assert query.value == n_tokens - 1
+    assert f"query token **{n_tokens - 1}:" in summary and "of the decoder" in summary
+    assert len(outputs) == 4 + N_OUTPUTS

@@ -4,7 +4,7 @@ with each step's shape, values and code line.
 Modules: `view` (validating a request, the summary, step lists and code listings), `handlers`
 (the module-level handlers), `layout` (build())."""
 
-from .handlers import controls, first_view, inside_layer
+from .handlers import controls, first_view, inside_layer, refresh
 from .layout import build
 from .view import EXAMPLE_TEXT, SECTIONS, choose, layers_in, query_choices, stacks_for
 
@@ -18,5 +18,6 @@ __all__ = [
     "inside_layer",
     "layers_in",
     "query_choices",
+    "refresh",
     "stacks_for",
 ]

@@ -3,6 +3,7 @@ registry first."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
@@ -31,9 +32,21 @@ def _clamp(value: Any, high: int, default: int = 1) -> int:
         return default
 
 
-@friendly
-@gpu
-def controls(
+@dataclass
+class Fitted:
+    """The controls' choices and values that fit one model and sentence."""
+
+    stacks: list[str]
+    stack: str
+    n_layers: int
+    layer: int
+    n_heads: int
+    head: int
+    choices: list[tuple[str, int]]
+    query: int
+
+
+def fit(
     registry: ModelRegistry,
     text: str,
     name: str,
@@ -41,10 +54,10 @@ def controls(
     layer: Any,
     head: Any,
     query: Any,
-    session: SessionModels,
-) -> tuple[Any, Any, Any, Any]:
-    """The Stack choices and the Layer, Head and Query-token ranges this model and this
-    sentence have (values kept where they still apply)."""
+    session: SessionModels | None,
+) -> Fitted:
+    """The stacks, layers, heads and query tokens this model and this sentence have, and the
+    given values moved into range (kept where they still apply)."""
     checkpoint = registry.checkpoint(name, session)
     config = checkpoint.config
     stacks = stacks_for(config)
@@ -60,19 +73,54 @@ def controls(
     if position not in positions:
         position = positions[min(len(positions) - 1, max(0, position))]
     n_layers = layers_in(config, stack)
+    return Fitted(
+        stacks,
+        stack,
+        n_layers,
+        _clamp(layer, n_layers),
+        config.n_heads,
+        _clamp(head, config.n_heads),
+        choices,
+        position,
+    )
+
+
+def _updates(fitted: Fitted) -> tuple[Any, Any, Any, Any]:
     return (
-        gr.Radio(choices=stacks, value=stack, visible=len(stacks) > 1),
+        # Always shown: a hidden radio keeps its old value in the browser, which the next
+        # event would send against the new choices (and a single choice tells what the model has).
+        gr.Radio(choices=fitted.stacks, value=fitted.stack),
         gr.Slider(
-            minimum=1, maximum=max(2, n_layers), value=_clamp(layer, n_layers), visible=n_layers > 1
+            minimum=1,
+            maximum=max(2, fitted.n_layers),
+            value=fitted.layer,
+            visible=fitted.n_layers > 1,
         ),
         gr.Slider(
             minimum=1,
-            maximum=max(2, config.n_heads),
-            value=_clamp(head, config.n_heads),
-            visible=config.n_heads > 1,
+            maximum=max(2, fitted.n_heads),
+            value=fitted.head,
+            visible=fitted.n_heads > 1,
         ),
-        gr.Dropdown(choices=choices, value=position),
+        gr.Dropdown(choices=fitted.choices, value=fitted.query),
     )
+
+
+@friendly
+@gpu
+def controls(
+    registry: ModelRegistry,
+    text: str,
+    name: str,
+    stack: str,
+    layer: Any,
+    head: Any,
+    query: Any,
+    session: SessionModels,
+) -> tuple[Any, Any, Any, Any]:
+    """The Stack choices and the Layer, Head and Query-token ranges this model and this
+    sentence have (values kept where they still apply)."""
+    return _updates(fit(registry, text, name, stack, layer, head, query, session))
 
 
 @friendly
@@ -107,6 +155,29 @@ def inside_layer(
             figure,
         ]
     return tuple(outputs)
+
+
+@friendly
+@gpu
+def refresh(
+    registry: ModelRegistry,
+    text: str,
+    name: str,
+    stack: str,
+    layer: Any,
+    head: Any,
+    query: Any,
+    large: bool,
+    session: SessionModels,
+) -> tuple[Any, ...]:
+    """Fit the controls to this model and sentence, then draw with the fitted values, in one
+    event: a redraw chained after the fit would read the old choice from the browser (a stack
+    or a token the new model does not have) and fail."""
+    fitted = fit(registry, text, name, stack, layer, head, query, session)
+    drawn = inside_layer(
+        registry, text, name, fitted.stack, fitted.layer, fitted.head, fitted.query, large, session
+    )
+    return (*_updates(fitted), *drawn)
 
 
 def first_view(

@@ -8,7 +8,7 @@ import gradio as gr
 
 from ... import limits
 from ...state import ModelRegistry, bind
-from .handlers import controls, first_view, inside_layer
+from .handlers import controls, first_view, inside_layer, refresh
 from .view import EXAMPLE_TEXT, SECTIONS, default_query, layers_in, query_choices, stacks_for
 
 INTRO = (
@@ -41,7 +41,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
         text = gr.Textbox(value=EXAMPLE_TEXT, lines=1, max_lines=2, label="Sentence", scale=3)
         model_name = gr.Dropdown(registry.model_names, value=first_model, label="Model", scale=2)
     with gr.Row():
-        stack = gr.Radio(stacks, value=stacks[0], label="Stack", visible=len(stacks) > 1)
+        stack = gr.Radio(stacks, value=stacks[0], label="Stack")
         # Built wide for API callers; the page narrows them to the model's own when it loads.
         layer = gr.Slider(
             1, limits.MAX_LAYERS, value=1, step=1, label="Layer", visible=n_layers > 1
@@ -72,23 +72,25 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
     control_inputs = [text, model_name, stack, layer, head, query, session]
     control_outputs = [stack, layer, head, query]
     redraw = bind(inside_layer, registry)
-    refit = bind(controls, registry)
     private = {"api_visibility": "private"}
     text.submit(redraw, inputs, outputs, api_name="inside_layer")
-    for trigger in (model_name.input, stack.input):
-        trigger(refit, control_inputs, control_outputs, **private).success(
-            redraw, inputs, outputs, **private
-        )
+    # Controls that change what applies (model, stack, sentence) fit the ranges and choices and
+    # redraw in one event; the others only redraw.
+    fit_and_draw = bind(refresh, registry)
+    # The stack listens to .select, a user's click: gradio also fires a radio's .input when an
+    # event sets its choices, with the old value, which the new choices no longer hold.
+    for trigger in (model_name.input, stack.select):
+        trigger(fit_and_draw, inputs, control_outputs + outputs, **private)
     text.input(
-        refit, control_inputs, control_outputs, trigger_mode="always_last", **private
-    ).success(redraw, inputs, outputs, **private)
+        fit_and_draw, inputs, control_outputs + outputs, trigger_mode="always_last", **private
+    )
     for slider in (layer, head):
         slider.release(redraw, inputs, outputs, **private)
     query.input(redraw, inputs, outputs, **private)
     large.change(redraw, inputs, outputs, **private)
     demo = gr.context.Context.root_block
     if demo is not None:
-        demo.load(refit, control_inputs, control_outputs, **private)
+        demo.load(bind(controls, registry), control_inputs, control_outputs, **private)
     return {
         "model": model_name,
         "text": text,
