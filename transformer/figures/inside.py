@@ -109,7 +109,8 @@ def section_figure(
         y += size["caption"]
         if block[0].per_key:
             n_keys = block[0].values.numel()
-            height = 2 * size["header"] + size["cell"] * min(n_keys, 16) + 4
+            # A row per key (up to 16; the table scrolls past them), one spare for a wrapped label.
+            height = 2 * size["header"] + size["cell"] * (min(n_keys, 16) + 1)
         elif block[0].values.dim() == 2:
             height = min(320, max(3 * size["row"], size["row"] * block[0].values.size(0) + 6))
         else:
