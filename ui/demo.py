@@ -16,7 +16,7 @@ from transformer.device import pick_device
 from . import limits
 from .errors import scrub
 from .state import ModelRegistry, SessionModels
-from .tabs import attention, generate, positions, tokenize, training
+from .tabs import attention, generate, inside, positions, tokenize, training
 
 # Large font is a projector mode: every size scales about 1.45×. Gradio's theme declares its
 # sizes as variables on :root, and the derived ones (label, input, button sizes) are resolved
@@ -114,6 +114,8 @@ def build_demo(
             positional, pe_inputs, pe_outputs = positions.build(registry, large, session)
         with gr.Tab("Attention"):
             attention.build(registry, large, session)
+        with gr.Tab("Inside a layer"):
+            inside.build(registry, large, session)
         with gr.Tab("Generate"):
             generate.build(registry, large, session)
         with gr.Tab("Model & training"):

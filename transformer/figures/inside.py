@@ -1,0 +1,364 @@
+"""Figures of one layer's steps (``transformer.inside``): one figure per section of the layer.
+
+Vectors (d_model, d_head, d_ff wide) are one-row heatmap strips with hover values, never walls
+of numbers; keys × d_head matrices are small heatmaps with the key tokens on their rows; the
+per-key steps (q·k, ÷√d_k, the mask, exp, the weights) are one table with a bar chart of the
+weights beside it, masked keys in grey. Every strip has its own symmetric colour scale (its
+numbers are in the hover), saturating at the 98th percentile of its |values|, so a LayerNorm's
+±3, a residual's ±30 and a vector with one outlier dimension are all readable.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .common import HIGHLIGHT_COLOR, MASKED_GREY, SIGNED_COLORSCALE, font_size, to_numpy
+
+_GREY_SCALE = [[0.0, MASKED_GREY], [1.0, MASKED_GREY]]
+_GAP = 8  # pixels between blocks
+# Short column headers of the per-key table, by the step key's last part.
+_HEADERS = {
+    "dot": "q·k",
+    "scaled": "÷√d_k",
+    "masked": "masked",
+    "exp": "exp",
+    "weights": "weight",
+}
+
+
+def _sizes(large_font: bool) -> dict[str, int]:
+    if large_font:
+        return {"caption": 30, "strip": 36, "row": 22, "cell": 30, "header": 34, "top": 16}
+    return {"caption": 22, "strip": 26, "row": 14, "cell": 22, "header": 26, "top": 10}
+
+
+def _blocks(steps: Sequence[Any]) -> list[list[Any]]:
+    """Consecutive per-key steps form one table block; every other step is a block alone."""
+    blocks: list[list[Any]] = []
+    for step in steps:
+        if blocks and _joins(blocks[-1], step):
+            blocks[-1].append(step)
+        else:
+            blocks.append([step])
+    return blocks
+
+
+def _joins(block: list[Any], step: Any) -> bool:
+    """Whether ``step`` joins ``block``: per-key steps make one table; two matrices over the same
+    keys (K and V) stand side by side."""
+    first = block[0]
+    if step.per_key or first.per_key:
+        return step.per_key and first.per_key
+    return (
+        len(block) == 1
+        and step.values.dim() == 2
+        and first.values.dim() == 2
+        and first.values.shape[0] == step.values.shape[0]
+    )
+
+
+def _number(value: float) -> str:
+    if math.isinf(value):
+        return "−∞" if value < 0 else "∞"
+    return f"{value:.3f}" if abs(value) < 1000 else f"{value:.4g}"
+
+
+def _caption(number: int, step: Any, short: bool = False) -> str:
+    if short:
+        return f"<b>{number}. {step.name}</b>   {step.formula}"
+    return (
+        f"<b>{number}. {step.name}</b>   {step.formula}"
+        f"   <span style='color:#777'>{step.shown}</span>"
+    )
+
+
+def section_figure(
+    steps: Sequence[Any],
+    first_number: int = 1,
+    title: str = "",
+    *,
+    large_font: bool = False,
+) -> go.Figure:
+    """The steps of one section (``transformer.inside.Step``), stacked top to bottom.
+
+    Args:
+        steps: the section's steps in order; vectors ``(n,)``, matrices ``(rows, n)`` with
+            ``labels`` per row, per-key vectors ``(Tk,)`` with ``labels`` per key.
+        first_number: the number of the first step in the whole walkthrough (captions count on).
+        title: the figure's title ("" for none).
+        large_font: bigger fonts and rows, for projecting.
+    """
+    size = _sizes(large_font)
+    font = font_size(large_font)
+    top = (
+        size["top"] + 24 + (40 if title else 0)
+    )  # room for plotly's mode bar above the first caption
+    traces: list[Any] = []
+    layout: dict[str, Any] = {}
+    annotations: list[dict[str, Any]] = []
+    shapes: list[dict[str, Any]] = []
+    placed: list[tuple[list[Any], int, float, float]] = []  # block, number, y top, y bottom (px)
+    y = 0.0
+    number = first_number
+    for block in _blocks(steps):
+        y += size["caption"]
+        if block[0].per_key:
+            n_keys = block[0].values.numel()
+            # A row per key (up to 16; the table scrolls past them), one spare for a wrapped label.
+            height = 2 * size["header"] + size["cell"] * (min(n_keys, 16) + 1)
+        elif block[0].values.dim() == 2:
+            height = min(320, max(3 * size["row"], size["row"] * block[0].values.size(0) + 6))
+        else:
+            height = size["strip"]
+        placed.append((block, number, y, y + height))
+        y += height + _GAP
+        number += len(block)
+    plot_height = max(y, 1.0)
+    height_px = int(plot_height + top + 10)
+
+    def frac(px: float) -> float:
+        return max(0.0, min(1.0, 1.0 - px / plot_height))
+
+    axis_index = 0
+    for block, number, y0, y1 in placed:
+        domain = [frac(y1), frac(y0)]
+        caption_y = frac(y0 - 2)  # the caption sits just above its block
+        if block[0].per_key:
+            axis_index += 1
+            _per_key_block(block, domain, axis_index, large_font, traces, layout)
+            names = " → ".join(step.name for step in block)
+            text = f"<b>{number}–{number + len(block) - 1}. {names}</b>"
+            text += f"   <span style='color:#777'>{block[0].shown.split(';')[0]}</span>"
+        else:
+            texts = []
+            side = len(block) > 1
+            for n, step in enumerate(block):
+                axis_index += 1
+                x_domain = [0.0, 1.0] if not side else [n * 0.52, n * 0.52 + 0.48]
+                _heatmap_block(
+                    step, domain, axis_index, large_font, traces, layout, shapes, x_domain, n == 0
+                )
+                texts.append((x_domain[0], _caption(number + n, step, short=side)))
+            for x, caption in texts[1:]:
+                annotations.append(_annotation(caption, x, caption_y, font))
+            text = texts[0][1]
+        annotations.append(_annotation(text, 0, caption_y, font))
+
+    layout.update(
+        template="none",
+        height=height_px,
+        font={"size": font},
+        margin={"l": 110 if large_font else 80, "r": 20, "t": top, "b": 10},
+        hoverlabel={"font": {"size": font}},
+        annotations=annotations,
+        shapes=shapes,
+        showlegend=False,
+    )
+    if title:
+        layout["title"] = {"text": title, "font": {"size": round(font * 1.2)}, "x": 0.01}
+    return go.Figure(data=traces, layout=layout)
+
+
+def _annotation(text: str, x: float, y: float, font: int) -> dict[str, Any]:
+    return {
+        "text": text,
+        "x": x,
+        "y": y,
+        "xref": "paper",
+        "yref": "paper",
+        "xanchor": "left",
+        "yanchor": "bottom",
+        "showarrow": False,
+        "font": {"size": font - 1},
+    }
+
+
+def _axis_names(index: int) -> tuple[str, str, str, str]:
+    suffix = "" if index == 1 else str(index)
+    return f"x{suffix}", f"y{suffix}", f"xaxis{suffix}", f"yaxis{suffix}"
+
+
+def _heatmap_block(
+    step: Any,
+    domain: list[float],
+    index: int,
+    large_font: bool,
+    traces: list[Any],
+    layout: dict[str, Any],
+    shapes: list[dict[str, Any]],
+    x_domain: Sequence[float] = (0.0, 1.0),
+    row_labels: bool = True,
+) -> None:
+    """One vector as a one-row strip, or one matrix with its row labels."""
+    x_ref, y_ref, x_key, y_key = _axis_names(index)
+    values = to_numpy(step.values)
+    matrix = values.ndim == 2
+    z = values if matrix else values[None, :]
+    finite = np.abs(z[np.isfinite(z)])
+    # Colours saturate at the 98th percentile of |value|: one outlier dimension (BERT has some)
+    # must not wash out the rest. The hover gives every exact value.
+    limit = float(np.percentile(finite, 98)) if finite.size else 0.0
+    limit = (
+        limit if limit > 0 else (float(finite.max()) if finite.size and finite.max() > 0 else 1.0)
+    )
+    columns = np.arange(z.shape[1])
+    rows = list(step.labels) if matrix and step.labels else [step.name]
+    if matrix:
+        hover = "key %{y}, dim %{x}: %{z:.4f}<extra></extra>"
+    else:
+        hover = "index %{x}: %{z:.4f}<extra></extra>"
+    traces.append(
+        go.Heatmap(
+            z=z.astype(np.float32),
+            x=columns,
+            y=rows,
+            xaxis=x_ref,
+            yaxis=y_ref,
+            colorscale=SIGNED_COLORSCALE,
+            zmin=-limit,
+            zmax=limit,
+            showscale=False,
+            hovertemplate=hover,
+            hoverongaps=False,
+        )
+    )
+    if step.off is not None and not matrix and bool(step.off.any()):
+        off = to_numpy(step.off, dtype=bool)
+        grey = np.where(off, values, np.nan).astype(np.float32)[None, :]
+        traces.append(
+            go.Heatmap(
+                z=grey,
+                x=columns,
+                y=rows,
+                xaxis=x_ref,
+                yaxis=y_ref,
+                colorscale=_GREY_SCALE,
+                showscale=False,
+                hovertemplate="index %{x}: %{z:.4f} (switched off)<extra></extra>",
+                hoverongaps=False,
+            )
+        )
+    small = 14 if large_font else 10  # one label per key row, none thinned out
+    layout[x_key] = {
+        "domain": list(x_domain),
+        "anchor": y_ref,
+        "showticklabels": False,
+        "ticks": "",
+        "showgrid": False,
+        "zeroline": False,
+        "range": [-0.5, z.shape[1] - 0.5],
+    }
+    layout[y_key] = {
+        "domain": domain,
+        "anchor": x_ref,
+        "type": "category",
+        "autorange": "reversed",
+        "showticklabels": matrix and row_labels,
+        "ticks": "",
+        "tickfont": {"size": small},
+        "showgrid": False,
+        "zeroline": False,
+    }
+    if step.highlight is not None:
+        start, stop = step.highlight
+        shapes.append(
+            {
+                "type": "rect",
+                "xref": x_ref,
+                "yref": f"{y_ref} domain",
+                "x0": start - 0.5,
+                "x1": stop - 0.5,
+                "y0": -0.08,
+                "y1": 1.08,
+                "line": {"color": HIGHLIGHT_COLOR, "width": 3},
+            }
+        )
+
+
+def _per_key_block(
+    steps: list[Any],
+    domain: list[float],
+    index: int,
+    large_font: bool,
+    traces: list[Any],
+    layout: dict[str, Any],
+) -> None:
+    """The per-key steps as one table (a column per step) and the weights as bars beside it."""
+    x_ref, y_ref, x_key, y_key = _axis_names(index)
+    size = _sizes(large_font)
+    font = font_size(large_font)
+    labels = list(steps[0].labels)
+    off = next((s.off for s in steps if s.off is not None), None)
+    off_list = [False] * len(labels) if off is None else [bool(v) for v in off]
+    notes = next((s.notes for s in steps if s.notes is not None), None) or [""] * len(labels)
+    columns = [labels]
+    headers = ["key"]
+    for step in steps:
+        headers.append(_HEADERS.get(step.key.rsplit(".", 1)[-1], step.name))
+        columns.append([_number(float(v)) for v in to_numpy(step.values)])
+    headers.append("reason")
+    columns.append([note.split(":")[0] if note else "—" for note in notes])  # "causal", "padding"
+    fill = ["#ececec" if masked else "white" for masked in off_list]
+    traces.append(
+        go.Table(
+            domain={"x": [0, 0.64], "y": domain},
+            columnwidth=[1.3] + [1.0] * len(steps) + [1.1],
+            header={
+                "values": [f"<b>{h}</b>" for h in headers],
+                "height": size["header"],
+                "font": {"size": font - 1},
+                "fill": {"color": "#f2f4f8"},
+                "align": "left",
+            },
+            cells={
+                "values": columns,
+                "height": size["cell"],
+                "font": {"size": font - 1, "color": [["#222"] * len(labels)]},
+                "fill": {"color": [fill]},
+                "align": "left",
+            },
+        )
+    )
+    weights = to_numpy(steps[-1].values)
+    text = [
+        f"masked ({note.split(':')[0]})" if masked else f"{w:.3f}"
+        for w, masked, note in zip(weights, off_list, notes, strict=True)
+    ]
+    colors = [MASKED_GREY if masked else HIGHLIGHT_COLOR for masked in off_list]
+    traces.append(
+        go.Bar(
+            x=weights.astype(np.float32),
+            y=labels,
+            orientation="h",
+            xaxis=x_ref,
+            yaxis=y_ref,
+            marker={"color": colors},
+            text=text,
+            textposition="outside",
+            cliponaxis=False,
+            hovertemplate="key %{y}: weight %{x:.4f}<extra></extra>",
+        )
+    )
+    layout[x_key] = {
+        "domain": [0.72, 0.93],
+        "anchor": y_ref,
+        "range": [0, max(1e-6, float(weights.max())) * 1.05],
+        "showgrid": False,
+        "tickfont": {"size": font - 3},
+        "title": {"text": "weight", "font": {"size": font - 2}, "standoff": 2},
+    }
+    layout[y_key] = {
+        "domain": domain,
+        "anchor": x_ref,
+        "type": "category",
+        "categoryorder": "array",
+        "categoryarray": labels,
+        "autorange": "reversed",
+        "tickfont": {"size": font - 3},
+        "automargin": True,
+    }

@@ -1,0 +1,193 @@
+"""The tab's module-level handlers (``/inside_layer`` and the live controls), taking the
+registry first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from ...errors import friendly, gpu
+from ...state import ModelRegistry, SessionModels
+from .view import (
+    EXAMPLE_TEXT,
+    SECTIONS,
+    as_query,
+    check_sentence,
+    choose,
+    draw,
+    layers_in,
+    query_choices,
+    stacks_for,
+)
+
+N_OUTPUTS = 1 + 4 * len(SECTIONS)
+
+
+def _clamp(value: Any, high: int, default: int = 1) -> int:
+    try:
+        return min(max(1, int(float(value))), high)
+    except (TypeError, ValueError, OverflowError):
+        return default
+
+
+@dataclass
+class Fitted:
+    """The controls' choices and values that fit one model and sentence."""
+
+    stacks: list[str]
+    stack: str
+    n_layers: int
+    layer: int
+    n_heads: int
+    head: int
+    choices: list[tuple[str, int]]
+    query: int
+
+
+def fit(
+    registry: ModelRegistry,
+    text: str,
+    name: str,
+    stack: str,
+    layer: Any,
+    head: Any,
+    query: Any,
+    session: SessionModels | None,
+) -> Fitted:
+    """The stacks, layers, heads and query tokens this model and this sentence have, and the
+    given values moved into range (kept where they still apply)."""
+    checkpoint = registry.checkpoint(name, session)
+    config = checkpoint.config
+    stacks = stacks_for(config)
+    if stack not in stacks:
+        stack = stacks[0]
+    analysis = registry.analysis(name, checkpoint, [check_sentence(text)])
+    choices = query_choices(analysis, stack)
+    positions = [i for _, i in choices]
+    try:
+        position = as_query(query)
+    except ValueError:
+        position = positions[0]
+    if position not in positions:
+        position = positions[min(len(positions) - 1, max(0, position))]
+    n_layers = layers_in(config, stack)
+    return Fitted(
+        stacks,
+        stack,
+        n_layers,
+        _clamp(layer, n_layers),
+        config.n_heads,
+        _clamp(head, config.n_heads),
+        choices,
+        position,
+    )
+
+
+def _updates(fitted: Fitted) -> tuple[Any, Any, Any, Any]:
+    return (
+        # Always shown: a hidden radio keeps its old value in the browser, which the next
+        # event would send against the new choices (and a single choice tells what the model has).
+        gr.Radio(choices=fitted.stacks, value=fitted.stack),
+        gr.Slider(
+            minimum=1,
+            maximum=max(2, fitted.n_layers),
+            value=fitted.layer,
+            visible=fitted.n_layers > 1,
+        ),
+        gr.Slider(
+            minimum=1,
+            maximum=max(2, fitted.n_heads),
+            value=fitted.head,
+            visible=fitted.n_heads > 1,
+        ),
+        gr.Dropdown(choices=fitted.choices, value=fitted.query),
+    )
+
+
+@friendly
+@gpu
+def controls(
+    registry: ModelRegistry,
+    text: str,
+    name: str,
+    stack: str,
+    layer: Any,
+    head: Any,
+    query: Any,
+    session: SessionModels,
+) -> tuple[Any, Any, Any, Any]:
+    """The Stack choices and the Layer, Head and Query-token ranges this model and this
+    sentence have (values kept where they still apply)."""
+    return _updates(fit(registry, text, name, stack, layer, head, query, session))
+
+
+@friendly
+@gpu
+def inside_layer(
+    registry: ModelRegistry,
+    text: str,
+    name: str,
+    stack: str,
+    layer: Any,
+    head: Any,
+    query: Any,
+    large: bool,
+    session: SessionModels,
+) -> tuple[Any, ...]:
+    """The ``/inside_layer`` endpoint: one layer, step by step, for one query token and one
+    head (layer and head from 1, the token by its position from 0, as the menu labels it).
+
+    Returns the summary, then per section (input, self-attention, cross-attention,
+    feed-forward) the accordion (hidden where the layer has no such section), the steps with
+    their shapes, the code lines in order and the figure."""
+    chosen = choose(registry, session, text, name, stack, layer, head, query)
+    text_summary, drawn = draw(chosen, name, large)
+    outputs: list[Any] = [text_summary]
+    # gr.update, not gr.Accordion(...): the first view is drawn while the layout is built, where
+    # a component made here would be placed on the page.
+    for (_, title), (steps, code, figure, present) in zip(SECTIONS, drawn, strict=True):
+        outputs += [
+            gr.update(label=title, visible=present),
+            steps,
+            code,
+            figure,
+        ]
+    return tuple(outputs)
+
+
+@friendly
+@gpu
+def refresh(
+    registry: ModelRegistry,
+    text: str,
+    name: str,
+    stack: str,
+    layer: Any,
+    head: Any,
+    query: Any,
+    large: bool,
+    session: SessionModels,
+) -> tuple[Any, ...]:
+    """Fit the controls to this model and sentence, then draw with the fitted values, in one
+    event: a redraw chained after the fit would read the old choice from the browser (a stack
+    or a token the new model does not have) and fail."""
+    fitted = fit(registry, text, name, stack, layer, head, query, session)
+    drawn = inside_layer(
+        registry, text, name, fitted.stack, fitted.layer, fitted.head, fitted.query, large, session
+    )
+    return (*_updates(fitted), *drawn)
+
+
+def first_view(
+    registry: ModelRegistry, name: str, stack: str, query: int
+) -> tuple[Any, ...] | None:
+    """What the tab shows when it opens: its example, drawn once at start (a bundled model takes
+    milliseconds), or None when the model is unavailable."""
+    try:
+        return inside_layer(
+            registry, EXAMPLE_TEXT, name, stack, 1, 1, query, False, SessionModels()
+        )
+    except gr.Error:
+        return None

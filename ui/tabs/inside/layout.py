@@ -1,0 +1,101 @@
+"""The tab's layout and event wiring."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from ... import limits
+from ...state import ModelRegistry, bind
+from .handlers import controls, first_view, inside_layer, refresh
+from .view import EXAMPLE_TEXT, SECTIONS, default_query, layers_in, query_choices, stacks_for
+
+INTRO = (
+    "One layer, one token at a time. Pick a layer, a head and a **query token**: every step the "
+    "model computes for it is listed in order, with the tensor's shape, the values (a strip per "
+    "vector: hover for each number), and the line of `transformer/` that computes it."
+)
+
+
+def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dict[str, Any]:
+    """Lay out the tab and wire its events (``/inside_layer``; every control redraws through
+    private events). Returns the shareable controls by name."""
+    gr.Markdown(INTRO)
+    first_model = registry.model_names[0]
+    try:
+        first_config = registry.checkpoint(first_model, None).config
+    except ValueError:
+        first_config = None
+    stacks = stacks_for(first_config) if first_config else ["encoder", "decoder"]
+    n_layers = layers_in(first_config, stacks[0]) if first_config else 6
+    n_heads = first_config.n_heads if first_config else 8
+    choices: list[tuple[str, int]] = []
+    first = None
+    if first_config is not None:  # the example's tokens, then its view (the analysis is cached)
+        checkpoint = registry.checkpoint(first_model, None)
+        analysis = registry.analysis(first_model, checkpoint, [EXAMPLE_TEXT])
+        choices = query_choices(analysis, stacks[0])
+        first = first_view(registry, first_model, stacks[0], default_query(choices))
+    with gr.Row():
+        text = gr.Textbox(value=EXAMPLE_TEXT, lines=1, max_lines=2, label="Sentence", scale=3)
+        model_name = gr.Dropdown(registry.model_names, value=first_model, label="Model", scale=2)
+    with gr.Row():
+        stack = gr.Radio(stacks, value=stacks[0], label="Stack")
+        # Built wide for API callers; the page narrows them to the model's own when it loads.
+        layer = gr.Slider(
+            1, limits.MAX_LAYERS, value=1, step=1, label="Layer", visible=n_layers > 1
+        )
+        head = gr.Slider(1, limits.MAX_HEADS, value=1, step=1, label="Head", visible=n_heads > 1)
+        query = gr.Dropdown(
+            choices,
+            value=default_query(choices) if choices else None,
+            label="Query token (position: piece)",
+            allow_custom_value=True,
+        )
+    summary = gr.Markdown(first[0] if first else "")
+    outputs: list[Any] = [summary]
+    for index, (_, title) in enumerate(SECTIONS):
+        values = first[1 + 4 * index : 5 + 4 * index] if first else (None, "", "", None)
+        visible = values[0]["visible"] if isinstance(values[0], dict) else True
+        # The input is plain (embeddings); the attention is what a student came for: open it first.
+        opened = index > 0
+        with gr.Accordion(title, open=opened, visible=visible) as section, gr.Row():
+            with gr.Column(scale=4):
+                # The code first: the lines that ran, in order; what each step means below.
+                code = gr.Code(values[2], language="python", label="The code, in the order it ran")
+                steps = gr.Markdown(values[1])
+            plot = gr.Plot(values[3], show_label=False, scale=6)
+        outputs += [section, steps, code, plot]
+
+    inputs = [text, model_name, stack, layer, head, query, large, session]
+    control_inputs = [text, model_name, stack, layer, head, query, session]
+    control_outputs = [stack, layer, head, query]
+    redraw = bind(inside_layer, registry)
+    private = {"api_visibility": "private"}
+    text.submit(redraw, inputs, outputs, api_name="inside_layer")
+    # Controls that change what applies (model, stack, sentence) fit the ranges and choices and
+    # redraw in one event; the others only redraw.
+    fit_and_draw = bind(refresh, registry)
+    # The stack listens to .select, a user's click: gradio also fires a radio's .input when an
+    # event sets its choices, with the old value, which the new choices no longer hold.
+    for trigger in (model_name.input, stack.select):
+        trigger(fit_and_draw, inputs, control_outputs + outputs, **private)
+    text.input(
+        fit_and_draw, inputs, control_outputs + outputs, trigger_mode="always_last", **private
+    )
+    for slider in (layer, head):
+        slider.release(redraw, inputs, outputs, **private)
+    query.input(redraw, inputs, outputs, **private)
+    large.change(redraw, inputs, outputs, **private)
+    demo = gr.context.Context.root_block
+    if demo is not None:
+        demo.load(bind(controls, registry), control_inputs, control_outputs, **private)
+    return {
+        "model": model_name,
+        "text": text,
+        "stack": stack,
+        "layer": layer,
+        "head": head,
+        "query": query,
+    }

@@ -1,0 +1,187 @@
+"""What the tab draws from one walkthrough: the summary, and per section its step list, its code
+lines in order and its figure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from transformer.analysis import unreadable_characters
+from transformer.checkpoint import Checkpoint
+from transformer.figures.inside import section_figure
+from transformer.inside import LayerWalkthrough, Step, check_sentence, walkthrough
+from transformer.inspection import Analysis
+
+from ...inputs import as_int
+from ...state import ModelRegistry, SessionModels
+
+EXAMPLE_TEXT = "the small cat sees a red ball"
+# The sections as the tab shows them: (library name, accordion title).
+SECTIONS: tuple[tuple[str, str], ...] = (
+    ("input", "1 · The input x"),
+    ("self-attention", "2 · Self-attention, one head, one query"),
+    ("cross-attention", "3 · Cross-attention: queries from here, keys and values from the encoder"),
+    ("feed-forward", "4 · Feed-forward network and the layer's output"),
+)
+_ACTIVATION_NAMES = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh)", "silu": "SiLU"}
+
+
+@dataclass
+class Chosen:
+    """A validated request: the model, its analysis of the sentence, and the (0-based) stack,
+    layer, head and query a walkthrough reads."""
+
+    checkpoint: Checkpoint
+    analysis: Analysis
+    sentence: str
+    stack: str
+    layer: int
+    head: int
+    query: int
+
+
+def stacks_for(config: Any) -> list[str]:
+    """The stacks a model has, in the order data flows through them."""
+    return [s for s in ("encoder", "decoder") if getattr(config, f"has_{s}")]
+
+
+def layers_in(config: Any, stack: str) -> int:
+    """How many layers ``stack`` has."""
+    return config.n_encoder_layers if stack == "encoder" else config.n_decoder_layers
+
+
+def query_choices(analysis: Analysis, stack: str) -> list[tuple[str, int]]:
+    """The real tokens of the stack's input as ``("3: cat", 3)`` dropdown choices."""
+    trace = analysis.trace
+    record = trace.source if stack == "encoder" else trace.target
+    pieces = analysis.source_pieces if stack == "encoder" else analysis.target_pieces
+    real = record.real_tokens[0].tolist()
+    return [(f"{i}: {piece}", i) for i, piece in enumerate(pieces[0]) if real[i]]
+
+
+def default_query(choices: list[tuple[str, int]]) -> int:
+    """The example's query: its word "cat" where the tokenizer keeps it whole, else the third
+    token (the first may be a start or [CLS] token)."""
+    for label, position in choices:
+        if label.split(": ", 1)[1].strip("▁Ġ#").lower() == "cat":
+            return position
+    return choices[min(2, len(choices) - 1)][1]
+
+
+def as_query(value: Any) -> int:
+    """A token position from the dropdown (an int) or an API caller (``3``, ``"3"``, ``"3: cat"``)."""
+    if isinstance(value, str):
+        value = value.split(":", 1)[0].strip()
+    try:
+        return int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(
+            f"query token must be a position like 3 or '3: cat', got {value!r}"
+        ) from None
+
+
+def choose(
+    registry: ModelRegistry,
+    session: SessionModels | None,
+    text: str,
+    name: str,
+    stack: str,
+    layer: Any,
+    head: Any,
+    query: Any,
+) -> Chosen:
+    """Check every input against the model (1-based layer and head, 0-based token position)
+    and analyse the sentence (cached for shared models)."""
+    checkpoint = registry.checkpoint(name, session)
+    config = checkpoint.config
+    sentence = check_sentence(text)
+    stacks = stacks_for(config)
+    if stack not in stacks:
+        raise ValueError(f"the {name} model is {config.architecture}: choose {' or '.join(stacks)}")
+    analysis = registry.analysis(name, checkpoint, [sentence])
+    layer_index = as_int(layer, "layer", 1, layers_in(config, stack)) - 1
+    head_index = as_int(head, "head", 1, config.n_heads) - 1
+    positions = [i for _, i in query_choices(analysis, stack)]
+    position = as_query(query)
+    if position not in positions:
+        raise ValueError(
+            f"query token must be one of the {len(positions)} tokens "
+            f"(0..{positions[-1]}), got {position}"
+        )
+    return Chosen(checkpoint, analysis, sentence, stack, layer_index, head_index, position)
+
+
+def summary(chosen: Chosen, walk: LayerWalkthrough, name: str) -> str:
+    """A few lines: the model's shape, what the walkthrough shows, what the model read and wrote."""
+    config = chosen.checkpoint.config
+    norm = "pre-LN (normalise first)" if config.norm == "pre" else "post-LN (normalise after)"
+    lines = [
+        f"**{name}**: {config.architecture}, {norm}, d_model {config.d_model}, "
+        f"{config.n_heads} heads × d_head {config.d_head}, d_ff {config.d_ff}, "
+        f"{_ACTIVATION_NAMES.get(config.activation, config.activation)}. "
+        f"Showing layer **{walk.layer + 1}** of the {walk.stack}, head **{walk.head + 1}**, "
+        f"query token **{walk.query_labels[walk.query]}**: {len(walk.steps)} steps, every "
+        "number recomputed from the model's weights (hover a strip for its values)."
+    ]
+    if config.has_encoder and config.has_decoder:
+        lines.append(
+            f"The decoder reads the model's own answer `{chosen.analysis.outputs[0]}` (its "
+            "tokens are the decoder's queries)."
+        )
+    unknown = unreadable_characters(chosen.checkpoint.tokenizer, chosen.sentence)
+    if unknown:
+        listed = ", ".join(f"`{c}`" for c in unknown)
+        lines.append(
+            f"⚠️ This model cannot read {listed}: "
+            f"{'it reads' if len(unknown) == 1 else 'each reads'} as an unknown token."
+        )
+    return "\n\n".join(lines)
+
+
+def steps_markdown(steps: list[Step], first_number: int) -> str:
+    """One line per step: number, name, the shape the model computes, the explanation."""
+    if not steps:
+        return ""
+    lines = [
+        f"**{n}. {step.name}** `{step.shape}`: {step.explanation}"
+        for n, step in enumerate(steps, first_number)
+    ]
+    return "\n\n".join(lines)
+
+
+def code_listing(steps: list[Step], first_number: int) -> str:
+    """The section's code lines in the order they ran, each under its step and file:line."""
+    blocks = [
+        f"# {n}. {step.name} · {step.code}\n{step.code.text}"
+        for n, step in enumerate(steps, first_number)
+    ]
+    return "\n".join(blocks)
+
+
+def sections(walk: LayerWalkthrough, large: bool) -> list[tuple[str, str, Any, bool]]:
+    """Per section of :data:`SECTIONS`: its step list, code listing, figure, and whether the
+    layer has it (only a decoder layer of an encoder-decoder model cross-attends)."""
+    drawn = []
+    number = 1
+    for key, _ in SECTIONS:
+        steps = walk.section(key)
+        if not steps:
+            drawn.append(("", "", None, False))
+            continue
+        figure = section_figure(steps, number, large_font=large)
+        drawn.append((steps_markdown(steps, number), code_listing(steps, number), figure, True))
+        number += len(steps)
+    return drawn
+
+
+def draw(chosen: Chosen, name: str, large: bool) -> tuple[str, list[tuple[str, str, Any, bool]]]:
+    """The summary and every section of one validated request."""
+    walk = walkthrough(
+        chosen.checkpoint.model,
+        chosen.analysis,
+        chosen.stack,
+        chosen.layer,
+        chosen.head,
+        chosen.query,
+    )
+    return summary(chosen, walk, name), sections(walk, large)
