@@ -55,7 +55,7 @@ CODE = {
     "activation": "activation(",
     "output": "feed_forward_residual(",
 }
-CODE_BY_KEY = {"ff.project": "linear2(", "embedding.norm": "norm(x)"}
+CODE_BY_KEY = {"ff.project": "linear2(", "embedding.norm": "_norm(norm, x"}
 
 
 def _close(shown: torch.Tensor, reference: torch.Tensor, what: str) -> None:

@@ -283,7 +283,7 @@ class _Walker:
                 f"{formula[4:]} → LayerNorm",
                 full=normed,
                 explanation=_norm_explanation(total[b, i], norm),
-                code=code_line(embed, ("x = norm(x)",)),
+                code=code_line(embed, ("x = _norm(norm, x", "x = norm(x)")),
             )
         self.layer_input(x, first=True)
 
@@ -335,7 +335,9 @@ class _Walker:
                 explanation="A pre-LN model normalises what a sub-layer reads and adds the "
                 "sub-layer's output to the un-normalised stream. "
                 + _norm_explanation(x[b, i], residual.norm),
-                code=code_line(type(residual).sublayer_input, ("return self.norm(x)",)),
+                code=code_line(
+                    type(residual).sublayer_input, ("else self.norm(x)", "return self.norm(x)")
+                ),
             )
         source = hs if memory is None else memory
         split = _split_heads(module.n_heads, dh)
@@ -406,7 +408,7 @@ class _Walker:
             values=_cpu(scaled[b, h, i]),
             explanation=f"Divided by √d_k = √{dh} (the head's width, not d_model), so that wide "
             "heads do not push softmax into a one-hot corner.",
-            code=code_line(sdpa, ("scores.mul_(scale)", "* scale")),
+            code=code_line(sdpa, ("(q * scale) @ k", "* scale")),
             labels=key_labels,
         )
         allowed = mask.expand(dot.size(0), 1, dot.size(2), dot.size(3))
@@ -570,7 +572,9 @@ class _Walker:
                 "LN(x) = γ·(x − μ)/√(σ² + ε) + β",
                 full=hs,
                 explanation=_norm_explanation(x[b, i], residual.norm),
-                code=code_line(type(residual).sublayer_input, ("return self.norm(x)",)),
+                code=code_line(
+                    type(residual).sublayer_input, ("else self.norm(x)", "return self.norm(x)")
+                ),
             )
         hidden = ff.linear1(hs)  # (B, T, d_ff)
         d_ff = hidden.size(-1)
@@ -790,7 +794,7 @@ def walkthrough(
                 )
             ),
             code=code_line(
-                type(module).forward, ("x = self.feed_forward_residual(x, update)", "return x")
+                type(module).forward, ("x = self.feed_forward_residual(x, update", "return x")
             ),
         )
     return walk
