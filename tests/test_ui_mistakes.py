@@ -223,3 +223,33 @@ def test_standalone_panel_draws_the_sentence_the_mistake_changed_most(registry):
     # No mistake chosen: a prompt, not an error.
     *_, note = mistakes.panel(registry, "reverse", sentences, CROSS, 1, 1, None, False, None)
     assert "Choose one" in note
+
+
+def test_inside_a_layer_names_the_kind_by_its_stack(registry):
+    """The Inside-a-layer tab passes its stack radio ("encoder"/"decoder"): the panel reads it
+    as that stack's self-attention, the head recomputed by the model with the mistake."""
+    mistake = "scores × √d_head"
+    single, _, text = mistakes.panel(
+        registry,
+        "translate",
+        "the small cat sees a red ball",
+        "decoder",
+        2,
+        3,
+        mistake,
+        False,
+        None,
+    )
+    checkpoint = registry.checkpoint("translate", None)
+    plain = registry.analysis("translate", checkpoint, ["the small cat sees a red ball"])
+    with torch.no_grad():
+        wrong = checkpoint.model(
+            plain.trace.source.tokens,
+            plain.trace.target.tokens,
+            capture=True,
+            intervention=Intervention(mistakes=frozenset({mistake})),
+        )
+    expected = wrong.attention("decoder_self", 1).weights[0, 2].numpy()
+    np.testing.assert_allclose(np.nan_to_num(_z(single.data[1])), expected, atol=1e-5)
+    assert "Decoder masked self-attention" in single.layout.title.text
+    assert "layer 2, head 3" in single.layout.title.text

@@ -243,7 +243,9 @@ def panel(
     # The Attention tab's view: the same validation, labels and cached analysis.
     from .tabs.attention.view import ATTENTION_KINDS, _describe, attention_view, padded_query_rows
 
-    # The tab may name the kind by its menu label or by the trace's name ("encoder_self").
+    # The tab may name the kind by its menu label, by the trace's name ("encoder_self"), or by
+    # the stack whose self-attention it shows ("encoder", "decoder": Inside a layer).
+    kind = {"encoder": "encoder_self", "decoder": "decoder_self"}.get(kind, kind)
     kind = {k: label for label, k in ATTENTION_KINDS.items()}.get(kind, kind)
     checkpoint = registry.checkpoint(name, session)
     config = checkpoint.config

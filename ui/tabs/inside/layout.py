@@ -6,7 +6,7 @@ from typing import Any
 
 import gradio as gr
 
-from ... import limits
+from ... import limits, mistakes
 from ...state import ModelRegistry, bind
 from .handlers import controls, first_view, inside_layer, refresh
 from .view import EXAMPLE_TEXT, SECTIONS, default_query, layers_in, query_choices, stacks_for
@@ -91,6 +91,12 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
     demo = gr.context.Context.root_block
     if demo is not None:
         demo.load(bind(controls, registry), control_inputs, control_outputs, **private)
+    with gr.Accordion("What if the layer were written as the seeds wrote it?", open=False):
+        gr.Markdown(
+            "The texts this project started from get some of these steps wrong. Switch one "
+            "mistake on: this layer's head is recomputed with it, beside the correct one."
+        )
+        mistakes.build(registry, model_name, text, stack, layer, head, large, session)
     return {
         "model": model_name,
         "text": text,
