@@ -77,6 +77,20 @@ TEXT_ENDPOINTS = {
         False,
     ],
     "/embeddings MiniLM": lambda t: [t, MINILM, False],
+    # Inside a layer (the query token left to the default), and a seed's mistake switched on.
+    "/inside_layer": lambda t: [t, "translate", "decoder", 2, 3, None, False],
+    "/inside_layer MiniLM": lambda t: [t, MINILM, "encoder", 6, 12, None, False],
+    "/attention mistake": lambda t: [
+        t,
+        "translate",
+        CROSS,
+        1,
+        1,
+        1,
+        [],
+        False,
+        "LayerNorm: unbiased std + eps",
+    ],
 }
 # The Tokenize tab's real tokenizers, whichever it offers (one endpoint entry cycling through them).
 REAL_TOKENIZERS = [
