@@ -101,6 +101,15 @@ ENDPOINTS = {
     "/train": Endpoint(["reverse", 20, 0, False], [0], [1, 2]),
     "/snapshot": Endpoint([0, "a b c", False], [1], [0], trained=True),
     "/model_info": Endpoint(["reverse"], [0]),
+    "/inside_layer": Endpoint(
+        ["the small cat", "translate", "decoder", 2, 3, "2", False], [0, 1, 2, 5], [3, 4]
+    ),
+    "/attention mistake": Endpoint(
+        ["a b c\nd e", "reverse", CROSS, 1, 1, 1, [], False, "scores ÷ √d_model"],
+        [0, 1, 2, 8],
+        [3, 4, 5],
+        api="/attention",
+    ),
     # The pretrained models: the shipped MiniLM (BERT family, 6 layers x 12 heads, attention
     # on the encoder only) and tiny GPT-2 and Marian folders added as `--model` adds them.
     "/embeddings MiniLM": Endpoint(["the small cat", MINILM, False], [0, 1], api="/embeddings"),
@@ -114,6 +123,12 @@ ENDPOINTS = {
         ["the cat sat\na dog", MINILM, ENCODER, 2, False], [0, 1, 2], [3], api="/attention_grid"
     ),
     "/model_info MiniLM": Endpoint([MINILM], [0], api="/model_info"),
+    "/inside_layer GPT-2 folder": Endpoint(
+        ["the cat sat", "gpt2", "decoder", 2, 4, "1", False],
+        [0, 1, 2, 5],
+        [3, 4],
+        api="/inside_layer",
+    ),
     "/attention GPT-2 folder": Endpoint(
         ["the cat sat", "gpt2", DECODER, 2, 4, 1, [], False], [0, 1, 2], [3, 4, 5], api="/attention"
     ),
