@@ -321,3 +321,30 @@ def test_minilm_grid_stays_small_at_512_and_64_tokens(registry):
         assert sum(len(f.to_json()) for f in panels if hasattr(f, "to_json")) < 3_000_000
         if n_tokens == 64:  # exact at 64 tokens: every weight of every head
             assert "downsampled" not in grid.layout.title.text
+
+
+def test_a_new_model_fits_the_controls_and_draws_with_the_fitted_values_in_one_event(registry):
+    """translate's cross-attention does not exist in continue: the one event that answers a
+    model change picks continue's own kind and draws its decoder self-attention, never the
+    stale kind (a chained event was sent the old value and gradio refused it)."""
+    from ui.tabs.attention.handlers import refit_everything
+
+    sentences = "the teacher sees\na bird"
+    kind, layer, head, row, mistake, single, *_ = refit_everything(
+        registry, sentences, "continue", CROSS, 3, 4, 2, [], False, None, None
+    )
+    kept = refit_everything(
+        registry, sentences, "continue", CROSS, 3, 4, 2, [], False, None, "mask polarity inverted"
+    )[4]
+    config = registry.checkpoint("continue", None).config
+    assert kind.choices == [("decoder masked self-attention",) * 2]
+    assert kind.value == "decoder masked self-attention"
+    assert layer.maximum == max(config.n_decoder_layers, 2) and head.maximum == config.n_heads
+    assert kept.value == "mask polarity inverted"  # it applies to continue: kept
+    assert mistake.value == "none (the correct pass)"
+    checkpoint = registry.checkpoint("continue", None)
+    plain = registry.analysis("continue", checkpoint, sentences.splitlines())
+    expected = plain.trace.attention("decoder_self", 2).weights[1, 3].numpy()
+    shown = np.nan_to_num(np.asarray(single.data[1].z, dtype=float))
+    n = int(plain.trace.target.real_tokens[1].sum())
+    np.testing.assert_allclose(shown[:n, :n], expected[:n, :n], atol=1e-5)

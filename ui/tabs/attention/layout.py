@@ -11,7 +11,7 @@ from transformer.analysis import (
 from ... import limits
 from ... import mistakes as seed_mistakes
 from ...state import ModelRegistry, bind
-from .handlers import _first_view, attention, controls, everything, grid
+from .handlers import _first_view, attention, controls, everything, grid, refit_everything
 from .view import ATTENTION_KINDS, EXAMPLE_SENTENCES, kinds_for, layers_of, sentence_count
 
 
@@ -85,16 +85,14 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
     private = {"api_visibility": "private"}
 
     refit = bind(controls, registry)
-    kind.input(refit, control_inputs, control_outputs, **private).success(
-        redraw, inputs, all_outputs, **private
-    )
-    # A new model also offers only the seeds' mistakes that apply to it.
-    model_name.input(refit, control_inputs, control_outputs, **private).success(
-        bind(seed_mistakes.choices, registry), [model_name, mistake, session], [mistake], **private
-    ).success(redraw, inputs, all_outputs, **private)
-    sentences.input(
-        refit, control_inputs, control_outputs, trigger_mode="always_last", **private
-    ).success(redraw, inputs, all_outputs, **private)
+    # Controls that change what applies fit the ranges and choices and redraw in one event
+    # (see refit_everything). The radio listens to .select, a user's click: gradio also fires
+    # its .input when an event sets its choices.
+    fit_and_draw = bind(refit_everything, registry)
+    fitted = [*control_outputs, mistake, *all_outputs]
+    kind.select(fit_and_draw, inputs, fitted, **private)
+    model_name.input(fit_and_draw, inputs, fitted, **private)
+    sentences.input(fit_and_draw, inputs, fitted, trigger_mode="always_last", **private)
     for slider in (layer, head, row):
         slider.release(redraw, inputs, all_outputs, **private)
     what_if.input(redraw, inputs, all_outputs, **private)
@@ -122,9 +120,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
         [sentences, model_name, kind],
         label="Examples for a lecture (click one to show it)",
     )
-    rows.load_input_event.success(refit, control_inputs, control_outputs, **private).success(
-        bind(seed_mistakes.choices, registry), [model_name, mistake, session], [mistake], **private
-    ).success(redraw, inputs, all_outputs, **private)
+    rows.load_input_event.success(fit_and_draw, inputs, fitted, **private)
     # The sliders were built wide for API callers; the page shows the first model's ranges.
     demo = gr.context.Context.root_block
     if demo is not None:
