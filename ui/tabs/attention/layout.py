@@ -14,7 +14,9 @@ from .handlers import _first_view, attention, controls, everything, grid
 from .view import ATTENTION_KINDS, EXAMPLE_SENTENCES, kinds_for, layers_of, sentence_count
 
 
-def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> None:
+def build(
+    registry: ModelRegistry, large: gr.Checkbox, session: gr.State
+) -> dict[str, gr.Component]:
     """Lay out the tab and wire its events (``/attention``, ``/attention_grid``; every control
     redraws every panel that depends on it through private events)."""
     gr.Markdown(
@@ -122,3 +124,12 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
     demo = gr.context.Context.root_block
     if demo is not None:
         demo.load(refit, control_inputs, control_outputs, **private)
+    return {
+        "sentences": sentences,
+        "model": model_name,
+        "kind": kind,
+        "layer": layer,
+        "head": head,
+        "row": row,
+        "what_if": what_if,
+    }

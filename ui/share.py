@@ -1,0 +1,457 @@
+"""Views that can be named: a tab and the values of its controls, written as URL query parameters
+(a link that reopens the app as it was), checked when read back, and applied to the page.
+
+A view is ``{"tab": slug, "values": {key: value}, "step": n | None}``; the keys are the ones a
+tab's ``build(...)`` returns. Only values that differ from the tab's defaults go into a link,
+so links stay short and readable: ``?tab=attention&model=translate&layer=2&head=3``.
+
+Applying a view (a link opened, a tour stop) sets the tab and its controls, waits until the
+handlers those changes trigger have finished, sets the controls again (a model change may
+reset a slider), then runs the tab's live redraws explicitly: gradio fires ``.change`` when a
+value is set from the server, but not ``.input`` or ``.release``, which most live views use.
+The redraws are found in the app's own event table, so a new tab needs nothing here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+import gradio as gr
+
+from .state import TRAINED_HERE, ModelRegistry
+
+log = logging.getLogger("visualiser")
+
+MAX_TEXT = 2_000  # characters of a text control kept from a link
+VALUE_TYPES = (gr.Textbox, gr.Dropdown, gr.Radio, gr.Slider, gr.Number, gr.Checkbox)
+CHOICE_TYPES = (gr.Dropdown, gr.Radio, gr.CheckboxGroup)
+# Events that a user's action fires but a value set by the server does not.
+USER_EVENTS = {"input", "release", "submit", "blur"}
+# Some choices follow the model (which attentions it has): a link may name any of them.
+CHOICES_BY_MODEL = {("attention", "kind"): ("ATTENTION_KINDS", "ui.tabs.attention.view")}
+
+
+@dataclass
+class TabView:
+    """One tab: its label, id (``slug``), shareable controls and their build-time defaults."""
+
+    label: str
+    slug: str
+    controls: dict[str, gr.Component]
+    extra: dict[str, gr.Component] = field(default_factory=dict)  # state, step button
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, label: str, slug: str, built: Mapping[str, gr.Component] | None) -> TabView:
+        """Split what a tab's ``build`` returned into value controls and the rest."""
+        controls, extra = {}, {}
+        for key, component in (built or {}).items():
+            is_value = isinstance(component, (*VALUE_TYPES, gr.CheckboxGroup))
+            (controls if is_value else extra)[key] = component
+        defaults = {key: _default(c) for key, c in controls.items()}
+        return cls(label, slug, controls, extra, defaults)
+
+
+def _default(component: gr.Component) -> Any:
+    value = component.value
+    if isinstance(component, gr.CheckboxGroup):
+        return list(value or [])
+    if isinstance(component, (gr.Slider, gr.Number)) and value is not None:
+        return _number(float(value), component)
+    return value
+
+
+def _number(value: float, component: gr.Component) -> float | int:
+    """A slider's value on its step (an int for integer steps); a number box's at its precision."""
+    step = getattr(component, "step", None)
+    if isinstance(component, gr.Slider) and step:
+        low = component.minimum or 0
+        value = low + round((value - low) / step) * step
+        return round(value) if float(step).is_integer() and float(low).is_integer() else value
+    if isinstance(component, gr.Number) and component.precision == 0:
+        return round(value)
+    return value
+
+
+def _choices(component: gr.Component, tab: str, key: str) -> list[Any]:
+    by_model = CHOICES_BY_MODEL.get((tab, key))
+    if by_model is not None:
+        import importlib
+
+        name, module = by_model
+        return list(getattr(importlib.import_module(module), name))
+    return [choice[1] if isinstance(choice, tuple) else choice for choice in component.choices]
+
+
+# -- one value ----------------------------------------------------------------------------------
+
+
+def check_value(component: gr.Component, raw: list[str], tab: str = "", key: str = "") -> Any:
+    """The value that the link's text ``raw`` (all values given for the key) names for
+    ``component``; ``ValueError`` saying what is wrong when it is not a valid value."""
+    if isinstance(component, gr.CheckboxGroup):
+        allowed = _choices(component, tab, key)
+        wrong = [v for v in raw if v not in allowed]
+        if wrong:
+            raise ValueError(f"{', '.join(map(repr, wrong))} is not one of {allowed}")
+        return [v for v in allowed if v in raw]
+    text = raw[-1] if raw else ""
+    if isinstance(component, CHOICE_TYPES):
+        allowed = _choices(component, tab, key)
+        if text not in allowed:
+            raise ValueError(f"{text!r} is not one of {allowed}")
+        return text
+    if isinstance(component, gr.Checkbox):
+        if text.lower() in {"1", "true", "on", "yes"}:
+            return True
+        if text.lower() in {"0", "false", "off", "no", ""}:
+            return False
+        raise ValueError(f"{text!r} is not 1 or 0")
+    if isinstance(component, (gr.Slider, gr.Number)):
+        try:
+            number = float(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a number") from None
+        if not math.isfinite(number):
+            raise ValueError(f"{text!r} is not a finite number")
+        low, high = component.minimum, component.maximum
+        if (low is not None and number < low) or (high is not None and number > high):
+            raise ValueError(f"{text} is outside {low:g} to {high:g}")
+        return _number(number, component)
+    if isinstance(component, gr.Textbox):
+        if len(text) > MAX_TEXT:
+            raise ValueError(f"the text is longer than {MAX_TEXT:,} characters")
+        return text
+    raise ValueError(f"a {type(component).__name__} cannot be set from a link")
+
+
+def _as_text(value: Any) -> list[str]:
+    if isinstance(value, bool):
+        return ["1" if value else "0"]
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return [str(int(value))]
+    return ["" if value is None else str(value)]
+
+
+# -- a whole view -------------------------------------------------------------------------------
+
+
+def encode_view(tab: TabView, values: Mapping[str, Any], step: int | None = None) -> str:
+    """The query string (no ``?``) naming ``tab`` with those of ``values`` that differ from its
+    defaults, and the generation ``step`` when one is given."""
+    pairs: list[tuple[str, str]] = [("tab", tab.slug)]
+    for key, component in tab.controls.items():
+        if key not in values:
+            continue
+        value = values[key]
+        if isinstance(component, (gr.Slider, gr.Number)) and value is not None:
+            value = _number(float(value), component)
+        if value == tab.defaults.get(key):
+            continue
+        pairs.extend((key, text) for text in _as_text(value))
+    if step is not None and step > 0:
+        pairs.append(("step", str(int(step))))
+    return urlencode(pairs)
+
+
+@dataclass
+class Restored:
+    """What a link asked for, checked: the view to apply and what had to be changed."""
+
+    view: dict[str, Any] | None
+    messages: list[str]
+
+
+def _model_limits(registry: ModelRegistry | None, name: Any) -> tuple[int, int] | None:
+    """(layers, heads) of a model (the larger of its stacks), or None when unknown."""
+    if registry is None or not isinstance(name, str) or name == TRAINED_HERE:
+        return None
+    try:
+        config = registry.checkpoint(name, None).config
+    except Exception:  # an unloadable model is reported by the model check
+        return None
+    return max(config.n_encoder_layers, config.n_decoder_layers), config.n_heads
+
+
+def decode_view(
+    params: Mapping[str, Iterable[str]],
+    tabs: Mapping[str, TabView],
+    registry: ModelRegistry | None = None,
+) -> Restored:
+    """The view that query ``params`` (key → values) name; every value is checked and a bad
+    one falls back to the tab's default with a message (never an exception). No ``tab``
+    parameter: nothing to restore (``view`` is None)."""
+    params = {key: [str(v) for v in values] for key, values in params.items()}
+    if "tab" not in params:
+        return Restored(None, [])
+    slug = params["tab"][-1]
+    if slug not in tabs:
+        known = ", ".join(tabs)
+        return Restored(None, [f"This link names a tab '{slug}' that this app lacks ({known})."])
+    tab = tabs[slug]
+    values = dict(tab.defaults)
+    messages = []
+    for key, raw in params.items():
+        if key in {"tab", "step"}:
+            continue
+        if key not in tab.controls:
+            messages.append(f"'{key}' is not a control of the {tab.label} tab: ignored.")
+            continue
+        try:
+            values[key] = check_value(tab.controls[key], raw, slug, key)
+        except ValueError as error:
+            messages.append(
+                f"{tab.label} › {key}: {error}; showing {_as_text(tab.defaults[key])[0]!r}."
+            )
+    limits = _model_limits(registry, values.get("model"))
+    if limits is not None:
+        for key, high in zip(("layer", "head"), limits, strict=True):
+            if key in values and isinstance(values[key], (int, float)) and values[key] > high:
+                messages.append(
+                    f"{tab.label} › {key} {values[key]}: {values['model']} has {high}; "
+                    f"showing {high}."
+                )
+                values[key] = high
+    step = None
+    if "step" in params:
+        try:
+            step = int(params["step"][-1])
+            if not 0 < step <= 1_000:
+                raise ValueError
+        except ValueError:
+            messages.append(f"step {params['step'][-1]!r} is not a whole number from 1 to 1000.")
+            step = None
+    return Restored({"tab": slug, "values": values, "step": step}, messages)
+
+
+# -- applying a view to the page -----------------------------------------------------------------
+
+# Resolves once no component shows a pending or running status (checked twice, 150 ms apart),
+# at the latest after 20 s; so the handlers that a change of value started have finished.
+WAIT_UNTIL_IDLE_JS = """
+async () => {
+  const busy = () => document.querySelectorAll(
+    '.wrap.pending, .wrap.generating, .wrap.translucent:not(.hide)').length > 0;
+  const start = Date.now();
+  let quiet = 0;
+  await new Promise((r) => setTimeout(r, 250));
+  while (Date.now() - start < 20000 && quiet < 2) {
+    quiet = busy() ? 0 : quiet + 1;
+    await new Promise((r) => setTimeout(r, 150));
+  }
+  return [];
+}
+"""
+
+
+def _skip(n: int) -> Any:
+    if n == 0:
+        return None
+    return gr.skip() if n == 1 else tuple(gr.skip() for _ in range(n))
+
+
+def _usable(function: Any) -> bool:
+    """Whether a registered handler can be called again from here: a plain function (no
+    generator, no gradio-injected request or progress parameter)."""
+    fn = function.fn
+    if fn is None or inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        return False
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    injected = (gr.Request, gr.Progress, gr.EventData)
+    return not any(
+        isinstance(p.default, gr.Progress)
+        or (isinstance(p.annotation, type) and issubclass(p.annotation, injected))
+        or p.annotation in {"gr.Request", "gr.Progress", "Request", "Progress"}
+        for p in parameters
+    )
+
+
+def redraw_functions(demo: gr.Blocks, controls: Iterable[gr.Component]) -> list[Any]:
+    """The handlers (gradio ``BlockFunction``s) that a user's change of ``controls`` runs, in
+    the order they run: each chain that starts from an ``input``/``release``/``submit``/``blur``
+    of one of them, with what follows it, every handler once, after what it follows."""
+    ids = {component._id for component in controls}
+    functions = sorted(demo.fns.values(), key=lambda f: f._id)
+    followers: dict[int, list[Any]] = defaultdict(list)
+    for function in functions:
+        if function.trigger_after is not None:
+            followers[function.trigger_after].append(function)
+    ordered: list[Any] = []
+
+    def key(function: Any) -> tuple:
+        inputs = tuple(c._id for c in function.inputs)
+        return id(function.fn), inputs, tuple(c._id for c in function.outputs)
+
+    def visit(function: Any) -> None:
+        if function.fn is not None and _usable(function):
+            ordered[:] = [f for f in ordered if key(f) != key(function)]
+            ordered.append(function)
+        for follower in followers[function._id]:
+            if not follower.trigger_only_on_failure:
+                visit(follower)
+
+    for function in functions:
+        if function.trigger_after is None and any(
+            block in ids and event in USER_EVENTS for block, event in function.targets
+        ):
+            visit(function)
+    return ordered
+
+
+def _only_for(slug: str, function: Any) -> Callable:
+    """``function``'s handler, run only when the view being applied is on tab ``slug``."""
+    fn, n = function.fn, len(function.outputs)
+
+    def redraw(view: dict | None, *args: Any) -> Any:
+        if not view or view.get("tab") != slug:
+            return _skip(n)
+        return fn(*args)
+
+    redraw.__name__ = f"apply_{slug}_{getattr(fn, '__name__', 'redraw')}"
+    return redraw
+
+
+class Views:
+    """The app's tabs with their controls, and the events that apply a view to the page."""
+
+    def __init__(self, demo: gr.Blocks, tabs_block: gr.Tabs, tabs: list[TabView]) -> None:
+        self.demo = demo
+        self.tabs_block = tabs_block
+        self.tabs = {tab.slug: tab for tab in tabs}
+        self.labels = {tab.label: tab for tab in tabs}
+        self.view = gr.State(None)  # the view being applied
+        self.current = gr.State(tabs[0].slug if tabs else "")  # the tab on screen
+        self.controls = [c for tab in tabs for c in tab.controls.values()]
+        self._redraws = {tab.slug: redraw_functions(demo, tab.controls.values()) for tab in tabs}
+        for tab in tabs:
+            names = [getattr(f.fn, "__name__", "?") for f in self._redraws[tab.slug]]
+            log.debug("tab %s redraws with %s when a view is applied", tab.slug, names)
+
+    def view_of(self, slug: str, values: Mapping[str, Any], step: int | None = None) -> dict:
+        """A view of tab ``slug``: its defaults overridden by ``values``."""
+        tab = self.tabs[slug]
+        return {"tab": slug, "values": {**tab.defaults, **values}, "step": step}
+
+    def _set(self, view: dict | None) -> tuple:
+        """Updates for the tab selector, the current-tab state and every control."""
+        if not view or view.get("tab") not in self.tabs:
+            return (gr.skip(), gr.skip(), *[gr.skip() for _ in self.controls])
+        values = view["values"]
+        updates = []
+        for tab in self.tabs.values():
+            for key in tab.controls:
+                on_tab = tab.slug == view["tab"] and key in values
+                if not on_tab:
+                    updates.append(gr.skip())
+                elif isinstance(tab.controls[key], gr.Slider):
+                    # The range the tab was built with (a model's may be narrower): the tab's
+                    # own refit narrows it again, keeping the value where it applies.
+                    slider = tab.controls[key]
+                    updates.append(
+                        gr.update(value=values[key], minimum=slider.minimum, maximum=slider.maximum)
+                    )
+                else:
+                    updates.append(gr.update(value=values[key]))
+        return (gr.Tabs(selected=view["tab"]), view["tab"], *updates)
+
+    def follow(self, event: Any) -> Any:
+        """Chain after ``event`` (which wrote the view into ``self.view``) the steps that
+        apply it; returns the last step."""
+        private = {"api_visibility": "private", "show_progress": "hidden"}
+        outputs = [self.tabs_block, self.current, *self.controls]
+        event = event.then(self._set, self.view, outputs, **private)
+        event = event.then(None, None, None, js=WAIT_UNTIL_IDLE_JS, **private)
+        event = event.then(self._set, self.view, outputs, **private)
+        for slug, functions in self._redraws.items():
+            for function in functions:
+                event = event.then(
+                    _only_for(slug, function),
+                    [self.view, *function.inputs],
+                    function.outputs,
+                    api_visibility="private",
+                )
+        replay = self._replay()
+        if replay is not None:
+            event = event.then(*replay, api_visibility="private")
+        return event
+
+    def _replay(self) -> tuple | None:
+        """The Generate tab's Step, run until the view's step (after its first)."""
+        generate = self.tabs.get("generate")
+        button = generate.extra.get("step_button") if generate else None
+        if button is None:
+            return None
+        steps = [
+            f
+            for f in self.demo.fns.values()
+            if (button._id, "click") in [tuple(t) for t in f.targets] and _usable(f)
+        ]
+        if not steps:
+            log.info("the Generate tab's Step button has no handler: links keep step 1")
+            return None
+        function = steps[0]
+        fn, n = function.fn, len(function.outputs)
+
+        def replay(view: dict | None, *args: Any) -> Any:
+            if not view or view.get("tab") != "generate" or not view.get("step"):
+                return _skip(n)
+            result = _skip(n)
+            for _ in range(int(view["step"]) - 1):
+                result = fn(*args)
+            return result
+
+        return replay, [self.view, *function.inputs], function.outputs
+
+    # -- links -------------------------------------------------------------------------------
+
+    def link_inputs(self) -> list[gr.Component]:
+        """What the link button reads: the tab on screen, every control, the generation."""
+        generate = self.tabs.get("generate")
+        state = generate.extra.get("state") if generate else None
+        return [self.current, *self.controls, *([state] if state is not None else [])]
+
+    def link(self, base: str, current: str, *values: Any) -> str:
+        """The URL of the view on screen: ``base`` (the page's address) with the tab on screen
+        and its controls' values as query parameters."""
+        tab = self.tabs.get(current) or next(iter(self.tabs.values()))
+        position = 0
+        mine: dict[str, Any] = {}
+        for each in self.tabs.values():
+            for key in each.controls:
+                if each is tab:
+                    mine[key] = values[position]
+                position += 1
+        step = None
+        state = values[position] if position < len(values) else None
+        decoding = getattr(state, "decoding", None)
+        key = (mine.get("source"), mine.get("model"))
+        if tab.slug == "generate" and decoding is not None and tuple(state.key[:2]) == key:
+            step = len(decoding.records)
+        base = (base or "").split("?")[0].split("#")[0]
+        return f"{base}?{encode_view(tab, mine, step)}"
+
+    def restore(self, registry: ModelRegistry | None, request: gr.Request | None) -> tuple:
+        """The view a page's address names (none without a ``tab`` parameter) and a note on
+        what it could not restore."""
+        if request is None:
+            return None, ""
+        query = request.query_params
+        params = {key: query.getlist(key) for key in query}
+        restored = decode_view(params, self.tabs, registry)
+        for message in restored.messages:
+            gr.Warning(f"Link: {message}")
+            log.info("link not restored as given: %s", message)
+        note = "" if not restored.messages else "⚠️ " + " ".join(restored.messages)
+        return restored.view, note
