@@ -188,7 +188,8 @@ def _wire_views(
         view, note = views.restore(registry, request)
         return view, note if note else gr.skip()
 
-    views.follow(demo.load(restore, None, [views.view, status], **private))
+    # Queued, so that its warnings reach the page as toasts.
+    views.follow(demo.load(restore, None, [views.view, status], api_visibility="private"))
     demo.views, demo.tour = views, tour  # for the tests
 
 

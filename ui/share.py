@@ -235,12 +235,13 @@ def decode_view(
 
 # -- applying a view to the page -----------------------------------------------------------------
 
-# Resolves once no component shows a pending or running status (checked twice, 150 ms apart),
+# Resolves once no component shows a pending status (checked twice, 150 ms apart),
 # at the latest after 20 s; so the handlers that a change of value started have finished.
 WAIT_UNTIL_IDLE_JS = """
 async () => {
+  // A status tracker's overlay loses its "hide" class while its component waits for a result.
   const busy = () => document.querySelectorAll(
-    '.wrap.pending, .wrap.generating, .wrap.translucent:not(.hide)').length > 0;
+    '.wrap.default:not(.hide), .wrap.center:not(.hide)').length > 0;
   const start = Date.now();
   let quiet = 0;
   await new Promise((r) => setTimeout(r, 250));
@@ -408,6 +409,7 @@ class Views:
             if not view or view.get("tab") != "generate" or not view.get("step"):
                 return _skip(n)
             result = _skip(n)
+            log.info("replaying generation to step %s", view["step"])
             for _ in range(int(view["step"]) - 1):
                 result = fn(*args)
             return result
