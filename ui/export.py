@@ -191,7 +191,7 @@ class ViewExport:
         text = view_html(title, zip(self.content, rest, strict=True))
         path = _folder() / view_file_name(self.slug, controls, ".html")
         path.write_text(text, encoding="utf-8")
-        return gr.File(value=[str(path)], visible=True)
+        return gr.update(value=[str(path)], visible=True)
 
     def csv(self, *values: Any) -> Any:
         """Write one CSV file per table; returns the file output's update."""
@@ -204,7 +204,7 @@ class ViewExport:
             path = folder / f"{stem}-{slug(_name(component, 'table'), 40)}.csv"
             path.write_text(table_csv(headers, rows), encoding="utf-8")
             paths.append(str(path))
-        return gr.File(value=paths, visible=True)
+        return gr.update(value=paths, visible=True)
 
 
 def _folder() -> Path:

@@ -73,7 +73,7 @@ def _number(value: float, component: gr.Component) -> float | int:
     step = getattr(component, "step", None)
     if isinstance(component, gr.Slider) and step:
         low = component.minimum or 0
-        value = low + round((value - low) / step) * step
+        value = round(low + round((value - low) / step) * step, 10)  # 0.35, not 0.35000…03
         return round(value) if float(step).is_integer() and float(low).is_integer() else value
     if isinstance(component, gr.Number) and component.precision == 0:
         return round(value)
