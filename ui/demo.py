@@ -134,7 +134,7 @@ def build_demo(
             buttons=["copy"],
             elem_id="view-link",
         )
-        tour = Tour()
+        tour = Tour([label for label, _, _ in TABS])
         tour.layout()
         status = gr.Markdown(model_status(registry))
         # Pretrained weights are read in the background: a load that fails after the page was

@@ -246,13 +246,24 @@ START_JS = "(...args) => { document.body.classList.add('tour-on'); return args; 
 
 
 class Tour:
-    """The tour's bar (laid out where ``layout`` is called) and its wiring (``wire``)."""
+    """The tour's sidebar (laid out where ``layout`` is called) and its wiring (``wire``), for
+    an app with the tabs ``tab_labels``."""
+
+    def __init__(self, tab_labels: Sequence[str]) -> None:
+        self.stops = available(STOPS, tab_labels)
+        self.names = [label(i, stop) for i, stop in enumerate(self.stops)]
 
     def layout(self) -> None:
         """The sidebar with the stop menu, Previous / Next and the stop's paragraph."""
         with gr.Sidebar(label="Guided tour", open=False, width=360, elem_id="tour-box") as self.box:
             gr.Markdown("### Guided tour")
-            self.menu = gr.Dropdown([], label="Stop", show_label=False, elem_id="tour-menu")
+            self.menu = gr.Dropdown(
+                self.names,
+                value=self.names[0] if self.names else None,
+                label="Stop",
+                show_label=False,
+                elem_id="tour-menu",
+            )
             with gr.Row():
                 self.previous = gr.Button("◀ Previous", size="sm", elem_id="tour-prev")
                 self.next = gr.Button("Next ▶", size="sm", variant="primary", elem_id="tour-next")
@@ -262,12 +273,8 @@ class Tour:
     def wire(self, start: gr.Button, views: Any) -> None:
         """Connect the start button, the menu, Previous / Next to ``views`` (a ``share.Views``)."""
         self.views = views
-        self.stops = available(STOPS, list(views.labels))
-        self.names = [label(i, stop) for i, stop in enumerate(self.stops)]
-        self.menu.choices = [(name, name) for name in self.names]
         if not self.stops:
             return
-        self.menu.value = self.names[0]
         outputs = [self.index, self.menu, self.text, self.box, views.view]
         private = {"api_visibility": "private", "queue": False, "show_progress": "hidden"}
         for event, handler, source in [
