@@ -55,6 +55,9 @@ class TabView:
         for key, component in (built or {}).items():
             is_value = isinstance(component, (*VALUE_TYPES, gr.CheckboxGroup))
             (controls if is_value else extra)[key] = component
+        for key, component in controls.items():
+            if component.elem_id is None:  # so a tour stop can scroll to it
+                component.elem_id = f"{slug}-{key}"
         defaults = {key: _default(c) for key, c in controls.items()}
         return cls(label, slug, controls, extra, defaults)
 
@@ -254,6 +257,17 @@ async () => {
 """
 
 
+# Scrolls the control a view points at into view (the top of the page when none).
+SCROLL_JS = """
+(id) => {
+  const target = id && document.getElementById(id);
+  if (target) target.scrollIntoView({block: 'start', behavior: 'smooth'});
+  else window.scrollTo({top: 0, behavior: 'smooth'});
+  return [];
+}
+"""
+
+
 def _skip(n: int) -> Any:
     if n == 0:
         return None
@@ -334,47 +348,55 @@ class Views:
         self.labels = {tab.label: tab for tab in tabs}
         self.view = gr.State(None)  # the view being applied
         self.current = gr.State(tabs[0].slug if tabs else "")  # the tab on screen
+        self.focus = gr.Textbox(visible=False)  # the element id the page scrolls to
         self.controls = [c for tab in tabs for c in tab.controls.values()]
         self._redraws = {tab.slug: redraw_functions(demo, tab.controls.values()) for tab in tabs}
         for tab in tabs:
             names = [getattr(f.fn, "__name__", "?") for f in self._redraws[tab.slug]]
             log.debug("tab %s redraws with %s when a view is applied", tab.slug, names)
 
-    def view_of(self, slug: str, values: Mapping[str, Any], step: int | None = None) -> dict:
-        """A view of tab ``slug``: its defaults overridden by ``values``."""
+    def view_of(
+        self, slug: str, values: Mapping[str, Any], step: int | None = None, focus: str = ""
+    ) -> dict:
+        """A view of tab ``slug``: its defaults overridden by ``values``; the page scrolls to
+        the control ``focus`` (a key), or to the top."""
         tab = self.tabs[slug]
-        return {"tab": slug, "values": {**tab.defaults, **values}, "step": step}
+        target = tab.controls[focus].elem_id if focus in tab.controls else ""
+        return {"tab": slug, "values": {**tab.defaults, **values}, "step": step, "focus": target}
 
     def _set(self, view: dict | None) -> tuple:
         """Updates for the tab selector, the current-tab state and every control."""
         if not view or view.get("tab") not in self.tabs:
-            return (gr.skip(), gr.skip(), *[gr.skip() for _ in self.controls])
+            return (gr.skip(), gr.skip(), gr.skip(), *[gr.skip() for _ in self.controls])
         values = view["values"]
+        refitted = {c for f in self._redraws[view["tab"]] for c in f.outputs}
         updates = []
         for tab in self.tabs.values():
             for key in tab.controls:
                 on_tab = tab.slug == view["tab"] and key in values
                 if not on_tab:
                     updates.append(gr.skip())
-                elif isinstance(tab.controls[key], gr.Slider):
-                    # The range the tab was built with (a model's may be narrower): the tab's
-                    # own refit narrows it again, keeping the value where it applies.
+                elif isinstance(tab.controls[key], gr.Slider) and tab.controls[key] in refitted:
+                    # The range the tab was built with (a model's may be narrower), where the
+                    # tab's own refit, run next, narrows it again to the model it shows.
                     slider = tab.controls[key]
                     updates.append(
                         gr.update(value=values[key], minimum=slider.minimum, maximum=slider.maximum)
                     )
                 else:
                     updates.append(gr.update(value=values[key]))
-        return (gr.Tabs(selected=view["tab"]), view["tab"], *updates)
+        return (gr.Tabs(selected=view["tab"]), view["tab"], view.get("focus") or "", *updates)
 
     def follow(self, event: Any) -> Any:
         """Chain after ``event`` (which wrote the view into ``self.view``) the steps that
         apply it; returns the last step."""
         private = {"api_visibility": "private", "show_progress": "hidden"}
-        outputs = [self.tabs_block, self.current, *self.controls]
+        outputs = [self.tabs_block, self.current, self.focus, *self.controls]
         event = event.then(self._set, self.view, outputs, **private)
         event = event.then(None, None, None, js=WAIT_UNTIL_IDLE_JS, **private)
         event = event.then(self._set, self.view, outputs, **private)
+        # After the wait: a tab opened for the first time has mounted its controls by now.
+        event = event.then(None, self.focus, None, js=SCROLL_JS, **private)
         for slug, functions in self._redraws.items():
             for function in functions:
                 event = event.then(

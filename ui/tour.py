@@ -30,6 +30,7 @@ class Stop:
     tab: str
     text: str
     values: Mapping[str, Any] = field(default_factory=dict)
+    focus: str = ""  # the control the page scrolls to (the top of the page when empty)
 
 
 STOPS: tuple[Stop, ...] = (
@@ -57,6 +58,7 @@ STOPS: tuple[Stop, ...] = (
         "whose values lie between −1 and 1. The lower plots show the scaled embedding, the "
         "encoding and their sum, which is exactly what the first layer receives.",
         {"sentence": SENTENCE, "model": "translate"},
+        focus="sentence",
     ),
     Stop(
         "Positional encoding",
@@ -198,6 +200,7 @@ STOPS: tuple[Stop, ...] = (
             "snapshot": 1,
             "input": SENTENCE,
         },
+        focus="snapshots_of",
     ),
 )
 
@@ -290,7 +293,8 @@ class Tour:
         paragraph, the open sidebar and the view to apply (the stop's tab, its controls)."""
         index = min(max(int(index), 0), len(self.stops) - 1)
         stop = self.stops[index]
-        view = self.views.view_of(self.views.labels[stop.tab].slug, dict(stop.values))
+        tab = self.views.labels[stop.tab]
+        view = self.views.view_of(tab.slug, dict(stop.values), focus=stop.focus)
         return (
             index,
             gr.update(value=self.names[index]),
