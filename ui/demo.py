@@ -90,6 +90,8 @@ body.large-font .textspan, body.large-font .textfield, body.large-font .text,
 body.large-font .token, body.large-font .label { font-size: 20px !important; }
 body.large-font .tab-nav button, body.large-font [role="tab"] { font-size: 21px !important; }
 body.large-font .min_value, body.large-font .max_value { font-size: 18px !important; }
+/* The top bar's buttons keep to one line, also in Large font. */
+#top-bar button { white-space: nowrap; }
 /* A plot's panel label floats over its top edge: keep the figure's title below it. */
 .block:has(> label[data-testid="block-label"].float) > .js-plotly-plot { margin-top: 30px; }
 body.large-font .block:has(> label[data-testid="block-label"].float) > .js-plotly-plot {
@@ -127,7 +129,9 @@ def build_demo(
             )
             start = gr.Button("▶ Guided tour", size="sm", scale=0, min_width=150)
             make_link = gr.Button("Link to this view", size="sm", scale=0, min_width=170)
-            large = gr.Checkbox(label="Large font (for projecting)", value=False, scale=0)
+            large = gr.Checkbox(
+                label="Large font (for projecting)", value=False, scale=0, min_width=260
+            )
         link = gr.Textbox(
             label="Link to this view (opens the app as it is now)",
             visible=False,

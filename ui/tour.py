@@ -87,6 +87,7 @@ STOPS: tuple[Stop, ...] = (
             "layer": 1,
             "head": 1,
         },
+        focus="layer",
     ),
     Stop(
         "The padding mask and the causal mask",
@@ -105,6 +106,7 @@ STOPS: tuple[Stop, ...] = (
             "head": 1,
             "row": 2,
         },
+        focus="layer",
     ),
     Stop(
         "Multi-head attention",
@@ -121,6 +123,7 @@ STOPS: tuple[Stop, ...] = (
             "layer": 2,
             "head": 3,
         },
+        focus="layer",
     ),
     Stop(
         "The feed-forward network",
@@ -158,6 +161,7 @@ STOPS: tuple[Stop, ...] = (
             "layer": 1,
             "head": 1,
         },
+        focus="layer",
     ),
     Stop(
         "Generation, one token at a time",
@@ -168,6 +172,7 @@ STOPS: tuple[Stop, ...] = (
         "(greedy). The token is appended and the loop runs again, until the end-of-sentence "
         "token. Press Step to add the next token and see the probabilities behind it.",
         {"source": SENTENCE, "model": "translate", "strategy": "greedy"},
+        focus="layer",
     ),
     Stop(
         "Choosing the next token: sampling",
@@ -185,6 +190,7 @@ STOPS: tuple[Stop, ...] = (
             "top_k": 10,
             "seed": 0,
         },
+        focus="layer",
     ),
     Stop(
         "What training does",
