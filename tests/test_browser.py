@@ -366,7 +366,9 @@ def test_the_guided_tour_walks_every_stop(page: PageRecord, app: tuple[str, Any]
         titles = (f"layer {layer}", f"head {head}") if stop.tab == "Attention" else ()
         _drawn(browser_page, stop.tab, _plots(stop), titles)
         if index == 3:  # a screenshot of one stop, for the README
-            browser_page.wait_for_timeout(500)
+            # The stop's last steps (the sliders narrowed to the model, the scroll) settle.
+            browser_page.wait_for_timeout(2500)
+            _drawn(browser_page, stop.tab, _plots(stop), titles)
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             browser_page.screenshot(path=str(SCREENSHOTS / "tour.png"))
         # The arrow keys move the tour, but not while the focus is in a text box.

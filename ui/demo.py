@@ -92,6 +92,7 @@ body.large-font .tab-nav button, body.large-font [role="tab"] { font-size: 21px 
 body.large-font .min_value, body.large-font .max_value { font-size: 18px !important; }
 /* The top bar's buttons keep to one line, also in Large font. */
 #top-bar button { white-space: nowrap; }
+#top-bar { padding-left: 1.75rem; }  /* clear of the closed tour sidebar's toggle */
 /* A plot's panel label floats over its top edge: keep the figure's title below it. */
 .block:has(> label[data-testid="block-label"].float) > .js-plotly-plot { margin-top: 30px; }
 body.large-font .block:has(> label[data-testid="block-label"].float) > .js-plotly-plot {
