@@ -149,7 +149,7 @@ def test_slider_values_land_on_the_step(tab: TabView) -> None:
 
 
 def test_the_link_is_the_page_address_with_the_view(tab: TabView) -> None:
-    from ui.share import Views
+    from ui.views import Views
 
     views = Views.__new__(Views)  # link() needs only the tabs
     views.tabs = {"attention": tab}

@@ -9,8 +9,9 @@ import importlib.util
 import gradio as gr
 import pytest
 
-from ui.share import _as_text, check_value, redraw_functions
+from ui.share import _as_text, check_value
 from ui.tour import STOPS, stop_text
+from ui.views import redraw_functions
 
 # The list, in the paper's order: each stop's title names its topic.
 PAPER_ORDER = [

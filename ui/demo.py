@@ -17,10 +17,11 @@ from transformer.device import pick_device
 from . import limits
 from .errors import scrub
 from .export import PLOT_TOOLBAR_JS, ViewExport
-from .share import TabView, Views
+from .share import TabView
 from .state import ModelRegistry, SessionModels
 from .tabs import attention, generate, positions, tokenize, training
 from .tour import KEYS_JS, Tour
+from .views import Views
 
 try:  # the "Inside a layer" tab, where this checkout has it
     from .tabs import inside

@@ -280,7 +280,7 @@ class Tour:
         self.index = gr.State(-1)
 
     def wire(self, start: gr.Button, views: Any) -> None:
-        """Connect the start button, the menu, Previous / Next to ``views`` (a ``share.Views``)."""
+        """Connect the start button, the menu, Previous / Next to ``views`` (a ``views.Views``)."""
         self.views = views
         if not self.stops:
             return
