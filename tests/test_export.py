@@ -128,6 +128,14 @@ def test_a_tabs_tables_and_view_export_to_files(tmp_path: Path) -> None:
     assert text.count("Plotly.newPlot(") == 1
 
 
+def test_token_pieces_are_written_as_pieces() -> None:
+    with gr.Blocks(), gr.Row():
+        tokens = gr.HighlightedText(label="Tokens")
+    page = view_html("t", [(tokens, [("▁The", "A"), ("<b>", "special")])])
+    assert '<code class="piece" title="A">▁The</code>' in page
+    assert '<code class="piece" title="special">&lt;b&gt;</code>' in page
+
+
 def test_empty_parts_are_left_out_of_a_view() -> None:
     with gr.Blocks(), gr.Row() as row:
         md, plot, table = gr.Markdown(), gr.Plot(), gr.Dataframe()

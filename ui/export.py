@@ -14,6 +14,7 @@ the captions as Markdown, the tables) and build the files only when asked.
 
 from __future__ import annotations
 
+import html
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -111,7 +112,8 @@ def view_file_name(tab_slug: str, values: dict[str, Any], suffix: str) -> str:
 
 def view_html(title: str, parts: Iterable[tuple[Any, Any]]) -> str:
     """The standalone HTML of a view from its components and their values in page order:
-    Markdown becomes text, plots figures, tables HTML tables; empty ones are left out."""
+    Markdown becomes text, plots figures, tables HTML tables, highlighted tokens a row of
+    pieces; empty ones are left out."""
     out: list[tuple[str, Any]] = []
     for component, value in parts:
         if isinstance(component, gr.Markdown):
@@ -121,6 +123,16 @@ def view_html(title: str, parts: Iterable[tuple[Any, Any]]) -> str:
             kind, plot = _plot(value)
             if plot and kind == "plotly":
                 out.append(("figure", plot))
+        elif isinstance(component, gr.HighlightedText):
+            pieces = _pieces(value)
+            if pieces:
+                label = html.escape(_name(component, "Tokens"))
+                spans = "".join(
+                    f'<code class="piece" title="{html.escape(str(kind or ""))}">'
+                    f"{html.escape(text)}</code> "
+                    for text, kind in pieces
+                )
+                out.append(("html", f"<p><strong>{label}</strong></p><p>{spans}</p>"))
         elif isinstance(component, gr.Dataframe):
             headers, rows = _rows(value)
             if not _is_empty(headers, rows):
@@ -130,6 +142,21 @@ def view_html(title: str, parts: Iterable[tuple[Any, Any]]) -> str:
                 table += "".join("| " + " | ".join(map(_cell, r)) + " |\n" for r in rows)
                 out.append(("html", _markdown.render(caption + table)))
     return standalone_html(title, out)
+
+
+def _pieces(value: Any) -> list[tuple[str, Any]]:
+    """(text, category) pairs of a HighlightedText's value (pairs, or gradio's dicts)."""
+    if not value:
+        return []
+    if isinstance(value, dict):
+        value = value.get("data") or value.get("value") or []
+    pairs = []
+    for item in value:
+        if isinstance(item, dict):
+            pairs.append((str(item.get("token", "")), item.get("class_or_confidence")))
+        else:
+            pairs.append((str(item[0]), item[1] if len(item) > 1 else None))
+    return pairs
 
 
 def _plot(value: Any) -> tuple[str | None, str | None]:
@@ -153,9 +180,8 @@ class ViewExport:
         self.controls = {
             k: c for k, c in controls.items() if isinstance(c, gr.components.FormComponent)
         }
-        content = [
-            c for c in components_of(block) if isinstance(c, (gr.Markdown, gr.Plot, gr.Dataframe))
-        ]
+        shown = (gr.Markdown, gr.Plot, gr.Dataframe, gr.HighlightedText)
+        content = [c for c in components_of(block) if isinstance(c, shown)]
         self.content = content
         self.tables = [c for c in content if isinstance(c, gr.Dataframe)]
         private = {"api_visibility": "private"}
