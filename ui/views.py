@@ -28,7 +28,7 @@ USER_EVENTS = {"input", "release", "submit", "blur"}
 
 
 # Resolves once no component shows a pending status (checked twice, 150 ms apart),
-# at the latest after 20 s; so the handlers that a change of value started have finished.
+# at the latest after 15 s; so the handlers that a change of value started have finished.
 WAIT_UNTIL_IDLE_JS = """
 async () => {
   // A status tracker's overlay loses its "hide" class while its component waits for a result.
@@ -37,7 +37,7 @@ async () => {
   const start = Date.now();
   let quiet = 0;
   await new Promise((r) => setTimeout(r, 250));
-  while (Date.now() - start < 20000 && quiet < 2) {
+  while (Date.now() - start < 15000 && quiet < 2) {
     quiet = busy() ? 0 : quiet + 1;
     await new Promise((r) => setTimeout(r, 150));
   }
@@ -220,7 +220,7 @@ class Views:
             if not view or view.get("tab") != "generate" or not view.get("step"):
                 return _skip(n)
             result = _skip(n)
-            log.info("replaying generation to step %s", view["step"])
+            log.debug("replaying generation to step %s", view["step"])
             for _ in range(int(view["step"]) - 1):
                 result = fn(*args)
             return result
