@@ -160,7 +160,8 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def app_url(browser: Any) -> Iterator[str]:
+def app(browser: Any) -> Iterator[tuple[str, Any]]:
+    """The app launched once for the module: its address and the built demo."""
     from app import build_demo, launch_options
 
     demo = build_demo("cpu")
@@ -172,9 +173,14 @@ def app_url(browser: Any) -> Iterator[str]:
             server_port=port,
             **launch_options(),
         )
-        yield f"http://127.0.0.1:{port}/"
+        yield f"http://127.0.0.1:{port}/", demo
     finally:
         demo.close()
+
+
+@pytest.fixture(scope="module")
+def app_url(app: tuple[str, Any]) -> str:
+    return app[0]
 
 
 @dataclass
@@ -272,3 +278,237 @@ def test_tab_works_in_a_real_browser(page: PageRecord, spec: TabSpec) -> None:
     )
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     browser_page.screenshot(path=str(SCREENSHOTS / f"{spec.slug}.png"), full_page=True)
+
+
+# -- the guided tour, links to a view, exports ------------------------------------------------------
+
+BUSY = ".wrap.default:not(.hide), .wrap.center:not(.hide)"  # a status overlay still waiting
+PLOTS_ON_OPEN = {spec.tab: spec.opens_with.plots for spec in TABS}
+
+
+def _poll(page: Any, what: str, check: Callable[[], Any]) -> Any:
+    """``check()`` until it returns something truthy; fails at once on an error toast."""
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    while True:
+        errors = _error_toasts(page)
+        assert not errors, f"{what}: error toast {errors}"
+        result = check()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"{what}: not within {TIMEOUT_MS // 1000} s"
+        page.wait_for_timeout(200)
+
+
+def _selected_tab(page: Any) -> str:
+    return page.locator('[role="tab"][aria-selected="true"]').inner_text().strip()
+
+
+def _shown(panel: Any, component: Any, value: Any) -> bool | None:
+    """Whether the panel shows ``value`` in ``component`` (None: not on screen, not checked)."""
+    import gradio as gr
+
+    label = component.label
+    if isinstance(component, gr.Radio):
+        return panel.get_by_role("radio", name=str(value), exact=True).is_checked()
+    if isinstance(component, gr.Slider):
+        box = panel.get_by_label(f"number input for {label}", exact=True)
+        if box.count() != 1 or not box.is_visible():
+            return None
+        return float(box.input_value()) == float(value)
+    box = panel.get_by_label(label, exact=True)
+    if box.count() != 1 or not box.is_visible():
+        return None
+    if isinstance(component, gr.Number):
+        return float(box.input_value()) == float(value)
+    return box.input_value() == str(value)
+
+
+def _drawn(page: Any, tab: str, plots: int, titles: tuple[str, ...] = ()) -> None:
+    """The tab is on screen, idle, with its plots (and plot titles that say ``titles``)."""
+    panel = page.get_by_role("tabpanel")
+
+    def ready() -> bool:
+        if _selected_tab(page) != tab or page.locator(BUSY).count():
+            return False
+        if panel.locator(PLOT).count() < plots:
+            return False
+        shown = " | ".join(t or "" for t in panel.locator(".gtitle").all_text_contents())
+        return all(words in shown for words in titles)
+
+    _poll(page, f"{tab} drawn with {plots} plots and title {titles!r}", ready)
+
+
+def _plots(stop: Any) -> int:
+    """The plots a stop's tab shows (a decoder-only model has no cross-attention to draw)."""
+    plots = PLOTS_ON_OPEN.get(stop.tab, 1)
+    return plots - 1 if stop.tab == "Generate" and stop.values.get("model") == "continue" else plots
+
+
+def test_the_guided_tour_walks_every_stop(page: PageRecord, app: tuple[str, Any]) -> None:
+    browser_page, demo = page.page, app[1]
+    tour, views = demo.tour, demo.views
+    assert len(tour.stops) >= 10
+    browser_page.get_by_role("button", name="▶ Guided tour").click()
+    text = browser_page.locator("#tour-text")
+    for index, stop in enumerate(tour.stops):
+        heading = f"{index + 1} / {len(tour.stops)} · {stop.title}"
+        _poll(browser_page, heading, lambda h=heading: h in text.inner_text())
+        tab = views.labels[stop.tab]
+        panel = browser_page.get_by_role("tabpanel")
+        for key, value in stop.values.items():
+            component = tab.controls[key]
+            _poll(
+                browser_page,
+                f"stop '{stop.title}': {key} = {value!r}",
+                lambda p=panel, c=component, v=value: _shown(p, c, v) is not False,
+            )
+        layer, head = stop.values.get("layer"), stop.values.get("head")
+        titles = (f"layer {layer}", f"head {head}") if stop.tab == "Attention" else ()
+        _drawn(browser_page, stop.tab, _plots(stop), titles)
+        if index == 3:  # a screenshot of one stop, for the README
+            # The stop's last steps (the sliders narrowed to the model, the scroll) settle.
+            browser_page.wait_for_timeout(2500)
+            _drawn(browser_page, stop.tab, _plots(stop), titles)
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            browser_page.screenshot(path=str(SCREENSHOTS / "tour.png"))
+        # The arrow keys move the tour, but not while the focus is in a text box.
+        if index == 0:
+            panel.get_by_label("Text", exact=True).press("ArrowRight")
+            browser_page.wait_for_timeout(300)
+            assert heading in text.inner_text()
+        browser_page.evaluate("document.activeElement && document.activeElement.blur()")
+        browser_page.keyboard.press("ArrowRight")
+    last = f"{len(tour.stops)} / {len(tour.stops)}"
+    browser_page.keyboard.press("ArrowLeft")
+    _poll(browser_page, "← goes back", lambda: f"{len(tour.stops) - 1} / " in text.inner_text())
+    assert last not in text.inner_text()
+    # A lecturer can start anywhere: the menu jumps to a stop.
+    browser_page.locator("#tour-menu input").click()
+    browser_page.get_by_role("option", name=tour.names[2], exact=True).click()
+    _poll(browser_page, "the menu's stop", lambda: tour.stops[2].title in text.inner_text())
+    _drawn(browser_page, tour.stops[2].tab, PLOTS_ON_OPEN[tour.stops[2].tab])
+    assert not page.page_errors, f"JavaScript errors in the page: {page.page_errors}"
+    assert not [url for url in page.requests if not _is_local(url)]
+
+
+def _open(browser: Any, url: str) -> tuple[Any, Any]:
+    context = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
+    new_page = context.new_page()
+    new_page.set_default_timeout(TIMEOUT_MS)
+    new_page.goto(url)
+    return context, new_page
+
+
+def _link(page: Any) -> str:
+    page.get_by_role("button", name="Link to this view").click()
+    box = page.locator("#view-link textarea, #view-link input").first
+    return _poll(page, "the link", lambda: box.is_visible() and box.input_value())
+
+
+def test_a_link_reopens_the_view(browser: Any, app_url: str) -> None:
+    from urllib.parse import parse_qs
+
+    query = "tab=attention&model=translate&kind=cross-attention+(decoder+→+encoder)&layer=3&head=2"
+    context, first = _open(browser, f"{app_url}?{query}")
+    try:
+        _drawn(first, "Attention", 4, ("layer 3", "head 2"))
+        panel = first.get_by_role("tabpanel")
+        assert panel.get_by_label("number input for Layer").input_value() == "3"
+        assert panel.get_by_role("radio", name="cross-attention (decoder → encoder)").is_checked()
+        # Change the view, then ask for its link and open it in a fresh page.
+        panel.get_by_label("no √d scaling", exact=True).check()
+        _poll(
+            first,
+            "the what-if drawn",
+            lambda: "√d" in panel.inner_text() and not first.locator(BUSY).count(),
+        )
+        link = _link(first)
+        assert link.startswith(app_url)
+        params = parse_qs(urlsplit(link).query)
+        assert params["tab"] == ["attention"] and params["layer"] == ["3"]
+        assert params["head"] == ["2"] and params["what_if"] == ["no √d scaling"]
+    finally:
+        context.close()
+    context, second = _open(browser, link)
+    try:
+        _drawn(second, "Attention", 4, ("layer 3", "head 2"))
+        panel = second.get_by_role("tabpanel")
+        assert panel.get_by_label("number input for Head").input_value() == "2"
+        assert panel.get_by_label("no √d scaling", exact=True).is_checked()
+        assert panel.get_by_role("radio", name="cross-attention (decoder → encoder)").is_checked()
+    finally:
+        context.close()
+
+
+def test_a_link_to_a_generation_step_and_a_bad_link(browser: Any, app_url: str) -> None:
+    context, page = _open(browser, f"{app_url}?tab=generate&model=reverse&source=a+b+c+d&step=3")
+    try:
+        panel = page.get_by_role("tabpanel")
+        _poll(page, "3 steps replayed", lambda: "Output so far (3 steps)" in panel.inner_text())
+        _drawn(page, "Generate", 3)
+        link = _link(page)
+        assert "step=3" in link and "source=a+b+c+d" in link and "model=reverse" in link
+    finally:
+        context.close()
+    # Unknown model, layer past the end, a word for a number: the defaults, and a warning.
+    context, page = _open(browser, f"{app_url}?tab=attention&model=gpt-17&layer=99&head=two")
+    try:
+        toast = page.locator('[data-testid="toast-body"]').first
+        _poll(page, "a warning toast", lambda: toast.count() and "gpt-17" in toast.inner_text())
+        _drawn(page, "Attention", 4)
+        assert not _error_toasts(page)
+    finally:
+        context.close()
+
+
+def test_figures_views_and_tables_export(page: PageRecord, tmp_path: Path) -> None:
+    import csv
+    import io
+
+    browser_page = page.page
+    browser_page.get_by_role("tab", name="Attention", exact=True).click()
+    _drawn(browser_page, "Attention", 4)
+    panel = browser_page.get_by_role("tabpanel")
+    plot = panel.locator(PLOT).first
+    plot.hover()
+    for title, suffix in [("Download plot as an SVG", ".svg"), ("Download plot as a PNG", ".png")]:
+        with browser_page.expect_download() as download:
+            plot.locator(f'.modebar-btn[data-title="{title}"]').click()
+        name = download.value.suggested_filename
+        assert name.startswith("attention-") and "head-1" in name and name.endswith(suffix)
+        saved = tmp_path / name
+        download.value.save_as(saved)
+        head = saved.read_bytes()[:200]
+        assert head.startswith(b"\x89PNG") if suffix == ".png" else b"<svg" in head
+    panel.get_by_text("Export this view", exact=True).click()
+    panel.get_by_role("button", name="Whole view as HTML (opens offline)").click()
+    link = panel.locator("a[download]").first
+    _poll(browser_page, "the HTML file", lambda: link.count() and link.is_visible())
+    html = browser_page.request.get(link.get_attribute("href")).text()
+    assert html.count("Plotly.newPlot(") == 4 and "<script src" not in html
+    offline = tmp_path / "view.html"
+    offline.write_text(html, encoding="utf-8")
+    context = browser_page.context.browser.new_context(offline=True)
+    try:
+        viewer = context.new_page()
+        viewer.goto(offline.as_uri())
+        viewer.wait_for_function(f"document.querySelectorAll('{PLOT}').length === 4")
+    finally:
+        context.close()
+    # Tokenize has two tables: each one's CSV reads back with the headers the page shows.
+    browser_page.get_by_role("tab", name="Tokenize", exact=True).click()
+    _drawn(browser_page, "Tokenize", 0)
+    panel = browser_page.get_by_role("tabpanel")
+    panel.get_by_text("Export this view", exact=True).click()
+    panel.get_by_role("button", name="Tables as CSV (2)").click()
+    links = panel.locator("a[download]")
+    _poll(browser_page, "two CSV files", lambda: links.count() == 2)
+    tables = []
+    for i in range(2):
+        text = browser_page.request.get(links.nth(i).get_attribute("href")).text()
+        tables.append(list(csv.reader(io.StringIO(text))))
+    assert tables[0][0][:3] == ["#", "piece", "id"] and len(tables[0]) > 3
+    assert tables[1][0] == ["rank", "pair", "new token", "count", "vocabulary size"]
+    text = panel.get_by_label("Text", exact=True).input_value()
+    pieces = [row[1].replace("▁", "").replace("Ġ", "").replace("##", "") for row in tables[0][1:]]
+    assert all(piece in text for piece in pieces if not piece.startswith("[")), pieces

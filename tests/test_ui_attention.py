@@ -340,6 +340,7 @@ def test_a_new_model_fits_the_controls_and_draws_with_the_fitted_values_in_one_e
     assert kind.choices == [("decoder masked self-attention",) * 2]
     assert kind.value == "decoder masked self-attention"
     assert layer.maximum == max(config.n_decoder_layers, 2) and head.maximum == config.n_heads
+    assert row.maximum == 2 and row.value == 2  # two sentences: the second stays chosen
     assert kept.value == "mask polarity inverted"  # it applies to continue: kept
     assert mistake.value == "none (the correct pass)"
     checkpoint = registry.checkpoint("continue", None)

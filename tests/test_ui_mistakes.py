@@ -253,3 +253,4 @@ def test_inside_a_layer_names_the_kind_by_its_stack(registry):
     np.testing.assert_allclose(np.nan_to_num(_z(single.data[1])), expected, atol=1e-5)
     assert "Decoder masked self-attention" in single.layout.title.text
     assert "layer 2, head 3" in single.layout.title.text
+    assert "Mistake of seed 004: scores × √d_head" in text

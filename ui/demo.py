@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -15,8 +16,25 @@ from transformer.device import pick_device
 
 from . import limits
 from .errors import scrub
+from .export import PLOT_TOOLBAR_JS, ViewExport
+from .share import TabView
 from .state import ModelRegistry, SessionModels
 from .tabs import attention, generate, inside, positions, tokenize, training
+from .tour import KEYS_JS, Tour
+from .views import Views
+
+log = logging.getLogger("visualiser")
+
+# The tabs in the paper's order: (label, id used by links and the tour, build). Each build takes
+# (registry, large, session) and returns its shareable controls, {key: component}.
+TABS: list[tuple[str, str, Callable[..., dict[str, gr.Component] | None]]] = [
+    ("Tokenize", "tokenize", lambda registry, large, session: tokenize.build(registry)),
+    ("Embeddings & positions", "embeddings", positions.build),
+    ("Attention", "attention", attention.build),
+    ("Inside a layer", "inside", inside.build),
+    ("Generate", "generate", generate.build),
+    ("Model & training", "training", training.build),
+]
 
 # Large font is a projector mode: every size scales about 1.45×. Gradio's theme declares its
 # sizes as variables on :root, and the derived ones (label, input, button sizes) are resolved
@@ -68,6 +86,9 @@ body.large-font .textspan, body.large-font .textfield, body.large-font .text,
 body.large-font .token, body.large-font .label { font-size: 20px !important; }
 body.large-font .tab-nav button, body.large-font [role="tab"] { font-size: 21px !important; }
 body.large-font .min_value, body.large-font .max_value { font-size: 18px !important; }
+/* The top bar's buttons keep to one line, also in Large font. */
+#top-bar button { white-space: nowrap; }
+#top-bar { padding-left: 1.75rem; }  /* clear of the closed tour sidebar's toggle */
 /* A plot's panel label floats over its top edge: keep the figure's title below it. */
 .block:has(> label[data-testid="block-label"].float) > .js-plotly-plot { margin-top: 30px; }
 body.large-font .block:has(> label[data-testid="block-label"].float) > .js-plotly-plot {
@@ -75,6 +96,8 @@ body.large-font .block:has(> label[data-testid="block-label"].float) > .js-plotl
 """
 )
 LARGE_FONT_JS = "(on) => { document.body.classList.toggle('large-font', on); }"
+# Run once when the page opens: the plots' export buttons, the tour's arrow keys.
+PAGE_JS = "() => {\n" + PLOT_TOOLBAR_JS + "\n" + KEYS_JS + "\n}"
 
 
 def build_demo(
@@ -95,11 +118,25 @@ def build_demo(
         registry.preload()
     with gr.Blocks(title="Transformer, step by step") as demo:
         session = gr.State(SessionModels())
-        with gr.Row():
+        with gr.Row(elem_id="top-bar"):
             gr.Markdown(
-                "# Transformer, step by step\nA from-scratch PyTorch Transformer, opened up."
+                "## Transformer, step by step\nA from-scratch PyTorch Transformer, opened up.",
+                elem_id="title",
+                min_width=320,
             )
-            large = gr.Checkbox(label="Large font (for projecting)", value=False)
+            start = gr.Button("▶ Guided tour", size="sm", scale=0, min_width=150)
+            make_link = gr.Button("Link to this view", size="sm", scale=0, min_width=170)
+            large = gr.Checkbox(
+                label="Large font (for projecting)", value=False, scale=0, min_width=260
+            )
+        link = gr.Textbox(
+            label="Link to this view (opens the app as it is now)",
+            visible=False,
+            buttons=["copy"],
+            elem_id="view-link",
+        )
+        tour = Tour([label for label, _, _ in TABS])
+        tour.layout()
         status = gr.Markdown(model_status(registry))
         # Pretrained weights are read in the background: a load that fails after the page was
         # opened shows up here too (the timer polls only while that reading goes on).
@@ -108,22 +145,53 @@ def build_demo(
         poll.tick(refresh, None, [status, poll], api_visibility="private", queue=False)
         demo.load(refresh, None, [status, poll], api_visibility="private", queue=False)
         large.change(None, large, None, js=LARGE_FONT_JS)
-        with gr.Tab("Tokenize"):
-            tokenize.build(registry)
-        with gr.Tab("Embeddings & positions"):
-            positional, pe_inputs, pe_outputs = positions.build(registry, large, session)
-        with gr.Tab("Attention"):
-            attention.build(registry, large, session)
-        with gr.Tab("Inside a layer"):
-            inside.build(registry, large, session)
-        with gr.Tab("Generate"):
-            generate.build(registry, large, session)
-        with gr.Tab("Model & training"):
-            training.build(registry, large, session)
-        demo.load(positional, pe_inputs, pe_outputs, api_visibility="private")
+        views: list[TabView] = []
+        with gr.Tabs() as tabs:
+            for label, slug, build in TABS:
+                with gr.Tab(label, id=slug, elem_id=f"view-{slug}") as tab:
+                    controls = build(registry, large, session)
+                    ViewExport(label, slug, tab, controls or {})
+                views.append(TabView.of(label, slug, controls))
+        _wire_views(demo, registry, tabs, views, tour, start, make_link, link, status)
     demo.queue(default_concurrency_limit=4, max_size=limits.QUEUE_SIZE)
     demo.model_registry = registry  # for preload_models
     return demo
+
+
+def _wire_views(
+    demo: gr.Blocks,
+    registry: ModelRegistry,
+    tabs: gr.Tabs,
+    tab_views: list[TabView],
+    tour: Tour,
+    start: gr.Button,
+    make_link: gr.Button,
+    link: gr.Textbox,
+    status: gr.Markdown,
+) -> None:
+    """The tour, links to a view (made on demand, restored on page load) and the tab on screen."""
+    views = Views(demo, tabs, tab_views)
+    private = {"api_visibility": "private", "queue": False}
+    for view in tab_views:
+        for tab in tabs.children:
+            if getattr(tab, "id", None) == view.slug:
+                tab.select(functools.partial(str, view.slug), None, views.current, **private)
+    tour.wire(start, views)
+    make_link.click(
+        lambda base, *values: gr.Textbox(value=views.link(base, *values), visible=True),
+        [link, *views.link_inputs()],
+        link,
+        js="(base, ...rest) => [window.location.origin + window.location.pathname, ...rest]",
+        **private,
+    )
+
+    def restore(request: gr.Request) -> tuple:
+        view, note = views.restore(registry, request)
+        return view, note if note else gr.skip()
+
+    # Queued, so that its warnings reach the page as toasts.
+    views.follow(demo.load(restore, None, [views.view, status], api_visibility="private"))
+    demo.views, demo.tour = views, tour  # for the tests
 
 
 def preload_models(demo: gr.Blocks) -> None:
@@ -156,6 +224,7 @@ def launch_options() -> dict[str, Any]:
         "css": CSS,
         "theme": gr.themes.Soft(),
         "footer_links": ["api"],
+        "js": PAGE_JS,
         "show_error": True,
         "max_file_size": f"{limits.MAX_UPLOAD_BYTES >> 20}mb",
     }

@@ -7,7 +7,6 @@ buttons stay for the API endpoints (``/positional_encoding``, ``/embeddings``)."
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
@@ -230,8 +229,8 @@ def _learned_default(registry: ModelRegistry) -> str:
 
 def build(
     registry: ModelRegistry, large: gr.Checkbox, session: gr.State
-) -> tuple[Callable, list, list]:
-    """Lay out the tab; returns the positional-encoding handler, inputs and outputs (drawn on load)."""
+) -> dict[str, gr.Component]:
+    """Lay out the tab and wire its events; every panel is drawn when the page opens."""
     gr.Markdown(
         "Attention itself ignores order, so the paper **adds** a sinusoidal positional encoding to "
         "each token embedding. Models such as BERT (all-MiniLM-L6-v2) and GPT-2 **learn** one "
@@ -311,4 +310,13 @@ def build(
         api_visibility="private",
         trigger_mode="always_last",
     )
-    return positional, pe_inputs, pe_outputs
+    return {
+        "d_model": d_model,
+        "positions": length,
+        "base": base,
+        "dims": dims,
+        "metric": metric,
+        "learned_of": learned_model,
+        "sentence": sentence,
+        "model": model_name,
+    }

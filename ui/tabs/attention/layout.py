@@ -15,7 +15,9 @@ from .handlers import _first_view, attention, controls, everything, grid, refit_
 from .view import ATTENTION_KINDS, EXAMPLE_SENTENCES, kinds_for, layers_of, sentence_count
 
 
-def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> None:
+def build(
+    registry: ModelRegistry, large: gr.Checkbox, session: gr.State
+) -> dict[str, gr.Component]:
     """Lay out the tab and wire its events (``/attention``, ``/attention_grid``; every control
     redraws every panel that depends on it through private events)."""
     gr.Markdown(
@@ -125,3 +127,12 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
     demo = gr.context.Context.root_block
     if demo is not None:
         demo.load(refit, control_inputs, control_outputs, **private)
+    return {
+        "sentences": sentences,
+        "model": model_name,
+        "kind": kind,
+        "layer": layer,
+        "head": head,
+        "row": row,
+        "what_if": what_if,
+    }

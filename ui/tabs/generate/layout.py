@@ -21,7 +21,9 @@ from .handlers import (
 )
 
 
-def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> None:
+def build(
+    registry: ModelRegistry, large: gr.Checkbox, session: gr.State
+) -> dict[str, gr.Component]:
     """Lay out the tab and wire its events (``/generate_step``, ``/generate_back``,
     ``/generate``, ``/generate_reset``, ``/teacher_forcing``)."""
     gr.Markdown(
@@ -164,3 +166,19 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
         demo.load(live_first, inputs, outputs, **private).then(
             live_force, force_inputs, force_outputs, **private
         )
+    # "state" and "step_button" let a link replay the generation to the step it was made at.
+    return {
+        "source": source,
+        "model": model_name,
+        "strategy": strategy,
+        "temperature": temperature,
+        "top_k": top_k,
+        "top_p": top_p,
+        "beam": beam,
+        "max_tokens": max_tokens,
+        "seed": seed,
+        "layer": layer,
+        "head": head,
+        "state": state,
+        "step_button": step_button,
+    }

@@ -14,7 +14,7 @@ from .handlers import learn, run_example, tokenize, tokenize_view
 COLORS = {"A": "#bfdbfe", "B": "#fde68a", "special": "#d1d5db", "unknown": "#fca5a5"}
 
 
-def build(registry: ModelRegistry) -> None:
+def build(registry: ModelRegistry) -> dict[str, gr.Component]:
     """Lay out the tab and wire its events (``/tokenize``, ``/learn_bpe``); the view is drawn
     when the page opens and redrawn by every control."""
     gr.Markdown(
@@ -175,3 +175,4 @@ def build(registry: ModelRegistry) -> None:
         api_visibility="private",
         trigger_mode="always_last",
     )
+    return {"text": text, "tokenizer": choice, "vocab": vocab, "compare": compare}

@@ -22,7 +22,9 @@ from .snapshots import (
 )
 
 
-def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> None:
+def build(
+    registry: ModelRegistry, large: gr.Checkbox, session: gr.State
+) -> dict[str, gr.Component]:
     """Lay out the tab and wire its events (``/model_info``, ``/train``, ``/snapshot``)."""
     private = {"api_visibility": "private"}
     with gr.Row():
@@ -118,3 +120,9 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> Non
         demo.load(describe_model, describe_inputs, describe_outputs, **private)
         demo.load(live_snapshot, live_inputs, [snap_plot], **private)
         demo.load(lambda large: training_curves([], large), large, curves, **private)
+    return {
+        "model": model_name,
+        "snapshots_of": snapshot_model,
+        "snapshot": snapshot,
+        "input": snap_sentence,
+    }

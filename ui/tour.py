@@ -1,0 +1,322 @@
+"""The guided tour: a dozen stops in the order of the paper, each opening a tab with a preset of
+its controls and one short paragraph. Next and Previous (buttons, or the ← → keys once the tour
+is started) move through it; the menu starts it at any stop. Everything is in the page: it works
+offline.
+
+A stop names its tab by label and its controls by the keys that the tab's ``build(...)``
+returns; a stop whose tab this app lacks is left out (logged). ``tests/test_tour.py`` checks
+every stop against the built app.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gradio as gr
+
+log = logging.getLogger("visualiser")
+
+SENTENCE = "the small cat sees a red ball"
+
+
+@dataclass(frozen=True)
+class Stop:
+    """One stop: a title, the tab it opens (its label), the controls it sets and its text."""
+
+    title: str
+    tab: str
+    text: str
+    values: Mapping[str, Any] = field(default_factory=dict)
+    focus: str = ""  # the control the page scrolls to (the top of the page when empty)
+
+
+STOPS: tuple[Stop, ...] = (
+    Stop(
+        "Text becomes tokens",
+        "Tokenize",
+        "A Transformer never sees letters. A tokenizer cuts the text into pieces from a fixed "
+        "vocabulary and gives each an integer id. BPE starts from single characters and "
+        "repeatedly merges the most frequent neighbouring pair; WordPiece and Unigram choose "
+        "pieces by likelihood instead. Frequent words stay whole and rare ones split, so any "
+        "text can be written with a few thousand tokens. The replay below shows the merges "
+        "that produced these pieces.",
+        {
+            "text": "The transformer attends to every token.",
+            "tokenizer": "BPE, trained live on the bundled corpus",
+            "compare": "WordPiece (BERT style), trained live",
+        },
+    ),
+    Stop(
+        "Embeddings, scaled by √d_model",
+        "Embeddings & positions",
+        "Each token id selects one row of a learned embedding matrix: a vector of d_model "
+        "numbers. The paper multiplies that vector by √d_model (8 for d_model = 64) before adding "
+        "the positional encoding, so the small learned values are not drowned by the encoding, "
+        "whose values lie between −1 and 1. The lower plots show the scaled embedding, the "
+        "encoding and their sum, which is exactly what the first layer receives.",
+        {"sentence": SENTENCE, "model": "translate"},
+        focus="sentence",
+    ),
+    Stop(
+        "Positional encoding",
+        "Embeddings & positions",
+        "Attention treats its input as a set: without help, *dog bites man* and *man bites dog* "
+        "look the same. The paper adds PE[pos, 2i] = sin(pos / 10000^(2i/d_model)) and "
+        "PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model)). Each pair of dimensions is a sine and a "
+        "cosine of its own wavelength, from 2π up to 10000·2π: the first dimensions change fast, "
+        "the last ones slowly, so every position gets its own pattern, and PE[pos + k] is a fixed "
+        "rotation of PE[pos]. Nearby positions look alike, as the similarity map shows.",
+        {"d_model": 128, "positions": 64, "base": 10000, "dims": "0, 1, 6, 20"},
+    ),
+    Stop(
+        "One attention head",
+        "Attention",
+        "Every token's vector is projected three ways: a query q, a key k and a value v, each of "
+        "d_k = d_model / h numbers. A head scores every query against every key, divides by "
+        "√d_k so that the softmax does not saturate, and turns each row into weights that sum "
+        "to 1: Attention(Q, K, V) = softmax(QKᵀ/√d_k)·V. Rows are queries (the token that "
+        "looks), columns are keys (the tokens looked at); each output is the weighted average "
+        "of the values.",
+        {
+            "sentences": SENTENCE,
+            "model": "translate",
+            "kind": "encoder self-attention",
+            "layer": 1,
+            "head": 1,
+        },
+        focus="layer",
+    ),
+    Stop(
+        "The padding mask and the causal mask",
+        "Attention",
+        "Sentences in a batch differ in length, so the short ones are padded, and the padding "
+        "mask stops every query from attending to those [PAD] keys. The decoder also gets a "
+        "causal mask: position t may attend only to positions up to t, so it cannot peek at the "
+        "token it must predict. Masked scores become −∞ before the softmax (the grey cells), "
+        "which gives them a weight of exactly 0. Sentence 2 is the shorter one: see its padding, "
+        "and the triangle of the causal mask.",
+        {
+            "sentences": "the small cat sees a red ball\na big dog sleeps",
+            "model": "translate",
+            "kind": "decoder masked self-attention",
+            "layer": 1,
+            "head": 1,
+            "row": 2,
+        },
+        focus="layer",
+    ),
+    Stop(
+        "Multi-head attention",
+        "Attention",
+        "The model runs h heads side by side (4 here, 8 in the paper), each with its own "
+        "projections W_Q, W_K, W_V into d_k = d_model / h dimensions, so each head can look for "
+        "a different relation: the previous token, the same word, the end of the sentence. "
+        "Their outputs are concatenated and mixed by W_O back into d_model numbers. The grid at "
+        "the bottom shows every head of every layer on one colour scale: compare their patterns.",
+        {
+            "sentences": SENTENCE,
+            "model": "translate",
+            "kind": "encoder self-attention",
+            "layer": 2,
+            "head": 3,
+        },
+        focus="layer",
+    ),
+    Stop(
+        "The feed-forward network",
+        "Inside a layer",
+        "After attention has moved information between positions, every position passes "
+        "through the same two-layer network on its own: FFN(x) = max(0, x·W₁ + b₁)·W₂ + b₂, "
+        "widening d_model to d_ff (512 → 2048 in the paper, 64 → 256 here) and back. Attention "
+        "mixes tokens; the feed-forward network transforms each token's vector, and holds much "
+        "of what the model has learned.",
+        {"model": "translate", "text": SENTENCE, "layer": 1},
+    ),
+    Stop(
+        "Residual connections and LayerNorm",
+        "Inside a layer",
+        "Each sub-layer is wrapped as LayerNorm(x + Sublayer(x)): its output is added to its "
+        "input (the residual stream), then every position is normalised to mean 0 and variance "
+        "1, with a learned gain and bias. The residual path lets information and gradients "
+        "pass through many layers unchanged; the norm keeps their scale steady. The paper "
+        "normalises after the sum (post-LN); GPT-2 and most later models normalise each "
+        "sub-layer's input instead (pre-LN).",
+        {"model": "translate", "text": SENTENCE, "layer": 2},
+    ),
+    Stop(
+        "Cross-attention: the decoder reads the encoder",
+        "Attention",
+        "In the encoder-decoder, every decoder layer has a second attention: its queries come "
+        "from the decoder (the translation written so far), its keys and values from the "
+        "encoder's output (the source sentence). This is how each target token looks at the "
+        "source: rows are target tokens, columns source tokens. Only the source's padding is "
+        "masked here; the causal mask belongs to the decoder's self-attention.",
+        {
+            "sentences": SENTENCE,
+            "model": "translate",
+            "kind": "cross-attention (decoder → encoder)",
+            "layer": 1,
+            "head": 1,
+        },
+        focus="layer",
+    ),
+    Stop(
+        "Generation, one token at a time",
+        "Generate",
+        "The decoder writes its output one token at a time. At each step it reads everything "
+        "written so far, turns its last position into a score for every token of the "
+        "vocabulary (a linear layer, then a softmax) and chooses one: here the most probable "
+        "(greedy). The token is appended and the loop runs again, until the end-of-sentence "
+        "token. Press Step to add the next token and see the probabilities behind it.",
+        {"source": SENTENCE, "model": "translate", "strategy": "greedy"},
+        focus="layer",
+    ),
+    Stop(
+        "Choosing the next token: sampling",
+        "Generate",
+        "Greedy decoding always takes the top token. Sampling draws from the distribution "
+        "instead: temperature divides the scores before the softmax (below 1 sharpens, above 1 "
+        "flattens), top-k keeps the k most likely tokens and top-p the smallest set whose "
+        "probability reaches p. The seed makes a draw repeatable. Beam search keeps several "
+        "partial outputs and extends the most probable ones.",
+        {
+            "source": "the teacher sees",
+            "model": "continue",
+            "strategy": "sample",
+            "temperature": 0.8,
+            "top_k": 10,
+            "seed": 0,
+        },
+        focus="layer",
+    ),
+    Stop(
+        "What training does",
+        "Model & training",
+        "Training shows the model many (source, target) pairs and nudges every weight to raise "
+        "the probability of the right next token (cross-entropy loss, the Adam optimiser with "
+        "the paper's warm-up schedule). The bundled models kept snapshots on the way: early on, "
+        "attention is spread almost evenly; drag the Snapshot slider to the last step to see the "
+        "heads sharpen into the alignment the task needs. You can also train a small model "
+        "here, live, in a minute.",
+        {
+            "snapshots_of": "translate",
+            "snapshot": 1,
+            "input": SENTENCE,
+        },
+        focus="snapshots_of",
+    ),
+)
+
+
+def available(stops: Sequence[Stop], tab_labels: Sequence[str]) -> list[Stop]:
+    """The stops whose tab this app has (each one left out is logged)."""
+    kept = []
+    for stop in stops:
+        if stop.tab in tab_labels:
+            kept.append(stop)
+        else:
+            log.info("tour stop '%s' left out: this app has no '%s' tab", stop.title, stop.tab)
+    return kept
+
+
+def label(index: int, stop: Stop) -> str:
+    """The menu entry of a stop: its number and title."""
+    return f"{index + 1}. {stop.title}"
+
+
+def stop_text(index: int, stops: Sequence[Stop]) -> str:
+    """The tour's paragraph for stop ``index`` (Markdown), with where it is and what opened."""
+    stop = stops[index]
+    return (
+        f"**{index + 1} / {len(stops)} · {stop.title}** — _{stop.tab} tab_\n\n{stop.text}\n\n"
+        "<small>← → keys or Previous / Next move through the tour.</small>"
+    )
+
+
+# Arrow keys move the tour once it is started (not while typing, nor on a slider).
+KEYS_JS = """
+document.addEventListener('keydown', (event) => {
+  if (!document.body.classList.contains('tour-on')) return;
+  if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
+  const target = event.target;
+  if (target && (target.isContentEditable ||
+      ['INPUT', 'TEXTAREA', 'SELECT'].includes(target.tagName))) return;
+  const id = {ArrowRight: 'tour-next', ArrowLeft: 'tour-prev'}[event.key];
+  const button = id && document.getElementById(id);
+  if (!button) return;
+  event.preventDefault();
+  (button.tagName === 'BUTTON' ? button : button.querySelector('button') || button).click();
+});
+"""
+START_JS = "(...args) => { document.body.classList.add('tour-on'); return args; }"
+
+
+class Tour:
+    """The tour's sidebar (laid out where ``layout`` is called) and its wiring (``wire``), for
+    an app with the tabs ``tab_labels``."""
+
+    def __init__(self, tab_labels: Sequence[str]) -> None:
+        self.stops = available(STOPS, tab_labels)
+        self.names = [label(i, stop) for i, stop in enumerate(self.stops)]
+
+    def layout(self) -> None:
+        """The sidebar with the stop menu, Previous / Next and the stop's paragraph."""
+        with gr.Sidebar(label="Guided tour", open=False, width=360, elem_id="tour-box") as self.box:
+            gr.Markdown("### Guided tour")
+            self.menu = gr.Dropdown(
+                self.names,
+                value=self.names[0] if self.names else None,
+                label="Stop",
+                show_label=False,
+                elem_id="tour-menu",
+            )
+            with gr.Row():
+                self.previous = gr.Button("◀ Previous", size="sm", elem_id="tour-prev")
+                self.next = gr.Button("Next ▶", size="sm", variant="primary", elem_id="tour-next")
+            self.text = gr.Markdown(elem_id="tour-text")
+        self.index = gr.State(-1)
+
+    def wire(self, start: gr.Button, views: Any) -> None:
+        """Connect the start button, the menu, Previous / Next to ``views`` (a ``views.Views``)."""
+        self.views = views
+        if not self.stops:
+            return
+        outputs = [self.index, self.menu, self.text, self.box, views.view]
+        private = {"api_visibility": "private", "queue": False, "show_progress": "hidden"}
+        for event, handler, source in [
+            (start.click, self.start_at, self.menu),
+            (self.menu.input, self.start_at, self.menu),
+            (self.next.click, self.next_stop, self.index),
+            (self.previous.click, self.previous_stop, self.index),
+        ]:
+            views.follow(event(handler, source, outputs, js=START_JS, **private))
+
+    def go(self, index: int) -> tuple:
+        """Updates that show stop ``index`` (clamped to the tour): the index, the menu, the
+        paragraph, the open sidebar and the view to apply (the stop's tab, its controls)."""
+        index = min(max(int(index), 0), len(self.stops) - 1)
+        stop = self.stops[index]
+        tab = self.views.labels[stop.tab]
+        view = self.views.view_of(tab.slug, dict(stop.values), focus=stop.focus)
+        return (
+            index,
+            gr.update(value=self.names[index]),
+            stop_text(index, self.stops),
+            gr.Sidebar(open=True),
+            view,
+        )
+
+    def start_at(self, name: str) -> tuple:
+        """The stop the menu names (the first one for an unknown name)."""
+        return self.go(self.names.index(name) if name in self.names else 0)
+
+    def next_stop(self, index: int) -> tuple:
+        """The stop after ``index`` (the first one before the tour started; the last stays)."""
+        return self.go(index + 1 if index >= 0 else 0)
+
+    def previous_stop(self, index: int) -> tuple:
+        """The stop before ``index`` (the first one stays)."""
+        return self.go(index - 1 if index >= 0 else 0)

@@ -1,0 +1,270 @@
+"""Applying a view (a link opened, a tour stop) to the page, and making a link of the view on
+screen.
+
+Applying sets the tab and its controls, waits until the handlers those changes trigger have
+finished, sets the controls again (a model change may reset a slider), then runs the tab's live
+redraws explicitly: gradio fires ``.change`` when a value is set from the server, but not
+``.input`` or ``.release``, which most live views use. The redraws are found in the app's own
+event table, so a new tab needs nothing here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import gradio as gr
+
+from .share import TabView, decode_view, encode_view
+from .state import ModelRegistry
+
+log = logging.getLogger("visualiser")
+
+# Events that a user's action fires but a value set by the server does not.
+USER_EVENTS = {"input", "release", "submit", "blur"}
+
+
+# Resolves once no component shows a pending status (checked twice, 150 ms apart),
+# at the latest after 15 s; so the handlers that a change of value started have finished.
+WAIT_UNTIL_IDLE_JS = """
+async () => {
+  // A status tracker's overlay loses its "hide" class while its component waits for a result.
+  const busy = () => document.querySelectorAll(
+    '.wrap.default:not(.hide), .wrap.center:not(.hide)').length > 0;
+  const start = Date.now();
+  let quiet = 0;
+  await new Promise((r) => setTimeout(r, 250));
+  while (Date.now() - start < 15000 && quiet < 2) {
+    quiet = busy() ? 0 : quiet + 1;
+    await new Promise((r) => setTimeout(r, 150));
+  }
+  return [];
+}
+"""
+
+
+# Scrolls the control a view points at into view (the top of the page when none).
+SCROLL_JS = """
+(id) => {
+  const target = id && document.getElementById(id);
+  if (target) target.scrollIntoView({block: 'start', behavior: 'smooth'});
+  else window.scrollTo({top: 0, behavior: 'smooth'});
+  return [];
+}
+"""
+
+
+def _skip(n: int) -> Any:
+    if n == 0:
+        return None
+    return gr.skip() if n == 1 else tuple(gr.skip() for _ in range(n))
+
+
+def _usable(function: Any) -> bool:
+    """Whether a registered handler can be called again from here: a plain function (no
+    generator, no gradio-injected request or progress parameter)."""
+    fn = function.fn
+    if fn is None or inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        return False
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    injected = (gr.Request, gr.Progress, gr.EventData)
+    return not any(
+        isinstance(p.default, gr.Progress)
+        or (isinstance(p.annotation, type) and issubclass(p.annotation, injected))
+        or p.annotation in {"gr.Request", "gr.Progress", "Request", "Progress"}
+        for p in parameters
+    )
+
+
+def redraw_functions(demo: gr.Blocks, controls: Iterable[gr.Component]) -> list[Any]:
+    """The handlers (gradio ``BlockFunction``s) that a user's change of ``controls`` runs, in
+    the order they run: each chain that starts from an ``input``/``release``/``submit``/``blur``
+    of one of them, with what follows it, every handler once, after what it follows."""
+    ids = {component._id for component in controls}
+    functions = sorted(demo.fns.values(), key=lambda f: f._id)
+    followers: dict[int, list[Any]] = defaultdict(list)
+    for function in functions:
+        if function.trigger_after is not None:
+            followers[function.trigger_after].append(function)
+    ordered: list[Any] = []
+
+    def key(function: Any) -> tuple:
+        inputs = tuple(c._id for c in function.inputs)
+        return id(function.fn), inputs, tuple(c._id for c in function.outputs)
+
+    def visit(function: Any) -> None:
+        if function.fn is not None and _usable(function):
+            ordered[:] = [f for f in ordered if key(f) != key(function)]
+            ordered.append(function)
+        for follower in followers[function._id]:
+            if not follower.trigger_only_on_failure:
+                visit(follower)
+
+    for function in functions:
+        if function.trigger_after is None and any(
+            block in ids and event in USER_EVENTS for block, event in function.targets
+        ):
+            visit(function)
+    return ordered
+
+
+def _only_for(slug: str, function: Any) -> Callable:
+    """``function``'s handler, run only when the view being applied is on tab ``slug``."""
+    fn, n = function.fn, len(function.outputs)
+
+    def redraw(view: dict | None, *args: Any) -> Any:
+        if not view or view.get("tab") != slug:
+            return _skip(n)
+        return fn(*args)
+
+    redraw.__name__ = f"apply_{slug}_{getattr(fn, '__name__', 'redraw')}"
+    return redraw
+
+
+class Views:
+    """The app's tabs with their controls, and the events that apply a view to the page."""
+
+    def __init__(self, demo: gr.Blocks, tabs_block: gr.Tabs, tabs: list[TabView]) -> None:
+        self.demo = demo
+        self.tabs_block = tabs_block
+        self.tabs = {tab.slug: tab for tab in tabs}
+        self.labels = {tab.label: tab for tab in tabs}
+        self.view = gr.State(None)  # the view being applied
+        self.current = gr.State(tabs[0].slug if tabs else "")  # the tab on screen
+        self.focus = gr.Textbox(visible=False)  # the element id the page scrolls to
+        self.controls = [c for tab in tabs for c in tab.controls.values()]
+        self._redraws = {tab.slug: redraw_functions(demo, tab.controls.values()) for tab in tabs}
+        for tab in tabs:
+            names = [getattr(f.fn, "__name__", "?") for f in self._redraws[tab.slug]]
+            log.debug("tab %s redraws with %s when a view is applied", tab.slug, names)
+
+    def view_of(
+        self, slug: str, values: Mapping[str, Any], step: int | None = None, focus: str = ""
+    ) -> dict:
+        """A view of tab ``slug``: its defaults overridden by ``values``; the page scrolls to
+        the control ``focus`` (a key), or to the top."""
+        tab = self.tabs[slug]
+        target = tab.controls[focus].elem_id if focus in tab.controls else ""
+        return {"tab": slug, "values": {**tab.defaults, **values}, "step": step, "focus": target}
+
+    def _set(self, view: dict | None) -> tuple:
+        """Updates for the tab selector, the current-tab state and every control."""
+        if not view or view.get("tab") not in self.tabs:
+            return (gr.skip(), gr.skip(), gr.skip(), *[gr.skip() for _ in self.controls])
+        values = view["values"]
+        refitted = {c for f in self._redraws[view["tab"]] for c in f.outputs}
+        updates = []
+        for tab in self.tabs.values():
+            for key in tab.controls:
+                on_tab = tab.slug == view["tab"] and key in values
+                if not on_tab:
+                    updates.append(gr.skip())
+                elif isinstance(tab.controls[key], gr.Slider) and tab.controls[key] in refitted:
+                    # The range the tab was built with (a model's may be narrower), where the
+                    # tab's own refit, run next, narrows it again to the model it shows.
+                    slider = tab.controls[key]
+                    updates.append(
+                        gr.update(value=values[key], minimum=slider.minimum, maximum=slider.maximum)
+                    )
+                else:
+                    updates.append(gr.update(value=values[key]))
+        return (gr.Tabs(selected=view["tab"]), view["tab"], view.get("focus") or "", *updates)
+
+    def follow(self, event: Any) -> Any:
+        """Chain after ``event`` (which wrote the view into ``self.view``) the steps that
+        apply it; returns the last step."""
+        private = {"api_visibility": "private", "show_progress": "hidden"}
+        outputs = [self.tabs_block, self.current, self.focus, *self.controls]
+        event = event.then(self._set, self.view, outputs, **private)
+        event = event.then(None, None, None, js=WAIT_UNTIL_IDLE_JS, **private)
+        event = event.then(self._set, self.view, outputs, **private)
+        # After the wait: a tab opened for the first time has mounted its controls by now.
+        event = event.then(None, self.focus, None, js=SCROLL_JS, **private)
+        for slug, functions in self._redraws.items():
+            for function in functions:
+                event = event.then(
+                    _only_for(slug, function),
+                    [self.view, *function.inputs],
+                    function.outputs,
+                    api_visibility="private",
+                )
+        replay = self._replay()
+        if replay is not None:
+            event = event.then(*replay, api_visibility="private")
+        return event
+
+    def _replay(self) -> tuple | None:
+        """The Generate tab's Step, run until the view's step (after its first)."""
+        generate = self.tabs.get("generate")
+        button = generate.extra.get("step_button") if generate else None
+        if button is None:
+            return None
+        steps = [
+            f
+            for f in self.demo.fns.values()
+            if (button._id, "click") in [tuple(t) for t in f.targets] and _usable(f)
+        ]
+        if not steps:
+            log.info("the Generate tab's Step button has no handler: links keep step 1")
+            return None
+        function = steps[0]
+        fn, n = function.fn, len(function.outputs)
+
+        def replay(view: dict | None, *args: Any) -> Any:
+            if not view or view.get("tab") != "generate" or not view.get("step"):
+                return _skip(n)
+            result = _skip(n)
+            log.debug("replaying generation to step %s", view["step"])
+            for _ in range(int(view["step"]) - 1):
+                result = fn(*args)
+            return result
+
+        return replay, [self.view, *function.inputs], function.outputs
+
+    # -- links -------------------------------------------------------------------------------
+
+    def link_inputs(self) -> list[gr.Component]:
+        """What the link button reads: the tab on screen, every control, the generation."""
+        generate = self.tabs.get("generate")
+        state = generate.extra.get("state") if generate else None
+        return [self.current, *self.controls, *([state] if state is not None else [])]
+
+    def link(self, base: str, current: str, *values: Any) -> str:
+        """The URL of the view on screen: ``base`` (the page's address) with the tab on screen
+        and its controls' values as query parameters."""
+        tab = self.tabs.get(current) or next(iter(self.tabs.values()))
+        position = 0
+        mine: dict[str, Any] = {}
+        for each in self.tabs.values():
+            for key in each.controls:
+                if each is tab:
+                    mine[key] = values[position]
+                position += 1
+        step = None
+        state = values[position] if position < len(values) else None
+        decoding = getattr(state, "decoding", None)
+        key = (mine.get("source"), mine.get("model"))
+        if tab.slug == "generate" and decoding is not None and tuple(state.key[:2]) == key:
+            step = len(decoding.records)
+        base = (base or "").split("?")[0].split("#")[0]
+        return f"{base}?{encode_view(tab, mine, step)}"
+
+    def restore(self, registry: ModelRegistry | None, request: gr.Request | None) -> tuple:
+        """The view a page's address names (none without a ``tab`` parameter) and a note on
+        what it could not restore."""
+        if request is None:
+            return None, ""
+        query = request.query_params
+        params = {key: query.getlist(key) for key in query}
+        restored = decode_view(params, self.tabs, registry)
+        for message in restored.messages:
+            gr.Warning(f"Link: {message}")
+            log.info("link not restored as given: %s", message)
+        note = "" if not restored.messages else "⚠️ " + " ".join(restored.messages)
+        return restored.view, note
