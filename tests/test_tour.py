@@ -126,7 +126,8 @@ def test_applying_a_view_reaches_every_tabs_live_redraw(demo: gr.Blocks) -> None
     expected = {
         "tokenize": {"tokenize_view"},
         "embeddings": {"positional_view", "embeddings_view"},
-        "attention": {"controls", "everything"},
+        "attention": {"refit_everything", "everything"},
+        "inside": {"refresh", "inside_layer"},
         "generate": {"first_step", "redraw"},
         "training": {"snapshot_live"},
     }
@@ -138,4 +139,4 @@ def test_applying_a_view_reaches_every_tabs_live_redraw(demo: gr.Blocks) -> None
         f.fn.__name__
         for f in redraw_functions(demo, demo.views.tabs["attention"].controls.values())
     ]
-    assert attention.index("controls") < attention.index("everything")  # refit, then draw
+    assert attention.index("refit_everything") < attention.index("everything")  # fit, then draw

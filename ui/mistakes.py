@@ -320,7 +320,7 @@ def build(
     model_name.change(
         bind(choices, registry), [model_name, mistake, session], [mistake], **private
     ).success(draw, inputs, outputs, **private)
-    for trigger in (mistake.input, sentences.change, kind.change, layer.change, head.change):
+    for trigger in (mistake.select, sentences.change, kind.change, layer.change, head.change):
         trigger(draw, inputs, outputs, trigger_mode="always_last", **private)
     large.change(draw, inputs, outputs, **private)
     return {"mistake": mistake, "text": text, "single": single, "diff": diff}

@@ -24,7 +24,7 @@ from .state import ModelRegistry
 log = logging.getLogger("visualiser")
 
 # Events that a user's action fires but a value set by the server does not.
-USER_EVENTS = {"input", "release", "submit", "blur"}
+USER_EVENTS = {"input", "select", "release", "submit", "blur"}
 
 
 # Resolves once no component shows a pending status (checked twice, 150 ms apart),
@@ -84,7 +84,7 @@ def _usable(function: Any) -> bool:
 
 def redraw_functions(demo: gr.Blocks, controls: Iterable[gr.Component]) -> list[Any]:
     """The handlers (gradio ``BlockFunction``s) that a user's change of ``controls`` runs, in
-    the order they run: each chain that starts from an ``input``/``release``/``submit``/``blur``
+    the order they run: each chain that starts from an ``input``/``select``/``release``/``submit``/``blur``
     of one of them, with what follows it, every handler once, after what it follows."""
     ids = {component._id for component in controls}
     functions = sorted(demo.fns.values(), key=lambda f: f._id)

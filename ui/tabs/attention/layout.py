@@ -93,12 +93,13 @@ def build(
     fit_and_draw = bind(refit_everything, registry)
     fitted = [*control_outputs, mistake, *all_outputs]
     kind.select(fit_and_draw, inputs, fitted, **private)
-    model_name.input(fit_and_draw, inputs, fitted, **private)
+    # Dropdowns answer .select, a user's choice: gradio 6 fires their .input twice per choice.
+    model_name.select(fit_and_draw, inputs, fitted, **private)
     sentences.input(fit_and_draw, inputs, fitted, trigger_mode="always_last", **private)
     for slider in (layer, head, row):
         slider.release(redraw, inputs, all_outputs, **private)
     what_if.input(redraw, inputs, all_outputs, **private)
-    mistake.input(redraw, inputs, all_outputs, **private)
+    mistake.select(redraw, inputs, all_outputs, **private)
     large.change(redraw, inputs, all_outputs, **private)
 
     examples = [

@@ -79,14 +79,15 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
     fit_and_draw = bind(refresh, registry)
     # The stack listens to .select, a user's click: gradio also fires a radio's .input when an
     # event sets its choices, with the old value, which the new choices no longer hold.
-    for trigger in (model_name.input, stack.select):
+    # Dropdowns answer .select, a user's choice: gradio 6 fires their .input twice per choice.
+    for trigger in (model_name.select, stack.select):
         trigger(fit_and_draw, inputs, control_outputs + outputs, **private)
     text.input(
         fit_and_draw, inputs, control_outputs + outputs, trigger_mode="always_last", **private
     )
     for slider in (layer, head):
         slider.release(redraw, inputs, outputs, **private)
-    query.input(redraw, inputs, outputs, **private)
+    query.input(redraw, inputs, outputs, trigger_mode="always_last", **private)
     large.change(redraw, inputs, outputs, **private)
     demo = gr.context.Context.root_block
     if demo is not None:
