@@ -96,13 +96,21 @@ TABS = [
         (Action("Show attention", plots=4, text="Padding is real here"),),
     ),
     TabSpec(
+        "Inside a layer",
+        "inside",
+        # the self-attention and feed-forward sections open, the input one closed
+        Action("(open)", plots=2, text="every number recomputed"),
+        (),  # every control redraws live; /inside_layer answers Enter in the sentence box
+    ),
+    TabSpec(
         "Generate",
         "generate",
-        Action("(open)", plots=3, text="Output so far"),
+        # top-k chart, cross-attention row, causal triangle, logit lens, residual stream
+        Action("(open)", plots=5, text="Output so far"),
         (
-            Action("Step", plots=3, text="Output so far"),
-            Action("Run to the end", plots=3, text="Finished"),
-            Action("Compare with the reference", plots=3, text="matches it at"),
+            Action("Step", plots=5, text="Output so far"),
+            Action("Run to the end", plots=5, text="Finished"),
+            Action("Compare with the reference", plots=5, text="matches it at"),
         ),
     ),
     TabSpec(
