@@ -387,3 +387,20 @@ def test_freed_memory_is_returned_on_glibc():
 
     expected = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
     assert visualiser.return_freed_memory() is expected
+
+
+def test_trained_here_is_offered_only_once_the_session_has_trained_a_model():
+    from ui.state import SessionModels
+
+    registry = ModelRegistry("cpu", (), False)
+    fresh = SessionModels()
+    assert TRAINED_HERE not in registry.menu(fresh) and TRAINED_HERE not in registry.menu(None)
+    assert registry.menu(fresh) == [n for n in registry.model_names if n != TRAINED_HERE]
+    # A menu left on "trained here" falls back to the first model; a valid value is not sent.
+    kept, moved = demo_module.model_menus(registry, fresh, "reverse", TRAINED_HERE)
+    assert kept == {"__type__": "update", "choices": registry.menu(fresh)}
+    assert moved["value"] == registry.menu(fresh)[0]
+    fresh.trained = registry.checkpoint("reverse", None)  # what a finished training leaves
+    assert registry.menu(fresh)[-1] == TRAINED_HERE
+    (offered,) = demo_module.model_menus(registry, fresh, TRAINED_HERE)
+    assert offered["choices"][-1] == TRAINED_HERE and "value" not in offered

@@ -152,7 +152,7 @@ def build_demo(
                     controls = build(registry, large, session)
                     ViewExport(label, slug, tab, controls or {})
                 views.append(TabView.of(label, slug, controls))
-        _wire_views(demo, registry, tabs, views, tour, start, make_link, link, status)
+        _wire_views(demo, registry, session, tabs, views, tour, start, make_link, link, status)
     demo.queue(default_concurrency_limit=4, max_size=limits.QUEUE_SIZE)
     demo.model_registry = registry  # for preload_models
     return demo
@@ -161,6 +161,7 @@ def build_demo(
 def _wire_views(
     demo: gr.Blocks,
     registry: ModelRegistry,
+    session: gr.State,
     tabs: gr.Tabs,
     tab_views: list[TabView],
     tour: Tour,
@@ -176,6 +177,13 @@ def _wire_views(
         for tab in tabs.children:
             if getattr(tab, "id", None) == view.slug:
                 tab.select(functools.partial(str, view.slug), None, views.current, **private)
+    # The model menus offer "trained here" only once the session has trained a model: fitted
+    # when the page opens and whenever a tab is opened (training happens in another tab).
+    menus = [view.controls[key] for view in tab_views for key in MENU_KEYS if key in view.controls]
+    fit = functools.partial(model_menus, registry)
+    demo.load(fit, [session, *menus], menus, **private)
+    for tab in tabs.children:
+        tab.select(fit, [session, *menus], menus, **private)
     tour.wire(start, views)
     make_link.click(
         lambda base, *values: gr.Textbox(value=views.link(base, *values), visible=True),
@@ -192,6 +200,19 @@ def _wire_views(
     # Queued, so that its warnings reach the page as toasts.
     views.follow(demo.load(restore, None, [views.view, status], api_visibility="private"))
     demo.views, demo.tour = views, tour  # for the tests
+
+
+MENU_KEYS = ("model", "learned_of")  # the controls of the tabs that choose among all models
+
+
+def model_menus(registry: ModelRegistry, session: SessionModels | None, *values: str) -> tuple:
+    """Each model menu's choices for this session (see ``ModelRegistry.menu``); a value is set
+    only where the menu no longer offers it, so a view being restored keeps its model."""
+    names = registry.menu(session)
+    return tuple(
+        gr.update(choices=names) if value in names else gr.update(choices=names, value=names[0])
+        for value in values
+    )
 
 
 def preload_models(demo: gr.Blocks) -> None:

@@ -159,6 +159,13 @@ class ModelRegistry:
         """Every model a menu offers: bundled, pretrained, then the session's own."""
         return [*self.bundled.models, *self._loaders, TRAINED_HERE]
 
+    def menu(self, session: SessionModels | None) -> list[str]:
+        """The models a session's menus offer: ``TRAINED_HERE`` only once it has trained one
+        (before that it is an option that does not apply)."""
+        if session is not None and session.trained is not None:
+            return self.model_names
+        return [name for name in self.model_names if name != TRAINED_HERE]
+
     @property
     def errors(self) -> dict[str, str]:
         """Models that could not be loaded, with the reason (bundled and pretrained)."""
