@@ -41,7 +41,7 @@ CODE = {
     "q": "w_q(",
     "k": "w_k(",
     "v": "w_v(",
-    "dot": "@ k.transpose",
+    "dot": "@ keys.transpose",
     "scaled": "scale",
     "masked": "masked_fill",
     "exp": "softmax(",

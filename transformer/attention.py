@@ -10,17 +10,38 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+def attention_scores(queries: Tensor, keys: Tensor, mask: Tensor | None = None) -> Tensor:
+    """``(B, H, Tq, Tk)`` scores from already scaled ``(B, H, Tq, d_k)`` queries and ``(B, H,
+    Tk, d_k)`` keys, masked cells ``-inf`` (``mask`` broadcastable, ``True`` = may attend).
+
+    The one place scores are computed: the attention itself and a trace that recomputes them
+    run the same product on the same tensors, so both give the same numbers bit for bit."""
+    scores = queries @ keys.transpose(-2, -1)  # (B, H, Tq, Tk)
+    if mask is not None and not bool(mask.all()):
+        scores.masked_fill_(~mask, float("-inf"))
+    return scores
+
+
 @dataclass
 class AttentionProbe:
     """What one attention call computed, for the trace.
 
-    ``scores`` are ``Q Kᵀ / √d_k`` before softmax with masked cells set to ``-inf``; ``weights``
-    are ``softmax(scores)``, exactly zero in masked cells and in rows with no allowed key.
-    Both ``(B, H, Tq, Tk)``: axis 2 is the query, axis 3 the key.
+    ``weights`` are ``softmax(Q Kᵀ / √d_k)`` ``(B, H, Tq, Tk)`` (axis 2 the query, axis 3 the
+    key), exactly zero in masked cells and in rows with no allowed key. The scores themselves
+    are not kept: at 512 tokens they are as large as the weights and softmax reads them once,
+    so the probe keeps the scaled ``queries`` ``(B, H, Tq, d_k)``, the ``keys`` ``(B, H, Tk,
+    d_k)`` and the ``mask`` (``None``: nothing masked), and :attr:`scores` recomputes them.
     """
 
-    scores: Tensor
+    queries: Tensor
+    keys: Tensor
     weights: Tensor
+    mask: Tensor | None = None
+
+    @property
+    def scores(self) -> Tensor:
+        """``(B, H, Tq, Tk)`` scores before softmax, masked cells ``-inf``."""
+        return attention_scores(self.queries, self.keys, self.mask)
 
 
 def scaled_dot_product_attention(
@@ -45,14 +66,14 @@ def scaled_dot_product_attention(
         ``(B, H, Tq, d_v)`` output and the :class:`AttentionProbe` of scores and weights.
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
-    # Scaling the (Tq, d_k) queries instead of the (Tq, Tk) scores: the same product, one pass
-    # over d_k/Tk as many numbers (at 512 tokens and d_k 32, a sixteenth).
-    scores = (q * scale) @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
     if mask is not None and bool(mask.all()):
         mask = None  # nothing is masked (an unpadded batch): skip two passes over the scores
-    if mask is not None:
-        scores.masked_fill_(~mask, float("-inf"))
+    # Scaling the (Tq, d_k) queries instead of the (Tq, Tk) scores: the same product, one pass
+    # over d_k/Tk as many numbers (at 512 tokens and d_k 32, a sixteenth).
+    queries = q * scale
+    scores = attention_scores(queries, k, mask)  # (B, H, Tq, Tk)
     weights = torch.softmax(scores, dim=-1)
+    del scores  # freed here, its memory serves the next layer (a trace recomputes it)
     if mask is not None:
         # softmax over a row of only -inf is 0/0 = NaN; a query that may attend to nothing
         # receives nothing instead. The check runs on the small mask, the fill only if needed.
@@ -60,7 +81,8 @@ def scaled_dot_product_attention(
         if not bool(has_key.all()):
             weights = weights.masked_fill(~has_key, 0.0)
     attended = dropout(weights) if dropout is not None else weights
-    return attended @ v, AttentionProbe(scores=scores, weights=weights)
+    probe = AttentionProbe(queries=queries, keys=k, weights=weights, mask=mask)
+    return attended @ v, probe
 
 
 @dataclass

@@ -323,6 +323,7 @@ class _Walker:
         pre = residual.pre_norm
         forward = type(module).forward
         sdpa = attention_module.scaled_dot_product_attention
+        scores_code = attention_module.attention_scores
         token = self.walk.query_labels[i]
         hs = residual.sublayer_input(x)
         if pre:
@@ -393,7 +394,7 @@ class _Walker:
             shown=f"head {h + 1}, query {token}: ({dot.size(-1)},)",
             values=_cpu(dot[b, h, i]),
             explanation="One number per key: how well the key matches the query.",
-            code=code_line(sdpa, ("scores = q @ k.transpose(-2, -1)", "@ k.transpose")),
+            code=code_line(scores_code, ("queries @ keys.transpose(-2, -1)", "@ keys.transpose")),
             labels=key_labels,
         )
         scale = 1.0 / math.sqrt(dh)
@@ -408,7 +409,7 @@ class _Walker:
             values=_cpu(scaled[b, h, i]),
             explanation=f"Divided by √d_k = √{dh} (the head's width, not d_model), so that wide "
             "heads do not push softmax into a one-hot corner.",
-            code=code_line(sdpa, ("(q * scale) @ k", "* scale")),
+            code=code_line(sdpa, ("queries = q * scale", "* scale")),
             labels=key_labels,
         )
         allowed = mask.expand(dot.size(0), 1, dot.size(2), dot.size(3))
@@ -438,7 +439,7 @@ class _Walker:
             shown=f"query {token}: ({dot.size(-1)},); grey = masked",
             values=_cpu(masked[b, h, i]),
             explanation=text,
-            code=code_line(sdpa, ("scores.masked_fill_(~mask", "masked_fill")),
+            code=code_line(scores_code, ("scores.masked_fill_(~mask", "masked_fill")),
             labels=key_labels,
             off=off,
             notes=reasons,

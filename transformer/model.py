@@ -162,17 +162,18 @@ def _record(
 ) -> AttentionRecord | None:
     if probe is None:
         return None
-    batch, _, n_queries, n_keys = probe.scores.shape
+    batch, _, n_queries, n_keys = probe.weights.shape
     if mask is None:  # nothing was masked: an all-True view, no allocation of (B, 1, Tq, Tk)
-        mask = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=probe.scores.device)
+        mask = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=probe.weights.device)
     mask = mask.expand(batch, 1, n_queries, n_keys)
     return AttentionRecord(
         kind=kind,
         layer=layer,
-        scores=probe.scores.detach(),
         weights=probe.weights.detach(),
         mask=mask,
         query_offset=offset,
+        queries=probe.queries.detach(),
+        keys=probe.keys.detach(),
     )
 
 
