@@ -68,7 +68,8 @@ class QueueClient:
         """Server-side seconds and response bytes of one call."""
         fn_index, is_state = self.events[api_name]
         values = iter(args)
-        data = [None if state else next(values) for state in is_state]
+        # Inputs left out (an optional trailing one, such as the seeds' mistake) are None.
+        data = [None if state else next(values, None) for state in is_state]
         join = self.http.post(
             f"{self.url}/gradio_api/queue/join",
             json={"data": data, "fn_index": fn_index, "session_hash": self.session},

@@ -652,6 +652,7 @@ def test_the_server_binds_loopback_and_does_not_share_by_default(monkeypatch):
 def test_queue_and_concurrency_limits(server):
     demo, _ = server
     assert demo._queue.max_size == limits.QUEUE_SIZE
+    assert demo._queue.default_concurrency_limit == 4
     by_name = {fn.api_name: fn for fn in demo.fns.values()}
     assert by_name["train"].concurrency_limit == 1  # one training at a time, all sessions together
     assert by_name["generate"].concurrency_limit == 4

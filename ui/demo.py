@@ -153,7 +153,7 @@ def build_demo(
                     ViewExport(label, slug, tab, controls or {})
                 views.append(TabView.of(label, slug, controls))
         _wire_views(demo, registry, session, tabs, views, tour, start, make_link, link, status)
-    demo.queue(default_concurrency_limit=4, max_size=limits.QUEUE_SIZE)
+    _configure_queue(demo, default_concurrency_limit=4, max_size=limits.QUEUE_SIZE)
     demo.model_registry = registry  # for preload_models
     return demo
 
@@ -200,6 +200,18 @@ def _wire_views(
     # Queued, so that its warnings reach the page as toasts.
     views.follow(demo.load(restore, None, [views.view, status], api_visibility="private"))
     demo.views, demo.tour = views, tour  # for the tests
+
+
+def _configure_queue(demo: gr.Blocks, default_concurrency_limit: int, max_size: int) -> None:
+    """``demo.queue(...)``, without its cost: ``gr.Blocks()`` made a queue already, and
+    ``queue()`` would build gradio's whole web app once more (a quarter second of every start,
+    which the cold-start target counts). Falls back to ``queue()`` if that queue is not there."""
+    queue = getattr(demo, "_queue", None)
+    if queue is None or not hasattr(queue, "default_concurrency_limit"):
+        demo.queue(default_concurrency_limit=default_concurrency_limit, max_size=max_size)
+        return
+    queue.default_concurrency_limit = default_concurrency_limit
+    queue.max_size = max_size
 
 
 MENU_KEYS = ("model", "learned_of")  # the controls of the tabs that choose among all models
