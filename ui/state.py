@@ -280,6 +280,25 @@ class ModelRegistry:
         return result
 
 
+def once(compute: Callable[[], Any]) -> Callable[[], Any]:
+    """``compute()``, run at the first call and kept (one run even when pages load at once).
+
+    A tab's first view goes through this into a page-load event: drawn when the first page
+    loads rather than while the app starts (start-up is what a user waits for), then the
+    same figures for every page."""
+    lock = threading.Lock()
+    kept: list[Any] = []
+
+    def first() -> Any:
+        with lock:
+            if not kept:
+                kept.append(compute())
+            return kept[0]
+
+    first.__name__ = getattr(compute, "__name__", "first_view")
+    return first
+
+
 def bind(handler: Callable, *shared: Any) -> Callable:
     """``handler`` with its leading shared arguments (the registry) filled in, for an event.
 

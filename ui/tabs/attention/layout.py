@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import gradio as gr
 
 from transformer.analysis import (
@@ -10,7 +12,7 @@ from transformer.analysis import (
 
 from ... import limits
 from ... import mistakes as seed_mistakes
-from ...state import ModelRegistry, bind
+from ...state import ModelRegistry, bind, once
 from .handlers import _first_view, attention, controls, everything, grid, refit_everything
 from .view import ATTENTION_KINDS, EXAMPLE_SENTENCES, kinds_for, layers_of, sentence_count
 
@@ -34,7 +36,7 @@ def build(
     n_layers = layers_of(first_config, ATTENTION_KINDS[first_kind]) if first_config else 6
     n_heads = first_config.n_heads if first_config else 8
     n_rows = sentence_count(EXAMPLE_SENTENCES)
-    first = _first_view(registry, first_model, first_kind)
+    first = once(functools.partial(_first_view, registry, first_model, first_kind))
     with gr.Row():
         sentences = gr.Textbox(
             value=EXAMPLE_SENTENCES,
@@ -59,15 +61,11 @@ def build(
         what_if = gr.CheckboxGroup(list(WHAT_IF_SWITCHES), label="What if… (recomputed live)")
         mistake = seed_mistakes.control(first_config)
     run = gr.Button("Show attention", variant="primary")
-    summary = gr.Markdown(first[3])
-    single = gr.Plot(
-        first[0], label="One head: scores before softmax, weights after", show_label=False
-    )
-    diff = gr.Plot(first[2], label="What-if: change in this head's weights", show_label=False)
-    masks = gr.Plot(first[1], label="Masks", show_label=False)
-    grid_plot = gr.Plot(
-        first[4], label="Every head of every layer (one colour scale)", show_label=False
-    )
+    summary = gr.Markdown()
+    single = gr.Plot(label="One head: scores before softmax, weights after", show_label=False)
+    diff = gr.Plot(label="What-if: change in this head's weights", show_label=False)
+    masks = gr.Plot(label="Masks", show_label=False)
+    grid_plot = gr.Plot(label="Every head of every layer (one colour scale)", show_label=False)
 
     handler = bind(attention, registry)
     inputs = [sentences, model_name, kind, layer, head, row, what_if, large, session, mistake]
@@ -128,6 +126,8 @@ def build(
     demo = gr.context.Context.root_block
     if demo is not None:
         demo.load(refit, control_inputs, control_outputs, **private)
+        # The first example, drawn once when the first page loads (not while the app starts).
+        demo.load(first, None, [single, masks, diff, summary, grid_plot], **private)
     return {
         "sentences": sentences,
         "model": model_name,

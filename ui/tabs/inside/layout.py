@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import gradio as gr
 
 from ... import limits, mistakes
-from ...state import ModelRegistry, bind
+from ...state import ModelRegistry, bind, once
 from .handlers import controls, first_view, inside_layer, refresh
 from .view import EXAMPLE_TEXT, SECTIONS, default_query, layers_in, query_choices, stacks_for
 
@@ -31,12 +32,12 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
     n_layers = layers_in(first_config, stacks[0]) if first_config else 6
     n_heads = first_config.n_heads if first_config else 8
     choices: list[tuple[str, int]] = []
-    first = None
-    if first_config is not None:  # the example's tokens, then its view (the analysis is cached)
+    if first_config is not None:  # the example's tokens (its view is drawn on page load)
         checkpoint = registry.checkpoint(first_model, None)
         analysis = registry.analysis(first_model, checkpoint, [EXAMPLE_TEXT])
         choices = query_choices(analysis, stacks[0])
-        first = first_view(registry, first_model, stacks[0], default_query(choices))
+    first_query = default_query(choices) if choices else 0
+    first = once(functools.partial(first_view, registry, first_model, stacks[0], first_query))
     with gr.Row():
         text = gr.Textbox(value=EXAMPLE_TEXT, lines=1, max_lines=2, label="Sentence", scale=3)
         model_name = gr.Dropdown(registry.model_names, value=first_model, label="Model", scale=2)
@@ -53,19 +54,17 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             label="Query token (position: piece)",
             allow_custom_value=True,
         )
-    summary = gr.Markdown(first[0] if first else "")
+    summary = gr.Markdown()
     outputs: list[Any] = [summary]
     for index, (_, title) in enumerate(SECTIONS):
-        values = first[1 + 4 * index : 5 + 4 * index] if first else (None, "", "", None)
-        visible = values[0]["visible"] if isinstance(values[0], dict) else True
         # The input is plain (embeddings); the attention is what a student came for: open it first.
         opened = index > 0
-        with gr.Accordion(title, open=opened, visible=visible) as section, gr.Row():
+        with gr.Accordion(title, open=opened) as section, gr.Row():
             with gr.Column(scale=4):
                 # The code first: the lines that ran, in order; what each step means below.
-                code = gr.Code(values[2], language="python", label="The code, in the order it ran")
-                steps = gr.Markdown(values[1])
-            plot = gr.Plot(values[3], show_label=False, scale=6)
+                code = gr.Code(language="python", label="The code, in the order it ran")
+                steps = gr.Markdown()
+            plot = gr.Plot(show_label=False, scale=6)
         outputs += [section, steps, code, plot]
 
     inputs = [text, model_name, stack, layer, head, query, large, session]
@@ -92,6 +91,8 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
     demo = gr.context.Context.root_block
     if demo is not None:
         demo.load(bind(controls, registry), control_inputs, control_outputs, **private)
+        # The first example, drawn once when the first page loads (not while the app starts).
+        demo.load(lambda: first() or tuple(gr.skip() for _ in outputs), None, outputs, **private)
     with gr.Accordion("What if the layer were written as the seeds wrote it?", open=False):
         gr.Markdown(
             "The texts this project started from get some of these steps wrong. Switch one "
