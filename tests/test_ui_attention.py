@@ -349,3 +349,24 @@ def test_a_new_model_fits_the_controls_and_draws_with_the_fitted_values_in_one_e
     shown = np.nan_to_num(np.asarray(single.data[1].z, dtype=float))
     n = int(plain.trace.target.real_tokens[1].sum())
     np.testing.assert_allclose(shown[:n, :n], expected[:n, :n], atol=1e-5)
+
+
+def test_a_live_redraw_with_a_stale_value_draws_the_fitted_view(registry):
+    """A tour stop that goes from two sentences to one can reach the live redraw with the old
+    Sentence value 2: it draws sentence 1 (what the fitted slider shows), where /attention
+    refuses the out-of-range value."""
+    from ui.tabs.attention.handlers import everything
+
+    single, *_ = everything(
+        registry, "the small cat sees a red ball", "translate", CROSS, 2, 1, 2, [], False, None
+    )
+    checkpoint = registry.checkpoint("translate", None)
+    plain = registry.analysis("translate", checkpoint, ["the small cat sees a red ball"])
+    expected = plain.trace.attention("cross", 1).weights[0, 0].numpy()
+    np.testing.assert_allclose(
+        np.nan_to_num(np.asarray(single.data[1].z, dtype=float)), expected, atol=1e-5
+    )
+    with pytest.raises(Exception, match="between 1 and 1"):
+        attention.attention(
+            registry, "the small cat sees a red ball", "translate", CROSS, 2, 1, 2, [], False, None
+        )

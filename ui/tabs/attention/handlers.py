@@ -120,7 +120,14 @@ def everything(
     session: SessionModels,
     mistake: str | None = None,
 ) -> tuple[Any, Any, Any, str, Any]:
-    """Every panel of the tab from one cached analysis: what each control redraws."""
+    """Every panel of the tab from one cached analysis: what each control redraws.
+
+    A live redraw can arrive with a value from before the controls were fitted (a tour stop
+    that changes the sentences, a quick second change): it draws what the fitted controls
+    show (:func:`fitted`) instead of answering with an error. ``/attention`` stays strict."""
+    _, kind, (_, layer), (_, head), (_, row) = fitted(
+        registry, sentences, name, kind, layer, head, row, session
+    )
     view = attention_view(registry, session, sentences, name, kind, layer, head, row)
     checkpoint = registry.checkpoint(name, session)
     panels = _head_panels(
