@@ -33,7 +33,8 @@ from transformer.figures import (
     top_k_figure,
     training_curves_figure,
 )
-from transformer.model import Intervention, Transformer
+from transformer.interventions import Intervention
+from transformer.model import Transformer
 from transformer.trace import AttentionRecord
 
 CONFIG = ModelConfig(

@@ -33,7 +33,7 @@ ACTIVATIONS = {
 # What the cited line of each step must hold (by the step key's last part).
 CODE = {
     "token": "embedding(",
-    "position": "positional(",
+    "position": "positions(",
     "token_type": "token_type_embedding(",
     "sum": "+",
     "input": "layer(",
@@ -50,12 +50,12 @@ CODE = {
     "concat": "transpose(1, 2)",
     "project": "w_o(",
     "residual": "x + ",
-    "norm_out": "self.norm(x)",
+    "norm_out": "layer_norm(self.norm, x)",
     "hidden": "linear1(",
     "activation": "activation(",
     "output": "feed_forward_residual(",
 }
-CODE_BY_KEY = {"ff.project": "linear2(", "embedding.norm": "_norm(norm, x"}
+CODE_BY_KEY = {"ff.project": "linear2(", "embedding.norm": "layer_norm(parts.norm, x"}
 
 
 def _close(shown: torch.Tensor, reference: torch.Tensor, what: str) -> None:

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from transformer.config import ModelConfig
-from transformer.model import Intervention, Transformer
+from transformer.interventions import Intervention
+from transformer.model import Transformer
 
 PAD = 0
 CONFIG = ModelConfig(

@@ -12,8 +12,9 @@ import torch
 from transformer.bundled import load_bundled
 from transformer.config import ModelConfig
 from transformer.inspection import analyse
+from transformer.interventions import Intervention
 from transformer.mistakes import MISTAKES, applicable, mistake_effect, real_positions
-from transformer.model import Intervention, Transformer
+from transformer.model import Transformer
 
 PAD = 0
 CONFIG = ModelConfig(

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from transformer.model import Intervention
+from transformer.interventions import Intervention
 from transformer.special import PAD_ID
 from ui.state import ModelRegistry, SessionModels
 from ui.tabs import attention

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from transformer.embeddings import SinusoidalPositionalEncoding
-from transformer.model import Intervention
+from transformer.interventions import Intervention
 from ui import mistakes
 from ui.state import ModelRegistry, SessionModels
 from ui.tabs import attention

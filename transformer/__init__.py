@@ -18,13 +18,13 @@ from .embeddings import (
     sinusoidal_table,
 )
 from .inspection import Analysis, analyse
+from .interventions import Intervention
 from .layers import LayerNorm, PositionwiseFeedForward
 from .masks import causal_mask, combine_masks, padding_mask, to_torch_nn_mask
 from .model import (
     DecoderCache,
     DecoderLayer,
     EncoderLayer,
-    Intervention,
     Transformer,
     count_parameters,
 )

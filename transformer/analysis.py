@@ -16,7 +16,8 @@ from torch import Tensor
 
 from .generation import DecodingSession, DecodingSettings
 from .inspection import Analysis
-from .model import Intervention, Transformer, count_parameters
+from .interventions import Intervention
+from .model import Transformer, count_parameters
 from .text.tokenization import Tokenizer, check_text
 from .trace import AttentionKind, Trace
 from .util import pad

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .operations import PAPER, Operations
+
+if TYPE_CHECKING:
+    from .trace import AttentionKind
 
 
 def attention_scores(queries: Tensor, keys: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -102,49 +108,45 @@ class KeyValueCache:
         """Number of cached positions."""
         return 0 if self.keys is None else self.keys.size(2)
 
+    def update(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """Keep the new ``(B, H, T, d_k)`` keys and values (after the cached ones, unless
+        static) and return every key and value so far."""
+        if not self.static and self.keys is not None and self.values is not None:
+            keys = torch.cat([self.keys, keys], dim=2)
+            values = torch.cat([self.values, values], dim=2)
+        self.keys, self.values = keys, values
+        return keys, values
+
 
 class MultiHeadAttention(nn.Module):
     """``MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O`` with ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``.
 
     The h per-head projections are stored as one ``(d_model, d_model)`` linear map each for
-    Q, K and V; :meth:`split_heads` cuts their output into h heads of width d_model/h.
+    Q, K and V, whose output is split into h heads of width d_model/h. ``kind`` and ``layer``
+    say where the module sits in the model (for :attr:`Operations.zero_heads`).
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        *,
+        kind: AttentionKind | None = None,
+        layer: int = 0,
+    ) -> None:
         super().__init__()
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
+        self.kind = kind
+        self.layer = layer
         self.w_q = nn.Linear(d_model, d_model)
         self.w_k = nn.Linear(d_model, d_model)
         self.w_v = nn.Linear(d_model, d_model)
         self.w_o = nn.Linear(d_model, d_model)
         self.dropout = nn.Dropout(dropout)
-
-    def split_heads(self, x: Tensor, bare_view: bool = False) -> Tensor:
-        """``(B, T, d_model)`` → ``(B, H, T, d_head)``: view the last axis as heads, then move them.
-
-        ``bare_view`` makes seed 003's mistake instead: ``x.view(B·H, -1, d_head)`` straight
-        from ``(B, T, d_model)``, which keeps memory order, so head j receives the pieces of
-        tokens ``jT/H … (j+1)T/H`` (a what-if; see :mod:`transformer.mistakes`).
-        """
-        batch, length, _ = x.shape
-        if bare_view:
-            scrambled = x.reshape(batch * self.n_heads, -1, self.d_head)  # (B·H, T, d_head)
-            return scrambled.view(batch, self.n_heads, length, self.d_head)
-        return x.view(batch, length, self.n_heads, self.d_head).transpose(1, 2)
-
-    def merge_heads(self, x: Tensor, bare_view: bool = False) -> Tensor:
-        """``(B, H, T, d_head)`` → ``(B, T, d_model)``: the inverse of :meth:`split_heads`.
-
-        ``bare_view`` makes seed 003's mistake instead: a view to ``(B, T, d_model)`` without
-        the transpose, so merged row t holds H consecutive positions of one head.
-        """
-        batch, _, length, _ = x.shape
-        if bare_view:
-            return x.reshape(batch, length, self.n_heads * self.d_head)
-        return x.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head)
 
     def forward(
         self,
@@ -154,12 +156,7 @@ class MultiHeadAttention(nn.Module):
         cache: KeyValueCache | None = None,
         *,
         capture: bool = False,
-        scale_scores: bool = True,
-        head_gate: Tensor | None = None,
-        scale: float | None = None,
-        bare_view_split: bool = False,
-        bare_view_merge: bool = False,
-        value: Tensor | None = None,
+        ops: Operations = PAPER,
     ) -> tuple[Tensor, AttentionProbe | None]:
         """Attend from ``query`` positions to ``key_value`` positions.
 
@@ -171,47 +168,44 @@ class MultiHeadAttention(nn.Module):
             cache: keys/values kept across decoding steps (updated in place).
             capture: compute attention written out and return its scores and weights;
                 otherwise run ``F.scaled_dot_product_attention`` and keep no ``(B, H, Tq, Tk)``.
-            scale_scores: ``False`` drops the ``1/√d_k`` factor (a what-if for teaching).
-            head_gate: ``(H,)`` multipliers of each head's output (0 switches a head off).
-            scale: the multiplier of the scores instead of ``1/√d_head`` (the seeds' mistakes
-                ``1/√d_model`` and ``√d_head``); ``scale_scores=False`` overrides it with 1.
-            bare_view_split, bare_view_merge: split / merge the heads with a bare ``view``
-                (seed 003's mistakes; see :meth:`split_heads`, :meth:`merge_heads`).
-            value: ``(B, Tk, d_model)`` to take the values from instead of ``key_value`` (seed
-                004's cross-attention reads them from the decoder); not with a cache.
+            ops: the operations of this pass (the paper's by default).
 
         Returns:
             ``(B, Tq, d_model)`` output and, with ``capture``, the :class:`AttentionProbe`.
         """
-        split = bare_view_split
-        q = self.split_heads(self.w_q(query), split)  # (B, H, Tq, d_head)
+        q = ops.split_heads(self.w_q(query), self.n_heads)  # (B, H, Tq, d_head)
         if cache is not None and cache.static and cache.keys is not None:
-            k, v = cache.keys, cache.values
+            k, v = cache.keys, cache.values  # computed from the encoder memory once
         else:
             if key_value is None:
                 raise ValueError("key_value is required unless a filled static cache is given")
-            k = self.split_heads(self.w_k(key_value), split)  # (B, H, Tk, d_head)
-            v = self.split_heads(self.w_v(key_value if value is None else value), split)
+            k = ops.split_heads(self.w_k(key_value), self.n_heads)  # (B, H, Tk, d_head)
+            v = ops.split_heads(self.w_v(key_value), self.n_heads)  # (B, H, Tk, d_head)
             if cache is not None:
-                if not cache.static and cache.keys is not None:
-                    k = torch.cat([cache.keys, k], dim=2)
-                    v = torch.cat([cache.values, v], dim=2)
-                cache.keys, cache.values = k, v
+                k, v = cache.update(k, v)
+        return self.attend(q, k, v, mask, capture=capture, ops=ops)
 
-        if not scale_scores:
-            scale = 1.0
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        *,
+        capture: bool = False,
+        ops: Operations = PAPER,
+    ) -> tuple[Tensor, AttentionProbe | None]:
+        """Every head's attention over ``(B, H, Tq, d_head)`` queries and ``(B, H, Tk, d_head)``
+        keys and values, heads merged and projected: ``(B, Tq, d_model)`` and the probe."""
+        scale = ops.score_scale(self.d_head, self.n_heads)
         probe = None
         if capture:
             out, probe = scaled_dot_product_attention(q, k, v, mask, scale, self.dropout)
         else:
+            dropout = self.dropout.p if self.training else 0.0
             out = F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                attn_mask=mask,
-                dropout_p=self.dropout.p if self.training else 0.0,
-                scale=scale,
+                q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale
             )
-        if head_gate is not None:
-            out = out * head_gate.view(1, -1, 1, 1)
-        return self.w_o(self.merge_heads(out, bare_view_merge)), probe
+        if ops.zero_heads and self.kind is not None:
+            out = ops.gate_heads(out, self.kind, self.layer)
+        return self.w_o(ops.merge_heads(out)), probe

@@ -39,15 +39,13 @@ def sinusoidal_table(
     d_model: int,
     base: float = 10000.0,
     layout: str = "interleaved",
-    cos_first: bool = False,
 ) -> Tensor:
     """The sinusoidal positional-encoding table.
 
     ``PE[pos, 2i] = sin(pos / base^(2i/d_model))`` and ``PE[pos, 2i+1] = cos(pos / base^(2i/d_model))``
     with ``layout="interleaved"`` (the paper). ``layout="halves"`` holds the same values with
     every sine first, then every cosine: ``PE[pos, i] = sin(...)``, ``PE[pos, d/2 + i] = cos(...)``
-    (Marian, from the XLM code). ``cos_first`` puts each cos where its sin belongs and the
-    reverse (seed 004's mistake, a what-if).
+    (Marian, from the XLM code).
 
     Returns:
         ``(max_len, d_model)`` float32 (float64 arithmetic, so large positions stay accurate).
@@ -58,8 +56,6 @@ def sinusoidal_table(
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model/2,)
     angle = position / base ** (two_i / d_model)  # (max_len, d_model/2)
     first, second = torch.sin(angle), torch.cos(angle)
-    if cos_first:
-        first, second = second, first
     if layout == "halves":
         return torch.cat([first, second], dim=1).float()
     if layout != "interleaved":
@@ -87,15 +83,6 @@ class SinusoidalPositionalEncoding(nn.Module):
         """Encodings of positions ``offset .. offset+length-1`` as ``(length, d_model)``."""
         _check_length(length, offset, self.max_len)
         return self.table[offset : offset + length]
-
-    def swapped_base_1000(self, length: int, offset: int = 0) -> Tensor:
-        """Seed 004's table for positions ``offset .. offset+length-1``, ``(length, d_model)``:
-        cos where sin belongs and the reverse, with base 1000 instead of 10000 (a what-if;
-        see :mod:`transformer.mistakes`). Computed on demand: nothing is kept."""
-        _check_length(length, offset, self.max_len)
-        d_model = self.table.size(1)
-        table = sinusoidal_table(offset + length, d_model, 1000.0, self.layout, cos_first=True)
-        return table[offset:].to(self.table.device)
 
 
 class LearnedPositionalEmbedding(nn.Module):

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from . import attention as attention_module
+from . import operations
 from .config import ModelConfig
 from .inspection import Analysis, analyse
 from .model import Transformer
@@ -226,7 +227,7 @@ class _Walker:
                 if scale
                 else " (this model does not scale it)."
             ),
-            code=code_line(embed, ("token_vectors = embedding(tokens)",)),
+            code=code_line(embed, ("token_vectors = parts.embedding(tokens)",)),
         )
         sinusoidal = self.walk.config.positional == "sinusoidal"
         position = i + record.position_offset
@@ -244,7 +245,7 @@ class _Walker:
                 if sinusoidal
                 else "A learned vector for this position (row of the position table)."
             ),
-            code=code_line(embed, ("pe = positional(",)),
+            code=code_line(embed, ("pe = ops.positions(",)),
         )
         total = record.token_embedding + record.positional
         formula = "x = e + p"
@@ -260,11 +261,13 @@ class _Walker:
                 f"({record.token_type_embedding.size(-1)},)",
                 values=_cpu(record.token_type_embedding[b, i]),
                 explanation="BERT adds a learned vector for the segment (sentence A = type 0).",
-                code=code_line(embed, ("type_vectors = self.token_type_embedding(",)),
+                code=code_line(
+                    type(model)._source_parts, ("type_vectors = self.token_type_embedding(",)
+                ),
             )
             total = total + record.token_type_embedding
             formula = "x = e + p + t"
-            code = code_line(embed, ("x = x + type_vectors",))
+            code = code_line(embed, ("x = x + parts.token_types",))
         self.add(
             "embedding.sum",
             "input",
@@ -283,7 +286,7 @@ class _Walker:
                 f"{formula[4:]} → LayerNorm",
                 full=normed,
                 explanation=_norm_explanation(total[b, i], norm),
-                code=code_line(embed, ("x = _norm(norm, x", "x = norm(x)")),
+                code=code_line(embed, ("x = ops.layer_norm(parts.norm, x)",)),
             )
         self.layer_input(x, first=True)
 
@@ -337,11 +340,14 @@ class _Walker:
                 "sub-layer's output to the un-normalised stream. "
                 + _norm_explanation(x[b, i], residual.norm),
                 code=code_line(
-                    type(residual).sublayer_input, ("else self.norm(x)", "return self.norm(x)")
+                    type(residual).sublayer_input, ("return ops.layer_norm(self.norm, x)",)
                 ),
             )
         source = hs if memory is None else memory
-        split = _split_heads(module.n_heads, dh)
+
+        def split(x: Tensor) -> Tensor:  # (B, T, d_model) → (B, H, T, d_head)
+            return operations.split_heads(x, module.n_heads)
+
         q = split(module.w_q(hs))  # (B, H, Tq, d_head)
         k = split(module.w_k(source))  # (B, H, Tk, d_head)
         v = split(module.w_v(source))
@@ -358,7 +364,7 @@ class _Walker:
             values=_cpu(q[b, h, i]),
             explanation=f"What {where} looks for: its vector times the query matrix, cut into "
             f"{module.n_heads} heads of d_head = {dh}.",
-            code=code_line(forward, ("q = self.split_heads(self.w_q(query))", "self.w_q(")),
+            code=code_line(forward, ("q = ops.split_heads(self.w_q(query)", "self.w_q(")),
         )
         self.add(
             f"{prefix}.k",
@@ -369,7 +375,7 @@ class _Walker:
             shown=f"head {h + 1}, all {k.size(2)} keys: ({k.size(2)}, {dh})",
             values=_cpu(k[b, h]),
             explanation=f"What each key offers to be matched on, from {kv_from}.",
-            code=code_line(forward, ("k = self.split_heads(self.w_k(key_value))", "self.w_k(")),
+            code=code_line(forward, ("k = ops.split_heads(self.w_k(key_value)", "self.w_k(")),
             labels=key_labels,
         )
         self.add(
@@ -381,7 +387,7 @@ class _Walker:
             shown=f"head {h + 1}, all {v.size(2)} keys: ({v.size(2)}, {dh})",
             values=_cpu(v[b, h]),
             explanation="What each key passes on if it is attended to.",
-            code=code_line(forward, ("v = self.split_heads(self.w_v(key_value))", "self.w_v(")),
+            code=code_line(forward, ("v = ops.split_heads(self.w_v(key_value)", "self.w_v(")),
             labels=key_labels,
         )
         dot = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
@@ -506,7 +512,7 @@ class _Walker:
             explanation=f"The {n_heads} heads' outputs side by side (each head computed its "
             "own weights the same way).",
             code=code_line(
-                type(module).merge_heads, ("x.transpose(1, 2).reshape(", ".reshape(", "return")
+                operations.merge_heads, ("x.transpose(1, 2).reshape(", ".reshape(", "return")
             ),
             highlight=(h * dh, (h + 1) * dh),
         )
@@ -521,7 +527,7 @@ class _Walker:
             values=_cpu(update[b, i]),
             explanation="The output projection mixes the heads: what this sub-layer adds to the "
             "stream.",
-            code=code_line(forward, ("return self.w_o(", "self.w_o(")),
+            code=code_line(type(module).attend, ("return self.w_o(", "self.w_o(")),
         )
         return self.residual(prefix, section, residual, x, update, "Attention")
 
@@ -552,7 +558,7 @@ class _Walker:
             full=normed,
             explanation="A post-LN model (the paper, BERT, Marian) normalises after the add. "
             + _norm_explanation(added[b, i], residual.norm),
-            code=code_line(type(residual).forward, ("else self.norm(x)", "self.norm(x)")),
+            code=code_line(type(residual).forward, ("return ops.layer_norm(self.norm, x)",)),
         )
         return normed
 
@@ -574,7 +580,7 @@ class _Walker:
                 full=hs,
                 explanation=_norm_explanation(x[b, i], residual.norm),
                 code=code_line(
-                    type(residual).sublayer_input, ("else self.norm(x)", "return self.norm(x)")
+                    type(residual).sublayer_input, ("return ops.layer_norm(self.norm, x)",)
                 ),
             )
         hidden = ff.linear1(hs)  # (B, T, d_ff)
@@ -627,14 +633,6 @@ class _Walker:
             code=code_line(ff_code, ("self.linear2(", "linear2(")),
         )
         return self.residual("ff", section, residual, x, update, "FFN")
-
-
-def _split_heads(n_heads: int, d_head: int) -> Callable[[Tensor], Tensor]:
-    def split(x: Tensor) -> Tensor:  # (B, T, d_model) → (B, H, T, d_head)
-        batch, length, _ = x.shape
-        return x.view(batch, length, n_heads, d_head).transpose(1, 2)
-
-    return split
 
 
 def _mask_reasons(
@@ -794,9 +792,7 @@ def walkthrough(
                     )
                 )
             ),
-            code=code_line(
-                type(module).forward, ("x = self.feed_forward_residual(x, update", "return x")
-            ),
+            code=code_line(type(module).forward, ("= self.feed_forward_residual(", "return x")),
         )
     return walk
 

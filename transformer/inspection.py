@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from .generation import greedy_batch, never_generated, without_padding
-from .model import NO_INTERVENTION, Intervention, Transformer
+from .interventions import NO_INTERVENTION, Intervention
+from .model import Transformer
 from .special import PAD_ID
 from .text.tokenization import Tokenizer
 from .trace import Trace

@@ -23,17 +23,8 @@ class LayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d_model))  # γ
         self.bias = nn.Parameter(torch.zeros(d_model))  # β
 
-    def forward(self, x: Tensor, unbiased_std_plus_eps: bool = False) -> Tensor:
-        """``(..., d_model)`` → ``(..., d_model)``, fused (equal to :meth:`explicit`).
-
-        ``unbiased_std_plus_eps`` computes seed 004's formula instead (a what-if; see
-        :mod:`transformer.mistakes`): ``γ · (x − mean) / (std + eps) + β`` with the *unbiased*
-        std (divide by n − 1) and ``eps`` outside the root.
-        """
-        if unbiased_std_plus_eps:
-            mean = x.mean(dim=-1, keepdim=True)
-            std = x.std(dim=-1, keepdim=True)  # unbiased: the mistake
-            return self.weight * (x - mean) / (std + self.eps) + self.bias
+    def forward(self, x: Tensor) -> Tensor:
+        """``(..., d_model)`` → ``(..., d_model)``, fused (equal to :meth:`explicit`)."""
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
 
     def explicit(self, x: Tensor) -> Tensor:

@@ -1,42 +1,199 @@
-"""The seeds' mistakes, as switches of the forward pass.
+"""The seeds' mistakes, as broken versions of the paper's operations.
 
 The four teaching texts this project started from (``seeds/`` 000, 002, 003, 004) each get
-something wrong. Each mistake here is a switch of :class:`~transformer.model.Intervention`
-(``mistakes=``), so a learner can run the broken formula on a real model and see what it does:
+something wrong. Each mistake here is an operation of :class:`~transformer.operations.Operations`
+written the seed's way, switched on by name (``Intervention(mistakes=...)``, or
+:func:`operations`), so a learner can run the broken formula on a real model and see what it
+does:
 
     >>> from transformer.mistakes import MISTAKES, mistake_effect
     >>> effect = mistake_effect(model, tokenizer, ["the cat sees a dog"], "scores × √d_head")
     >>> effect.largest_change, effect.predicted_before, effect.predicted_after
 
-The forward pass itself (``model.py``, ``attention.py``, ``layers.py``, ``embeddings.py``) reads
-the names below; with no mistake switched on it runs exactly as without this module.
+The forward pass itself (``model.py``, ``stacks.py``, ``attention.py``, ``layers.py``,
+``embeddings.py``) knows nothing of them: it runs whatever operations it is handed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import Tensor, nn
 
+from .attention import AttentionProbe, KeyValueCache, MultiHeadAttention
 from .config import ModelConfig
-from .generation import never_generated, without_padding
-from .inspection import Analysis, analyse
-from .model import (
-    CROSS_QUERIES_FROM_MEMORY,
-    LAYER_NORM_STD_EPS,
-    MASK_INVERTED,
-    MERGE_BARE_VIEW,
+from .embeddings import SinusoidalPositionalEncoding, sinusoidal_table
+from .layers import LayerNorm
+from .operations import PAPER, Operations
+
+if TYPE_CHECKING:
+    from .inspection import Analysis
+    from .model import Transformer
+    from .text.tokenization import Tokenizer
+
+# The mistakes by the short name a learner reads, in seed order.
+SINUSOID_SWAPPED = "sin and cos swapped, base 1000"
+SCORES_OVER_D_MODEL = "scores ÷ √d_model"
+SCORES_TIMES_D_HEAD = "scores × √d_head"
+SPLIT_BARE_VIEW = "heads split with a bare view"
+MERGE_BARE_VIEW = "heads merged with a bare view"
+LAYER_NORM_STD_EPS = "LayerNorm: unbiased std + eps"
+CROSS_QUERIES_FROM_MEMORY = "cross-attention queries from the memory"
+MASK_INVERTED = "mask polarity inverted"
+SEED_MISTAKES: tuple[str, ...] = (
+    SINUSOID_SWAPPED,
     SCORES_OVER_D_MODEL,
     SCORES_TIMES_D_HEAD,
-    SEED_MISTAKES,
-    SINUSOID_SWAPPED,
     SPLIT_BARE_VIEW,
-    Intervention,
-    Transformer,
-    check_mistake_names,
+    MERGE_BARE_VIEW,
+    LAYER_NORM_STD_EPS,
+    CROSS_QUERIES_FROM_MEMORY,
+    MASK_INVERTED,
 )
-from .text.tokenization import Tokenizer
+
+
+def check_mistake_names(names: Iterable[str]) -> None:
+    """``ValueError`` naming the valid mistakes if any of ``names`` is not one of them."""
+    unknown = sorted(set(names) - set(SEED_MISTAKES))
+    if unknown:
+        raise ValueError(f"unknown mistake {unknown}; choose from {list(SEED_MISTAKES)}")
+
+
+# -- the broken operations, one per mistake ---------------------------------------------------
+
+
+def swapped_positions(positional: nn.Module, length: int, offset: int) -> Tensor:
+    """Seed 004's sinusoidal table for positions ``offset .. offset+length-1``, ``(length,
+    d_model)``: cos where sin belongs and the reverse, base 1000 instead of 10000. Learned
+    positions are left as they are. Computed on demand: nothing is kept."""
+    correct = positional(length, offset)  # (length, d_model); checks the length too
+    if not isinstance(positional, SinusoidalPositionalEncoding):
+        return correct
+    table = sinusoidal_table(offset + length, correct.size(1), 1000.0, positional.layout)
+    half = table.size(1) // 2
+    if positional.layout == "halves":  # every sin first, then every cos: swap the halves
+        swapped = torch.cat([table[:, half:], table[:, :half]], dim=1)
+    else:  # interleaved: swap each (sin, cos) pair
+        swapped = table.view(-1, half, 2).flip(-1).reshape(table.shape)
+    return swapped[offset:].to(correct.device)
+
+
+def scores_over_d_model(d_head: int, n_heads: int) -> float:
+    """Seed 002's scale: ``1/√d_model``, the whole model's width instead of one head's."""
+    return 1.0 / math.sqrt(d_head * n_heads)
+
+
+def scores_times_d_head(d_head: int, n_heads: int) -> float:
+    """Seed 004's scale: ``× √d_head``, a multiplication where the paper divides."""
+    return math.sqrt(d_head)
+
+
+def scores_times_d_model(d_head: int, n_heads: int) -> float:
+    """Both scale mistakes at once: ``× √d_model`` (the width of one, the sign of the other)."""
+    return math.sqrt(d_head * n_heads)
+
+
+def split_bare_view(x: Tensor, n_heads: int) -> Tensor:
+    """Seed 003's split: ``x.view(B·H, -1, d_head)`` straight from ``(B, T, d_model)``, which
+    keeps memory order, so head j receives the pieces of tokens ``jT/H … (j+1)T/H``; viewed as
+    ``(B, H, T, d_head)``."""
+    batch, length, d_model = x.shape
+    d_head = d_model // n_heads
+    scrambled = x.reshape(batch * n_heads, -1, d_head)  # (B·H, T, d_head)
+    return scrambled.view(batch, n_heads, length, d_head)
+
+
+def merge_bare_view(x: Tensor) -> Tensor:
+    """Seed 003's merge: ``(B, H, T, d_head)`` viewed as ``(B, T, d_model)`` without the
+    transpose, so merged row t holds H consecutive positions of one head."""
+    batch, n_heads, length, d_head = x.shape
+    return x.reshape(batch, length, n_heads * d_head)
+
+
+def unbiased_std_plus_eps(norm: LayerNorm, x: Tensor) -> Tensor:
+    """Seed 004's LayerNorm: ``γ · (x − mean) / (std + eps) + β`` with the *unbiased* std
+    (divide by n − 1) and ``eps`` outside the root; ``(..., d_model)`` → ``(..., d_model)``."""
+    mean = x.mean(dim=-1, keepdim=True)
+    std = x.std(dim=-1, keepdim=True)  # unbiased: the mistake
+    return norm.weight * (x - mean) / (std + norm.eps) + norm.bias
+
+
+def cross_shape_error(n_source: int, n_target: int) -> ValueError:
+    """The error of :data:`CROSS_QUERIES_FROM_MEMORY` when source and target lengths differ."""
+    return ValueError(
+        f"cross-attention with queries from the memory (seed 004's cross_attn(q=memory, "
+        f"k=memory, v=x)) cannot run here: its weights are source × source ({n_source} × "
+        f"{n_source}) but the values v = x have {n_target} target rows, so weights · v does not "
+        f"multiply, and its output, one row per source position, could not be added to the "
+        f"{n_target} target positions anyway. It runs, silently wrong, only when source and "
+        f"target are equally long."
+    )
+
+
+def queries_from_memory(
+    attention: MultiHeadAttention,
+    x: Tensor,
+    memory: Tensor | None,
+    mask: Tensor | None,
+    cache: KeyValueCache | None,
+    *,
+    capture: bool = False,
+    ops: Operations = PAPER,
+) -> tuple[Tensor, AttentionProbe | None]:
+    """Seed 004's cross-attention, ``cross_attn(q=memory, k=memory, v=x)``: queries and keys
+    from the ``(B, Ts, d_model)`` memory, values from the decoder's ``(B, Tq, d_model)`` ``x``.
+    Its weights are ``(Ts × Ts)`` and read Ts rows of values from x: only equal lengths
+    multiply. The cache is not used (the seeds had none)."""
+    if memory is None:
+        raise ValueError(
+            "cross-attention with queries from the memory needs the memory itself "
+            "(it cannot run from a key/value cache)"
+        )
+    if memory.size(1) != x.size(1):
+        raise cross_shape_error(memory.size(1), x.size(1))
+    heads = attention.n_heads
+    q = ops.split_heads(attention.w_q(memory), heads)  # (B, H, Ts, d_head)
+    k = ops.split_heads(attention.w_k(memory), heads)  # (B, H, Ts, d_head)
+    v = ops.split_heads(attention.w_v(x), heads)  # (B, H, Tq, d_head), Tq = Ts
+    return attention.attend(q, k, v, mask, capture=capture, ops=ops)
+
+
+def inverted(mask: Tensor | None, shape: tuple[int, ...], device: torch.device) -> Tensor:
+    """Seeds 003 and 004's polarity: ``mask`` inverted (``None``, nothing masked, becomes all
+    masked, ``shape``)."""
+    if mask is None:
+        return torch.zeros(shape, dtype=torch.bool, device=device)
+    return ~mask
+
+
+# Each mistake's operation: the field of Operations it replaces, and by what.
+BROKEN_OPERATIONS: dict[str, tuple[str, Callable[..., Any]]] = {
+    SINUSOID_SWAPPED: ("positions", swapped_positions),
+    SCORES_OVER_D_MODEL: ("score_scale", scores_over_d_model),
+    SCORES_TIMES_D_HEAD: ("score_scale", scores_times_d_head),
+    SPLIT_BARE_VIEW: ("split_heads", split_bare_view),
+    MERGE_BARE_VIEW: ("merge_heads", merge_bare_view),
+    LAYER_NORM_STD_EPS: ("layer_norm", unbiased_std_plus_eps),
+    CROSS_QUERIES_FROM_MEMORY: ("cross_attention", queries_from_memory),
+    MASK_INVERTED: ("attention_mask", inverted),
+}
+
+
+def operations(names: Iterable[str], base: Operations = PAPER) -> Operations:
+    """``base`` with the named mistakes made (``PAPER`` itself when none is named).
+
+    Both scale mistakes together multiply by ``√d_model`` (÷ √d_model replaces the width,
+    × √d_head the division). Raises ``ValueError`` for an unknown name."""
+    chosen = frozenset(names)
+    check_mistake_names(chosen)
+    changes = dict(BROKEN_OPERATIONS[name] for name in chosen)
+    if {SCORES_OVER_D_MODEL, SCORES_TIMES_D_HEAD} <= chosen:
+        changes["score_scale"] = scores_times_d_model
+    return replace(base, **changes) if changes else base
 
 
 @dataclass(frozen=True)
@@ -251,6 +408,8 @@ def compare_passes(
 ) -> MistakeEffect:
     """The :class:`MistakeEffect` of two analyses of the same input and decoder input (the
     correct one and the one with mistake ``name`` switched on)."""
+    from .generation import never_generated, without_padding  # builds on the model
+
     check_mistakes([name])
     config = correct.trace.config
     stack = correct.trace.target if correct.trace.target is not None else correct.trace.source
@@ -300,6 +459,9 @@ def mistake_effect(
     Raises ``ValueError`` for an unknown name, a mistake that does not apply to this model, or
     (cross-attention from the memory) source and target lengths that cannot work.
     """
+    from .inspection import analyse  # builds on the model and on Intervention
+    from .interventions import Intervention
+
     check_mistakes([name], model.config)
     correct = analyse(model, tokenizer, sentences)
     targets = correct.trace.target.tokens if model.config.has_encoder else None
@@ -310,6 +472,7 @@ def mistake_effect(
 
 
 __all__ = [
+    "BROKEN_OPERATIONS",
     "CROSS_QUERIES_FROM_MEMORY",
     "LAYER_NORM_STD_EPS",
     "MASK_INVERTED",
@@ -323,8 +486,11 @@ __all__ = [
     "Mistake",
     "MistakeEffect",
     "applicable",
+    "check_mistake_names",
     "check_mistakes",
     "compare_passes",
+    "cross_shape_error",
     "mistake_effect",
+    "operations",
     "real_positions",
 ]

@@ -19,12 +19,14 @@ from transformer.checkpoint import Checkpoint
 from transformer.config import ModelConfig
 from transformer.figures.attention import weights_beside_figure
 from transformer.inspection import Analysis, check_sentences
-from transformer.mistakes import MISTAKES, MistakeEffect, applicable, compare_passes
-from transformer.model import (
+from transformer.interventions import NO_INTERVENTION, Intervention
+from transformer.mistakes import (
     CROSS_QUERIES_FROM_MEMORY,
-    NO_INTERVENTION,
+    MISTAKES,
     SPLIT_BARE_VIEW,
-    Intervention,
+    MistakeEffect,
+    applicable,
+    compare_passes,
 )
 
 from .errors import friendly, gpu

@@ -22,7 +22,7 @@ from transformer.bundled import load_bundled
 from transformer.checkpoint import Checkpoint
 from transformer.generation import DecodingSession
 from transformer.inspection import Analysis, analyse
-from transformer.model import NO_INTERVENTION, Intervention
+from transformer.interventions import NO_INTERVENTION, Intervention
 from transformer.pretrained import PretrainedError, load_pretrained, shipped_models
 from transformer.trace import Trace
 

@@ -14,8 +14,8 @@ from transformer.analysis import what_if as what_if_intervention
 from transformer.checkpoint import Checkpoint
 from transformer.figures.attention import PAD_ROW_MARK, weights_beside_figure
 from transformer.inspection import check_sentences
+from transformer.interventions import NO_INTERVENTION
 from transformer.mistakes import MISTAKES
-from transformer.model import NO_INTERVENTION
 
 from ... import mistakes as seed_mistakes
 from ...state import ModelRegistry

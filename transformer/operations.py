@@ -1,0 +1,133 @@
+"""The operations a forward pass is made of, where a what-if may swap one for another.
+
+:data:`PAPER` computes exactly the paper. A forward pass takes an :class:`Operations` per call
+(``model(src, tgt, ops=...)``) and hands it down to every stack, layer and attention; it is
+never stored on a module, so requests that share one model cannot see each other's choice.
+
+    >>> from dataclasses import replace
+    >>> leaky = replace(PAPER, causal_mask=False)  # let the decoder see the future
+    >>> logits = model(tgt=tgt, ops=leaky)
+
+:class:`~transformer.interventions.Intervention` builds these from named switches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from .attention import AttentionProbe, KeyValueCache, MultiHeadAttention
+    from .layers import LayerNorm
+    from .trace import AttentionKind
+
+# -- the paper's operations ------------------------------------------------------------------
+
+
+def positions(positional: nn.Module, length: int, offset: int) -> Tensor:
+    """``(length, d_model)`` encodings of positions ``offset .. offset+length-1`` (section 3.5)."""
+    return positional(length, offset)
+
+
+def layer_norm(norm: LayerNorm, x: Tensor) -> Tensor:
+    """``(..., d_model)`` → ``(..., d_model)``: ``γ · (x − mean) / sqrt(var + eps) + β``."""
+    return norm(x)
+
+
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """``(B, T, d_model)`` → ``(B, H, T, d_head)``: view the last axis as heads, then move them."""
+    batch, length, d_model = x.shape
+    return x.view(batch, length, n_heads, d_model // n_heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """``(B, H, T, d_head)`` → ``(B, T, d_model)``: the inverse of :func:`split_heads`."""
+    batch, n_heads, length, d_head = x.shape
+    return x.transpose(1, 2).reshape(batch, length, n_heads * d_head)
+
+
+def score_scale(d_head: int, n_heads: int) -> float:
+    """The multiplier of the attention scores: ``1/√d_k``, d_k the width of one head."""
+    return 1.0 / math.sqrt(d_head)
+
+
+def cross_attention(
+    attention: MultiHeadAttention,
+    x: Tensor,
+    memory: Tensor | None,
+    mask: Tensor | None,
+    cache: KeyValueCache | None,
+    **options: Any,
+) -> tuple[Tensor, AttentionProbe | None]:
+    """Encoder-decoder attention (section 3.2.3): queries from the decoder's ``(B, Tq,
+    d_model)`` ``x``, keys and values from the ``(B, Ts, d_model)`` encoder ``memory``.
+    ``options`` are ``capture`` and ``ops``."""
+    return attention(x, memory, mask, cache, **options)
+
+
+def attention_mask(
+    mask: Tensor | None, shape: tuple[int, ...], device: torch.device
+) -> Tensor | None:
+    """The mask attention reads, from the one the model built (``True`` = may attend, both;
+    ``shape`` is the ``(B, 1, Tq, Tk)`` it broadcasts to)."""
+    return mask
+
+
+@dataclass(frozen=True)
+class Operations:
+    """One forward pass's operations; the defaults (:data:`PAPER`) are the paper's.
+
+    Attributes:
+        positions: ``(positional module, length, offset)`` → ``(T, d_model)`` table.
+        layer_norm: ``(LayerNorm module, x)`` → normalised ``x``, for every norm of the model.
+        split_heads: ``(x, n_heads)``: ``(B, T, d_model)`` → ``(B, H, T, d_head)``.
+        merge_heads: ``(B, H, T, d_head)`` → ``(B, T, d_model)``.
+        score_scale: ``(d_head, n_heads)`` → the multiplier of the attention scores.
+        cross_attention: how a decoder layer calls its cross-attention (which inputs it takes).
+        attention_mask: ``(mask, shape, device)`` → the mask attention reads.
+        causal_mask: ``False`` lets the decoder see the future.
+        padding_mask: ``False`` lets queries attend to padding.
+        zero_heads: ``(kind, layer, head)`` triples whose output is switched off.
+    """
+
+    positions: Callable[[nn.Module, int, int], Tensor] = positions
+    layer_norm: Callable[[LayerNorm, Tensor], Tensor] = layer_norm
+    split_heads: Callable[[Tensor, int], Tensor] = split_heads
+    merge_heads: Callable[[Tensor], Tensor] = merge_heads
+    score_scale: Callable[[int, int], float] = score_scale
+    cross_attention: Callable[..., tuple[Tensor, AttentionProbe | None]] = cross_attention
+    attention_mask: Callable[[Tensor | None, tuple[int, ...], torch.device], Tensor | None] = (
+        attention_mask
+    )
+    causal_mask: bool = True
+    padding_mask: bool = True
+    zero_heads: frozenset[tuple[AttentionKind, int, int]] = frozenset()
+
+    def gate_heads(self, out: Tensor, kind: AttentionKind, layer: int) -> Tensor:
+        """``(B, H, T, d_head)`` heads of one attention sub-layer, those in :attr:`zero_heads`
+        set to 0."""
+        off = [h for (k, lay, h) in self.zero_heads if k == kind and lay == layer]
+        if not off:
+            return out
+        gate = torch.ones(out.size(1), dtype=out.dtype, device=out.device)
+        gate[off] = 0.0
+        return out * gate.view(1, -1, 1, 1)
+
+
+PAPER = Operations()
+"""The paper's operations: what a forward pass runs unless told otherwise."""
+
+
+class HasOperations(Protocol):
+    """What a forward pass's ``intervention=`` takes: anything that names the operations of
+    a pass (an :class:`~transformer.interventions.Intervention`)."""
+
+    @property
+    def operations(self) -> Operations:
+        """The operations to run."""
+        ...
