@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
+from transformer.config import ModelConfig
+from transformer.model import Transformer
 from transformer.text.corpus import bundled_corpus
 from transformer.text.tokenization import ALGORITHMS, Tokenizer, train_tokenizer
 
@@ -137,3 +140,24 @@ def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One tiny model folder per supported family, built once per test session."""
     root = tmp_path_factory.mktemp("hf-models")
     return {family: build_hf_model(family, root / family) for family in ("bert", "gpt2", "marian")}
+
+
+# -- one tiny seeded encoder-decoder, for the what-if and mistake tests ---------------------------
+
+TINY_CONFIG = ModelConfig(
+    src_vocab_size=30,
+    tgt_vocab_size=30,
+    d_model=32,
+    n_heads=4,
+    d_ff=64,
+    n_encoder_layers=2,
+    n_decoder_layers=2,
+    dropout=0.0,
+    pad_id=0,
+)
+
+
+def tiny_transformer(config: ModelConfig = TINY_CONFIG, **changes: Any) -> Transformer:
+    """``Transformer(config.replace(**changes))``, seeded 0, in eval mode."""
+    torch.manual_seed(0)
+    return Transformer(config.replace(**changes)).eval()

@@ -1,32 +1,24 @@
-"""What-if switches at the model level (:class:`transformer.model.Intervention`): each changes
+"""What-if switches at the model level (:class:`transformer.interventions.Intervention`): each changes
 exactly what it says and nothing else, checked against direct re-computations."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
+from conftest import TINY_CONFIG, tiny_transformer
 
-from transformer.config import ModelConfig
 from transformer.interventions import Intervention
 from transformer.model import Transformer
+from transformer.operations import PAPER
 
-PAD = 0
-CONFIG = ModelConfig(
-    src_vocab_size=30,
-    tgt_vocab_size=30,
-    d_model=32,
-    n_heads=4,
-    d_ff=64,
-    n_encoder_layers=3,
-    n_decoder_layers=2,
-    dropout=0.0,
-    pad_id=PAD,
-)
+CONFIG = TINY_CONFIG.replace(n_encoder_layers=3)
+PAD = CONFIG.pad_id
 
 
 def build(**changes) -> Transformer:
-    torch.manual_seed(0)
-    return Transformer(CONFIG.replace(**changes)).eval()
+    return tiny_transformer(CONFIG, **changes)
 
 
 def real_ids(batch: int, length: int, seed: int = 1) -> torch.Tensor:
@@ -182,3 +174,33 @@ def test_without_positional_encoding_the_encoder_is_permutation_equivariant(with
     with_pe = model(src, tgt, capture=True)
     with_pe_permuted = model(src[:, order], tgt, capture=True)
     assert (with_pe_permuted.memory - with_pe.memory[:, order]).abs().max() > 1e-2
+
+
+# -- the operations object: per call, the paper's by default --------------------------------------
+
+
+def test_no_switch_runs_the_papers_operations_themselves():
+    assert Intervention().operations is PAPER
+    assert Intervention(causal_mask=False).operations == replace(PAPER, causal_mask=False)
+
+
+@torch.no_grad()
+def test_ops_and_intervention_are_two_spellings_of_one_pass():
+    model = build()
+    src, tgt = real_ids(2, 6), real_ids(2, 5, seed=2)
+    src[1, 4:] = PAD
+    by_name = model(src, tgt, intervention=Intervention(padding_mask=False, causal_mask=False))
+    by_ops = model(src, tgt, ops=replace(PAPER, padding_mask=False, causal_mask=False))
+    assert torch.equal(by_name, by_ops)
+    with pytest.raises(ValueError, match="not both"):
+        model(src, tgt, intervention=Intervention(), ops=replace(PAPER, causal_mask=False))
+
+
+@torch.no_grad()
+def test_a_what_if_leaves_nothing_behind_on_the_shared_model():
+    model = build()
+    src, tgt = real_ids(2, 6), real_ids(2, 5, seed=2)
+    before = model(src, tgt)
+    changed = model(src, tgt, intervention=Intervention(zero_heads=frozenset({("cross", 0, 1)})))
+    assert not torch.allclose(changed, before)
+    assert torch.equal(model(src, tgt), before)

@@ -8,32 +8,17 @@ import math
 
 import pytest
 import torch
+from conftest import TINY_CONFIG, tiny_transformer
 
 from transformer.bundled import load_bundled
-from transformer.config import ModelConfig
 from transformer.inspection import analyse
 from transformer.interventions import Intervention
 from transformer.mistakes import MISTAKES, applicable, mistake_effect, real_positions
-from transformer.model import Transformer
 
-PAD = 0
-CONFIG = ModelConfig(
-    src_vocab_size=30,
-    tgt_vocab_size=30,
-    d_model=32,
-    n_heads=4,
-    d_ff=64,
-    n_encoder_layers=2,
-    n_decoder_layers=2,
-    dropout=0.0,
-    pad_id=PAD,
-)
+CONFIG = TINY_CONFIG
+PAD = CONFIG.pad_id
 D_HEAD = CONFIG.d_model // CONFIG.n_heads
-
-
-def build(**changes) -> Transformer:
-    torch.manual_seed(0)
-    return Transformer(CONFIG.replace(**changes)).eval()
+build = tiny_transformer
 
 
 def ids(batch: int, length: int, seed: int = 1) -> torch.Tensor:

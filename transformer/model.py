@@ -277,12 +277,10 @@ class Transformer(nn.Module):
     ) -> Decoded:
         """Run the decoder on ``(B, Tq)`` target ids and return hidden states and logits.
 
-        ``check_ids`` validates the ids of a whole sequence or of a cache's first call (one
-        device sync); a decoding loop that validated its prefix passes ``False``.
-
         With a ``cache``, ``tgt`` holds only the *new* positions: their keys and values are
         appended to the cache, and the cross-attention keys/values over ``encoded.memory`` are
-        computed on the first call and reused after.
+        computed on the first call and reused after. ``check_ids`` validates the ids of a whole
+        sequence or of a cache's first call (one device sync).
         """
         config = self.config
         if not config.has_decoder:
@@ -291,23 +289,12 @@ class Transformer(nn.Module):
             raise ValueError("an encoder-decoder model decodes against encode(src)'s output")
         ops = operations_for(intervention, ops)
         offset = cache.length if cache is not None else 0
-        # Ids are checked where they enter: a whole sequence, or the first call on a cache (the
-        # prefix); the tokens a decoding loop feeds back one by one come from the model's own
-        # vocabulary, and checking them would cost a device sync per step.
+        # Ids are checked where they enter (a sequence, a cache's prefix), not in every step of
+        # a decoding loop, which feeds back the model's own choices: a device sync saved.
+        real = self._real_targets(tgt, check_ids=check_ids and offset == 0)  # (B, Tq)
         parts = EmbeddingParts(self.tgt_embedding, self.tgt_positional, self.tgt_embedding_norm)
-        _check_shape(tgt)
-        if check_ids and offset == 0:
-            _check_token_ids(tgt, parts.embedding.lookup.num_embeddings)
-        if config.mask_target_padding:
-            real_keys = tgt != config.pad_id  # (B, Tq)
-        else:  # the pad id is real input here (Marian's start token, GPT-2's <|endoftext|>)
-            real_keys = torch.ones_like(tgt, dtype=torch.bool)
-        x, record = self._embed(tgt, parts, offset, real_keys, capture=capture, ops=ops)
-        # Self-attention keys are the cached positions plus the new ones.
-        if cache is not None:
-            if cache.real_keys is not None:
-                real_keys = torch.cat([cache.real_keys, real_keys], dim=1)
-            cache.real_keys = real_keys
+        x, record = self._embed(tgt, parts, offset, real, capture=capture, ops=ops)
+        real_keys = real if cache is None else cache.add_real_keys(real)  # (B, Tk)
         causal = causal_mask(tgt.size(1), real_keys.size(1), device=tgt.device)
         self_mask = self._self_mask(causal, real_keys, ops)
         hidden, layers = self.decoder(x, self_mask, encoded, cache, capture=capture, ops=ops)
@@ -318,6 +305,17 @@ class Transformer(nn.Module):
             layers=layers,
             causal=causal[0, 0] if capture else None,
         )
+
+    def _real_targets(self, tgt: Tensor, check_ids: bool) -> Tensor:
+        """``(B, Tq)`` bool: which of the target ids are real tokens (all, where the pad id is
+        real input: Marian's start token, GPT-2's <|endoftext|>); ``ValueError`` for a shape
+        that is not ``(B, Tq)`` or, with ``check_ids``, an id outside the vocabulary."""
+        _check_shape(tgt)
+        if check_ids:
+            _check_token_ids(tgt, self.tgt_embedding.lookup.num_embeddings)
+        if not self.config.mask_target_padding:
+            return torch.ones_like(tgt, dtype=torch.bool)
+        return tgt != self.config.pad_id
 
     def _self_mask(self, causal: Tensor, real_keys: Tensor, ops: Operations) -> Tensor | None:
         """The decoder's ``(B, 1, Tq, Tk)`` self-attention mask from the ``(1, 1, Tq, Tk)``
@@ -397,17 +395,7 @@ class Transformer(nn.Module):
             logits = self.generator(encoded.memory)
         if not capture:
             return logits
-        return Trace(
-            config=self.config,
-            logits=logits.detach(),
-            source=encoded.input if encoded else None,
-            target=decoded.input if decoded else None,
-            encoder_layers=encoded.layers if encoded else [],
-            decoder_layers=decoded.layers if decoded else [],
-            memory=encoded.memory.detach() if encoded else None,
-            decoder_output=decoded.hidden.detach() if decoded else None,
-            causal=decoded.causal if decoded else None,
-        )
+        return _trace(self.config, logits, encoded, decoded)
 
     def _check_inputs(self, src: Tensor | None, tgt: Tensor | None) -> None:
         """``ValueError`` unless ``src`` and ``tgt`` are given exactly where the architecture
@@ -421,6 +409,23 @@ class Transformer(nn.Module):
             raise ValueError(f"a {config.architecture} model needs src")
         if config.has_decoder and tgt is None:
             raise ValueError(f"a {config.architecture} model needs tgt")
+
+
+def _trace(
+    config: ModelConfig, logits: Tensor, encoded: Encoded | None, decoded: Decoded | None
+) -> Trace:
+    """The :class:`Trace` of one captured pass from its two halves."""
+    return Trace(
+        config=config,
+        logits=logits.detach(),
+        source=encoded.input if encoded else None,
+        target=decoded.input if decoded else None,
+        encoder_layers=encoded.layers if encoded else [],
+        decoder_layers=decoded.layers if decoded else [],
+        memory=encoded.memory.detach() if encoded else None,
+        decoder_output=decoded.hidden.detach() if decoded else None,
+        causal=decoded.causal if decoded else None,
+    )
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -134,12 +134,12 @@ class LayerCache:
 
 @dataclass
 class _Sublayer:
-    """What one sub-layer of a decoder layer computed: its update, the stream after the
-    residual, and the attention probe (``None`` for the feed-forward or without capture)."""
+    """What one attention sub-layer of a decoder layer computed: its update, the stream after
+    the residual, and (when captured) the attention record."""
 
     update: Tensor
     output: Tensor
-    probe: AttentionProbe | None = None
+    record: AttentionRecord | None = None
 
 
 class DecoderLayer(nn.Module):
@@ -174,56 +174,69 @@ class DecoderLayer(nn.Module):
         cached positions); ``encoded`` holds the ``(B, Ts, d_model)`` encoder memory and its
         mask, which broadcasts to ``(B, H, Tq, Ts)`` (source padding).
         """
-        offset = cache.self_attention.length if cache is not None else 0
-        h = self.self_attention_residual.sublayer_input(x, ops)
-        self_cache = cache.self_attention if cache is not None else None
-        attended, probe = self.self_attention(h, h, self_mask, self_cache, capture=capture, ops=ops)
-        masked = _Sublayer(attended, self.self_attention_residual(x, attended, ops), probe)
+        offset = cache.self_attention.length if cache is not None else 0  # positions before x
+        masked = self._self_attend(x, self_mask, cache, capture, ops)
         cross = None
         if self.cross_attention is not None:
-            cross = self._cross_attend(masked.output, encoded, cache, capture, ops)
+            cross = self._cross_attend(masked.output, encoded, cache, offset, capture, ops)
         y = masked.output if cross is None else cross.output
         update = self.feed_forward(self.feed_forward_residual.sublayer_input(y, ops))
         out = self.feed_forward_residual(y, update, ops)
         if not capture:
             return out, None
-        memory_mask = encoded.mask if encoded is not None else None
         return out, LayerTrace(
             stack="decoder",
             layer=self.index,
             input=x.detach(),
-            self_attention=_record("decoder_self", self.index, masked.probe, self_mask, offset),
+            self_attention=masked.record,
             self_attention_output=masked.output.detach(),
-            cross_attention=_record(
-                "cross", self.index, cross and cross.probe, memory_mask, offset
-            ),
-            cross_attention_output=None if cross is None else cross.output.detach(),
+            cross_attention=cross.record if cross else None,
+            cross_attention_output=cross.output.detach() if cross else None,
             feed_forward_output=out.detach(),
             self_attention_update=masked.update.detach(),
             feed_forward_update=update.detach(),
-            cross_attention_update=None if cross is None else cross.update.detach(),
+            cross_attention_update=cross.update.detach() if cross else None,
         )
+
+    def _self_attend(
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        cache: LayerCache | None,
+        capture: bool,
+        ops: Operations,
+    ) -> _Sublayer:
+        """The masked self-attention sub-layer over ``x`` and the cached positions."""
+        kv_cache = cache.self_attention if cache is not None else None
+        offset = kv_cache.length if kv_cache is not None else 0
+        h = self.self_attention_residual.sublayer_input(x, ops)
+        attended, probe = self.self_attention(h, h, mask, kv_cache, capture=capture, ops=ops)
+        record = _record("decoder_self", self.index, probe, mask, offset)
+        return _Sublayer(attended, self.self_attention_residual(x, attended, ops), record)
 
     def _cross_attend(
         self,
         x: Tensor,
         encoded: Encoded | None,
         cache: LayerCache | None,
+        offset: int,
         capture: bool,
         ops: Operations,
     ) -> _Sublayer:
-        """The cross-attention sub-layer over ``encoded``'s memory (or the cached keys)."""
+        """The cross-attention sub-layer over ``encoded``'s memory (or the cached keys);
+        ``offset`` is the position of ``x``'s first row."""
         assert self.cross_attention is not None
-        cross_cache = cache.cross_attention if cache is not None else None
-        if encoded is None and not (cross_cache is not None and cross_cache.keys is not None):
+        kv_cache = cache.cross_attention if cache is not None else None
+        if encoded is None and not (kv_cache is not None and kv_cache.keys is not None):
             raise ValueError("this decoder layer cross-attends: pass the encoder memory")
         memory = encoded.memory if encoded is not None else None
         mask = encoded.mask if encoded is not None else None
         h = self.cross_attention_residual.sublayer_input(x, ops)
         attended, probe = ops.cross_attention(
-            self.cross_attention, h, memory, mask, cross_cache, capture=capture, ops=ops
+            self.cross_attention, h, memory, mask, kv_cache, capture=capture, ops=ops
         )
-        return _Sublayer(attended, self.cross_attention_residual(x, attended, ops), probe)
+        record = _record("cross", self.index, probe, mask, offset)
+        return _Sublayer(attended, self.cross_attention_residual(x, attended, ops), record)
 
 
 class Encoder(nn.Module):
@@ -264,6 +277,14 @@ class DecoderCache:
     def length(self) -> int:
         """Number of target positions already decoded."""
         return self.layers[0].self_attention.length if self.layers else 0
+
+    def add_real_keys(self, real: Tensor) -> Tensor:
+        """Remember which of the ``(B, Tq)`` new positions are real tokens; returns the
+        ``(B, T_past + Tq)`` bool of every position so far."""
+        if self.real_keys is not None:
+            real = torch.cat([self.real_keys, real], dim=1)
+        self.real_keys = real
+        return real
 
     def truncate(self, length: int) -> None:
         """Forget every position from ``length`` on (to rewind generation)."""
