@@ -100,7 +100,7 @@ class KeyValueCache:
     """
 
     keys: Tensor | None = None  # (B, H, T, d_k)
-    values: Tensor | None = None  # (B, H, T, d_v)
+    values: Tensor | None = None  # (B, H, T, d_v), set together with the keys
     static: bool = False
 
     @property

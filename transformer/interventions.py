@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -69,7 +70,7 @@ class Intervention:
     def operations(self) -> Operations:
         """The :class:`Operations` these switches ask for (:data:`~transformer.operations.PAPER` when none is set)."""
         ops = mistakes.operations(self.mistakes)
-        changes: dict[str, object] = {}
+        changes: dict[str, Any] = {}
         if not self.causal_mask:
             changes["causal_mask"] = False
         if not self.padding_mask:

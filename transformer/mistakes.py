@@ -190,7 +190,7 @@ def operations(names: Iterable[str], base: Operations = PAPER) -> Operations:
     × √d_head the division). Raises ``ValueError`` for an unknown name."""
     chosen = frozenset(names)
     check_mistake_names(chosen)
-    changes = dict(BROKEN_OPERATIONS[name] for name in chosen)
+    changes: dict[str, Any] = dict(BROKEN_OPERATIONS[name] for name in chosen)
     if {SCORES_OVER_D_MODEL, SCORES_TIMES_D_HEAD} <= chosen:
         changes["score_scale"] = scores_times_d_model
     return replace(base, **changes) if changes else base

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -62,12 +62,13 @@ def cross_attention(
     memory: Tensor | None,
     mask: Tensor | None,
     cache: KeyValueCache | None,
-    **options: Any,
+    *,
+    capture: bool,
+    ops: Operations,
 ) -> tuple[Tensor, AttentionProbe | None]:
     """Encoder-decoder attention (section 3.2.3): queries from the decoder's ``(B, Tq,
-    d_model)`` ``x``, keys and values from the ``(B, Ts, d_model)`` encoder ``memory``.
-    ``options`` are ``capture`` and ``ops``."""
-    return attention(x, memory, mask, cache, **options)
+    d_model)`` ``x``, keys and values from the ``(B, Ts, d_model)`` encoder ``memory``."""
+    return attention(x, memory, mask, cache, capture=capture, ops=ops)
 
 
 def attention_mask(
