@@ -175,7 +175,7 @@ class DecoderLayer(nn.Module):
         mask, which broadcasts to ``(B, H, Tq, Ts)`` (source padding).
         """
         offset = cache.self_attention.length if cache is not None else 0  # positions before x
-        masked = self._self_attend(x, self_mask, cache, capture, ops)
+        masked = self._self_attend(x, self_mask, cache, offset, capture, ops)
         cross = None
         if self.cross_attention is not None:
             cross = self._cross_attend(masked.output, encoded, cache, offset, capture, ops)
@@ -203,15 +203,16 @@ class DecoderLayer(nn.Module):
         x: Tensor,
         mask: Tensor | None,
         cache: LayerCache | None,
+        offset: int,
         capture: bool,
         ops: Operations,
     ) -> _Sublayer:
-        """The masked self-attention sub-layer over ``x`` and the cached positions."""
+        """The masked self-attention sub-layer over ``x`` and the cached positions; ``offset``
+        is the position of ``x``'s first row."""
         kv_cache = cache.self_attention if cache is not None else None
-        offset = kv_cache.length if kv_cache is not None else 0
         h = self.self_attention_residual.sublayer_input(x, ops)
         attended, probe = self.self_attention(h, h, mask, kv_cache, capture=capture, ops=ops)
-        record = _record("decoder_self", self.index, probe, mask, offset)
+        record = _record("decoder_self", self.index, probe, mask, offset) if capture else None
         return _Sublayer(attended, self.self_attention_residual(x, attended, ops), record)
 
     def _cross_attend(
@@ -235,7 +236,7 @@ class DecoderLayer(nn.Module):
         attended, probe = ops.cross_attention(
             self.cross_attention, h, memory, mask, kv_cache, capture=capture, ops=ops
         )
-        record = _record("cross", self.index, probe, mask, offset)
+        record = _record("cross", self.index, probe, mask, offset) if capture else None
         return _Sublayer(attended, self.cross_attention_residual(x, attended, ops), record)
 
 
