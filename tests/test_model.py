@@ -373,3 +373,21 @@ def test_the_paper_components_name_no_teaching_mistake():
     for name in CORE:
         text = (package / f"{name}.py").read_text(encoding="utf-8")
         assert not re.search("seed|mistake", text, re.IGNORECASE), name
+
+
+def test_every_core_forward_reads_like_the_paper():
+    """The paper's inputs, the cache, capture and ops: at most 6 parameters, at most 40 lines
+    (signature and docstring included); model.py holds the Transformer alone."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "transformer"
+    assert len((package / "model.py").read_text().splitlines()) <= 500
+    for name in CORE:
+        for node in ast.walk(ast.parse((package / f"{name}.py").read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name == "forward":
+                args = node.args
+                count = len(args.args) + len(args.kwonlyargs) - 1  # not self
+                where = f"{name}.py:{node.lineno}"
+                assert count <= 6, where
+                assert node.end_lineno - node.lineno + 1 <= 40, where
