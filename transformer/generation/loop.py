@@ -221,7 +221,7 @@ def greedy_batch(
     src: Tensor | None = None,
     prompts: Tensor | None = None,
     *,
-    bos_id: int = BOS_ID,
+    bos_id: int | None = BOS_ID,
     eos_id: int | None = EOS_ID,
     max_new_tokens: int = 64,
 ) -> list[list[int]]:

@@ -11,6 +11,7 @@ from transformer.generation import (
     MAX_NEW_TOKENS,
     DecodingSession,
     DecodingSettings,
+    decoding_ends,
 )
 from transformer.training.tasks import reference_target
 
@@ -18,6 +19,7 @@ from ...inputs import as_float, as_int
 from ...state import GenerationState, ModelRegistry, SessionModels
 
 TOP_K_SHOWN = 10  # bars in the next-token chart
+LENS_TOP_K = 5  # columns of the logit lens
 RESTARTED = "settings changed — restarted"
 
 # (source, model, strategy); the teacher-forcing reference is each task's own answer.
@@ -55,6 +57,8 @@ def decoding_settings(
         seed=as_int(seed, "seed", 0, 2**31 - 1),
         capture_attention=True,
         top_k_shown=TOP_K_SHOWN,
+        capture_lens=True,
+        lens_top_k=LENS_TOP_K,
     )
 
 
@@ -73,26 +77,12 @@ def cannot_generate(name: str, checkpoint: Checkpoint) -> str | None:
 
 
 def start_ids(checkpoint: Checkpoint, text: str) -> tuple[list[int], int | None, int | None]:
-    """(source or prompt ids, the decoder's first id, the end id) for a decoding from ``text``.
-
-    The model's own configuration decides where decoding starts and ends when it says
-    (Marian: ``decoder_start_id``, ``eos_id``), else the tokenizer's [BOS]/[EOS]. A Marian
-    source ends with its end token, as Marian's tokenizer writes it; a decoder-only prompt
-    starts with [BOS] when the tokenizer has one (GPT-2: ``<|endoftext|>``).
-    """
-    model, tokenizer, config = checkpoint.model, checkpoint.tokenizer, checkpoint.config
-    if config.architecture == "decoder-only" and tokenizer.bos_id is None:
-        if not (text or "").strip():
-            raise ValueError("enter a prompt first")
-        ids = tokenizer.encode_ids(text)
-    else:
-        ids = prompt_ids(model, tokenizer, text)
-    bos = config.decoder_start_id if config.decoder_start_id is not None else tokenizer.bos_id
-    eos = config.eos_id if config.eos_id is not None else tokenizer.eos_id
-    if checkpoint.info.get("family") == "marian" and eos is not None and ids[-1:] != [eos]:
-        ids.append(eos)
-    if not ids:
-        raise ValueError("the text gives no tokens: enter a source sentence (or a prompt)")
+    """(source or prompt ids, the decoder's first id, the end id) for a decoding from ``text``:
+    where each family starts and stops is the library's (:func:`transformer.analysis.prompt_ids`,
+    :func:`transformer.generation.decoding_ends`)."""
+    tokenizer = checkpoint.tokenizer
+    ids = prompt_ids(checkpoint.model, tokenizer, text)
+    bos, eos = decoding_ends(checkpoint.config, tokenizer.bos_id, tokenizer.eos_id)
     return ids, bos, eos
 
 
