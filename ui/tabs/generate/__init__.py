@@ -7,17 +7,16 @@ family (which continue a prompt) and the Marian family (which translate, decodin
 model's own start token and stopping at its end token). An encoder-only model (BERT, MiniLM)
 cannot generate: the tab says so and disables its buttons.
 
-Modules: ``decoding``, ``drawing``, ``handlers``, ``layout``."""
+Modules: ``request`` (the controls read once), ``decoding``, ``drawing``, ``handlers``,
+``layout``."""
 
 from __future__ import annotations
 
 from .decoding import (
     EXAMPLES,
     RESTARTED,
-    TOP_K_SHOWN,
     cannot_generate,
     current,
-    decoding_settings,
     example_reference,
     start,
     start_ids,
@@ -38,12 +37,15 @@ from .handlers import (
     strategy_controls,
 )
 from .layout import build
+from .request import INPUT_NAMES, TOP_K_SHOWN, GenerateRequest, decoding_settings, read_inputs
 
 __all__ = [
     "EXAMPLES",
+    "INPUT_NAMES",
     "RESTARTED",
     "TOP_K_SHOWN",
     "Drawn",
+    "GenerateRequest",
     "back",
     "build",
     "cannot_generate",
@@ -56,6 +58,7 @@ __all__ = [
     "force_view",
     "model_controls",
     "placeholders",
+    "read_inputs",
     "redraw",
     "reset",
     "run",

@@ -1,25 +1,16 @@
-"""Starting and restarting a decoding: the UI's controls as decoding settings, where a
-model starts and stops, what it cannot read, and the session's current decoding."""
+"""Starting and restarting a decoding: which models can generate, where a model starts and
+stops (the library's), what it cannot read, and the session's current decoding."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from transformer.analysis import prompt_ids
 from transformer.checkpoint import Checkpoint
-from transformer.generation import (
-    MAX_NEW_TOKENS,
-    DecodingSession,
-    DecodingSettings,
-    decoding_ends,
-)
+from transformer.generation import DecodingSession, decoding_ends
 from transformer.training.tasks import reference_target
 
-from ...inputs import as_float, as_int
 from ...state import GenerationState, ModelRegistry, SessionModels
+from .request import GenerateRequest
 
-TOP_K_SHOWN = 10  # bars in the next-token chart
-LENS_TOP_K = 5  # columns of the logit lens
 RESTARTED = "settings changed — restarted"
 
 # (source, model, strategy); the teacher-forcing reference is each task's own answer.
@@ -40,26 +31,6 @@ def example_reference(source: str, task: str) -> str:
     """The reference an example is compared with: the task's correct answer, or the example's
     own continuation for a prompt ("" when there is neither)."""
     return reference_target(task, source) or EXAMPLE_REFERENCES.get((source, task), "")
-
-
-def decoding_settings(
-    strategy: str, temperature: Any, top_k: Any, top_p: Any, beam: Any, max_tokens: Any, seed: Any
-) -> DecodingSettings:
-    """The UI's decoding controls as validated ``DecodingSettings`` (top-k 0 and top-p 1 = off)."""
-    top_p_value = as_float(top_p if top_p is not None else 1.0, "top-p", 0.0, 1.0)
-    return DecodingSettings(
-        strategy=strategy,
-        temperature=as_float(temperature, "temperature", 0.0, 100.0),
-        top_k=as_int(top_k, "top-k", 0, 1000) or None,
-        top_p=None if top_p_value >= 1.0 else top_p_value,
-        beam_width=as_int(beam, "beam width", 1, 16),
-        max_new_tokens=as_int(max_tokens, "max tokens", 1, MAX_NEW_TOKENS),
-        seed=as_int(seed, "seed", 0, 2**31 - 1),
-        capture_attention=True,
-        top_k_shown=TOP_K_SHOWN,
-        capture_lens=True,
-        lens_top_k=LENS_TOP_K,
-    )
 
 
 def cannot_generate(name: str, checkpoint: Checkpoint) -> str | None:
@@ -114,44 +85,52 @@ def unreadable_note(checkpoint: Checkpoint, text: str) -> str:
 
 
 def _restart(
-    registry: ModelRegistry, state: GenerationState, session: SessionModels, key: tuple
+    registry: ModelRegistry,
+    state: GenerationState,
+    session: SessionModels,
+    request: GenerateRequest,
 ) -> None:
-    """Start ``state`` afresh from ``key`` = (source, model name, *decoding controls), in place
-    (the session keeps one state object, and with it its lock)."""
-    source, name, *settings = key
-    checkpoint = registry.checkpoint(name, session)
-    reason = cannot_generate(name, checkpoint)
+    """Start ``state`` afresh from ``request``, in place (the session keeps one state object,
+    and with it its lock)."""
+    checkpoint = registry.checkpoint(request.model, session)
+    reason = cannot_generate(request.model, checkpoint)
     if reason is not None:
         raise ValueError(reason.replace("**", "'").replace("`", ""))
-    ids, bos, eos = start_ids(checkpoint, source)
+    ids, bos, eos = start_ids(checkpoint, request.source)
     tokenizer = checkpoint.tokenizer
     state.decoding = DecodingSession(
         checkpoint.model,
         ids,
-        decoding_settings(*settings),
-        bos_id=bos if bos is not None else 0,
+        request.settings,
+        bos_id=bos,
         eos_id=eos,
         decode_token=lambda i: tokenizer.id_to_token(i) or "?",
     )
-    state.key = key
+    state.key = request.key
     state.source_pieces = [tokenizer.id_to_token(i) or "?" for i in ids]
 
 
-def start(registry: ModelRegistry, session: SessionModels, key: tuple) -> GenerationState:
-    """A new decoding from ``key`` = (source, model name, *decoding controls)."""
+def start(
+    registry: ModelRegistry, session: SessionModels, request: GenerateRequest
+) -> GenerationState:
+    """A new decoding from ``request``."""
     state = GenerationState()
-    _restart(registry, state, session, key)
+    _restart(registry, state, session, request)
     return state
 
 
 def current(
-    registry: ModelRegistry, state: GenerationState | None, session: SessionModels, key: tuple
+    registry: ModelRegistry,
+    state: GenerationState | None,
+    session: SessionModels,
+    request: GenerateRequest,
 ) -> tuple[GenerationState, str]:
     """The session's decoding, restarted if there is none, any input changed, or the model
     behind its name is another one now (a retrained "trained here"); with a note saying why
     when a decoding in progress was restarted (``""`` otherwise). Call with the state's lock."""
     state = state if state is not None else GenerationState()
-    checkpoint = registry.checkpoint(key[1], session)
+    key = request.key
+    checkpoint = registry.checkpoint(request.model, session)
     decoding = state.decoding
     if decoding is not None and state.key == key and decoding.model is checkpoint.model:
         return state, ""
@@ -163,5 +142,5 @@ def current(
             note = "input changed — restarted"
         else:
             note = "the model was retrained — restarted"
-    _restart(registry, state, session, key)
+    _restart(registry, state, session, request)
     return state, note

@@ -11,9 +11,9 @@ from transformer.figures.generation import next_token_figure
 from transformer.figures.lens import logit_lens_figure, residual_norms_figure
 from transformer.generation import StepRecord
 
-from ...inputs import as_int
 from ...state import GenerationState, ModelRegistry, SessionModels
 from .decoding import unreadable_note
+from .request import GenerateRequest
 
 # (summary, next-token chart, cross-attention, self-attention triangle, logit lens, residual
 # norms, state)
@@ -62,15 +62,14 @@ def placeholders(large: bool, text: str = "press Step to generate the first toke
 def draw(
     registry: ModelRegistry,
     state: GenerationState,
-    layer: Any,
-    head: Any,
-    large: bool,
+    request: GenerateRequest,
     session: SessionModels,
     note: str = "",
 ) -> Drawn:
     """(summary, next-token chart, cross-attention of the new token, self-attention triangle,
-    logit lens, residual norms, state) for the decoding so far; ``note`` (e.g. "settings
-    changed — restarted") leads."""
+    logit lens, residual norms, state) for the decoding so far, at the request's layer, head and
+    font; ``note`` (e.g. "settings changed — restarted") leads."""
+    large = request.large
     decoding = state.decoding
     checkpoint = registry.checkpoint(state.key[1], session)
     tokenizer, config = checkpoint.tokenizer, checkpoint.config
@@ -84,8 +83,8 @@ def draw(
         return (text, *placeholders(large), state)
     last = records[-1]
     # The sliders follow the model; an API caller's larger value shows the last layer/head.
-    layer_i = min(as_int(layer, "layer", 1, 1000) - 1, config.n_decoder_layers - 1)
-    head_i = min(as_int(head, "head", 1, 1000) - 1, config.n_heads - 1)
+    layer_i = min(request.layer - 1, config.n_decoder_layers - 1)
+    head_i = min(request.head - 1, config.n_heads - 1)
     top = _chart(last, tokenizer, large)
     labels = figures.token_labels([tokenizer.id_to_token(i) or "?" for i in last.tokens])
     # The new query is the last token read: named as in the self-attention rows.

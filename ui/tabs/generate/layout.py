@@ -19,6 +19,7 @@ from .handlers import (
     step,
     strategy_controls,
 )
+from .request import INPUT_NAMES
 
 
 def build(
@@ -101,8 +102,12 @@ def build(
         )
         norms_plot = gr.Plot(label="Residual stream norms per position", show_label=False)
 
-    settings = [strategy, temperature, top_k, top_p, beam, max_tokens, seed]
-    inputs = [source, model_name, *settings, layer, head, large, session, state]
+    # The endpoints read their inputs in the order of INPUT_NAMES (request.read_inputs).
+    named = {"source": source, "model": model_name, "strategy": strategy}
+    named |= {"temperature": temperature, "top_k": top_k, "top_p": top_p, "beam": beam}
+    named |= {"max_tokens": max_tokens, "seed": seed, "layer": layer, "head": head}
+    named["large"] = large
+    inputs = [*(named[name] for name in INPUT_NAMES), session, state]
     outputs = [summary, top_plot, cross_plot, triangle_plot, lens_plot, norms_plot, state]
     for button, handler, api_name, extra in [
         (step_button, step, "generate_step", {}),
