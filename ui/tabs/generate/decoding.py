@@ -3,12 +3,16 @@ stops (the library's), what it cannot read, and the session's current decoding."
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from transformer.analysis import prompt_ids
 from transformer.checkpoint import Checkpoint
 from transformer.generation import DecodingSession, decoding_ends
+from transformer.pretrained import FAMILIES, PretrainedError, family_of, shipped_models
 from transformer.training.tasks import reference_target
 
-from ...state import GenerationState, ModelRegistry, SessionModels
+from ...state import TRAINED_HERE, GenerationState, ModelRegistry, SessionModels
 from .request import GenerateRequest
 
 RESTARTED = "settings changed — restarted"
@@ -33,6 +37,19 @@ def example_reference(source: str, task: str) -> str:
     return reference_target(task, source) or EXAMPLE_REFERENCES.get((source, task), "")
 
 
+def reference_for(
+    registry: ModelRegistry, source: str, name: str, session: SessionModels | None = None
+) -> str:
+    """The reference teacher forcing compares with once the source is ``source``: the model's
+    task's answer for it where the task knows one (or an example's own continuation), else
+    ``""``, so that a reference is never scored against another sentence than its own."""
+    try:
+        task = registry.checkpoint(name, session).info.get("task") or ""
+    except ValueError:  # a model that cannot be read: nothing to compare with
+        return ""
+    return example_reference((source or "").strip(), task)
+
+
 def cannot_generate(name: str, checkpoint: Checkpoint) -> str | None:
     """Why ``checkpoint`` cannot generate (an encoder-only model), or None if it can."""
     config = checkpoint.config
@@ -45,6 +62,46 @@ def cannot_generate(name: str, checkpoint: Checkpoint) -> str | None:
         "cannot write text token by token. Pick a model with a decoder (translate, reverse, "
         "continue, or a GPT-2 or Marian model given with `--model`) to generate."
     )
+
+
+def can_generate(registry: ModelRegistry, name: str, session: SessionModels | None = None) -> bool:
+    """Whether the model called ``name`` has a decoder, so that Generate's menu offers it.
+
+    Told without loading a pretrained model that is not read yet: its ``config.json`` is
+    mapped onto our configuration (no weights read). A model whose files cannot be read stays
+    offered, so that choosing it says why it cannot be used.
+    """
+    if name == TRAINED_HERE:
+        trained = session.trained if session is not None else None
+        return trained is None or trained.config.has_decoder
+    if name in registry.bundled.models:
+        return registry.bundled.models[name].config.has_decoder
+    if name in registry.pretrained:
+        return registry.pretrained[name].config.has_decoder
+    folder = _model_folder(registry, name)
+    if folder is None:
+        return True
+    try:
+        hf = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        return FAMILIES[family_of(hf)].config_from_hf(hf).has_decoder
+    except (OSError, ValueError, KeyError, TypeError, PretrainedError):
+        return True
+
+
+def _model_folder(registry: ModelRegistry, name: str) -> Path | None:
+    """The local folder of a pretrained model's menu name (a shipped model or a ``--model``
+    folder), or ``None`` (a hub id, or a model not installed)."""
+    spec = registry.sources.get(name)
+    if spec is not None:
+        path = Path(spec).expanduser()
+        return path if path.is_dir() else None
+    shipped = next((m for m in shipped_models() if m.name == name), None)
+    return shipped.folder if shipped is not None else None
+
+
+def generating_models(registry: ModelRegistry, session: SessionModels | None = None) -> list[str]:
+    """The models Generate's menu offers: those of the session's menu that can generate."""
+    return [name for name in registry.menu(session) if can_generate(registry, name, session)]
 
 
 def start_ids(checkpoint: Checkpoint, text: str) -> tuple[list[int], int | None, int | None]:
