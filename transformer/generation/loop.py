@@ -101,9 +101,9 @@ def last_query_rows(decoded: Decoded, row: int) -> tuple[np.ndarray, np.ndarray 
     self_rows = torch.stack([layer.self_attention.weights[row, :, -1] for layer in decoded.layers])
     cross = [layer.cross_attention for layer in decoded.layers]
     cross_rows = None
-    if all(record is not None for record in cross) and cross:
-        cross_rows = torch.stack([record.weights[row, :, -1] for record in cross])
-        cross_rows = cross_rows.float().cpu().numpy()
+    if cross and all(record is not None for record in cross):
+        stacked = torch.stack([record.weights[row, :, -1] for record in cross if record])
+        cross_rows = stacked.float().cpu().numpy()
     return self_rows.float().cpu().numpy(), cross_rows
 
 
@@ -203,7 +203,7 @@ class DecodingLoop:
             return
         for layer in cache.layers:
             kv = layer.self_attention
-            if kv.keys is not None:
+            if kv.keys is not None and kv.values is not None:
                 kv.keys = kv.keys.index_select(0, order)
                 kv.values = kv.values.index_select(0, order)
         if cache.real_keys is not None:
@@ -253,7 +253,7 @@ def greedy_batch(
             raise ValueError("an encoder-decoder model decodes from src (B, Ts), not prompts")
         if src.dim() != 2 or src.size(1) == 0:
             raise ValueError(f"src must be (batch, length) ids, got shape {tuple(src.shape)}")
-        if not is_int(bos_id):
+        if bos_id is None or not is_int(bos_id):
             raise ValueError(f"bos_id must be a token id, got {bos_id!r}")
         prefix = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
     else:
