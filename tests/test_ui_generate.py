@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import gradio as gr
+import plotly.graph_objects as go
 import pytest
 import torch
 
@@ -532,3 +533,28 @@ def test_a_new_source_replaces_the_reference_instead_of_scoring_the_old_one(regi
     summary, rows = generate.force_view(registry, "zzz qqq", "translate", "", session)
     assert rows == [] and "Enter a reference" in summary
     assert generate.reference_for(registry, "k d a", "reverse", session) == "a d k"
+
+
+def test_run_sends_every_steps_summary_but_throttles_the_figures(registry, monkeypatch):
+    from ui.tabs.generate import handlers
+
+    # Steps faster than the interval: figures go with the first and the last step only.
+    monkeypatch.setattr(handlers, "RUN_FIGURE_INTERVAL_S", 1e9)
+    updates = list(generate.run(registry, *GREEDY, 1, 1, False, SessionModels(), None))
+    records = updates[-1][-1].decoding.records
+    assert len(updates) == len(records) > 3
+    for n, (summary, *plots, _state) in enumerate(updates, start=1):
+        assert f"({n} step" in summary  # every step's summary is sent
+        if n in (1, len(updates)):
+            assert all(isinstance(plot, go.Figure) for plot in plots)
+        else:
+            assert all(plot == gr.skip() for plot in plots)  # left as the page shows them
+    # The last figures are those a Step to the same point draws.
+    session, state = SessionModels(), None
+    for _ in records:
+        *stepped, state = generate.step(registry, *GREEDY, 1, 1, False, session, state)
+    assert [p.to_json() for p in stepped[1:]] == [p.to_json() for p in updates[-1][1:-1]]
+    # With no interval every step sends its figures.
+    monkeypatch.setattr(handlers, "RUN_FIGURE_INTERVAL_S", 0.0)
+    updates = list(generate.run(registry, *GREEDY, 1, 1, False, SessionModels(), None))
+    assert all(isinstance(plot, go.Figure) for update in updates for plot in update[1:-1])

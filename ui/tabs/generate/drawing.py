@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import gradio as gr
+
 from transformer import figures
 from transformer.figures.generation import next_token_figure
 from transformer.figures.lens import logit_lens_figure, residual_norms_figure
-from transformer.generation import StepRecord
+from transformer.generation import DecodingSession, StepRecord
 
 from ...state import GenerationState, ModelRegistry, SessionModels
 from .decoding import unreadable_note
@@ -65,10 +67,13 @@ def draw(
     request: GenerateRequest,
     session: SessionModels,
     note: str = "",
+    *,
+    with_figures: bool = True,
 ) -> Drawn:
     """(summary, next-token chart, cross-attention of the new token, self-attention triangle,
     logit lens, residual norms, state) for the decoding so far, at the request's layer, head and
-    font; ``note`` (e.g. "settings changed — restarted") leads."""
+    font; ``note`` (e.g. "settings changed — restarted") leads. Without ``with_figures`` the
+    five figures are ``gr.skip()`` (left as the page shows them) and none is built."""
     large = request.large
     decoding = state.decoding
     checkpoint = registry.checkpoint(state.key[1], session)
@@ -85,10 +90,13 @@ def draw(
     # The sliders follow the model; an API caller's larger value shows the last layer/head.
     layer_i = min(request.layer - 1, config.n_decoder_layers - 1)
     head_i = min(request.head - 1, config.n_heads - 1)
-    top = _chart(last, tokenizer, large)
     labels = figures.token_labels([tokenizer.id_to_token(i) or "?" for i in last.tokens])
     # The new query is the last token read: named as in the self-attention rows.
     query = labels[len(last.tokens) - 1]
+    text = _summary(decoding, tokenizer, lead, query)
+    if not with_figures:  # a throttled step of Run: the figures stay as they are
+        return (text, *[gr.skip()] * 5, state)
+    top = _chart(last, tokenizer, large)
     if last.cross_attention is not None:
         cross = figures.cross_attention_step_figure(
             last.cross_attention[layer_i],
@@ -127,6 +135,13 @@ def draw(
     norms_plot = residual_norms_figure(
         decoding.residual_stream(), labels[: len(last.tokens)], large_font=large
     )
+    return text, top, cross, triangle, lens_plot, norms_plot, state
+
+
+def _summary(decoding: DecodingSession, tokenizer: Any, lead: list[str], query: str) -> str:
+    """The summary markdown of a decoding: output so far, the last choice, beams, the end."""
+    records = decoding.records
+    last = records[-1]
     output = tokenizer.decode(decoding.output_ids)
     n = len(records)
     lines = [
@@ -151,4 +166,4 @@ def draw(
         )
     if decoding.done:
         lines.append(f"**Finished** ({decoding.stop_reason}).")
-    return "\n\n".join(lines), top, cross, triangle, lens_plot, norms_plot, state
+    return "\n\n".join(lines)

@@ -19,6 +19,9 @@ from .decoding import RESTARTED, _restart, cannot_generate, current, start_ids, 
 from .drawing import Drawn, draw, placeholders
 from .request import read_inputs
 
+RUN_FIGURE_INTERVAL_S = 0.5
+"""Run to the end sends the figures at most this often (the summary follows every step)."""
+
 # The generation endpoints share one signature, their inputs in the order of
 # ``request.INPUT_NAMES`` (source, model name, the seven decoding controls, layer, head, large
 # font), then the session's models and its generation state: ``read_inputs`` reads them once.
@@ -63,7 +66,8 @@ def reset(registry: ModelRegistry, *inputs: Any) -> Drawn:
 @friendly
 @gpu
 def run(registry: ModelRegistry, *inputs: Any) -> Iterator[Drawn]:
-    """The ``/generate`` endpoint: step to the end, one update per step, pausing at the time
+    """The ``/generate`` endpoint: step to the end, one update per step (its figures throttled
+    to one set per ``RUN_FIGURE_INTERVAL_S``, the last step's always sent), pausing at the time
     limit of a run (``limits.GENERATION_TIME_LIMIT_S``).
 
     Each step holds the session's lock, so a Step pressed meanwhile takes its turn between two
@@ -81,12 +85,25 @@ def run(registry: ModelRegistry, *inputs: Any) -> Iterator[Drawn]:
     # gradio close this generator at its next yield: nothing runs on.
     limit = limits.GENERATION_TIME_LIMIT_S
     deadline = time.monotonic() + limit
+    figures_at = None  # when the figures were last sent
     while True:
         with state.lock:
             if state.decoding is not decoding or decoding.done:
                 return
             decoding.step()
-            drawn = draw(registry, state, request, session, note)
+            now = time.monotonic()
+            # Every step sends its summary; the five figures go at most every
+            # RUN_FIGURE_INTERVAL_S, and always with the first and the last step (a browser
+            # spends far longer drawing them than the model spends on a step).
+            full = (
+                figures_at is None
+                or decoding.done
+                or now > deadline
+                or now - figures_at >= RUN_FIGURE_INTERVAL_S
+            )
+            if full:
+                figures_at = now
+            drawn = draw(registry, state, request, session, note, with_figures=full)
         note = ""
         if time.monotonic() > deadline and not decoding.done:
             pause = (
