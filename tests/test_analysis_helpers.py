@@ -131,3 +131,71 @@ def test_parameter_groups_count_tied_tensors_once(tie):
 def test_the_new_names_are_exported():
     for name in ["what_if", "parameter_groups", "LiveTraining", "snapshot_checkpoint"]:
         assert name in transformer.__all__ and getattr(transformer, name)
+
+
+# -- start_decoding starts and stops where each family does ---------------------------------------
+
+
+def _hf_config(folder) -> dict:
+    import json
+
+    return json.loads((folder / "config.json").read_text())
+
+
+def test_start_decoding_a_marian_model_decodes_as_transformers_generate(hf_models):
+    transformers = pytest.importorskip("transformers")
+    folder = hf_models["marian"]
+    checkpoint = transformer.load_pretrained(folder)
+    tokenizer, model = checkpoint.tokenizer, checkpoint.model
+    hf = _hf_config(folder)
+    text = "w7 w23 w61 w4"
+    session, pieces = start_decoding(model, tokenizer, text, DecodingSettings(max_new_tokens=12))
+    # Marian's tokenizer ends every source with </s>; the decoder starts from its own start id.
+    source = [*tokenizer.encode_ids(text), hf["eos_token_id"]]
+    assert session.source == source and pieces[-1] == "</s>"
+    assert session.prefix == [hf["decoder_start_token_id"]]
+    assert session.eos_id == hf["eos_token_id"]
+    for _ in session.run():
+        pass
+    theirs = transformers.MarianMTModel.from_pretrained(folder).eval()
+    with torch.no_grad():
+        expected = theirs.generate(
+            torch.tensor([source]),
+            max_new_tokens=12,
+            do_sample=False,
+            num_beams=1,
+            bad_words_ids=[[hf["pad_token_id"]]],  # our decoding never writes padding
+        )
+    assert session.tokens == expected[0].tolist()
+
+
+def test_start_decoding_a_gpt2_model_continues_from_end_of_text(hf_models):
+    transformers = pytest.importorskip("transformers")
+    folder = hf_models["gpt2"]
+    checkpoint = transformer.load_pretrained(folder)
+    tokenizer, model = checkpoint.tokenizer, checkpoint.model
+    hf = _hf_config(folder)
+    text = "w5 w17 w42"
+    session, pieces = start_decoding(model, tokenizer, text, DecodingSettings(max_new_tokens=10))
+    prompt = [hf["bos_token_id"], *tokenizer.encode_ids(text)]
+    assert session.source == prompt and pieces[0] == "<|endoftext|>"
+    assert session.eos_id == hf["eos_token_id"]
+    for _ in session.run():
+        pass
+    theirs = transformers.GPT2LMHeadModel.from_pretrained(folder).eval()
+    with torch.no_grad():
+        expected = theirs.generate(
+            torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            max_new_tokens=10,
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=hf["eos_token_id"],
+        )
+    assert session.tokens == expected[0].tolist()
+
+
+def test_start_decoding_refuses_an_encoder_only_model(hf_models):
+    checkpoint = transformer.load_pretrained(hf_models["bert"])
+    with pytest.raises(ValueError, match="no decoder"):
+        start_decoding(checkpoint.model, checkpoint.tokenizer, "w5", DecodingSettings())

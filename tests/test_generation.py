@@ -642,3 +642,51 @@ def test_ids_are_checked_once_per_sequence_not_once_per_step(architecture, use_c
         inputs = {"src": rows} if architecture == "encoder-decoder" else {"prompts": rows}
         greedy_batch(model, **inputs, eos_id=None, max_new_tokens=12)
         assert check.call_count == (2 if architecture == "encoder-decoder" else 1)
+
+
+# -- the lens and the residual stream come from each step's own pass ------------------------------
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_each_steps_lens_and_stream_equal_a_full_pass_over_what_it_read(
+    architecture, strategy, use_cache
+):
+    model = model_for(architecture, norm="pre")
+    session = run(
+        model, eos_id=None, max_new_tokens=6, strategy=strategy, beam_width=3,
+        use_cache=use_cache, capture_lens=True, lens_top_k=4,
+    )  # fmt: skip
+    src = torch.tensor([SOURCE]) if architecture == "encoder-decoder" else None
+    for step, record in enumerate(session.records):
+        with torch.no_grad():
+            trace = model(src, torch.tensor([record.tokens]), capture=True)
+        layers = trace.decoder_layers
+        # The lens by hand: every layer's output at the last position read (and the input, a
+        # pre-LN stack), through the final LayerNorm and the generator, [PAD] excluded.
+        hidden = torch.stack([layers[0].input[0, -1], *(la.output[0, -1] for la in layers)])
+        norm = model.decoder.final_norm
+        hidden = torch.nn.functional.layer_norm(
+            hidden, hidden.shape[-1:], norm.weight, norm.bias, norm.eps
+        )
+        logits = hidden @ model.generator.proj.weight.T + model.generator.proj.bias
+        logits[:, PAD_ID] = float("-inf")
+        probs = logits.softmax(-1)
+        lens = record.lens
+        assert lens.layers == [0, 1, 2]
+        torch.testing.assert_close(lens.top_probs, probs.topk(4).values, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(lens.chosen_prob, probs[:, record.chosen_id], atol=1e-5, rtol=0)
+        # The last row is the step's own distribution.
+        assert lens.top_ids[-1].tolist() == record.top_ids[:4]
+        # The stream: ‖x‖ at the input and after every sub-layer, at every position read.
+        stream = session.residual_stream(step)
+        rows = [layers[0].input[0]]
+        for layer in layers:
+            rows += [layer.self_attention_output[0]]
+            if layer.cross_attention_output is not None:
+                rows += [layer.cross_attention_output[0]]
+            rows += [layer.feed_forward_output[0]]
+        expected = torch.stack([row.pow(2).sum(-1).sqrt() for row in rows])
+        assert stream.stream.shape == (len(rows), len(record.tokens))
+        torch.testing.assert_close(stream.stream, expected, atol=1e-4, rtol=1e-4)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import gradio as gr
+import plotly.graph_objects as go
 import pytest
 import torch
 
@@ -467,3 +468,93 @@ def test_every_generate_example_brings_a_reference_its_model_reads():
         assert reference, f"example {source!r} has no teacher-forcing reference"
         if task == "continue":  # prompt + continuation is one sentence of the task's grammar
             assert is_toy_english(f"{source} {reference}")
+
+
+# -- the menu offers only models that can generate; a new source brings its own reference ---------
+
+
+def _built_tab(registry: ModelRegistry) -> tuple[gr.Blocks, dict]:
+    """The Generate tab laid out alone (no page around it), and its components by label."""
+    with gr.Blocks() as demo:
+        large = gr.Checkbox(False)
+        session = gr.State(SessionModels())
+        generate.build(registry, large, session)
+    by_label = {getattr(b, "label", None): b for b in demo.blocks.values()}
+    return demo, by_label
+
+
+def test_the_model_menu_offers_only_models_that_can_generate(hf_models):
+    import ui.demo as demo_module
+
+    folders = [str(hf_models[family]) for family in ("bert", "gpt2", "marian")]
+    registry = ModelRegistry(torch.device("cpu"), extra_models=folders)
+    bert, gpt2, marian = (registry.menu_name(f) for f in folders)
+    _demo, by_label = _built_tab(registry)
+    offered = [value for _label, value in by_label["Model"].choices]
+    # MiniLM (shipped) and a BERT folder have no decoder: neither is offered, before or after
+    # they are loaded; the decoder models are.
+    assert "all-MiniLM-L6-v2" not in offered and bert not in offered
+    assert {"translate", "reverse", "continue", gpt2, marian} <= set(offered)
+    assert not registry.pretrained  # the menu was made without reading any weights
+    registry.checkpoint(bert, None)
+    fresh = SessionModels()
+    (menu,) = demo_module.model_menus(
+        registry, fresh, "translate", offers=demo_module.MENU_OFFERS["generate"]
+    )
+    assert bert not in menu["choices"] and gpt2 in menu["choices"]
+    assert "all-MiniLM-L6-v2" not in menu["choices"]
+    # Once the session trained a model with a decoder, it is offered too.
+    fresh.trained = registry.checkpoint("reverse", None)
+    (menu,) = demo_module.model_menus(
+        registry, fresh, "translate", offers=demo_module.MENU_OFFERS["generate"]
+    )
+    assert menu["choices"][-1] == TRAINED_HERE
+
+
+def test_a_new_source_replaces_the_reference_instead_of_scoring_the_old_one(registry):
+    demo, by_label = _built_tab(registry)
+    source = by_label["Source sentence (or prompt for 'continue')"]
+    reference = by_label["Reference (the translation, or the continuation of the prompt)"]
+    # Changing the source updates the reference box (then teacher forcing runs on the new pair).
+    wired = [
+        dep
+        for dep in demo.config["dependencies"]
+        if [source._id, "change"] in [list(t) for t in dep["targets"]]
+        and reference._id in dep["outputs"]
+    ]
+    assert wired, "a source change leaves the old reference in place"
+    session = SessionModels()
+    old = generate.example_reference("the small cat sees a red ball", "translate")
+    new_source = "a big dog never eats the old cake"
+    new = generate.reference_for(registry, new_source, "translate", session)
+    assert new == generate.example_reference(new_source, "translate") != old
+    # A source whose answer the task does not know clears it: nothing is scored.
+    assert generate.reference_for(registry, "zzz qqq", "translate", session) == ""
+    summary, rows = generate.force_view(registry, "zzz qqq", "translate", "", session)
+    assert rows == [] and "Enter a reference" in summary
+    assert generate.reference_for(registry, "k d a", "reverse", session) == "a d k"
+
+
+def test_run_sends_every_steps_summary_but_throttles_the_figures(registry, monkeypatch):
+    from ui.tabs.generate import handlers
+
+    # Steps faster than the interval: figures go with the first and the last step only.
+    monkeypatch.setattr(handlers, "RUN_FIGURE_INTERVAL_S", 1e9)
+    updates = list(generate.run(registry, *GREEDY, 1, 1, False, SessionModels(), None))
+    records = updates[-1][-1].decoding.records
+    assert len(updates) == len(records) > 3
+    for n, (summary, *plots, _state) in enumerate(updates, start=1):
+        assert f"({n} step" in summary  # every step's summary is sent
+        if n in (1, len(updates)):
+            assert all(isinstance(plot, go.Figure) for plot in plots)
+        else:
+            assert all(plot == gr.skip() for plot in plots)  # left as the page shows them
+    # The last figures are those a Step to the same point draws.
+    session, state = SessionModels(), None
+    for _ in records:
+        *stepped, state = generate.step(registry, *GREEDY, 1, 1, False, session, state)
+    assert [p.to_json() for p in stepped[1:]] == [p.to_json() for p in updates[-1][1:-1]]
+    # With no interval every step sends its figures.
+    monkeypatch.setattr(handlers, "RUN_FIGURE_INTERVAL_S", 0.0)
+    updates = list(generate.run(registry, *GREEDY, 1, 1, False, SessionModels(), None))
+    assert all(isinstance(plot, go.Figure) for update in updates for plot in update[1:-1])

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from torch import Tensor
 
-from .generation import DecodingSession, DecodingSettings
+from .generation import DecodingSession, DecodingSettings, decoding_ends, source_ends_with_eos
 from .inspection import Analysis
 from .interventions import Intervention
 from .model import Transformer, count_parameters
@@ -123,24 +123,47 @@ def reference_targets(
 
 
 def prompt_ids(model: Transformer, tokenizer: Tokenizer, text: str) -> list[int]:
-    """The ids a decoding starts from: the source sentence of an encoder-decoder model, or the
-    prompt of a decoder-only model (which begins with ``[BOS]``, as in training)."""
+    """The ids a decoding starts from, as each family was trained to read them: the source
+    sentence of an encoder-decoder model (ending with the model's own end id where its
+    configuration names one: Marian's ``</s>``), or the prompt of a decoder-only model (which
+    begins with the tokenizer's ``[BOS]`` when it has one, as in training; GPT-2's is
+    ``<|endoftext|>``)."""
     if not (text or "").strip():
         raise ValueError("enter a source sentence (or a prompt) first")
-    return tokenizer.encode_ids(text, add_bos=model.config.architecture == "decoder-only")
+    config = model.config
+    if not config.has_decoder:
+        raise ValueError(f"a {config.architecture} model has no decoder, so it cannot generate")
+    decoder_only = config.architecture == "decoder-only"
+    ids = tokenizer.encode_ids(text, add_bos=decoder_only and tokenizer.bos_id is not None)
+    _start, end = decoding_ends(config, tokenizer.bos_id, tokenizer.eos_id)
+    if source_ends_with_eos(config) and end is not None and ids[-1:] != [end]:
+        ids.append(end)
+    if not ids:
+        raise ValueError("the text gives no tokens: enter a source sentence (or a prompt)")
+    return ids
 
 
 def start_decoding(
     model: Transformer, tokenizer: Tokenizer, text: str, settings: DecodingSettings
 ) -> tuple[DecodingSession, list[str]]:
-    """A step-by-step :class:`DecodingSession` from text, and the pieces of its source/prompt."""
+    """A step-by-step :class:`DecodingSession` from text, and the pieces of its source/prompt.
+
+    Works for every model with a decoder: it starts and stops where the model says
+    (:func:`~transformer.generation.decoding_ends`: Marian's own start id and ``</s>``), else at
+    the tokenizer's [BOS]/[EOS] (the bundled models; GPT-2's ``<|endoftext|>``)."""
     ids = prompt_ids(model, tokenizer, text)
+    start, end = decoding_ends(model.config, tokenizer.bos_id, tokenizer.eos_id)
+    if model.config.has_encoder and start is None:
+        raise ValueError(
+            "neither the model nor its tokenizer names the decoder's first id: give the model "
+            "a decoder_start_id or the tokenizer a [BOS] token"
+        )
     session = DecodingSession(
         model,
         ids,
         settings,
-        bos_id=tokenizer.bos_id,
-        eos_id=tokenizer.eos_id,
+        bos_id=start,
+        eos_id=end,
         decode_token=lambda i: tokenizer.id_to_token(i) or "?",
     )
     return session, [tokenizer.id_to_token(i) or "?" for i in ids]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .generation import greedy_batch, never_generated, without_padding
+from .generation import decoding_ends, greedy_batch, never_generated, without_padding
 from .interventions import NO_INTERVENTION, Intervention
 from .model import Transformer
 from .special import PAD_ID
@@ -143,8 +143,7 @@ def _analyse(
         # An answer much longer than its source is babble: stop it early (each step costs time).
         limit = min(config.max_len - 1, 2 * src.size(1) + 8)
         # Pretrained models name their own start and end ids (Marian starts from <pad>).
-        bos = config.decoder_start_id if config.decoder_start_id is not None else tokenizer.bos_id
-        eos = config.eos_id if config.eos_id is not None else tokenizer.eos_id
+        bos, eos = decoding_ends(config, tokenizer.bos_id, tokenizer.eos_id)
         generated = greedy_batch(model, src, bos_id=bos, eos_id=eos, max_new_tokens=limit)
         targets = pad([[bos, *row] for row in generated], config.pad_id)
     targets = targets.to(device)

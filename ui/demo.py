@@ -177,13 +177,30 @@ def _wire_views(
         for tab in tabs.children:
             if getattr(tab, "id", None) == view.slug:
                 tab.select(functools.partial(str, view.slug), None, views.current, **private)
+
     # The model menus offer "trained here" only once the session has trained a model: fitted
     # when the page opens and whenever a tab is opened (training happens in another tab).
-    menus = [view.controls[key] for view in tab_views for key in MENU_KEYS if key in view.controls]
-    fit = functools.partial(model_menus, registry)
-    demo.load(fit, [session, *menus], menus, **private)
-    for tab in tabs.children:
-        tab.select(fit, [session, *menus], menus, **private)
+    # Generate's menu offers only the models that can generate (generate.generating_models).
+    def menus_of(slugs: set[str], inside: bool) -> list[gr.Component]:
+        return [
+            view.controls[key]
+            for view in tab_views
+            if (view.slug in slugs) == inside
+            for key in MENU_KEYS
+            if key in view.controls
+        ]
+
+    fitted = [(menus_of(set(MENU_OFFERS), False), functools.partial(model_menus, registry))]
+    for slug, offers in MENU_OFFERS.items():
+        fitted.append(
+            (menus_of({slug}, True), functools.partial(model_menus, registry, offers=offers))
+        )
+    for menus, fit in fitted:
+        if not menus:
+            continue
+        demo.load(fit, [session, *menus], menus, **private)
+        for tab in tabs.children:
+            tab.select(fit, [session, *menus], menus, **private)
     tour.wire(start, views)
     make_link.click(
         lambda base, *values: gr.Textbox(value=views.link(base, *values), visible=True),
@@ -217,10 +234,22 @@ def _configure_queue(demo: gr.Blocks, default_concurrency_limit: int, max_size: 
 MENU_KEYS = ("model", "learned_of")  # the controls of the tabs that choose among all models
 
 
-def model_menus(registry: ModelRegistry, session: SessionModels | None, *values: str) -> tuple:
-    """Each model menu's choices for this session (see ``ModelRegistry.menu``); a value is set
-    only where the menu no longer offers it, so a view being restored keeps its model."""
-    names = registry.menu(session)
+# Tabs whose model menu offers only some models: the function lists them for a session.
+MENU_OFFERS: dict[str, Callable[[ModelRegistry, SessionModels | None], list[str]]] = {
+    "generate": generate.generating_models
+}
+
+
+def model_menus(
+    registry: ModelRegistry,
+    session: SessionModels | None,
+    *values: str,
+    offers: Callable[[ModelRegistry, SessionModels | None], list[str]] | None = None,
+) -> tuple:
+    """Each model menu's choices for this session (see ``ModelRegistry.menu``, or ``offers``
+    for a menu that offers only some); a value is set only where the menu no longer offers it,
+    so a view being restored keeps its model."""
+    names = registry.menu(session) if offers is None else offers(registry, session)
     return tuple(
         gr.update(choices=names) if value in names else gr.update(choices=names, value=names[0])
         for value in values

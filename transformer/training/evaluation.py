@@ -1,8 +1,10 @@
 """Metrics of a trained model on a task split: exact match, token accuracy, and for the
 decoder-only task the share of continuations that stay grammatical.
 
-Greedy outputs come from :func:`transformer.generation.greedy_batch`, the generation module's
-greedy step run over a batch; every model runs in eval mode and gets its training flag back.
+Greedy outputs come from :func:`transformer.generation.greedy_batch`, the project's one decoding
+loop run over a batch, starting and stopping where the model says
+(:func:`transformer.generation.decoding_ends`); every model runs in eval mode and gets its
+training flag back.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..generation import greedy_batch, without_padding
+from ..generation import decoding_ends, greedy_batch, without_padding
 from ..model import Transformer
 from ..text.tokenization import Tokenizer
 from ..util import eval_mode
@@ -88,8 +90,8 @@ def _eos_of(batch: Batch) -> int:
 def exact_match(
     model: Transformer,
     pairs: Sequence[EncodedPair],
-    bos_id: int,
-    eos_id: int,
+    bos_id: int | None,
+    eos_id: int | None,
     batch_size: int = 128,
 ) -> float:
     """Fraction of pairs whose greedy output equals the reference target exactly."""
@@ -149,8 +151,8 @@ def evaluate_model(
         metrics["grammatical"] = continuation_grammaticality(model, tokenizer, examples[:200])
     else:
         metrics["token_accuracy"] = teacher_forced["token_accuracy"]
-        metrics["exact_match"] = exact_match(
-            model, pairs, tokenizer.bos_id, tokenizer.eos_id, batch_size
-        )
+        # Decoding starts and ends where the model says (decoding_ends), as in the app.
+        bos, eos = decoding_ends(model.config, tokenizer.bos_id, tokenizer.eos_id)
+        metrics["exact_match"] = exact_match(model, pairs, bos, eos, batch_size)
     metrics["examples"] = len(examples)
     return metrics

@@ -7,18 +7,20 @@ family (which continue a prompt) and the Marian family (which translate, decodin
 model's own start token and stopping at its end token). An encoder-only model (BERT, MiniLM)
 cannot generate: the tab says so and disables its buttons.
 
-Modules: ``decoding``, ``drawing``, ``handlers``, ``layout``."""
+Modules: ``request`` (the controls read once), ``decoding``, ``drawing``, ``handlers``,
+``layout``."""
 
 from __future__ import annotations
 
 from .decoding import (
     EXAMPLES,
     RESTARTED,
-    TOP_K_SHOWN,
+    can_generate,
     cannot_generate,
     current,
-    decoding_settings,
     example_reference,
+    generating_models,
+    reference_for,
     start,
     start_ids,
     unreadable,
@@ -38,14 +40,18 @@ from .handlers import (
     strategy_controls,
 )
 from .layout import build
+from .request import INPUT_NAMES, TOP_K_SHOWN, GenerateRequest, decoding_settings, read_inputs
 
 __all__ = [
     "EXAMPLES",
+    "INPUT_NAMES",
     "RESTARTED",
     "TOP_K_SHOWN",
     "Drawn",
+    "GenerateRequest",
     "back",
     "build",
+    "can_generate",
     "cannot_generate",
     "current",
     "decoding_settings",
@@ -54,9 +60,12 @@ __all__ = [
     "first_step",
     "force",
     "force_view",
+    "generating_models",
     "model_controls",
     "placeholders",
+    "read_inputs",
     "redraw",
+    "reference_for",
     "reset",
     "run",
     "start",

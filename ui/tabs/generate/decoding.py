@@ -1,23 +1,20 @@
-"""Starting and restarting a decoding: the UI's controls as decoding settings, where a
-model starts and stops, what it cannot read, and the session's current decoding."""
+"""Starting and restarting a decoding: which models can generate, where a model starts and
+stops (the library's), what it cannot read, and the session's current decoding."""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from pathlib import Path
 
-from transformer.analysis import prompt_ids
+from transformer.analysis import prompt_ids, unreadable_characters
 from transformer.checkpoint import Checkpoint
-from transformer.generation import (
-    MAX_NEW_TOKENS,
-    DecodingSession,
-    DecodingSettings,
-)
+from transformer.generation import DecodingSession, decoding_ends
+from transformer.pretrained import FAMILIES, PretrainedError, family_of, shipped_models
 from transformer.training.tasks import reference_target
 
-from ...inputs import as_float, as_int
-from ...state import GenerationState, ModelRegistry, SessionModels
+from ...state import TRAINED_HERE, GenerationState, ModelRegistry, SessionModels
+from .request import GenerateRequest
 
-TOP_K_SHOWN = 10  # bars in the next-token chart
 RESTARTED = "settings changed — restarted"
 
 # (source, model, strategy); the teacher-forcing reference is each task's own answer.
@@ -40,22 +37,17 @@ def example_reference(source: str, task: str) -> str:
     return reference_target(task, source) or EXAMPLE_REFERENCES.get((source, task), "")
 
 
-def decoding_settings(
-    strategy: str, temperature: Any, top_k: Any, top_p: Any, beam: Any, max_tokens: Any, seed: Any
-) -> DecodingSettings:
-    """The UI's decoding controls as validated ``DecodingSettings`` (top-k 0 and top-p 1 = off)."""
-    top_p_value = as_float(top_p if top_p is not None else 1.0, "top-p", 0.0, 1.0)
-    return DecodingSettings(
-        strategy=strategy,
-        temperature=as_float(temperature, "temperature", 0.0, 100.0),
-        top_k=as_int(top_k, "top-k", 0, 1000) or None,
-        top_p=None if top_p_value >= 1.0 else top_p_value,
-        beam_width=as_int(beam, "beam width", 1, 16),
-        max_new_tokens=as_int(max_tokens, "max tokens", 1, MAX_NEW_TOKENS),
-        seed=as_int(seed, "seed", 0, 2**31 - 1),
-        capture_attention=True,
-        top_k_shown=TOP_K_SHOWN,
-    )
+def reference_for(
+    registry: ModelRegistry, source: str, name: str, session: SessionModels | None = None
+) -> str:
+    """The reference teacher forcing compares with once the source is ``source``: the model's
+    task's answer for it where the task knows one (or an example's own continuation), else
+    ``""``, so that a reference is never scored against another sentence than its own."""
+    try:
+        task = registry.checkpoint(name, session).info.get("task") or ""
+    except ValueError:  # a model that cannot be read: nothing to compare with
+        return ""
+    return example_reference((source or "").strip(), task)
 
 
 def cannot_generate(name: str, checkpoint: Checkpoint) -> str | None:
@@ -72,41 +64,60 @@ def cannot_generate(name: str, checkpoint: Checkpoint) -> str | None:
     )
 
 
-def start_ids(checkpoint: Checkpoint, text: str) -> tuple[list[int], int | None, int | None]:
-    """(source or prompt ids, the decoder's first id, the end id) for a decoding from ``text``.
+def can_generate(registry: ModelRegistry, name: str, session: SessionModels | None = None) -> bool:
+    """Whether the model called ``name`` has a decoder, so that Generate's menu offers it.
 
-    The model's own configuration decides where decoding starts and ends when it says
-    (Marian: ``decoder_start_id``, ``eos_id``), else the tokenizer's [BOS]/[EOS]. A Marian
-    source ends with its end token, as Marian's tokenizer writes it; a decoder-only prompt
-    starts with [BOS] when the tokenizer has one (GPT-2: ``<|endoftext|>``).
+    Told without loading a pretrained model that is not read yet: its ``config.json`` is
+    mapped onto our configuration (no weights read). A model whose files cannot be read stays
+    offered, so that choosing it says why it cannot be used.
     """
-    model, tokenizer, config = checkpoint.model, checkpoint.tokenizer, checkpoint.config
-    if config.architecture == "decoder-only" and tokenizer.bos_id is None:
-        if not (text or "").strip():
-            raise ValueError("enter a prompt first")
-        ids = tokenizer.encode_ids(text)
-    else:
-        ids = prompt_ids(model, tokenizer, text)
-    bos = config.decoder_start_id if config.decoder_start_id is not None else tokenizer.bos_id
-    eos = config.eos_id if config.eos_id is not None else tokenizer.eos_id
-    if checkpoint.info.get("family") == "marian" and eos is not None and ids[-1:] != [eos]:
-        ids.append(eos)
-    if not ids:
-        raise ValueError("the text gives no tokens: enter a source sentence (or a prompt)")
+    if name == TRAINED_HERE:
+        trained = session.trained if session is not None else None
+        return trained is None or trained.config.has_decoder
+    if name in registry.bundled.models:
+        return registry.bundled.models[name].config.has_decoder
+    if name in registry.pretrained:
+        return registry.pretrained[name].config.has_decoder
+    folder = _model_folder(registry, name)
+    if folder is None:
+        return True
+    try:
+        hf = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        return FAMILIES[family_of(hf)].config_from_hf(hf).has_decoder
+    except (OSError, ValueError, KeyError, TypeError, PretrainedError):
+        return True
+
+
+def _model_folder(registry: ModelRegistry, name: str) -> Path | None:
+    """The local folder of a pretrained model's menu name (a shipped model or a ``--model``
+    folder), or ``None`` (a hub id, or a model not installed)."""
+    spec = registry.sources.get(name)
+    if spec is not None:
+        path = Path(spec).expanduser()
+        return path if path.is_dir() else None
+    shipped = next((m for m in shipped_models() if m.name == name), None)
+    return shipped.folder if shipped is not None else None
+
+
+def generating_models(registry: ModelRegistry, session: SessionModels | None = None) -> list[str]:
+    """The models Generate's menu offers: those of the session's menu that can generate."""
+    return [name for name in registry.menu(session) if can_generate(registry, name, session)]
+
+
+def start_ids(checkpoint: Checkpoint, text: str) -> tuple[list[int], int | None, int | None]:
+    """(source or prompt ids, the decoder's first id, the end id) for a decoding from ``text``:
+    where each family starts and stops is the library's (:func:`transformer.analysis.prompt_ids`,
+    :func:`transformer.generation.decoding_ends`)."""
+    tokenizer = checkpoint.tokenizer
+    ids = prompt_ids(checkpoint.model, tokenizer, text)
+    bos, eos = decoding_ends(checkpoint.config, tokenizer.bos_id, tokenizer.eos_id)
     return ids, bos, eos
 
 
 def unreadable(checkpoint: Checkpoint, text: str) -> list[str]:
-    """The characters of ``text`` that the model's tokenizer maps to its unknown token."""
-    tokenizer = checkpoint.tokenizer
-    unk = tokenizer.unk_id
-    if unk is None or not (text or "").strip():
-        return []
-    chars: list[str] = []
-    for record in tokenizer.encode(text, add_special_tokens=False):
-        if record.id == unk:
-            chars += [c for c in text[record.start : record.end] if not c.isspace()]
-    return list(dict.fromkeys(chars))
+    """The characters of ``text`` that the model's tokenizer maps to its unknown token (the
+    library's :func:`transformer.analysis.unreadable_characters`, as the other tabs say it)."""
+    return unreadable_characters(checkpoint.tokenizer, text)
 
 
 def unreadable_note(checkpoint: Checkpoint, text: str) -> str:
@@ -124,44 +135,52 @@ def unreadable_note(checkpoint: Checkpoint, text: str) -> str:
 
 
 def _restart(
-    registry: ModelRegistry, state: GenerationState, session: SessionModels, key: tuple
+    registry: ModelRegistry,
+    state: GenerationState,
+    session: SessionModels,
+    request: GenerateRequest,
 ) -> None:
-    """Start ``state`` afresh from ``key`` = (source, model name, *decoding controls), in place
-    (the session keeps one state object, and with it its lock)."""
-    source, name, *settings = key
-    checkpoint = registry.checkpoint(name, session)
-    reason = cannot_generate(name, checkpoint)
+    """Start ``state`` afresh from ``request``, in place (the session keeps one state object,
+    and with it its lock)."""
+    checkpoint = registry.checkpoint(request.model, session)
+    reason = cannot_generate(request.model, checkpoint)
     if reason is not None:
         raise ValueError(reason.replace("**", "'").replace("`", ""))
-    ids, bos, eos = start_ids(checkpoint, source)
+    ids, bos, eos = start_ids(checkpoint, request.source)
     tokenizer = checkpoint.tokenizer
     state.decoding = DecodingSession(
         checkpoint.model,
         ids,
-        decoding_settings(*settings),
-        bos_id=bos if bos is not None else 0,
+        request.settings,
+        bos_id=bos,
         eos_id=eos,
         decode_token=lambda i: tokenizer.id_to_token(i) or "?",
     )
-    state.key = key
+    state.key = request.key
     state.source_pieces = [tokenizer.id_to_token(i) or "?" for i in ids]
 
 
-def start(registry: ModelRegistry, session: SessionModels, key: tuple) -> GenerationState:
-    """A new decoding from ``key`` = (source, model name, *decoding controls)."""
+def start(
+    registry: ModelRegistry, session: SessionModels, request: GenerateRequest
+) -> GenerationState:
+    """A new decoding from ``request``."""
     state = GenerationState()
-    _restart(registry, state, session, key)
+    _restart(registry, state, session, request)
     return state
 
 
 def current(
-    registry: ModelRegistry, state: GenerationState | None, session: SessionModels, key: tuple
+    registry: ModelRegistry,
+    state: GenerationState | None,
+    session: SessionModels,
+    request: GenerateRequest,
 ) -> tuple[GenerationState, str]:
     """The session's decoding, restarted if there is none, any input changed, or the model
     behind its name is another one now (a retrained "trained here"); with a note saying why
     when a decoding in progress was restarted (``""`` otherwise). Call with the state's lock."""
     state = state if state is not None else GenerationState()
-    checkpoint = registry.checkpoint(key[1], session)
+    key = request.key
+    checkpoint = registry.checkpoint(request.model, session)
     decoding = state.decoding
     if decoding is not None and state.key == key and decoding.model is checkpoint.model:
         return state, ""
@@ -173,5 +192,5 @@ def current(
             note = "input changed — restarted"
         else:
             note = "the model was retrained — restarted"
-    _restart(registry, state, session, key)
+    _restart(registry, state, session, request)
     return state, note

@@ -4,85 +4,22 @@ the residual stream's norms."""
 
 from __future__ import annotations
 
-import weakref
-from dataclasses import dataclass
 from typing import Any
 
-import torch
+import gradio as gr
 
 from transformer import figures
-from transformer.checkpoint import Checkpoint
 from transformer.figures.generation import next_token_figure
 from transformer.figures.lens import logit_lens_figure, residual_norms_figure
-from transformer.generation import DecodingSession, StepRecord, never_generated
-from transformer.lens import (
-    LogitLens,
-    ResidualNorms,
-    input_is_comparable,
-    logit_lens,
-    residual_norms,
-)
-from transformer.model import Encoded
-from transformer.trace import Trace
-from transformer.util import eval_mode
+from transformer.generation import DecodingSession, StepRecord
 
-from ...inputs import as_int
 from ...state import GenerationState, ModelRegistry, SessionModels
 from .decoding import unreadable_note
+from .request import GenerateRequest
 
 # (summary, next-token chart, cross-attention, self-attention triangle, logit lens, residual
 # norms, state)
 Drawn = tuple[str, Any, Any, Any, Any, Any, GenerationState]
-LENS_TOP_K = 5  # columns of the logit lens
-
-
-@dataclass
-class StepLens:
-    """The logit lens of one step (at the position that produced its token, following the
-    chosen token) and the decoder's residual-stream norms at every position read so far;
-    with the source's encoding, computed once per decoding."""
-
-    tokens: tuple[int, ...]
-    lens: LogitLens
-    norms: ResidualNorms
-    encoded: Encoded | None = None
-
-
-# One step's lens per decoding, so that a redraw (layer, head, font) runs no model. Weak keys:
-# an entry goes when its decoding does.
-_LENS_CACHE: weakref.WeakKeyDictionary[DecodingSession, StepLens] = weakref.WeakKeyDictionary()
-
-
-def step_lens(checkpoint: Checkpoint, decoding: DecodingSession, record: StepRecord) -> StepLens:
-    """The logit lens and residual norms of ``record``: one captured pass of the decoder over
-    the tokens the step read (against the source's encoding, for an encoder-decoder model), the
-    lens read at the last of them (the position whose output chose the token), with [PAD]
-    excluded as the step excluded it, so that the last layer's row is the step's own
-    distribution."""
-    tokens = tuple(record.tokens)
-    cached = _LENS_CACHE.get(decoding)
-    if cached is not None and cached.tokens == tokens:
-        return cached
-    model, config = checkpoint.model, checkpoint.config
-    device = model.device
-    with torch.inference_mode(), eval_mode(model):
-        encoded = cached.encoded if cached is not None else None
-        if config.has_encoder and encoded is None:
-            encoded = model.encode(torch.tensor([decoding.source], device=device))
-        decoded = model.decode(torch.tensor([tokens], device=device), encoded, capture=True)
-    trace = Trace(config=config, logits=decoded.logits, decoder_layers=decoded.layers)
-    lens = logit_lens(
-        model,
-        trace,
-        len(tokens) - 1,
-        top_k=LENS_TOP_K,
-        chosen=record.chosen_id,
-        include_input=input_is_comparable(config),
-        exclude=never_generated(config),
-    )
-    result = StepLens(tokens, lens, residual_norms(trace, "decoder"), encoded)
-    _LENS_CACHE[decoding] = result
-    return result
 
 
 def _chart(record: StepRecord, tokenizer: Any, large: bool) -> Any:
@@ -127,15 +64,17 @@ def placeholders(large: bool, text: str = "press Step to generate the first toke
 def draw(
     registry: ModelRegistry,
     state: GenerationState,
-    layer: Any,
-    head: Any,
-    large: bool,
+    request: GenerateRequest,
     session: SessionModels,
     note: str = "",
+    *,
+    with_figures: bool = True,
 ) -> Drawn:
     """(summary, next-token chart, cross-attention of the new token, self-attention triangle,
-    logit lens, residual norms, state) for the decoding so far; ``note`` (e.g. "settings
-    changed — restarted") leads."""
+    logit lens, residual norms, state) for the decoding so far, at the request's layer, head and
+    font; ``note`` (e.g. "settings changed — restarted") leads. Without ``with_figures`` the
+    five figures are ``gr.skip()`` (left as the page shows them) and none is built."""
+    large = request.large
     decoding = state.decoding
     checkpoint = registry.checkpoint(state.key[1], session)
     tokenizer, config = checkpoint.tokenizer, checkpoint.config
@@ -149,12 +88,15 @@ def draw(
         return (text, *placeholders(large), state)
     last = records[-1]
     # The sliders follow the model; an API caller's larger value shows the last layer/head.
-    layer_i = min(as_int(layer, "layer", 1, 1000) - 1, config.n_decoder_layers - 1)
-    head_i = min(as_int(head, "head", 1, 1000) - 1, config.n_heads - 1)
-    top = _chart(last, tokenizer, large)
+    layer_i = min(request.layer - 1, config.n_decoder_layers - 1)
+    head_i = min(request.head - 1, config.n_heads - 1)
     labels = figures.token_labels([tokenizer.id_to_token(i) or "?" for i in last.tokens])
     # The new query is the last token read: named as in the self-attention rows.
     query = labels[len(last.tokens) - 1]
+    text = _summary(decoding, tokenizer, lead, query)
+    if not with_figures:  # a throttled step of Run: the figures stay as they are
+        return (text, *[gr.skip()] * 5, state)
+    top = _chart(last, tokenizer, large)
     if last.cross_attention is not None:
         cross = figures.cross_attention_step_figure(
             last.cross_attention[layer_i],
@@ -182,15 +124,24 @@ def draw(
         layer=layer_i + 1,
         large_font=large,
     )
-    viewed = step_lens(checkpoint, decoding, last)
+    # The lens and the stream were recorded from the steps' own passes: a redraw runs no model.
     lens_plot = logit_lens_figure(
-        viewed.lens,
+        last.lens,
         lambda i: tokenizer.id_to_token(i) or "?",
         position_label=query,
         chosen_label=last.chosen_label,
         large_font=large,
     )
-    norms_plot = residual_norms_figure(viewed.norms, labels[: len(last.tokens)], large_font=large)
+    norms_plot = residual_norms_figure(
+        decoding.residual_stream(), labels[: len(last.tokens)], large_font=large
+    )
+    return text, top, cross, triangle, lens_plot, norms_plot, state
+
+
+def _summary(decoding: DecodingSession, tokenizer: Any, lead: list[str], query: str) -> str:
+    """The summary markdown of a decoding: output so far, the last choice, beams, the end."""
+    records = decoding.records
+    last = records[-1]
     output = tokenizer.decode(decoding.output_ids)
     n = len(records)
     lines = [
@@ -215,4 +166,4 @@ def draw(
         )
     if decoding.done:
         lines.append(f"**Finished** ({decoding.stop_reason}).")
-    return "\n\n".join(lines), top, cross, triangle, lens_plot, norms_plot, state
+    return "\n\n".join(lines)

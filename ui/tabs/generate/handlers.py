@@ -10,76 +10,74 @@ from typing import Any
 import gradio as gr
 
 from transformer.checkpoint import Checkpoint
-from transformer.generation import (
-    teacher_force,
-)
+from transformer.generation import teacher_force
 
 from ... import limits
 from ...errors import friendly, gpu
-from ...state import GenerationState, ModelRegistry, SessionModels
+from ...state import ModelRegistry, SessionModels
 from .decoding import RESTARTED, _restart, cannot_generate, current, start_ids, unreadable_note
 from .drawing import Drawn, draw, placeholders
+from .request import read_inputs
 
-# The generation endpoints share one signature: source, model name, the seven decoding controls
-# (strategy, temperature, top-k, top-p, beam width, max tokens, seed), then layer, head, large
-# font, the session's models and its generation state.
+RUN_FIGURE_INTERVAL_S = 0.5
+"""Run to the end sends the figures at most this often (the summary follows every step)."""
 
-
-def _split(rest: tuple) -> tuple[tuple, Any, Any, bool, SessionModels, GenerationState]:
-    *settings, layer, head, large, session, state = rest
-    return tuple(settings), layer, head, large, session, state or GenerationState()
+# The generation endpoints share one signature, their inputs in the order of
+# ``request.INPUT_NAMES`` (source, model name, the seven decoding controls, layer, head, large
+# font), then the session's models and its generation state: ``read_inputs`` reads them once.
 
 
 @friendly
 @gpu
-def step(registry: ModelRegistry, source: str, name: str, *rest: Any) -> Drawn:
+def step(registry: ModelRegistry, *inputs: Any) -> Drawn:
     """The ``/generate_step`` endpoint: one more token."""
-    settings, layer, head, large, session, state = _split(rest)
+    request, session, state = read_inputs(inputs)
     with state.lock:
-        state, note = current(registry, state, session, (source, name, *settings))
+        state, note = current(registry, state, session, request)
         if state.decoding.done:
             gr.Warning("Generation has finished: press Back or Reset.")
         else:
             state.decoding.step()
-        return draw(registry, state, layer, head, large, session, note)
+        return draw(registry, state, request, session, note)
 
 
 @friendly
 @gpu
-def back(registry: ModelRegistry, source: str, name: str, *rest: Any) -> Drawn:
+def back(registry: ModelRegistry, *inputs: Any) -> Drawn:
     """The ``/generate_back`` endpoint: undo the last step."""
-    settings, layer, head, large, session, state = _split(rest)
+    request, session, state = read_inputs(inputs)
     with state.lock:
-        state, note = current(registry, state, session, (source, name, *settings))
+        state, note = current(registry, state, session, request)
         if state.decoding.records:
             state.decoding.back()
-        return draw(registry, state, layer, head, large, session, note)
+        return draw(registry, state, request, session, note)
 
 
 @friendly
 @gpu
-def reset(registry: ModelRegistry, source: str, name: str, *rest: Any) -> Drawn:
+def reset(registry: ModelRegistry, *inputs: Any) -> Drawn:
     """The ``/generate_reset`` endpoint: start again from the source."""
-    settings, layer, head, large, session, state = _split(rest)
+    request, session, state = read_inputs(inputs)
     with state.lock:
-        _restart(registry, state, session, (source, name, *settings))
-        return draw(registry, state, layer, head, large, session)
+        _restart(registry, state, session, request)
+        return draw(registry, state, request, session)
 
 
 @friendly
 @gpu
-def run(registry: ModelRegistry, source: str, name: str, *rest: Any) -> Iterator[Drawn]:
-    """The ``/generate`` endpoint: step to the end, one update per step, pausing at the time
+def run(registry: ModelRegistry, *inputs: Any) -> Iterator[Drawn]:
+    """The ``/generate`` endpoint: step to the end, one update per step (its figures throttled
+    to one set per ``RUN_FIGURE_INTERVAL_S``, the last step's always sent), pausing at the time
     limit of a run (``limits.GENERATION_TIME_LIMIT_S``).
 
     Each step holds the session's lock, so a Step pressed meanwhile takes its turn between two
     of these steps and never runs inside one; a restart meanwhile ends this run."""
-    settings, layer, head, large, session, state = _split(rest)
+    request, session, state = read_inputs(inputs)
     with state.lock:
-        state, note = current(registry, state, session, (source, name, *settings))
+        state, note = current(registry, state, session, request)
         decoding = state.decoding
         if decoding.done:
-            drawn = draw(registry, state, layer, head, large, session, note)
+            drawn = draw(registry, state, request, session, note)
     if decoding.done:
         yield drawn
         return
@@ -87,12 +85,25 @@ def run(registry: ModelRegistry, source: str, name: str, *rest: Any) -> Iterator
     # gradio close this generator at its next yield: nothing runs on.
     limit = limits.GENERATION_TIME_LIMIT_S
     deadline = time.monotonic() + limit
+    figures_at = None  # when the figures were last sent
     while True:
         with state.lock:
             if state.decoding is not decoding or decoding.done:
                 return
             decoding.step()
-            drawn = draw(registry, state, layer, head, large, session, note)
+            now = time.monotonic()
+            # Every step sends its summary; the five figures go at most every
+            # RUN_FIGURE_INTERVAL_S, and always with the first and the last step (a browser
+            # spends far longer drawing them than the model spends on a step).
+            full = (
+                figures_at is None
+                or decoding.done
+                or now > deadline
+                or now - figures_at >= RUN_FIGURE_INTERVAL_S
+            )
+            if full:
+                figures_at = now
+            drawn = draw(registry, state, request, session, note, with_figures=full)
         note = ""
         if time.monotonic() > deadline and not decoding.done:
             pause = (
@@ -227,33 +238,34 @@ def strategy_controls(strategy: str) -> tuple:
 
 @friendly
 @gpu
-def first_step(registry: ModelRegistry, source: str, name: str, *rest: Any) -> Drawn:
+def first_step(registry: ModelRegistry, *inputs: Any) -> Drawn:
     """The live view after an input or a setting changed: restart and show the first step
     (a model that cannot generate gets its note and placeholders, not an error)."""
-    settings, layer, head, large, session, state = _split(rest)
-    checkpoint = registry.checkpoint(name, session)
-    reason = cannot_generate(name, checkpoint)
+    request, session, state = read_inputs(inputs)
+    checkpoint = registry.checkpoint(request.model, session)
+    reason = cannot_generate(request.model, checkpoint)
+    large = request.large
     if reason is not None:
         short = "_This model cannot generate: it has no decoder (see the note above)._"
         return (short, *placeholders(large, "this model cannot generate"), state)
-    if not (source or "").strip():
+    if not request.source.strip():
         return ("_Enter a source sentence (or a prompt)._", *placeholders(large), state)
     with state.lock:
         had_records = state.decoding is not None and bool(state.decoding.records)
-        changed = state.key[:2] == (source, name) and state.key != (source, name, *settings)
-        _restart(registry, state, session, (source, name, *settings))
+        changed = state.key[:2] == request.key[:2] and state.key != request.key
+        _restart(registry, state, session, request)
         state.decoding.step()
         note = RESTARTED if had_records and changed else ""
-        return draw(registry, state, layer, head, large, session, note)
+        return draw(registry, state, request, session, note)
 
 
 @friendly
 @gpu
-def redraw(registry: ModelRegistry, source: str, name: str, *rest: Any) -> Drawn:
+def redraw(registry: ModelRegistry, *inputs: Any) -> Drawn:
     """Redraw the decoding as it is (layer, head or font changed); nothing is stepped (the
-    logit lens is cached per step, so a redraw runs the model only when the cache lost it)."""
-    _settings, layer, head, large, session, state = _split(rest)
-    if state.decoding is None or state.key[:2] != (source, name):
-        return first_step(registry, source, name, *rest)
+    logit lens was recorded with each step, so a redraw runs no model)."""
+    request, session, state = read_inputs(inputs)
+    if state.decoding is None or state.key[:2] != request.key[:2]:
+        return first_step(registry, *inputs)
     with state.lock:
-        return draw(registry, state, layer, head, large, session)
+        return draw(registry, state, request, session)

@@ -6,7 +6,7 @@ import gradio as gr
 
 from ... import limits
 from ...state import GenerationState, ModelRegistry, bind
-from .decoding import EXAMPLES, example_reference
+from .decoding import EXAMPLES, example_reference, generating_models, reference_for
 from .handlers import (
     back,
     first_step,
@@ -19,6 +19,7 @@ from .handlers import (
     step,
     strategy_controls,
 )
+from .request import INPUT_NAMES
 
 
 def build(
@@ -31,7 +32,8 @@ def build(
         "(greedy, sampling or beam search), appends it and goes again. Step through it."
     )
     first_source, first_model, first_strategy = EXAMPLES[0]
-    names = registry.model_names
+    # Only models with a decoder can generate: an encoder-only one (MiniLM) is not offered.
+    names = generating_models(registry)
     with gr.Row():
         source = gr.Textbox(value=first_source, label="Source sentence (or prompt for 'continue')")
         model_name = gr.Dropdown(
@@ -101,8 +103,12 @@ def build(
         )
         norms_plot = gr.Plot(label="Residual stream norms per position", show_label=False)
 
-    settings = [strategy, temperature, top_k, top_p, beam, max_tokens, seed]
-    inputs = [source, model_name, *settings, layer, head, large, session, state]
+    # The endpoints read their inputs in the order of INPUT_NAMES (request.read_inputs).
+    named = {"source": source, "model": model_name, "strategy": strategy}
+    named |= {"temperature": temperature, "top_k": top_k, "top_p": top_p, "beam": beam}
+    named |= {"max_tokens": max_tokens, "seed": seed, "layer": layer, "head": head}
+    named["large"] = large
+    inputs = [*(named[name] for name in INPUT_NAMES), session, state]
     outputs = [summary, top_plot, cross_plot, triangle_plot, lens_plot, norms_plot, state]
     for button, handler, api_name, extra in [
         (step_button, step, "generate_step", {}),
@@ -150,10 +156,17 @@ def build(
     for control in (temperature, top_k, top_p, beam, max_tokens):
         control.release(live_first, inputs, outputs, trigger_mode="always_last", **private)
     seed.submit(live_first, inputs, outputs, **private)
-    source.change(live_first, inputs, outputs, trigger_mode="always_last", **private).then(
-        live_force, force_inputs, force_outputs, **private
-    )
-    reference.change(live_force, force_inputs, force_outputs, trigger_mode="always_last", **private)
+    source.change(live_first, inputs, outputs, trigger_mode="always_last", **private)
+    # A new source brings its own reference (the task's answer, or none): the old one belongs
+    # to another sentence and must not be scored against this one.
+    source.change(
+        bind(reference_for, registry),
+        [source, model_name, session],
+        reference,
+        trigger_mode="always_last",
+        **private,
+    ).then(live_force, force_inputs, force_outputs, **private)
+    reference.input(live_force, force_inputs, force_outputs, trigger_mode="always_last", **private)
     live_redraw = bind(redraw, registry)
     for control in (layer, head):
         control.release(live_redraw, inputs, outputs, **private)
