@@ -10,6 +10,7 @@ event table, so a new tab needs nothing here.
 
 from __future__ import annotations
 
+import html
 import inspect
 import logging
 from collections import defaultdict
@@ -18,7 +19,7 @@ from typing import Any
 
 import gradio as gr
 
-from .share import TabView, decode_view, encode_view
+from .share import MAX_QUERY, Restored, TabView, as_plain_markdown, decode_view, encode_view
 from .state import ModelRegistry
 
 log = logging.getLogger("visualiser")
@@ -127,6 +128,27 @@ def _only_for(slug: str, function: Any) -> Callable:
     return redraw
 
 
+def replay_steps(step: Callable, wanted: int, args: list[Any], nothing: Any) -> Any:
+    """Call the Generate tab's ``step`` handler until the generation shows ``wanted`` steps
+    (the first is drawn already) or has finished, then the outputs of the last call
+    (``nothing`` when none was made). ``args`` end with the generation state, which each call
+    returns last. A generation that ends before ``wanted`` stops there with one warning (a link
+    asking for step 999 used to call Step 998 times, each answering "has finished")."""
+    result = nothing
+    log.debug("replaying generation to step %s", wanted)
+    for _ in range(wanted - 1):
+        decoding = getattr(args[-1], "decoding", None) if args else None
+        if decoding is not None and decoding.done:
+            shown = len(decoding.records)
+            gr.Warning(f"Link: the generation ends at step {shown}; showing step {shown}.")
+            break
+        result = step(*args)
+        if not isinstance(result, tuple) or not result:
+            break  # the handler answered with a message: nothing more to replay
+        args[-1] = result[-1]
+    return result
+
+
 class Views:
     """The app's tabs with their controls, and the events that apply a view to the page."""
 
@@ -219,11 +241,7 @@ class Views:
         def replay(view: dict | None, *args: Any) -> Any:
             if not view or view.get("tab") != "generate" or not view.get("step"):
                 return _skip(n)
-            result = _skip(n)
-            log.debug("replaying generation to step %s", view["step"])
-            for _ in range(int(view["step"]) - 1):
-                result = fn(*args)
-            return result
+            return replay_steps(fn, int(view["step"]), list(args), _skip(n))
 
         return replay, [self.view, *function.inputs], function.outputs
 
@@ -261,10 +279,19 @@ class Views:
         if request is None:
             return None, ""
         query = request.query_params
-        params = {key: query.getlist(key) for key in query}
-        restored = decode_view(params, self.tabs, registry)
+        length = len(str(query))
+        if length > MAX_QUERY:
+            restored = Restored(
+                None,
+                [f"this link is {length:,} characters long; at most {MAX_QUERY:,} are read. "
+                 "Showing the app as it opens."],
+            )  # fmt: skip
+        else:
+            params = {key: query.getlist(key) for key in query}
+            restored = decode_view(params, self.tabs, registry)
+        # The messages quote the link's own text: shown as text, never as HTML or Markdown.
         for message in restored.messages:
-            gr.Warning(f"Link: {message}")
+            gr.Warning(html.escape(f"Link: {message}"))
             log.info("link not restored as given: %s", message)
-        note = "" if not restored.messages else "⚠️ " + " ".join(restored.messages)
-        return restored.view, note
+        note = " ".join(restored.messages)
+        return restored.view, ("⚠️ " + as_plain_markdown(note)) if note else ""
