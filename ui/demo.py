@@ -253,12 +253,16 @@ def _wire_views(
         **private,
     )
 
-    def restore(request: gr.Request) -> tuple:
+    def restore(request: gr.Request, *values: Any) -> tuple:
+        # One event reads the link, applies it and draws it: the link's own view comes first.
         view, note = views.restore(registry, request)
-        return view, note if note else gr.skip()
+        return view, note if note else gr.skip(), *views.apply(view, *values)
 
     # Queued, so that its warnings reach the page as toasts.
-    views.follow(demo.load(restore, None, [views.view, status], api_visibility="private"))
+    loaded = demo.load(
+        restore, views.draw_inputs, [views.view, status, *views.outputs], api_visibility="private"
+    )
+    views.follow(loaded, applied=True)
     demo.views, demo.tour = views, tour  # for the tests
 
 
