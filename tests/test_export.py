@@ -154,3 +154,32 @@ def test_file_names_say_what_they_show() -> None:
     )
     with pytest.raises(ValueError, match="part kind"):
         standalone_html("x", [("video", "")], plotly_js="")
+
+
+def test_exports_on_disk_are_bounded_in_count_bytes_and_age(monkeypatch) -> None:
+    """Every export used to go to a new temporary folder that was never removed (~4.6 MB an
+    HTML view, for any client through the queue): the newest are kept, the rest removed."""
+    from ui import export as export_module
+
+    monkeypatch.setattr(export_module, "EXPORTS", export_module.ExportStore())
+    monkeypatch.setattr(export_module, "EXPORT_MAX_FILES", 3)
+    with gr.Blocks():
+        with gr.Tab("Attention") as tab:
+            model = gr.Dropdown(["translate"], value="translate", label="Model")
+            gr.Markdown()
+        export = ViewExport("Attention", "attention", tab, {"model": model})
+    paths = [Path(export.html("translate", f"view {i}")["value"][0]) for i in range(8)]
+    assert len(set(paths)) == 8  # different content, different files
+    assert [p.exists() for p in paths] == [False] * 5 + [True] * 3
+    assert "view 7" in paths[-1].read_text(encoding="utf-8")
+    assert not any(p.parent.exists() for p in paths[:5])  # their folders are gone too
+    # gradio serves the file where it lies: no second copy in its cache.
+    assert gr.File().move_resource_to_block_cache(str(paths[-1])) == str(paths[-1])
+
+    monkeypatch.setattr(export_module, "EXPORT_MAX_BYTES", paths[-1].stat().st_size * 2 + 1)
+    newest = Path(export.html("translate", "view 8")["value"][0])
+    assert newest.exists() and sum(p.exists() for p in paths) == 1  # bytes: one older kept
+
+    monkeypatch.setattr(export_module, "EXPORT_MAX_AGE_S", -1.0)  # every older one has expired
+    last = Path(export.html("translate", "view 9")["value"][0])
+    assert last.exists() and not newest.exists() and not any(p.exists() for p in paths)

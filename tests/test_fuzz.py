@@ -168,3 +168,89 @@ def test_every_text_endpoint_survives_generated_text(sessions):
     finally:
         pool.shutdown()
     assert min(TALLY.requests[name] for name in TEXT_ENDPOINTS) >= EXAMPLES * 0.9, TALLY.requests
+
+
+# -- hostile links and oversized model configs (issue 24.5, 24.4) -------------------------------
+# No server: a link is read by one function, a model folder by another; both must answer every
+# input with a result or a named message, never an exception.
+
+
+class _Request:
+    def __init__(self, query: str) -> None:
+        from starlette.datastructures import QueryParams
+
+        self.query_params = QueryParams(query)
+
+
+@pytest.fixture(scope="module")
+def views():
+    from ui.demo import build_demo
+
+    demo = build_demo("cpu", preload=False)
+    yield demo.views
+    demo.close()
+
+
+LINK_KEYS = st.sampled_from(
+    ["tab", "step", "model", "layer", "head", "what_if", "kind", "query", "text", "source", "x"]
+)
+LINK_VALUES = st.one_of(
+    TEXT,
+    st.sampled_from(
+        ["attention", "generate", "inside", "999", "-1", "1e308", "nan", "[a](https://e.x)",
+         "![i](https://e.x/p.png)", "<img src=x onerror=alert(1)>", "`", "no √d scaling"]
+    ),
+)  # fmt: skip
+
+
+def test_hostile_links_restore_or_say_why_as_text(views, monkeypatch):
+    from urllib.parse import urlencode
+
+    import gradio as gr
+    from markdown_it import MarkdownIt
+
+    shown: list[str] = []
+    monkeypatch.setattr(gr, "Warning", shown.append)
+    markdown = MarkdownIt("commonmark", {"html": True})
+
+    @settings(max_examples=max(50, EXAMPLES // 2), deadline=None, derandomize=True, database=None)
+    @given(
+        st.fixed_dictionaries({"tab": st.sampled_from([*views.tabs, "nowhere"])}),
+        st.lists(st.tuples(LINK_KEYS, LINK_VALUES), max_size=12),
+    )
+    def open_link(tab: dict, pairs: list) -> None:
+        shown.clear()
+        view, note = views.restore(None, _Request(urlencode([*tab.items(), *pairs])))
+        assert view is None or view["tab"] in views.tabs
+        rendered = markdown.render(note) if isinstance(note, str) else ""
+        for tag in ("<a ", "<img", "<code", "<script"):
+            assert tag not in rendered, (pairs, rendered)
+        for warning in shown:
+            assert "<" not in warning and len(warning) < 2_000, warning
+
+    open_link()
+
+
+def test_oversized_model_configs_are_refused_by_name(hf_models, tmp_path_factory):
+    import json
+    import shutil
+
+    from transformer.pretrained import PretrainedError, load_pretrained
+
+    folder = shutil.copytree(hf_models["bert"], tmp_path_factory.mktemp("fuzz") / "bert")
+    real = json.loads((folder / "config.json").read_text())
+    sizes = st.one_of(st.integers(0, 10**8), st.sampled_from([5 * 10**6, 3 * 10**6, 2**31]))
+    keys = st.sampled_from(["vocab_size", "num_hidden_layers", "hidden_size", "intermediate_size"])
+
+    @settings(max_examples=60, deadline=None, derandomize=True, database=None)
+    @given(st.dictionaries(keys, sizes, min_size=1, max_size=3))
+    def load(changes: dict) -> None:
+        (folder / "config.json").write_text(json.dumps({**real, **changes}))
+        try:
+            load_pretrained(folder)
+        except PretrainedError as error:
+            assert str(error) and not leaks(str(error).replace(str(folder), "FOLDER"))
+            return
+        assert all(real[key] == value for key, value in changes.items()), changes
+
+    load()

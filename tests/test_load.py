@@ -8,13 +8,17 @@ request has a timeout, the whole run a deadline).
 
 from __future__ import annotations
 
+import re
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
 from gradio_client import Client
 from serving import BPE, CROSS, GENERATE, Tally, serve, still_serves
 
+from ui import demo as demo_module
 from ui.state import TRAINED_HERE
 
 SESSIONS = 20
@@ -122,3 +126,98 @@ def test_many_sessions_at_once(url):
     assert not tally.failures, "\n".join(tally.failures)
     assert wall < DEADLINE
     still_serves(Client(url, verbose=False))
+
+
+# -- what anyone can do to a public Space: many anonymous sessions (issue 24.1) ----------------
+
+
+def anonymous_call(url: str, api_name: str, data: list, session: str | None = None) -> bool:
+    """One request through gradio's REST API as a session of its own; True when it completed."""
+    session = session or uuid.uuid4().hex
+    posted = httpx.post(
+        f"{url}gradio_api/call/{api_name}",
+        json={"data": data, "session_hash": session},
+        timeout=REQUEST_TIMEOUT,
+    )
+    if posted.status_code != 200:
+        return False
+    event = posted.json()["event_id"]
+    stream = httpx.get(f"{url}gradio_api/call/{api_name}/{event}", timeout=REQUEST_TIMEOUT).text
+    return re.findall(r"event: (\w+)\n", stream)[-1:] == ["complete"]
+
+
+def test_the_sessions_kept_are_bounded_and_idle_ones_dropped(monkeypatch):
+    """gradio kept up to 10,000 sessions (about 0.46 MB each) for anyone making API calls; the
+    app keeps MAX_SESSIONS, least recently used first out, and drops idle ones."""
+    monkeypatch.setattr(demo_module, "MAX_SESSIONS", 5)
+    with serve() as (demo, url):
+        sessions = [uuid.uuid4().hex for _ in range(12)]
+        with ThreadPoolExecutor(4) as pool:
+            answered = list(
+                pool.map(lambda s: anonymous_call(url, "model_info", ["translate"], s), sessions)
+            )
+        assert all(answered)
+        held = demo.state_holder.session_data
+        assert 0 < len(held) <= 5
+        # The session used last is kept; an old one is gone but may come back as a new one.
+        assert anonymous_call(url, "model_info", ["translate"], sessions[0])
+        assert sessions[0] in held and len(held) <= 5
+        assert demo_module.evict_idle_sessions(demo.state_holder, max_idle_s=3600) == 0
+        dropped = demo_module.evict_idle_sessions(demo.state_holder, max_idle_s=-1)
+        assert dropped > 0 and len(held) == 0 and not demo.state_holder.time_last_used
+        assert anonymous_call(url, "model_info", ["translate"])  # and the app serves on
+
+
+def _queued_call(url: str, fn_index: int, data: list) -> bool:
+    """One event through gradio's queue by its index, as the page sends it (private events
+    too): True when it completed successfully."""
+    session = uuid.uuid4().hex
+    body = {"data": data, "fn_index": fn_index, "session_hash": session, "trigger_id": None}
+    posted = httpx.post(f"{url}gradio_api/queue/join", json=body, timeout=REQUEST_TIMEOUT)
+    if posted.status_code != 200:
+        return False
+    stream = httpx.get(
+        f"{url}gradio_api/queue/data", params={"session_hash": session}, timeout=REQUEST_TIMEOUT
+    ).text
+    return '"msg":"process_completed"' in stream and '"success":true' in stream
+
+
+def test_exports_asked_for_by_many_clients_stay_bounded_on_disk(monkeypatch):
+    """Issue 24.2: every "Whole view as HTML" wrote a new file that was never removed, and
+    any client can ask for one through the queue."""
+    from ui import export as export_module
+
+    monkeypatch.setattr(export_module, "EXPORTS", export_module.ExportStore())
+    monkeypatch.setattr(export_module, "EXPORT_MAX_FILES", 3)
+    with serve() as (demo, url):
+        (html_export,) = [
+            f
+            for f in demo.fns.values()
+            if getattr(f.fn, "__name__", "") == "html"
+            and getattr(f.fn, "__self__", None) is not None
+            and f.fn.__self__.slug == "tokenize"
+        ]
+        controls = len(html_export.fn.__self__.controls)
+        data = [c.value for c in html_export.inputs[:controls]]
+        # Each client's own caption, so that every export is a different file.
+        texts = [f"export {i}" for i in range(12)]
+        content = html_export.inputs[controls:]
+        first_markdown = next(
+            i for i, c in enumerate(content) if c.__class__.__name__ == "Markdown"
+        )
+
+        def one(text: str) -> bool:
+            values = [
+                {"headers": ["a"], "data": [["b"]]} if c.__class__.__name__ == "Dataframe" else None
+                for c in content
+            ]
+            values[first_markdown] = text
+            return _queued_call(url, html_export._id, [*data, *values])
+
+        with ThreadPoolExecutor(4) as pool:
+            answered = list(pool.map(one, texts))
+        assert all(answered)
+        held = [path for path in export_module.EXPORTS.files if path.exists()]
+        assert 0 < len(held) <= 3
+        written = {t for path in held for t in texts if f"<p>{t}</p>" in path.read_text()}
+        assert len(written) == len(held)  # the newest exports, each once

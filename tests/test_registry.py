@@ -404,3 +404,72 @@ def test_trained_here_is_offered_only_once_the_session_has_trained_a_model():
     assert registry.menu(fresh)[-1] == TRAINED_HERE
     (offered,) = demo_module.model_menus(registry, fresh, TRAINED_HERE)
     assert offered["choices"][-1] == TRAINED_HERE and "value" not in offered
+
+
+# -- config.json sizes checked against the weights' header before anything is allocated --------
+
+# (family, config.json changes, what the message names); each would allocate gigabytes or loop
+# for minutes over the layers if the model were built before the weights were checked.
+OVERSIZED = [
+    ("bert", {"vocab_size": 5_000_000}, "vocab_size is 5,000,000"),
+    ("gpt2", {"vocab_size": 5_000_000}, "vocab_size is 5,000,000"),
+    ("bert", {"num_hidden_layers": 3_000_000}, "3,000,000 layers"),
+    ("gpt2", {"n_layer": 3_000_000}, "3,000,000 layers"),
+    ("marian", {"encoder_layers": 3_000_000}, "3,000,002 layers"),
+    ("bert", {"hidden_size": 65_536, "num_attention_heads": 4}, "parameters"),
+    ("gpt2", {"n_embd": 4_096 * 16, "n_inner": 4_000_000}, "parameters"),
+]
+
+
+@pytest.mark.parametrize(("family", "changes", "named"), OVERSIZED)
+def test_an_oversized_config_is_refused_by_name_before_anything_is_allocated(
+    tmp_path, hf_models, monkeypatch, family, changes, named
+):
+    import json
+
+    from transformer.pretrained import PretrainedError, _common, load_pretrained, loading
+
+    folder = shutil.copytree(hf_models[family], tmp_path / family)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was built or its weights read before the sizes held")
+
+    monkeypatch.setattr(loading, "Transformer", never)
+    monkeypatch.setattr(_common.TensorReader, "get", never)
+    with pytest.raises(PretrainedError, match=named.replace("(", r"\(")) as raised:
+        load_pretrained(folder)
+    assert "config.json" in str(raised.value)
+
+
+def test_the_size_bound_holds_without_a_weights_file_to_compare(monkeypatch):
+    """The absolute bound: a header as large as the config still cannot ask for more than
+    MAX_PARAMETERS."""
+    from transformer.config import ModelConfig
+    from transformer.pretrained import PretrainedError, _common
+
+    config = ModelConfig(
+        src_vocab_size=100, tgt_vocab_size=100, d_model=4096, n_heads=4, d_ff=16384,
+        n_encoder_layers=2, n_decoder_layers=0, architecture="encoder-only",
+    )  # fmt: skip
+    shapes = {f"encoder.layer.{i}.w": (4096, 4096) for i in range(2)}
+    shapes["embeddings.word_embeddings.weight"] = (100, 4096)
+    monkeypatch.setattr(_common, "MAX_PARAMETERS", 1_000_000)
+    with pytest.raises(PretrainedError, match="at most 1,000,000"):
+        _common.check_config_against_header(config, shapes)
+    monkeypatch.setattr(_common, "MAX_PARAMETERS", 10**12)
+    with pytest.raises(PretrainedError, match="holds 33,964,032 values"):
+        _common.check_config_against_header(config, shapes)
+
+
+def test_every_family_s_real_config_passes_the_size_check(hf_models):
+    """The lower bound on parameters is below every family's real count (no false refusal)."""
+    from transformer.pretrained import load_pretrained
+    from transformer.pretrained._common import parameter_floor
+
+    for folder in hf_models.values():
+        checkpoint = load_pretrained(folder)
+        real = sum(p.numel() for p in checkpoint.model.parameters())
+        assert parameter_floor(checkpoint.model.config) <= real

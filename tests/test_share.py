@@ -159,3 +159,125 @@ def test_the_link_is_the_page_address_with_the_view(tab: TabView) -> None:
     parts = urlsplit(url)
     assert (parts.scheme, parts.netloc, parts.path) == ("http", "host:7860", "/app/")
     assert _params(parts.query) == {"tab": ["attention"], "layer": ["4"]}
+
+
+# -- hostile links (issue 24.5, 23.6, 23.17) ----------------------------------------------------
+
+
+def test_an_unknown_what_if_is_dropped_alone_with_a_warning(tab: TabView) -> None:
+    """It used to raise IndexError ('list index out of range': the default is an empty list)
+    and lose the whole link."""
+    only = decode_view({"tab": ["attention"], "what_if": ["banana"]}, {"attention": tab})
+    assert only.view["values"]["what_if"] == []
+    assert len(only.messages) == 1 and "'banana'" in only.messages[0]
+    mixed = decode_view(
+        {"tab": ["attention"], "what_if": ["banana", "no √d scaling"], "layer": ["3"]},
+        {"attention": tab},
+    )
+    assert mixed.view["values"]["what_if"] == ["no √d scaling"]
+    assert mixed.view["values"]["layer"] == 3 and len(mixed.messages) == 1
+
+
+def test_the_link_s_own_text_is_quoted_short_in_a_message(tab: TabView) -> None:
+    restored = decode_view({"tab": ["attention"], "model": ["m" * 5_000]}, {"attention": tab})
+    assert len(restored.messages[0]) < 300
+
+
+def test_a_query_token_position_is_restored() -> None:
+    with gr.Blocks():
+        built = {"query": gr.Dropdown([("0: [CLS]", 0), ("1: the", 1)], value=1,
+                                      allow_custom_value=True)}  # fmt: skip
+    inside = TabView.of("Inside a layer", "inside", built)
+    query = encode_view(inside, {"query": 7})
+    assert _params(query) == {"tab": ["inside"], "query": ["7"]}
+    restored = decode_view(_params(query), {"inside": inside})
+    assert restored.messages == [] and restored.view["values"]["query"] == 7
+    bad = decode_view({"tab": ["inside"], "query": ["x"]}, {"inside": inside})
+    assert bad.view["values"]["query"] == 1 and "token position" in bad.messages[0]
+
+
+HOSTILE = [
+    "[Session expired — log in](https://evil.example/login)",
+    "![x](https://evil.example/pixel.png)",
+    "<img src=https://evil.example/x.png onerror=alert(1)>",
+    "`code` **bold** <b>b</b> https://evil.example www.evil.example",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_link_text_in_a_message_renders_as_text(text: str) -> None:
+    """Rendered by a CommonMark + linkify renderer (markdown-it, independent of the app's
+    escaping), the note shows the text itself: no link, image, code span or HTML."""
+    from markdown_it import MarkdownIt
+
+    from ui.share import as_plain_markdown
+
+    rendered = (
+        MarkdownIt("commonmark", {"html": True, "linkify": True}).enable("linkify")
+        if _has_linkify()
+        else MarkdownIt("commonmark", {"html": True})
+    ).render(as_plain_markdown(f"model: {text!r}"))
+    for tag in ("<a", "<img", "<code", "<strong", "<b>"):
+        assert tag not in rendered
+    assert "evil.example" in rendered
+
+
+def _has_linkify() -> bool:
+    try:
+        import linkify_it  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _Request:
+    def __init__(self, query: str) -> None:
+        from starlette.datastructures import QueryParams
+
+        self.query_params = QueryParams(query)
+
+
+def test_a_very_long_link_is_refused_with_a_message(tab: TabView, monkeypatch) -> None:
+    from ui.views import Views
+
+    shown: list[str] = []
+    monkeypatch.setattr(gr, "Warning", shown.append)
+    views = Views.__new__(Views)
+    views.tabs = {"attention": tab}
+    view, note = views.restore(None, _Request("tab=attention&text=" + "a" * 65_536))
+    assert view is None and note and len(shown) == 1 and "65,555 characters" in shown[0]
+    view, note = views.restore(None, _Request("tab=attention&model=<b>x</b>"))
+    assert view["tab"] == "attention"
+    assert "<b>" not in note and "<b>" not in shown[-1] and "&lt;b&gt;" in shown[-1]
+
+
+class _Decoding:
+    def __init__(self, end: int) -> None:
+        self.records, self.end = [object()], end
+
+    @property
+    def done(self) -> bool:
+        return len(self.records) >= self.end
+
+
+def test_a_link_past_the_end_of_the_generation_stops_there_with_one_warning(monkeypatch) -> None:
+    from ui.views import replay_steps
+
+    shown: list[str] = []
+    monkeypatch.setattr(gr, "Warning", shown.append)
+    calls = []
+
+    def step(source: str, state: SimpleNamespace) -> tuple:
+        calls.append(source)
+        state.decoding.records.append(object())
+        return ("drawn", state)
+
+    state = SimpleNamespace(decoding=_Decoding(end=6))
+    result = replay_steps(step, 999, ["a b c", state], None)
+    assert len(calls) == 5 and len(state.decoding.records) == 6
+    assert result == ("drawn", state)
+    assert len(shown) == 1 and "step 6" in shown[0]
+    shown.clear()
+    state = SimpleNamespace(decoding=_Decoding(end=6))
+    replay_steps(step, 3, ["a b c", state], None)
+    assert len(state.decoding.records) == 3 and not shown

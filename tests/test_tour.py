@@ -140,3 +140,37 @@ def test_applying_a_view_reaches_every_tabs_live_redraw(demo: gr.Blocks) -> None
         for f in redraw_functions(demo, demo.views.tabs["attention"].controls.values())
     ]
     assert attention.index("refit_everything") < attention.index("everything")  # fit, then draw
+
+
+def _session_values(demo: gr.Blocks) -> list:
+    """What a fresh page sends for the inputs of applying a view: the components' defaults."""
+    import copy
+
+    return [copy.deepcopy(c.value) for c in demo.views.draw_inputs]
+
+
+def test_a_link_s_first_event_applies_and_draws_its_own_view(demo: gr.Blocks) -> None:
+    """Issue 23.5: the page showed the default view under the link's controls for seconds (the
+    controls were set, then each redraw ran as an event of its own after a wait). The link's
+    first event now sets the controls and returns the view's own figures."""
+    views = demo.views
+    (load,) = [
+        f for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "restore" and f.outputs
+    ]
+    plots = {c._id for c in load.outputs if isinstance(c, gr.Plot)}
+    assert len(plots) >= 5  # the load event itself draws
+    attention = views.tabs["attention"]
+    view = views.view_of("attention", {"model": "reverse", "layer": 2, "head": 3})
+    applied = views.apply(view, *_session_values(demo))
+    out = dict(zip([c._id for c in views.outputs], applied, strict=True))
+    titles = []
+    for component in views.outputs:
+        value = out[component._id]
+        figure = value.get("value") if isinstance(value, dict) else value
+        if isinstance(component, gr.Plot) and hasattr(figure, "layout"):
+            titles.append(str(figure.layout.title.text))
+    assert any("layer 2 · head 3" in title for title in titles), titles
+    layer = attention.controls["layer"]
+    decoder_layers = demo.model_registry.checkpoint("reverse", None).config.n_decoder_layers
+    assert out[layer._id]["value"] == 2  # the default kind is cross-attention: the decoder's
+    assert out[layer._id]["maximum"] == decoder_layers  # fitted to the model

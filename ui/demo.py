@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 import functools
 import logging
 import os
+import threading
+import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,6 +28,19 @@ from .tour import KEYS_JS, Tour
 from .views import Views
 
 log = logging.getLogger("visualiser")
+
+# Per-session memory is bounded (issue 24): gradio keeps what each session has set (its copy of
+# every changed component's config, its gr.State values: about 0.5 MB, more with a trained model)
+# for up to 10,000 sessions, reachable with plain API calls. The app keeps MAX_SESSIONS, the least
+# recently used evicted first, and drops a session idle for SESSION_IDLE_S (checked every
+# SESSION_SWEEP_S). A visitor whose session was dropped gets a fresh one on their next request.
+MAX_SESSIONS = 200
+SESSION_IDLE_S = 3600.0
+SESSION_SWEEP_S = 60.0
+# Files gradio caches for this app (uploads, the exports it serves) are removed after this age,
+# checked every CACHE_SWEEP_S; ui/export.py bounds the exports' own folder by count and size.
+CACHE_MAX_AGE_S = 3600
+CACHE_SWEEP_S = 600
 
 # The tabs in the paper's order: (label, id used by links and the tour, build). Each build takes
 # (registry, large, session) and returns its shareable controls, {key: component}.
@@ -116,7 +133,9 @@ def build_demo(
     registry = ModelRegistry(pick_device(device), models, allow_download)
     if preload:
         registry.preload()
-    with gr.Blocks(title="Transformer, step by step") as demo:
+    with gr.Blocks(
+        title="Transformer, step by step", delete_cache=(CACHE_SWEEP_S, CACHE_MAX_AGE_S)
+    ) as demo:
         session = gr.State(SessionModels())
         with gr.Row(elem_id="top-bar"):
             gr.Markdown(
@@ -155,7 +174,48 @@ def build_demo(
         _wire_views(demo, registry, session, tabs, views, tour, start, make_link, link, status)
     _configure_queue(demo, default_concurrency_limit=4, max_size=limits.QUEUE_SIZE)
     demo.model_registry = registry  # for preload_models
+    threading.Thread(
+        target=_sweep_sessions, args=(weakref.ref(demo),), name="session-sweeper", daemon=True
+    ).start()
     return demo
+
+
+def evict_idle_sessions(
+    holder: Any, max_idle_s: float, now: datetime.datetime | None = None
+) -> int:
+    """Drop from gradio's session store (``demo.state_holder``) every session not used for
+    ``max_idle_s`` seconds, with its state; returns how many were dropped."""
+    now = now or datetime.datetime.now()
+    with holder.lock:
+        idle = [
+            session
+            for session, used in list(holder.time_last_used.items())
+            if (now - used).total_seconds() > max_idle_s
+        ]
+    for session in idle:
+        try:
+            holder.delete_state(session)  # runs the states' delete callbacks
+        except Exception:  # a callback's failure must not keep the session
+            log.exception("deleting an idle session's state failed")
+        with holder.lock:
+            holder.session_data.pop(session, None)
+            holder.time_last_used.pop(session, None)
+    if idle:
+        log.info("dropped %d idle session(s)", len(idle))
+    return len(idle)
+
+
+def _sweep_sessions(demo_ref: weakref.ref) -> None:
+    """Every ``SESSION_SWEEP_S``: drop the idle sessions of a launched demo; ends with it."""
+    while True:
+        time.sleep(SESSION_SWEEP_S)
+        demo = demo_ref()
+        if demo is None:
+            return
+        holder = getattr(demo, "state_holder", None)
+        if holder is not None and getattr(demo, "is_running", False):
+            evict_idle_sessions(holder, SESSION_IDLE_S)
+        del demo
 
 
 def _wire_views(
@@ -210,12 +270,16 @@ def _wire_views(
         **private,
     )
 
-    def restore(request: gr.Request) -> tuple:
+    def restore(request: gr.Request, *values: Any) -> tuple:
+        # One event reads the link, applies it and draws it: the link's own view comes first.
         view, note = views.restore(registry, request)
-        return view, note if note else gr.skip()
+        return view, note if note else gr.skip(), *views.apply(view, *values)
 
     # Queued, so that its warnings reach the page as toasts.
-    views.follow(demo.load(restore, None, [views.view, status], api_visibility="private"))
+    loaded = demo.load(
+        restore, views.draw_inputs, [views.view, status, *views.outputs], api_visibility="private"
+    )
+    views.follow(loaded, applied=True)
     demo.views, demo.tour = views, tour  # for the tests
 
 
@@ -289,4 +353,6 @@ def launch_options() -> dict[str, Any]:
         "js": PAGE_JS,
         "show_error": True,
         "max_file_size": f"{limits.MAX_UPLOAD_BYTES >> 20}mb",
+        # gradio's own bound on the sessions it keeps (least recently used evicted first).
+        "state_session_capacity": MAX_SESSIONS,
     }

@@ -15,7 +15,12 @@ the captions as Markdown, the tables) and build the files only when asked.
 from __future__ import annotations
 
 import html
+import logging
+import os
+import shutil
 import tempfile
+import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -65,6 +70,18 @@ PLOT_TOOLBAR_JS = """
   });
 })();
 """
+
+log = logging.getLogger("visualiser")
+
+# The exports on disk are bounded (issue 24: every HTML export, ~4.6 MB, went to a new temporary
+# folder that was never removed, and any client can ask for one through the queue). The newest
+# EXPORT_MAX_FILES files are kept, at most EXPORT_MAX_BYTES together, none older than
+# EXPORT_MAX_AGE_S; older ones are removed when the next export is written. Each file is written
+# where gradio would copy it to serve it (its cache, in a folder named by the content's hash),
+# so it is on disk once, not twice.
+EXPORT_MAX_FILES = 40
+EXPORT_MAX_BYTES = 200 * 1024 * 1024
+EXPORT_MAX_AGE_S = 3600.0
 
 _markdown = MarkdownIt("commonmark", {"html": False}).enable("table")
 
@@ -215,23 +232,90 @@ class ViewExport:
         controls, rest = self._split(values)
         title = f"{self.label} — Transformer, step by step"
         text = view_html(title, zip(self.content, rest, strict=True))
-        path = _folder() / view_file_name(self.slug, controls, ".html")
-        path.write_text(text, encoding="utf-8")
+        path = EXPORTS.write(view_file_name(self.slug, controls, ".html"), text)
         return gr.update(value=[str(path)], visible=True)
 
     def csv(self, *values: Any) -> Any:
         """Write one CSV file per table; returns the file output's update."""
         controls, rest = self._split(values)
-        folder = _folder()
         paths = []
         for component, value in zip(self.tables, rest, strict=True):
             headers, rows = _rows(value)
             stem = view_file_name(self.slug, controls, "")
-            path = folder / f"{stem}-{slug(_name(component, 'table'), 40)}.csv"
-            path.write_text(table_csv(headers, rows), encoding="utf-8")
-            paths.append(str(path))
+            name = f"{stem}-{slug(_name(component, 'table'), 40)}.csv"
+            paths.append(str(EXPORTS.write(name, table_csv(headers, rows))))
         return gr.update(value=paths, visible=True)
 
 
-def _folder() -> Path:
-    return Path(tempfile.mkdtemp(prefix="visualiser-export-"))
+class ExportStore:
+    """The export files on disk, oldest first, bounded by count, bytes and age."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.files: list[Path] = []
+
+    @staticmethod
+    def root() -> Path:
+        """gradio's cache folder (where it copies a file it serves), or a folder of our own."""
+        try:
+            from gradio.utils import get_upload_folder
+
+            return Path(get_upload_folder())
+        except ImportError:  # pragma: no cover - gradio is a dependency
+            return Path(tempfile.gettempdir()) / "visualiser-exports"
+
+    def write(self, name: str, text: str) -> Path:
+        """Write ``text`` as a file called ``name``, remove what is over the bounds, and
+        return the file's path."""
+        root = self.root()
+        root.mkdir(parents=True, exist_ok=True)
+        handle, staging = tempfile.mkstemp(dir=root, prefix=".export-")
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        try:
+            from gradio.processing_utils import hash_file
+
+            folder = root / hash_file(staging)  # where gradio looks for this content
+        except Exception:  # another gradio: a folder of its own (gradio then copies it)
+            folder = Path(tempfile.mkdtemp(prefix="export-", dir=root))
+        folder.mkdir(exist_ok=True)
+        path = folder / name
+        os.replace(staging, path)
+        with self.lock:
+            self.files = [f for f in self.files if f != path] + [path]
+            self._prune()
+        return path
+
+    def _prune(self) -> None:
+        """Remove the oldest files until the rest are within the bounds (lock held); the file
+        just written (the last) always stays."""
+        now = time.time()
+        *older, newest = self.files
+        kept: list[tuple[Path, int]] = []
+        for path in older:
+            try:
+                stat = path.stat()
+            except OSError:  # removed already (gradio's own cache expiry)
+                continue
+            if now - stat.st_mtime <= EXPORT_MAX_AGE_S:
+                kept.append((path, stat.st_size))
+            else:
+                self._remove(path)
+        total = sum(size for _, size in kept) + newest.stat().st_size
+        while kept and (len(kept) + 1 > EXPORT_MAX_FILES or total > EXPORT_MAX_BYTES):
+            path, size = kept.pop(0)
+            total -= size
+            self._remove(path)
+        self.files = [path for path, _ in kept] + [newest]
+
+    @staticmethod
+    def _remove(path: Path) -> None:
+        try:
+            path.unlink(missing_ok=True)
+            if path.parent != ExportStore.root() and not any(path.parent.iterdir()):
+                shutil.rmtree(path.parent, ignore_errors=True)
+        except OSError as error:
+            log.warning("could not remove an old export: %s", type(error).__name__)
+
+
+EXPORTS = ExportStore()

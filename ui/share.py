@@ -10,8 +10,10 @@ a message, never an exception. ``ui.views`` applies a view to the page.
 
 from __future__ import annotations
 
+import html
 import logging
 import math
+import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +26,9 @@ from .state import TRAINED_HERE, ModelRegistry
 log = logging.getLogger("visualiser")
 
 MAX_TEXT = 2_000  # characters of a text control kept from a link
+MAX_QUERY = 8_000  # characters of a link's query string read at all (a longer one is refused)
+MAX_SHOWN = 60  # characters of a link's own text quoted in a message
+MAX_STEP = 1_000  # generation steps a link may ask for (clamped to the generation's end)
 VALUE_TYPES = (gr.Textbox, gr.Dropdown, gr.Radio, gr.Slider, gr.Number, gr.Checkbox)
 CHOICE_TYPES = (gr.Dropdown, gr.Radio, gr.CheckboxGroup)
 # Some choices follow the model (which attentions it has): a link may name any of them.
@@ -95,36 +100,74 @@ def check_value(component: gr.Component, raw: list[str], tab: str = "", key: str
         allowed = _choices(component, tab, key)
         wrong = [v for v in raw if v not in allowed]
         if wrong:
-            raise ValueError(f"{', '.join(map(repr, wrong))} is not one of {allowed}")
+            raise ValueError(f"{', '.join(map(_quote, wrong))} is not one of {allowed}")
         return [v for v in allowed if v in raw]
     text = raw[-1] if raw else ""
+    if isinstance(component, gr.Dropdown) and getattr(component, "allow_custom_value", False):
+        allowed = _choices(component, tab, key)
+        if allowed and all(isinstance(v, int) and not isinstance(v, bool) for v in allowed):
+            # Choices that follow the data (Inside a layer's query token: a position in the
+            # link's own sentence): any position; the tab fits it to the sentence it shows.
+            if not text.strip().isdigit() or len(text.strip()) > 6:
+                raise ValueError(f"{_quote(text)} is not a token position (0, 1, 2, …)")
+            return int(text.strip())
     if isinstance(component, CHOICE_TYPES):
         allowed = _choices(component, tab, key)
         if text not in allowed:
-            raise ValueError(f"{text!r} is not one of {allowed}")
+            raise ValueError(f"{_quote(text)} is not one of {allowed}")
         return text
     if isinstance(component, gr.Checkbox):
         if text.lower() in {"1", "true", "on", "yes"}:
             return True
         if text.lower() in {"0", "false", "off", "no", ""}:
             return False
-        raise ValueError(f"{text!r} is not 1 or 0")
+        raise ValueError(f"{_quote(text)} is not 1 or 0")
     if isinstance(component, (gr.Slider, gr.Number)):
         try:
             number = float(text)
         except ValueError:
-            raise ValueError(f"{text!r} is not a number") from None
+            raise ValueError(f"{_quote(text)} is not a number") from None
         if not math.isfinite(number):
-            raise ValueError(f"{text!r} is not a finite number")
+            raise ValueError(f"{_quote(text)} is not a finite number")
         low, high = component.minimum, component.maximum
         if (low is not None and number < low) or (high is not None and number > high):
-            raise ValueError(f"{text} is outside {low:g} to {high:g}")
+            raise ValueError(f"{number:g} is outside {low:g} to {high:g}")
         return _number(number, component)
     if isinstance(component, gr.Textbox):
         if len(text) > MAX_TEXT:
             raise ValueError(f"the text is longer than {MAX_TEXT:,} characters")
         return text
     raise ValueError(f"a {type(component).__name__} cannot be set from a link")
+
+
+def _quote(text: str) -> str:
+    """The link's own ``text`` quoted in a message: at most ``MAX_SHOWN`` characters, one line."""
+    text = " ".join(str(text).split())
+    return repr(text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "…")
+
+
+def _shown(value: Any) -> str:
+    """A default value as a message names it (an empty choice list is "none")."""
+    texts = _as_text(value)
+    return ", ".join(map(repr, texts)) if texts else "none"
+
+
+_MARKDOWN_PUNCTUATION = set(string.punctuation) - {"&", "<", ">"}
+
+
+def as_plain_markdown(text: str) -> str:
+    """``text`` written so that Markdown shows it as it is: every ASCII punctuation mark
+    backslash-escaped (no link, image, emphasis, code span or autolinked address can form) and
+    ``&``, ``<``, ``>`` as entities (no HTML); one line."""
+    out = []
+    for char in " ".join(str(text).split()):
+        if char in "&<>":
+            out.append(html.escape(char))
+        elif char in _MARKDOWN_PUNCTUATION:
+            out.append("\\" + char)
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 def _as_text(value: Any) -> list[str]:
@@ -191,7 +234,9 @@ def decode_view(
     slug = params["tab"][-1]
     if slug not in tabs:
         known = ", ".join(tabs)
-        return Restored(None, [f"This link names a tab '{slug}' that this app lacks ({known})."])
+        return Restored(
+            None, [f"This link names a tab {_quote(slug)} that this app lacks ({known})."]
+        )
     tab = tabs[slug]
     values = dict(tab.defaults)
     messages = []
@@ -199,14 +244,25 @@ def decode_view(
         if key in {"tab", "step"}:
             continue
         if key not in tab.controls:
-            messages.append(f"'{key}' is not a control of the {tab.label} tab: ignored.")
+            messages.append(f"{_quote(key)} is not a control of the {tab.label} tab: ignored.")
+            continue
+        component = tab.controls[key]
+        if isinstance(component, gr.CheckboxGroup):
+            # Each value stands alone: an unknown one is dropped, the others are kept.
+            allowed = _choices(component, slug, key)
+            known = [v for v in raw if v in allowed]
+            wrong = [v for v in raw if v not in allowed]
+            values[key] = check_value(component, known, slug, key)
+            if wrong:
+                messages.append(
+                    f"{tab.label} › {key}: {', '.join(map(_quote, wrong))} is not one of "
+                    f"{allowed}: left out."
+                )
             continue
         try:
-            values[key] = check_value(tab.controls[key], raw, slug, key)
+            values[key] = check_value(component, raw, slug, key)
         except ValueError as error:
-            messages.append(
-                f"{tab.label} › {key}: {error}; showing {_as_text(tab.defaults[key])[0]!r}."
-            )
+            messages.append(f"{tab.label} › {key}: {error}; showing {_shown(tab.defaults[key])}.")
     limits = _model_limits(registry, values.get("model"))
     if limits is not None:
         for key, high in zip(("layer", "head"), limits, strict=True):
@@ -220,9 +276,11 @@ def decode_view(
     if "step" in params:
         try:
             step = int(params["step"][-1])
-            if not 0 < step <= 1_000:
+            if not 0 < step <= MAX_STEP:
                 raise ValueError
         except ValueError:
-            messages.append(f"step {params['step'][-1]!r} is not a whole number from 1 to 1000.")
+            messages.append(
+                f"step {_quote(params['step'][-1])} is not a whole number from 1 to {MAX_STEP}."
+            )
             step = None
     return Restored({"tab": slug, "values": values, "step": step}, messages)

@@ -1,15 +1,18 @@
 """Applying a view (a link opened, a tour stop) to the page, and making a link of the view on
 screen.
 
-Applying sets the tab and its controls, waits until the handlers those changes trigger have
-finished, sets the controls again (a model change may reset a slider), then runs the tab's live
-redraws explicitly: gradio fires ``.change`` when a value is set from the server, but not
-``.input`` or ``.release``, which most live views use. The redraws are found in the app's own
-event table, so a new tab needs nothing here.
+Applying is one event that sets the tab and its controls and draws the view's figures at once,
+by calling the tab's live redraws in this process (gradio fires ``.change`` when a value is set
+from the server, but not ``.input`` or ``.release``, which most live views use; the redraws are
+found in the app's own event table, so a new tab needs nothing here). A link's first event does
+it, so the page shows the link's own view first (issue 23.5: it showed the default view under
+the link's controls for seconds). Then, once the handlers that the changed values triggered have
+finished, the same event runs again, since a model change may reset a slider.
 """
 
 from __future__ import annotations
 
+import html
 import inspect
 import logging
 from collections import defaultdict
@@ -18,7 +21,7 @@ from typing import Any
 
 import gradio as gr
 
-from .share import TabView, decode_view, encode_view
+from .share import MAX_QUERY, Restored, TabView, as_plain_markdown, decode_view, encode_view
 from .state import ModelRegistry
 
 log = logging.getLogger("visualiser")
@@ -114,17 +117,66 @@ def redraw_functions(demo: gr.Blocks, controls: Iterable[gr.Component]) -> list[
     return ordered
 
 
-def _only_for(slug: str, function: Any) -> Callable:
-    """``function``'s handler, run only when the view being applied is on tab ``slug``."""
-    fn, n = function.fn, len(function.outputs)
+_NO_VALUE = object()
 
-    def redraw(view: dict | None, *args: Any) -> Any:
-        if not view or view.get("tab") != slug:
-            return _skip(n)
-        return fn(*args)
 
-    redraw.__name__ = f"apply_{slug}_{getattr(fn, '__name__', 'redraw')}"
-    return redraw
+def _is_update(out: Any) -> bool:
+    return (isinstance(out, dict) and out.get("__type__") == "update") or isinstance(
+        out, gr.blocks.Block
+    )
+
+
+def _as_update(out: Any) -> dict:
+    if isinstance(out, gr.blocks.Block):  # gr.Slider(maximum=..., value=...) as an update
+        return {"__type__": "update", **out.constructor_args}
+    return out
+
+
+def _value_of(out: Any) -> Any:
+    """The value an output of a handler gives its component (``_NO_VALUE`` when it sets none)."""
+    if _is_update(out):
+        update = _as_update(out)
+        return update.get("value", _NO_VALUE)
+    return out
+
+
+def _merge(first: Any, then: Any) -> Any:
+    """Two outputs for one component as one: updates merged (the later wins per property),
+    else the later."""
+    if first is None:
+        return then
+    if _is_update(first) and _is_update(then):
+        return {**_as_update(first), **_as_update(then)}
+    return then
+
+
+def union(components: Iterable[gr.Component]) -> list[gr.Component]:
+    """``components`` without repeats, in order."""
+    seen: dict[int, gr.Component] = {}
+    for component in components:
+        seen.setdefault(component._id, component)
+    return list(seen.values())
+
+
+def replay_steps(step: Callable, wanted: int, args: list[Any], nothing: Any) -> Any:
+    """Call the Generate tab's ``step`` handler until the generation shows ``wanted`` steps
+    (the first is drawn already) or has finished, then the outputs of the last call
+    (``nothing`` when none was made). ``args`` end with the generation state, which each call
+    returns last. A generation that ends before ``wanted`` stops there with one warning (a link
+    asking for step 999 used to call Step 998 times, each answering "has finished")."""
+    result = nothing
+    log.debug("replaying generation to step %s", wanted)
+    for _ in range(wanted - 1):
+        decoding = getattr(args[-1], "decoding", None) if args else None
+        if decoding is not None and decoding.done:
+            shown = len(decoding.records)
+            gr.Warning(f"Link: the generation ends at step {shown}; showing step {shown}.")
+            break
+        result = step(*args)
+        if not isinstance(result, tuple) or not result:
+            break  # the handler answered with a message: nothing more to replay
+        args[-1] = result[-1]
+    return result
 
 
 class Views:
@@ -143,6 +195,55 @@ class Views:
         for tab in tabs:
             names = [getattr(f.fn, "__name__", "?") for f in self._redraws[tab.slug]]
             log.debug("tab %s redraws with %s when a view is applied", tab.slug, names)
+        functions = [f for slug in self._redraws for f in self._redraws[slug]]
+        control_ids = {c._id for c in self.controls}
+        # What applying a view reads (every redraw's inputs) and writes (the tab selector, the
+        # tab on screen, the scroll target, every control, every redraw's other outputs).
+        self.draw_inputs = union(c for f in functions for c in f.inputs)
+        self.drawn = union(c for f in functions for c in f.outputs if c._id not in control_ids)
+        self.outputs = [self.tabs_block, self.current, self.focus, *self.controls, *self.drawn]
+
+    def apply(self, view: dict | None, *values: Any) -> tuple:
+        """One event's outputs (``self.outputs``) that show ``view``: the tab, its controls set
+        and its figures drawn by the tab's own redraws with the view's values. ``values`` are
+        those of ``self.draw_inputs`` (the session's state, the font size, ...)."""
+        fixed = self._set(view)
+        drawn: dict[int, Any] = {}
+        if view and view.get("tab") in self.tabs:
+            drawn = self._draw(view, values)
+        n = 3 + len(self.controls)
+        head = list(fixed[:3])
+        controls = [
+            _merge(update, drawn[c._id]) if c._id in drawn else update
+            for c, update in zip(self.controls, fixed[3:n], strict=True)
+        ]
+        rest = [drawn.get(c._id, gr.skip()) for c in self.drawn]
+        return (*head, *controls, *rest)
+
+    def _draw(self, view: dict, values: tuple) -> dict[int, Any]:
+        """Run the view's tab's redraws in order, each reading what the view and the redraws
+        before it set; {component id: merged output}."""
+        known = {c._id: v for c, v in zip(self.draw_inputs, values, strict=True)}
+        tab = self.tabs[view["tab"]]
+        for key, component in tab.controls.items():
+            if key in view["values"]:
+                known[component._id] = view["values"][key]
+        outputs: dict[int, Any] = {}
+        for function in self._redraws[tab.slug]:
+            args = [known.get(c._id) for c in function.inputs]
+            try:
+                result = function.fn(*args)
+            except gr.Error as error:  # the handler's message for this input, as a warning
+                gr.Warning(str(error.message))
+                continue
+            if len(function.outputs) == 1:
+                result = (result,)
+            for component, out in zip(function.outputs, result, strict=True):
+                outputs[component._id] = _merge(outputs.get(component._id), out)
+                value = _value_of(out)
+                if value is not _NO_VALUE:
+                    known[component._id] = value
+        return outputs
 
     def view_of(
         self, slug: str, values: Mapping[str, Any], step: int | None = None, focus: str = ""
@@ -176,24 +277,19 @@ class Views:
                     updates.append(gr.update(value=values[key]))
         return (gr.Tabs(selected=view["tab"]), view["tab"], view.get("focus") or "", *updates)
 
-    def follow(self, event: Any) -> Any:
-        """Chain after ``event`` (which wrote the view into ``self.view``) the steps that
-        apply it; returns the last step."""
+    def follow(self, event: Any, applied: bool = False) -> Any:
+        """Chain after ``event`` (which wrote the view into ``self.view``, and applied it
+        already when ``applied``) the steps that apply it; returns the last step."""
         private = {"api_visibility": "private", "show_progress": "hidden"}
-        outputs = [self.tabs_block, self.current, self.focus, *self.controls]
-        event = event.then(self._set, self.view, outputs, **private)
+        inputs = [self.view, *self.draw_inputs]
+        if not applied:
+            event = event.then(self.apply, inputs, self.outputs, **private)
         event = event.then(None, None, None, js=WAIT_UNTIL_IDLE_JS, **private)
-        event = event.then(self._set, self.view, outputs, **private)
+        # Again, once the handlers the new values triggered are done (a model change may have
+        # reset a slider, or drawn the tab's first view): the view as the link gave it.
+        event = event.then(self.apply, inputs, self.outputs, **private)
         # After the wait: a tab opened for the first time has mounted its controls by now.
         event = event.then(None, self.focus, None, js=SCROLL_JS, **private)
-        for slug, functions in self._redraws.items():
-            for function in functions:
-                event = event.then(
-                    _only_for(slug, function),
-                    [self.view, *function.inputs],
-                    function.outputs,
-                    api_visibility="private",
-                )
         replay = self._replay()
         if replay is not None:
             event = event.then(*replay, api_visibility="private")
@@ -219,11 +315,7 @@ class Views:
         def replay(view: dict | None, *args: Any) -> Any:
             if not view or view.get("tab") != "generate" or not view.get("step"):
                 return _skip(n)
-            result = _skip(n)
-            log.debug("replaying generation to step %s", view["step"])
-            for _ in range(int(view["step"]) - 1):
-                result = fn(*args)
-            return result
+            return replay_steps(fn, int(view["step"]), list(args), _skip(n))
 
         return replay, [self.view, *function.inputs], function.outputs
 
@@ -261,10 +353,19 @@ class Views:
         if request is None:
             return None, ""
         query = request.query_params
-        params = {key: query.getlist(key) for key in query}
-        restored = decode_view(params, self.tabs, registry)
+        length = len(str(query))
+        if length > MAX_QUERY:
+            restored = Restored(
+                None,
+                [f"this link is {length:,} characters long; at most {MAX_QUERY:,} are read. "
+                 "Showing the app as it opens."],
+            )  # fmt: skip
+        else:
+            params = {key: query.getlist(key) for key in query}
+            restored = decode_view(params, self.tabs, registry)
+        # The messages quote the link's own text: shown as text, never as HTML or Markdown.
         for message in restored.messages:
-            gr.Warning(f"Link: {message}")
+            gr.Warning(html.escape(f"Link: {message}"))
             log.info("link not restored as given: %s", message)
-        note = "" if not restored.messages else "⚠️ " + " ".join(restored.messages)
-        return restored.view, note
+        note = " ".join(restored.messages)
+        return restored.view, ("⚠️ " + as_plain_markdown(note)) if note else ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,12 @@ from ..text.tokenization import Tokenizer, TokenizerError
 
 MAX_PRETRAINED_BYTES = 4 * 1024**3
 """Largest ``model.safetensors`` read: 4 GiB (GPT-2 small is 0.55 GB, MiniLM 0.09 GB)."""
+
+MAX_PARAMETERS = 1_600_000_000
+"""Most parameters a ``config.json`` may describe (6.4 GB as float32; GPT-2 XL has 1.56·10⁹)."""
+
+# A stack's layer index in a tensor name: "encoder.layer.3.", "h.3.", "decoder.layers.3.".
+_LAYER_INDEX = re.compile(r"^(.*?(?:^|\.)(?:layer|layers|h|block|blocks))\.(\d+)\.")
 
 HF_ACTIVATIONS = {
     "relu": "relu",
@@ -113,6 +120,21 @@ class TensorReader:
             )
         self.missing: list[str] = []
 
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor's shape, from the file's header (no tensor is read)."""
+        try:
+            return {name: tuple(self._file.get_slice(name).get_shape()) for name in self.names}
+        except (SafetensorError, OSError, ValueError) as error:
+            raise PretrainedError(f"model.safetensors has an unreadable header: {error}") from error
+
+    def check_sizes(self, config: ModelConfig) -> None:
+        """Check the sizes ``config.json`` gives against the file's header before anything is
+        allocated: its layers, its vocabulary and its parameter count must be ones the file can
+        hold, and the model at most :data:`MAX_PARAMETERS`. Raises :class:`PretrainedError`
+        naming the mismatch (a config of 5·10⁶ tokens or 3·10⁶ layers would otherwise allocate
+        gigabytes, or loop for minutes, only to report missing tensors)."""
+        check_config_against_header(config, self.shapes())
+
     def has(self, name: str) -> bool:
         """Whether the file holds ``name`` (under the detected prefix)."""
         return self.prefix + name in self.names
@@ -135,6 +157,65 @@ class TensorReader:
             raise PretrainedError(
                 f"model.safetensors lacks {len(self.missing)} tensor(s) the model needs: {shown}"
             )
+
+
+def parameter_floor(config: ModelConfig) -> int:
+    """A lower bound on the parameters of the model ``config`` describes: the larger
+    vocabulary's embedding, and per layer the query and output projections and the
+    feed-forward's two matrices (grouped keys and values, biases, norms and positions left
+    out, so that every family's real count is at least this)."""
+    d, d_ff = config.d_model, config.d_ff
+    vocab = max(config.src_vocab_size if config.has_encoder else 0, config.output_vocab_size)
+    encoder = config.n_encoder_layers if config.has_encoder else 0
+    decoder = config.n_decoder_layers if config.has_decoder else 0
+    cross = decoder if config.has_encoder and config.has_decoder else 0
+    return vocab * d + (encoder + decoder) * (2 * d * d + 2 * d * d_ff) + cross * 2 * d * d
+
+
+def check_config_against_header(config: ModelConfig, shapes: dict[str, tuple[int, ...]]) -> None:
+    """Raise :class:`PretrainedError` where ``config`` (from ``config.json``) asks for more than
+    the tensors ``shapes`` (name → shape, from a safetensors header) hold: more layers, a larger
+    vocabulary, more parameters than the file has values, or more than :data:`MAX_PARAMETERS`.
+    Only integer arithmetic on the two descriptions: nothing is allocated."""
+    stacks: dict[str, set[int]] = {}
+    for name in shapes:
+        match = _LAYER_INDEX.match(name)
+        if match:
+            stacks.setdefault(match.group(1), set()).add(int(match.group(2)))
+    layers = (config.n_encoder_layers if config.has_encoder else 0) + (
+        config.n_decoder_layers if config.has_decoder else 0
+    )
+    held = sum(len(indices) for indices in stacks.values())
+    if stacks and layers > held:
+        raise PretrainedError(
+            f"config.json describes {layers:,} layers but model.safetensors holds weights for "
+            f"{held:,}: they do not belong together."
+        )
+    rows = max((shape[0] for shape in shapes.values() if len(shape) == 2), default=0)
+    vocab = max(config.src_vocab_size, config.output_vocab_size)
+    if vocab > rows:
+        raise PretrainedError(
+            f"config.json's vocab_size is {vocab:,} but the largest matrix in model.safetensors "
+            f"has {rows:,} rows: they do not belong together."
+        )
+    floor = parameter_floor(config)
+    if floor > MAX_PARAMETERS:
+        raise PretrainedError(
+            f"config.json describes a model of at least {floor:,} parameters; at most "
+            f"{MAX_PARAMETERS:,} are loaded."
+        )
+    values = 0
+    for shape in shapes.values():
+        count = 1
+        for size in shape:
+            count *= size
+        values += count
+    if floor > values:
+        raise PretrainedError(
+            f"config.json describes a model of at least {floor:,} parameters but "
+            f"model.safetensors holds {values:,} values (check d_model / hidden_size, "
+            "intermediate_size and the layer counts)."
+        )
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, Tensor | None]) -> None:

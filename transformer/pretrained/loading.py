@@ -112,13 +112,16 @@ def load_pretrained(
     family = family_of(hf)
     module = FAMILIES[family]
     config = module.config_from_hf(hf)
+    # The weights file's header (names and shapes, no tensor) is checked against config.json
+    # before anything is allocated or looped over by the config's sizes.
+    reader = TensorReader(folder / "model.safetensors", module.PREFIXES, module.PROBE)
+    reader.check_sizes(config)
     tokenizer = module.load_tokenizer(folder)
     if tokenizer.vocab_size > config.output_vocab_size:
         raise PretrainedError(
             f"the tokenizer has {tokenizer.vocab_size} tokens but config.json's vocab_size is "
             f"{config.output_vocab_size}: they do not belong together."
         )
-    reader = TensorReader(folder / "model.safetensors", module.PREFIXES, module.PROBE)
     weights = module.map_weights(reader, config)
     reader.check_complete()
     model = Transformer(config)
