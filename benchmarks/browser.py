@@ -241,7 +241,7 @@ def _measure(browser: Any, url: str, client: Any) -> list[str]:
         for index in range(2, 2 + steps):
             t0 = _click(page, page.locator("#tour-next"))
             times.append(_drawn(page, t0, lambda i=index: f"{i} / " in text.inner_text()))
-        rows.append(_row("Tour: Next (stops 2–%d)" % (1 + steps), times, None))
+        rows.append(_row(f"Tour: Next (stops 2–{1 + steps})", times, None))
     finally:
         context.close()
     # -- a link opening on its view ----------------------------------------------------------------
