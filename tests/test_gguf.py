@@ -6,6 +6,7 @@ permutation against `transformers`' own GGUF loading."""
 from __future__ import annotations
 
 import struct
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -292,3 +293,137 @@ def test_not_undoing_the_permutation_fails_the_comparison(
             if part == "attn_k":
                 with pytest.raises(PretrainedError, match="9 heads"):
                     unpermute_rotary_rows(stored, 9)
+
+
+# -- the tokenizer, against the one transformers builds from the same file ----------------------
+
+CHAT_PIECES = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<file_sep>", "system\n", "user\n"]
+FIXED_TEXTS = [
+    "The capital of France is",
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    "<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+    "In 2024 there were 1,234,567 people; π ≈ 3.14159 and x² + y³ = ½ ⅓ ٣ 二〇二四",
+    "  leading spaces, tabs\tand\nnewlines\r\n\n  ",
+    "Ünïcödé: naïve café, Ελληνικά, русский, 中文, 日本語, 한국어, emoji 🙂👍🏽🇫🇷",
+    "code: def f(x):\n    return x**2  # comment\n",
+    "don't I'll we've they're it's",
+    "",
+]
+
+
+def llama_cpp_smollm_split(theirs: object) -> object:
+    """transformers' tokenizer with llama.cpp's pre-tokenizer for ``tokenizer.ggml.pre = smollm``
+    (``LLAMA_VOCAB_PRE_TYPE_SMOLLM`` in llama-vocab.cpp: every ``\\p{N}`` alone, then GPT-2's
+    regex), written as a regex Split rather than our ``Digits``. transformers' GGUF converter
+    ignores ``tokenizer.ggml.pre`` and uses GPT-2's regex alone; the two agree on text without
+    numerals, and differ where whitespace precedes one ("  0": ``ĠĠ 0`` against ``Ġ Ġ 0``;
+    " ⅓": ``Ġ ⅓`` against the merged ``Ġ⅓``)."""
+    import tokenizers
+    from tokenizers import Regex, pre_tokenizers
+
+    backend = tokenizers.Tokenizer.from_str(theirs.backend_tokenizer.to_str())
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"\p{N}"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    return backend
+
+
+@pytest.fixture(scope="module")
+def tokenizers_pair(smollm2_path: Path) -> tuple[object, object, object]:
+    transformers = pytest.importorskip("transformers")
+    from transformer.pretrained.llama import tokenizer_from_gguf
+
+    theirs = transformers.AutoTokenizer.from_pretrained(
+        smollm2_path.parent, gguf_file=smollm2_path.name
+    )
+    ours = tokenizer_from_gguf(read_gguf(smollm2_path).metadata)
+    return ours, theirs, llama_cpp_smollm_split(theirs)
+
+
+def has_numeral(text: str) -> bool:
+    return any(unicodedata.category(ch).startswith("N") for ch in text)
+
+
+def assert_same_tokens(pair: tuple[object, object, object], text: str) -> None:
+    ours, theirs, split = pair
+    records = ours.encode(text)
+    reference = split.encode(text)
+    assert [r.id for r in records] == reference.ids, text
+    assert [r.piece for r in records] == reference.tokens, text
+    if not has_numeral(text):  # then transformers' own GGUF tokenizer agrees exactly
+        expected = theirs(text)["input_ids"]
+        assert [r.id for r in records] == expected, text
+        assert [r.piece for r in records] == theirs.convert_ids_to_tokens(expected), text
+    ids = [r.id for r in records]
+    expected_text = theirs.decode(
+        ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
+    )
+    assert ours.decode(ids, skip_special=False) == expected_text
+    # (not always ``text``: the vocabulary lacks some bytes, e.g. 0xF1 that starts U+40000)
+
+
+@needs_smollm2
+@pytest.mark.parametrize("text", FIXED_TEXTS)
+def test_tokenizer_equals_transformers_on_chosen_texts(
+    tokenizers_pair: tuple[object, object, object], text: str
+) -> None:
+    assert_same_tokens(tokenizers_pair, text)
+
+
+@needs_smollm2
+def test_tokenizer_splits_numerals_as_llama_cpp_where_transformers_does_not(
+    tokenizers_pair: tuple[object, object, object],
+) -> None:
+    ours, theirs, _ = tokenizers_pair
+    pieces = [r.piece for r in ours.encode("1 ⅓ 2024")]
+    assert pieces[:2] == ["1", "Ġ"] and pieces[-5:] == ["Ġ", "2", "0", "2", "4"]  # ⅓ alone
+    theirs_pieces = theirs.tokenize("1 ⅓")
+    assert theirs_pieces[1].startswith("Ġ") and len(theirs_pieces[1]) > 1  # " ⅓" merged
+    assert [r.piece for r in ours.encode("  0")] == ["ĠĠ", "0"]  # as SmolLM2's tokenizer.json
+    assert theirs.tokenize("  0") == ["Ġ", "Ġ", "0"]
+
+
+@needs_smollm2
+def test_tokenizer_special_tokens_and_chat_template(
+    smollm2_path: Path, tokenizers_pair: tuple[object, object, object]
+) -> None:
+    from transformer.pretrained.llama import chat_template
+
+    ours, theirs, _ = tokenizers_pair
+    assert ours.vocab_size == len(theirs) == 49152
+    assert ours.special_ids == frozenset(range(17))  # the file's 17 control tokens
+    records = ours.encode("<|im_start|>user\nhi<|im_end|>")
+    assert (records[0].piece, records[0].special) == ("<|im_start|>", True)
+    assert records[-1].id == 2 and records[-1].special
+    template = chat_template(read_gguf(smollm2_path).metadata)
+    assert template == theirs.chat_template and "<|im_start|>" in template
+
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+MIXED_TEXT = st.lists(
+    st.one_of(
+        st.text(max_size=30),
+        st.text(alphabet="0123456789 .,'-\n\t²³½٣", max_size=12),
+        st.sampled_from(CHAT_PIECES),
+    ),
+    max_size=6,
+).map("".join)
+
+
+@needs_smollm2
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(text=MIXED_TEXT)
+def test_tokenizer_equals_transformers_on_varied_text(
+    tokenizers_pair: tuple[object, object, object], text: str
+) -> None:
+    assert_same_tokens(tokenizers_pair, text)

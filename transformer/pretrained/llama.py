@@ -313,8 +313,11 @@ def gguf_state_dict(gguf: GGUFFile, config: ModelConfig) -> dict[str, Tensor]:
 # -- tokenizer -----------------------------------------------------------------------------------
 
 GGUF_PRE_TOKENIZERS = ("gpt2", "smollm")
-"""``tokenizer.ggml.pre`` values we build: GPT-2's regex, and SmolLM's (every digit alone, then
-GPT-2's regex; llama.cpp's ``LLAMA_VOCAB_PRE_TYPE_SMOLLM``)."""
+"""``tokenizer.ggml.pre`` values we build: GPT-2's regex, and SmolLM's (every numeral alone, then
+GPT-2's regex: llama.cpp's ``LLAMA_VOCAB_PRE_TYPE_SMOLLM``, and the ``Digits`` + ``ByteLevel``
+of SmolLM2's own tokenizer.json). transformers' GGUF loader ignores ``tokenizer.ggml.pre`` and
+uses GPT-2's regex alone, so it differs from SmolLM2 where whitespace precedes a numeral (it
+splits ``"  0"`` as ``Ġ Ġ 0``, SmolLM2 and llama.cpp as ``ĠĠ 0``)."""
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp's token types that are added whole, not merged
 
 
