@@ -427,3 +427,99 @@ def test_tokenizer_equals_transformers_on_varied_text(
     tokenizers_pair: tuple[object, object, object], text: str
 ) -> None:
     assert_same_tokens(tokenizers_pair, text)
+
+
+# -- a whole tiny Llama written as GGUF the way llama.cpp's converter does ------------------------
+
+
+def write_tiny_llama(path: Path, drop: str | None = None, tokenizer_model: str = "gpt2") -> dict:
+    """A random transformers Llama written with gguf's writer: llama.* metadata, blk.* tensors
+    (W_q, W_k permuted by llama.cpp's rule) and a five-token BPE vocabulary."""
+    transformers = pytest.importorskip("transformers")
+    hf_config = transformers.LlamaConfig(
+        hidden_size=32,
+        intermediate_size=48,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        vocab_size=6,
+        rope_theta=20000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+    )
+    state = transformers.LlamaForCausalLM(hf_config).state_dict()
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.add_context_length(64)
+    writer.add_embedding_length(32)
+    writer.add_feed_forward_length(48)
+    writer.add_head_count(4)
+    writer.add_head_count_kv(2)
+    writer.add_rope_freq_base(20000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_tokenizer_model(tokenizer_model)
+    writer.add_tokenizer_pre("gpt2")
+    writer.add_token_list(["<|endoftext|>", "a", "b", "Ġ", "ab", "Ġa"])
+    writer.add_token_types([3, 1, 1, 1, 1, 1])
+    writer.add_token_merges(["a b", "Ġ a"])
+    writer.add_eos_token_id(0)
+    names = {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight",
+    }
+    parts = {
+        "input_layernorm": "attn_norm",
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "post_attention_layernorm": "ffn_norm",
+        "mlp.gate_proj": "ffn_gate",
+        "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+    }
+    for i in range(2):
+        for hf_part, gguf_part in parts.items():
+            names[f"model.layers.{i}.{hf_part}.weight"] = f"blk.{i}.{gguf_part}.weight"
+    for hf_name, tensor in state.items():
+        gguf_name = names[hf_name]
+        if gguf_name == drop:
+            continue
+        if ".attn_q." in gguf_name:
+            tensor = llama_cpp_permute(tensor, 4)
+        elif ".attn_k." in gguf_name:
+            tensor = llama_cpp_permute(tensor, 2)
+        writer.add_tensor(gguf_name, tensor.numpy().astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return state
+
+
+def test_tiny_llama_gguf_reads_back_as_the_transformers_weights(tmp_path: Path) -> None:
+    from transformer.pretrained.llama import read_llama_gguf
+
+    state = write_tiny_llama(tmp_path / "tiny.gguf")
+    model = read_llama_gguf(tmp_path / "tiny.gguf")
+    config = model.config
+    assert (config.n_heads, config.n_kv_heads, config.rope_base) == (4, 2, 20000.0)
+    assert not config.tie_embeddings and config.eos_id == 0
+    assert model.info["quantization"] == "F32" and model.info["architecture"] == "llama"
+    assert set(model.weights) == {our_name_for_hf(name) for name in state}
+    for name, tensor in state.items():
+        torch.testing.assert_close(model.weights[our_name_for_hf(name)], tensor, rtol=0, atol=0)
+    assert [r.piece for r in model.tokenizer.encode("ab a b")] == ["ab", "Ġa", "Ġ", "b"]
+    assert model.tokenizer.special_ids == frozenset({0})
+
+
+def test_a_missing_tensor_and_an_unsupported_tokenizer_are_named(tmp_path: Path) -> None:
+    from transformer.pretrained.llama import read_llama_gguf
+
+    write_tiny_llama(tmp_path / "missing.gguf", drop="blk.1.ffn_up.weight")
+    with pytest.raises(GGUFError, match=r"lacks 1 tensor.*decoder\.layers\.1\.feed_forward\.w_up"):
+        read_llama_gguf(tmp_path / "missing.gguf")
+    write_tiny_llama(tmp_path / "spm.gguf", tokenizer_model="llama")
+    with pytest.raises(GGUFError, match=r"tokenizer\.ggml\.model='llama'"):
+        read_llama_gguf(tmp_path / "spm.gguf")

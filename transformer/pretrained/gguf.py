@@ -349,16 +349,20 @@ def dequantize(raw: np.ndarray, type_name: str, shape: tuple[int, ...]) -> np.nd
     else:
         blocks = raw.reshape(-1, block_bytes)
         scale = blocks[:, :2].copy().view("<f2").astype(np.float32)  # (n_blocks, 1)
+        values = np.empty((blocks.shape[0], 32), dtype=np.float32)
         if type_name == "Q8_0":
-            values = scale * blocks[:, 2:].view(np.int8).astype(np.float32)
+            values[:] = blocks[:, 2:].view(np.int8)
+            values *= scale
         else:
             packed = blocks[:, -16:]
-            nibbles = np.concatenate([packed & 0x0F, packed >> 4], axis=1).astype(np.float32)
+            values[:, :16] = packed & 0x0F  # value j in the low nibble of byte j
+            values[:, 16:] = packed >> 4  # value j + 16 in its high nibble
             if type_name == "Q4_0":
-                values = scale * (nibbles - 8.0)
+                values -= 8.0
+                values *= scale
             else:  # Q4_1
-                minimum = blocks[:, 2:4].copy().view("<f2").astype(np.float32)
-                values = scale * nibbles + minimum
+                values *= scale
+                values += blocks[:, 2:4].copy().view("<f2").astype(np.float32)
     expected = int(np.prod(shape, dtype=np.int64)) if shape else 1
     if values.size != expected:
         raise GGUFError(f"{values.size} {type_name} values do not fill the shape {shape}.")

@@ -28,6 +28,7 @@ rotary module, pair dimension i with i + d_head/2. :func:`unpermute_rotary_rows`
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from torch import Tensor
 from ..config import ModelConfig
 from ..text.tokenization import Tokenizer
 from ._common import PretrainedError, activation, build_config, require, wrap
-from .gguf import GGUFError, GGUFFile
+from .gguf import GGUFError, GGUFFile, read_gguf
 
 FAMILY = "llama"
 MODEL_TYPES = ("llama", "qwen2")
@@ -291,6 +292,36 @@ def unpermute_rotary_rows(weight: Tensor, n_heads: int) -> Tensor:
     return per_head.transpose(1, 2).reshape(weight.shape).contiguous()
 
 
+def parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every parameter a Llama-family model of ``config`` has, by our name, with its shape
+    (``generator.proj.weight`` only when the embeddings are not tied)."""
+    d, d_kv, d_ff = config.d_model, config.kv_heads * config.d_head, config.d_ff
+    vocab = config.tgt_vocab_size
+    shapes: dict[str, tuple[int, ...]] = {
+        "tgt_embedding.lookup.weight": (vocab, d),
+        "decoder.final_norm.weight": (d,),
+    }
+    if not config.tie_embeddings:
+        shapes["generator.proj.weight"] = (vocab, d)
+    for i in range(config.n_decoder_layers):
+        p = f"decoder.layers.{i}."
+        shapes[p + "self_attention_residual.norm.weight"] = (d,)
+        shapes[p + "feed_forward_residual.norm.weight"] = (d,)
+        for name, rows, cols, bias in (
+            ("self_attention.w_q", d, d, config.attention_qkv_bias),
+            ("self_attention.w_k", d_kv, d, config.attention_qkv_bias),
+            ("self_attention.w_v", d_kv, d, config.attention_qkv_bias),
+            ("self_attention.w_o", d, d, config.attention_output_bias),
+            ("feed_forward.w_gate", d_ff, d, config.mlp_bias),
+            ("feed_forward.w_up", d_ff, d, config.mlp_bias),
+            ("feed_forward.w_down", d, d_ff, config.mlp_bias),
+        ):
+            shapes[p + name + ".weight"] = (rows, cols)
+            if bias:
+                shapes[p + name + ".bias"] = (rows,)
+    return shapes
+
+
 def gguf_state_dict(gguf: GGUFFile, config: ModelConfig) -> dict[str, Tensor]:
     """Every tensor of a Llama GGUF file, dequantized to float32, under our parameter names, with
     W_q / W_k rows un-permuted. Unknown tensor names raise (a file we would misread)."""
@@ -307,6 +338,19 @@ def gguf_state_dict(gguf: GGUFFile, config: ModelConfig) -> dict[str, Tensor]:
         elif ".attn_k." in name:
             tensor = unpermute_rotary_rows(tensor, config.kv_heads)
         weights[ours] = tensor
+    expected = parameter_shapes(config)
+    missing = sorted(set(expected) - set(weights))
+    if missing:
+        shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
+        raise GGUFError(f"{gguf.path.name} lacks {len(missing)} tensor(s) the model needs: {shown}")
+    for name, tensor in weights.items():
+        if name not in expected:
+            raise GGUFError(f"{gguf.path.name}: {name} does not belong to a model of this shape")
+        if tuple(tensor.shape) != expected[name]:
+            raise GGUFError(
+                f"{gguf.path.name}: the tensor for {name} has shape {tuple(tensor.shape)}, but "
+                f"the metadata implies {expected[name]}"
+            )
     return weights
 
 
@@ -388,3 +432,62 @@ def chat_template(metadata: dict[str, Any]) -> str | None:
 def is_gguf_path(path: str | Path) -> bool:
     """Whether ``path`` names a ``.gguf`` file (what ``load_pretrained`` would route here)."""
     return Path(path).suffix.lower() == ".gguf" and Path(path).is_file()
+
+
+# -- everything of one file ------------------------------------------------------------------------
+
+
+@dataclass
+class GGUFModel:
+    """What a Llama GGUF file holds, mapped onto our names (the model is built by the caller).
+
+    Attributes:
+        config: the model's shape.
+        weights: our parameter name → float32 tensor (W_q / W_k un-permuted; no
+            ``generator.proj.weight`` when ``config.tie_embeddings``).
+        tokenizer: the file's byte-level BPE.
+        chat_template: the Jinja chat template, if the file has one.
+        info: ``family``, ``architecture``, ``name`` (``general.name``), ``quantization`` (the
+            ggml types of the tensors, most frequent first, e.g. ``"Q4_1, F32, Q8_0"``) and
+            ``path``.
+    """
+
+    config: ModelConfig
+    weights: dict[str, Tensor]
+    tokenizer: Tokenizer
+    chat_template: str | None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def read_llama_gguf(path: str | Path) -> GGUFModel:
+    """Read a Llama-family GGUF file: configuration, dequantized weights and tokenizer.
+
+    Raises :class:`~transformer.pretrained.gguf.GGUFError` (a ``PretrainedError``) naming the
+    problem: not a GGUF file, truncated, an architecture other than Llama, a quantization this
+    reader does not dequantize, a tokenizer it cannot build.
+    """
+    file = read_gguf(path)
+    config = config_from_gguf(file.metadata, set(file.tensors))
+    tokenizer = tokenizer_from_gguf(file.metadata)
+    if tokenizer.vocab_size > config.output_vocab_size:
+        raise GGUFError(
+            f"{file.path.name}: the tokenizer has {tokenizer.vocab_size} tokens but the model "
+            f"predicts {config.output_vocab_size}"
+        )
+    weights = gguf_state_dict(file, config)
+    counts: dict[str, int] = {}
+    for info in file.tensors.values():
+        counts[info.type_name] = counts.get(info.type_name, 0) + 1
+    return GGUFModel(
+        config=config,
+        weights=weights,
+        tokenizer=tokenizer,
+        chat_template=chat_template(file.metadata),
+        info={
+            "family": FAMILY,
+            "architecture": file.architecture,
+            "name": file.metadata.get("general.name"),
+            "quantization": ", ".join(sorted(counts, key=lambda k: -counts[k])),
+            "path": str(file.path),
+        },
+    )
