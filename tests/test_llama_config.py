@@ -4,16 +4,26 @@ SmolLM2 file's metadata."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+import torch
 
 from transformer.config import ConfigError, ModelConfig
 from transformer.pretrained import PretrainedError
+from transformer.pretrained._common import TensorReader
 from transformer.pretrained.gguf import GGUFError, read_gguf
 from transformer.pretrained.llama import (
+    PREFIXES,
+    PROBE,
     config_from_gguf,
     config_from_hf,
+    load_tokenizer,
+    map_weights,
     our_name_for_gguf,
     our_name_for_hf,
+    parameter_shapes,
 )
 from transformer.pretrained.shipped import SMOLLM2
 
@@ -303,3 +313,38 @@ def test_gguf_metadata_problems_are_named() -> None:
         )
     with pytest.raises(GGUFError, match=r"no token_embd\.weight"):
         config_from_gguf({**metadata, "llama.attention.head_count_kv": 2}, set())
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("tied", [False, True])
+def test_map_weights_reads_a_saved_transformers_folder(
+    tmp_path: Path, family: str, tied: bool
+) -> None:
+    settings = dict(
+        hidden_size=32,
+        intermediate_size=48,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        num_hidden_layers=2,
+        vocab_size=50,
+        tie_word_embeddings=tied,
+    )
+    model_class = (
+        transformers.LlamaForCausalLM if family == "llama" else transformers.Qwen2ForCausalLM
+    )
+    config_class = transformers.LlamaConfig if family == "llama" else transformers.Qwen2Config
+    model = model_class(config_class(**settings))
+    model.save_pretrained(tmp_path)
+    hf = json.loads((tmp_path / "config.json").read_text())
+    config = config_from_hf(hf)
+    reader = TensorReader(tmp_path / "model.safetensors", PREFIXES, PROBE)
+    weights = map_weights(reader, config)
+    reader.check_complete()
+    expected = {our_name_for_hf(name): tensor for name, tensor in model.state_dict().items()}
+    if tied:
+        expected.pop("generator.proj.weight")
+    assert set(weights) == set(expected) == set(parameter_shapes(config))
+    for name, tensor in weights.items():
+        torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0)
+    with pytest.raises(PretrainedError, match=r"no tokenizer\.json"):
+        load_tokenizer(tmp_path)

@@ -38,12 +38,22 @@ from torch import Tensor
 
 from ..config import ModelConfig
 from ..text.tokenization import Tokenizer
-from ._common import PretrainedError, activation, build_config, require, wrap
+from ._common import (
+    PretrainedError,
+    TensorReader,
+    activation,
+    build_config,
+    load_tokenizer_json,
+    require,
+    wrap,
+)
 from .gguf import GGUFError, GGUFFile, read_gguf
 
 FAMILY = "llama"
 MODEL_TYPES = ("llama", "qwen2")
 GGUF_ARCHITECTURES = ("llama",)
+PREFIXES = ("",)
+PROBE = "model.embed_tokens.weight"
 
 # -- configuration -------------------------------------------------------------------------------
 
@@ -352,6 +362,31 @@ def gguf_state_dict(gguf: GGUFFile, config: ModelConfig) -> dict[str, Tensor]:
                 f"the metadata implies {expected[name]}"
             )
     return weights
+
+
+def map_weights(reader: TensorReader, config: ModelConfig) -> dict[str, Tensor | None]:
+    """Our parameter names → a Hugging Face folder's tensors (``None`` where missing, which
+    ``reader.check_complete`` reports); the same interface as the other families' modules."""
+    ours_to_hf = {}
+    for i in range(config.n_decoder_layers):
+        for hf_part in _LAYER_PARTS_HF:
+            for kind in ("weight", "bias"):
+                hf_name = f"model.layers.{i}.{hf_part}.{kind}"
+                ours_to_hf[our_name_for_hf(hf_name)] = hf_name
+    for hf_name in _GLOBAL_HF:
+        ours_to_hf[our_name_for_hf(hf_name)] = hf_name
+    return {name: reader.get(ours_to_hf[name]) for name in parameter_shapes(config)}
+
+
+def load_tokenizer(folder: Path) -> Tokenizer:
+    """``tokenizer.json`` of a Hugging Face Llama/Qwen2 folder (the only form read)."""
+    found = load_tokenizer_json(folder)
+    if found is None:
+        raise PretrainedError(
+            f"{folder} has no tokenizer.json: a Llama-family model folder needs one (its "
+            "tokenizer.model / vocab.json forms are not read)"
+        )
+    return found
 
 
 # -- tokenizer -----------------------------------------------------------------------------------
