@@ -249,13 +249,18 @@ def test_unpermute_inverts_llama_cpps_permutation(shape: tuple[int, ...]) -> Non
 
 
 @pytest.fixture(scope="module")
-def hf_smollm2(smollm2_path: Path) -> dict[str, torch.Tensor]:
+def hf_smollm2_model(smollm2_path: Path) -> torch.nn.Module:
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     model = transformers.AutoModelForCausalLM.from_pretrained(
         smollm2_path.parent, gguf_file=smollm2_path.name
     )
-    return {name: tensor.detach() for name, tensor in model.state_dict().items()}
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def hf_smollm2(hf_smollm2_model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: tensor.detach() for name, tensor in hf_smollm2_model.state_dict().items()}
 
 
 @needs_smollm2
@@ -523,3 +528,32 @@ def test_a_missing_tensor_and_an_unsupported_tokenizer_are_named(tmp_path: Path)
     write_tiny_llama(tmp_path / "spm.gguf", tokenizer_model="llama")
     with pytest.raises(GGUFError, match=r"tokenizer\.ggml\.model='llama'"):
         read_llama_gguf(tmp_path / "spm.gguf")
+
+
+@needs_smollm2
+def test_smollm2_logits_from_our_components_equal_transformers(
+    smollm2_path: Path, hf_smollm2_model: torch.nn.Module
+) -> None:
+    """The whole chain (reader, un-permutation, config, components) on the real model."""
+    from llama_reference import assembled_llama_logits
+
+    from transformer.pretrained.llama import read_llama_gguf
+
+    model = read_llama_gguf(smollm2_path)
+    ids = torch.tensor([[r.id for r in model.tokenizer.encode("The capital of France is")]])
+    with torch.no_grad():
+        expected = hf_smollm2_model(ids).logits
+        ours = assembled_llama_logits(model.weights, model.config, ids)
+    scale = expected.abs().max()
+    torch.testing.assert_close(ours / scale, expected / scale, rtol=0, atol=1e-4)
+    assert model.tokenizer.decode([int(ours[0, -1].argmax())]).strip() == "Paris"
+    # the GGUF rows as stored (still permuted) give other logits: only this comparison sees it
+    file = read_gguf(smollm2_path)
+    stored = dict(model.weights)
+    for i in range(model.config.n_decoder_layers):
+        for part, ours_name in (("attn_q", "w_q"), ("attn_k", "w_k")):
+            name = f"decoder.layers.{i}.self_attention.{ours_name}.weight"
+            stored[name] = file.tensor(f"blk.{i}.{part}.weight")
+    with torch.no_grad():
+        wrong = assembled_llama_logits(stored, model.config, ids)
+    assert (wrong / scale - expected / scale).abs().max() > 1e-2

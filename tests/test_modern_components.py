@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from llama_reference import assembled_llama_logits
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import (
     LlamaMLP,
@@ -199,3 +200,45 @@ def test_repeat_instead_of_repeat_interleave_fails_the_comparison() -> None:
 def test_expand_kv_heads_refuses_a_group_that_does_not_divide() -> None:
     with pytest.raises(ValueError, match="divide"):
         expand_kv_heads(torch.randn(1, 4, 2, 8), 6)
+
+
+# -- the components together: a Llama forward pass assembled from them ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("family", "n_kv_heads", "tied", "base"),
+    [("llama", 2, False, 10000.0), ("llama", 1, True, 500000.0), ("qwen2", 6, False, 1e6)],
+)
+def test_assembled_components_give_transformers_logits(
+    family: str, n_kv_heads: int, tied: bool, base: float
+) -> None:
+    import transformers
+
+    from transformer.pretrained.llama import config_from_hf, our_name_for_hf
+
+    settings = dict(
+        hidden_size=48,
+        intermediate_size=80,
+        num_attention_heads=6,
+        num_key_value_heads=n_kv_heads,
+        num_hidden_layers=2,
+        vocab_size=60,
+        rope_theta=base,
+        tie_word_embeddings=tied,
+    )
+    if family == "llama":
+        hf_config = transformers.LlamaConfig(**settings)
+        model = transformers.LlamaForCausalLM(hf_config)
+    else:
+        hf_config = transformers.Qwen2Config(**settings)
+        model = transformers.Qwen2ForCausalLM(hf_config)
+    model.eval()
+    config = config_from_hf(hf_config.to_dict())
+    weights = {our_name_for_hf(k): v for k, v in model.state_dict().items()}
+    if tied:
+        weights.pop("generator.proj.weight")
+    ids = torch.randint(0, 60, (2, 9))
+    with torch.no_grad():
+        expected = model(ids).logits
+        ours = assembled_llama_logits(weights, config, ids)
+    torch.testing.assert_close(ours, expected, rtol=0, atol=1e-5)
