@@ -140,3 +140,19 @@ def test_applying_a_view_reaches_every_tabs_live_redraw(demo: gr.Blocks) -> None
         for f in redraw_functions(demo, demo.views.tabs["attention"].controls.values())
     ]
     assert attention.index("refit_everything") < attention.index("everything")  # fit, then draw
+
+
+def test_the_feed_forward_and_residual_stops_scroll_to_their_section(demo: gr.Blocks) -> None:
+    """Issue 23 item 7: those stops opened Inside a layer at its top, 2,000 px above the part
+    they talk about. Their view must scroll to the feed-forward section (which ends with the
+    residual add and the LayerNorm), an element the page has."""
+    if not HAS_INSIDE:
+        pytest.skip("no Inside a layer tab")
+    tour = demo.tour
+    ids = {block.elem_id: block for block in demo.blocks.values() if block.elem_id}
+    for topic in ("feed-forward", "residual"):
+        index = next(i for i, s in enumerate(tour.stops) if topic in s.title.lower())
+        view = tour.go(index)[4]
+        target = ids.get(view["focus"])
+        assert isinstance(target, gr.Accordion), (topic, view["focus"])
+        assert "Feed-forward" in target.label and "output" in target.label
