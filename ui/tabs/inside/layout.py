@@ -64,9 +64,12 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
         with accordion as section, gr.Row():
             with gr.Column(scale=4):
                 # The code first: the lines that ran, in order; what each step means below.
-                code = gr.Code(language="python", label="The code, in the order it ran")
+                code = gr.Code(
+                    language="python", label="The code, in the order it ran", wrap_lines=True
+                )
                 steps = gr.Markdown()
-            plot = gr.Plot(show_label=False, scale=6)
+            # Beside the code where the page is wide, below it where not (the tour sidebar open).
+            plot = gr.Plot(show_label=False, scale=6, min_width=600)
         outputs += [section, steps, code, plot]
 
     inputs = [text, model_name, stack, layer, head, query, large, session]
