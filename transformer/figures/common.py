@@ -137,9 +137,12 @@ ROBUST_PERCENTILE = 99.0
 OUTLIER_FACTOR = 1.5
 
 
-def robust_limit(values: Any, percentile: float = ROBUST_PERCENTILE) -> tuple[float, str]:
+def robust_limit(
+    values: Any, percentile: float = ROBUST_PERCENTILE, unit: float = 1.0
+) -> tuple[float, str]:
     """The colour limit that shows ``values`` (any shape; NaN and ±inf ignored), and a note
-    for the colour bar's title ("" when the limit is the largest ``|value|``).
+    for the colour bar's title ("" when the limit is the largest ``|value|``), which gives the
+    largest value in units of ``unit`` (1000 for data shipped as thousandths).
 
     The limit is the largest ``|value|``, unless it exceeds ``OUTLIER_FACTOR`` × the
     ``percentile``-th percentile of ``|values|``: then that percentile (1.0 when all are 0).
@@ -150,7 +153,7 @@ def robust_limit(values: Any, percentile: float = ROBUST_PERCENTILE) -> tuple[fl
         return 1.0, ""
     top, cut = float(magnitudes.max()), float(np.percentile(magnitudes, percentile))
     if cut > 0 and top > OUTLIER_FACTOR * cut:
-        return cut, f"<br><sup>scale to the {percentile:g}th pct,<br>max {top:.3g}</sup>"
+        return cut, f"<br><sup>scale to the {percentile:g}th pct,<br>max {top / unit:.3g}</sup>"
     return top, ""
 
 
@@ -159,7 +162,7 @@ def weight_limit(weights: Any, unit: float = 1.0) -> tuple[float, str]:
     every weight is small (a long input spreads attention thin) and a few outliers would paint
     the rest dark; then :func:`robust_limit`'s percentile and its note. ``weights`` in units of
     ``unit`` (1 for weights, 1000 for thousandths), any shape; NaN ignored."""
-    limit, note = robust_limit(weights)
+    limit, note = robust_limit(weights, unit=unit)
     return (limit, note) if note and limit < 0.5 * unit else (unit, "")
 
 
