@@ -153,7 +153,7 @@ def robust_limit(
         return 1.0, ""
     top, cut = float(magnitudes.max()), float(np.percentile(magnitudes, percentile))
     if cut > 0 and top > OUTLIER_FACTOR * cut:
-        return cut, f"<br><sup>scale to the {percentile:g}th pct,<br>max {top / unit:.3g}</sup>"
+        return cut, f"<br><sup>to {percentile:g}th pct (max {top / unit:.3g})</sup>"
     return top, ""
 
 
