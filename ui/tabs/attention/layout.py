@@ -37,34 +37,41 @@ def build(
     n_heads = first_config.n_heads if first_config else 8
     n_rows = sentence_count(EXAMPLE_SENTENCES)
     first = once(functools.partial(_first_view, registry, first_model, first_kind))
-    with gr.Row():
-        sentences = gr.Textbox(
-            value=EXAMPLE_SENTENCES,
-            lines=3,
-            label="One to three sentences (one per line; different lengths make padding)",
-        )
-        with gr.Column():
+    # The controls in a side column, the figures beside them: in Large font at 1920×1080 the
+    # head's figure is above the fold.
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=1, min_width=380):
+            sentences = gr.Textbox(
+                value=EXAMPLE_SENTENCES,
+                lines=3,
+                label="One to three sentences (one per line; different lengths make padding)",
+            )
             model_name = gr.Dropdown(registry.model_names, value=first_model, label="Model")
             kind = gr.Radio(kinds, value=first_kind, label="Which attention")
-    with gr.Row():
-        layer = gr.Slider(
-            1,
-            limits.MAX_LAYERS,
-            value=min(2, n_layers),
-            step=1,
-            label="Layer",
-            visible=n_layers > 1,
-        )
-        head = gr.Slider(1, limits.MAX_HEADS, value=1, step=1, label="Head", visible=n_heads > 1)
-        row = gr.Slider(1, max(2, n_rows), value=1, step=1, label="Sentence", visible=n_rows > 1)
-    with gr.Row():
-        what_if = gr.CheckboxGroup(list(WHAT_IF_SWITCHES), label="What if… (recomputed live)")
-        mistake = seed_mistakes.control(first_config)
-    run = gr.Button("Show attention", variant="primary")
-    summary = gr.Markdown()
-    single = gr.Plot(label="One head: scores before softmax, weights after", show_label=False)
-    diff = gr.Plot(label="What-if: change in this head's weights", show_label=False)
-    masks = gr.Plot(label="Masks", show_label=False)
+            layer = gr.Slider(
+                1,
+                limits.MAX_LAYERS,
+                value=min(2, n_layers),
+                step=1,
+                label="Layer",
+                visible=n_layers > 1,
+            )
+            head = gr.Slider(
+                1, limits.MAX_HEADS, value=1, step=1, label="Head", visible=n_heads > 1
+            )
+            row = gr.Slider(
+                1, max(2, n_rows), value=1, step=1, label="Sentence", visible=n_rows > 1
+            )
+            what_if = gr.CheckboxGroup(list(WHAT_IF_SWITCHES), label="What if… (recomputed live)")
+            mistake = seed_mistakes.control(first_config)
+            run = gr.Button("Show attention", variant="primary")
+        with gr.Column(scale=2):
+            summary = gr.Markdown()
+            single = gr.Plot(
+                label="One head: scores before softmax, weights after", show_label=False
+            )
+            diff = gr.Plot(label="What-if: change in this head's weights", show_label=False)
+            masks = gr.Plot(label="Masks", show_label=False)
     grid_plot = gr.Plot(label="Every head of every layer (one colour scale)", show_label=False)
 
     handler = bind(attention, registry)

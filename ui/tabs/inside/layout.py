@@ -38,10 +38,10 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
         choices = query_choices(analysis, stacks[0])
     first_query = default_query(choices) if choices else 0
     first = once(functools.partial(first_view, registry, first_model, stacks[0], first_query))
+    # One row of controls: in Large font at 1920×1080 the first figure stays above the fold.
     with gr.Row():
         text = gr.Textbox(value=EXAMPLE_TEXT, lines=1, max_lines=2, label="Sentence", scale=3)
         model_name = gr.Dropdown(registry.model_names, value=first_model, label="Model", scale=2)
-    with gr.Row():
         stack = gr.Radio(stacks, value=stacks[0], label="Stack")
         # Built wide for API callers; the page narrows them to the model's own when it loads.
         layer = gr.Slider(
@@ -56,15 +56,20 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
         )
     summary = gr.Markdown()
     outputs: list[Any] = [summary]
-    for index, (_, title) in enumerate(SECTIONS):
+    for index, (key, title) in enumerate(SECTIONS):
         # The input is plain (embeddings); the attention is what a student came for: open it first.
         opened = index > 0
-        with gr.Accordion(title, open=opened) as section, gr.Row():
+        # Its id lets a tour stop scroll to it (ui/tour.py).
+        accordion = gr.Accordion(title, open=opened, elem_id=f"inside-section-{key}")
+        with accordion as section, gr.Row():
             with gr.Column(scale=4):
                 # The code first: the lines that ran, in order; what each step means below.
-                code = gr.Code(language="python", label="The code, in the order it ran")
+                code = gr.Code(
+                    language="python", label="The code, in the order it ran", wrap_lines=True
+                )
                 steps = gr.Markdown()
-            plot = gr.Plot(show_label=False, scale=6)
+            # Beside the code where the page is wide, below it where not (the tour sidebar open).
+            plot = gr.Plot(show_label=False, scale=6, min_width=600)
         outputs += [section, steps, code, plot]
 
     inputs = [text, model_name, stack, layer, head, query, large, session]
