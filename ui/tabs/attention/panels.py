@@ -18,6 +18,7 @@ from transformer.mistakes import MISTAKES
 from transformer.model import NO_INTERVENTION
 
 from ... import mistakes as seed_mistakes
+from ...errors import code_span
 from ...state import ModelRegistry
 from .view import AttentionView, _describe, _plural, padded_query_rows
 
@@ -44,12 +45,14 @@ def _head_panels(
     where = f"layer {view.layer + 1}, head {view.head + 1}"
     summary = []
     if config.has_encoder and config.has_decoder:
-        summary += [f"**Sentence {i + 1}** → `{out}`" for i, out in enumerate(analysis.outputs)]
+        summary += [
+            f"**Sentence {i + 1}** → {code_span(out)}" for i, out in enumerate(analysis.outputs)
+        ]
     lines = check_sentences((sentences or "").splitlines())
     for number, line in enumerate(lines, 1):
         unknown = unreadable_characters(checkpoint.tokenizer, line)
         if unknown:
-            listed = ", ".join(f"`{c}`" for c in unknown)
+            listed = ", ".join(code_span(c) for c in unknown)
             summary.append(
                 f"⚠️ Sentence {number}: this model cannot read {listed}: "
                 f"{'it reads' if len(unknown) == 1 else 'each reads'} as [UNK]."
@@ -161,8 +164,8 @@ def _head_panels(
             )
         if analysis.predicted and broken is None:
             summary.append(
-                f"Next-token predictions before: `{analysis.predicted[row]}` — "
-                f"after: `{changed.predicted[row]}`"
+                f"Next-token predictions before: {code_span(analysis.predicted[row])} — "
+                f"after: {code_span(changed.predicted[row])}"
             )
         if zeroed:
             summary.append(

@@ -16,7 +16,8 @@ from transformer.figures.attention import GRID_MAX_CELLS
 from transformer.inspection import Analysis, check_sentences
 from transformer.trace import AttentionKind
 
-from ...inputs import as_int
+from ...errors import InputError, readable_list, user_input
+from ...inputs import as_int, as_text
 from ...state import ModelRegistry, SessionModels
 
 ATTENTION_KINDS: dict[str, AttentionKind] = {
@@ -65,10 +66,11 @@ def attention_view(
     """
     checkpoint = checkpoint or registry.checkpoint(name, session)
     tokenizer, config = checkpoint.tokenizer, checkpoint.config
-    sentences = check_sentences((sentences_text or "").splitlines())
-    kind = ATTENTION_KINDS.get(kind_label)
+    with user_input():
+        sentences = check_sentences(as_text(sentences_text, "sentences").splitlines())
+    kind = ATTENTION_KINDS.get(kind_label) if isinstance(kind_label, str) else None
     if kind is None:
-        raise ValueError(f"choose one of {list(ATTENTION_KINDS)}")
+        raise InputError(f"which attention: choose {readable_list(kinds_for(config))}")
     targets = None
     if use_reference and config.has_encoder and config.has_decoder:
         targets = reference_targets(tokenizer, checkpoint.task, sentences, config.pad_id)
@@ -76,8 +78,9 @@ def attention_view(
     try:
         records = analysis.trace.attention_records(kind)
     except ValueError:
-        raise ValueError(
-            f"the {name} model is {config.architecture}: it has no {kind_label}"
+        raise InputError(
+            f"the {name} model is {config.architecture}: it has no {kind_label}; choose "
+            f"{readable_list(kinds_for(config))}"
         ) from None
     row_index = as_int(row, "sentence", 1, analysis.batch_size) - 1
     queries, keys = axis_pieces(analysis, kind)

@@ -12,7 +12,8 @@ from transformer.figures.inside import section_figure
 from transformer.inside import LayerWalkthrough, Step, check_sentence, walkthrough
 from transformer.inspection import Analysis
 
-from ...inputs import as_int
+from ...errors import InputError, code_span, user_input
+from ...inputs import as_int, as_text, shown
 from ...state import ModelRegistry, SessionModels
 
 EXAMPLE_TEXT = "the small cat sees a red ball"
@@ -75,8 +76,8 @@ def as_query(value: Any) -> int:
     try:
         return int(float(value))
     except (TypeError, ValueError, OverflowError):
-        raise ValueError(
-            f"query token must be a position like 3 or '3: cat', got {value!r}"
+        raise InputError(
+            f"query token must be a position like 3 or '3: cat', got {shown(value)}"
         ) from None
 
 
@@ -94,17 +95,18 @@ def choose(
     and analyse the sentence (cached for shared models)."""
     checkpoint = registry.checkpoint(name, session)
     config = checkpoint.config
-    sentence = check_sentence(text)
+    with user_input():
+        sentence = check_sentence(as_text(text, "sentence"))
     stacks = stacks_for(config)
     if stack not in stacks:
-        raise ValueError(f"the {name} model is {config.architecture}: choose {' or '.join(stacks)}")
+        raise InputError(f"the {name} model is {config.architecture}: choose {' or '.join(stacks)}")
     analysis = registry.analysis(name, checkpoint, [sentence])
     layer_index = as_int(layer, "layer", 1, layers_in(config, stack)) - 1
     head_index = as_int(head, "head", 1, config.n_heads) - 1
     positions = [i for _, i in query_choices(analysis, stack)]
     position = as_query(query)
     if position not in positions:
-        raise ValueError(
+        raise InputError(
             f"query token must be one of the {len(positions)} tokens "
             f"(0..{positions[-1]}), got {position}"
         )
@@ -120,17 +122,17 @@ def summary(chosen: Chosen, walk: LayerWalkthrough, name: str) -> str:
         f"{config.n_heads} heads × d_head {config.d_head}, d_ff {config.d_ff}, "
         f"{_ACTIVATION_NAMES.get(config.activation, config.activation)}. "
         f"Showing layer **{walk.layer + 1}** of the {walk.stack}, head **{walk.head + 1}**, "
-        f"query token **{walk.query_labels[walk.query]}**: {len(walk.steps)} steps, every "
+        f"query token {code_span(walk.query_labels[walk.query])}: {len(walk.steps)} steps, every "
         "number recomputed from the model's weights (hover a strip for its values)."
     ]
     if config.has_encoder and config.has_decoder:
         lines.append(
-            f"The decoder reads the model's own answer `{chosen.analysis.outputs[0]}` (its "
+            f"The decoder reads the model's own answer {code_span(chosen.analysis.outputs[0])} (its "
             "tokens are the decoder's queries)."
         )
     unknown = unreadable_characters(chosen.checkpoint.tokenizer, chosen.sentence)
     if unknown:
-        listed = ", ".join(f"`{c}`" for c in unknown)
+        listed = ", ".join(code_span(c) for c in unknown)
         lines.append(
             f"⚠️ This model cannot read {listed}: "
             f"{'it reads' if len(unknown) == 1 else 'each reads'} as an unknown token."

@@ -10,6 +10,8 @@ from transformer.text.replay import (
 )
 from transformer.text.tokenization import Tokenizer
 
+from ...errors import code_span
+
 
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``"1 token"``, ``"2 tokens"``, ``"1,000 characters"``."""
@@ -28,12 +30,14 @@ def unreadable_characters(tokenizer: Tokenizer, text: str, records: list[Any]) -
     if unk is None:
         return []
     found: list[str] = []
+    checked: set[str] = set()  # each character is encoded once, however often it occurs
     for record in records:
         if record.id != unk or record.start == record.end:
             continue
         for char in text[record.start : record.end]:
-            if char.isspace() or char in found:
+            if char.isspace() or char in checked:
                 continue
+            checked.add(char)
             if unk in tokenizer.encode_ids(char):
                 found.append(char)
     return found
@@ -47,15 +51,16 @@ def unknown_message(tokenizer: Tokenizer, text: str, records: list[Any]) -> str:
         return ""
     chars = unreadable_characters(tokenizer, text, records)
     if chars:
-        listed = ", ".join(f"`{c}` (U+{ord(c):04X})" for c in chars)
+        listed = ", ".join(f"{code_span(c)} (U+{ord(c):04X})" for c in chars)
         return (
             f"\n\n⚠️ This tokenizer cannot read {plural(len(chars), 'character')}: {listed}; "
             f"{'it becomes' if len(spans) == 1 else 'they make'} "
-            f"{plural(len(spans), 'unknown token')} ({tokenizer.id_to_token(unk)})."
+            f"{plural(len(spans), 'unknown token')} ({code_span(str(tokenizer.id_to_token(unk)))})."
         )
-    words = ", ".join(f"`{text[r.start : r.end]}`" for r in spans[:5])
+    words = ", ".join(f"{code_span(text[r.start : r.end])}" for r in spans[:5])
     return (
-        f"\n\n⚠️ {plural(len(spans), 'piece')} became {tokenizer.id_to_token(unk)}: {words} "
+        f"\n\n⚠️ {plural(len(spans), 'piece')} became {code_span(str(tokenizer.id_to_token(unk)))}: "
+        f"{words} "
         "cannot be built from this vocabulary's pieces, although each character alone can."
     )
 
