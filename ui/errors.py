@@ -98,11 +98,15 @@ def markdown_text(text: str) -> str:
 
 def code_span(text: str) -> str:
     """``text`` as one Markdown code span that no backtick in it can close: the fence is one
-    backtick longer than the longest run inside (CommonMark), padded with spaces."""
+    backtick longer than the longest run inside, with a space inside each end where the text
+    starts or ends with a backtick or a space (CommonMark strips one from each end)."""
     text = text.replace("\n", " ")
+    if not text:
+        return "` `"
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * (longest + 1)
-    return f"{fence} {text} {fence}" if text else "` `"
+    pad = " " if text[0] in "` " or text[-1] in "` " else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _device_trouble(error: BaseException) -> str | None:
@@ -236,6 +240,10 @@ def _refused_value(block_fn: Any, error: Exception) -> str:
         return "that file was not uploaded here: upload the file itself"
     if isinstance(error, gr.Error):
         return text
+    expected = re.search(r"Expected a `(\w+)", text)
+    kinds = {"float": "a number", "int": "a whole number", "str": "text", "bool": "true or false"}
+    if expected and expected.group(1) in kinds:
+        return f"{label} must be {kinds[expected.group(1)]}"
     return f"{label}: this value cannot be read here (wrong type or format)"
 
 
