@@ -948,3 +948,49 @@ def test_model_info_does_not_show_where_a_model_folder_lies(hf_models):
     name = registry.menu_name(str(hf_models["gpt2"]))
     text = describe(name, registry.checkpoint(name, None), "cpu")
     assert str(hf_models["gpt2"].parent) not in text and "gpt2" in text
+
+
+HOSTILE = (
+    "x`y [Session expired — log in](https://evil.example) ![i](https://evil.example/p.png) "
+    "<img src=x onerror=alert(1)> <b>bold</b> www.evil.example"
+)
+
+
+def _rendered(markdown: str) -> str:
+    """HTML as a Markdown renderer with raw HTML and bare-link detection (gradio's) makes it."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": True}).render(markdown)
+
+
+def test_user_text_in_markdown_stays_text():
+    """Issue 23 item 17: text a user typed (or a link carried) is shown, never rendered as a
+    link, an image or HTML, and a backtick in it does not close the code span that holds it."""
+    registry = state.ModelRegistry("cpu")
+    from ui.tabs.attention import handlers as attention
+    from ui.tabs.inside import handlers as inside
+
+    answers = {
+        "tokenize": tokenize_tab.tokenize(registry, HOSTILE, TOKENIZE[1], 400, None, "(none)", 30),
+        "tokenize GPT-2": tokenize_tab.tokenize(
+            registry, HOSTILE, REAL_TOKENIZERS[1], 400, None, "(none)", 30
+        ),
+        "learn_bpe": tokenize_tab.learn(HOSTILE, 20, HOSTILE),
+        "attention": attention.attention(
+            registry, HOSTILE, "translate", CROSS, 1, 1, 1, [], False, state.SessionModels()
+        ),
+        "inside": inside.inside_layer(
+            registry, HOSTILE, "translate", "encoder", 1, 1, 1, False, state.SessionModels()
+        ),
+    }
+    status = errors.stale(f"there is no model called '{HOSTILE}'")
+    answers["status"] = (status,)
+    for name, answer in answers.items():
+        for part in answer:
+            if not isinstance(part, str):
+                continue
+            html_text = _rendered(part)
+            assert "<a " not in html_text and "<img" not in html_text, (name, html_text[:400])
+            assert "<b>" not in html_text, (name, html_text[:400])
+    span = _rendered(errors.code_span("a`b ``c"))
+    assert "<code>a`b ``c</code>" in span
