@@ -181,5 +181,5 @@ def test_a_change_of_model_fits_the_controls_and_draws_with_them_in_one_event(re
     n_tokens = len(registry.checkpoint("continue", None).tokenizer.encode_ids("a b", add_bos=True))
     assert (stack.value, layer.value, head.value) == ("decoder", 3, 4)
     assert query.value == n_tokens - 1
-    assert f"query token **{n_tokens - 1}:" in summary and "of the decoder" in summary
+    assert f"query token `{n_tokens - 1}:" in summary and "of the decoder" in summary
     assert len(outputs) == 4 + N_OUTPUTS

@@ -12,6 +12,8 @@ from transformer.text.tokenization import Tokenizer
 
 from ...errors import code_span
 
+METASPACE = "▁"  # SentencePiece's word-start marker (Metaspace pre-tokenizer)
+
 
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``"1 token"``, ``"2 tokens"``, ``"1,000 characters"``."""
@@ -82,9 +84,17 @@ def highlighted(
     notes: list[str] = []
     cursor = 0
     for index, record in enumerate(records):
-        label = "unknown" if record.id == tokenizer.unk_id else ("A" if index % 2 == 0 else "B")
-        if record.special:
+        unknown = record.id == tokenizer.unk_id
+        label = "unknown" if unknown else ("A" if index % 2 == 0 else "B")
+        # SentencePiece's word-start marker as a piece of its own: the space the tokenizer
+        # adds, which the library places over the next character (offsets overlap).
+        marker = not byte_level and record.piece == METASPACE
+        if unknown and record.start < record.end:
+            reads, note = text[record.start : record.end], "unknown: this tokenizer cannot read it"
+        elif record.special:
             reads, note = record.piece, "special token"
+        elif marker:
+            reads, note = "␣", "the word-start marker the tokenizer adds (no character of the text)"
         elif byte_level:
             readable = readable_piece(record.piece)
             reads, note = readable.text, "; ".join(readable.notes)
@@ -108,6 +118,9 @@ def highlighted(
         )
         if record.special and record.start == record.end:
             segments.append((record.piece, "special"))
+            continue
+        if marker:  # drawn as its own chip; the next piece draws the character
+            segments.append((METASPACE, label))
             continue
         if byte_level:  # every byte belongs to a piece: draw the pieces themselves
             segments.append((reads, "special" if record.special else label))
