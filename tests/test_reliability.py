@@ -794,7 +794,7 @@ def live_demo():
         (
             "tokenize_view",
             ["a" * 20_800, TOKENIZE[1], 400, None, "(none)"],
-            "at most 20,000",
+            "longer than 20,000",
         ),
         (
             "positional_view",

@@ -13,7 +13,6 @@ from transformer.analysis import (
 from transformer.analysis import what_if as what_if_intervention
 from transformer.checkpoint import Checkpoint
 from transformer.figures.attention import PAD_ROW_MARK, weights_beside_figure
-from transformer.inspection import check_sentences
 from transformer.mistakes import MISTAKES
 from transformer.model import NO_INTERVENTION
 
@@ -28,13 +27,14 @@ def _head_panels(
     view: AttentionView,
     checkpoint: Checkpoint,
     name: str,
-    sentences: str,
+    lines: list[str],
     what_if: list[str],
     large: bool,
     mistake: str | None = None,
 ) -> tuple[Any, Any, Any, str]:
     """The head view, the masks, the what-if difference and the summary of one view; with one
-    of the seeds' ``mistake``, the broken pass is the changed one (with any what-if on too)."""
+    of the seeds' ``mistake``, the broken pass is the changed one (with any what-if on too).
+    ``lines``: the sentences the view's analysis read, checked."""
     config = checkpoint.config
     analysis, record, row = view.analysis, view.records[view.layer], view.row
     trace = analysis.trace
@@ -48,7 +48,6 @@ def _head_panels(
         summary += [
             f"**Sentence {i + 1}** → {code_span(out)}" for i, out in enumerate(analysis.outputs)
         ]
-    lines = check_sentences((sentences or "").splitlines())
     for number, line in enumerate(lines, 1):
         unknown = unreadable_characters(checkpoint.tokenizer, line)
         if unknown:

@@ -14,6 +14,7 @@ from transformer.generation import (
 )
 from transformer.training.tasks import reference_target
 
+from ...errors import InputError, user_input
 from ...inputs import as_float, as_int
 from ...state import GenerationState, ModelRegistry, SessionModels
 
@@ -83,16 +84,17 @@ def start_ids(checkpoint: Checkpoint, text: str) -> tuple[list[int], int | None,
     model, tokenizer, config = checkpoint.model, checkpoint.tokenizer, checkpoint.config
     if config.architecture == "decoder-only" and tokenizer.bos_id is None:
         if not (text or "").strip():
-            raise ValueError("enter a prompt first")
+            raise InputError("enter a prompt first")
         ids = tokenizer.encode_ids(text)
     else:
-        ids = prompt_ids(model, tokenizer, text)
+        with user_input():  # the library checks the text it is given
+            ids = prompt_ids(model, tokenizer, text)
     bos = config.decoder_start_id if config.decoder_start_id is not None else tokenizer.bos_id
     eos = config.eos_id if config.eos_id is not None else tokenizer.eos_id
     if checkpoint.info.get("family") == "marian" and eos is not None and ids[-1:] != [eos]:
         ids.append(eos)
     if not ids:
-        raise ValueError("the text gives no tokens: enter a source sentence (or a prompt)")
+        raise InputError("the text gives no tokens: enter a source sentence (or a prompt)")
     return ids, bos, eos
 
 
@@ -132,17 +134,18 @@ def _restart(
     checkpoint = registry.checkpoint(name, session)
     reason = cannot_generate(name, checkpoint)
     if reason is not None:
-        raise ValueError(reason.replace("**", "'").replace("`", ""))
+        raise InputError(reason.replace("**", "'").replace("`", ""))
     ids, bos, eos = start_ids(checkpoint, source)
     tokenizer = checkpoint.tokenizer
-    state.decoding = DecodingSession(
-        checkpoint.model,
-        ids,
-        decoding_settings(*settings),
-        bos_id=bos if bos is not None else 0,
-        eos_id=eos,
-        decode_token=lambda i: tokenizer.id_to_token(i) or "?",
-    )
+    with user_input():  # the library checks the settings and the prompt's length
+        state.decoding = DecodingSession(
+            checkpoint.model,
+            ids,
+            decoding_settings(*settings),
+            bos_id=bos if bos is not None else 0,
+            eos_id=eos,
+            decode_token=lambda i: tokenizer.id_to_token(i) or "?",
+        )
     state.key = key
     state.source_pieces = [tokenizer.id_to_token(i) or "?" for i in ids]
 

@@ -15,7 +15,7 @@ from transformer.generation import (
 )
 
 from ... import limits
-from ...errors import friendly, gpu
+from ...errors import InputError, friendly, gpu
 from ...state import GenerationState, ModelRegistry, SessionModels
 from .decoding import RESTARTED, _restart, cannot_generate, current, start_ids, unreadable_note
 from .drawing import Drawn, draw, placeholders
@@ -112,7 +112,7 @@ def _forcing_ids(checkpoint: Checkpoint, source: str, reference_text: str) -> tu
     if eos is not None:
         reference.append(eos)
     if not reference:
-        raise ValueError("the reference gives no tokens: enter a reference")
+        raise InputError("the reference gives no tokens: enter a reference")
     return ids, reference, bos
 
 
@@ -126,10 +126,10 @@ def force(
     checkpoint = registry.checkpoint(name, session)
     tokenizer, model = checkpoint.tokenizer, checkpoint.model
     if not (source or "").strip() or not (reference_text or "").strip():
-        raise ValueError("enter both a source (or prompt) and a reference")
+        raise InputError("enter both a source (or prompt) and a reference")
     reason = cannot_generate(name, checkpoint)
     if reason is not None:
-        raise ValueError(reason.replace("**", "'").replace("`", ""))
+        raise InputError(reason.replace("**", "'").replace("`", ""))
     source_ids, reference, bos = _forcing_ids(checkpoint, source, reference_text)
     result = teacher_force(
         model,

@@ -3,6 +3,7 @@ lines in order and its figure."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,43 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("feed-forward", "4 · Feed-forward network and the layer's output"),
 )
 _ACTIVATION_NAMES = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh)", "silu": "SiLU"}
+
+
+@dataclass(frozen=True)
+class InsideRequest:
+    """What the tab's controls say, as one value: the layout's components fill it (in the
+    order of :meth:`of`'s parameters, the ``/inside_layer`` API signature) and the handlers
+    receive it. The sentence is checked once, into :attr:`sentence`."""
+
+    text: str
+    model: str
+    stack: str
+    layer: Any = 1
+    head: Any = 1
+    query: Any = 0
+    large: bool = False
+    session: SessionModels | None = None
+
+    @classmethod
+    def of(
+        cls,
+        text: Any,
+        name: Any,
+        stack: Any,
+        layer: Any = 1,
+        head: Any = 1,
+        query: Any = 0,
+        large: Any = False,
+        session: SessionModels | None = None,
+    ) -> InsideRequest:
+        """The request from the components' values, in the order the events send them."""
+        return cls(as_text(text, "sentence"), name, stack, layer, head, query, bool(large), session)
+
+    @functools.cached_property
+    def sentence(self) -> str:
+        """The sentence, checked (one non-empty line)."""
+        with user_input():
+            return check_sentence(self.text)
 
 
 @dataclass
@@ -93,24 +131,28 @@ def choose(
 ) -> Chosen:
     """Check every input against the model (1-based layer and head, 0-based token position)
     and analyse the sentence (cached for shared models)."""
-    checkpoint = registry.checkpoint(name, session)
-    config = checkpoint.config
-    with user_input():
-        sentence = check_sentence(as_text(text, "sentence"))
+    request = InsideRequest.of(text, name, stack, layer, head, query, session=session)
+    return chosen_for(registry, request)
+
+
+def chosen_for(registry: ModelRegistry, request: InsideRequest) -> Chosen:
+    """:func:`choose` for a request (its sentence is checked once, however often it is read)."""
+    checkpoint = registry.checkpoint(request.model, request.session)
+    config, name, stack = checkpoint.config, request.model, request.stack
     stacks = stacks_for(config)
     if stack not in stacks:
         raise InputError(f"the {name} model is {config.architecture}: choose {' or '.join(stacks)}")
-    analysis = registry.analysis(name, checkpoint, [sentence])
-    layer_index = as_int(layer, "layer", 1, layers_in(config, stack)) - 1
-    head_index = as_int(head, "head", 1, config.n_heads) - 1
+    analysis = registry.analysis(name, checkpoint, [request.sentence])
+    layer_index = as_int(request.layer, "layer", 1, layers_in(config, stack)) - 1
+    head_index = as_int(request.head, "head", 1, config.n_heads) - 1
     positions = [i for _, i in query_choices(analysis, stack)]
-    position = as_query(query)
+    position = as_query(request.query)
     if position not in positions:
         raise InputError(
             f"query token must be one of the {len(positions)} tokens "
             f"(0..{positions[-1]}), got {position}"
         )
-    return Chosen(checkpoint, analysis, sentence, stack, layer_index, head_index, position)
+    return Chosen(checkpoint, analysis, request.sentence, stack, layer_index, head_index, position)
 
 
 def summary(chosen: Chosen, walk: LayerWalkthrough, name: str) -> str:

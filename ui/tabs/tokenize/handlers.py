@@ -67,8 +67,8 @@ def _views(
     text = as_text(text, "text")
     if len(text) > limits.MAX_TEXT:
         raise InputError(
-            f"the text has {len(text):,} characters; this tab takes at most "
-            f"{limits.MAX_TEXT:,}: paste a shorter one"
+            f"the text is longer than {limits.MAX_TEXT:,} characters ({len(text):,}): "
+            "paste a shorter one"
         )
     shown = None if step is None else as_int(step, "step", 0, 1_000_000)
     tokenizer, note = _pick(registry, choice, vocab, upload)
