@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import InputError
+from transformer.analysis import unreadable_characters
+from transformer.text.tokenization import Tokenizer
+
+from .errors import InputError, code_span
 
 
 def shown(value: Any, most: int = 40) -> str:
@@ -67,3 +70,16 @@ def as_text(value: Any, name: str) -> str:
 def size_text(n_bytes: int) -> str:
     """A byte count for a message: ``"20 MB"`` or ``"1,000 bytes"``."""
     return f"{n_bytes / 2**20:g} MB" if n_bytes >= 2**20 else f"{n_bytes:,} bytes"
+
+
+def unreadable_note(tokenizer: Tokenizer, text: str, subject: str = "This model") -> str:
+    """One sentence naming what ``tokenizer`` cannot read in ``text`` (each character it maps
+    to its unknown token; a whole word where each character alone is known), or ``""``.
+    The characters come from the library's one `unreadable_characters`."""
+    found = unreadable_characters(tokenizer, text)
+    if not found:
+        return ""
+    listed = ", ".join(code_span(item) for item in found)
+    unknown = code_span(str(tokenizer.id_to_token(tokenizer.unk_id)))
+    reads = "it reads" if len(found) == 1 else "each reads"
+    return f"⚠️ {subject} cannot read {listed}: {reads} as {unknown}."

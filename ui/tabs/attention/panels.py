@@ -8,7 +8,6 @@ from typing import Any
 from transformer import figures
 from transformer.analysis import (
     real_keys,
-    unreadable_characters,
 )
 from transformer.analysis import what_if as what_if_intervention
 from transformer.checkpoint import Checkpoint
@@ -18,6 +17,7 @@ from transformer.model import NO_INTERVENTION
 
 from ... import mistakes as seed_mistakes
 from ...errors import code_span
+from ...inputs import unreadable_note
 from ...state import ModelRegistry
 from .view import AttentionView, _describe, _plural, padded_query_rows
 
@@ -49,13 +49,9 @@ def _head_panels(
             f"**Sentence {i + 1}** → {code_span(out)}" for i, out in enumerate(analysis.outputs)
         ]
     for number, line in enumerate(lines, 1):
-        unknown = unreadable_characters(checkpoint.tokenizer, line)
-        if unknown:
-            listed = ", ".join(code_span(c) for c in unknown)
-            summary.append(
-                f"⚠️ Sentence {number}: this model cannot read {listed}: "
-                f"{'it reads' if len(unknown) == 1 else 'each reads'} as [UNK]."
-            )
+        note = unreadable_note(checkpoint.tokenizer, line, f"Sentence {number}: this model")
+        if note:
+            summary.append(note)
     mistake = seed_mistakes.chosen(mistake)
     if mistake is not None and not MISTAKES[mistake].applies(config):
         summary.append(

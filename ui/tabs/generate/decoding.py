@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from transformer.analysis import prompt_ids
+from transformer.analysis import prompt_ids, unreadable_characters
 from transformer.checkpoint import Checkpoint
 from transformer.generation import (
     MAX_NEW_TOKENS,
@@ -99,16 +99,9 @@ def start_ids(checkpoint: Checkpoint, text: str) -> tuple[list[int], int | None,
 
 
 def unreadable(checkpoint: Checkpoint, text: str) -> list[str]:
-    """The characters of ``text`` that the model's tokenizer maps to its unknown token."""
-    tokenizer = checkpoint.tokenizer
-    unk = tokenizer.unk_id
-    if unk is None or not (text or "").strip():
-        return []
-    chars: list[str] = []
-    for record in tokenizer.encode(text, add_special_tokens=False):
-        if record.id == unk:
-            chars += [c for c in text[record.start : record.end] if not c.isspace()]
-    return list(dict.fromkeys(chars))
+    """The characters of ``text`` that the model's tokenizer maps to its unknown token (the
+    library's one `unreadable_characters`)."""
+    return unreadable_characters(checkpoint.tokenizer, text or "")
 
 
 def unreadable_note(checkpoint: Checkpoint, text: str) -> str:

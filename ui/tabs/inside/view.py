@@ -7,14 +7,13 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from transformer.analysis import unreadable_characters
 from transformer.checkpoint import Checkpoint
 from transformer.figures.inside import section_figure
 from transformer.inside import LayerWalkthrough, Step, check_sentence, walkthrough
 from transformer.inspection import Analysis
 
 from ...errors import InputError, code_span, user_input
-from ...inputs import as_int, as_text, shown
+from ...inputs import as_int, as_text, shown, unreadable_note
 from ...state import ModelRegistry, SessionModels
 
 EXAMPLE_TEXT = "the small cat sees a red ball"
@@ -172,13 +171,9 @@ def summary(chosen: Chosen, walk: LayerWalkthrough, name: str) -> str:
             f"The decoder reads the model's own answer {code_span(chosen.analysis.outputs[0])} (its "
             "tokens are the decoder's queries)."
         )
-    unknown = unreadable_characters(chosen.checkpoint.tokenizer, chosen.sentence)
-    if unknown:
-        listed = ", ".join(code_span(c) for c in unknown)
-        lines.append(
-            f"⚠️ This model cannot read {listed}: "
-            f"{'it reads' if len(unknown) == 1 else 'each reads'} as an unknown token."
-        )
+    note = unreadable_note(chosen.checkpoint.tokenizer, chosen.sentence)
+    if note:
+        lines.append(note)
     return "\n\n".join(lines)
 
 

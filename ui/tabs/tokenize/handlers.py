@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
@@ -24,6 +25,55 @@ from ...state import ModelRegistry
 from .choices import DEFAULT_VOCAB, VOCAB_INFO, VOCAB_RANGE, _pick, tokenizer_choices
 from .replay_view import replay_markdown, replay_steps
 from .views import highlighted, plural
+
+
+@dataclass(frozen=True)
+class TokenizeRequest:
+    """What the tab's controls say, as one value: the layout's components fill it (in the
+    order of :meth:`of`'s parameters, the ``/tokenize`` API signature) and the handlers
+    receive it. ``step`` None draws every replay step."""
+
+    text: str
+    choice: str
+    vocab: Any
+    upload: str | None
+    compare: str
+    step: Any = None
+
+    @classmethod
+    def of(
+        cls,
+        text: Any,
+        choice: Any,
+        vocab: Any,
+        upload: Any,
+        compare: Any,
+        step: Any = None,
+    ) -> TokenizeRequest:
+        """The request from the components' values, in the order the events send them."""
+        return cls(as_text(text, "text"), choice, vocab, upload, compare, step)
+
+
+def takes_request(handler: Callable[[ModelRegistry, TokenizeRequest], Any]) -> Callable[..., Any]:
+    """``handler(registry, request)`` as an event handler taking the components' values in the
+    order the ``/tokenize`` API has them."""
+
+    def endpoint(
+        registry: ModelRegistry,
+        text: str,
+        choice: str,
+        vocab: float,
+        upload: str | None,
+        compare: str,
+        step: float,
+    ) -> Any:
+        return handler(registry, TokenizeRequest.of(text, choice, vocab, upload, compare, step))
+
+    endpoint.__name__ = endpoint.__qualname__ = handler.__name__
+    endpoint.__doc__ = handler.__doc__
+    endpoint.__module__ = handler.__module__
+    return endpoint
+
 
 _WORKERS = ThreadPoolExecutor(limits.TOKENIZER_WORKERS, thread_name_prefix="tokenizer")
 
@@ -54,24 +104,17 @@ def table_rows(rows: list[list[Any]]) -> list[list[Any]]:
 
 
 def _views(
-    registry: ModelRegistry,
-    text: str,
-    choice: str,
-    vocab: Any,
-    upload: str | None,
-    compare: str,
-    step: Any,
+    registry: ModelRegistry, request: TokenizeRequest
 ) -> tuple[tuple[str, Any, str, Any, list[list[Any]], str], int]:
-    """The six outputs of ``/tokenize`` and how many replay steps the text has. ``step`` None
-    draws every step."""
-    text = as_text(text, "text")
+    """The six outputs of ``/tokenize`` and how many replay steps the text has."""
+    text, vocab, upload, compare = request.text, request.vocab, request.upload, request.compare
     if len(text) > limits.MAX_TEXT:
         raise InputError(
             f"the text is longer than {limits.MAX_TEXT:,} characters ({len(text):,}): "
             "paste a shorter one"
         )
-    shown = None if step is None else as_int(step, "step", 0, 1_000_000)
-    tokenizer, note = _pick(registry, choice, vocab, upload)
+    shown = None if request.step is None else as_int(request.step, "step", 0, 1_000_000)
+    tokenizer, note = _pick(registry, request.choice, vocab, upload)
     other = None
     if compare and compare != "(none)":
         other = _pick(registry, compare, vocab, upload)
@@ -105,18 +148,13 @@ def _draw(
 
 
 @friendly
+@takes_request
 def tokenize(
-    registry: ModelRegistry,
-    text: str,
-    choice: str,
-    vocab: float,
-    upload: str | None,
-    compare: str,
-    step: float,
+    registry: ModelRegistry, request: TokenizeRequest
 ) -> tuple[str, Any, str, Any, list[list[Any]], str]:
     """The ``/tokenize`` endpoint: (stats, segments, comparison stats, comparison segments,
     token table, replay markdown). ``step`` draws each word's replay up to that step."""
-    return _views(registry, text, choice, vocab, upload, compare, step)[0]
+    return _views(registry, request)[0]
 
 
 def trained_algorithm(registry: ModelRegistry, choice: str, compare: str) -> str | None:
@@ -198,9 +236,10 @@ def tokenize_view(
             ask = "_Drop a `tokenizer.json` file in the box under the menu to see its tokens._"
             if choices.get(choice, ("",))[0] == "upload":
                 return (ask, [], "", [], [], "", slider, step_control(0), show_upload, "")
-            views, steps = _views(registry, text, choice, vocab, upload, "(none)", None)
+            request = TokenizeRequest.of(text, choice, vocab, upload, "(none)")
+            views, steps = _views(registry, request)
             return (*views[:2], ask, *views[3:], slider, step_control(steps), show_upload, "")
-        views, steps = _views(registry, text, choice, vocab, upload, compare, None)
+        views, steps = _views(registry, TokenizeRequest.of(text, choice, vocab, upload, compare))
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as error:
@@ -208,19 +247,12 @@ def tokenize_view(
     return (*views, slider, step_control(steps), show_upload, "")
 
 
-def tokenize_step(
-    registry: ModelRegistry,
-    text: str,
-    choice: str,
-    vocab: float,
-    upload: str | None,
-    compare: str,
-    step: float,
-) -> tuple[Any, ...]:
+@takes_request
+def tokenize_step(registry: ModelRegistry, request: TokenizeRequest) -> tuple[Any, ...]:
     """The step slider, released: ``/tokenize``'s six outputs and the status line; a refused
     input leaves the panels as they were and says why in the status line."""
     try:
-        views, _ = _views(registry, text, choice, vocab, upload, compare, step)
+        views, _ = _views(registry, request)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as error:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from transformer.analysis import unreadable_characters
 from transformer.text.replay import (
     readable_piece,
 )
@@ -25,44 +26,25 @@ def visible(text: str) -> str:
     return text.replace(" ", "␣").replace("\n", "↵").replace("\r", "␍").replace("\t", "⇥")
 
 
-def unreadable_characters(tokenizer: Tokenizer, text: str, records: list[Any]) -> list[str]:
-    """The characters of ``text`` that the tokenizer reads as its unknown token, each once, in
-    order: those, inside the spans that became unknown, that become unknown on their own."""
-    unk = tokenizer.unk_id
-    if unk is None:
-        return []
-    found: list[str] = []
-    checked: set[str] = set()  # each character is encoded once, however often it occurs
-    for record in records:
-        if record.id != unk or record.start == record.end:
-            continue
-        for char in text[record.start : record.end]:
-            if char.isspace() or char in checked:
-                continue
-            checked.add(char)
-            if unk in tokenizer.encode_ids(char):
-                found.append(char)
-    return found
-
-
 def unknown_message(tokenizer: Tokenizer, text: str, records: list[Any]) -> str:
     """What to tell the user when part of the text became the unknown token (else "")."""
     unk = tokenizer.unk_id
     spans = [r for r in records if unk is not None and r.id == unk and r.start < r.end]
     if not spans:
         return ""
-    chars = unreadable_characters(tokenizer, text, records)
+    found = unreadable_characters(tokenizer, text)
+    chars = [item for item in found if len(item) == 1]
+    unknown = code_span(str(tokenizer.id_to_token(unk)))
     if chars:
         listed = ", ".join(f"{code_span(c)} (U+{ord(c):04X})" for c in chars)
         return (
             f"\n\n⚠️ This tokenizer cannot read {plural(len(chars), 'character')}: {listed}; "
             f"{'it becomes' if len(spans) == 1 else 'they make'} "
-            f"{plural(len(spans), 'unknown token')} ({code_span(str(tokenizer.id_to_token(unk)))})."
+            f"{plural(len(spans), 'unknown token')} ({unknown})."
         )
-    words = ", ".join(f"{code_span(text[r.start : r.end])}" for r in spans[:5])
+    words = ", ".join(code_span(text[r.start : r.end]) for r in spans[:5])
     return (
-        f"\n\n⚠️ {plural(len(spans), 'piece')} became {code_span(str(tokenizer.id_to_token(unk)))}: "
-        f"{words} "
+        f"\n\n⚠️ {plural(len(spans), 'piece')} became {unknown}: {words} "
         "cannot be built from this vocabulary's pieces, although each character alone can."
     )
 
