@@ -7,6 +7,7 @@ buttons stay for the API endpoints (``/positional_encoding``, ``/embeddings``)."
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
@@ -43,23 +44,38 @@ def pe_caption(base: float, d_model: int) -> str:
     )
 
 
-@friendly
-def positional(
-    d_model: float, length: float, base: float, dims: str, metric: str, large: bool
-) -> tuple[Any, Any, Any]:
-    """The ``/positional_encoding`` endpoint: the (positions, d_model) table as a heatmap, the
-    chosen dimensions as curves, and the position-by-position similarity."""
-    d = as_int(d_model, "d_model", 2, 512)
-    if d % 2:
-        raise InputError("d_model must be even (sin and cos come in pairs)")
-    n = as_int(length, "positions", 1, 512)
-    base = as_float(base, "base", 2, MAX_BASE)
-    chosen = as_int_list(dims, "dimensions")
-    if not chosen or min(chosen) < 0 or max(chosen) >= d or len(chosen) > MAX_CURVES:
-        raise InputError(
-            f"dimensions to draw: choose 1 to {MAX_CURVES} whole numbers between 0 and {d - 1}"
-        )
-    table = sinusoidal_table(n, d, base)
+@dataclass(frozen=True)
+class PositionalRequest:
+    """The sinusoidal section's controls as one value, checked once: the layout's components
+    fill :meth:`of` (the ``/positional_encoding`` API signature) and the handlers receive it."""
+
+    d_model: int
+    length: int
+    base: float
+    dims: tuple[int, ...]
+    metric: str
+    large: bool
+
+    @classmethod
+    def of(
+        cls, d_model: Any, length: Any, base: Any, dims: Any, metric: Any, large: Any
+    ) -> PositionalRequest:
+        """The checked request, or `InputError` naming the value to fix."""
+        d = as_int(d_model, "d_model", 2, 512)
+        if d % 2:
+            raise InputError("d_model must be even (sin and cos come in pairs)")
+        n = as_int(length, "positions", 1, 512)
+        chosen = as_int_list(dims, "dimensions")
+        if not chosen or min(chosen) < 0 or max(chosen) >= d or len(chosen) > MAX_CURVES:
+            raise InputError(
+                f"dimensions to draw: choose 1 to {MAX_CURVES} whole numbers between 0 and {d - 1}"
+            )
+        return cls(d, n, as_float(base, "base", 2, MAX_BASE), tuple(chosen), metric, bool(large))
+
+
+def _positional_figures(request: PositionalRequest) -> tuple[Any, Any, Any]:
+    base, large = request.base, request.large
+    table = sinusoidal_table(request.length, request.d_model, base)
     return (
         figures.positional_encoding_figure(
             table,
@@ -68,15 +84,24 @@ def positional(
         ),
         figures.positional_curves_figure(
             table,
-            dims=tuple(chosen),
+            dims=request.dims,
             base=base,
             title=f"Chosen dimensions over position (base {readable_number(base)})",
             large_font=large,
         ),
         figures.positional_similarity_figure(
-            table, metric=metric, what="Sinusoidal encodings", large_font=large
+            table, metric=request.metric, what="Sinusoidal encodings", large_font=large
         ),
     )
+
+
+@friendly
+def positional(
+    d_model: float, length: float, base: float, dims: str, metric: str, large: bool
+) -> tuple[Any, Any, Any]:
+    """The ``/positional_encoding`` endpoint: the (positions, d_model) table as a heatmap, the
+    chosen dimensions as curves, and the position-by-position similarity."""
+    return _positional_figures(PositionalRequest.of(d_model, length, base, dims, metric, large))
 
 
 @friendly
@@ -85,11 +110,8 @@ def positional_view(
 ) -> tuple[Any, Any, Any, str]:
     """The live view of the sinusoidal section: the ``/positional_encoding`` plots and the
     caption with the chosen base."""
-    plots = positional(d_model, length, base, dims, metric, large)
-    return (
-        *plots,
-        pe_caption(as_float(base, "base", 2, MAX_BASE), as_int(d_model, "d_model", 2, 512)),
-    )
+    request = PositionalRequest.of(d_model, length, base, dims, metric, large)
+    return (*_positional_figures(request), pe_caption(request.base, request.d_model))
 
 
 def position_table(registry: ModelRegistry, name: str, session: SessionModels | None):
