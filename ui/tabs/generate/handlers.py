@@ -15,7 +15,7 @@ from transformer.generation import (
 )
 
 from ... import limits
-from ...errors import InputError, friendly, gpu
+from ...errors import InputError, friendly, gpu, user_input
 from ...state import GenerationState, ModelRegistry, SessionModels
 from .decoding import RESTARTED, _restart, cannot_generate, current, start_ids, unreadable_note
 from .drawing import Drawn, draw, placeholders
@@ -131,13 +131,14 @@ def force(
     if reason is not None:
         raise InputError(reason.replace("**", "'").replace("`", ""))
     source_ids, reference, bos = _forcing_ids(checkpoint, source, reference_text)
-    result = teacher_force(
-        model,
-        source_ids,
-        reference,
-        bos_id=bos if bos is not None else 0,
-        decode_token=lambda i: tokenizer.id_to_token(i) or "?",
-    )
+    with user_input():  # the library checks the lengths against the model's
+        result = teacher_force(
+            model,
+            source_ids,
+            reference,
+            bos_id=bos if bos is not None else 0,
+            decode_token=lambda i: tokenizer.id_to_token(i) or "?",
+        )
 
     def piece(i: int) -> str:
         return tokenizer.id_to_token(i) or "?"
