@@ -313,3 +313,30 @@ def test_the_view_draws_on_open_and_on_every_control(demo_config):
     for label in ("Text", "Tokenizer", "Compare side by side with"):
         assert any(name == label for name, _ in targets), label
     assert any(str(name).startswith("Vocabulary size") for name, _ in targets)
+
+
+def test_every_token_is_one_chip_and_an_unreadable_character_is_red(registry):
+    """Issue 23 item 12: translate's tokenizer counted 29 tokens but drew 28 chips; the "T" it
+    cannot read was a blue chip and its word-start marker ▁ read as "T"."""
+    tokenizer = registry.checkpoint("translate", None).tokenizer
+    text = "The transformer attends to every token."
+    backend = tokenizer.backend.encode(text)  # the library's own tokens: the reference
+    stats, segments, _, _, rows, _ = run(registry, text, "translate model's tokenizer (BPE)")
+    chips = [segment for segment in segments if segment[1] is not None]
+    assert f"**{len(backend.ids)} tokens**" in stats
+    assert len(chips) == len(backend.ids)
+    unk = tokenizer.unk_id
+    for (piece, label), token_id, (start, end) in zip(
+        chips, backend.ids, backend.offsets, strict=True
+    ):
+        if token_id == unk:
+            assert label == "unknown" and piece == text[start:end]
+    marker_rows = [row for row in rows if row[1] == "▁"]
+    assert marker_rows and all(row[7] == "␣" for row in marker_rows)
+
+
+def test_a_text_without_replay_steps_hides_the_step_slider(registry):
+    view = tokenize.tokenize_view(registry, "the cat", CL100K, 500, None, "(none)")
+    assert view[7]["visible"] is False
+    view = tokenize.tokenize_view(registry, "the transformer", LIVE["bpe"], 300, None, "(none)")
+    assert view[7]["visible"] is True and view[7]["maximum"] >= 1

@@ -19,7 +19,7 @@ import gradio as gr
 from transformer.device import pick_device
 
 from . import limits
-from .errors import scrub
+from .errors import guard_preprocessing, scrub
 from .export import PLOT_TOOLBAR_JS, ViewExport
 from .share import TabView
 from .state import ModelRegistry, SessionModels
@@ -183,6 +183,7 @@ def build_demo(
                 views.append(TabView.of(label, slug, controls))
         _wire_views(demo, registry, session, tabs, views, tour, start, make_link, link, status)
     _configure_queue(demo, default_concurrency_limit=4, max_size=limits.QUEUE_SIZE)
+    guard_preprocessing(demo)  # gradio's own refusals: a message and one log line
     demo.model_registry = registry  # for preload_models
     threading.Thread(
         target=_sweep_sessions, args=(weakref.ref(demo),), name="session-sweeper", daemon=True

@@ -13,7 +13,7 @@ from transformer.checkpoint import Checkpoint
 from transformer.generation import teacher_force
 
 from ... import limits
-from ...errors import friendly, gpu
+from ...errors import InputError, friendly, gpu, user_input
 from ...state import ModelRegistry, SessionModels
 from .decoding import RESTARTED, _restart, cannot_generate, current, start_ids, unreadable_note
 from .drawing import Drawn, draw, placeholders
@@ -123,7 +123,7 @@ def _forcing_ids(checkpoint: Checkpoint, source: str, reference_text: str) -> tu
     if eos is not None:
         reference.append(eos)
     if not reference:
-        raise ValueError("the reference gives no tokens: enter a reference")
+        raise InputError("the reference gives no tokens: enter a reference")
     return ids, reference, bos
 
 
@@ -137,18 +137,19 @@ def force(
     checkpoint = registry.checkpoint(name, session)
     tokenizer, model = checkpoint.tokenizer, checkpoint.model
     if not (source or "").strip() or not (reference_text or "").strip():
-        raise ValueError("enter both a source (or prompt) and a reference")
+        raise InputError("enter both a source (or prompt) and a reference")
     reason = cannot_generate(name, checkpoint)
     if reason is not None:
-        raise ValueError(reason.replace("**", "'").replace("`", ""))
+        raise InputError(reason.replace("**", "'").replace("`", ""))
     source_ids, reference, bos = _forcing_ids(checkpoint, source, reference_text)
-    result = teacher_force(
-        model,
-        source_ids,
-        reference,
-        bos_id=bos if bos is not None else 0,
-        decode_token=lambda i: tokenizer.id_to_token(i) or "?",
-    )
+    with user_input():  # the library checks the lengths against the model's
+        result = teacher_force(
+            model,
+            source_ids,
+            reference,
+            bos_id=bos if bos is not None else 0,
+            decode_token=lambda i: tokenizer.id_to_token(i) or "?",
+        )
 
     def piece(i: int) -> str:
         return tokenizer.id_to_token(i) or "?"
