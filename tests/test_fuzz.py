@@ -19,6 +19,9 @@ from serving import CROSS, Tally, call, leaks, serve, still_serves
 
 from ui.tabs import tokenize as tokenize_tab
 
+# a system test: thousands of requests over HTTP, minutes; `python -m pytest -m "not slow"` leaves it out.
+pytestmark = pytest.mark.slow
+
 MINILM = "all-MiniLM-L6-v2"
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))

@@ -44,6 +44,9 @@ from ui import errors, limits, state
 from ui.tabs import positions
 from ui.tabs import tokenize as tokenize_tab
 
+# A system test: the app over HTTP, over a thousand requests; `-m "not slow"` leaves it out.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 BAD_TEXTS = {
