@@ -11,7 +11,7 @@ import torch
 
 from transformer import attention as attention_module
 from transformer import rotary as rotary_module
-from transformer.generation import DecodingSettings, generate
+from transformer.generation import DecodingSession, DecodingSettings, generate
 from transformer.pretrained import load_pretrained
 from transformer.pretrained.shipped import SMOLLM2
 
@@ -249,3 +249,22 @@ def test_smollm2_gguf_logits_equal_transformers_gguf_loading(smollm2_pair) -> No
     relative = ((ours - expected).abs().max() / expected.abs().max()).item()
     assert relative <= 1e-4, relative
     assert checkpoint.tokenizer.decode([int(ours[0, -1].argmax())]).strip() == "Paris"
+
+
+@pytest.mark.slow
+@needs_smollm2
+def test_smollm2_decoding_stops_at_im_end(smollm2_pair) -> None:
+    from transformer.generation import decoding_ends
+
+    checkpoint, _ = smollm2_pair
+    tokenizer = checkpoint.tokenizer
+    _, end = decoding_ends(checkpoint.config, tokenizer.bos_id, tokenizer.eos_id)
+    assert end == tokenizer.token_to_id("<|im_end|>") == 2
+    chat = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+    ids = tokenizer.encoding(chat).ids
+    settings = DecodingSettings(strategy="greedy", max_new_tokens=40)
+    session = DecodingSession(checkpoint.model, ids, settings, eos_id=end)
+    for _ in session.run():
+        pass
+    assert session.records[-1].chosen_id == end  # it chose <|im_end|> and stopped there
+    assert end not in session.output_ids and "Paris" in tokenizer.decode(session.output_ids)
