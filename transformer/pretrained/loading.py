@@ -9,7 +9,9 @@ from types import ModuleType
 import torch
 
 from ..checkpoint import Checkpoint
+from ..config import ModelConfig
 from ..model import Transformer
+from ..rotary import RotaryEmbedding, rotary_cos_sin
 from . import bert, gpt2, llama, marian
 from ._common import PretrainedError, TensorReader, load_weights, read_json
 
@@ -152,8 +154,7 @@ def load_gguf(path: str | Path, *, device: str | torch.device | None = None) -> 
     ``chat_template``. Errors (:class:`~transformer.pretrained.gguf.GGUFError`) name the
     problem: truncated file, unknown architecture, unsupported quantization."""
     read = llama.read_llama_gguf(path)
-    model = Transformer(read.config)
-    load_weights(model, dict(read.weights))
+    model = _model_from(read.config, read.weights)
     del read.weights
     info = dict(read.info)
     info.update(model_type="gguf", source=str(path), chat_template=read.chat_template)
@@ -163,3 +164,36 @@ def load_gguf(path: str | Path, *, device: str | torch.device | None = None) -> 
         tokenizer=read.tokenizer,
         info=info,
     )
+
+
+def _model_from(config: ModelConfig, weights: dict[str, torch.Tensor]) -> Transformer:
+    """A :class:`Transformer` whose parameters *are* ``weights`` (our names; a tied matrix
+    once): built without storage, so nothing is initialised at random and nothing is copied
+    (the dequantized float32 tensors are the model's, not a second copy of it)."""
+    with torch.device("meta"):
+        model = Transformer(config)
+    expected = {name: tuple(param.shape) for name, param in model.named_parameters()}
+    if set(expected) != set(weights):
+        wrong = sorted(set(expected) ^ set(weights))[:5]
+        raise PretrainedError(
+            f"internal mapping error: the GGUF weights and the model differ: {wrong}"
+        )
+    for name, tensor in weights.items():
+        if tuple(tensor.shape) != expected[name]:
+            raise PretrainedError(
+                f"the GGUF tensor for {name} has shape {tuple(tensor.shape)}, the model needs "
+                f"{expected[name]}"
+            )
+        if not torch.isfinite(tensor).all():
+            raise PretrainedError(f"the GGUF tensor for {name} has NaN or inf")
+    model.load_state_dict(weights, strict=False, assign=True)
+    if config.tie_embeddings:  # assign replaced the embedding: tie the read-out to it again
+        model.generator.proj.weight = model.tgt_embedding.lookup.weight
+    for module in model.modules():
+        if isinstance(module, RotaryEmbedding):  # computed tables, not in the file
+            positions = torch.arange(config.max_len)
+            module.cos, module.sin = rotary_cos_sin(positions, config.d_head, config.rope_base)
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise PretrainedError(f"internal mapping error: nothing was loaded into {left[:5]}")
+    return model
