@@ -353,8 +353,8 @@ def test_missing_shipped_package_says_how_to_install() -> None:
 
 
 def test_unsupported_model_type_names_the_supported_families(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    with pytest.raises(PretrainedError, match=r"llama.*BERT.*GPT-2.*Marian"):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    with pytest.raises(PretrainedError, match=r"t5.*BERT.*GPT-2.*Marian.*Llama.*qwen2"):
         load_pretrained(tmp_path)
 
 

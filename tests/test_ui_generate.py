@@ -485,3 +485,22 @@ def test_run_sends_every_steps_summary_but_throttles_the_figures(registry, monke
     monkeypatch.setattr(handlers, "RUN_FIGURE_INTERVAL_S", 0.0)
     updates = list(generate.run(registry, *GREEDY, 1, 1, False, SessionModels(), None))
     assert all(isinstance(plot, go.Figure) for update in updates for plot in update[1:-1])
+
+
+# -- SmolLM2 is the opening model where it is installed ----------------------------------------
+
+
+def test_the_tab_opens_on_smollm2_where_installed_and_labels_its_weights(registry):
+    from transformer.pretrained.shipped import SMOLLM2
+    from ui.state import PRELOAD_FIRST
+    from ui.tabs.generate.decoding import opening, weights_note
+
+    names = generate.generating_models(registry)
+    assert ("The capital of France is", SMOLLM2.name, "greedy") == generate.OPENING
+    assert SMOLLM2.name == PRELOAD_FIRST
+    if SMOLLM2.available:
+        assert opening(names) == generate.OPENING  # offered and chosen
+    assert opening([n for n in names if n != SMOLLM2.name]) == generate.EXAMPLES[0]
+    info = {"model_type": "gguf", "quantization": "Q4_1, F32, Q8_0"}
+    assert weights_note(info) == "4-bit Q4_1 weights, dequantized to float32"
+    assert weights_note({"model_type": "gpt2"}) == ""

@@ -119,7 +119,14 @@ class RotaryEmbedding(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """Rotate ``q`` ``(B, H, T, d_head)`` and ``k`` ``(B, H_kv, T, d_head)``; see
         :func:`apply_rotary`."""
-        if positions is None:
-            positions = torch.arange(offset, offset + q.shape[-2], device=q.device)
-        cos, sin = self.cos_sin(positions)
+        if positions is None:  # consecutive positions: a slice of the table, no device sync
+            end = offset + q.shape[-2]
+            if end > self.cos.shape[0]:
+                raise ValueError(
+                    f"position {end - 1} is beyond the rotary table's {self.cos.shape[0]} "
+                    "positions (max_len)"
+                )
+            cos, sin = self.cos[offset:end], self.sin[offset:end]
+        else:
+            cos, sin = self.cos_sin(positions)
         return rotate(q, cos, sin), rotate(k, cos, sin)

@@ -91,6 +91,10 @@ def _trace_bytes(trace: Trace) -> int:
     return _tensor_bytes(trace, set())
 
 
+PRELOAD_FIRST = "SmolLM2-135M-Instruct"
+"""The pretrained model the background thread reads first: the Generate tab's opening model."""
+
+
 class ModelRegistry:
     """The models the app offers, by name, and a cache of their analyses, so that changing
     layer, head or view does not recompute the trace.
@@ -203,7 +207,8 @@ class ModelRegistry:
         """Read every pretrained model in a background thread (errors are kept by name)."""
 
         def work() -> None:
-            for name in self._loaders:
+            # The Generate tab opens on SmolLM2: read it first, so its first step waits least.
+            for name in sorted(self._loaders, key=lambda n: n != PRELOAD_FIRST):
                 # A failure is recorded in pretrained_errors; choosing the model reports it.
                 with contextlib.suppress(ValueError):
                     self._pretrained(name)

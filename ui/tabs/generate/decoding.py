@@ -27,6 +27,31 @@ EXAMPLES = [
 ]
 
 
+OPENING = ("The capital of France is", "SmolLM2-135M-Instruct", "greedy")
+"""What the tab opens on when the shipped SmolLM2 is installed: a real language model writing
+English (read in the background at start; the first step waits for it)."""
+
+
+def opening(names: list[str]) -> tuple[str, str, str]:
+    """``(prompt, model, strategy)`` the tab opens on: :data:`OPENING` where its model is in
+    the menu ``names``, else the first example."""
+    return OPENING if OPENING[1] in names else EXAMPLES[0]
+
+
+QUANTIZATION_BITS = {"Q4_0": "4-bit Q4_0", "Q4_1": "4-bit Q4_1", "Q8_0": "8-bit Q8_0"}
+
+
+def weights_note(info: dict) -> str:
+    """How a GGUF model's weights were stored (its most frequent quantization), honestly:
+    ``"4-bit Q4_1 weights, dequantized to float32"``; ``""`` for other models."""
+    if info.get("model_type") != "gguf":
+        return ""
+    kind = str(info.get("quantization", "")).split(",")[0].strip()
+    if kind in ("F32", ""):
+        return "float32 weights"
+    return f"{QUANTIZATION_BITS.get(kind, kind)} weights, dequantized to float32"
+
+
 # A prompt has many right continuations, so the continue task knows no single answer: its
 # example brings one of its own (a sentence of the task's grammar, checked by a test).
 EXAMPLE_REFERENCES = {("the teacher sees", "continue"): "a small bird"}

@@ -15,7 +15,15 @@ from transformer.generation import teacher_force
 from ... import limits
 from ...errors import InputError, friendly, gpu, user_input
 from ...state import ModelRegistry, SessionModels
-from .decoding import RESTARTED, _restart, cannot_generate, current, start_ids, unreadable_note
+from .decoding import (
+    RESTARTED,
+    _restart,
+    cannot_generate,
+    current,
+    start_ids,
+    unreadable_note,
+    weights_note,
+)
 from .drawing import Drawn, draw, placeholders
 from .request import read_inputs
 
@@ -208,8 +216,14 @@ def model_controls(registry: ModelRegistry, name: str, session: SessionModels) -
     can = reason is None
     layers = config.n_decoder_layers
     family = checkpoint.info.get("family")
-    kind = {"gpt2": "GPT-2 family: continues the prompt", "marian": "Marian family: translates"}
-    note = reason or (f"_{name}: {kind[family]}._" if family in kind else "")
+    kind = {
+        "gpt2": "GPT-2 family: continues the prompt",
+        "marian": "Marian family: translates",
+        "llama": "Llama family: continues the prompt",
+    }
+    stored = weights_note(checkpoint.info)
+    described = f"{kind[family]}; {stored}" if stored and family in kind else kind.get(family)
+    note = reason or (f"_{name}: {described}._" if described else "")
     buttons = [gr.update(interactive=can) for _ in range(5)]
     return (
         note,
