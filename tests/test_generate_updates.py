@@ -5,6 +5,7 @@ full figure's."""
 
 from __future__ import annotations
 
+import gradio as gr
 import numpy as np
 import pytest
 import torch
@@ -58,3 +59,44 @@ def test_the_steps_residual_figure_has_no_cell_text_and_the_full_figures_values(
     assert any(trace.texttemplate for trace in full.data)
     for shown, written in zip(norms.data, full.data, strict=True):
         np.testing.assert_array_equal(np.asarray(shown.z, float), np.asarray(written.z, float))
+
+
+def test_a_layer_or_head_change_re_sends_only_the_two_attention_figures(registry):
+    # The sliders' event has the two attention figures (and the state) as its only outputs.
+    with gr.Blocks() as demo:
+        large = gr.Checkbox(False)
+        session = gr.State(SessionModels())
+        controls = generate.build(registry, large, session)
+    by_label = {getattr(b, "label", None): b for b in demo.blocks.values()}
+    wanted = {
+        by_label["Cross-attention of the new token over the source"]._id,
+        by_label["Decoder self-attention, one row per step"]._id,
+        controls["state"]._id,
+    }
+    for slider in (controls["layer"], controls["head"]):
+        events = [
+            dep
+            for dep in demo.config["dependencies"]
+            if [slider._id, "release"] in [list(t) for t in dep["targets"]]
+        ]
+        assert events and all(set(dep["outputs"]) == wanted for dep in events)
+    # What it sends equals a full redraw's two figures at that layer and head; the three it
+    # leaves out are the same at every layer and head (so the page's copies stay right).
+    session, state = SessionModels(), GenerationState()
+    for _ in range(3):
+        state = generate.step(registry, *GREEDY, 1, 1, False, session, state)[-1]
+    full_1 = generate.redraw(registry, *GREEDY, 1, 1, False, session, state)
+    full_2 = generate.redraw(registry, *GREEDY, 2, 3, False, session, state)
+    cross, triangle, _state = generate.redraw_attention(
+        registry, *GREEDY, 2, 3, False, session, state
+    )
+    assert cross.to_json() == full_2[2].to_json() != full_1[2].to_json()
+    assert triangle.to_json() == full_2[3].to_json() != full_1[3].to_json()
+    for index in (1, 4, 5):  # next-token chart, logit lens, residual stream
+        assert full_1[index].to_json() == full_2[index].to_json()
+    # A decoding that is not the controls' own (a new source is on its way) is left alone.
+    other = ["a big dog never eats the old cake", *GREEDY[1:]]
+    assert generate.redraw_attention(registry, *other, 2, 3, False, session, state)[:2] == (
+        gr.skip(),
+        gr.skip(),
+    )
