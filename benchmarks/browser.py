@@ -188,6 +188,19 @@ def _measure(browser: Any, url: str, client: Any) -> list[str]:
         page.get_by_role("tab", name="Generate", exact=True).click()
         panel = page.get_by_role("tabpanel")
         _settle(page, lambda: "Output so far (1 step)" in panel.inner_text())
+        # The tab may open on another model (SmolLM2 when installed): the lecture example that
+        # the API calls below use is clicked (it runs its first step).
+        source = panel.get_by_label("Source sentence (or prompt for 'continue')")
+        if source.input_value() != GENERATE[0]:
+            panel.get_by_text(GENERATE[0], exact=True).last.click()
+            _settle(
+                page,
+                lambda: (
+                    source.input_value() == GENERATE[0]
+                    and "Output so far (1 step)" in panel.inner_text()
+                    and "le" in panel.inner_text()
+                ),
+            )
         button = panel.get_by_role("button", name="Step", exact=True)
         times = []
         for n in range(2, 2 + steps):
