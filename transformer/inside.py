@@ -859,7 +859,7 @@ class _Walker:
             "activation of the gate",
             formula.replace("u", "g"),
             shape=_dims("B, T, d_ff", gate),
-            shown=shown + "; grey = nearly closed (g ≤ 0)",
+            shown=shown + "; grey = gate nearly closed, g ≤ 0",
             values=_cpu(gate[b, i]),
             explanation=f"{formula.split('(')[0]} {effect}: {n_off} of {d_ff} gates are "
             "nearly closed (g ≤ 0; grey); a large positive g lets its unit through almost "
