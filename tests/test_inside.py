@@ -372,9 +372,16 @@ LLAMA_CODE = {
 LLAMA_CODE_BY_KEY = {"ff.project": "w_down("}
 
 
-def tiny_llama(folder: Path, n_heads: int = 4, n_kv_heads: int = 2, theta: float = 10000.0):
-    """A random transformers LlamaForCausalLM (grouped-query) saved with a word-level
-    tokenizer whose "<s>" is the begin-of-sequence token; returns the transformers model."""
+def tiny_llama(
+    folder: Path,
+    n_heads: int = 4,
+    n_kv_heads: int = 2,
+    theta: float = 10000.0,
+    family: str = "llama",
+):
+    """A random transformers LlamaForCausalLM (or Qwen2ForCausalLM, with q/k/v biases) saved
+    with a word-level tokenizer whose "<s>" is the begin-of-sequence token; returns the
+    transformers model."""
     transformers = pytest.importorskip("transformers")
     from tokenizers import Tokenizer, models, pre_tokenizers
 
@@ -382,7 +389,7 @@ def tiny_llama(folder: Path, n_heads: int = 4, n_kv_heads: int = 2, theta: float
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.save(str(folder / "tokenizer.json"))
-    config = transformers.LlamaConfig(
+    settings = dict(
         hidden_size=64,
         intermediate_size=96,
         num_attention_heads=n_heads,
@@ -397,7 +404,10 @@ def tiny_llama(folder: Path, n_heads: int = 4, n_kv_heads: int = 2, theta: float
         tie_word_embeddings=False,
     )
     torch.manual_seed(20)
-    model = transformers.LlamaForCausalLM(config)
+    if family == "qwen2":
+        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**settings))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**settings))
     with torch.no_grad():  # norm gains away from 1, so a missing gain shows
         for param in model.parameters():
             if param.dim() == 1:
@@ -445,9 +455,15 @@ def check_llama_walkthrough(model, tokenizer, text, layer, head, query, hidden_s
     _close(walk.step("self.norm_in").values, normed[query], "RMSNorm")
     assert "mean(x²)" in walk.step("self.norm_in").formula
     weight = lambda layer_: layer_.weight.detach().cpu()  # noqa: E731
-    q = normed[query] @ weight(attention.w_q)[rows].T
-    keys = normed @ weight(attention.w_k)[kv_rows].T  # (T, d_head)
-    values = normed @ weight(attention.w_v)[kv_rows].T
+
+    def project(x: torch.Tensor, layer_: torch.nn.Linear, cut: slice) -> torch.Tensor:
+        bias = None if layer_.bias is None else layer_.bias.detach().cpu()[cut]
+        return F.linear(x, weight(layer_)[cut], bias)
+
+    q = project(normed[query], attention.w_q, rows)
+    keys = project(normed, attention.w_k, kv_rows)  # (T, d_head)
+    values = project(normed, attention.w_v, kv_rows)
+    assert ("b_Q" in walk.step("self.q").formula) == (attention.w_q.bias is not None)
     _close(walk.step("self.q").values, q, "q before rotation")
     _close(walk.step("self.k").values, keys, f"K of kv head {kv}")
     _close(walk.step("self.v").values, values, f"V of kv head {kv}")
@@ -520,9 +536,13 @@ def check_llama_walkthrough(model, tokenizer, text, layer, head, query, hidden_s
     return walk
 
 
-@pytest.mark.parametrize(("n_heads", "n_kv_heads"), [(4, 2), (4, 1)])
-def test_every_step_of_a_llama_layer_rebuilt_from_the_shown_pieces(tmp_path, n_heads, n_kv_heads):
-    reference = tiny_llama(tmp_path, n_heads, n_kv_heads, theta=500.0)
+@pytest.mark.parametrize(
+    ("family", "n_heads", "n_kv_heads"), [("llama", 4, 2), ("llama", 4, 1), ("qwen2", 4, 2)]
+)
+def test_every_step_of_a_llama_layer_rebuilt_from_the_shown_pieces(
+    tmp_path, family, n_heads, n_kv_heads
+):
+    reference = tiny_llama(tmp_path, n_heads, n_kv_heads, theta=500.0, family=family)
     checkpoint = load_pretrained(tmp_path)
     assert checkpoint.config.kv_heads == n_kv_heads
     text = "w5 w17 w3 w42 w8 w29"

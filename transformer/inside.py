@@ -12,6 +12,14 @@ the analysis of one sentence first::
     for step in walk.steps:
         print(step.name, step.shape, step.code)
 
+A Llama-family layer (``norm_kind="rms"``, ``positional="rotary"``, ``n_kv_heads``,
+``feed_forward_kind="gated"``) shows its own steps: RMSNorm (``self.norm_in``, ``ff.norm_in``),
+q and K before rotation (``self.q``, ``self.k``: K of the key/value head this query head
+shares with its group), the rotation angles of the query's position (``self.angles``), q and K
+after rotation (``self.q_rotated``, ``self.k_rotated``), then ``ff.gate_in``, the activated gate
+(``ff.activation``), ``ff.up``, the unit activity SiLU(gate) ⊙ up (``ff.product``) and
+``ff.project`` (W_down). A paper layer's steps are unchanged.
+
 Layers, heads and tokens are counted from 0 here.
 """
 
