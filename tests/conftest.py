@@ -205,7 +205,7 @@ def tiny_hf_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Pat
     def build(family: str, **shape: Any) -> Path:
         key = (family, tuple(sorted(shape.items())))
         if key not in built:
-            built[key] = build_hf_model(family, tmp_path_factory.mktemp(family), **shape)
+            built[key] = build_hf_model(family, tmp_path_factory.mktemp(family) / family, **shape)
         return built[key]
 
     return build

@@ -223,7 +223,7 @@ def test_generation_state_is_private_to_each_session(url):
     ("changes", "message"),
     [
         ({0: ""}, "enter a source sentence"),
-        ({7: 0}, "less than|between 1 and"),
+        ({7: 0}, "less than|between 1 and|below the smallest value"),
         ({2: "nucleus"}, "nucleus"),
     ],
 )
