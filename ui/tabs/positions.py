@@ -194,8 +194,7 @@ def rotary_positions(name: str, config: Any, n: int, large: bool) -> tuple[Any, 
     rows = [head, "|" + "---|" * (len(ROPE_STARTS) + 2)]
     for distance in ROPE_DISTANCES:
         values = [
-            float(figures.rotary_scores(q, k, [m + distance], [m], base)[0, 0])
-            for m in ROPE_STARTS
+            float(figures.rotary_scores(q, k, [m + distance], [m], base)[0, 0]) for m in ROPE_STARTS
         ]
         cells = " | ".join(f"{v:.6f}" for v in values)
         rows.append(f"| {distance} | {cells} | {max(values) - min(values):.1e} |")
@@ -209,7 +208,9 @@ def rotary_positions(name: str, config: Any, n: int, large: bool) -> tuple[Any, 
         f"{d_head}-dimensional, q·k = {plain:.4f} unrotated) rotated to every pair of the first "
         f"{n:,} positions; each diagonal holds one value. The table rotates the same two "
         "vectors to query position m and key position m − distance, computed here, not assumed:"
-        "\n\n" + "\n".join(rows) + "\n\nEach row agrees to its spread, which is rounding: the angles are float32, as the "
+        "\n\n"
+        + "\n".join(rows)
+        + "\n\nEach row agrees to its spread, which is rounding: the angles are float32, as the "
         "model computes them, so the far positions round more. q·k after rotation depends only "
         "on the distance between the positions."
     )
