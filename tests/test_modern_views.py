@@ -250,3 +250,55 @@ def test_every_view_on_smollm2() -> None:
     ids = reference("The capital of France is Paris.", add_special_tokens=False)["input_ids"]
     assert [row[2] for row in rows] == ids
     assert "49,152" in stats and "merge" in replay and tokenizer.vocab_size == 49152
+
+
+# -- Generate's chat switch ---------------------------------------------------------------------
+
+SMOL_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def test_chat_renders_as_transformers_does_and_unwraps() -> None:
+    from tokenizers import Tokenizer, models
+
+    from ui.tabs.generate.chat import render_chat, unwrap_chat
+
+    reference = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({"a": 0}, unk_token="a"))
+    )
+    reference.chat_template = SMOL_TEMPLATE
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    expected = reference.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    wrapped = render_chat(SMOL_TEMPLATE, "What is the capital of France?")
+    assert wrapped == expected
+    assert unwrap_chat(SMOL_TEMPLATE, wrapped) == "What is the capital of France?"
+    assert unwrap_chat(SMOL_TEMPLATE, "plain words") == "plain words"
+
+
+def test_chat_switch_is_hidden_for_a_model_without_a_template(tiny) -> None:
+    from ui.tabs.generate.chat import chat_control, toggle_chat
+
+    registry, _ = tiny
+    assert chat_control(registry, NAME, SessionModels())["visible"] is False
+    box, tokens = toggle_chat(registry, True, SENTENCE, NAME, SessionModels())
+    assert tokens == "" and not isinstance(box, str)  # the prompt is left as it is
+
+
+@pytest.mark.slow
+@needs_smollm2
+def test_chat_switch_on_smollm2_shows_the_special_tokens() -> None:
+    from ui.tabs.generate.chat import chat_control, toggle_chat
+
+    registry = ModelRegistry("cpu")
+    assert chat_control(registry, SMOL, SessionModels())["visible"] is True
+    box, tokens = toggle_chat(registry, True, "The capital of France is", SMOL, SessionModels())
+    assert box.endswith(
+        "<|im_start|>user\nThe capital of France is<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert "**`<|im_start|>`**" in tokens and "**`<|im_end|>`**" in tokens
+    assert toggle_chat(registry, False, box, SMOL, SessionModels())[0] == "The capital of France is"

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Sequence
 
 from torch import Tensor
 
+from .config import ModelConfig
 from .generation import DecodingSession, DecodingSettings, decoding_ends, source_ends_with_eos
 from .inspection import Analysis
-from .config import ModelConfig
 from .interventions import Intervention
 from .model import Transformer, count_parameters
 from .text.tokenization import Tokenizer, check_text
@@ -246,9 +246,9 @@ def kv_cache_bytes_per_token(config: ModelConfig, grouped: bool = True, bytes_pe
 
 __all__ = [
     "WHAT_IF_SWITCHES",
+    "axis_pieces",
     "kv_cache_bytes_per_token",
     "layer_parameter_groups",
-    "axis_pieces",
     "parameter_groups",
     "prompt_ids",
     "real_keys",

@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
+from transformer.analysis import kv_cache_bytes_per_token, layer_parameter_groups
 from transformer.checkpoint import Checkpoint
 from transformer.config import base_config
-from transformer.analysis import kv_cache_bytes_per_token, layer_parameter_groups
 from transformer.model import Transformer, count_parameters
 
 from ...errors import code_span, friendly
