@@ -92,6 +92,15 @@ def test_shared_heads_really_share_keys(tiny) -> None:
     assert k_proj.out_features == KV_HEADS * D_MODEL // HEADS
 
 
+def test_the_positional_what_if_says_rotary_positions_stay_on(tiny) -> None:
+    registry, _ = tiny
+    summary = attention_handlers.everything(
+        registry, SENTENCE, NAME, KIND, 1, 1, 1, ["no positional encoding"], False, SessionModels()
+    )[3]
+    assert "largest change of any output logit 0.000" in summary  # measured: nothing changed
+    assert "rotary" in summary and "changes nothing" in summary
+
+
 def test_a_model_without_shared_heads_keeps_plain_labels() -> None:
     registry = ModelRegistry("cpu")
     single, *_rest, summary, grid = attention_handlers.everything(

@@ -175,6 +175,12 @@ def _head_panels(
             summary.append(
                 f"**What-if ({switches})**: largest change of any output logit {delta:.3f}."
             )
+        if "no positional encoding" in what_if and config.positional == "rotary":
+            summary.append(
+                "This model adds **no** positional encoding to switch off: its positions are "
+                "rotary (q and k are rotated inside attention), which this what-if leaves on, so "
+                "it changes nothing here."
+            )
         if analysis.predicted and broken is None:
             summary.append(
                 f"Next-token predictions before: {code_span(analysis.predicted[row])} — "
