@@ -205,7 +205,9 @@ def tiny_hf_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Pat
     def build(family: str, **shape: Any) -> Path:
         key = (family, tuple(sorted(shape.items())))
         if key not in built:
-            built[key] = build_hf_model(family, tmp_path_factory.mktemp(family) / family, **shape)
+            # The folder is named for the family: the app lists a folder by its name.
+            folder = tmp_path_factory.mktemp(f"hf-{family}") / family
+            built[key] = build_hf_model(family, folder, **shape)
         return built[key]
 
     return build
