@@ -318,7 +318,7 @@ def build(
     inputs = [model_name, sentences, kind, layer, head, mistake, large, session]
     outputs = [single, diff, text]
     draw = bind(panel, registry)
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
     model_name.change(
         bind(choices, registry), [model_name, mistake, session], [mistake], **private
     ).success(draw, inputs, outputs, **private)

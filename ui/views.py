@@ -280,7 +280,7 @@ class Views:
     def follow(self, event: Any, applied: bool = False) -> Any:
         """Chain after ``event`` (which wrote the view into ``self.view``, and applied it
         already when ``applied``) the steps that apply it; returns the last step."""
-        private = {"api_visibility": "private", "show_progress": "hidden"}
+        private: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
         inputs = [self.view, *self.draw_inputs]
         if not applied:
             event = event.then(self.apply, inputs, self.outputs, **private)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import gradio as gr
 
@@ -82,7 +83,7 @@ def build(
     control_outputs = [kind, layer, head, row]
     redraw = bind(everything, registry)
     all_outputs = [single, masks, diff, summary, grid_plot]
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
 
     refit = bind(controls, registry)
     # Controls that change what applies fit the ranges and choices and redraw in one event
