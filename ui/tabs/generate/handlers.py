@@ -34,6 +34,7 @@ def step(registry: ModelRegistry, *inputs: Any) -> Drawn:
     request, session, state = read_inputs(inputs)
     with state.lock:
         state, note = current(registry, state, session, request)
+        assert state.decoding is not None  # current() starts one
         if state.decoding.done:
             gr.Warning("Generation has finished: press Back or Reset.")
         else:
@@ -48,6 +49,7 @@ def back(registry: ModelRegistry, *inputs: Any) -> Drawn:
     request, session, state = read_inputs(inputs)
     with state.lock:
         state, note = current(registry, state, session, request)
+        assert state.decoding is not None  # current() starts one
         if state.decoding.records:
             state.decoding.back()
         return draw(registry, state, request, session, note)
@@ -75,6 +77,7 @@ def run(registry: ModelRegistry, *inputs: Any) -> Iterator[Drawn]:
     request, session, state = read_inputs(inputs)
     with state.lock:
         state, note = current(registry, state, session, request)
+        assert state.decoding is not None  # current() starts one
         decoding = state.decoding
         if decoding.done:
             drawn = draw(registry, state, request, session, note)
@@ -254,6 +257,7 @@ def first_step(registry: ModelRegistry, *inputs: Any) -> Drawn:
         had_records = state.decoding is not None and bool(state.decoding.records)
         changed = state.key[:2] == request.key[:2] and state.key != request.key
         _restart(registry, state, session, request)
+        assert state.decoding is not None  # _restart starts one
         state.decoding.step()
         note = RESTARTED if had_records and changed else ""
         return draw(registry, state, request, session, note)
