@@ -343,7 +343,12 @@ class Views:
         state = values[position] if position < len(values) else None
         decoding = getattr(state, "decoding", None)
         shown = (mine.get("source"), mine.get("model"))
-        if tab.slug == "generate" and decoding is not None and tuple(state.key[:2]) == shown:
+        if (
+            tab.slug == "generate"
+            and state is not None
+            and decoding is not None
+            and tuple(state.key[:2]) == shown
+        ):
             step = len(decoding.records)
         base = (base or "").split("?")[0].split("#")[0]
         return f"{base}?{encode_view(tab, mine, step)}"

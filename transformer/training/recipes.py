@@ -19,7 +19,7 @@ import torch
 from ..checkpoint import save_checkpoint
 from ..config import ModelConfig
 from ..model import Transformer, count_parameters
-from ..text.tokenization import Tokenizer, train_tokenizer
+from ..text.tokenization import Algorithm, Tokenizer, train_tokenizer
 from .data import encode_examples
 from .evaluation import evaluate_model
 from .loop import Progress, TrainingConfig, TrainingResult, train
@@ -34,7 +34,7 @@ class Recipe:
     """A bundled model's recipe. ``model`` vocabulary sizes are filled from the tokenizer."""
 
     task: str
-    tokenizer_algorithm: str
+    tokenizer_algorithm: Algorithm
     tokenizer_vocab_size: int
     model: ModelConfig
     training: TrainingConfig

@@ -7,14 +7,18 @@ buttons stay for the API endpoints (``/positional_encoding``, ``/embeddings``)."
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, cast
 
 import gradio as gr
 import numpy as np
 from gradio.context import Context
 
 from transformer import figures
-from transformer.embeddings import LearnedPositionalEmbedding, sinusoidal_table
+from transformer.embeddings import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    sinusoidal_table,
+)
 from transformer.figures.positional import readable_number
 
 from ..errors import friendly
@@ -23,6 +27,11 @@ from ..state import TRAINED_HERE, ModelRegistry, SessionModels, bind
 
 MAX_CURVES = 12  # dimensions drawn as curves at once
 MAX_BASE = 1e9
+
+
+def _metric(metric: str) -> Literal["cosine", "dot"]:
+    """The similarity menu's value, as the figure's type names it (the figure checks it)."""
+    return cast(Literal["cosine", "dot"], metric)
 
 
 def _load_trigger() -> list:
@@ -72,7 +81,7 @@ def positional(
             large_font=large,
         ),
         figures.positional_similarity_figure(
-            table, metric=metric, what="Sinusoidal encodings", large_font=large
+            table, metric=_metric(metric), what="Sinusoidal encodings", large_font=large
         ),
     )
 
@@ -97,6 +106,7 @@ def position_table(registry: ModelRegistry, name: str, session: SessionModels | 
     module = model.src_positional if model.config.has_encoder else model.tgt_positional
     if isinstance(module, LearnedPositionalEmbedding):
         return module.lookup.weight.detach().float().cpu(), True
+    assert isinstance(module, SinusoidalPositionalEncoding)  # the only other positional kind
     return module.table.detach().float().cpu(), False
 
 
@@ -123,7 +133,7 @@ def learned_positions(
         zmax=None if learned else 1.0,
     )
     similarity = figures.positional_similarity_figure(
-        shown, metric=metric, what=f"{name}'s positions", large_font=large
+        shown, metric=_metric(metric), what=f"{name}'s positions", large_font=large
     )
     count = (
         f"the first {len(shown):,} of its {total:,} positions"
@@ -165,7 +175,7 @@ def _sentence_figures(
     labels = figures.token_labels(pieces)
     types = None if stack.token_type_embedding is None else stack.token_type_embedding[0]
     normed = layer_input if config.embedding_norm else None
-    options = {
+    options: dict[str, Any] = {
         "token_type": types,
         "layer_input": normed,
         "scaled": config.scale_embeddings,
