@@ -14,7 +14,7 @@ Starts ``python app.py`` as a separate process on loopback, then through ``gradi
   and torch in a fresh interpreter, and the server's peak resident memory (MiniLM loaded);
 - checks every response against the payload bound.
 
-Prints a table and writes ``benchmarks/results.md``.
+Prints a table and writes ``benchmarks/app_latency.md`` (the dated history is ``benchmarks/results.md``).
 
 Usage: python -m benchmarks.app_latency [--quick] [--repeats N] [--port P]
 """
@@ -209,7 +209,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="16 and 64 tokens, 5 repeats")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--port", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results.md")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "app_latency.md")
     args = parser.parse_args()
     lengths = LENGTHS[:2] if args.quick else LENGTHS
     repeats = args.repeats or (5 if args.quick else 12)

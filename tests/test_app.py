@@ -155,7 +155,7 @@ def test_attention_what_if_reports_the_change(client):
         (("", "reverse", CROSS, 1, 1, 1), "at least one sentence"),
         (("a\nb\nc\nd", "reverse", CROSS, 1, 1, 1), "at most 3 sentences"),
         (("a b", "reverse", CROSS, 3, 1, 1), "layer must be between 1 and 2"),
-        (("a b", "reverse", CROSS, 99, 1, 1), "greater than maximum"),
+        (("a b", "reverse", CROSS, 99, 1, 1), "above the largest value"),
         # The Head slider's range is the first model's 4 heads: gradio refuses 6 itself.
         (("a b", "reverse", CROSS, 1, 6, 1), "head must be between 1 and 4"),
         (("a b", "continue", CROSS, 1, 1, 1), "has no cross-attention"),
@@ -223,7 +223,7 @@ def test_generation_state_is_private_to_each_session(url):
     ("changes", "message"),
     [
         ({0: ""}, "enter a source sentence"),
-        ({7: 0}, "less than|between 1 and"),
+        ({7: 0}, "less than|between 1 and|below the smallest value"),
         ({2: "nucleus"}, "nucleus"),
     ],
 )

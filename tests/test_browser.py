@@ -5,7 +5,10 @@ browsers here, so the executable is given explicitly). Where either is missing t
 with the reason (``CHROMIUM=/path/to/chrome`` points it at another Chromium build), unless
 ``REQUIRE_BROWSER=1`` (set by ``.ci/run``) turns the skip into a failure.
 
-Screenshots land in ``docs/screenshots/<slug>.png``; the README shows them.
+Screenshots land in a temporary folder, so that a test run leaves the tracked files alone. To
+refresh the ones the README shows (``docs/screenshots/<slug>.png``), run
+
+    REFRESH_SCREENSHOTS=1 python -m pytest tests/test_browser.py
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
-SCREENSHOTS = ROOT / "docs" / "screenshots"
+DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"  # written only with REFRESH_SCREENSHOTS=1
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -187,6 +190,16 @@ def app(browser: Any) -> Iterator[tuple[str, Any]]:
 
 
 @pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the screenshots go: a temporary folder, or the README's folder when
+    ``REFRESH_SCREENSHOTS=1`` asks to refresh them."""
+    if os.environ.get("REFRESH_SCREENSHOTS") == "1":
+        DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        return DOCS_SCREENSHOTS
+    return tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture(scope="module")
 def app_url(app: tuple[str, Any]) -> str:
     return app[0]
 
@@ -264,7 +277,7 @@ def _is_local(url: str) -> bool:
         for spec in TABS
     ],
 )
-def test_tab_works_in_a_real_browser(page: PageRecord, spec: TabSpec) -> None:
+def test_tab_works_in_a_real_browser(page: PageRecord, spec: TabSpec, screenshots: Path) -> None:
     browser_page = page.page
     browser_page.get_by_role("tab", name=spec.tab, exact=True).click()
     panel = browser_page.get_by_role("tabpanel")  # by role: only the visible panel matches
@@ -284,8 +297,7 @@ def test_tab_works_in_a_real_browser(page: PageRecord, spec: TabSpec) -> None:
     assert not foreign, (
         f"the page reached beyond this machine (the app must work offline): {foreign}"
     )
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    browser_page.screenshot(path=str(SCREENSHOTS / f"{spec.slug}.png"), full_page=True)
+    browser_page.screenshot(path=str(screenshots / f"{spec.slug}.png"), full_page=True)
 
 
 # -- the guided tour, links to a view, exports ------------------------------------------------------
@@ -352,7 +364,9 @@ def _plots(stop: Any) -> int:
     return plots - 1 if stop.tab == "Generate" and stop.values.get("model") == "continue" else plots
 
 
-def test_the_guided_tour_walks_every_stop(page: PageRecord, app: tuple[str, Any]) -> None:
+def test_the_guided_tour_walks_every_stop(
+    page: PageRecord, app: tuple[str, Any], screenshots: Path
+) -> None:
     browser_page, demo = page.page, app[1]
     tour, views = demo.tour, demo.views
     assert len(tour.stops) >= 10
@@ -377,8 +391,7 @@ def test_the_guided_tour_walks_every_stop(page: PageRecord, app: tuple[str, Any]
             # The stop's last steps (the sliders narrowed to the model, the scroll) settle.
             browser_page.wait_for_timeout(2500)
             _drawn(browser_page, stop.tab, _plots(stop), titles)
-            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-            browser_page.screenshot(path=str(SCREENSHOTS / "tour.png"))
+            browser_page.screenshot(path=str(screenshots / "tour.png"))
         # The arrow keys move the tour, but not while the focus is in a text box.
         if index == 0:
             panel.get_by_label("Text", exact=True).press("ArrowRight")

@@ -52,6 +52,7 @@ def test_training_data_still_regenerates(bundled, name):
     assert task_digest(task_of(checkpoint)) == checkpoint.info["data_sha256"]
 
 
+@pytest.mark.slow  # runs the model over 100-200 held-out examples: minutes on 2 cores
 @pytest.mark.parametrize("name", BUNDLED_NAMES)
 def test_checkpoint_reproduces_its_recorded_metrics(bundled, name):
     checkpoint = bundled[name]
@@ -147,6 +148,7 @@ def _cross_attention(checkpoint, example):
     return trace.attention_weights("cross")[:, 0], src[0], tgt[0]
 
 
+@pytest.mark.slow  # runs the model over 100-200 held-out examples: minutes on 2 cores
 def test_reversal_has_a_head_on_the_anti_diagonal(bundled):
     """The query that predicts output token i looks at source token n-1-i."""
     checkpoint = bundled["reverse"]
@@ -163,6 +165,7 @@ def test_reversal_has_a_head_on_the_anti_diagonal(bundled):
     assert (hits.float() / total).max() >= 0.9
 
 
+@pytest.mark.slow  # runs the model over 100-200 held-out examples: minutes on 2 cores
 def test_translation_aligns_target_adjectives_with_source_adjectives(bundled):
     checkpoint = bundled["translate"]
     tokenizer = checkpoint.tokenizer

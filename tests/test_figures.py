@@ -509,4 +509,24 @@ def test_the_step_by_step_triangle_keeps_its_cells_square_ish_from_the_first_ste
     row_px = first.layout.height - 140  # the one row's height, margins aside
     assert one_cell_px < 2 * row_px  # a small corner, not a block across the panel
     assert grown.layout.xaxis.domain[1] == 1.0  # sixty keys take the whole width
-    assert first.data[0].colorbar.x < 0.2  # the colour bar stands beside the cells
+    assert first.data[0].colorbar.x <= first.layout.xaxis.domain[1] + 0.05  # beside the cells
+
+
+@pytest.mark.parametrize("large_font", [False, True])
+def test_the_step_by_step_triangle_stays_readable_in_large_font(large_font):
+    """Issue 23 item 11: in Large font the first steps drew a 100 × 60 px plot (a label
+    dropped, the colour bar's numbers on top of each other) and long runs squeezed the rows
+    below their labels' height, so plotly hid every other one."""
+    font = 20 if large_font else 13
+    labels = [f"{i}:▁minou" for i in range(40)]
+    for n in (1, 3, 40):
+        rows = [np.full(i + 1, 1 / (i + 1), np.float32) for i in range(n)]
+        fig = causal_growth_figure(rows, labels[:n], large_font=large_font)
+        # Room the figure leaves for its title and the rotated key labels below: 80 px for
+        # the title, font × 0.6 px per character of the longest label, 60 px for the axis title.
+        reserved = 80 + 60 + 0.6 * font * max(len(label) for label in labels[:n])
+        plot_height = fig.layout.height - reserved
+        assert plot_height >= 10 * font, (n, fig.layout.height)  # the colour bar's 5 numbers
+        assert plot_height / n >= 1.4 * font, (n, fig.layout.height)  # a label per row
+        # On a 1280 px page the panel's plot area is about 1,000 px wide.
+        assert fig.layout.xaxis.domain[1] * 1000 >= 250, n

@@ -19,6 +19,9 @@ from serving import CROSS, Tally, call, leaks, serve, still_serves
 
 from ui.tabs import tokenize as tokenize_tab
 
+# a system test: thousands of requests over HTTP, minutes; `python -m pytest -m "not slow"` leaves it out.
+pytestmark = pytest.mark.slow
+
 MINILM = "all-MiniLM-L6-v2"
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
@@ -254,3 +257,33 @@ def test_oversized_model_configs_are_refused_by_name(hf_models, tmp_path_factory
         assert all(real[key] == value for key, value in changes.items()), changes
 
     load()
+
+
+def _panicking_tokenizer(path) -> None:
+    """A tokenizer.json whose pre-tokenizer regex backtracks past Oniguruma's retry limit on
+    a run of "a"s: the tokenizers library then panics (pyo3's PanicException, no Exception)."""
+    from tokenizers import Regex, models, pre_tokenizers
+    from tokenizers import Tokenizer as Backend
+
+    backend = Backend(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("(a|a)+$|(a+)+b"), behavior="isolated")
+    path.write_text(backend.to_str(), encoding="utf-8")
+
+
+def test_a_panicking_uploaded_tokenizer_answers_with_a_message(tmp_path):
+    """Issue 24: the panic escaped the error wrapper and /tokenize never answered."""
+    from gradio_client import handle_file
+
+    path = tmp_path / "tokenizer.json"
+    _panicking_tokenizer(path)
+    with serve() as (_, url):
+        client = Client(url, verbose=False)
+        upload = "uploaded tokenizer.json"
+        with ThreadPoolExecutor(1) as pool:
+            for text in ["a" * 40 + "c", "a" * 2_000 + "c"]:
+                args = [text, upload, 300, handle_file(str(path)), "(none)", 5]
+                answer = pool.submit(call, client, "/tokenize", *args)
+                ok, result = answer.result(timeout=60)  # an answer, not a hang
+                assert not ok and "cannot encode the text" in str(result), result
+                assert not leaks(str(result))
+                still_serves(client)

@@ -227,7 +227,10 @@ def bundled():
     return models.models
 
 
-@pytest.mark.parametrize("name", ["reverse", "translate", "continue"])
+@pytest.mark.parametrize(
+    "name",
+    ["reverse", pytest.param("translate", marks=pytest.mark.slow), "continue"],  # 3+3 layers: slow
+)
 def test_every_step_of_every_layer_of_a_bundled_model_is_the_models_own(bundled, name):
     checkpoint = bundled[name]
     config = checkpoint.config

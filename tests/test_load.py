@@ -21,6 +21,9 @@ from serving import BPE, CROSS, GENERATE, Tally, serve, still_serves
 from ui import demo as demo_module
 from ui.state import TRAINED_HERE
 
+# a system test: 20 concurrent sessions over HTTP; `python -m pytest -m "not slow"` leaves it out.
+pytestmark = pytest.mark.slow
+
 SESSIONS = 20
 TRAINERS = {0, 7, 14}  # sessions that also train (training runs one at a time)
 REQUEST_TIMEOUT = 120  # seconds, any single request

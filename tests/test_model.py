@@ -288,6 +288,8 @@ CORE = (
     "masks",
     "embeddings",
     "layers",
+    "modern",
+    "rotary",
     "attention",
     "operations",
     "stacks",

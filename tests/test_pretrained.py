@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import HF_VOCAB as VOCAB
+from conftest import MARIAN_OPUS
+from conftest import load_hf_reference as _hf
 
 from transformer import load_pretrained
 from transformer.generation import DecodingSession, DecodingSettings
@@ -23,17 +26,6 @@ from transformer.pretrained import PretrainedError, ShippedModel, load_shipped, 
 transformers = pytest.importorskip("transformers")
 
 ATOL = 1e-5
-VOCAB = 99
-
-
-def _perturb(model: torch.nn.Module, seed: int) -> None:
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(0.1 * torch.randn(param.shape, generator=generator))
-        for name, buffer in model.named_buffers():
-            if name.endswith("final_logits_bias"):
-                buffer.copy_(torch.randn(buffer.shape, generator=generator))
 
 
 def _close(ours: torch.Tensor, theirs: torch.Tensor, what: str, atol: float = ATOL) -> None:
@@ -41,96 +33,19 @@ def _close(ours: torch.Tensor, theirs: torch.Tensor, what: str, atol: float = AT
     assert difference <= atol, f"{what}: max |ours - transformers| = {difference:.2e} > {atol}"
 
 
-def _bert_vocab_txt(folder: Path) -> None:
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    words += [f"w{i}" for i in range(VOCAB - len(words))]
-    (folder / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
-
-
-def _word_level_tokenizer(folder: Path, pad: str, specials: list[str]) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {token: i for i, token in enumerate(specials)}
-    for i in range(len(vocab), VOCAB - 1):
-        vocab[f"w{i}"] = i
-    vocab[pad] = VOCAB - 1
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.add_special_tokens([*specials, pad])
-    tokenizer.save(str(folder / "tokenizer.json"))
+@pytest.fixture(scope="module")
+def bert_folder(tiny_hf_model) -> Path:
+    return tiny_hf_model("bert", perturb=1)
 
 
 @pytest.fixture(scope="module")
-def bert_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("bert")
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        max_position_embeddings=64,
-        type_vocab_size=2,
-        layer_norm_eps=1e-12,
-    )
-    model = transformers.BertModel(config)
-    _perturb(model, 1)
-    model.save_pretrained(folder, safe_serialization=True)
-    _bert_vocab_txt(folder)
-    return folder
+def gpt2_folder(tiny_hf_model) -> Path:
+    return tiny_hf_model("gpt2", perturb=2)
 
 
 @pytest.fixture(scope="module")
-def gpt2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("gpt2")
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        vocab_size=VOCAB,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        n_positions=64,
-        bos_token_id=VOCAB - 1,
-        eos_token_id=VOCAB - 1,
-    )
-    model = transformers.GPT2LMHeadModel(config)
-    _perturb(model, 2)
-    model.save_pretrained(folder, safe_serialization=True)
-    _word_level_tokenizer(folder, "<|endoftext|>", ["<unk>"])
-    return folder
-
-
-@pytest.fixture(scope="module")
-def marian_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("marian")
-    torch.manual_seed(0)
-    config = transformers.MarianConfig(
-        vocab_size=VOCAB,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=37,
-        decoder_ffn_dim=37,
-        max_position_embeddings=64,
-        activation_function="swish",
-        scale_embedding=True,
-        pad_token_id=VOCAB - 1,
-        decoder_start_token_id=VOCAB - 1,
-        eos_token_id=0,
-        forced_eos_token_id=None,
-    )
-    model = transformers.MarianMTModel(config)
-    _perturb(model, 3)
-    model.save_pretrained(folder, safe_serialization=True)
-    _word_level_tokenizer(folder, "<pad>", ["</s>", "<unk>"])
-    return folder
-
-
-def _hf(cls: type, folder: Path) -> torch.nn.Module:
-    return cls.from_pretrained(folder, attn_implementation="eager").eval()
+def marian_folder(tiny_hf_model) -> Path:
+    return tiny_hf_model("marian", perturb=3, **MARIAN_OPUS)
 
 
 # -- BERT ------------------------------------------------------------------------------------
@@ -438,8 +353,8 @@ def test_missing_shipped_package_says_how_to_install() -> None:
 
 
 def test_unsupported_model_type_names_the_supported_families(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    with pytest.raises(PretrainedError, match=r"llama.*BERT.*GPT-2.*Marian"):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    with pytest.raises(PretrainedError, match=r"t5.*BERT.*GPT-2.*Marian.*Llama.*qwen2"):
         load_pretrained(tmp_path)
 
 

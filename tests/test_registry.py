@@ -218,7 +218,7 @@ def _broken(tmp_path: Path, hf_models: dict[str, Path]) -> dict[str, tuple[Path,
     """Broken model folders, each with a fragment the message must hold."""
     wrong = shutil.copytree(hf_models["bert"], tmp_path / "wrong-type")
     config = (
-        (wrong / "config.json").read_text().replace('"model_type": "bert"', '"model_type": "llama"')
+        (wrong / "config.json").read_text().replace('"model_type": "bert"', '"model_type": "t5"')
     )
     (wrong / "config.json").write_text(config)
     pickled = shutil.copytree(hf_models["bert"], tmp_path / "pickled")
@@ -227,7 +227,7 @@ def _broken(tmp_path: Path, hf_models: dict[str, Path]) -> dict[str, tuple[Path,
     weights = corrupted / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:500])
     return {
-        "wrong-type": (wrong, "model_type='llama'"),
+        "wrong-type": (wrong, "model_type='t5'"),
         "pickled": (pickled, "pytorch_model.bin"),
         "corrupted": (corrupted, "model.safetensors"),
         "absent": (tmp_path / "no-such-folder", "does not exist"),
@@ -257,7 +257,7 @@ def test_broken_folders_are_reported_by_name_and_the_app_serves_the_rest(tmp_pat
             assert not ok and fragment in message and menu_name in message, (name, message)
             assert not leaks(message) and str(tmp_path) not in message, message
             still_serves(client)
-        assert "llama" in registry.pretrained_errors["wrong-type"]
+        assert "t5" in registry.pretrained_errors["wrong-type"]
         assert "BERT" in registry.pretrained_errors["wrong-type"]  # names the supported families
         # The page lists them like a broken bundled model, without this machine's paths.
         status = demo_module.model_status(registry)
@@ -279,7 +279,7 @@ def test_the_page_status_follows_background_loading(tmp_path, hf_models):
     registry.preload()
     _wait_for_preload(registry)
     text, timer = demo_module._refresh_status(registry)
-    assert "model **wrong-type** unavailable" in text and "llama" in text
+    assert "model **wrong-type** unavailable" in text and "t5" in text
     assert timer.active is False  # loading is over: the page stops asking
 
 

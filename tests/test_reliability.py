@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import gradio as gr
 import httpx
 import pytest
 import torch
@@ -42,6 +43,9 @@ from transformer.training.live import TRAINING_THREAD
 from ui import errors, limits, state
 from ui.tabs import positions
 from ui.tabs import tokenize as tokenize_tab
+
+# A system test: the app over HTTP, over a thousand requests; `-m "not slow"` leaves it out.
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -385,7 +389,8 @@ def test_a_path_that_was_not_uploaded_is_never_read(url):
         ("/generate_step", {3: float("nan")}, "temperature must be a number|between"),
         ("/generate_step", {5: float("nan")}, "top-p must be"),
         ("/generate_step", {7: float("nan")}, "max tokens must be a number"),
-        ("/generate_step", {8: float("inf")}, "Expected a `float"),  # gradio's Number refuses
+        # gradio's Number refuses it: the message names the input, not Python's types
+        ("/generate_step", {8: float("inf")}, "Seed must be a number"),
         ("/train", {1: float("nan")}, "steps must be a number"),
         ("/positional_encoding", {2: float("nan")}, "base must be"),
     ],
@@ -686,3 +691,309 @@ def test_summary():
         print(
             f"\n[reliability] bad inputs: {total} over {len(FIGURES)} endpoints (each followed by a request that succeeded)"
         )
+
+
+# -- the error policy: refused input, bugs, panics, and never an error in place of a control ----
+
+
+def test_a_refused_input_is_one_log_line_and_a_bug_is_logged_with_its_traceback(caplog):
+    refused = errors.friendly(lambda: (_ for _ in ()).throw(errors.InputError("layer too big")))
+    with caplog.at_level("INFO", logger="visualiser"), pytest.raises(Exception) as raised:
+        refused()
+    assert raised.value.message == "layer too big" and raised.value.print_exception is False
+    assert [r.exc_info for r in caplog.records] == [None]  # one line, no traceback
+    caplog.clear()
+
+    def bug():
+        return [][1]  # a programmer's IndexError is not the user's fault
+
+    with caplog.at_level("INFO", logger="visualiser"), pytest.raises(Exception) as raised:
+        errors.friendly(bug)()
+    assert "something went wrong (IndexError)" in raised.value.message
+    assert "list index" not in raised.value.message
+    (record,) = caplog.records
+    assert record.exc_info is not None and record.exc_info[0] is IndexError  # the traceback
+    with pytest.raises(Exception) as raised:  # a plain ValueError is a bug too
+        errors.friendly(lambda: int("x"))()
+    assert "something went wrong (ValueError)" in raised.value.message
+
+
+def test_the_tokenizers_rust_panic_is_a_message(tmp_path):
+    """pyo3's PanicException is a BaseException: the wrapper must catch it, not let it escape
+    (gradio then never answers the request)."""
+    from tokenizers import Regex, models, pre_tokenizers
+    from tokenizers import Tokenizer as Backend
+
+    backend = Backend(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("(a|a)+$|(a+)+b"), behavior="isolated")
+    path = tmp_path / "tokenizer.json"
+    path.write_text(backend.to_str(), encoding="utf-8")
+    with pytest.raises(BaseException) as panic:
+        backend.encode("a" * 40 + "c")
+    assert not isinstance(panic.value, Exception)  # the case the policy must cover
+    registry = state.ModelRegistry("cpu")
+    upload = "uploaded tokenizer.json"
+    with pytest.raises(Exception) as raised:
+        tokenize_tab.tokenize(registry, "a" * 40 + "c", upload, 400, str(path), "(none)", 5)
+    assert "cannot encode the text" in raised.value.message
+    view = tokenize_tab.tokenize_view(registry, "a" * 40 + "c", upload, 400, str(path), "(none)")
+    assert "cannot encode the text" in view[-1]
+    # and the decorator catches any other BaseException that is not the server stopping
+    panicking = errors.friendly(
+        lambda: (_ for _ in ()).throw(type("PanicException", (BaseException,), {})("boom"))
+    )
+    with pytest.raises(Exception) as raised:
+        panicking()
+    assert "tokenizer failed" in raised.value.message
+    with pytest.raises(KeyboardInterrupt):
+        errors.friendly(lambda: (_ for _ in ()).throw(KeyboardInterrupt()))()
+
+
+def test_tokenizer_work_is_bounded_in_time(monkeypatch):
+    registry = state.ModelRegistry("cpu")
+    monkeypatch.setattr(limits, "TOKENIZER_TIME_LIMIT_S", 0.05)
+    slow = threading.Event()
+    original = tokenize_tab.handlers.highlighted
+
+    def stuck(tokenizer, text):
+        slow.wait(2)
+        return original(tokenizer, text)
+
+    monkeypatch.setattr(tokenize_tab.handlers, "highlighted", stuck)
+    with pytest.raises(Exception) as raised:
+        tokenize_tab.tokenize(registry, "the cat", TOKENIZE[1], 400, None, "(none)", 5)
+    slow.set()
+    assert "took longer than 0.05 s" in raised.value.message
+
+
+SESSION = object()  # where a test's arguments take the session
+
+
+def _live(demo, name: str):
+    """The registered live handler called ``name`` (the first event that runs it)."""
+    return next(f for f in demo.fns.values() if getattr(f.fn, "__name__", "") == name)
+
+
+@pytest.fixture(scope="module")
+def live_demo():
+    from ui.demo import build_demo
+
+    return build_demo("cpu", preload=False)
+
+
+@pytest.mark.parametrize(
+    ("handler", "args", "said"),
+    [
+        (
+            "refit_everything",
+            [" ".join(["word"] * 700), MINILM, ENCODER, 2, 1, 1, [], False, SESSION, None],
+            "this model reads at most 512",
+        ),
+        (
+            "refresh",
+            [" ".join(["word"] * 700), MINILM, "encoder", 1, 1, 1, False, SESSION],
+            "this model reads at most 512",
+        ),
+        (
+            "tokenize_view",
+            ["a" * 20_800, TOKENIZE[1], 400, None, "(none)"],
+            "longer than 20,000",
+        ),
+        (
+            "positional_view",
+            [64, 32, 10000, "0, 999, banana", "cosine", False],
+            "banana",
+        ),
+        ("positional_view", [64, 32, 1, "0", "cosine", False], "base must be between 2"),
+        (
+            "embeddings_view",
+            [" ".join(["word"] * 700), MINILM, False, SESSION],
+            "this model reads at most 512",
+        ),
+    ],
+)
+def test_a_refused_input_keeps_every_control_and_figure_and_says_why_beside_it(
+    live_demo, handler, args, said
+):
+    """Issue 23: no live handler may raise into its outputs (gradio would draw a red "Error" in
+    place of each control and leave the figures below without a word)."""
+    function = _live(live_demo, handler)
+    args = [state.SessionModels() if a is SESSION else a for a in args]
+    result = function.fn(*args)  # must not raise
+    status = function.outputs[-1]
+    assert isinstance(status, gr.Markdown) and "input-status" in status.elem_classes
+    assert said in result[-1] and "last input that worked" in result[-1]
+    kept = [
+        value
+        for value, output in zip(result[:-1], function.outputs[:-1], strict=True)
+        if not (isinstance(output, gr.File))
+    ]
+    assert all(value == gr.skip() for value in kept), kept
+
+
+def test_a_broken_upload_keeps_the_upload_box_and_is_not_brought_back(live_demo, tmp_path):
+    registry = live_demo.model_registry
+    broken = tmp_path / "tokenizer.json"
+    broken.write_text("{ not json")
+    upload = "uploaded tokenizer.json"
+    view = tokenize_tab.tokenize_view(registry, "ab", upload, 400, str(broken), "(none)")
+    assert "not JSON" in view[-1]
+    assert view[8] == gr.update(visible=True)  # the box stays: the file can be replaced
+    assert all(value == gr.skip() for value in view[:8])
+    # Another tokenizer chosen: the box hides and forgets the file, so choosing the upload
+    # again asks for a file instead of bringing the broken one back.
+    away = tokenize_tab.tokenize_view(registry, "ab", TOKENIZE[1], 400, str(broken), "(none)")
+    assert away[8] == gr.update(visible=False, value=None) and away[-1] == ""
+
+
+def test_an_upload_is_parsed_once_per_content(tmp_path, monkeypatch):
+    from transformer.text import tokenization
+
+    registry = state.ModelRegistry("cpu")
+    parsed = []
+    original = tokenization.Tokenizer.from_json_str.__func__
+
+    def counting(cls, text):
+        parsed.append(len(text))
+        return original(cls, text)
+
+    monkeypatch.setattr(tokenization.Tokenizer, "from_json_str", classmethod(counting))
+    content = (ROOT / "assets/models/reverse/tokenizer.json").read_bytes()
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_bytes(content)
+    second.write_bytes(content)  # a second upload of the same file: same content
+    for path, text in [(first, "a b"), (first, "a b c"), (second, "c d")]:
+        tokenize_tab.tokenize(
+            registry, text, "uploaded tokenizer.json", 400, str(path), "(none)", 1
+        )
+    assert len(parsed) == 1
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"model": {"type": "BPE"}}')
+    for _ in range(3):  # a broken file is refused again without a second parse
+        with pytest.raises(Exception, match="vocab"):
+            tokenize_tab.tokenize(
+                registry, "a", "uploaded tokenizer.json", 400, str(broken), "(none)", 1
+            )
+    assert len(parsed) == 2
+
+
+def test_a_tokenizer_json_with_a_byte_order_mark_is_read(tmp_path):
+    content = (ROOT / "assets/models/reverse/tokenizer.json").read_bytes()
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(b"\xef\xbb\xbf" + content)
+    registry = state.ModelRegistry("cpu")
+    stats, *_ = tokenize_tab.tokenize(
+        registry, "a b", "uploaded tokenizer.json", 400, str(path), "(none)", 1
+    )
+    assert "tokens" in stats
+
+
+def test_a_long_text_answers_in_under_3_mb(tmp_path):
+    registry = state.ModelRegistry("cpu")
+    text = "The transformer attends, unbelievably: 12345 tokens! " * 377  # ~20,000 characters
+    assert len(text) <= limits.MAX_TEXT
+    result = tokenize_tab.tokenize(
+        registry, text, TOKENIZE[1], 400, None, "WordPiece (BERT style), trained live", 5
+    )
+    size = len(json.dumps(result, default=str).encode())
+    assert size < 3 * 2**20, size
+    table = result[4]
+    assert len(table) == limits.MAX_TABLE_ROWS and "more tokens" in str(table[-1])
+
+
+def test_learn_bpe_says_how_many_merges_it_learned():
+    summary, rows = tokenize_tab.learn("low lower lowest\nnewer wider", 400, "lowest")
+    learned = len(rows)
+    assert learned < 400
+    assert f"400 of {learned}" not in summary
+    assert f"all **{learned}** merges" in summary and "400 asked" in summary
+    summary, rows = tokenize_tab.learn("low lower lowest\nnewer wider", 3, "lowest")
+    assert f"After **3** of {learned} learned merges" in summary
+
+
+def test_messages_speak_to_people():
+    registry = state.ModelRegistry("cpu")
+    with pytest.raises(errors.InputError) as raised:
+        registry.checkpoint("nonexistent", None)
+    assert "[" not in str(raised.value) and "translate" in str(raised.value)
+    with pytest.raises(errors.InputError) as raised:
+        registry.checkpoint(["translate"], None)  # a list sent as a name: not a TypeError
+    assert "model" in str(raised.value)
+    text = errors.clean("<object object at 0x7f3a2b4c5d60> in /srv/app/ui/x.py")
+    assert "0x7f" not in text and "/srv" not in text
+
+
+def test_gradios_own_refusals_are_short_messages_without_a_traceback(live_demo):
+    import asyncio
+
+    function = _live(live_demo, "refit_everything")
+    # the model dropdown refusing a name, as gradio's preprocessing does
+    index = next(i for i, c in enumerate(function.inputs) if isinstance(c, gr.Dropdown))
+    values = [None] * len(function.inputs)
+    values[index] = "nonexistent"
+    with pytest.raises(gr.Error) as raised:
+        asyncio.run(live_demo.preprocess_data(function, values, None))
+    assert raised.value.print_exception is False
+    assert "not in the list of choices" in raised.value.message
+    assert "[" not in raised.value.message  # no Python list
+    slider = next(i for i, c in enumerate(function.inputs) if isinstance(c, gr.Slider))
+    values = [c.value if hasattr(c, "value") else None for c in function.inputs]
+    values[slider] = [1, 2]  # the wrong type: gradio's message would quote a TypeError
+    with pytest.raises(gr.Error) as raised:
+        asyncio.run(live_demo.preprocess_data(function, values, None))
+    assert "TypeError" not in raised.value.message and " at 0x" not in raised.value.message
+
+
+def test_model_info_does_not_show_where_a_model_folder_lies(hf_models):
+    from ui.tabs.training.description import describe
+
+    registry = state.ModelRegistry("cpu", [str(hf_models["gpt2"])])
+    name = registry.menu_name(str(hf_models["gpt2"]))
+    text = describe(name, registry.checkpoint(name, None), "cpu")
+    assert str(hf_models["gpt2"].parent) not in text and "gpt2" in text
+
+
+HOSTILE = (
+    "x`y [Session expired — log in](https://evil.example) ![i](https://evil.example/p.png) "
+    "<img src=x onerror=alert(1)> <b>bold</b> www.evil.example"
+)
+
+
+def _rendered(markdown: str) -> str:
+    """HTML as a Markdown renderer with raw HTML and bare-link detection (gradio's) makes it."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": True}).render(markdown)
+
+
+def test_user_text_in_markdown_stays_text():
+    """Issue 23 item 17: text a user typed (or a link carried) is shown, never rendered as a
+    link, an image or HTML, and a backtick in it does not close the code span that holds it."""
+    registry = state.ModelRegistry("cpu")
+    from ui.tabs.attention import handlers as attention
+    from ui.tabs.inside import handlers as inside
+
+    answers = {
+        "tokenize": tokenize_tab.tokenize(registry, HOSTILE, TOKENIZE[1], 400, None, "(none)", 30),
+        "tokenize GPT-2": tokenize_tab.tokenize(
+            registry, HOSTILE, REAL_TOKENIZERS[1], 400, None, "(none)", 30
+        ),
+        "learn_bpe": tokenize_tab.learn(HOSTILE, 20, HOSTILE),
+        "attention": attention.attention(
+            registry, HOSTILE, "translate", CROSS, 1, 1, 1, [], False, state.SessionModels()
+        ),
+        "inside": inside.inside_layer(
+            registry, HOSTILE, "translate", "encoder", 1, 1, 1, False, state.SessionModels()
+        ),
+    }
+    status = errors.stale(f"there is no model called '{HOSTILE}'")
+    answers["status"] = (status,)
+    for name, answer in answers.items():
+        for part in answer:
+            if not isinstance(part, str):
+                continue
+            html_text = _rendered(part)
+            assert "<a " not in html_text and "<img" not in html_text, (name, html_text[:400])
+            assert "<b>" not in html_text, (name, html_text[:400])
+    span = _rendered(errors.code_span("a`b ``c"))
+    assert "<code>a`b ``c</code>" in span

@@ -174,3 +174,19 @@ def test_a_link_s_first_event_applies_and_draws_its_own_view(demo: gr.Blocks) ->
     decoder_layers = demo.model_registry.checkpoint("reverse", None).config.n_decoder_layers
     assert out[layer._id]["value"] == 2  # the default kind is cross-attention: the decoder's
     assert out[layer._id]["maximum"] == decoder_layers  # fitted to the model
+
+
+def test_the_feed_forward_and_residual_stops_scroll_to_their_section(demo: gr.Blocks) -> None:
+    """Issue 23 item 7: those stops opened Inside a layer at its top, 2,000 px above the part
+    they talk about. Their view must scroll to the feed-forward section (which ends with the
+    residual add and the LayerNorm), an element the page has."""
+    if not HAS_INSIDE:
+        pytest.skip("no Inside a layer tab")
+    tour = demo.tour
+    ids = {block.elem_id: block for block in demo.blocks.values() if block.elem_id}
+    for topic in ("feed-forward", "residual"):
+        index = next(i for i, s in enumerate(tour.stops) if topic in s.title.lower())
+        view = tour.go(index)[4]
+        target = ids.get(view["focus"])
+        assert isinstance(target, gr.Accordion), (topic, view["focus"])
+        assert "Feed-forward" in target.label and "output" in target.label

@@ -8,8 +8,6 @@ model's configuration, ``json`` sizes of the figures.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -25,57 +23,13 @@ CROSS = "cross-attention (decoder → encoder)"
 ENCODER_SELF = "encoder self-attention"
 DECODER_SELF = "decoder masked self-attention"
 MINILM = "all-MiniLM-L6-v2"
-VOCAB = 99
-
-
-def _word_level_tokenizer(folder: Path, pad: str, specials: list[str]) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {token: i for i, token in enumerate(specials)}
-    for i in range(len(vocab), VOCAB - 1):
-        vocab[f"w{i}"] = i
-    vocab[pad] = VOCAB - 1
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.add_special_tokens([*specials, pad])
-    tokenizer.save(str(folder / "tokenizer.json"))
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def folders(tiny_hf_model) -> dict[str, str]:
     """Tiny random GPT-2 (3 layers, 2 heads) and Marian (2 layers, 4 heads) folders."""
-    torch.manual_seed(0)
-    gpt2 = tmp_path_factory.mktemp("gpt2")
-    config = transformers.GPT2Config(
-        vocab_size=VOCAB,
-        n_embd=32,
-        n_layer=3,
-        n_head=2,
-        n_positions=64,
-        bos_token_id=VOCAB - 1,
-        eos_token_id=VOCAB - 1,
-    )
-    transformers.GPT2LMHeadModel(config).save_pretrained(gpt2, safe_serialization=True)
-    _word_level_tokenizer(gpt2, "<|endoftext|>", ["<unk>"])
-    marian = tmp_path_factory.mktemp("marian")
-    config = transformers.MarianConfig(
-        vocab_size=VOCAB,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=37,
-        decoder_ffn_dim=37,
-        max_position_embeddings=64,
-        pad_token_id=VOCAB - 1,
-        decoder_start_token_id=VOCAB - 1,
-        eos_token_id=0,
-        forced_eos_token_id=None,
-    )
-    transformers.MarianMTModel(config).save_pretrained(marian, safe_serialization=True)
-    _word_level_tokenizer(marian, "<pad>", ["</s>", "<unk>"])
-    return {"gpt2": str(gpt2), "marian": str(marian)}
+    gpt2 = tiny_hf_model("gpt2", layers=3, heads=2)
+    return {"gpt2": str(gpt2), "marian": str(tiny_hf_model("marian"))}
 
 
 @pytest.fixture(scope="module")

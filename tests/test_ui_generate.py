@@ -13,6 +13,9 @@ import gradio as gr
 import plotly.graph_objects as go
 import pytest
 import torch
+from conftest import HF_VOCAB as VOCAB
+from conftest import MARIAN_OPUS
+from conftest import load_hf_reference as _hf
 
 from transformer.generation import DecodingSession
 from ui.state import TRAINED_HERE, GenerationState, ModelRegistry, SessionModels
@@ -20,7 +23,6 @@ from ui.tabs import generate
 
 transformers = pytest.importorskip("transformers")
 
-VOCAB = 99
 # source, model, strategy, temperature, top-k, top-p, beam, max tokens, seed
 GREEDY = ["the small cat sees a red ball", "translate", "greedy", 1.0, 0, 1.0, 3, 40, 0]
 
@@ -30,96 +32,21 @@ def registry() -> ModelRegistry:
     return ModelRegistry(torch.device("cpu"))
 
 
-# -- tiny pretrained models, as tests/test_pretrained.py builds them ----------------------------
-
-
-def _perturb(model: torch.nn.Module, seed: int) -> None:
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(0.1 * torch.randn(param.shape, generator=generator))
-        for name, buffer in model.named_buffers():
-            if name.endswith("final_logits_bias"):
-                buffer.copy_(torch.randn(buffer.shape, generator=generator))
-
-
-def _word_level_tokenizer(folder: Path, pad: str, specials: list[str]) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {token: i for i, token in enumerate(specials)}
-    for i in range(len(vocab), VOCAB - 1):
-        vocab[f"w{i}"] = i
-    vocab[pad] = VOCAB - 1
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.add_special_tokens([*specials, pad])
-    tokenizer.save(str(folder / "tokenizer.json"))
+# -- tiny pretrained models (tests/conftest.py builds them) ------------------------------------
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("tiny")
-    torch.manual_seed(0)
-    gpt2 = transformers.GPT2LMHeadModel(
-        transformers.GPT2Config(
-            vocab_size=VOCAB,
-            n_embd=32,
-            n_layer=3,
-            n_head=2,
-            n_positions=64,
-            bos_token_id=VOCAB - 1,
-            eos_token_id=VOCAB - 1,
-        )
-    )
-    _perturb(gpt2, 2)
-    gpt2.save_pretrained(root / "gpt2", safe_serialization=True)
-    _word_level_tokenizer(root / "gpt2", "<|endoftext|>", ["<unk>"])
-    marian = transformers.MarianMTModel(
-        transformers.MarianConfig(
-            vocab_size=VOCAB,
-            d_model=32,
-            encoder_layers=2,
-            decoder_layers=2,
-            encoder_attention_heads=4,
-            decoder_attention_heads=4,
-            encoder_ffn_dim=37,
-            decoder_ffn_dim=37,
-            max_position_embeddings=64,
-            activation_function="swish",
-            scale_embedding=True,
-            pad_token_id=VOCAB - 1,
-            decoder_start_token_id=VOCAB - 1,
-            eos_token_id=0,
-            forced_eos_token_id=None,
-        )
-    )
-    _perturb(marian, 3)
-    marian.save_pretrained(root / "marian", safe_serialization=True)
-    _word_level_tokenizer(root / "marian", "<pad>", ["</s>", "<unk>"])
-    bert = transformers.BertModel(
-        transformers.BertConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=37,
-            max_position_embeddings=64,
-        )
-    )
-    bert.save_pretrained(root / "bert", safe_serialization=True)
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    words += [f"w{i}" for i in range(VOCAB - len(words))]
-    (root / "bert" / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
-    return {name: root / name for name in ("gpt2", "marian", "bert")}
+def tiny(tiny_hf_model) -> dict[str, Path]:
+    return {
+        "gpt2": tiny_hf_model("gpt2", layers=3, heads=2, perturb=2),
+        "marian": tiny_hf_model("marian", perturb=3, **MARIAN_OPUS),
+        "bert": tiny_hf_model("bert"),
+    }
 
 
 @pytest.fixture(scope="module")
 def pretrained(tiny: dict[str, Path]) -> ModelRegistry:
     return ModelRegistry(torch.device("cpu"), extra_models=[str(p) for p in tiny.values()])
-
-
-def _hf(cls: type, folder: Path) -> torch.nn.Module:
-    return cls.from_pretrained(folder, attn_implementation="eager").eval()
 
 
 def _args(source: str, name: str, strategy: str = "greedy", **changes) -> list:
@@ -558,3 +485,22 @@ def test_run_sends_every_steps_summary_but_throttles_the_figures(registry, monke
     monkeypatch.setattr(handlers, "RUN_FIGURE_INTERVAL_S", 0.0)
     updates = list(generate.run(registry, *GREEDY, 1, 1, False, SessionModels(), None))
     assert all(isinstance(plot, go.Figure) for update in updates for plot in update[1:-1])
+
+
+# -- SmolLM2 is the opening model where it is installed ----------------------------------------
+
+
+def test_the_tab_opens_on_smollm2_where_installed_and_labels_its_weights(registry):
+    from transformer.pretrained.shipped import SMOLLM2
+    from ui.state import PRELOAD_FIRST
+    from ui.tabs.generate.decoding import opening, weights_note
+
+    names = generate.generating_models(registry)
+    assert ("The capital of France is", SMOLLM2.name, "greedy") == generate.OPENING
+    assert SMOLLM2.name == PRELOAD_FIRST
+    if SMOLLM2.available:
+        assert opening(names) == generate.OPENING  # offered and chosen
+    assert opening([n for n in names if n != SMOLLM2.name]) == generate.EXAMPLES[0]
+    info = {"model_type": "gguf", "quantization": "Q4_1, F32, Q8_0"}
+    assert weights_note(info) == "4-bit Q4_1 weights, dequantized to float32"
+    assert weights_note({"model_type": "gpt2"}) == ""

@@ -45,7 +45,8 @@ def test_tokenize_table_is_the_tokenizers_librarys_own_encoding(registry):
     assert [(row[3], row[4]) for row in rows] == encoding.offsets
     assert f"**{len(encoding.ids)} tokens**" in stats
     # The highlighted segments cover the text exactly once; no comparison was asked for.
-    assert "".join(piece for piece, _ in segments) == text
+    # (SentencePiece's word-start marker ▁, a token of its own, is a chip of its own too)
+    assert "".join(piece for piece, _ in segments if piece != "▁") == text
     assert stats_b == "" and segments_b == []
     # The replay ends, word by word, at the library's pieces.
     assert "**`▁big`** → " + " ".join(f"`{t}`" for t in encoding.tokens[1:4]) in replay_md

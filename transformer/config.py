@@ -7,6 +7,7 @@ The field names follow the paper ("Attention Is All You Need", Vaswani et al. 20
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -17,14 +18,18 @@ from .util import is_int
 Architecture = Literal["encoder-decoder", "encoder-only", "decoder-only"]
 Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
 NormPlacement = Literal["post", "pre"]
-PositionalKind = Literal["sinusoidal", "learned"]
+PositionalKind = Literal["sinusoidal", "learned", "rotary"]
 SinusoidalLayout = Literal["interleaved", "halves"]
+NormKind = Literal["layer", "rms"]
+FeedForwardKind = Literal["standard", "gated"]
 
 ARCHITECTURES: tuple[str, ...] = ("encoder-decoder", "encoder-only", "decoder-only")
 ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "gelu_tanh", "silu")
 NORM_PLACEMENTS: tuple[str, ...] = ("post", "pre")
-POSITIONAL_KINDS: tuple[str, ...] = ("sinusoidal", "learned")
+POSITIONAL_KINDS: tuple[str, ...] = ("sinusoidal", "learned", "rotary")
 SINUSOIDAL_LAYOUTS: tuple[str, ...] = ("interleaved", "halves")
+NORM_KINDS: tuple[str, ...] = ("layer", "rms")
+FEED_FORWARD_KINDS: tuple[str, ...] = ("standard", "gated")
 
 
 class ConfigError(ValueError):
@@ -59,6 +64,25 @@ class ModelConfig:
       token and GPT-2 has no pad token of its own.
     - ``decoder_start_id`` / ``eos_id``: the first decoder input and the end token of
       generation; ``None`` means the tokenizer's ``[BOS]`` / ``[EOS]`` (our own models).
+
+    The fields after ``eos_id`` describe the modern (Llama-family) block; their defaults are
+    again the paper's:
+
+    - ``positional="rotary"``: no positional vector is added to the embeddings; q and k are
+      rotated after their projections (RoPE, "rotate half" pairing of dimension i with
+      i + d_head/2, as Hugging Face Llama), with frequencies ``rope_base^(-2i/d_head)``.
+      ``rope_base`` is only read for rotary positions (10000 in the RoPE paper).
+    - ``norm_kind``: ``"layer"`` (LayerNorm: subtract the mean, divide by the standard
+      deviation, scale and shift) or ``"rms"`` (RMSNorm: ``x / sqrt(mean(x²) + eps) · w``, no
+      mean and no bias). Both use ``layer_norm_eps``.
+    - ``feed_forward_kind``: ``"standard"`` (``W_2 act(W_1 x)``, paper) or ``"gated"``
+      (``W_down(act(W_gate x) ⊙ W_up x)``; SwiGLU with ``activation="silu"``).
+    - ``n_kv_heads``: key/value heads for grouped-query attention (``None`` = ``n_heads``,
+      the paper's multi-head attention; 1 = multi-query). It must divide ``n_heads``: query
+      head h reads key/value head ``h // (n_heads // n_kv_heads)``.
+    - ``attention_qkv_bias`` / ``attention_output_bias`` / ``mlp_bias``: whether the q, k, v
+      projections, the attention output projection and the feed-forward's linear layers have
+      a bias (Llama: none; Qwen2: q, k and v only).
     """
 
     src_vocab_size: int = 1000
@@ -85,6 +109,13 @@ class ModelConfig:
     mask_target_padding: bool = True
     decoder_start_id: int | None = None
     eos_id: int | None = None
+    norm_kind: NormKind = "layer"
+    rope_base: float = 10000.0
+    feed_forward_kind: FeedForwardKind = "standard"
+    n_kv_heads: int | None = None
+    attention_qkv_bias: bool = True
+    attention_output_bias: bool = True
+    mlp_bias: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -93,6 +124,16 @@ class ModelConfig:
     def d_head(self) -> int:
         """Width of one attention head: d_k = d_v = d_model / h."""
         return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Number of key/value heads: ``n_kv_heads``, or ``n_heads`` when that is ``None``."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def kv_group_size(self) -> int:
+        """Query heads that share one key/value head (1 for the paper's multi-head attention)."""
+        return self.n_heads // self.kv_heads
 
     @property
     def has_encoder(self) -> bool:
@@ -117,6 +158,8 @@ class ModelConfig:
             "norm": NORM_PLACEMENTS,
             "positional": POSITIONAL_KINDS,
             "sinusoidal_layout": SINUSOIDAL_LAYOUTS,
+            "norm_kind": NORM_KINDS,
+            "feed_forward_kind": FEED_FORWARD_KINDS,
         }
         for name, allowed in choices.items():
             value = getattr(self, name)
@@ -145,7 +188,16 @@ class ModelConfig:
             raise ConfigError(f"a {self.architecture} model needs n_encoder_layers ≥ 1.")
         if self.has_decoder and self.n_decoder_layers == 0:
             raise ConfigError(f"a {self.architecture} model needs n_decoder_layers ≥ 1.")
-        for name in ("scale_embeddings", "embedding_norm", "generator_bias", "mask_target_padding"):
+        self._validate_modern()
+        for name in (
+            "scale_embeddings",
+            "embedding_norm",
+            "generator_bias",
+            "mask_target_padding",
+            "attention_qkv_bias",
+            "attention_output_bias",
+            "mlp_bias",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}.")
         if not _is_int(self.n_token_types) or self.n_token_types < 0:
@@ -177,6 +229,34 @@ class ModelConfig:
                 "tie_embeddings shares one embedding between source, target and generator, so "
                 f"src_vocab_size ({self.src_vocab_size}) must equal tgt_vocab_size "
                 f"({self.tgt_vocab_size}); use one shared vocabulary or set tie_embeddings=False."
+            )
+
+    def _validate_modern(self) -> None:
+        """The Llama-family fields: grouped-query heads and rotary positions."""
+        if self.n_kv_heads is not None:
+            if not _is_int(self.n_kv_heads) or self.n_kv_heads < 1:
+                raise ConfigError(
+                    f"n_kv_heads must be None (one key/value head per query head) or a positive "
+                    f"integer, got {self.n_kv_heads!r}."
+                )
+            if self.n_heads % self.n_kv_heads != 0:
+                choices = [d for d in range(1, self.n_heads + 1) if self.n_heads % d == 0]
+                raise ConfigError(
+                    f"n_kv_heads={self.n_kv_heads} does not divide n_heads={self.n_heads}: each "
+                    f"key/value head serves a whole group of query heads; choose n_kv_heads "
+                    f"from {choices}."
+                )
+        if isinstance(self.rope_base, bool) or not isinstance(self.rope_base, int | float):
+            raise ConfigError(f"rope_base must be a number, got {self.rope_base!r}.")
+        if not math.isfinite(self.rope_base) or self.rope_base <= 1:
+            raise ConfigError(
+                f"rope_base must be a finite number > 1 (10000 in the RoPE paper), got "
+                f"{self.rope_base!r}."
+            )
+        if self.positional == "rotary" and self.d_head % 2 != 0:
+            raise ConfigError(
+                f"rotary positions rotate pairs of dimensions, so d_head = d_model / n_heads "
+                f"must be even (got {self.d_model} / {self.n_heads} = {self.d_head})."
             )
 
     def replace(self, **changes: Any) -> ModelConfig:

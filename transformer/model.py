@@ -98,11 +98,12 @@ class Decoded:
 @dataclass(frozen=True)
 class EmbeddingParts:
     """What one stack's input is made of: the token embedding, the positional encoding, the
-    LayerNorm over their sum (where the configuration has one) and, for the encoder of a model
+    LayerNorm over their sum (where the configuration has one; no positional module with
+    rotary positions, which enter inside attention) and, for the encoder of a model
     with token types (BERT), the ``(B, T, d_model)`` token-type vectors to add."""
 
     embedding: TokenEmbedding
-    positional: nn.Module
+    positional: nn.Module | None
     norm: LayerNorm | None = None
     token_types: Tensor | None = None
 
@@ -120,7 +121,9 @@ class Transformer(nn.Module):
         self.config = config
         d = config.d_model
 
-        def positional() -> nn.Module:
+        def positional() -> nn.Module | None:
+            if config.positional == "rotary":
+                return None  # positions rotate q and k inside attention (transformer.rotary)
             if config.positional == "sinusoidal":
                 return SinusoidalPositionalEncoding(
                     d, config.max_len, layout=config.sinusoidal_layout
@@ -218,8 +221,11 @@ class Transformer(nn.Module):
         configuration has them). ``real`` ``(B, T)`` bool marks the real (non-padding) tokens,
         for the trace."""
         token_vectors = parts.embedding(tokens)  # (B, T, d_model)
-        pe = ops.positions(parts.positional, tokens.size(1), offset)  # (T, d_model)
-        x = token_vectors + pe
+        if parts.positional is None:  # rotary: nothing is added, q and k are rotated instead
+            x, pe = token_vectors, token_vectors.new_zeros(tokens.size(1), token_vectors.size(2))
+        else:
+            pe = ops.positions(parts.positional, tokens.size(1), offset)  # (T, d_model)
+            x = token_vectors + pe
         if parts.token_types is not None:
             x = x + parts.token_types
         if parts.norm is not None:

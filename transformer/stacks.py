@@ -17,7 +17,9 @@ from torch import Tensor, nn
 from .attention import AttentionProbe, KeyValueCache, MultiHeadAttention
 from .config import ModelConfig
 from .layers import LayerNorm, PositionwiseFeedForward
+from .modern import GatedFeedForward, RMSNorm
 from .operations import PAPER, Operations
+from .rotary import RotaryEmbedding
 from .trace import AttentionKind, AttentionRecord, LayerTrace, StackInput
 
 
@@ -26,7 +28,7 @@ class _Residual(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.norm = LayerNorm(config.d_model, config.layer_norm_eps)
+        self.norm = _norm(config)
         self.dropout = nn.Dropout(config.dropout)
         self.pre_norm = config.norm == "pre"
 
@@ -42,6 +44,13 @@ class _Residual(nn.Module):
         if self.pre_norm:
             return x
         return ops.layer_norm(self.norm, x)
+
+
+def _norm(config: ModelConfig) -> LayerNorm | RMSNorm:
+    """The configuration's normalisation: LayerNorm (paper) or RMSNorm (``norm_kind="rms"``)."""
+    if config.norm_kind == "rms":
+        return RMSNorm(config.d_model, config.layer_norm_eps)
+    return LayerNorm(config.d_model, config.layer_norm_eps)
 
 
 def _record(
@@ -61,26 +70,54 @@ def _record(
         query_offset=offset,
         queries=probe.queries.detach(),
         keys=probe.keys.detach(),
+        kv_head_of=probe.kv_head_of,
+        rotary=probe.rotary,
     )
 
 
-def _attention(config: ModelConfig, kind: AttentionKind, index: int) -> MultiHeadAttention:
+def _attention(
+    config: ModelConfig,
+    kind: AttentionKind,
+    index: int,
+    rotary: RotaryEmbedding | None = None,
+) -> MultiHeadAttention:
     return MultiHeadAttention(
-        config.d_model, config.n_heads, config.dropout, kind=kind, layer=index
+        config.d_model,
+        config.n_heads,
+        config.dropout,
+        kind=kind,
+        layer=index,
+        n_kv_heads=config.kv_heads,
+        rotary=rotary if kind != "cross" else None,
+        qkv_bias=config.attention_qkv_bias,
+        output_bias=config.attention_output_bias,
     )
 
 
-def _feed_forward(config: ModelConfig) -> PositionwiseFeedForward:
+def _feed_forward(config: ModelConfig) -> PositionwiseFeedForward | GatedFeedForward:
+    if config.feed_forward_kind == "gated":
+        return GatedFeedForward(
+            config.d_model, config.d_ff, config.activation, config.mlp_bias, config.dropout
+        )
     return PositionwiseFeedForward(config.d_model, config.d_ff, config.dropout, config.activation)
+
+
+def rotary_for(config: ModelConfig) -> RotaryEmbedding | None:
+    """One rotary table for every layer of a stack (``positional="rotary"``), else ``None``."""
+    if config.positional != "rotary":
+        return None
+    return RotaryEmbedding(config.d_head, config.max_len, config.rope_base)
 
 
 class EncoderLayer(nn.Module):
     """Self-attention, then the position-wise feed-forward network, each with a residual."""
 
-    def __init__(self, config: ModelConfig, index: int) -> None:
+    def __init__(
+        self, config: ModelConfig, index: int, rotary: RotaryEmbedding | None = None
+    ) -> None:
         super().__init__()
         self.index = index
-        self.self_attention = _attention(config, "encoder_self", index)
+        self.self_attention = _attention(config, "encoder_self", index, rotary)
         self.feed_forward = _feed_forward(config)
         self.attention_residual = _Residual(config)
         self.feed_forward_residual = _Residual(config)
@@ -148,10 +185,12 @@ class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the encoder memory (only when there is an
     encoder), then the feed-forward network; each sub-layer with its residual."""
 
-    def __init__(self, config: ModelConfig, index: int) -> None:
+    def __init__(
+        self, config: ModelConfig, index: int, rotary: RotaryEmbedding | None = None
+    ) -> None:
         super().__init__()
         self.index = index
-        self.self_attention = _attention(config, "decoder_self", index)
+        self.self_attention = _attention(config, "decoder_self", index, rotary)
         self.self_attention_residual = _Residual(config)
         self.cross_attention: MultiHeadAttention | None = None
         if config.has_encoder:
@@ -248,10 +287,11 @@ class Encoder(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(EncoderLayer(config, i) for i in range(config.n_encoder_layers))
-        self.final_norm = (
-            LayerNorm(config.d_model, config.layer_norm_eps) if config.norm == "pre" else None
+        rotary = rotary_for(config)
+        self.layers = nn.ModuleList(
+            EncoderLayer(config, i, rotary) for i in range(config.n_encoder_layers)
         )
+        self.final_norm = _norm(config) if config.norm == "pre" else None
 
     def forward(
         self, x: Tensor, mask: Tensor | None, *, capture: bool = False, ops: Operations = PAPER
@@ -307,10 +347,11 @@ class Decoder(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.n_decoder_layers))
-        self.final_norm = (
-            LayerNorm(config.d_model, config.layer_norm_eps) if config.norm == "pre" else None
+        rotary = rotary_for(config)
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, i, rotary) for i in range(config.n_decoder_layers)
         )
+        self.final_norm = _norm(config) if config.norm == "pre" else None
 
     def forward(
         self,

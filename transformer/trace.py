@@ -13,7 +13,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .attention import attention_scores
+from .attention import Rotated, attention_scores
 from .config import ModelConfig
 
 AttentionKind = Literal["encoder_self", "decoder_self", "cross"]
@@ -31,7 +31,13 @@ class AttentionRecord:
         mask: ``(B, 1, Tq, Tk)`` bool, ``True`` = may attend (all ``True`` if nothing was masked).
         query_offset: position of the first query row (non-zero in incremental decoding).
         queries, keys: ``(B, H, Tq, d_k)`` queries already multiplied by the scale and ``(B, H,
-            Tk, d_k)`` keys, from which :attr:`scores` is computed when first read.
+            Tk, d_k)`` keys, from which :attr:`scores` is computed when first read (with
+            grouped-query attention the keys are expanded to the H query heads).
+        kv_head_of: ``(H,)`` tuple: the key/value head each query head read (``h // (H /
+            H_kv)``; ``(0, 1, …, H−1)`` for plain multi-head attention; empty when unknown).
+        rotary: with rotary positions, q ``(B, H, Tq, d_head)`` and k ``(B, H_kv, Tq, d_head)``
+            of the positions this call computed, before and after their rotation
+            (:class:`~transformer.attention.Rotated`); ``None`` otherwise.
 
     :attr:`scores` is ``(B, H, Tq, Tk)``, the scaled scores before softmax with masked cells
     ``-inf``. A forward pass records the queries and keys instead of the scores (a tenth of
@@ -46,6 +52,8 @@ class AttentionRecord:
     query_offset: int = 0
     queries: Tensor | None = None
     keys: Tensor | None = None
+    kv_head_of: tuple[int, ...] = ()
+    rotary: Rotated | None = None
     _scores: Tensor | None = field(default=None, repr=False, compare=False)
 
     def __init__(
@@ -59,6 +67,8 @@ class AttentionRecord:
         *,
         queries: Tensor | None = None,
         keys: Tensor | None = None,
+        kv_head_of: tuple[int, ...] = (),
+        rotary: Rotated | None = None,
     ) -> None:
         if weights is None or mask is None:
             raise TypeError("an AttentionRecord needs its weights and its mask")
@@ -71,6 +81,8 @@ class AttentionRecord:
             keys,
             scores,
         )
+        self.kv_head_of = kv_head_of or tuple(range(weights.shape[1]))
+        self.rotary = rotary
 
     @property
     def scores(self) -> Tensor:

@@ -19,7 +19,7 @@ import gradio as gr
 from transformer.device import pick_device
 
 from . import limits
-from .errors import scrub
+from .errors import guard_preprocessing, scrub
 from .export import PLOT_TOOLBAR_JS, ViewExport
 from .share import TabView
 from .state import ModelRegistry, SessionModels
@@ -106,6 +106,16 @@ body.large-font .min_value, body.large-font .max_value { font-size: 18px !import
 /* The top bar's buttons keep to one line, also in Large font. */
 #top-bar button { white-space: nowrap; }
 #top-bar { padding-left: 1.75rem; }  /* clear of the closed tour sidebar's toggle */
+/* With the tour's sidebar open a 1280 px page keeps about 860 px: tables and code wrap within
+   the width left (or scroll inside it), never past its right edge. */
+.gradio-container table { max-width: 100%; }
+.gradio-container .table-wrap th, .gradio-container .table-wrap td,
+.gradio-container .table-wrap .cell-wrap span {
+  white-space: normal !important; overflow-wrap: anywhere; }
+.gradio-container .table-wrap table { width: 100% !important; table-layout: auto; }
+.gradio-container .table-wrap th, .gradio-container .table-wrap td {
+  width: auto !important; min-width: 0 !important; max-width: none !important; }
+.gradio-container .cm-editor { max-width: 100%; }
 /* A plot's panel label floats over its top edge: keep the figure's title below it. */
 .block:has(> label[data-testid="block-label"].float) > .js-plotly-plot { margin-top: 30px; }
 body.large-font .block:has(> label[data-testid="block-label"].float) > .js-plotly-plot {
@@ -173,6 +183,7 @@ def build_demo(
                 views.append(TabView.of(label, slug, controls))
         _wire_views(demo, registry, session, tabs, views, tour, start, make_link, link, status)
     _configure_queue(demo, default_concurrency_limit=4, max_size=limits.QUEUE_SIZE)
+    guard_preprocessing(demo)  # gradio's own refusals: a message and one log line
     demo.model_registry = registry  # for preload_models
     threading.Thread(
         target=_sweep_sessions, args=(weakref.ref(demo),), name="session-sweeper", daemon=True

@@ -9,6 +9,14 @@ from transformer.text.tokenization import MAX_TOKENIZER_JSON_BYTES
 
 MAX_TEXT = 20_000  # characters the tokenize tab accepts (the library's own limit is higher)
 MAX_UPLOAD_BYTES = min(MAX_TOKENIZER_JSON_BYTES, 20 * 1024 * 1024)
+# Tokenizer work for one request (an uploaded file's regex can backtrack for long): past this
+# the request is answered with a message (the work itself cannot be stopped, so at most
+# TOKENIZER_WORKERS of them run at once; more wait, and are answered at the limit too).
+TOKENIZER_TIME_LIMIT_S = 10.0
+TOKENIZER_WORKERS = 2
+# Rows of the token table sent (the rest are counted in its last row), so that /tokenize on
+# MAX_TEXT characters answers in well under 3 MB.
+MAX_TABLE_ROWS = 1_000
 # Wall-clock limits, so that one visitor's request cannot hold a worker (or the trainer) for long.
 GENERATION_TIME_LIMIT_S = 60.0  # "Run to the end" pauses there; Run again continues
 TRAINING_TIME_LIMIT_S = 300.0  # training stops there and keeps what it has learned

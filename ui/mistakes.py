@@ -29,7 +29,7 @@ from transformer.mistakes import (
     compare_passes,
 )
 
-from .errors import friendly, gpu
+from .errors import InputError, friendly, gpu, readable_list
 from .state import ModelRegistry, SessionModels, bind
 
 NONE = "none (the correct pass)"
@@ -56,8 +56,8 @@ def chosen(mistake: str | None) -> str | None:
     """The mistake a menu value names, or ``None`` for "none" (and empty values)."""
     if not mistake or mistake == NONE:
         return None
-    if mistake not in MISTAKES:
-        raise ValueError(f"unknown mistake {mistake!r}; choose one of {choices_for(None)}")
+    if not isinstance(mistake, str) or mistake not in MISTAKES:
+        raise InputError(f"unknown mistake: choose {readable_list(choices_for(None), most=3)}")
     return mistake
 
 
@@ -262,7 +262,7 @@ def panel(
         fig = figures.placeholder_figure("The seeds' mistakes", note, large_font=large)
         return fig, figures.placeholder_figure("", "", large_font=large), note
     if not MISTAKES[name_of].applies(config):
-        raise ValueError(
+        raise InputError(
             f"“{name_of}” does not apply to this {config.architecture} model: it needs "
             f"{MISTAKES[name_of].requires}"
         )

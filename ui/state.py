@@ -27,6 +27,7 @@ from transformer.pretrained import PretrainedError, load_pretrained, shipped_mod
 from transformer.trace import Trace
 
 from . import limits
+from .errors import InputError, readable_list, user_input
 
 log = logging.getLogger("visualiser")
 
@@ -88,6 +89,10 @@ def _trace_bytes(trace: Trace) -> int:
     """Bytes a cached trace holds: every tensor, not only the attention maps (at 512 tokens
     MiniLM's logits alone are 62 MB beside 138 MB of scores and weights)."""
     return _tensor_bytes(trace, set())
+
+
+PRELOAD_FIRST = "SmolLM2-135M-Instruct"
+"""The pretrained model the background thread reads first: the Generate tab's opening model."""
 
 
 class ModelRegistry:
@@ -177,7 +182,7 @@ class ModelRegistry:
             if name in self.pretrained:
                 return self.pretrained[name]
             if name in self.pretrained_errors:
-                raise ValueError(
+                raise InputError(
                     f"the model '{name}' could not be loaded: {self.pretrained_errors[name]}"
                 )
             try:
@@ -194,7 +199,7 @@ class ModelRegistry:
                 )
                 self.pretrained_errors[name] = reason
                 log.warning("pretrained model %s could not be loaded: %s", name, reason)
-                raise ValueError(f"the model '{name}' could not be loaded: {reason}") from None
+                raise InputError(f"the model '{name}' could not be loaded: {reason}") from None
             self.pretrained[name] = checkpoint
             return checkpoint
 
@@ -202,7 +207,8 @@ class ModelRegistry:
         """Read every pretrained model in a background thread (errors are kept by name)."""
 
         def work() -> None:
-            for name in self._loaders:
+            # The Generate tab opens on SmolLM2: read it first, so its first step waits least.
+            for name in sorted(self._loaders, key=lambda n: n != PRELOAD_FIRST):
                 # A failure is recorded in pretrained_errors; choosing the model reports it.
                 with contextlib.suppress(ValueError):
                     self._pretrained(name)
@@ -221,21 +227,26 @@ class ModelRegistry:
 
     def checkpoint(self, name: str, session: SessionModels | None) -> Checkpoint:
         """The model called ``name`` (``session`` holds the one trained here)."""
+        if not isinstance(name, str):
+            raise InputError(f"model must be a model's name, such as {self.model_names[0]!r}")
         name = self.menu_name(name)
         if name == TRAINED_HERE:
             if session is None or session.trained is None:
-                raise ValueError(
+                raise InputError(
                     "no model has been trained in this session yet: use the Model & training tab"
                 )
             return session.trained
         if name in self.bundled.errors:
-            raise ValueError(
+            raise InputError(
                 f"the bundled model '{name}' could not be loaded: {self.bundled.errors[name]}"
             )
         if name in self._loaders:
             return self._pretrained(name)
         if name not in self.bundled.models:
-            raise ValueError(f"unknown model {name!r}; choose one of {self.model_names}")
+            shown = name if len(name) <= 60 else name[:59] + "…"
+            raise InputError(
+                f"there is no model called '{shown}': choose {readable_list(self.model_names)}"
+            )
         return self.bundled.models[name]
 
     def is_shared(self, name: str, checkpoint: Checkpoint) -> bool:
@@ -257,7 +268,10 @@ class ModelRegistry:
         """``analyse`` through an LRU cache bounded by bytes (``limits.CACHE_BYTES``). Only
         shared models are cached: a model trained in a session is that session's alone."""
         if not self.is_shared(name, checkpoint):
-            return analyse(checkpoint.model, checkpoint.tokenizer, sentences, intervention, targets)
+            with user_input():  # the library checks the sentences' count and lengths
+                return analyse(
+                    checkpoint.model, checkpoint.tokenizer, sentences, intervention, targets
+                )
         key = (
             name,
             tuple(sentences),
@@ -268,7 +282,10 @@ class ModelRegistry:
             if key in self._analyses:
                 self._analyses.move_to_end(key)
                 return self._analyses[key][0]
-        result = analyse(checkpoint.model, checkpoint.tokenizer, sentences, intervention, targets)
+        with user_input():  # the library checks the sentences' count and lengths
+            result = analyse(
+                checkpoint.model, checkpoint.tokenizer, sentences, intervention, targets
+            )
         size = _trace_bytes(result.trace)
         with self._cache_lock:
             self._analyses[key] = (result, size)

@@ -17,9 +17,13 @@ from typing import Any
 
 import gradio as gr
 
+from .views import SCROLL_JS
+
 log = logging.getLogger("visualiser")
 
 SENTENCE = "the small cat sees a red ball"
+# Inside a layer's feed-forward section (its elem_id), 2,000 px below the tab's top.
+FEED_FORWARD_SECTION = "inside-section-feed-forward"
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,9 @@ class Stop:
     tab: str
     text: str
     values: Mapping[str, Any] = field(default_factory=dict)
-    focus: str = ""  # the control the page scrolls to (the top of the page when empty)
+    # What the page scrolls to: a control's key, or the element id of a part of the tab (a
+    # section far down the page); the top of the page when empty.
+    focus: str = ""
 
 
 STOPS: tuple[Stop, ...] = (
@@ -134,6 +140,7 @@ STOPS: tuple[Stop, ...] = (
         "mixes tokens; the feed-forward network transforms each token's vector, and holds much "
         "of what the model has learned.",
         {"model": "translate", "text": SENTENCE, "layer": 1},
+        focus=FEED_FORWARD_SECTION,
     ),
     Stop(
         "Residual connections and LayerNorm",
@@ -145,6 +152,7 @@ STOPS: tuple[Stop, ...] = (
         "normalises after the sum (post-LN); GPT-2 and most later models normalise each "
         "sub-layer's input instead (pre-LN).",
         {"model": "translate", "text": SENTENCE, "layer": 2},
+        focus=FEED_FORWARD_SECTION,  # ends with the residual add and the LayerNorm
     ),
     Stop(
         "Cross-attention: the decoder reads the encoder",
@@ -296,7 +304,9 @@ class Tour:
             (self.next.click, self.next_stop, self.index),
             (self.previous.click, self.previous_stop, self.index),
         ]:
-            views.follow(event(handler, source, outputs, js=START_JS, **private))
+            applied = views.follow(event(handler, source, outputs, js=START_JS, **private))
+            # Once more after the redraws: a section far down moves while the panels above fill.
+            applied.then(None, views.focus, None, js=SCROLL_JS, **private)
 
     def go(self, index: int) -> tuple:
         """Updates that show stop ``index`` (clamped to the tour): the index, the menu, the
@@ -305,6 +315,8 @@ class Tour:
         stop = self.stops[index]
         tab = self.views.labels[stop.tab]
         view = self.views.view_of(tab.slug, dict(stop.values), focus=stop.focus)
+        if stop.focus and stop.focus not in tab.controls:  # a part of the tab, by its elem_id
+            view["focus"] = stop.focus
         return (
             index,
             gr.update(value=self.names[index]),

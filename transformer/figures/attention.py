@@ -27,7 +27,10 @@ from .common import (
     heatmap_height,
     panel_domains,
     panel_title,
+    robust_limit,
     to_numpy,
+    weight_limit,
+    weight_ticks,
 )
 
 Values = Literal["weights", "scores"]
@@ -71,6 +74,11 @@ def _signed_range(z: np.ndarray) -> float:
     """Half-width of a symmetric colour range around 0 covering every finite value."""
     finite = np.abs(z[np.isfinite(z)])
     return float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+
+
+def _weight_bar(limit: float, note: str, unit: float = 1.0, **extra: Any) -> dict[str, Any]:
+    """A weight colour bar: read in weights (0..1) whatever the data's unit, with its note."""
+    return {"title": {"text": f"weight{note}"}, **weight_ticks(limit, unit), **extra}
 
 
 def _query_key_axes(
@@ -139,17 +147,18 @@ def attention_heatmap(
     queries = check_labels(query_labels, n_queries, "query")
     keys = check_labels(key_labels, n_keys, "key")
     if values == "weights":
-        style = {"colorscale": WEIGHTS_COLORSCALE, "zmin": 0.0, "zmax": 1.0}
+        limit, note = weight_limit(z)
+        style = {"colorscale": WEIGHTS_COLORSCALE, "zmin": 0.0, "zmax": limit}
+        style["colorbar"] = _weight_bar(limit, note)
         default_title = "Attention weights (after softmax)"
     elif values == "scores":
-        half = _signed_range(z)
+        half, note = robust_limit(z)
         style = {"colorscale": SIGNED_COLORSCALE, "zmin": -half, "zmax": half}
+        style["colorbar"] = {"title": {"text": f"score{note}"}}
         default_title = "Attention scores QKᵀ/√d_k (before softmax)"
     else:
         raise ValueError(f"values must be 'weights' or 'scores', got {values!r}")
-    trace = _heatmap(
-        z, queries, keys, values[:-1], ".3f", colorbar={"title": {"text": values[:-1]}}, **style
-    )
+    trace = _heatmap(z, queries, keys, values[:-1], ".3f", **style)
     layout = base_layout(
         title or f"{default_title} · grey = masked",
         height or heatmap_height(n_queries, large_font),
@@ -230,7 +239,8 @@ def scores_and_weights_figure(
         padded_queries: ``(Tq,)`` bool, ``True`` for [PAD] query rows (marked on the axis).
 
     Scores use a diverging scale around 0, weights a 0..1 scale; masked cells are grey in both
-    (their score was ``-inf``, their weight exactly 0).
+    (their score was ``-inf``, their weight exactly 0). Where a few outliers would flatten a
+    long input's map, a scale stops at the 99th percentile and its colour bar says so.
     """
     masked = ~record.mask[batch, 0]
     scores = _masked_matrix(record.scores[batch, head], masked)
@@ -244,6 +254,8 @@ def scores_and_weights_figure(
         score_queries, score_keys = _block_labels(queries, fq), _block_labels(keys, fk)
         note = f" · scores downsampled {n_queries}×{n_keys}→{scores.shape[0]}×{scores.shape[1]}, weights exact"
     left, right = panel_domains(2, gap=0.14)
+    half, score_note = robust_limit(scores)
+    limit, weight_note = weight_limit(weights)
     traces = [
         _heatmap(scores, score_queries, score_keys, "score", ".3f", coloraxis="coloraxis"),
         _heatmap(weights, queries, keys, "weight", ".3f", coloraxis="coloraxis2"),
@@ -267,13 +279,15 @@ def scores_and_weights_figure(
         coloraxis={
             "colorscale": SIGNED_COLORSCALE,
             "cmid": 0.0,
-            "colorbar": {"x": left[1] + 0.01, "title": {"text": "score"}, "len": 0.9},
+            "cmin": -half,
+            "cmax": half,
+            "colorbar": {"x": left[1] + 0.01, "title": {"text": f"score{score_note}"}, "len": 0.9},
         },
         coloraxis2={
             "colorscale": WEIGHTS_COLORSCALE,
             "cmin": 0.0,
-            "cmax": 1.0,
-            "colorbar": {"x": 1.01, "title": {"text": "weight"}, "len": 0.9},
+            "cmax": limit,
+            "colorbar": _weight_bar(limit, weight_note, x=1.01, len=0.9),
         },
         annotations=[
             panel_title("scores QKᵀ/√d_k (before softmax)", left, large_font),
@@ -326,15 +340,15 @@ def weights_beside_figure(
         note = f" · downsampled {n_queries}×{n_keys}→{a.shape[0]}×{a.shape[1]}"
         padded_queries = None
     left, right = panel_domains(2, gap=0.06)
-    traces = []
+    traces, shown = [], []
     for i, (values, masked) in enumerate(((b, masked_before), (a, masked_after))):
-        trace = _heatmap(
-            _masked_matrix(values, masked), queries, keys, "weight", ".3f", coloraxis="coloraxis"
-        )
+        shown.append(_masked_matrix(values, masked))
+        trace = _heatmap(shown[-1], queries, keys, "weight", ".3f", coloraxis="coloraxis")
         if i:
             trace.update(xaxis="x2", yaxis="y2")
         traces.append(trace)
     y_axis = query_axis(queries, large_font, padded_queries)
+    limit, weight_note = weight_limit(np.stack(shown))
     layout = base_layout(
         f"{title}{note}",
         height or heatmap_height(len(queries), large_font) + 40,
@@ -347,8 +361,8 @@ def weights_beside_figure(
         coloraxis={
             "colorscale": WEIGHTS_COLORSCALE,
             "cmin": 0.0,
-            "cmax": 1.0,
-            "colorbar": {"x": 1.01, "title": {"text": "weight"}, "len": 0.9},
+            "cmax": limit,
+            "colorbar": _weight_bar(limit, weight_note, x=1.01, len=0.9),
         },
         annotations=[
             panel_title(panel_titles[0], left, large_font),
@@ -463,7 +477,8 @@ def attention_grid(
         padded_queries: ``(Tq,)`` bool, ``True`` for [PAD] query rows: a red tick beside each
             such row of every layer (they attend normally; the loss ignores their output).
 
-    The colour scale is 0‰..1000‰, the same 0..1 as the single-head view.
+    The colour bar reads in weights, 0..1, as the single-head view's does (a long input whose
+    weights are nearly all small stops at their 99th percentile, and says so).
 
     The tiles are one heatmap separated by gutters (dozens of subplots are ~10× slower to
     build). Values ship as ``uint16`` thousandths (‰) of attention, exact to 0.05%: half the
@@ -509,6 +524,8 @@ def attention_grid(
     gutter = max(1, round(max(rows, cols) / 32))
     tile_h, tile_w = rows + gutter, cols + gutter
     z = np.zeros((n_layers * tile_h - gutter, n_heads * tile_w - gutter), np.uint16)
+    kept = np.concatenate([w[:, ~m[i]].ravel() for i, w in enumerate(layers)])  # unmasked
+    limit, weight_note = weight_limit(np.clip(kept, 0.0, 1.0) * 1000, unit=1000)
     for layer, layer_weights in enumerate(layers):
         permille = np.rint(np.clip(layer_weights, 0.0, 1.0) * 1000)
         for head in range(n_heads):
@@ -533,7 +550,8 @@ def attention_grid(
         x=x,
         y=y,
         coloraxis="coloraxis",
-        hovertemplate="%{y}<br>%{x}<br>weight %{z}‰<extra></extra>",
+        # Integers cannot be divided in a hover: the weight is written as a fraction of 1000.
+        hovertemplate="%{y}<br>%{x}<br>weight %{z}/1000<extra></extra>",
     )
     hidden = {
         "showticklabels": False,
@@ -577,8 +595,8 @@ def attention_grid(
         coloraxis={
             "colorscale": WEIGHTS_COLORSCALE,
             "cmin": 0,
-            "cmax": 1000,  # one scale with the single head's 0..1
-            "colorbar": {"title": {"text": "weight ‰"}},
+            "cmax": limit,  # thousandths, on a colour bar that reads 0..1 like the single head's
+            "colorbar": _weight_bar(limit, weight_note, unit=1000),
         },
         shapes=_grid_shapes(m, n_heads, rows, cols, tile_h, tile_w, z.shape)
         + _padded_row_marks(padded, n_layers, tile_h),
@@ -800,8 +818,9 @@ def masks_figure(
                 xaxis=f"x{suffix}",
                 yaxis=f"y{suffix}",
                 coloraxis="coloraxis",
-                xgap=1,
-                ygap=1,
+                # 1-px gaps outline small masks; past 48 tokens they would hide the colour.
+                xgap=1 if max(n_queries, n_keys) <= 48 else 0,
+                ygap=1 if max(n_queries, n_keys) <= 48 else 0,
                 hovertemplate="query %{y}<br>key %{x}<br>may attend: %{z}<extra></extra>",
             )
         )

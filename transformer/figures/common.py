@@ -6,6 +6,7 @@ import plotly and numpy, torch only to accept tensors, and never the UI.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -126,3 +127,56 @@ def heatmap_height(n_rows: int, large_font: bool, minimum: int = 320, maximum: i
     """A height in pixels that gives each row room for its label, within bounds."""
     per_row = 26 if large_font else 18
     return int(min(maximum, max(minimum, 120 + per_row * n_rows)))
+
+
+# A colour scale set by its largest value shows one outlier and flattens everything else (one
+# position's huge dot product, a few embedding dimensions, one sharp head among 400 tokens):
+# past OUTLIER_FACTOR × the ROBUST_PERCENTILE-th percentile, the scale stops at that percentile,
+# brighter cells saturate, and the colour bar says so.
+ROBUST_PERCENTILE = 99.0
+OUTLIER_FACTOR = 1.5
+
+
+def robust_limit(
+    values: Any, percentile: float = ROBUST_PERCENTILE, unit: float = 1.0
+) -> tuple[float, str]:
+    """The colour limit that shows ``values`` (any shape; NaN and ±inf ignored), and a note
+    for the colour bar's title ("" when the limit is the largest ``|value|``), which gives the
+    largest value in units of ``unit`` (1000 for data shipped as thousandths).
+
+    The limit is the largest ``|value|``, unless it exceeds ``OUTLIER_FACTOR`` × the
+    ``percentile``-th percentile of ``|values|``: then that percentile (1.0 when all are 0).
+    """
+    magnitudes = np.abs(np.asarray(values, dtype=np.float64))
+    magnitudes = magnitudes[np.isfinite(magnitudes)]
+    if not magnitudes.size or magnitudes.max() == 0:
+        return 1.0, ""
+    top, cut = float(magnitudes.max()), float(np.percentile(magnitudes, percentile))
+    if cut > 0 and top > OUTLIER_FACTOR * cut:
+        return cut, f"<br><sup>to {percentile:g}th pct (max {top / unit:.3g})</sup>"
+    return top, ""
+
+
+def weight_limit(weights: Any, unit: float = 1.0) -> tuple[float, str]:
+    """The top of an attention-weight colour scale: ``unit`` (weights run 0..1), unless nearly
+    every weight is small (a long input spreads attention thin) and a few outliers would paint
+    the rest dark; then :func:`robust_limit`'s percentile and its note. ``weights`` in units of
+    ``unit`` (1 for weights, 1000 for thousandths), any shape; NaN ignored."""
+    limit, note = robust_limit(weights, unit=unit)
+    return (limit, note) if note and limit < 0.5 * unit else (unit, "")
+
+
+def weight_ticks(limit: float, unit: float = 1.0) -> dict[str, Any]:
+    """Colour-bar ticks that read in weights (0..1) for a scale from 0 to ``limit`` whose data
+    are in units of ``unit`` (1000 for thousandths): one unit on every weight colour bar."""
+    top = limit / unit
+    step = 10.0 ** math.floor(math.log10(top / 5)) if top > 0 else 0.2
+    for factor in (1, 2, 2.5, 5, 10):
+        if top / (step * factor) <= 5:
+            step *= factor
+            break
+    values = np.arange(0, top + step * 1e-6, step)
+    return {
+        "tickvals": [round(float(v * unit), 9) for v in values],
+        "ticktext": [f"{v:.4g}" for v in values],
+    }

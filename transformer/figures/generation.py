@@ -173,11 +173,15 @@ def causal_growth_figure(
     queries = [keys[a.size - 1] if a.size else f"step {i}" for i, a in enumerate(arrays)]
     if len(set(queries)) != len(queries):
         queries = [f"step {i} · {q}" for i, q in enumerate(queries)]
-    # Cells stay about as wide as they are tall: the first steps' one or two cells are a small
-    # corner that grows into the triangle, not a block stretched over the whole panel; the
-    # colour bar stands beside them.
+    # Cells stay about as wide as they are tall: the triangle grows from a corner, not a block
+    # stretched over the whole panel; the colour bar stands beside it. The first steps still
+    # get a plot area that fits their labels and a readable colour bar (in Large font one
+    # step was 100 × 60 px, a label dropped, the bar's numbers on top of each other), and
+    # every row keeps room for its label (the height grows instead of hiding every other one).
     cell = 30 if large_font else 22
-    domain_end = min(1.0, max(0.05, width * cell / 900))
+    domain_end = min(1.0, max(0.3, width * cell / 900))
+    area = max(240 if large_font else 180, (cell + 4) * len(arrays))
+    label_room = (8 if large_font else 6) * max((len(k) for k in keys), default=1)
     trace = go.Heatmap(
         z=z,
         x=keys,
@@ -200,7 +204,7 @@ def causal_growth_figure(
     )
     layout = base_layout(
         f"Decoder self-attention, step by step{where} · grey = future (masked)",
-        height or int(min(900, max(200, 140 + (cell + 4) * len(arrays)))),
+        height or int(min(2000, 140 + label_room + area)),
         large_font,
         plot_bgcolor=MASKED_GREY,
         xaxis={

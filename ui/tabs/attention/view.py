@@ -3,6 +3,8 @@ kinds a model has, its padded rows, and the every-head grid."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,10 +15,11 @@ from transformer.analysis import (
 )
 from transformer.checkpoint import Checkpoint
 from transformer.figures.attention import GRID_MAX_CELLS
-from transformer.inspection import Analysis, check_sentences
+from transformer.inspection import MAX_SENTENCES, Analysis, check_sentences
 from transformer.trace import AttentionKind
 
-from ...inputs import as_int
+from ...errors import InputError, readable_list, user_input
+from ...inputs import as_int, as_text
 from ...state import ModelRegistry, SessionModels
 
 ATTENTION_KINDS: dict[str, AttentionKind] = {
@@ -29,6 +32,69 @@ GRID_MIN_CELLS = 150_000
 EXAMPLE_SENTENCES = (
     "the small cat sees a red ball\na big dog sleeps\nmy old bird eats the green cake"
 )
+
+
+@dataclass(frozen=True)
+class AttentionRequest:
+    """What the tab's controls say, as one value: the layout's components fill it (in the
+    order of :meth:`of`'s parameters, each endpoint's API signature) and the handlers receive
+    it. The text is parsed once, into :attr:`lines`."""
+
+    text: str
+    model: str
+    kind: str
+    layer: Any = 1
+    head: Any = 1
+    row: Any = 1
+    what_if: tuple[str, ...] = ()
+    large: bool = False
+    session: SessionModels | None = None
+    mistake: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        sentences: Any,
+        name: Any,
+        kind: Any,
+        layer: Any = 1,
+        head: Any = 1,
+        row: Any = 1,
+        what_if: Any = None,
+        large: Any = False,
+        session: SessionModels | None = None,
+        mistake: Any = None,
+    ) -> AttentionRequest:
+        """The request from the components' values, in the order the events send them."""
+        if what_if is not None and not isinstance(what_if, list | tuple):
+            raise InputError("what if: choose from the switches' names")
+        return cls(
+            as_text(sentences, "sentences"),
+            name,
+            kind,
+            layer,
+            head,
+            row,
+            tuple(what_if or ()),
+            bool(large),
+            session,
+            mistake,
+        )
+
+    @functools.cached_property
+    def lines(self) -> list[str]:
+        """The sentences, checked (1 to ``MAX_SENTENCES`` non-empty lines)."""
+        with user_input():
+            return check_sentences(self.text.splitlines())
+
+    @property
+    def rows(self) -> int:
+        """How many sentences the Sentence slider ranges over (at least 1, at most the limit)."""
+        return min(sentence_count(self.text), MAX_SENTENCES)
+
+    def fitted(self, kind: str, layer: int, head: int, row: int) -> AttentionRequest:
+        """This request with the controls' values moved to what the model has."""
+        return dataclasses.replace(self, kind=kind, layer=layer, head=head, row=row)
 
 
 @dataclass
@@ -56,19 +122,24 @@ def attention_view(
     row: Any,
     checkpoint: Checkpoint | None = None,
     use_reference: bool = False,
+    lines: list[str] | None = None,
 ) -> AttentionView:
     """The analysis behind every attention view (cached for bundled models) and the validated
     layer, head and sentence.
 
     With ``use_reference`` the decoder reads the task's correct answer (teacher forcing) instead
     of the model's own output: an early training snapshot's output is too poor to read along.
+    ``lines``: the sentences already checked (a request's), else parsed from the text.
     """
     checkpoint = checkpoint or registry.checkpoint(name, session)
     tokenizer, config = checkpoint.tokenizer, checkpoint.config
-    sentences = check_sentences((sentences_text or "").splitlines())
-    kind = ATTENTION_KINDS.get(kind_label)
+    if lines is None:
+        with user_input():
+            lines = check_sentences(as_text(sentences_text, "sentences").splitlines())
+    sentences = lines
+    kind = ATTENTION_KINDS.get(kind_label) if isinstance(kind_label, str) else None
     if kind is None:
-        raise ValueError(f"choose one of {list(ATTENTION_KINDS)}")
+        raise InputError(f"which attention: choose {readable_list(kinds_for(config))}")
     targets = None
     if use_reference and config.has_encoder and config.has_decoder:
         targets = reference_targets(tokenizer, checkpoint.task, sentences, config.pad_id)
@@ -76,8 +147,9 @@ def attention_view(
     try:
         records = analysis.trace.attention_records(kind)
     except ValueError:
-        raise ValueError(
-            f"the {name} model is {config.architecture}: it has no {kind_label}"
+        raise InputError(
+            f"the {name} model is {config.architecture}: it has no {kind_label}; choose "
+            f"{readable_list(kinds_for(config))}"
         ) from None
     row_index = as_int(row, "sentence", 1, analysis.batch_size) - 1
     queries, keys = axis_pieces(analysis, kind)

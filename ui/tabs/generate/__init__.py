@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .decoding import (
     EXAMPLES,
+    OPENING,
     RESTARTED,
     can_generate,
     cannot_generate,
@@ -45,6 +46,7 @@ from .request import INPUT_NAMES, TOP_K_SHOWN, GenerateRequest, decoding_setting
 __all__ = [
     "EXAMPLES",
     "INPUT_NAMES",
+    "OPENING",
     "RESTARTED",
     "TOP_K_SHOWN",
     "Drawn",

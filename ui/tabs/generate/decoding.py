@@ -12,6 +12,7 @@ from transformer.generation import DecodingSession, decoding_ends
 from transformer.pretrained import FAMILIES, PretrainedError, family_of, shipped_models
 from transformer.training.tasks import reference_target
 
+from ...errors import InputError, user_input
 from ...state import TRAINED_HERE, GenerationState, ModelRegistry, SessionModels
 from .request import GenerateRequest
 
@@ -24,6 +25,31 @@ EXAMPLES = [
     ("the teacher sees", "continue", "sample"),
     ("a big dog never eats the old cake", "translate", "beam"),
 ]
+
+
+OPENING = ("The capital of France is", "SmolLM2-135M-Instruct", "greedy")
+"""What the tab opens on when the shipped SmolLM2 is installed: a real language model writing
+English (read in the background at start; the first step waits for it)."""
+
+
+def opening(names: list[str]) -> tuple[str, str, str]:
+    """``(prompt, model, strategy)`` the tab opens on: :data:`OPENING` where its model is in
+    the menu ``names``, else the first example."""
+    return OPENING if OPENING[1] in names else EXAMPLES[0]
+
+
+QUANTIZATION_BITS = {"Q4_0": "4-bit Q4_0", "Q4_1": "4-bit Q4_1", "Q8_0": "8-bit Q8_0"}
+
+
+def weights_note(info: dict) -> str:
+    """How a GGUF model's weights were stored (its most frequent quantization), honestly:
+    ``"4-bit Q4_1 weights, dequantized to float32"``; ``""`` for other models."""
+    if info.get("model_type") != "gguf":
+        return ""
+    kind = str(info.get("quantization", "")).split(",")[0].strip()
+    if kind in ("F32", ""):
+        return "float32 weights"
+    return f"{QUANTIZATION_BITS.get(kind, kind)} weights, dequantized to float32"
 
 
 # A prompt has many right continuations, so the continue task knows no single answer: its
@@ -109,7 +135,8 @@ def start_ids(checkpoint: Checkpoint, text: str) -> tuple[list[int], int | None,
     where each family starts and stops is the library's (:func:`transformer.analysis.prompt_ids`,
     :func:`transformer.generation.decoding_ends`)."""
     tokenizer = checkpoint.tokenizer
-    ids = prompt_ids(checkpoint.model, tokenizer, text)
+    with user_input():  # the library checks the text it is given
+        ids = prompt_ids(checkpoint.model, tokenizer, text)
     bos, eos = decoding_ends(checkpoint.config, tokenizer.bos_id, tokenizer.eos_id)
     return ids, bos, eos
 
@@ -117,7 +144,7 @@ def start_ids(checkpoint: Checkpoint, text: str) -> tuple[list[int], int | None,
 def unreadable(checkpoint: Checkpoint, text: str) -> list[str]:
     """The characters of ``text`` that the model's tokenizer maps to its unknown token (the
     library's :func:`transformer.analysis.unreadable_characters`, as the other tabs say it)."""
-    return unreadable_characters(checkpoint.tokenizer, text)
+    return unreadable_characters(checkpoint.tokenizer, text or "")
 
 
 def unreadable_note(checkpoint: Checkpoint, text: str) -> str:
@@ -146,17 +173,18 @@ def _restart(
     checkpoint = registry.checkpoint(request.model, session)
     reason = cannot_generate(request.model, checkpoint)
     if reason is not None:
-        raise ValueError(reason.replace("**", "'").replace("`", ""))
+        raise InputError(reason.replace("**", "'").replace("`", ""))
     ids, bos, eos = start_ids(checkpoint, request.source)
     tokenizer = checkpoint.tokenizer
-    state.decoding = DecodingSession(
-        checkpoint.model,
-        ids,
-        request.settings,
-        bos_id=bos,
-        eos_id=eos,
-        decode_token=lambda i: tokenizer.id_to_token(i) or "?",
-    )
+    with user_input():  # the library checks the settings and the prompt's length
+        state.decoding = DecodingSession(
+            checkpoint.model,
+            ids,
+            request.settings,
+            bos_id=bos,
+            eos_id=eos,
+            decode_token=lambda i: tokenizer.id_to_token(i) or "?",
+        )
     state.key = request.key
     state.source_pieces = [tokenizer.id_to_token(i) or "?" for i in ids]
 

@@ -13,9 +13,17 @@ from transformer.checkpoint import Checkpoint
 from transformer.generation import teacher_force
 
 from ... import limits
-from ...errors import friendly, gpu
+from ...errors import InputError, friendly, gpu, user_input
 from ...state import ModelRegistry, SessionModels
-from .decoding import RESTARTED, _restart, cannot_generate, current, start_ids, unreadable_note
+from .decoding import (
+    RESTARTED,
+    _restart,
+    cannot_generate,
+    current,
+    start_ids,
+    unreadable_note,
+    weights_note,
+)
 from .drawing import Drawn, draw, placeholders
 from .request import read_inputs
 
@@ -126,7 +134,7 @@ def _forcing_ids(checkpoint: Checkpoint, source: str, reference_text: str) -> tu
     if eos is not None:
         reference.append(eos)
     if not reference:
-        raise ValueError("the reference gives no tokens: enter a reference")
+        raise InputError("the reference gives no tokens: enter a reference")
     return ids, reference, bos
 
 
@@ -140,18 +148,19 @@ def force(
     checkpoint = registry.checkpoint(name, session)
     tokenizer, model = checkpoint.tokenizer, checkpoint.model
     if not (source or "").strip() or not (reference_text or "").strip():
-        raise ValueError("enter both a source (or prompt) and a reference")
+        raise InputError("enter both a source (or prompt) and a reference")
     reason = cannot_generate(name, checkpoint)
     if reason is not None:
-        raise ValueError(reason.replace("**", "'").replace("`", ""))
+        raise InputError(reason.replace("**", "'").replace("`", ""))
     source_ids, reference, bos = _forcing_ids(checkpoint, source, reference_text)
-    result = teacher_force(
-        model,
-        source_ids,
-        reference,
-        bos_id=bos if bos is not None else 0,
-        decode_token=lambda i: tokenizer.id_to_token(i) or "?",
-    )
+    with user_input():  # the library checks the lengths against the model's
+        result = teacher_force(
+            model,
+            source_ids,
+            reference,
+            bos_id=bos if bos is not None else 0,
+            decode_token=lambda i: tokenizer.id_to_token(i) or "?",
+        )
 
     def piece(i: int) -> str:
         return tokenizer.id_to_token(i) or "?"
@@ -210,8 +219,14 @@ def model_controls(registry: ModelRegistry, name: str, session: SessionModels) -
     can = reason is None
     layers = config.n_decoder_layers
     family = checkpoint.info.get("family")
-    kind = {"gpt2": "GPT-2 family: continues the prompt", "marian": "Marian family: translates"}
-    note = reason or (f"_{name}: {kind[family]}._" if family in kind else "")
+    kind = {
+        "gpt2": "GPT-2 family: continues the prompt",
+        "marian": "Marian family: translates",
+        "llama": "Llama family: continues the prompt",
+    }
+    stored = weights_note(checkpoint.info)
+    described = f"{kind[family]}; {stored}" if stored and family in kind else kind.get(family)
+    note = reason or (f"_{name}: {described}._" if described else "")
     buttons = [gr.update(interactive=can) for _ in range(5)]
     return (
         note,

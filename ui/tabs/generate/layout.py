@@ -8,7 +8,14 @@ import gradio as gr
 
 from ... import limits
 from ...state import GenerationState, ModelRegistry, bind
-from .decoding import EXAMPLES, example_reference, generating_models, reference_for
+from .decoding import (
+    EXAMPLES,
+    OPENING,
+    example_reference,
+    generating_models,
+    opening,
+    reference_for,
+)
 from .handlers import (
     back,
     first_step,
@@ -33,9 +40,10 @@ def build(
         "The decoder writes one token at a time: it scores every token of the vocabulary, picks one "
         "(greedy, sampling or beam search), appends it and goes again. Step through it."
     )
-    first_source, first_model, first_strategy = EXAMPLES[0]
     # Only models with a decoder can generate: an encoder-only one (MiniLM) is not offered.
     names = generating_models(registry)
+    # SmolLM2 where it is installed (a real language model), else the first toy example.
+    first_source, first_model, first_strategy = opening(names)
     with gr.Row():
         source = gr.Textbox(value=first_source, label="Source sentence (or prompt for 'continue')")
         model_name = gr.Dropdown(
@@ -137,8 +145,11 @@ def build(
     force_button.click(
         bind(force, registry), force_inputs, force_outputs, api_name="teacher_forcing"
     )
+    examples = [[s, m, k, example_reference(s, m)] for s, m, k in EXAMPLES if m in names]
+    if OPENING[1] in names:
+        examples.insert(0, [*OPENING, ""])
     gr.Examples(
-        [[s, m, k, example_reference(s, m)] for s, m, k in EXAMPLES if m in names],
+        examples,
         [source, model_name, strategy, reference],
         label="Examples for a lecture (click one: it runs)",
     )

@@ -8,11 +8,11 @@ handler starts, and nothing after that reads a positional value.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from transformer.generation import MAX_NEW_TOKENS, DecodingSettings
-from transformer.generation.settings import Strategy
 
+from ...errors import user_input
 from ...inputs import as_float, as_int
 from ...state import GenerationState, SessionModels
 
@@ -43,19 +43,20 @@ def decoding_settings(
     """The UI's decoding controls as validated ``DecodingSettings`` (top-k 0 and top-p 1 = off),
     recording what the tab draws: attention rows and the logit lens of every step."""
     top_p_value = as_float(top_p if top_p is not None else 1.0, "top-p", 0.0, 1.0)
-    return DecodingSettings(
-        strategy=cast(Strategy, strategy),  # DecodingSettings checks it
-        temperature=as_float(temperature, "temperature", 0.0, 100.0),
-        top_k=as_int(top_k, "top-k", 0, 1000) or None,
-        top_p=None if top_p_value >= 1.0 else top_p_value,
-        beam_width=as_int(beam, "beam width", 1, 16),
-        max_new_tokens=as_int(max_tokens, "max tokens", 1, MAX_NEW_TOKENS),
-        seed=as_int(seed, "seed", 0, 2**31 - 1),
-        capture_attention=True,
-        top_k_shown=TOP_K_SHOWN,
-        capture_lens=True,
-        lens_top_k=LENS_TOP_K,
-    )
+    with user_input():  # the library checks the settings it is given
+        return DecodingSettings(
+            strategy=strategy,
+            temperature=as_float(temperature, "temperature", 0.0, 100.0),
+            top_k=as_int(top_k, "top-k", 0, 1000) or None,
+            top_p=None if top_p_value >= 1.0 else top_p_value,
+            beam_width=as_int(beam, "beam width", 1, 16),
+            max_new_tokens=as_int(max_tokens, "max tokens", 1, MAX_NEW_TOKENS),
+            seed=as_int(seed, "seed", 0, 2**31 - 1),
+            capture_attention=True,
+            top_k_shown=TOP_K_SHOWN,
+            capture_lens=True,
+            lens_top_k=LENS_TOP_K,
+        )
 
 
 @dataclass(frozen=True)

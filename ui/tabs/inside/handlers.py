@@ -3,6 +3,8 @@ registry first."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,9 +15,9 @@ from ...state import ModelRegistry, SessionModels
 from .view import (
     EXAMPLE_TEXT,
     SECTIONS,
+    InsideRequest,
     as_query,
-    check_sentence,
-    choose,
+    chosen_for,
     draw,
     layers_in,
     query_choices,
@@ -46,28 +48,42 @@ class Fitted:
     query: int
 
 
-def fit(
-    registry: ModelRegistry,
-    text: str,
-    name: str,
-    stack: str,
-    layer: Any,
-    head: Any,
-    query: Any,
-    session: SessionModels | None,
-) -> Fitted:
+def takes_request(handler: Callable[[ModelRegistry, InsideRequest], Any]) -> Callable[..., Any]:
+    """``handler(registry, request)`` as an event handler: it takes the components' values in
+    the order the ``/inside_layer`` API has them and builds the request once."""
+
+    def endpoint(
+        registry: ModelRegistry,
+        text: str,
+        name: str,
+        stack: str,
+        layer: Any,
+        head: Any,
+        query: Any,
+        large: bool,
+        session: SessionModels,
+    ) -> Any:
+        request = InsideRequest.of(text, name, stack, layer, head, query, large, session)
+        return handler(registry, request)
+
+    endpoint.__name__ = endpoint.__qualname__ = handler.__name__
+    endpoint.__doc__ = handler.__doc__
+    endpoint.__module__ = handler.__module__
+    return endpoint
+
+
+def fit(registry: ModelRegistry, request: InsideRequest) -> Fitted:
     """The stacks, layers, heads and query tokens this model and this sentence have, and the
-    given values moved into range (kept where they still apply)."""
-    checkpoint = registry.checkpoint(name, session)
+    request's values moved into range (kept where they still apply)."""
+    checkpoint = registry.checkpoint(request.model, request.session)
     config = checkpoint.config
     stacks = stacks_for(config)
-    if stack not in stacks:
-        stack = stacks[0]
-    analysis = registry.analysis(name, checkpoint, [check_sentence(text)])
+    stack = request.stack if request.stack in stacks else stacks[0]
+    analysis = registry.analysis(request.model, checkpoint, [request.sentence])
     choices = query_choices(analysis, stack)
     positions = [i for _, i in choices]
     try:
-        position = as_query(query)
+        position = as_query(request.query)
     except ValueError:
         position = positions[0]
     if position not in positions:
@@ -77,9 +93,9 @@ def fit(
         stacks,
         stack,
         n_layers,
-        _clamp(layer, n_layers),
+        _clamp(request.layer, n_layers),
         config.n_heads,
-        _clamp(head, config.n_heads),
+        _clamp(request.head, config.n_heads),
         choices,
         position,
     )
@@ -120,64 +136,46 @@ def controls(
 ) -> tuple[Any, Any, Any, Any]:
     """The Stack choices and the Layer, Head and Query-token ranges this model and this
     sentence have (values kept where they still apply)."""
-    return _updates(fit(registry, text, name, stack, layer, head, query, session))
+    request = InsideRequest.of(text, name, stack, layer, head, query, session=session)
+    return _updates(fit(registry, request))
+
+
+def _draw(registry: ModelRegistry, request: InsideRequest) -> tuple[Any, ...]:
+    chosen = chosen_for(registry, request)
+    text_summary, drawn = draw(chosen, request.model, request.large)
+    outputs: list[Any] = [text_summary]
+    # gr.update, not gr.Accordion(...): the first view is drawn while the layout is built, where
+    # a component made here would be placed on the page.
+    for (_, title), (steps, code, figure, present) in zip(SECTIONS, drawn, strict=True):
+        outputs += [gr.update(label=title, visible=present), steps, code, figure]
+    return tuple(outputs)
 
 
 @friendly
 @gpu
-def inside_layer(
-    registry: ModelRegistry,
-    text: str,
-    name: str,
-    stack: str,
-    layer: Any,
-    head: Any,
-    query: Any,
-    large: bool,
-    session: SessionModels,
-) -> tuple[Any, ...]:
+@takes_request
+def inside_layer(registry: ModelRegistry, request: InsideRequest) -> tuple[Any, ...]:
     """The ``/inside_layer`` endpoint: one layer, step by step, for one query token and one
     head (layer and head from 1, the token by its position from 0, as the menu labels it).
 
     Returns the summary, then per section (input, self-attention, cross-attention,
     feed-forward) the accordion (hidden where the layer has no such section), the steps with
     their shapes, the code lines in order and the figure."""
-    chosen = choose(registry, session, text, name, stack, layer, head, query)
-    text_summary, drawn = draw(chosen, name, large)
-    outputs: list[Any] = [text_summary]
-    # gr.update, not gr.Accordion(...): the first view is drawn while the layout is built, where
-    # a component made here would be placed on the page.
-    for (_, title), (steps, code, figure, present) in zip(SECTIONS, drawn, strict=True):
-        outputs += [
-            gr.update(label=title, visible=present),
-            steps,
-            code,
-            figure,
-        ]
-    return tuple(outputs)
+    return _draw(registry, request)
 
 
 @friendly
 @gpu
-def refresh(
-    registry: ModelRegistry,
-    text: str,
-    name: str,
-    stack: str,
-    layer: Any,
-    head: Any,
-    query: Any,
-    large: bool,
-    session: SessionModels,
-) -> tuple[Any, ...]:
+@takes_request
+def refresh(registry: ModelRegistry, request: InsideRequest) -> tuple[Any, ...]:
     """Fit the controls to this model and sentence, then draw with the fitted values, in one
     event: a redraw chained after the fit would read the old choice from the browser (a stack
     or a token the new model does not have) and fail."""
-    fitted = fit(registry, text, name, stack, layer, head, query, session)
-    drawn = inside_layer(
-        registry, text, name, fitted.stack, fitted.layer, fitted.head, fitted.query, large, session
+    fitted = fit(registry, request)
+    request = dataclasses.replace(
+        request, stack=fitted.stack, layer=fitted.layer, head=fitted.head, query=fitted.query
     )
-    return (*_updates(fitted), *drawn)
+    return (*_updates(fitted), *_draw(registry, request))
 
 
 def first_view(

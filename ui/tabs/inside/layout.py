@@ -8,6 +8,7 @@ from typing import Any
 import gradio as gr
 
 from ... import limits, mistakes
+from ...errors import beside_input
 from ...state import ModelRegistry, bind, once
 from .handlers import controls, first_view, inside_layer, refresh
 from .view import EXAMPLE_TEXT, SECTIONS, default_query, layers_in, query_choices, stacks_for
@@ -38,10 +39,13 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
         choices = query_choices(analysis, stacks[0])
     first_query = default_query(choices) if choices else 0
     first = once(functools.partial(first_view, registry, first_model, stacks[0], first_query))
+    # One row of controls: in Large font at 1920×1080 the first figure stays above the fold.
     with gr.Row():
-        text = gr.Textbox(value=EXAMPLE_TEXT, lines=1, max_lines=2, label="Sentence", scale=3)
+        with gr.Column(scale=3):
+            text = gr.Textbox(value=EXAMPLE_TEXT, lines=1, max_lines=2, label="Sentence")
+            # A refused input is said here; the controls and figures stay as they were.
+            status = gr.Markdown(elem_classes=["input-status"])
         model_name = gr.Dropdown(registry.model_names, value=first_model, label="Model", scale=2)
-    with gr.Row():
         stack = gr.Radio(stacks, value=stacks[0], label="Stack")
         # Built wide for API callers; the page narrows them to the model's own when it loads.
         layer = gr.Slider(
@@ -56,38 +60,47 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
         )
     summary = gr.Markdown()
     outputs: list[Any] = [summary]
-    for index, (_, title) in enumerate(SECTIONS):
+    for index, (key, title) in enumerate(SECTIONS):
         # The input is plain (embeddings); the attention is what a student came for: open it first.
         opened = index > 0
-        with gr.Accordion(title, open=opened) as section, gr.Row():
+        # Its id lets a tour stop scroll to it (ui/tour.py).
+        accordion = gr.Accordion(title, open=opened, elem_id=f"inside-section-{key}")
+        with accordion as section, gr.Row():
             with gr.Column(scale=4):
                 # The code first: the lines that ran, in order; what each step means below.
-                code = gr.Code(language="python", label="The code, in the order it ran")
+                code = gr.Code(
+                    language="python", label="The code, in the order it ran", wrap_lines=True
+                )
                 steps = gr.Markdown()
-            plot = gr.Plot(show_label=False, scale=6)
+            # Beside the code where the page is wide, below it where not (the tour sidebar open).
+            plot = gr.Plot(show_label=False, scale=6, min_width=600)
         outputs += [section, steps, code, plot]
 
     inputs = [text, model_name, stack, layer, head, query, large, session]
     control_inputs = [text, model_name, stack, layer, head, query, session]
     control_outputs = [stack, layer, head, query]
-    redraw = bind(inside_layer, registry)
-    private: dict[str, Any] = {"api_visibility": "private"}
-    text.submit(redraw, inputs, outputs, api_name="inside_layer")
+    redraw = beside_input(bind(inside_layer, registry), len(outputs))
+    private = {"api_visibility": "private"}
+    text.submit(bind(inside_layer, registry), inputs, outputs, api_name="inside_layer")
     # Controls that change what applies (model, stack, sentence) fit the ranges and choices and
     # redraw in one event; the others only redraw.
-    fit_and_draw = bind(refresh, registry)
+    fit_and_draw = beside_input(bind(refresh, registry), len(control_outputs + outputs))
     # The stack listens to .select, a user's click: gradio also fires a radio's .input when an
     # event sets its choices, with the old value, which the new choices no longer hold.
     # Dropdowns answer .select, a user's choice: gradio 6 fires their .input twice per choice.
     for trigger in (model_name.select, stack.select):
-        trigger(fit_and_draw, inputs, control_outputs + outputs, **private)
+        trigger(fit_and_draw, inputs, [*control_outputs, *outputs, status], **private)
     text.input(
-        fit_and_draw, inputs, control_outputs + outputs, trigger_mode="always_last", **private
+        fit_and_draw,
+        inputs,
+        [*control_outputs, *outputs, status],
+        trigger_mode="always_last",
+        **private,
     )
     for slider in (layer, head):
-        slider.release(redraw, inputs, outputs, **private)
-    query.input(redraw, inputs, outputs, trigger_mode="always_last", **private)
-    large.change(redraw, inputs, outputs, **private)
+        slider.release(redraw, inputs, [*outputs, status], **private)
+    query.input(redraw, inputs, [*outputs, status], trigger_mode="always_last", **private)
+    large.change(redraw, inputs, [*outputs, status], **private)
     demo = gr.context.Context.root_block
     if demo is not None:
         demo.load(bind(controls, registry), control_inputs, control_outputs, **private)

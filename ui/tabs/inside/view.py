@@ -3,16 +3,17 @@ lines in order and its figure."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
-from transformer.analysis import unreadable_characters
 from transformer.checkpoint import Checkpoint
 from transformer.figures.inside import section_figure
 from transformer.inside import LayerWalkthrough, Step, check_sentence, walkthrough
 from transformer.inspection import Analysis
 
-from ...inputs import as_int
+from ...errors import InputError, code_span, user_input
+from ...inputs import as_int, as_text, shown, unreadable_note
 from ...state import ModelRegistry, SessionModels
 
 EXAMPLE_TEXT = "the small cat sees a red ball"
@@ -24,6 +25,43 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("feed-forward", "4 · Feed-forward network and the layer's output"),
 )
 _ACTIVATION_NAMES = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh)", "silu": "SiLU"}
+
+
+@dataclass(frozen=True)
+class InsideRequest:
+    """What the tab's controls say, as one value: the layout's components fill it (in the
+    order of :meth:`of`'s parameters, the ``/inside_layer`` API signature) and the handlers
+    receive it. The sentence is checked once, into :attr:`sentence`."""
+
+    text: str
+    model: str
+    stack: str
+    layer: Any = 1
+    head: Any = 1
+    query: Any = 0
+    large: bool = False
+    session: SessionModels | None = None
+
+    @classmethod
+    def of(
+        cls,
+        text: Any,
+        name: Any,
+        stack: Any,
+        layer: Any = 1,
+        head: Any = 1,
+        query: Any = 0,
+        large: Any = False,
+        session: SessionModels | None = None,
+    ) -> InsideRequest:
+        """The request from the components' values, in the order the events send them."""
+        return cls(as_text(text, "sentence"), name, stack, layer, head, query, bool(large), session)
+
+    @functools.cached_property
+    def sentence(self) -> str:
+        """The sentence, checked (one non-empty line)."""
+        with user_input():
+            return check_sentence(self.text)
 
 
 @dataclass
@@ -77,8 +115,8 @@ def as_query(value: Any) -> int:
     try:
         return int(float(value))
     except (TypeError, ValueError, OverflowError):
-        raise ValueError(
-            f"query token must be a position like 3 or '3: cat', got {value!r}"
+        raise InputError(
+            f"query token must be a position like 3 or '3: cat', got {shown(value)}"
         ) from None
 
 
@@ -94,23 +132,28 @@ def choose(
 ) -> Chosen:
     """Check every input against the model (1-based layer and head, 0-based token position)
     and analyse the sentence (cached for shared models)."""
-    checkpoint = registry.checkpoint(name, session)
-    config = checkpoint.config
-    sentence = check_sentence(text)
+    request = InsideRequest.of(text, name, stack, layer, head, query, session=session)
+    return chosen_for(registry, request)
+
+
+def chosen_for(registry: ModelRegistry, request: InsideRequest) -> Chosen:
+    """:func:`choose` for a request (its sentence is checked once, however often it is read)."""
+    checkpoint = registry.checkpoint(request.model, request.session)
+    config, name, stack = checkpoint.config, request.model, request.stack
     stacks = stacks_for(config)
     if stack not in stacks:
-        raise ValueError(f"the {name} model is {config.architecture}: choose {' or '.join(stacks)}")
-    analysis = registry.analysis(name, checkpoint, [sentence])
-    layer_index = as_int(layer, "layer", 1, layers_in(config, stack)) - 1
-    head_index = as_int(head, "head", 1, config.n_heads) - 1
+        raise InputError(f"the {name} model is {config.architecture}: choose {' or '.join(stacks)}")
+    analysis = registry.analysis(name, checkpoint, [request.sentence])
+    layer_index = as_int(request.layer, "layer", 1, layers_in(config, stack)) - 1
+    head_index = as_int(request.head, "head", 1, config.n_heads) - 1
     positions = [i for _, i in query_choices(analysis, stack)]
-    position = as_query(query)
+    position = as_query(request.query)
     if position not in positions:
-        raise ValueError(
+        raise InputError(
             f"query token must be one of the {len(positions)} tokens "
             f"(0..{positions[-1]}), got {position}"
         )
-    return Chosen(checkpoint, analysis, sentence, stack, layer_index, head_index, position)
+    return Chosen(checkpoint, analysis, request.sentence, stack, layer_index, head_index, position)
 
 
 def summary(chosen: Chosen, walk: LayerWalkthrough, name: str) -> str:
@@ -122,21 +165,17 @@ def summary(chosen: Chosen, walk: LayerWalkthrough, name: str) -> str:
         f"{config.n_heads} heads × d_head {config.d_head}, d_ff {config.d_ff}, "
         f"{_ACTIVATION_NAMES.get(config.activation, config.activation)}. "
         f"Showing layer **{walk.layer + 1}** of the {walk.stack}, head **{walk.head + 1}**, "
-        f"query token **{walk.query_labels[walk.query]}**: {len(walk.steps)} steps, every "
+        f"query token {code_span(walk.query_labels[walk.query])}: {len(walk.steps)} steps, every "
         "number recomputed from the model's weights (hover a strip for its values)."
     ]
     if config.has_encoder and config.has_decoder:
         lines.append(
-            f"The decoder reads the model's own answer `{chosen.analysis.outputs[0]}` (its "
+            f"The decoder reads the model's own answer {code_span(chosen.analysis.outputs[0])} (its "
             "tokens are the decoder's queries)."
         )
-    unknown = unreadable_characters(chosen.checkpoint.tokenizer, chosen.sentence)
-    if unknown:
-        listed = ", ".join(f"`{c}`" for c in unknown)
-        lines.append(
-            f"⚠️ This model cannot read {listed}: "
-            f"{'it reads' if len(unknown) == 1 else 'each reads'} as an unknown token."
-        )
+    note = unreadable_note(chosen.checkpoint.tokenizer, chosen.sentence)
+    if note:
+        lines.append(note)
     return "\n\n".join(lines)
 
 

@@ -29,7 +29,7 @@ from .handlers import (
 )
 from .layout import COLORS, build
 from .replay_view import REPLAY_WORDS, replay_markdown, replay_steps, word_steps
-from .views import highlighted, plural, unknown_message, unreadable_characters, visible
+from .views import highlighted, plural, unknown_message, visible
 
 __all__ = [
     "COLORS",
@@ -53,7 +53,6 @@ __all__ = [
     "tokenizer_choices",
     "trained_algorithm",
     "unknown_message",
-    "unreadable_characters",
     "visible",
     "vocab_control",
     "vocab_in_range",

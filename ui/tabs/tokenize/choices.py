@@ -3,16 +3,20 @@ corpus (with the vocabulary sizes each algorithm can learn there), real, pretrai
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from transformer.text.corpus import bundled_corpus
 from transformer.text.real_tokenizers import REAL_TOKENIZERS, load_real_tokenizer
-from transformer.text.tokenization import Algorithm, Tokenizer, train_tokenizer
+from transformer.text.tokenization import Tokenizer, TokenizerError, train_tokenizer
 
 from ... import limits
-from ...inputs import as_int, size_text
+from ...errors import InputError, readable_list
+from ...inputs import as_int, shown, size_text
 from ...state import TRAINED_HERE, ModelRegistry
 
 TOKENIZER_CHOICES = {
@@ -52,8 +56,7 @@ VOCAB_INFO: dict[str, str] = {
 @lru_cache(maxsize=16)
 def corpus_tokenizer(algorithm: str, vocab_size: int) -> Tokenizer:
     """A tokenizer trained on the bundled corpus (cached: training takes ~50 ms)."""
-    # train_tokenizer checks the name: a TokenizerError for one it does not know.
-    return train_tokenizer(bundled_corpus(), cast(Algorithm, algorithm), vocab_size)
+    return train_tokenizer(bundled_corpus(), algorithm, vocab_size)
 
 
 def _pretrained_names(registry: ModelRegistry) -> list[str]:
@@ -101,8 +104,11 @@ def _pick(
 ) -> tuple[Tokenizer, str]:
     """The tokenizer and a note on its vocabulary size (for live-trained ones)."""
     choices = tokenizer_choices(registry)
-    if choice not in choices:
-        raise ValueError(f"unknown tokenizer {choice!r}; choose one of {list(choices)}")
+    if not isinstance(choice, str) or choice not in choices:
+        raise InputError(
+            f"there is no tokenizer called {shown(choice, 60)}: choose "
+            f"{readable_list(list(choices), most=4)}"
+        )
     kind, name = choices[choice]
     if kind == "bundled":
         return registry.checkpoint(name, None).tokenizer, ""
@@ -114,10 +120,45 @@ def _pick(
         size, note = vocab_in_range(name, vocab_size)
         return corpus_tokenizer(name, size), note
     if not upload:
-        raise ValueError("upload a tokenizer.json file first (or pick another tokenizer)")
+        raise InputError("upload a tokenizer.json file first (or pick another tokenizer)")
+    return uploaded_tokenizer(upload), ""
+
+
+_UPLOADS: OrderedDict[str, Tokenizer | TokenizerError] = OrderedDict()
+_UPLOADS_LOCK = threading.Lock()
+UPLOADS_KEPT = 8  # parsed uploads kept (a large tokenizer.json takes seconds to parse)
+
+
+def uploaded_tokenizer(upload: Any) -> Tokenizer:
+    """The tokenizer of an uploaded ``tokenizer.json``, parsed once per content (keyed by the
+    SHA-256 of its bytes, so every keystroke that redraws reuses it); a file that cannot be
+    read is remembered too, and refused again with the same message without a second parse."""
+    if not isinstance(upload, str | Path):
+        raise InputError("the uploaded file must be a tokenizer.json file")
     path = Path(upload)
-    if path.stat().st_size > limits.MAX_UPLOAD_BYTES:
-        raise ValueError(
+    try:
+        size = path.stat().st_size
+    except OSError:
+        raise InputError("the uploaded file is gone: upload it again") from None
+    if size > limits.MAX_UPLOAD_BYTES:
+        raise InputError(
             f"the uploaded file is larger than the limit of {size_text(limits.MAX_UPLOAD_BYTES)}"
         )
-    return Tokenizer.load(path), ""
+    data = path.read_bytes()
+    key = hashlib.sha256(data).hexdigest()
+    with _UPLOADS_LOCK:
+        kept = _UPLOADS.get(key)
+        if kept is not None:
+            _UPLOADS.move_to_end(key)
+    if kept is None:
+        try:
+            kept = Tokenizer.from_json_str(data)
+        except TokenizerError as error:
+            kept = error
+        with _UPLOADS_LOCK:
+            _UPLOADS[key] = kept
+            while len(_UPLOADS) > UPLOADS_KEPT:
+                _UPLOADS.popitem(last=False)
+    if isinstance(kept, TokenizerError):
+        raise TokenizerError(str(kept))
+    return kept

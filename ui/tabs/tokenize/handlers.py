@@ -3,6 +3,10 @@ registry first."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
@@ -12,64 +16,145 @@ from transformer.text.corpus import bundled_corpus
 from transformer.text.replay import (
     replay,
 )
-from transformer.text.tokenization import TokenizerError
+from transformer.text.tokenization import Tokenizer, TokenizerError
 
 from ... import limits
-from ...errors import friendly, scrub
-from ...inputs import as_int
+from ...errors import InputError, clean, code_span, describe, friendly, markdown_text, stale
+from ...inputs import as_int, as_text
 from ...state import ModelRegistry
 from .choices import DEFAULT_VOCAB, VOCAB_INFO, VOCAB_RANGE, _pick, tokenizer_choices
 from .replay_view import replay_markdown, replay_steps
 from .views import highlighted, plural
 
 
+@dataclass(frozen=True)
+class TokenizeRequest:
+    """What the tab's controls say, as one value: the layout's components fill it (in the
+    order of :meth:`of`'s parameters, the ``/tokenize`` API signature) and the handlers
+    receive it. ``step`` None draws every replay step."""
+
+    text: str
+    choice: str
+    vocab: Any
+    upload: str | None
+    compare: str
+    step: Any = None
+
+    @classmethod
+    def of(
+        cls,
+        text: Any,
+        choice: Any,
+        vocab: Any,
+        upload: Any,
+        compare: Any,
+        step: Any = None,
+    ) -> TokenizeRequest:
+        """The request from the components' values, in the order the events send them."""
+        return cls(as_text(text, "text"), choice, vocab, upload, compare, step)
+
+
+def takes_request(handler: Callable[[ModelRegistry, TokenizeRequest], Any]) -> Callable[..., Any]:
+    """``handler(registry, request)`` as an event handler taking the components' values in the
+    order the ``/tokenize`` API has them."""
+
+    def endpoint(
+        registry: ModelRegistry,
+        text: str,
+        choice: str,
+        vocab: float,
+        upload: str | None,
+        compare: str,
+        step: float,
+    ) -> Any:
+        return handler(registry, TokenizeRequest.of(text, choice, vocab, upload, compare, step))
+
+    endpoint.__name__ = endpoint.__qualname__ = handler.__name__
+    endpoint.__doc__ = handler.__doc__
+    endpoint.__module__ = handler.__module__
+    return endpoint
+
+
+_WORKERS = ThreadPoolExecutor(limits.TOKENIZER_WORKERS, thread_name_prefix="tokenizer")
+
+
+def bounded(work: Callable[[], Any]) -> Any:
+    """``work()`` run within ``limits.TOKENIZER_TIME_LIMIT_S``: an uploaded file's regex may
+    backtrack for long, and a request must answer. Past the limit the request gets a message;
+    the work cannot be stopped, so it finishes on one of the few tokenizer threads."""
+    future = _WORKERS.submit(work)
+    try:
+        return future.result(timeout=limits.TOKENIZER_TIME_LIMIT_S)
+    except FutureTimeout:
+        future.cancel()  # not started yet: never start it
+        raise InputError(
+            f"the tokenizer took longer than {limits.TOKENIZER_TIME_LIMIT_S:g} s on this text: "
+            "try a shorter text or another tokenizer"
+        ) from None
+
+
+def table_rows(rows: list[list[Any]]) -> list[list[Any]]:
+    """The token table as sent: at most ``limits.MAX_TABLE_ROWS`` rows, the rest counted in a
+    last row (a 20,000-character text has up to 20,000 tokens)."""
+    if len(rows) <= limits.MAX_TABLE_ROWS:
+        return rows
+    left = len(rows) - limits.MAX_TABLE_ROWS + 1
+    last = ["…", f"{left:,} more tokens (the first {limits.MAX_TABLE_ROWS - 1:,} are listed)"]
+    return [*rows[: limits.MAX_TABLE_ROWS - 1], last + [""] * (len(rows[0]) - 2)]
+
+
 def _views(
-    registry: ModelRegistry,
-    text: str,
-    choice: str,
-    vocab: Any,
-    upload: str | None,
-    compare: str,
-    step: Any,
+    registry: ModelRegistry, request: TokenizeRequest
 ) -> tuple[tuple[str, Any, str, Any, list[list[Any]], str], int]:
-    """The six outputs of ``/tokenize`` and how many replay steps the text has. ``step`` None
-    draws every step."""
-    if text is None or len(text) > limits.MAX_TEXT:
-        raise ValueError(
-            f"the text is longer than {limits.MAX_TEXT:,} characters; paste a shorter one"
+    """The six outputs of ``/tokenize`` and how many replay steps the text has."""
+    text, vocab, upload, compare = request.text, request.vocab, request.upload, request.compare
+    if len(text) > limits.MAX_TEXT:
+        raise InputError(
+            f"the text is longer than {limits.MAX_TEXT:,} characters ({len(text):,}): "
+            "paste a shorter one"
         )
-    tokenizer, note = _pick(registry, choice, vocab, upload)
+    shown = None if request.step is None else as_int(request.step, "step", 0, 1_000_000)
+    tokenizer, note = _pick(registry, request.choice, vocab, upload)
+    other = None
+    if compare and compare != "(none)":
+        other = _pick(registry, compare, vocab, upload)
+    return bounded(lambda: _draw(text, tokenizer, note, other, shown))
+
+
+def _draw(
+    text: str,
+    tokenizer: Tokenizer,
+    note: str,
+    other: tuple[Tokenizer, str] | None,
+    shown: int | None,
+) -> tuple[tuple[str, Any, str, Any, list[list[Any]], str], int]:
+    """What `_views` returns, from the tokenizers picked."""
     segments, rows, line = highlighted(tokenizer, text)
     line = line.replace(":", note + ":", 1) if note else line
     steps = 0
     try:  # a replay that fails (e.g. a WordLevel upload) never takes the token view down
         words = replay(tokenizer, text)
         steps = replay_steps(words)
-        shown = steps if step is None else as_int(step, "step", 0, 1_000_000)
-        replay_text = replay_markdown(words, shown, tokenizer.algorithm == "byte_bpe")
+        replay_text = replay_markdown(
+            words, steps if shown is None else shown, tokenizer.algorithm == "byte_bpe"
+        )
     except TokenizerError as error:
-        replay_text = f"_No replay for this tokenizer: {scrub(str(error))}_"
+        replay_text = f"_No replay for this tokenizer: {markdown_text(clean(str(error)))}_"
     out_b: tuple[Any, str] = ([], "")
-    if compare and compare != "(none)":
-        other, note_b = _pick(registry, compare, vocab, upload)
-        seg_b, _, line_b = highlighted(other, text)
-        out_b = (seg_b, line_b.replace(":", note_b + ":", 1) if note_b else line_b)
-    return (line, segments, out_b[1], out_b[0], rows, replay_text), steps
+    if other is not None:
+        seg_b, _, line_b = highlighted(other[0], text)
+        out_b = (seg_b, line_b.replace(":", other[1] + ":", 1) if other[1] else line_b)
+    return (line, segments, out_b[1], out_b[0], table_rows(rows), replay_text), steps
 
 
 @friendly
+@takes_request
 def tokenize(
-    registry: ModelRegistry,
-    text: str,
-    choice: str,
-    vocab: float,
-    upload: str | None,
-    compare: str,
-    step: float,
+    registry: ModelRegistry, request: TokenizeRequest
 ) -> tuple[str, Any, str, Any, list[list[Any]], str]:
     """The ``/tokenize`` endpoint: (stats, segments, comparison stats, comparison segments,
     token table, replay markdown). ``step`` draws each word's replay up to that step."""
-    return _views(registry, text, choice, vocab, upload, compare, step)[0]
+    return _views(registry, request)[0]
 
 
 def trained_algorithm(registry: ModelRegistry, choice: str, compare: str) -> str | None:
@@ -77,7 +162,7 @@ def trained_algorithm(registry: ModelRegistry, choice: str, compare: str) -> str
     the comparison's, else None (the slider does not apply)."""
     choices = tokenizer_choices(registry)
     for label in (choice, compare):
-        kind, name = choices.get(label, ("", ""))
+        kind, name = choices.get(label, ("", "")) if isinstance(label, str) else ("", "")
         if kind == "train":
             return name
     return None
@@ -106,17 +191,20 @@ def vocab_control(registry: ModelRegistry, choice: str, compare: str, vocab: Any
 
 
 def step_control(steps: int) -> Any:
-    """The replay step slider: 0 to the most steps a word of this text has, at the end."""
+    """The replay step slider: 0 to the most steps a word of this text has, at the end;
+    hidden when there is nothing to step through (a slider of "0 steps" says nothing)."""
+    if steps == 0:
+        return gr.update(minimum=0, maximum=1, value=0, visible=False)
     return gr.update(
         minimum=0,
         maximum=max(steps, 1),
         value=steps,
+        visible=True,
         label=f"Step (of {plural(steps, 'step')}: merges for BPE, greedy choices for WordPiece, "
         "pieces for Unigram)",
     )
 
 
-@friendly
 def tokenize_view(
     registry: ModelRegistry,
     text: str,
@@ -126,22 +214,50 @@ def tokenize_view(
     compare: str,
 ) -> tuple[Any, ...]:
     """The live view: ``/tokenize``'s six outputs with every replay step shown, the vocabulary
-    slider fitted to the chosen algorithm and the step slider to the text's steps."""
-    slider = vocab_control(registry, choice, compare, vocab)
-    if slider.get("visible"):
-        vocab = slider["value"]
+    slider fitted to the chosen algorithm, the step slider to the text's steps, the upload box
+    and a status line.
+
+    It never raises (a control would become an error): an input it refuses (a text too long, a
+    broken upload) leaves every panel and control as it was and says why in the status line;
+    the upload box stays shown while "uploaded tokenizer.json" is chosen, so that a broken file
+    can be replaced or removed, and is emptied when it is no longer chosen, so that choosing the
+    upload again does not bring a broken file back."""
     choices = tokenizer_choices(registry)
-    uploads = any(choices.get(label, ("",))[0] == "upload" for label in (choice, compare))
-    show_upload = gr.update(visible=uploads)
-    if uploads and not upload:  # just chosen: ask for the file instead of failing
-        ask = "_Drop a `tokenizer.json` file in the box under the menu to see its tokens._"
-        if choices.get(choice, ("",))[0] == "upload":
-            return (ask, [], "", [], [], "", slider, step_control(0), show_upload)
-        compare = "(none)"
-        views, steps = _views(registry, text, choice, vocab, upload, compare, None)
-        return (*views[:2], ask, *views[3:], slider, step_control(steps), show_upload)
-    views, steps = _views(registry, text, choice, vocab, upload, compare, None)
-    return (*views, slider, step_control(steps), show_upload)
+    uploads = any(
+        isinstance(label, str) and choices.get(label, ("",))[0] == "upload"
+        for label in (choice, compare)
+    )
+    show_upload = gr.update(visible=True) if uploads else gr.update(visible=False, value=None)
+    try:
+        slider = vocab_control(registry, choice, compare, vocab)
+        if slider.get("visible"):
+            vocab = slider["value"]
+        if uploads and not upload:  # just chosen: ask for the file instead of failing
+            ask = "_Drop a `tokenizer.json` file in the box under the menu to see its tokens._"
+            if choices.get(choice, ("",))[0] == "upload":
+                return (ask, [], "", [], [], "", slider, step_control(0), show_upload, "")
+            request = TokenizeRequest.of(text, choice, vocab, upload, "(none)")
+            views, steps = _views(registry, request)
+            return (*views[:2], ask, *views[3:], slider, step_control(steps), show_upload, "")
+        views, steps = _views(registry, TokenizeRequest.of(text, choice, vocab, upload, compare))
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:
+        return (*(gr.skip() for _ in range(8)), show_upload, stale(describe(error)))
+    return (*views, slider, step_control(steps), show_upload, "")
+
+
+@takes_request
+def tokenize_step(registry: ModelRegistry, request: TokenizeRequest) -> tuple[Any, ...]:
+    """The step slider, released: ``/tokenize``'s six outputs and the status line; a refused
+    input leaves the panels as they were and says why in the status line."""
+    try:
+        views, _ = _views(registry, request)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:
+        return (*(gr.skip() for _ in range(6)), stale(describe(error)))
+    return (*views, "")
 
 
 def run_example(registry: ModelRegistry, text: str, choice: str, compare: str) -> tuple[Any, ...]:
@@ -154,12 +270,14 @@ def learn(corpus_text: str, merges: Any, word: str) -> tuple[str, list[list[Any]
     """The ``/learn_bpe`` endpoint: the from-scratch BPE trainer on a small corpus, as
     (summary with a word segmented, merges table)."""
     n = as_int(merges, "number of merges", 0, 400)
+    word = as_text(word, "word")
     corpus = [
-        line for line in (corpus_text or "").splitlines() if line.strip()
+        line for line in as_text(corpus_text, "corpus").splitlines() if line.strip()
     ] or bundled_corpus()[:40]
     if sum(len(line) for line in corpus) > 50_000:
-        raise ValueError("the learning replay takes at most 50,000 characters of corpus")
+        raise InputError("the learning replay takes at most 50,000 characters of corpus")
     trace = learn_bpe(corpus, 400)
+    asked, n = n, min(n, len(trace.merges))
     rows = [
         [m.rank + 1, f"{m.pair[0]} + {m.pair[1]}", m.token, m.count, m.vocab_size]
         for m in trace.merges[:n]
@@ -167,9 +285,15 @@ def learn(corpus_text: str, merges: Any, word: str) -> tuple[str, list[list[Any]
     vocab = trace.vocabulary(after=n)
     word = (word or "transformer").strip().split()[0] if (word or "").strip() else "transformer"
     pieces = trace.segment_word(word, after=n)
+    learned = (
+        f"After **{n}** of {len(trace.merges)} learned merges"
+        if asked <= n
+        else f"After all **{n}** merges this corpus gives ({asked:,} asked: after {n:,} no pair "
+        "occurs twice),"
+    )
     summary = (
-        f"After **{n}** of {len(trace.merges)} learned merges the vocabulary has **{len(vocab)}** symbols "
+        f"{learned} the vocabulary has **{len(vocab)}** symbols "
         f"({len(trace.alphabet)} characters + {len(vocab) - len(trace.alphabet)} merged). "
-        f"`{word}` is now: " + " ".join(f"`{p}`" for p in pieces)
+        f"{code_span(word)} is now: " + " ".join(code_span(p) for p in pieces)
     )
     return summary, rows

@@ -9,7 +9,7 @@ from transformer.text.real_tokenizers import REAL_TOKENIZERS
 
 from ...state import ModelRegistry, bind
 from .choices import DEFAULT_VOCAB, VOCAB_INFO, VOCAB_RANGE, tokenizer_choices
-from .handlers import learn, run_example, tokenize, tokenize_view
+from .handlers import learn, run_example, tokenize, tokenize_step, tokenize_view
 
 COLORS = {"A": "#bfdbfe", "B": "#fde68a", "special": "#d1d5db", "unknown": "#fca5a5"}
 
@@ -30,6 +30,8 @@ def build(registry: ModelRegistry) -> dict[str, gr.Component]:
             text = gr.Textbox(
                 label="Text", value="The transformer attends to every token.", lines=3
             )
+            # A refused input is said here; the controls and figures stay as they were.
+            status = gr.Markdown(elem_classes=["input-status"])
         with gr.Column(scale=2):
             choice = gr.Dropdown(list(choices), value=first_choice, label="Tokenizer")
             low, high = VOCAB_RANGE["bpe"]
@@ -92,7 +94,7 @@ def build(registry: ModelRegistry) -> dict[str, gr.Component]:
     outputs = [stats, pieces, stats_b, pieces_b, table, replay_md]
     run.click(handler, inputs, outputs, api_name="tokenize")
     live_inputs = [text, choice, vocab, upload, compare]
-    live_outputs = [*outputs, vocab, step, upload]
+    live_outputs = [*outputs, vocab, step, upload, status]
     root = Context.root_block
     gr.on(
         [
@@ -110,7 +112,13 @@ def build(registry: ModelRegistry) -> dict[str, gr.Component]:
         api_visibility="private",
         trigger_mode="always_last",
     )
-    step.release(handler, inputs, outputs, api_visibility="private", trigger_mode="always_last")
+    step.release(
+        bind(tokenize_step, registry),
+        inputs,
+        [*outputs, status],
+        api_visibility="private",
+        trigger_mode="always_last",
+    )
     gr.Examples(
         [
             ["The transformer attends to every token.", first_choice, first_compare],

@@ -10,6 +10,7 @@ from transformer.text.replay import (
     readable_piece,
 )
 
+from ...errors import code_span, markdown_text
 from .views import plural, visible
 
 REPLAY_WORDS = 60  # words drawn in the replay (the rest are counted)
@@ -25,11 +26,11 @@ def _bpe_line(head: str, detail: BPEReplay, step: int, byte_level: bool = False)
         return head + " (whole word in the vocabulary: no merge)"
     shown = detail.merges[:step]
     symbols = shown[-1].symbols if shown else detail.symbols
-    state = " ".join(f"`{_symbol(s, byte_level)}`" for s in symbols)
+    state = " ".join(f"{code_span(_symbol(s, byte_level))}" for s in symbols)
     last = shown[-1] if shown else None
     note = (
-        f"merge {len(shown)}/{len(detail.merges)}: `{_symbol(last.pair[0], byte_level)}` + "
-        f"`{_symbol(last.pair[1], byte_level)}` → `{_symbol(last.result, byte_level)}` "
+        f"merge {len(shown)}/{len(detail.merges)}: {code_span(_symbol(last.pair[0], byte_level))} + "
+        f"{code_span(_symbol(last.pair[1], byte_level))} → {code_span(_symbol(last.result, byte_level))} "
         f"(rank {last.rank:,})"
         if last
         else f"start: {plural(len(detail.symbols), 'symbol')}, "
@@ -42,9 +43,9 @@ def _wordpiece_line(head: str, detail: WordPieceReplay, step: int) -> str:
     shown = detail.choices[:step] if step else detail.choices[:0]
     parts = []
     for choice in shown:
-        tried = ", ".join(f"~~{r}~~" for r in choice.rejected[-3:])
+        tried = ", ".join(f"~~{markdown_text(r)}~~" for r in choice.rejected[-3:])
         parts.append(
-            f"at {choice.start}: `{choice.piece or '[UNK]'}`"
+            f"at {choice.start}: {code_span(choice.piece or '[UNK]')}"
             + (f" (tried {tried})" if tried else "")
         )
     note = "; ".join(parts) or plural(len(detail.choices), "greedy longest-match choice")
@@ -55,7 +56,7 @@ def _wordpiece_line(head: str, detail: WordPieceReplay, step: int) -> str:
 
 def _unigram_line(head: str, detail: UnigramReplay, step: int) -> str:
     shown = detail.pieces[:step] if step else detail.pieces[:0]
-    parts = [f"`{p.piece}` ({p.score:.2f})" for p in shown]
+    parts = [f"{code_span(p.piece)} ({p.score:.2f})" for p in shown]
     note = (
         " + ".join(parts) if parts else f"best segmentation: {plural(len(detail.pieces), 'piece')}"
     )
@@ -94,8 +95,8 @@ def replay_markdown(words: list[WordReplay], step: int, byte_level: bool = False
             "again._"
         )
     for word in words[:REPLAY_WORDS]:
-        head = f"**`{_symbol(word.word, byte_level)}`** → " + " ".join(
-            f"`{_symbol(p, byte_level)}`" for p in word.pieces
+        head = f"**{code_span(_symbol(word.word, byte_level))}** → " + " ".join(
+            f"{code_span(_symbol(p, byte_level))}" for p in word.pieces
         )
         detail = word.steps
         if word.added_token or detail is None:

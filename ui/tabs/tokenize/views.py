@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from transformer.analysis import unreadable_characters
 from transformer.text.replay import (
     readable_piece,
 )
 from transformer.text.tokenization import Tokenizer
+
+from ...errors import code_span
+
+METASPACE = "▁"  # SentencePiece's word-start marker (Metaspace pre-tokenizer)
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
@@ -21,41 +26,25 @@ def visible(text: str) -> str:
     return text.replace(" ", "␣").replace("\n", "↵").replace("\r", "␍").replace("\t", "⇥")
 
 
-def unreadable_characters(tokenizer: Tokenizer, text: str, records: list[Any]) -> list[str]:
-    """The characters of ``text`` that the tokenizer reads as its unknown token, each once, in
-    order: those, inside the spans that became unknown, that become unknown on their own."""
-    unk = tokenizer.unk_id
-    if unk is None:
-        return []
-    found: list[str] = []
-    for record in records:
-        if record.id != unk or record.start == record.end:
-            continue
-        for char in text[record.start : record.end]:
-            if char.isspace() or char in found:
-                continue
-            if unk in tokenizer.encode_ids(char):
-                found.append(char)
-    return found
-
-
 def unknown_message(tokenizer: Tokenizer, text: str, records: list[Any]) -> str:
     """What to tell the user when part of the text became the unknown token (else "")."""
     unk = tokenizer.unk_id
     spans = [r for r in records if unk is not None and r.id == unk and r.start < r.end]
     if unk is None or not spans:
         return ""
-    chars = unreadable_characters(tokenizer, text, records)
+    found = unreadable_characters(tokenizer, text)
+    chars = [item for item in found if len(item) == 1]
+    unknown = code_span(str(tokenizer.id_to_token(unk)))
     if chars:
-        listed = ", ".join(f"`{c}` (U+{ord(c):04X})" for c in chars)
+        listed = ", ".join(f"{code_span(c)} (U+{ord(c):04X})" for c in chars)
         return (
             f"\n\n⚠️ This tokenizer cannot read {plural(len(chars), 'character')}: {listed}; "
             f"{'it becomes' if len(spans) == 1 else 'they make'} "
-            f"{plural(len(spans), 'unknown token')} ({tokenizer.id_to_token(unk)})."
+            f"{plural(len(spans), 'unknown token')} ({unknown})."
         )
-    words = ", ".join(f"`{text[r.start : r.end]}`" for r in spans[:5])
+    words = ", ".join(code_span(text[r.start : r.end]) for r in spans[:5])
     return (
-        f"\n\n⚠️ {plural(len(spans), 'piece')} became {tokenizer.id_to_token(unk)}: {words} "
+        f"\n\n⚠️ {plural(len(spans), 'piece')} became {unknown}: {words} "
         "cannot be built from this vocabulary's pieces, although each character alone can."
     )
 
@@ -77,9 +66,17 @@ def highlighted(
     notes: list[str] = []
     cursor = 0
     for index, record in enumerate(records):
-        label = "unknown" if record.id == tokenizer.unk_id else ("A" if index % 2 == 0 else "B")
-        if record.special:
+        unknown = record.id == tokenizer.unk_id
+        label = "unknown" if unknown else ("A" if index % 2 == 0 else "B")
+        # SentencePiece's word-start marker as a piece of its own: the space the tokenizer
+        # adds, which the library places over the next character (offsets overlap).
+        marker = not byte_level and record.piece == METASPACE
+        if unknown and record.start < record.end:
+            reads, note = text[record.start : record.end], "unknown: this tokenizer cannot read it"
+        elif record.special:
             reads, note = record.piece, "special token"
+        elif marker:
+            reads, note = "␣", "the word-start marker the tokenizer adds (no character of the text)"
         elif byte_level:
             readable = readable_piece(record.piece)
             reads, note = readable.text, "; ".join(readable.notes)
@@ -103,6 +100,9 @@ def highlighted(
         )
         if record.special and record.start == record.end:
             segments.append((record.piece, "special"))
+            continue
+        if marker:  # drawn as its own chip; the next piece draws the character
+            segments.append((METASPACE, label))
             continue
         if byte_level:  # every byte belongs to a piece: draw the pieces themselves
             segments.append((reads, "special" if record.special else label))

@@ -4,6 +4,7 @@ written for people."""
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -12,7 +13,7 @@ from transformer.checkpoint import Checkpoint
 from transformer.config import base_config
 from transformer.model import Transformer, count_parameters
 
-from ...errors import friendly
+from ...errors import code_span, friendly
 from ...state import TRAINED_HERE, ModelRegistry, SessionModels
 
 FAMILIES = {
@@ -107,6 +108,15 @@ def parameter_table(model: Transformer) -> list[list[Any]]:
     return [[label, f"{n:,}"] for label, n in parameter_counts(model).items()]
 
 
+def _source(source: str) -> str:
+    """Where a model was read from, as a page may show it: a hub id or package as given, a
+    folder by its own name only (a page never shows where this machine keeps files)."""
+    path = Path(source).expanduser()
+    if path.is_absolute() or path.exists() or source.startswith((".", "~")):
+        return f"the folder {code_span(path.resolve().name or source)}"
+    return code_span(source)
+
+
 def describe(name: str, checkpoint: Checkpoint, device: Any) -> str:
     """Family, source and shape of a model, in a few sentences."""
     info, config = checkpoint.info, checkpoint.config
@@ -116,7 +126,7 @@ def describe(name: str, checkpoint: Checkpoint, device: Any) -> str:
         shown = info.get("name") or name
         lines.append(
             f"**{shown}**: pretrained, {FAMILIES.get(family, family)}, read from "
-            f"`{info.get('source', '?')}` into this project's Transformer."
+            f"{_source(str(info.get('source', '?')))} into this project's Transformer."
         )
     elif checkpoint.task:
         where = "trained in this session" if name == TRAINED_HERE else "bundled with the app"

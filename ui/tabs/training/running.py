@@ -12,10 +12,11 @@ import gradio as gr
 
 from transformer import figures
 from transformer.training.live import LiveTraining, history_row
+from transformer.training.recipes import RECIPES
 
 from ... import limits
-from ...errors import friendly, gpu
-from ...inputs import as_int
+from ...errors import InputError, friendly, gpu, readable_list
+from ...inputs import as_int, shown
 from ...state import TRAINED_HERE, ModelRegistry, SessionModels
 from .description import plural
 
@@ -74,6 +75,8 @@ def run_training(
     """The ``/train`` endpoint: train a recipe's task live, streaming (progress, curves, session);
     the trained model and its snapshots end up in the session."""
     n_steps = as_int(steps, "steps", 1, 3000)
+    if not isinstance(task, str) or task not in RECIPES:
+        raise InputError(f"unknown task {shown(task)}: choose {readable_list(list(RECIPES))}")
     live = LiveTraining.for_task(
         task,
         n_steps,

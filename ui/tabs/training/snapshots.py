@@ -11,7 +11,7 @@ from transformer import figures
 from transformer.checkpoint import Checkpoint
 from transformer.training.live import snapshot_checkpoint
 
-from ...errors import friendly, gpu
+from ...errors import InputError, friendly, gpu
 from ...inputs import as_int
 from ...state import TRAINED_HERE, ModelRegistry, SessionModels
 from ..attention import attention_grid
@@ -83,7 +83,7 @@ def snapshot_of(
         )
     i = as_int(index, "snapshot", 0, 1000)
     if i >= len(steps):
-        raise ValueError(f"snapshot must be between 0 and {len(steps) - 1}, got {i}")
+        raise InputError(f"snapshot must be between 0 and {len(steps) - 1}, got {i}")
     if name == TRAINED_HERE:
         # The session's own model has snapshots (``steps``), so there is a session with one.
         assert session is not None and session.trained is not None

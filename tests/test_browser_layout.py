@@ -1,0 +1,159 @@
+# ruff: noqa: F811  (test_browser's fixtures are imported by name, and used as arguments)
+"""The page's layout in a real browser (issue 23, items 7, 11, 14): what a lecturer projecting at
+1920×1080 in Large font sees first, where the tour's stops scroll to, and what fits beside the
+tour's sidebar on a 1280 px laptop. Reuses ``test_browser``'s browser, app and helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from test_browser import (  # noqa: F401  (fixtures, used by name)
+    BUSY,
+    PLOT,
+    TIMEOUT_MS,
+    _drawn,
+    _poll,
+    app,
+    app_url,
+    browser,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+PROJECTOR = {"width": 1920, "height": 1080}
+LAPTOP = {"width": 1280, "height": 800}
+
+
+def _open(browser: Any, url: str, viewport: dict, large: bool = False) -> tuple[Any, Any]:
+    context = browser.new_context(viewport=viewport)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    page.get_by_role("tab", name="Tokenize").wait_for()
+    if large:
+        page.get_by_label("Large font (for projecting)").check()
+    return context, page
+
+
+def _visible_panel(page: Any) -> Any:
+    return page.get_by_role("tabpanel")
+
+
+@pytest.fixture
+def projector(browser: Any, app_url: str) -> Iterator[Any]:
+    context, page = _open(browser, app_url, PROJECTOR, large=True)
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("tab, plots", [("Attention", 4), ("Inside a layer", 2)])
+def test_the_first_figure_is_above_the_fold_in_projector_mode(
+    projector: Any, tab: str, plots: int
+) -> None:
+    """Item 7: at 1920×1080 in Large font the first screen was all controls."""
+    projector.get_by_role("tab", name=tab, exact=True).click()
+    _drawn(projector, tab, plots)
+    projector.wait_for_timeout(1000)  # Large font's redraw settles
+    _drawn(projector, tab, plots)
+    first = _visible_panel(projector).locator(PLOT).first.bounding_box()
+    assert first is not None
+    # At least a third of the screen's height shows the figure before any scrolling.
+    assert first["y"] + PROJECTOR["height"] / 3 <= PROJECTOR["height"], first
+
+
+def test_the_feed_forward_and_residual_stops_scroll_to_their_section(
+    browser: Any, app: tuple[str, Any]
+) -> None:
+    """Item 7: those stops opened Inside a layer at its top, 2,000 px above the section."""
+    url, demo = app
+    tour = demo.tour
+    context, page = _open(browser, url, LAPTOP)
+    try:
+        page.get_by_role("button", name="▶ Guided tour").click()
+        text = page.locator("#tour-text")
+        for topic in ("feed-forward", "residual"):
+            index = next(i for i, s in enumerate(tour.stops) if topic in s.title.lower())
+            page.locator("#tour-menu input").click()
+            page.get_by_role("option", name=tour.names[index], exact=True).click()
+            title = tour.stops[index].title
+            _poll(page, title, lambda t=title: t in text.inner_text())
+            _drawn(page, "Inside a layer", 2)
+            section = page.locator("#inside-section-feed-forward")
+
+            def in_view(section: Any = section) -> bool:
+                box = section.bounding_box()
+                return box is not None and -5 <= box["y"] <= LAPTOP["height"] / 2
+
+            _poll(page, f"'{title}' scrolled to the feed-forward section", in_view)
+    finally:
+        context.close()
+
+
+# Tables (gradio's dataframes and example tables) and the code panel, per tab to look at.
+FITS = "table, .cm-editor"
+OVERFLOW_JS = """
+(selector) => {
+  const panel = [...document.querySelectorAll('[role=tabpanel]')]
+    .find((e) => e.getBoundingClientRect().width > 0);
+  const right = panel.getBoundingClientRect().right;
+  const cut = [];
+  for (const el of panel.querySelectorAll(selector)) {
+    const box = el.getBoundingClientRect();
+    if (!box.width) continue;
+    // Past the panel's right edge, or wider than the box that shows it (cut, not wrapped).
+    const scroller = el.querySelector('.cm-scroller') || el;
+    if (box.right > right + 2 || scroller.scrollWidth > scroller.clientWidth + 2)
+      cut.push(`${el.tagName}.${el.className}: right ${Math.round(box.right)} > ${Math.round(right)}`
+               + ` or ${scroller.scrollWidth} > ${scroller.clientWidth}`);
+  }
+  return cut;
+}
+"""
+
+
+def test_tables_and_code_fit_beside_the_tour_sidebar(browser: Any, app_url: str) -> None:
+    """Item 14: with the tour's sidebar open at 1280 px, tables and the code panel were cut off
+    on the right."""
+    context, page = _open(browser, app_url, LAPTOP)
+    try:
+        page.get_by_role("button", name="▶ Guided tour").click()
+        _poll(page, "the tour open", lambda: "1 / " in page.locator("#tour-text").inner_text())
+        _drawn(page, "Tokenize", 0)  # the first stop applied (it selects the Tokenize tab)
+        page.wait_for_timeout(2000)
+        _drawn(page, "Tokenize", 0)
+        for tab, plots in [("Generate", 5), ("Model & training", 2), ("Inside a layer", 2)]:
+            page.get_by_role("tab", name=tab, exact=True).click()
+            _drawn(page, tab, plots)
+            page.wait_for_timeout(1500)
+            cut = page.evaluate(OVERFLOW_JS, FITS)
+            assert not cut, f"{tab}: {cut}"
+    finally:
+        context.close()
+
+
+def test_the_step_by_step_self_attention_is_readable_in_large_font(
+    browser: Any, app_url: str
+) -> None:
+    """Item 11: in Large font the first steps' plot was 100 × 60 px, a label and the colour
+    bar's numbers lost."""
+    context, page = _open(browser, app_url, LAPTOP, large=True)
+    try:
+        page.get_by_role("tab", name="Generate", exact=True).click()
+        _drawn(page, "Generate", 5)
+        panel = _visible_panel(page)
+        for _ in range(2):
+            panel.get_by_role("button", name="Step", exact=True).click()
+            page.wait_for_timeout(500)
+            _poll(page, "the step drawn", lambda: not page.locator(BUSY).count())
+        plot = panel.locator(PLOT).filter(has_text="step by step").first
+        area = plot.locator(".nsewdrag").first.bounding_box()
+        assert area is not None
+        assert area["width"] >= 250 and area["height"] >= 200, area
+        labels = set(plot.locator(".yaxislayer-above .ytick text").all_text_contents())
+        assert len(labels) == 3, f"{labels}: not one query label for each of 3 rows"
+    finally:
+        context.close()

@@ -1,0 +1,528 @@
+"""The Llama family (Llama, SmolLM, Qwen2): configuration, weight names and tokenizer mappings.
+
+Two sources describe the same models:
+
+- a Hugging Face folder whose ``config.json`` has ``model_type`` ``"llama"`` or ``"qwen2"``
+  (Qwen2: q, k and v projections with a bias, the output projection without);
+- a GGUF file (llama.cpp's format, read by :mod:`transformer.pretrained.gguf`) whose
+  ``general.architecture`` is ``"llama"``: its ``llama.*`` metadata, its ``blk.{i}.*`` tensors and
+  its ``tokenizer.ggml.*`` vocabulary.
+
+Both map onto one :class:`~transformer.config.ModelConfig`: a decoder-only, pre-norm stack with
+RMSNorm, rotary positions, a gated SiLU feed-forward and grouped-query attention, no √d_model
+scaling. Our parameter names (state-dict keys)::
+
+    tgt_embedding.lookup.weight                               token embedding (V, d)
+    decoder.layers.{i}.self_attention_residual.norm.weight    RMSNorm before attention
+    decoder.layers.{i}.self_attention.w_{q,k,v,o}.{weight,bias}
+    decoder.layers.{i}.feed_forward_residual.norm.weight      RMSNorm before the feed-forward
+    decoder.layers.{i}.feed_forward.w_{gate,up,down}.{weight,bias}
+    decoder.final_norm.weight                                 RMSNorm after the last layer
+    generator.proj.weight                                     LM head (absent when tied)
+
+llama.cpp's converter permutes the rows of W_q and W_k (and their biases) within each head so
+that its kernels can rotate neighbouring dimensions (2i, 2i+1); Hugging Face's weights, and our
+rotary module, pair dimension i with i + d_head/2. :func:`unpermute_rotary_rows` undoes it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+from tokenizers import decoders, models, pre_tokenizers, processors
+from torch import Tensor
+
+from ..config import ModelConfig
+from ..text.tokenization import Tokenizer
+from ._common import (
+    PretrainedError,
+    TensorReader,
+    activation,
+    build_config,
+    load_tokenizer_json,
+    require,
+    wrap,
+)
+from .gguf import GGUFError, GGUFFile, read_gguf
+
+FAMILY = "llama"
+MODEL_TYPES = ("llama", "qwen2")
+GGUF_ARCHITECTURES = ("llama",)
+PREFIXES = ("",)
+PROBE = "model.embed_tokens.weight"
+
+# -- configuration -------------------------------------------------------------------------------
+
+
+def _rope_theta(hf: dict[str, Any]) -> float:
+    """``rope_theta`` from a config.json (top level, or ``rope_parameters`` in transformers 5)."""
+    parameters = hf.get("rope_parameters") or {}
+    scaling = hf.get("rope_scaling") or {}
+    for block, key in ((parameters, "rope_type"), (scaling, "rope_type"), (scaling, "type")):
+        kind = block.get(key)
+        if kind not in (None, "default"):
+            raise PretrainedError(
+                f"config.json: rotary scaling {kind!r} is not supported (only plain RoPE)."
+            )
+    theta = hf.get("rope_theta", parameters.get("rope_theta", 10000.0))
+    return float(theta)
+
+
+def _token_id(value: Any, vocab: int) -> int | None:
+    if isinstance(value, list):  # some configs list several end tokens: the first one
+        value = value[0] if value else None
+    return value if isinstance(value, int) and 0 <= value < vocab else None
+
+
+def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
+    """Our :class:`ModelConfig` for a ``config.json`` of ``model_type`` llama or qwen2."""
+    model_type = hf.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise PretrainedError(
+            f"config.json has model_type={model_type!r}; this loader reads {MODEL_TYPES}."
+        )
+    family = str(model_type)
+    d_model = require(hf, "hidden_size", family)
+    n_heads = require(hf, "num_attention_heads", family)
+    head_dim = hf.get("head_dim")
+    if head_dim is not None and head_dim * n_heads != d_model:
+        raise PretrainedError(
+            f"config.json: head_dim={head_dim} × num_attention_heads={n_heads} ≠ "
+            f"hidden_size={d_model}; heads narrower or wider than d_model / n_heads are not "
+            "supported."
+        )
+    if hf.get("use_sliding_window"):
+        raise PretrainedError("config.json: use_sliding_window=true is not supported")
+    if hf.get("pretraining_tp", 1) not in (1, None):
+        raise PretrainedError("config.json: pretraining_tp > 1 is not supported")
+    vocab = require(hf, "vocab_size", family)
+    qwen = model_type == "qwen2"
+    attention_bias = bool(hf.get("attention_bias", False))
+    eos = _token_id(hf.get("eos_token_id"), vocab)
+    pad = _token_id(hf.get("pad_token_id"), vocab)
+    return build_config(
+        architecture="decoder-only",
+        src_vocab_size=vocab,
+        tgt_vocab_size=vocab,
+        d_model=d_model,
+        n_heads=n_heads,
+        n_kv_heads=hf.get("num_key_value_heads") or n_heads,
+        d_ff=require(hf, "intermediate_size", family),
+        n_encoder_layers=0,
+        n_decoder_layers=require(hf, "num_hidden_layers", family),
+        dropout=float(hf.get("attention_dropout", 0.0)),
+        activation=activation(hf.get("hidden_act", "silu"), "hidden_act"),
+        norm="pre",
+        norm_kind="rms",
+        positional="rotary",
+        rope_base=_rope_theta(hf),
+        feed_forward_kind="gated",
+        max_len=hf.get("max_position_embeddings", 2048),
+        pad_id=pad if pad is not None else (eos if eos is not None else 0),
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        layer_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        scale_embeddings=False,
+        generator_bias=False,
+        mask_target_padding=False,
+        eos_id=eos,
+        attention_qkv_bias=True if qwen else attention_bias,
+        attention_output_bias=False if qwen else attention_bias,
+        mlp_bias=bool(hf.get("mlp_bias", False)),
+    )
+
+
+def _meta(metadata: dict[str, Any], key: str, kind: type | tuple[type, ...] = int) -> Any:
+    if key not in metadata:
+        raise GGUFError(f"the GGUF metadata has no {key!r}")
+    value = metadata[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise GGUFError(f"the GGUF metadata's {key} = {value!r} is not a {kind}")
+    return value
+
+
+def config_from_gguf(metadata: dict[str, Any], tensor_names: set[str] | list[str]) -> ModelConfig:
+    """Our :class:`ModelConfig` from a GGUF file's metadata (``llama.*`` keys) and tensor names
+    (the LM head is tied to the embedding when the file has no ``output.weight``)."""
+    arch = metadata.get("general.architecture")
+    if arch not in GGUF_ARCHITECTURES:
+        raise GGUFError(
+            f"the GGUF file's architecture is {arch!r}; supported: "
+            f"{', '.join(GGUF_ARCHITECTURES)} (the Llama family: Llama, SmolLM, ...)."
+        )
+    p = f"{arch}."
+    d_model = _meta(metadata, p + "embedding_length")
+    n_heads = _meta(metadata, p + "attention.head_count")
+    if d_model % n_heads:
+        raise GGUFError(
+            f"{p}embedding_length={d_model} is not divisible by {p}attention.head_count={n_heads}"
+        )
+    rope_dims = metadata.get(p + "rope.dimension_count", d_model // n_heads)
+    if rope_dims != d_model // n_heads:
+        raise GGUFError(
+            f"{p}rope.dimension_count={rope_dims} rotates only part of each head of "
+            f"{d_model // n_heads}; partial rotary embeddings are not supported."
+        )
+    for key in (p + "rope.scaling.type", p + "rope.scaling.factor"):
+        if metadata.get(key) not in (None, "none", 1.0, 0.0):
+            raise GGUFError(f"{key}={metadata[key]!r}: rotary scaling is not supported.")
+    if "token_embd.weight" not in tensor_names:
+        raise GGUFError("the GGUF file has no token_embd.weight tensor")
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    vocab = metadata.get(p + "vocab_size", len(tokens) if isinstance(tokens, list) else None)
+    if not isinstance(vocab, int):
+        raise GGUFError(f"the GGUF metadata has neither {p}vocab_size nor tokenizer.ggml.tokens")
+    eos = _token_id(metadata.get("tokenizer.ggml.eos_token_id"), vocab)
+    pad = _token_id(metadata.get("tokenizer.ggml.padding_token_id"), vocab)
+    n_kv = metadata.get(p + "attention.head_count_kv", n_heads)
+    try:
+        return ModelConfig(
+            architecture="decoder-only",
+            src_vocab_size=vocab,
+            tgt_vocab_size=vocab,
+            d_model=d_model,
+            n_heads=n_heads,
+            n_kv_heads=n_kv,
+            d_ff=_meta(metadata, p + "feed_forward_length"),
+            n_encoder_layers=0,
+            n_decoder_layers=_meta(metadata, p + "block_count"),
+            dropout=0.0,
+            activation="silu",
+            norm="pre",
+            norm_kind="rms",
+            positional="rotary",
+            rope_base=float(metadata.get(p + "rope.freq_base", 10000.0)),
+            feed_forward_kind="gated",
+            max_len=int(metadata.get(p + "context_length", 2048)),
+            pad_id=pad if pad is not None else (eos if eos is not None else 0),
+            tie_embeddings="output.weight" not in tensor_names,
+            layer_norm_eps=float(_meta(metadata, p + "attention.layer_norm_rms_epsilon", float)),
+            scale_embeddings=False,
+            generator_bias=False,
+            mask_target_padding=False,
+            eos_id=eos,
+            attention_qkv_bias="blk.0.attn_q.bias" in tensor_names,
+            attention_output_bias="blk.0.attn_output.bias" in tensor_names,
+            mlp_bias="blk.0.ffn_up.bias" in tensor_names,
+        )
+    except (ValueError, TypeError) as error:
+        raise GGUFError(f"the GGUF metadata describes a model we cannot build: {error}") from error
+
+
+# -- weight names --------------------------------------------------------------------------------
+
+_LAYER_PARTS_GGUF = {
+    "attn_norm": "self_attention_residual.norm",
+    "attn_q": "self_attention.w_q",
+    "attn_k": "self_attention.w_k",
+    "attn_v": "self_attention.w_v",
+    "attn_output": "self_attention.w_o",
+    "ffn_norm": "feed_forward_residual.norm",
+    "ffn_gate": "feed_forward.w_gate",
+    "ffn_up": "feed_forward.w_up",
+    "ffn_down": "feed_forward.w_down",
+}
+_LAYER_PARTS_HF = {
+    "input_layernorm": "self_attention_residual.norm",
+    "self_attn.q_proj": "self_attention.w_q",
+    "self_attn.k_proj": "self_attention.w_k",
+    "self_attn.v_proj": "self_attention.w_v",
+    "self_attn.o_proj": "self_attention.w_o",
+    "post_attention_layernorm": "feed_forward_residual.norm",
+    "mlp.gate_proj": "feed_forward.w_gate",
+    "mlp.up_proj": "feed_forward.w_up",
+    "mlp.down_proj": "feed_forward.w_down",
+}
+_GLOBAL_GGUF = {
+    "token_embd.weight": "tgt_embedding.lookup.weight",
+    "output_norm.weight": "decoder.final_norm.weight",
+    "output.weight": "generator.proj.weight",
+}
+_GLOBAL_HF = {
+    "model.embed_tokens.weight": "tgt_embedding.lookup.weight",
+    "model.norm.weight": "decoder.final_norm.weight",
+    "lm_head.weight": "generator.proj.weight",
+}
+_GGUF_LAYER = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.(weight|bias)$")
+_HF_LAYER = re.compile(r"^model\.layers\.(\d+)\.([a-z_.]+)\.(weight|bias)$")
+IGNORED_GGUF = re.compile(r"^(rope_freqs\.weight|blk\.\d+\.attn_rot_embd)$")
+IGNORED_HF = re.compile(r"^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$")
+
+
+def our_name_for_gguf(name: str) -> str | None:
+    """Our parameter name for a GGUF tensor name (``blk.3.attn_q.weight`` →
+    ``decoder.layers.3.self_attention.w_q.weight``); ``None`` for a name we do not know."""
+    if name in _GLOBAL_GGUF:
+        return _GLOBAL_GGUF[name]
+    match = _GGUF_LAYER.match(name)
+    if match is None or match.group(2) not in _LAYER_PARTS_GGUF:
+        return None
+    layer, part, kind = match.groups()
+    return f"decoder.layers.{layer}.{_LAYER_PARTS_GGUF[part]}.{kind}"
+
+
+def our_name_for_hf(name: str) -> str | None:
+    """Our parameter name for a Hugging Face Llama/Qwen2 tensor name
+    (``model.layers.3.mlp.gate_proj.weight`` → ``decoder.layers.3.feed_forward.w_gate.weight``);
+    ``None`` for a name we do not know."""
+    if name in _GLOBAL_HF:
+        return _GLOBAL_HF[name]
+    match = _HF_LAYER.match(name)
+    if match is None or match.group(2) not in _LAYER_PARTS_HF:
+        return None
+    layer, part, kind = match.groups()
+    return f"decoder.layers.{layer}.{_LAYER_PARTS_HF[part]}.{kind}"
+
+
+def unpermute_rotary_rows(weight: Tensor, n_heads: int) -> Tensor:
+    """Undo llama.cpp's row permutation of W_q or W_k (or their biases).
+
+    llama.cpp's converter reorders each head's rows ``[r_0 … r_{d/2-1}, r_{d/2} … r_{d-1}]`` to
+    ``[r_0, r_{d/2}, r_1, r_{d/2+1}, …]`` so that neighbours rotate together; this puts the even
+    rows of each head first and the odd rows after them again.
+
+    Args:
+        weight: ``(n_heads · d_head, d_model)`` weight or ``(n_heads · d_head,)`` bias, as read
+            from the GGUF file.
+        n_heads: heads of this projection (``n_heads`` for W_q, ``n_kv_heads`` for W_k).
+
+    Returns:
+        The same shape, rows in Hugging Face's (rotate-half) order.
+    """
+    rows = weight.shape[0]
+    if rows % (2 * n_heads):
+        raise PretrainedError(
+            f"a rotary projection of {rows} rows cannot be split into {n_heads} heads of an even "
+            "width"
+        )
+    per_head = weight.reshape(n_heads, rows // n_heads // 2, 2, *weight.shape[1:])
+    return per_head.transpose(1, 2).reshape(weight.shape).contiguous()
+
+
+def parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every parameter a Llama-family model of ``config`` has, by our name, with its shape
+    (``generator.proj.weight`` only when the embeddings are not tied)."""
+    d, d_kv, d_ff = config.d_model, config.kv_heads * config.d_head, config.d_ff
+    vocab = config.tgt_vocab_size
+    shapes: dict[str, tuple[int, ...]] = {
+        "tgt_embedding.lookup.weight": (vocab, d),
+        "decoder.final_norm.weight": (d,),
+    }
+    if not config.tie_embeddings:
+        shapes["generator.proj.weight"] = (vocab, d)
+    for i in range(config.n_decoder_layers):
+        p = f"decoder.layers.{i}."
+        shapes[p + "self_attention_residual.norm.weight"] = (d,)
+        shapes[p + "feed_forward_residual.norm.weight"] = (d,)
+        for name, rows, cols, bias in (
+            ("self_attention.w_q", d, d, config.attention_qkv_bias),
+            ("self_attention.w_k", d_kv, d, config.attention_qkv_bias),
+            ("self_attention.w_v", d_kv, d, config.attention_qkv_bias),
+            ("self_attention.w_o", d, d, config.attention_output_bias),
+            ("feed_forward.w_gate", d_ff, d, config.mlp_bias),
+            ("feed_forward.w_up", d_ff, d, config.mlp_bias),
+            ("feed_forward.w_down", d, d_ff, config.mlp_bias),
+        ):
+            shapes[p + name + ".weight"] = (rows, cols)
+            if bias:
+                shapes[p + name + ".bias"] = (rows,)
+    return shapes
+
+
+def gguf_state_dict(gguf: GGUFFile, config: ModelConfig) -> dict[str, Tensor]:
+    """Every tensor of a Llama GGUF file, dequantized to float32, under our parameter names, with
+    W_q / W_k rows un-permuted. Unknown tensor names raise (a file we would misread)."""
+    weights: dict[str, Tensor] = {}
+    for name in gguf.tensors:
+        if IGNORED_GGUF.match(name):
+            continue
+        ours = our_name_for_gguf(name)
+        if ours is None:
+            raise GGUFError(f"{gguf.path.name} holds a tensor {name!r} that no Llama part reads")
+        tensor = gguf.tensor(name)
+        if ".attn_q." in name:
+            tensor = unpermute_rotary_rows(tensor, config.n_heads)
+        elif ".attn_k." in name:
+            tensor = unpermute_rotary_rows(tensor, config.kv_heads)
+        weights[ours] = tensor
+    expected = parameter_shapes(config)
+    missing = sorted(set(expected) - set(weights))
+    if missing:
+        shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
+        raise GGUFError(f"{gguf.path.name} lacks {len(missing)} tensor(s) the model needs: {shown}")
+    for name, tensor in weights.items():
+        if name not in expected:
+            raise GGUFError(f"{gguf.path.name}: {name} does not belong to a model of this shape")
+        if tuple(tensor.shape) != expected[name]:
+            raise GGUFError(
+                f"{gguf.path.name}: the tensor for {name} has shape {tuple(tensor.shape)}, but "
+                f"the metadata implies {expected[name]}"
+            )
+    return weights
+
+
+def map_weights(reader: TensorReader, config: ModelConfig) -> dict[str, Tensor | None]:
+    """Our parameter names → a Hugging Face folder's tensors (``None`` where missing, which
+    ``reader.check_complete`` reports); the same interface as the other families' modules."""
+    ours_to_hf = {}
+    for i in range(config.n_decoder_layers):
+        for hf_part in _LAYER_PARTS_HF:
+            for kind in ("weight", "bias"):
+                hf_name = f"model.layers.{i}.{hf_part}.{kind}"
+                ours_to_hf[our_name_for_hf(hf_name)] = hf_name
+    for hf_name in _GLOBAL_HF:
+        ours_to_hf[our_name_for_hf(hf_name)] = hf_name
+    return {name: reader.get(ours_to_hf[name]) for name in parameter_shapes(config)}
+
+
+def load_tokenizer(folder: Path) -> Tokenizer:
+    """``tokenizer.json`` of a Hugging Face Llama/Qwen2 folder (the only form read)."""
+    found = load_tokenizer_json(folder)
+    if found is None:
+        raise PretrainedError(
+            f"{folder} has no tokenizer.json: a Llama-family model folder needs one (its "
+            "tokenizer.model / vocab.json forms are not read)"
+        )
+    return found
+
+
+# -- tokenizer -----------------------------------------------------------------------------------
+
+GGUF_PRE_TOKENIZERS = ("gpt2", "smollm")
+"""``tokenizer.ggml.pre`` values we build: GPT-2's regex, and SmolLM's (every numeral alone, then
+GPT-2's regex: llama.cpp's ``LLAMA_VOCAB_PRE_TYPE_SMOLLM``, and the ``Digits`` + ``ByteLevel``
+of SmolLM2's own tokenizer.json). transformers' GGUF loader ignores ``tokenizer.ggml.pre`` and
+uses GPT-2's regex alone, so it differs from SmolLM2 where whitespace precedes a numeral (it
+splits ``"  0"`` as ``Ġ Ġ 0``, SmolLM2 and llama.cpp as ``ĠĠ 0``)."""
+_CONTROL, _USER_DEFINED = 3, 4  # llama.cpp's token types that are added whole, not merged
+
+
+def tokenizer_from_gguf(metadata: dict[str, Any]) -> Tokenizer:
+    """A byte-level BPE :class:`Tokenizer` from a GGUF file's ``tokenizer.ggml.*`` metadata.
+
+    The vocabulary is ``tokens`` (id = index), the merges ``merges`` (``"a b"`` strings, in
+    priority order); tokens of type control (3) or user-defined (4) become added tokens that a
+    text matches whole (SmolLM2's ``<|im_start|>``, ``<|im_end|>``, ...), control ones special.
+    """
+    model = metadata.get("tokenizer.ggml.model")
+    if model != "gpt2":
+        raise GGUFError(
+            f"tokenizer.ggml.model={model!r}: only byte-level BPE ('gpt2') vocabularies are "
+            "supported."
+        )
+    pre = metadata.get("tokenizer.ggml.pre", "gpt2")
+    if pre not in GGUF_PRE_TOKENIZERS:
+        raise GGUFError(
+            f"tokenizer.ggml.pre={pre!r}: supported pre-tokenizers are "
+            f"{', '.join(GGUF_PRE_TOKENIZERS)}."
+        )
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    merges = metadata.get("tokenizer.ggml.merges")
+    if not isinstance(tokens, list) or not isinstance(merges, list):
+        raise GGUFError("the GGUF metadata lacks tokenizer.ggml.tokens or tokenizer.ggml.merges")
+    types = metadata.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    if len(types) != len(tokens):
+        raise GGUFError(
+            f"tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens"
+        )
+    vocab = {token: i for i, token in enumerate(tokens)}
+    if len(vocab) != len(tokens):
+        raise GGUFError("tokenizer.ggml.tokens holds the same token twice")
+    pairs = []
+    for merge in merges:
+        left, sep, right = merge.partition(" ")
+        if not sep:
+            raise GGUFError(f"tokenizer.ggml.merges entry {merge!r} is not two tokens")
+        pairs.append((left, right))
+    backend = tokenizers.Tokenizer(models.BPE(vocab, pairs, fuse_unk=False))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    backend.pre_tokenizer = (
+        pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+        if pre == "smollm"
+        else byte_level
+    )
+    backend.decoder = decoders.ByteLevel()
+    bos = metadata.get("tokenizer.ggml.bos_token_id")
+    if metadata.get("tokenizer.ggml.add_bos_token") and isinstance(bos, int):
+        backend.post_processor = processors.TemplateProcessing(
+            single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], bos)]
+        )
+    else:
+        backend.post_processor = processors.ByteLevel(trim_offsets=False)
+    for kind, add in ((_CONTROL, backend.add_special_tokens), (_USER_DEFINED, backend.add_tokens)):
+        chosen = [token for token, t in zip(tokens, types, strict=True) if t == kind]
+        add([tokenizers.AddedToken(t, special=kind == _CONTROL, normalized=False) for t in chosen])
+    return wrap(backend, "the GGUF file's tokenizer")
+
+
+def chat_template(metadata: dict[str, Any]) -> str | None:
+    """The Jinja chat template stored in the file (``tokenizer.chat_template``), if any."""
+    value = metadata.get("tokenizer.chat_template")
+    return value if isinstance(value, str) else None
+
+
+def is_gguf_path(path: str | Path) -> bool:
+    """Whether ``path`` names a ``.gguf`` file (what ``load_pretrained`` would route here)."""
+    return Path(path).suffix.lower() == ".gguf" and Path(path).is_file()
+
+
+# -- everything of one file ------------------------------------------------------------------------
+
+
+@dataclass
+class GGUFModel:
+    """What a Llama GGUF file holds, mapped onto our names (the model is built by the caller).
+
+    Attributes:
+        config: the model's shape.
+        weights: our parameter name → float32 tensor (W_q / W_k un-permuted; no
+            ``generator.proj.weight`` when ``config.tie_embeddings``).
+        tokenizer: the file's byte-level BPE.
+        chat_template: the Jinja chat template, if the file has one.
+        info: ``family``, ``architecture``, ``name`` (``general.name``), ``quantization`` (the
+            ggml types of the tensors, most frequent first, e.g. ``"Q4_1, F32, Q8_0"``) and
+            ``path``.
+    """
+
+    config: ModelConfig
+    weights: dict[str, Tensor]
+    tokenizer: Tokenizer
+    chat_template: str | None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def read_llama_gguf(path: str | Path) -> GGUFModel:
+    """Read a Llama-family GGUF file: configuration, dequantized weights and tokenizer.
+
+    Raises :class:`~transformer.pretrained.gguf.GGUFError` (a ``PretrainedError``) naming the
+    problem: not a GGUF file, truncated, an architecture other than Llama, a quantization this
+    reader does not dequantize, a tokenizer it cannot build.
+    """
+    file = read_gguf(path)
+    config = config_from_gguf(file.metadata, set(file.tensors))
+    tokenizer = tokenizer_from_gguf(file.metadata)
+    if tokenizer.vocab_size > config.output_vocab_size:
+        raise GGUFError(
+            f"{file.path.name}: the tokenizer has {tokenizer.vocab_size} tokens but the model "
+            f"predicts {config.output_vocab_size}"
+        )
+    weights = gguf_state_dict(file, config)
+    counts: dict[str, int] = {}
+    for info in file.tensors.values():
+        counts[info.type_name] = counts.get(info.type_name, 0) + 1
+    return GGUFModel(
+        config=config,
+        weights=weights,
+        tokenizer=tokenizer,
+        chat_template=chat_template(file.metadata),
+        info={
+            "family": FAMILY,
+            "architecture": file.architecture,
+            "name": file.metadata.get("general.name"),
+            "quantization": ", ".join(sorted(counts, key=lambda k: -counts[k])),
+            "path": str(file.path),
+        },
+    )
