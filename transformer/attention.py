@@ -223,6 +223,7 @@ class MultiHeadAttention(nn.Module):
         """
         q = ops.split_heads(self.w_q(query), self.n_heads)  # (B, H, Tq, d_head)
         if cache is not None and cache.static and cache.keys is not None:
+            assert cache.values is not None  # set together with the keys
             k, v, rotated = cache.keys, cache.values, None  # from the encoder memory, once
         else:
             if key_value is None:

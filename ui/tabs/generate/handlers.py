@@ -219,7 +219,7 @@ def model_controls(registry: ModelRegistry, name: str, session: SessionModels) -
     can = reason is None
     layers = config.n_decoder_layers
     family = checkpoint.info.get("family")
-    kind = {
+    kind: dict[str | None, str] = {
         "gpt2": "GPT-2 family: continues the prompt",
         "marian": "Marian family: translates",
         "llama": "Llama family: continues the prompt",
