@@ -142,7 +142,7 @@ def run_recipe(
         show_progress_bar=show_progress_bar,
     )
     test = task.test[:test_limit] if test_limit else task.test
-    metrics = evaluate_model(model, tokenizer, test, architecture)
+    metrics: dict[str, Any] = evaluate_model(model, tokenizer, test, architecture)
     # The first SAMPLE_SIZE test examples again, on their own: a test re-evaluates exactly these
     # to check that the shipped checkpoint still reproduces what was recorded.
     metrics["sample"] = evaluate_model(model, tokenizer, test[:SAMPLE_SIZE], architecture)
