@@ -23,16 +23,20 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from . import attention as attention_module
 from . import operations
+from .attention import MultiHeadAttention
 from .config import ModelConfig
 from .inspection import Analysis, analyse
+from .layers import LayerNorm, PositionwiseFeedForward
 from .model import Transformer
+from .modern import RMSNorm
+from .stacks import DecoderLayer, EncoderLayer, _Residual
 from .text.tokenization import Tokenizer
 from .trace import LayerTrace, StackInput
 from .util import eval_mode
@@ -166,7 +170,7 @@ def _list(indices: Tensor, limit: int = 12) -> str:
     return ", ".join(items) + (", …" if indices.numel() > limit else "")
 
 
-def _norm_explanation(x: Tensor, norm: nn.Module) -> str:
+def _norm_explanation(x: Tensor, norm: LayerNorm | RMSNorm) -> str:
     mean = x.mean().item()
     std = x.var(unbiased=False).add(norm.eps).sqrt().item()
     return (
@@ -211,6 +215,7 @@ class _Walker:
         embedding = model.tgt_embedding if decoder else model.src_embedding
         norm = model.tgt_embedding_norm if decoder else model.src_embedding_norm
         embed = type(model)._embed
+        assert embedding is not None  # the stack this record entered exists
         token_id = int(record.tokens[b, i])
         scale = "·√d_model" if embedding.scale != 1.0 else ""
         self.add(
@@ -313,8 +318,8 @@ class _Walker:
         self,
         prefix: str,
         section: str,
-        module: nn.Module,
-        residual: nn.Module,
+        module: MultiHeadAttention,
+        residual: _Residual,
         x: Tensor,
         memory: Tensor | None,
         mask: Tensor,
@@ -532,7 +537,7 @@ class _Walker:
         return self.residual(prefix, section, residual, x, update, "Attention")
 
     def residual(
-        self, prefix: str, section: str, residual: nn.Module, x: Tensor, update: Tensor, what: str
+        self, prefix: str, section: str, residual: _Residual, x: Tensor, update: Tensor, what: str
     ) -> Tensor:
         """The residual add and, in post-LN, the norm after it; returns the new stream."""
         b, i = self.b, self.i
@@ -564,10 +569,12 @@ class _Walker:
 
     # -- the feed-forward sub-layer --------------------------------------------------------
 
-    def feed_forward(self, layer: nn.Module, x: Tensor) -> Tensor:
+    def feed_forward(self, layer: EncoderLayer | DecoderLayer, x: Tensor) -> Tensor:
         b, i = self.b, self.i
         token = self.walk.query_labels[i]
         ff, residual = layer.feed_forward, layer.feed_forward_residual
+        if not isinstance(ff, PositionwiseFeedForward):
+            raise ValueError("this walkthrough shows the paper's feed-forward, not a gated one")
         section = "feed-forward"
         ff_code = type(ff).forward
         hs = residual.sublayer_input(x)
@@ -699,6 +706,8 @@ def walkthrough(
         raise ValueError(f"a {config.architecture} model has no {stack}: choose the {other}")
     layers = trace.encoder_layers if stack == "encoder" else trace.decoder_layers
     record = trace.source if stack == "encoder" else trace.target
+    if record is None:
+        raise ValueError("the analysis holds no inputs: it was run without capture")
     pieces = analysis.source_pieces if stack == "encoder" else analysis.target_pieces
     _check_index(row, "row", analysis.batch_size)
     _check_index(layer, "layer", len(layers))
@@ -728,7 +737,10 @@ def walkthrough(
         memory_labels=memory_labels,
     )
     traced: LayerTrace = layers[layer]
-    module = (model.encoder if stack == "encoder" else model.decoder).layers[layer]
+    module = cast(
+        EncoderLayer | DecoderLayer,
+        (model.encoder if stack == "encoder" else model.decoder).layers[layer],
+    )
     with eval_mode(model):
         walker = _Walker(walk, model)
         x = traced.input
@@ -742,7 +754,9 @@ def walkthrough(
             self_record.mask[row, 0, query].cpu(), real, _cpu_or_none(causal), query
         )
         residual = (
-            module.attention_residual if stack == "encoder" else module.self_attention_residual
+            module.attention_residual
+            if isinstance(module, EncoderLayer)
+            else module.self_attention_residual
         )
         x = walker.attention(
             "self",
@@ -755,8 +769,10 @@ def walkthrough(
             labels,
             reasons,
         )
-        if getattr(module, "cross_attention", None) is not None:
+        if isinstance(module, DecoderLayer) and module.cross_attention is not None:
             cross = traced.cross_attention
+            # A layer with cross-attention records it; its memory and labels come from the source.
+            assert cross is not None and trace.source is not None and memory_labels is not None
             reasons = _mask_reasons(
                 cross.mask[row, 0, query].cpu(), trace.source.real_tokens[row].cpu(), None, query
             )
