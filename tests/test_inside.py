@@ -355,3 +355,207 @@ def test_figures_draw_each_section_compactly_with_masked_keys_and_switched_off_u
     large = section_figure(steps, 5, large_font=True)
     assert large.layout.font.size > figure.layout.font.size
     assert large.layout.height > figure.layout.height
+
+
+# -- the Llama family: RMSNorm, rotary positions, grouped-query attention, SwiGLU -------------
+
+LLAMA_CODE = {
+    "norm_in": "torch.rsqrt(mean_square + self.eps)",
+    "angles": "positions.float()[..., None]",
+    "q_rotated": "rotate_half(x) * sin",
+    "k_rotated": "rotate_half(x) * sin",
+    "gate_in": "self.w_gate(x)",
+    "activation": "self.activation(self.w_gate(x))",
+    "up": "self.w_up(x)",
+    "product": "self.activation(self.w_gate(x)) * self.w_up(x)",
+}
+LLAMA_CODE_BY_KEY = {"ff.project": "w_down("}
+
+
+def tiny_llama(
+    folder: Path,
+    n_heads: int = 4,
+    n_kv_heads: int = 2,
+    theta: float = 10000.0,
+    family: str = "llama",
+):
+    """A random transformers LlamaForCausalLM (or Qwen2ForCausalLM, with q/k/v biases) saved
+    with a word-level tokenizer whose "<s>" is the begin-of-sequence token; returns the
+    transformers model."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"<unk>": 0, "<s>": 1} | {f"w{i}": i for i in range(2, 61)}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    settings = dict(
+        hidden_size=64,
+        intermediate_size=96,
+        num_attention_heads=n_heads,
+        num_key_value_heads=n_kv_heads,
+        num_hidden_layers=3,
+        vocab_size=len(vocab),
+        rope_theta=theta,
+        max_position_embeddings=64,
+        bos_token_id=1,
+        eos_token_id=None,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(20)
+    if family == "qwen2":
+        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**settings))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**settings))
+    with torch.no_grad():  # norm gains away from 1, so a missing gain shows
+        for param in model.parameters():
+            if param.dim() == 1:
+                param.add_(torch.randn_like(param) * 0.2)
+    model.save_pretrained(folder)
+    return model.eval()
+
+
+def _rms(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
+    weight = norm.weight.detach().cpu()
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + norm.eps) * weight
+
+
+def _rotate_pairs(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
+    """Dimension i turns with i + d/2 by ``angles[i]`` (Llama's pairing), written out."""
+    half = x.shape[-1] // 2
+    a, b = x[..., :half], x[..., half:]
+    cos, sin = angles.cos(), angles.sin()
+    return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+
+
+def check_llama_walkthrough(model, tokenizer, text, layer, head, query, hidden_states=None):
+    """Rebuild every step of a Llama-family layer from the shown pieces with plain torch."""
+    config = model.config
+    walk = inside_layer(model, tokenizer, text, "decoder", layer, head, query)
+    trace = analyse(model, tokenizer, [text]).trace
+    traced = trace.decoder_layers[layer]
+    module = model.decoder.layers[layer]
+    attention = module.self_attention
+    dh = config.d_head
+    group = config.n_heads // config.kv_heads
+    kv = head // group  # grouped-query attention: query head h reads kv head h // group
+    rows, kv_rows = slice(head * dh, (head + 1) * dh), slice(kv * dh, (kv + 1) * dh)
+    inputs = traced.input[0].cpu()
+    x = inputs[query]
+    _close(walk.step("input").values, x, "layer input")
+    assert not walk.has("embedding.position")  # rotary: no position vector is added
+    if layer == 0:
+        token_id = int(trace.target.tokens[0, query])
+        expected = model.tgt_embedding.lookup.weight[token_id].detach().cpu()
+        _close(walk.step("embedding.token").values, expected, "token embedding")
+        _close(expected, x, "the embedding is the layer's input")
+    # RMSNorm, then q, K, V with the kv head of this query head.
+    normed = _rms(inputs, module.self_attention_residual.norm)  # (T, d_model)
+    _close(walk.step("self.norm_in").values, normed[query], "RMSNorm")
+    assert "mean(x²)" in walk.step("self.norm_in").formula
+    weight = lambda layer_: layer_.weight.detach().cpu()  # noqa: E731
+
+    def project(x: torch.Tensor, layer_: torch.nn.Linear, cut: slice) -> torch.Tensor:
+        bias = None if layer_.bias is None else layer_.bias.detach().cpu()[cut]
+        return F.linear(x, weight(layer_)[cut], bias)
+
+    q = project(normed[query], attention.w_q, rows)
+    keys = project(normed, attention.w_k, kv_rows)  # (T, d_head)
+    values = project(normed, attention.w_v, kv_rows)
+    assert ("b_Q" in walk.step("self.q").formula) == (attention.w_q.bias is not None)
+    _close(walk.step("self.q").values, q, "q before rotation")
+    _close(walk.step("self.k").values, keys, f"K of kv head {kv}")
+    _close(walk.step("self.v").values, values, f"V of kv head {kv}")
+    assert f"key/value head {kv + 1}" in walk.step("self.k").name
+    sharing = [str(h + 1) for h in range(config.n_heads) if h // group == kv]
+    assert f"shared with query heads {', '.join(sharing)}" in walk.step("self.k").explanation
+    # The rotation: angle_i = position · base^(−2i/d_head).
+    theta = config.rope_base ** (-torch.arange(0, dh, 2, dtype=torch.float64) / dh)
+    angles = (query * theta).float()
+    _close(walk.step("self.angles").values, angles, "rotation angles")
+    every_angle = torch.arange(len(inputs), dtype=torch.float64)[:, None] * theta
+    q_rot = _rotate_pairs(walk.step("self.q").values, angles)
+    k_rot = _rotate_pairs(walk.step("self.k").values, every_angle.float())
+    _close(walk.step("self.q_rotated").values, q_rot, "q after rotation")
+    _close(walk.step("self.k_rotated").values, k_rot, "K after rotation")
+    rotated = traced.self_attention.rotary
+    _close(q_rot, rotated.queries_after[0, head, query], "q' against the trace")
+    _close(k_rot, rotated.keys_after[0, kv], "K' against the trace")
+    record = traced.self_attention
+    assert record.kv_head_of[head] == kv
+    dot = walk.step("self.k_rotated").values @ walk.step("self.q_rotated").values
+    _close(walk.step("self.dot").values, dot, "q'·k'")
+    _close(walk.step("self.scaled").values, dot / math.sqrt(dh), "÷√d_k")
+    assert torch.equal(walk.step("self.masked").off, torch.arange(len(inputs)) > query)
+    _close(walk.step("self.masked").values, record.scores[0, head, query], "masked scores")
+    weights = torch.softmax(walk.step("self.masked").values.double(), -1).float()
+    _close(walk.step("self.weights").values, weights, "softmax")
+    _close(weights, record.weights[0, head, query], "weights against the trace")
+    head_output = weights @ walk.step("self.v").values
+    _close(walk.step("self.head").values, head_output, "head output")
+    _close(walk.step("self.concat").values[rows], head_output, "this head in the concatenation")
+    projected = walk.step("self.concat").values @ weight(attention.w_o).T
+    _close(projected, traced.self_attention_update[0, query], "·W_O against the trace")
+    _close(walk.step("self.project").values, projected, "·W_O")
+    x = x + projected
+    _close(walk.step("self.residual").values, x, "residual add")
+    assert not walk.has("self.norm_out")
+    # RMSNorm, gate ⊙ up (SwiGLU), W_down, residual.
+    ff = module.feed_forward
+    hs = _rms(x, module.feed_forward_residual.norm)
+    _close(walk.step("ff.norm_in").values, hs, "feed-forward RMSNorm")
+    gate_in = hs @ weight(ff.w_gate).T
+    up = hs @ weight(ff.w_up).T
+    _close(walk.step("ff.gate_in").values, gate_in, "·W_gate")
+    _close(walk.step("ff.up").values, up, "·W_up")
+    gate = gate_in * torch.sigmoid(gate_in)  # SiLU, written out
+    _close(walk.step("ff.activation").values, gate, "SiLU(gate)")
+    assert torch.equal(walk.step("ff.activation").off, gate_in <= 0)
+    _close(walk.step("ff.product").values, gate * up, "SiLU(gate) ⊙ up")
+    down = (gate * up) @ weight(ff.w_down).T
+    _close(down, traced.feed_forward_update[0, query], "W_down against the trace")
+    _close(walk.step("ff.project").values, down, "·W_down")
+    output = x + down
+    _close(walk.step("ff.residual").values, output, "feed-forward residual add")
+    _close(output, traced.feed_forward_output[0, query], "the layer's output against the trace")
+    _close(walk.step("output").values, output, "the layer's output")
+    if hidden_states is not None:  # transformers' own hidden state after this layer
+        reference = hidden_states[layer + 1][0, query]
+        assert (output - reference).abs().max().item() < 1e-5
+    order = [SECTIONS.index(s.section) for s in walk.steps]
+    assert order == sorted(order)
+    for step in walk.steps:
+        code = step.code
+        assert code.found and code.path.startswith("transformer/"), (step.key, code)
+        lines = (ROOT / code.path).read_text(encoding="utf-8").splitlines()
+        assert lines[code.line - 1].strip() == code.text, (step.key, code)
+        last = step.key.rsplit(".", 1)[-1]
+        expected = LLAMA_CODE_BY_KEY.get(step.key) or LLAMA_CODE.get(last) or CODE[last]
+        assert expected in code.text, (step.key, code.text)
+    return walk
+
+
+@pytest.mark.parametrize(
+    ("family", "n_heads", "n_kv_heads"), [("llama", 4, 2), ("llama", 4, 1), ("qwen2", 4, 2)]
+)
+def test_every_step_of_a_llama_layer_rebuilt_from_the_shown_pieces(
+    tmp_path, family, n_heads, n_kv_heads
+):
+    reference = tiny_llama(tmp_path, n_heads, n_kv_heads, theta=500.0, family=family)
+    checkpoint = load_pretrained(tmp_path)
+    assert checkpoint.config.kv_heads == n_kv_heads
+    text = "w5 w17 w3 w42 w8 w29"
+    ids = checkpoint.tokenizer.encode_ids(text, add_bos=True)
+    with torch.no_grad():
+        hidden = reference(torch.tensor([ids]), output_hidden_states=True).hidden_states
+    for layer, head, query in [(0, 3, 4), (1, 1, 2), (2, 0, 6)]:
+        check_llama_walkthrough(
+            checkpoint.model,
+            checkpoint.tokenizer,
+            text,
+            layer,
+            head,
+            query,
+            hidden if layer < 2 else None,  # the last hidden state is after the final norm
+        )

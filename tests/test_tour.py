@@ -128,7 +128,7 @@ def test_applying_a_view_reaches_every_tabs_live_redraw(demo: gr.Blocks) -> None
         "embeddings": {"positional_view", "embeddings_view"},
         "attention": {"refit_everything", "everything"},
         "inside": {"refresh", "inside_layer"},
-        "generate": {"first_step", "redraw"},
+        "generate": {"first_step", "redraw_attention"},
         "training": {"snapshot_live"},
     }
     for slug, names in expected.items():

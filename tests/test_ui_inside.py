@@ -183,3 +183,84 @@ def test_a_change_of_model_fits_the_controls_and_draws_with_them_in_one_event(re
     assert query.value == n_tokens - 1
     assert f"query token `{n_tokens - 1}:" in summary and "of the decoder" in summary
     assert len(outputs) == 4 + N_OUTPUTS
+
+
+# -- the Llama family: a tiny random Llama through the registry, and the shipped SmolLM2 ------
+
+
+def _check_modern_view(registry, name, text, layer, head, query) -> None:
+    """The handler draws every step of a Llama-family layer with the walkthrough's numbers, and
+    the mistakes panel offers (and runs) only what applies to RMSNorm and rotary positions."""
+    from transformer.mistakes import MISTAKES
+    from ui import mistakes
+
+    session = SessionModels()
+    checkpoint = registry.checkpoint(name, session)
+    config = checkpoint.config
+    model = checkpoint.model
+    n_layers = len(model.decoder.layers)
+    attention = model.decoder.layers[0].self_attention
+    n_heads, n_kv = attention.n_heads, attention.n_kv_heads
+    assert n_kv < n_heads
+    radio, layers, heads, _ = inside.controls(registry, text, name, "encoder", 99, 99, 0, session)
+    assert radio.value == "decoder"
+    assert (layers.maximum, heads.maximum) == (n_layers, n_heads)
+    outputs = inside.inside_layer(
+        registry, text, name, "decoder", layer, head, query, False, session
+    )
+    assert len(outputs) == N_OUTPUTS
+    assert f"{n_heads} query heads sharing {n_kv} key/value heads" in outputs[0]
+    assert "RMSNorm" in outputs[0] and "rotary" in outputs[0]
+    analysis = analyse(model, checkpoint.tokenizer, [text])
+    walk = walkthrough(model, analysis, "decoder", layer - 1, head - 1, query)
+    for key in ("self.norm_in", "self.angles", "self.q_rotated", "self.k_rotated", "ff.product"):
+        assert walk.has(key), key
+    kv = (head - 1) // (n_heads // n_kv)  # grouped-query: query head h reads h // group
+    assert f"key/value head {kv + 1}" in walk.step("self.k").name
+    for index, key in enumerate(("input", "self-attention", "cross-attention", "feed-forward")):
+        update, steps, code, figure = _section(outputs, index)
+        assert update["visible"] is (key != "cross-attention"), key
+        for step in walk.section(key):
+            assert f"{step.name}** `{step.shape}`" in steps
+            assert f"{step.code}\n{step.code.text}" in code
+    # The feed-forward figure holds the unit activity SiLU(gate) ⊙ up, number for number.
+    *_, figure = _section(outputs, 3)
+    product = walk.step("ff.product").values.numpy()
+    assert any(
+        np.asarray(t.z).shape == (1, config.d_ff) and np.allclose(np.asarray(t.z)[0], product)
+        for t in figure.data
+        if t.type == "heatmap"
+    )
+    menu = mistakes.choices(registry, name, None, session)
+    offered = {c[0] if isinstance(c, tuple | list) else c for c in menu.choices}
+    assert "LayerNorm: unbiased std + eps" not in offered  # RMSNorm has no mean and no bias
+    assert "sin and cos swapped, base 1000" not in offered  # rotary: no sinusoid table
+    assert "mask polarity inverted" in offered and "heads split with a bare view" in offered
+    for mistake in ("heads split with a bare view", "mask polarity inverted"):
+        single, diff, said = mistakes.panel(
+            registry, name, text, "decoder", layer, head, mistake, False, session
+        )
+        assert mistake in said and single is not None and diff is not None
+    with pytest.raises(gr.Error, match="does not apply"):
+        mistakes.panel(
+            registry, name, text, "decoder", 1, 1, "LayerNorm: unbiased std + eps", False, session
+        )
+    assert not MISTAKES["LayerNorm: unbiased std + eps"].applies(config)
+
+
+def test_a_tiny_llama_draws_every_modern_step(tmp_path):
+    from test_inside import tiny_llama
+
+    tiny_llama(tmp_path, n_heads=4, n_kv_heads=2)
+    registry = ModelRegistry(torch.device("cpu"), [str(tmp_path)])
+    _check_modern_view(registry, str(tmp_path), "w5 w17 w3 w42 w8", 2, 4, 3)
+
+
+@pytest.mark.slow
+def test_the_shipped_smollm2_draws_its_last_layer_and_runs_its_mistakes():
+    pytest.importorskip("gguf")
+    registry = ModelRegistry(torch.device("cpu"), [])
+    name = "SmolLM2-135M-Instruct"
+    if name not in registry.model_names:
+        pytest.skip("SmolLM2 is not installed (requirements-models.txt)")
+    _check_modern_view(registry, name, "The capital of France is", 30, 9, 4)

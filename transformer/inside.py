@@ -12,6 +12,14 @@ the analysis of one sentence first::
     for step in walk.steps:
         print(step.name, step.shape, step.code)
 
+A Llama-family layer (``norm_kind="rms"``, ``positional="rotary"``, ``n_kv_heads``,
+``feed_forward_kind="gated"``) shows its own steps: RMSNorm (``self.norm_in``, ``ff.norm_in``),
+q and K before rotation (``self.q``, ``self.k``: K of the key/value head this query head
+shares with its group), the rotation angles of the query's position (``self.angles``), q and K
+after rotation (``self.q_rotated``, ``self.k_rotated``), then ``ff.gate_in``, the activated gate
+(``ff.activation``), ``ff.up``, the unit activity SiLU(gate) ⊙ up (``ff.product``) and
+``ff.project`` (W_down). A paper layer's steps are unchanged.
+
 Layers, heads and tokens are counted from 0 here.
 """
 
@@ -23,20 +31,18 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from . import attention as attention_module
 from . import operations
-from .attention import MultiHeadAttention
+from . import rotary as rotary_module
 from .config import ModelConfig
 from .inspection import Analysis, analyse
-from .layers import LayerNorm, PositionwiseFeedForward
 from .model import Transformer
-from .modern import RMSNorm
-from .stacks import DecoderLayer, EncoderLayer, _Residual
+from .modern import GatedFeedForward, RMSNorm, expand_kv_heads
 from .text.tokenization import Tokenizer
 from .trace import LayerTrace, StackInput
 from .util import eval_mode
@@ -170,7 +176,14 @@ def _list(indices: Tensor, limit: int = 12) -> str:
     return ", ".join(items) + (", …" if indices.numel() > limit else "")
 
 
-def _norm_explanation(x: Tensor, norm: LayerNorm | RMSNorm) -> str:
+def _norm_explanation(x: Tensor, norm: nn.Module) -> str:
+    if isinstance(norm, RMSNorm):
+        rms = x.float().pow(2).mean().add(norm.eps).sqrt().item()
+        return (
+            f"RMSNorm over this token's d_model numbers: no mean is subtracted and there is no "
+            f"bias; divide by their root mean square √(mean(x²) + ε) = {rms:.3g}, then scale by "
+            "the learned gain w."
+        )
     mean = x.mean().item()
     std = x.var(unbiased=False).add(norm.eps).sqrt().item()
     return (
@@ -188,6 +201,7 @@ class _Walker:
         self.steps = walk.steps
         self.b, self.i, self.h = walk.row, walk.query, walk.head
         self.d_head = walk.config.d_head
+        self.offset = 0  # the position of the stack's first token (rotary angles)
 
     def add(
         self,
@@ -215,7 +229,6 @@ class _Walker:
         embedding = model.tgt_embedding if decoder else model.src_embedding
         norm = model.tgt_embedding_norm if decoder else model.src_embedding_norm
         embed = type(model)._embed
-        assert embedding is not None  # the stack this record entered exists
         token_id = int(record.tokens[b, i])
         scale = "·√d_model" if embedding.scale != 1.0 else ""
         self.add(
@@ -234,6 +247,9 @@ class _Walker:
             ),
             code=code_line(embed, ("token_vectors = parts.embedding(tokens)",)),
         )
+        if self.walk.config.positional == "rotary":
+            self.layer_input(x, first=True)  # nothing is added: q and k are rotated instead
+            return
         sinusoidal = self.walk.config.positional == "sinusoidal"
         position = i + record.position_offset
         self.add(
@@ -305,7 +321,13 @@ class _Walker:
             ("x = the step above" if first else f"x = output of layer {walk.layer}"),
             full=x,
             explanation=(
-                "What the first layer reads: the embedded tokens (dropout is off at inference)."
+                (
+                    "What the first layer reads: the token's embedding alone. Rotary positions "
+                    "add no position vector here; the attention rotates q and k by the position."
+                    if walk.config.positional == "rotary"
+                    else "What the first layer reads: the embedded tokens (dropout is off at "
+                    "inference)."
+                )
                 if first
                 else f"What layer {walk.layer} wrote into the residual stream at this token."
             ),
@@ -318,8 +340,8 @@ class _Walker:
         self,
         prefix: str,
         section: str,
-        module: MultiHeadAttention,
-        residual: _Residual,
+        module: nn.Module,
+        residual: nn.Module,
         x: Tensor,
         memory: Tensor | None,
         mask: Tensor,
@@ -329,12 +351,21 @@ class _Walker:
         """Steps of one attention sub-layer; returns the ``(B, T, d_model)`` stream after it."""
         b, i, h, dh = self.b, self.i, self.h, self.d_head
         pre = residual.pre_norm
-        forward = type(module).forward
         sdpa = attention_module.scaled_dot_product_attention
         scores_code = attention_module.attention_scores
         token = self.walk.query_labels[i]
         hs = residual.sublayer_input(x)
-        if pre:
+        if pre and isinstance(residual.norm, RMSNorm):
+            self.rms_norm(
+                f"{prefix}.norm_in",
+                section,
+                x,
+                hs,
+                residual.norm,
+                "A pre-norm model normalises what a sub-layer reads and adds the sub-layer's "
+                "output to the un-normalised stream. ",
+            )
+        elif pre:
             self.add(
                 f"{prefix}.norm_in",
                 section,
@@ -349,52 +380,12 @@ class _Walker:
                 ),
             )
         source = hs if memory is None else memory
+        if module.rotary is not None or module.n_kv_heads != module.n_heads:
+            q, k, v = self.modern_qkv(prefix, section, module, hs, source, key_labels)
+        else:
+            q, k, v = self.paper_qkv(prefix, section, module, hs, source, memory, key_labels)
 
-        def split(x: Tensor) -> Tensor:  # (B, T, d_model) → (B, H, T, d_head)
-            return operations.split_heads(x, module.n_heads)
-
-        q = split(module.w_q(hs))  # (B, H, Tq, d_head)
-        k = split(module.w_k(source))  # (B, H, Tk, d_head)
-        v = split(module.w_v(source))
-        where = "this token" if memory is None else "this target token"
-        kv_from = "every token of the layer's input" if memory is None else "the encoder's memory"
         cols = f"columns {h * dh}…{(h + 1) * dh - 1}"
-        self.add(
-            f"{prefix}.q",
-            section,
-            "query q",
-            f"q = x·W_Q + b_Q   (head {h + 1}: {cols})",
-            shape=_dims("B, H, Tq, d_head", q),
-            shown=f"head {h + 1}, {where} {token}: ({dh},)",
-            values=_cpu(q[b, h, i]),
-            explanation=f"What {where} looks for: its vector times the query matrix, cut into "
-            f"{module.n_heads} heads of d_head = {dh}.",
-            code=code_line(forward, ("q = ops.split_heads(self.w_q(query)", "self.w_q(")),
-        )
-        self.add(
-            f"{prefix}.k",
-            section,
-            "keys K (every key)",
-            "K = X·W_K + b_K" if memory is None else "K = memory·W_K + b_K",
-            shape=_dims("B, H, Tk, d_head", k),
-            shown=f"head {h + 1}, all {k.size(2)} keys: ({k.size(2)}, {dh})",
-            values=_cpu(k[b, h]),
-            explanation=f"What each key offers to be matched on, from {kv_from}.",
-            code=code_line(forward, ("k = ops.split_heads(self.w_k(key_value)", "self.w_k(")),
-            labels=key_labels,
-        )
-        self.add(
-            f"{prefix}.v",
-            section,
-            "values V (every key)",
-            "V = X·W_V + b_V" if memory is None else "V = memory·W_V + b_V",
-            shape=_dims("B, H, Tk, d_head", v),
-            shown=f"head {h + 1}, all {v.size(2)} keys: ({v.size(2)}, {dh})",
-            values=_cpu(v[b, h]),
-            explanation="What each key passes on if it is attended to.",
-            code=code_line(forward, ("v = ops.split_heads(self.w_v(key_value)", "self.w_v(")),
-            labels=key_labels,
-        )
         dot = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
         self.add(
             f"{prefix}.dot",
@@ -526,7 +517,7 @@ class _Walker:
             f"{prefix}.project",
             section,
             "·W_O",
-            "Concat(…)·W_O + b_O",
+            "Concat(…)·W_O" + (" + b_O" if module.w_o.bias is not None else ""),
             shape=_dims("B, T, d_model", update),
             shown=f"query {token}: ({update.size(-1)},)",
             values=_cpu(update[b, i]),
@@ -536,8 +527,206 @@ class _Walker:
         )
         return self.residual(prefix, section, residual, x, update, "Attention")
 
+    def paper_qkv(
+        self,
+        prefix: str,
+        section: str,
+        module: nn.Module,
+        hs: Tensor,
+        source: Tensor,
+        memory: Tensor | None,
+        key_labels: list[str],
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The paper's q, K and V steps; returns them, each ``(B, H, T, d_head)``."""
+        b, i, h, dh = self.b, self.i, self.h, self.d_head
+        forward = type(module).forward
+        token = self.walk.query_labels[i]
+
+        def split(x: Tensor) -> Tensor:  # (B, T, d_model) → (B, H, T, d_head)
+            return operations.split_heads(x, module.n_heads)
+
+        q = split(module.w_q(hs))  # (B, H, Tq, d_head)
+        k = split(module.w_k(source))  # (B, H, Tk, d_head)
+        v = split(module.w_v(source))
+        where = "this token" if memory is None else "this target token"
+        kv_from = "every token of the layer's input" if memory is None else "the encoder's memory"
+        cols = f"columns {h * dh}…{(h + 1) * dh - 1}"
+        self.add(
+            f"{prefix}.q",
+            section,
+            "query q",
+            f"q = x·W_Q + b_Q   (head {h + 1}: {cols})",
+            shape=_dims("B, H, Tq, d_head", q),
+            shown=f"head {h + 1}, {where} {token}: ({dh},)",
+            values=_cpu(q[b, h, i]),
+            explanation=f"What {where} looks for: its vector times the query matrix, cut into "
+            f"{module.n_heads} heads of d_head = {dh}.",
+            code=code_line(forward, ("q = ops.split_heads(self.w_q(query)", "self.w_q(")),
+        )
+        self.add(
+            f"{prefix}.k",
+            section,
+            "keys K (every key)",
+            "K = X·W_K + b_K" if memory is None else "K = memory·W_K + b_K",
+            shape=_dims("B, H, Tk, d_head", k),
+            shown=f"head {h + 1}, all {k.size(2)} keys: ({k.size(2)}, {dh})",
+            values=_cpu(k[b, h]),
+            explanation=f"What each key offers to be matched on, from {kv_from}.",
+            code=code_line(forward, ("k = ops.split_heads(self.w_k(key_value)", "self.w_k(")),
+            labels=key_labels,
+        )
+        self.add(
+            f"{prefix}.v",
+            section,
+            "values V (every key)",
+            "V = X·W_V + b_V" if memory is None else "V = memory·W_V + b_V",
+            shape=_dims("B, H, Tk, d_head", v),
+            shown=f"head {h + 1}, all {v.size(2)} keys: ({v.size(2)}, {dh})",
+            values=_cpu(v[b, h]),
+            explanation="What each key passes on if it is attended to.",
+            code=code_line(forward, ("v = ops.split_heads(self.w_v(key_value)", "self.w_v(")),
+            labels=key_labels,
+        )
+        return q, k, v
+
+    def rms_norm(
+        self, key: str, section: str, x: Tensor, hs: Tensor, norm: RMSNorm, lead: str
+    ) -> None:
+        """The RMSNorm step before a sub-layer of a pre-norm model (``hs = norm(x)``)."""
+        self.add(
+            key,
+            section,
+            "RMSNorm first (pre-norm)",
+            "RMSNorm(x) = x / √(mean(x²) + ε) · w",
+            full=hs,
+            explanation=lead + _norm_explanation(x[self.b, self.i], norm),
+            code=code_line(type(norm).forward, ("torch.rsqrt(mean_square + self.eps)",)),
+        )
+
+    def modern_qkv(
+        self,
+        prefix: str,
+        section: str,
+        module: nn.Module,
+        hs: Tensor,
+        source: Tensor,
+        key_labels: list[str],
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """q and K before and after the rotary rotation, the key/value head this query head
+        reads (grouped-query attention) and V; returns q ``(B, H, Tq, d_head)`` and K, V
+        expanded to ``(B, H, Tk, d_head)`` (each query head's own key/value head)."""
+        b, i, h, dh = self.b, self.i, self.h, self.d_head
+        forward = type(module).forward
+        token = self.walk.query_labels[i]
+        n_heads, n_kv = module.n_heads, module.n_kv_heads
+        g = module.kv_head_of[h]
+        group = [str(n + 1) for n, kv in enumerate(module.kv_head_of) if kv == g]
+        q = operations.split_heads(module.w_q(hs), n_heads)  # (B, H, Tq, d_head)
+        k = operations.split_heads(module.w_k(source), n_kv)  # (B, H_kv, Tk, d_head)
+        v = operations.split_heads(module.w_v(source), n_kv)
+        bias_q = " + b_Q" if module.w_q.bias is not None else ""
+        bias_k = " + b_K" if module.w_k.bias is not None else ""
+        bias_v = " + b_V" if module.w_v.bias is not None else ""
+        cols = f"columns {h * dh}…{(h + 1) * dh - 1}"
+        kv_cols = f"columns {g * dh}…{(g + 1) * dh - 1}"
+        rotating = module.rotary is not None
+        before = " (before rotation)" if rotating else ""
+        self.add(
+            f"{prefix}.q",
+            section,
+            "query q" + before,
+            f"q = x·W_Q{bias_q}   (head {h + 1}: {cols})",
+            shape=_dims("B, H, Tq, d_head", q),
+            shown=f"head {h + 1}, this token {token}: ({dh},)",
+            values=_cpu(q[b, h, i]),
+            explanation=f"What this token looks for: its vector times the query matrix, cut "
+            f"into {n_heads} query heads of d_head = {dh}.",
+            code=code_line(forward, ("q = ops.split_heads(self.w_q(query)", "self.w_q(")),
+        )
+        self.add(
+            f"{prefix}.k",
+            section,
+            f"keys K{before}: key/value head {g + 1}",
+            f"K = X·W_K{bias_k}   (key/value head {g + 1}: {kv_cols})",
+            shape=_dims("B, H_kv, Tk, d_head", k),
+            shown=f"key/value head {g + 1}, all {k.size(2)} keys: ({k.size(2)}, {dh})",
+            values=_cpu(k[b, g]),
+            explanation=(
+                f"Grouped-query attention: W_K makes only {n_kv} key/value heads for "
+                f"{n_heads} query heads, and query head h reads key/value head "
+                f"h // {n_heads // n_kv}. Query head {h + 1} reads key/value head {g + 1}, "
+                f"shared with query heads {', '.join(group)}."
+                if n_kv != n_heads
+                else f"One key/value head per query head: query head {h + 1} reads its own."
+            ),
+            code=code_line(forward, ("k = ops.split_heads(self.w_k(key_value)", "self.w_k(")),
+            labels=key_labels,
+        )
+        if rotating:
+            rotary = module.rotary
+            position = i + self.offset
+            angles = rotary_module.rotary_angles(
+                torch.tensor([position], device=hs.device), dh, rotary.base
+            )[0]  # (d_head/2,)
+            self.add(
+                f"{prefix}.angles",
+                section,
+                f"rotation angles at position {position}",
+                f"angle_i = {position} · θ_i,   θ_i = {rotary.base:g}^(−2i/{dh})",
+                shape=f"(d_head/2,) = ({angles.numel()},)",
+                shown=f"position {position}: ({angles.numel()},) radians",
+                values=_cpu(angles),
+                explanation=f"Rotary positions: dimension i and i + {dh // 2} of every query "
+                f"and key head turn together by position · θ_i. The first pair turns "
+                f"{angles[0].item():.3g} rad here, the last {angles[-1].item():.3g}: the first "
+                "pairs spin fast, the last barely move. Nothing was added to the embedding.",
+                code=code_line(rotary_module.rotary_angles, ("positions.float()[..., None]",)),
+            )
+            q_rot, k_rot = rotary(q, k, offset=self.offset)
+            rotate_code = code_line(rotary_module.rotate, ("rotate_half(x) * sin",))
+            self.add(
+                f"{prefix}.q_rotated",
+                section,
+                "query q after rotation",
+                "q' = q·cos(angle) + rotate_half(q)·sin(angle),  rotate_half([a, b]) = [−b, a]",
+                shape=_dims("B, H, Tq, d_head", q_rot),
+                shown=f"head {h + 1}, this token {token}: ({dh},)",
+                values=_cpu(q_rot[b, h, i]),
+                explanation="The query turned by this position's angles, pair by pair: its "
+                f"length stays {q[b, h, i].norm().item():.4g}, only its direction changes.",
+                code=rotate_code,
+            )
+            self.add(
+                f"{prefix}.k_rotated",
+                section,
+                f"keys K after rotation: key/value head {g + 1}",
+                "k'_j = k_j·cos(angle_j) + rotate_half(k_j)·sin(angle_j)",
+                shape=_dims("B, H_kv, Tk, d_head", k_rot),
+                shown=f"key/value head {g + 1}, all {k.size(2)} keys: ({k.size(2)}, {dh})",
+                values=_cpu(k_rot[b, g]),
+                explanation="Each key turned by its own position's angles; so q'·k'_j depends "
+                "on the distance between the query and key j, not on where they are.",
+                code=rotate_code,
+                labels=key_labels,
+            )
+            q, k = q_rot, k_rot
+        self.add(
+            f"{prefix}.v",
+            section,
+            f"values V: key/value head {g + 1}",
+            f"V = X·W_V{bias_v}   (key/value head {g + 1}; not rotated)",
+            shape=_dims("B, H_kv, Tk, d_head", v),
+            shown=f"key/value head {g + 1}, all {v.size(2)} keys: ({v.size(2)}, {dh})",
+            values=_cpu(v[b, g]),
+            explanation="What each key passes on if it is attended to"
+            + (f", shared by query heads {', '.join(group)}." if n_kv != n_heads else "."),
+            code=code_line(forward, ("v = ops.split_heads(self.w_v(key_value)", "self.w_v(")),
+            labels=key_labels,
+        )
+        return q, expand_kv_heads(k, n_heads), expand_kv_heads(v, n_heads)
+
     def residual(
-        self, prefix: str, section: str, residual: _Residual, x: Tensor, update: Tensor, what: str
+        self, prefix: str, section: str, residual: nn.Module, x: Tensor, update: Tensor, what: str
     ) -> Tensor:
         """The residual add and, in post-LN, the norm after it; returns the new stream."""
         b, i = self.b, self.i
@@ -569,16 +758,16 @@ class _Walker:
 
     # -- the feed-forward sub-layer --------------------------------------------------------
 
-    def feed_forward(self, layer: EncoderLayer | DecoderLayer, x: Tensor) -> Tensor:
+    def feed_forward(self, layer: nn.Module, x: Tensor) -> Tensor:
         b, i = self.b, self.i
         token = self.walk.query_labels[i]
         ff, residual = layer.feed_forward, layer.feed_forward_residual
-        if not isinstance(ff, PositionwiseFeedForward):
-            raise ValueError("this walkthrough shows the paper's feed-forward, not a gated one")
         section = "feed-forward"
         ff_code = type(ff).forward
         hs = residual.sublayer_input(x)
-        if residual.pre_norm:
+        if residual.pre_norm and isinstance(residual.norm, RMSNorm):
+            self.rms_norm("ff.norm_in", section, x, hs, residual.norm, "")
+        elif residual.pre_norm:
             self.add(
                 "ff.norm_in",
                 section,
@@ -590,6 +779,9 @@ class _Walker:
                     type(residual).sublayer_input, ("return ops.layer_norm(self.norm, x)",)
                 ),
             )
+        if isinstance(ff, GatedFeedForward):
+            update = self.gated(ff, hs)
+            return self.residual("ff", section, residual, x, update, "FFN")
         hidden = ff.linear1(hs)  # (B, T, d_ff)
         d_ff = hidden.size(-1)
         self.add(
@@ -640,6 +832,86 @@ class _Walker:
             code=code_line(ff_code, ("self.linear2(", "linear2(")),
         )
         return self.residual("ff", section, residual, x, update, "FFN")
+
+    def gated(self, ff: GatedFeedForward, hs: Tensor) -> Tensor:
+        """The gated feed-forward's steps (SwiGLU with SiLU); returns ``(B, T, d_model)``."""
+        b, i = self.b, self.i
+        token = self.walk.query_labels[i]
+        section = "feed-forward"
+        code = code_line(type(ff).forward, ("self.activation(self.w_gate(x)) * self.w_up(x)",))
+        pre_gate = ff.w_gate(hs)  # (B, T, d_ff)
+        up = ff.w_up(hs)
+        d_ff = up.size(-1)
+        shown = f"token {token}: ({d_ff},)"
+        self.add(
+            "ff.gate_in",
+            section,
+            "·W_gate",
+            "g = x·W_gate",
+            shape=_dims("B, T, d_ff", pre_gate),
+            shown=shown,
+            values=_cpu(pre_gate[b, i]),
+            explanation=f"Widened from d_model = {hs.size(-1)} to d_ff = {d_ff}: the gate, "
+            "which will decide how much of each unit passes.",
+            code=code,
+        )
+        gate = ff.activation(pre_gate)
+        formula, effect = _ACTIVATIONS.get(
+            self.walk.config.activation, ("act(u)", "changes each unit")
+        )
+        off = (pre_gate[b, i] <= 0).cpu()
+        n_off = int(off.sum())
+        self.add(
+            "ff.activation",
+            section,
+            "activation of the gate",
+            formula.replace("u", "g"),
+            shape=_dims("B, T, d_ff", gate),
+            shown=shown + "; grey = gate nearly closed, g ≤ 0",
+            values=_cpu(gate[b, i]),
+            explanation=f"{formula.split('(')[0]} {effect}: {n_off} of {d_ff} gates are "
+            "nearly closed (g ≤ 0; grey); a large positive g lets its unit through almost "
+            "unchanged.",
+            code=code,
+            off=off,
+        )
+        self.add(
+            "ff.up",
+            section,
+            "·W_up",
+            "u = x·W_up",
+            shape=_dims("B, T, d_ff", up),
+            shown=shown,
+            values=_cpu(up[b, i]),
+            explanation="A second projection to d_ff, of the same token: what the units carry.",
+            code=code,
+        )
+        product = gate * up
+        strongest = product[b, i].abs().topk(min(5, d_ff)).indices
+        self.add(
+            "ff.product",
+            section,
+            "gate ⊙ up: the unit activity",
+            f"a = {formula.split('(')[0]}(g) ⊙ u",
+            shape=_dims("B, T, d_ff", product),
+            shown=shown,
+            values=_cpu(product[b, i]),
+            explanation="Each unit's carried value times its gate, number by number (SwiGLU): "
+            f"the most active units here are {_list(strongest.cpu())}.",
+            code=code,
+        )
+        update = ff.w_down(product)
+        self.add(
+            "ff.project",
+            section,
+            "·W_down",
+            "FFN(x) = a·W_down",
+            full=update,
+            explanation=f"Back from {d_ff} to d_model = {update.size(-1)}: what the "
+            "feed-forward network adds to the stream.",
+            code=code_line(type(ff).forward, ("return self.w_down(",)),
+        )
+        return update
 
 
 def _mask_reasons(
@@ -706,8 +978,6 @@ def walkthrough(
         raise ValueError(f"a {config.architecture} model has no {stack}: choose the {other}")
     layers = trace.encoder_layers if stack == "encoder" else trace.decoder_layers
     record = trace.source if stack == "encoder" else trace.target
-    if record is None:
-        raise ValueError("the analysis holds no inputs: it was run without capture")
     pieces = analysis.source_pieces if stack == "encoder" else analysis.target_pieces
     _check_index(row, "row", analysis.batch_size)
     _check_index(layer, "layer", len(layers))
@@ -737,12 +1007,10 @@ def walkthrough(
         memory_labels=memory_labels,
     )
     traced: LayerTrace = layers[layer]
-    module = cast(
-        EncoderLayer | DecoderLayer,
-        (model.encoder if stack == "encoder" else model.decoder).layers[layer],
-    )
+    module = (model.encoder if stack == "encoder" else model.decoder).layers[layer]
     with eval_mode(model):
         walker = _Walker(walk, model)
+        walker.offset = record.position_offset
         x = traced.input
         if layer == 0:
             walker.embedding(record, x, decoder=stack == "decoder")
@@ -754,9 +1022,7 @@ def walkthrough(
             self_record.mask[row, 0, query].cpu(), real, _cpu_or_none(causal), query
         )
         residual = (
-            module.attention_residual
-            if isinstance(module, EncoderLayer)
-            else module.self_attention_residual
+            module.attention_residual if stack == "encoder" else module.self_attention_residual
         )
         x = walker.attention(
             "self",
@@ -769,10 +1035,8 @@ def walkthrough(
             labels,
             reasons,
         )
-        if isinstance(module, DecoderLayer) and module.cross_attention is not None:
+        if getattr(module, "cross_attention", None) is not None:
             cross = traced.cross_attention
-            # A layer with cross-attention records it; its memory and labels come from the source.
-            assert cross is not None and trace.source is not None and memory_labels is not None
             reasons = _mask_reasons(
                 cross.mask[row, 0, query].cpu(), trace.source.real_tokens[row].cpu(), None, query
             )
@@ -799,7 +1063,11 @@ def walkthrough(
                 if layer + 1 < len(layers)
                 else "The last layer's output"
                 + (
-                    ": the stack's final LayerNorm comes next (pre-LN)."
+                    (
+                        ": the stack's final RMSNorm comes next (pre-norm)."
+                        if config.norm_kind == "rms"
+                        else ": the stack's final LayerNorm comes next (pre-LN)."
+                    )
                     if config.norm == "pre"
                     else (
                         ": the encoder's memory, which the decoder's cross-attention reads."

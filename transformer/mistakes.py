@@ -294,8 +294,8 @@ MISTAKES: dict[str, Mistake] = {
             "unbiased std makes every normalised vector √((n−1)/n) times too small and moves "
             "eps out of the root; with hundreds of dimensions that is a small change, which is "
             "why such a bug can go unnoticed.",
-            "",
-            _always,
+            "LayerNorm (RMSNorm subtracts no mean and has no bias)",
+            lambda config: config.norm_kind != "rms",
         ),
         Mistake(
             CROSS_QUERIES_FROM_MEMORY,

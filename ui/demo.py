@@ -270,6 +270,8 @@ def _wire_views(
     for menus, fit in fitted:
         if not menus:
             continue
+        if len(menus) == 1:  # gradio takes a one-output event's return as the value itself
+            fit = functools.partial(lambda f, *values: f(*values)[0], fit)
         demo.load(fit, [session, *menus], menus, **private)
         for tab in tab_list:
             tab.select(fit, [session, *menus], menus, **private)

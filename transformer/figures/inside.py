@@ -230,6 +230,8 @@ def _heatmap_block(
     if step.off is not None and not matrix and bool(step.off.any()):
         off = to_numpy(step.off, dtype=bool)
         grey = np.where(off, values, np.nan).astype(np.float32)[None, :]
+        # What grey means, as the step says it ("grey = switched off", "grey = nearly closed").
+        meaning = step.shown.split("grey = ", 1)[1] if "grey = " in step.shown else "switched off"
         traces.append(
             go.Heatmap(
                 z=grey,
@@ -239,7 +241,7 @@ def _heatmap_block(
                 yaxis=y_ref,
                 colorscale=_GREY_SCALE,
                 showscale=False,
-                hovertemplate="index %{x}: %{z:.4f} (switched off)<extra></extra>",
+                hovertemplate=f"index %{{x}}: %{{z:.4f}} ({meaning})<extra></extra>",
                 hoverongaps=False,
             )
         )

@@ -134,8 +134,10 @@ def draw(
         chosen_label=last.chosen_label,
         large_font=large,
     )
+    # Redrawn at every step: the values are in the hover (as the caption says), not written
+    # in hundreds of cells that the browser lays out anew each time.
     norms_plot = residual_norms_figure(
-        decoding.residual_stream(), labels[: len(last.tokens)], large_font=large
+        decoding.residual_stream(), labels[: len(last.tokens)], large_font=large, numbers=False
     )
     return text, top, cross, triangle, lens_plot, norms_plot, state
 

@@ -14,7 +14,7 @@ from transformer.generation import teacher_force
 
 from ... import limits
 from ...errors import InputError, friendly, gpu, user_input
-from ...state import ModelRegistry, SessionModels
+from ...state import GenerationState, ModelRegistry, SessionModels
 from .decoding import (
     RESTARTED,
     _restart,
@@ -288,3 +288,19 @@ def redraw(registry: ModelRegistry, *inputs: Any) -> Drawn:
         return first_step(registry, *inputs)
     with state.lock:
         return draw(registry, state, request, session)
+
+
+@friendly
+@gpu
+def redraw_attention(registry: ModelRegistry, *inputs: Any) -> tuple[Any, Any, GenerationState]:
+    """(cross-attention, self-attention triangle, state) redrawn for a new layer or head: the
+    next-token chart, the logit lens and the residual stream depend on neither, so the page
+    keeps them (they are not outputs of the sliders' event) and only these two are re-sent.
+    While the decoding is not the controls' own (a new source or model is on its way, and its
+    own event draws everything), the page is left as it is."""
+    request, session, state = read_inputs(inputs)
+    if state.decoding is None or state.key[:2] != request.key[:2]:
+        return gr.skip(), gr.skip(), state
+    with state.lock:
+        drawn = draw(registry, state, request, session)
+    return drawn[2], drawn[3], drawn[-1]

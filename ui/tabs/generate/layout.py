@@ -23,6 +23,7 @@ from .handlers import (
     force_view,
     model_controls,
     redraw,
+    redraw_attention,
     reset,
     run,
     step,
@@ -182,8 +183,12 @@ def build(
     ).then(live_force, force_inputs, force_outputs, **private)
     reference.input(live_force, force_inputs, force_outputs, trigger_mode="always_last", **private)
     live_redraw = bind(redraw, registry)
+    # Layer and head change only the two attention figures: the other three are not re-sent
+    # (a browser spends far longer drawing a figure than the server spends making it).
+    attention_outputs = [cross_plot, triangle_plot, state]
+    live_attention = bind(redraw_attention, registry)
     for control in (layer, head):
-        control.release(live_redraw, inputs, outputs, **private)
+        control.release(live_attention, inputs, attention_outputs, **private)
     large.change(live_redraw, inputs, outputs, **private)
     # The tab opens on its first example's first step.
     demo = gr.context.Context.root_block

@@ -16,7 +16,9 @@ from .view import EXAMPLE_TEXT, SECTIONS, default_query, layers_in, query_choice
 INTRO = (
     "One layer, one token at a time. Pick a layer, a head and a **query token**: every step the "
     "model computes for it is listed in order, with the tensor's shape, the values (a strip per "
-    "vector: hover for each number), and the line of `transformer/` that computes it."
+    "vector: hover for each number), and the line of `transformer/` that computes it. A "
+    "Llama-family model (SmolLM2) shows its own steps: RMSNorm, q and k before and after the "
+    "rotary rotation, the key/value head a group of query heads shares, and SiLU(gate) ⊙ up."
 )
 
 

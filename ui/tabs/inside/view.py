@@ -160,10 +160,20 @@ def summary(chosen: Chosen, walk: LayerWalkthrough, name: str) -> str:
     """A few lines: the model's shape, what the walkthrough shows, what the model read and wrote."""
     config = chosen.checkpoint.config
     norm = "pre-LN (normalise first)" if config.norm == "pre" else "post-LN (normalise after)"
+    if config.norm_kind == "rms":
+        norm = "RMSNorm first (pre-norm)" if config.norm == "pre" else "RMSNorm after (post-norm)"
+    heads = f"{config.n_heads} heads"
+    if config.kv_heads != config.n_heads:
+        heads = f"{config.n_heads} query heads sharing {config.kv_heads} key/value heads"
+    rotary = (
+        f", rotary positions (base {config.rope_base:g})" if config.positional == "rotary" else ""
+    )
+    activation = _ACTIVATION_NAMES.get(config.activation, config.activation)
+    if config.feed_forward_kind == "gated":
+        activation = f"gated feed-forward {activation}(x·W_gate) ⊙ x·W_up"
     lines = [
-        f"**{name}**: {config.architecture}, {norm}, d_model {config.d_model}, "
-        f"{config.n_heads} heads × d_head {config.d_head}, d_ff {config.d_ff}, "
-        f"{_ACTIVATION_NAMES.get(config.activation, config.activation)}. "
+        f"**{name}**: {config.architecture}, {norm}{rotary}, d_model {config.d_model}, "
+        f"{heads} × d_head {config.d_head}, d_ff {config.d_ff}, {activation}. "
         f"Showing layer **{walk.layer + 1}** of the {walk.stack}, head **{walk.head + 1}**, "
         f"query token {code_span(walk.query_labels[walk.query])}: {len(walk.steps)} steps, every "
         "number recomputed from the model's weights (hover a strip for its values)."
