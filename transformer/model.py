@@ -184,8 +184,7 @@ class Transformer(nn.Module):
         """The encoder's embedding parts for ``(B, Ts)`` ids and their token types (all 0 when
         left out, on a model that has token types)."""
         assert self.src_embedding is not None  # called once has_encoder was checked
-        types = self.token_type_embedding
-        if types is None:
+        if self.token_type_embedding is None:
             if token_types is not None:
                 raise ValueError("this model has no token-type embeddings: leave token_types out")
             return EmbeddingParts(self.src_embedding, self.src_positional, self.src_embedding_norm)
@@ -196,12 +195,12 @@ class Transformer(nn.Module):
                 f"token_types must have the tokens' shape {tuple(src.shape)}, got "
                 f"{tuple(token_types.shape)}"
             )
-        n_types = types.num_embeddings
+        n_types = self.token_type_embedding.num_embeddings
         if token_types.numel() and (
             int(token_types.min()) < 0 or int(token_types.max()) >= n_types
         ):
             raise ValueError(f"token types must lie in 0..{n_types - 1}")
-        type_vectors = types(token_types)  # (B, Ts, d_model)
+        type_vectors = self.token_type_embedding(token_types)  # (B, Ts, d_model)
         return EmbeddingParts(
             self.src_embedding, self.src_positional, self.src_embedding_norm, type_vectors
         )
