@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from torch import Tensor
 
+from .config import ModelConfig
 from .generation import DecodingSession, DecodingSettings, decoding_ends, source_ends_with_eos
 from .inspection import Analysis
 from .interventions import Intervention
@@ -202,9 +203,58 @@ def parameter_groups(model: Transformer) -> dict[str, int]:
     return result
 
 
+# Within a layer of a modern (Llama-family) block: sublayer module → matrix → label.
+_MATRIX_LABELS: dict[str, str] = {
+    "w_q": "attention W_q",
+    "w_k": "attention W_k",
+    "w_v": "attention W_v",
+    "w_o": "attention W_o",
+    "w_gate": "feed-forward W_gate",
+    "w_up": "feed-forward W_up",
+    "w_down": "feed-forward W_down",
+    "w_1": "feed-forward W_1",
+    "w_2": "feed-forward W_2",
+}
+
+
+def layer_parameter_groups(model: Transformer) -> dict[str, int]:
+    """Parameters of every layer of each stack, per matrix (summed over the layers): for a
+    decoder ``"decoder attention W_q"``, ``W_k``, ``W_v``, ``W_o`` (biases with their matrix),
+    ``"decoder feed-forward W_gate"``/``W_up``/``W_down`` (``W_1``/``W_2`` ungated), and
+    ``"decoder norms"`` (the norms around each sublayer); the stack's final norm is not a layer.
+    Cross-attention matrices are labelled ``cross-attention``."""
+    counts: dict[str, int] = {}
+    for name, parameter in model.named_parameters():
+        parts = name.split(".")
+        if len(parts) < 5 or parts[1] != "layers":
+            continue
+        stack, sublayer, leaf = parts[0], parts[3], parts[4]
+        if sublayer.endswith("_residual") or "norm" in sublayer:
+            label = f"{stack} norms"
+        elif leaf in _MATRIX_LABELS:
+            what = _MATRIX_LABELS[leaf]
+            if sublayer.startswith("cross"):
+                what = what.replace("attention", "cross-attention")
+            label = f"{stack} {what}"
+        else:
+            label = f"{stack} other"
+        counts[label] = counts.get(label, 0) + parameter.numel()
+    return counts
+
+
+def kv_cache_bytes_per_token(config: ModelConfig, grouped: bool = True, bytes_per: int = 4) -> int:
+    """Bytes the key/value cache grows by per generated token: ``2 (k and v) × decoder layers ×
+    heads × d_head × bytes_per`` (float32: 4), with the config's key/value heads
+    (``kv_heads``, grouped-query) or, ``grouped=False``, one per query head (``n_heads``)."""
+    heads = config.kv_heads if grouped else config.n_heads
+    return 2 * config.n_decoder_layers * heads * config.d_head * bytes_per
+
+
 __all__ = [
     "WHAT_IF_SWITCHES",
     "axis_pieces",
+    "kv_cache_bytes_per_token",
+    "layer_parameter_groups",
     "parameter_groups",
     "prompt_ids",
     "real_keys",

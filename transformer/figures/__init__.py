@@ -26,6 +26,9 @@ from .positional import (
     positional_encoding_figure,
     positional_similarity,
     positional_similarity_figure,
+    rotary_angle_figure,
+    rotary_scores,
+    rotary_scores_figure,
 )
 from .training import training_curves_figure
 
@@ -46,6 +49,9 @@ __all__ = [
     "positional_encoding_figure",
     "positional_similarity",
     "positional_similarity_figure",
+    "rotary_angle_figure",
+    "rotary_scores",
+    "rotary_scores_figure",
     "scores_and_weights_figure",
     "to_numpy",
     "token_labels",

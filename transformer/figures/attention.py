@@ -192,7 +192,7 @@ def head_figure(
     matrix = getattr(record, values) if values in ("weights", "scores") else None
     if matrix is None:
         raise ValueError(f"values must be 'weights' or 'scores', got {values!r}")
-    title = f"{_describe(record)} · head {head + 1} · {values} · grey = masked"
+    title = f"{_describe(record)} · {head_name(record, head)} · {values} · grey = masked"
     return attention_heatmap(
         matrix[batch, head],
         query_labels,
@@ -203,6 +203,19 @@ def head_figure(
         large_font=large_font,
         height=height,
     )
+
+
+def _shares_kv(kv_head_of: Sequence[int] | None) -> bool:
+    """Whether some query heads share a key/value head (grouped- or multi-query attention)."""
+    return bool(kv_head_of) and len(set(kv_head_of)) < len(kv_head_of)
+
+
+def head_name(record: AttentionRecord, head: int) -> str:
+    """``"head 4"``, or ``"head 4 (kv 2)"`` where query heads share key/value heads (1-based)."""
+    kv = getattr(record, "kv_head_of", ())
+    if _shares_kv(kv):
+        return f"head {head + 1} (kv {kv[head] + 1})"
+    return f"head {head + 1}"
 
 
 def _describe(record: AttentionRecord) -> str:
@@ -268,7 +281,7 @@ def scores_and_weights_figure(
     else:
         y_axis2 = {**y_axis, "title": None, "showticklabels": False, "matches": "y", "anchor": "x2"}
     layout = base_layout(
-        f"{_describe(record)} · head {head + 1} · grey = masked{note}",
+        f"{_describe(record)} · {head_name(record, head)} · grey = masked{note}",
         height or heatmap_height(n_queries, large_font) + 40,
         large_font,
         plot_bgcolor=MASKED_GREY,
@@ -459,6 +472,7 @@ def attention_grid(
     max_tile: int = 128,
     max_cells: int = GRID_MAX_CELLS,
     padded_queries: Any | None = None,
+    kv_head_of: Sequence[int] | None = None,
     large_font: bool = False,
     height: int | None = None,
 ) -> go.Figure:
@@ -476,6 +490,9 @@ def attention_grid(
             exact, a 12 × 12 grid 64 tokens too).
         padded_queries: ``(Tq,)`` bool, ``True`` for [PAD] query rows: a red tick beside each
             such row of every layer (they attend normally; the loss ignores their output).
+        kv_head_of: ``(H,)`` the key/value head each query head reads
+            (``AttentionRecord.kv_head_of``): where heads share one (grouped-query attention)
+            each column is labelled ``head h (kv g)`` and a dark line separates the groups.
 
     The colour bar reads in weights, 0..1, as the single-head view's does (a long input whose
     weights are nearly all small stops at their 99th percentile, and says so).
@@ -560,11 +577,32 @@ def attention_grid(
         "zeroline": False,
         "type": "category",
     }
+    grouped = _shares_kv(kv_head_of)
+    if kv_head_of is not None and len(kv_head_of) != n_heads:
+        raise ValueError(f"{len(kv_head_of)} key/value head numbers for {n_heads} heads")
+    head_text = [
+        f"head {h + 1} (kv {kv_head_of[h] + 1})" if grouped and kv_head_of else f"head {h + 1}"
+        for h in range(n_heads)
+    ]
+    group_lines = [
+        {
+            "type": "line",
+            "x0": h * tile_w - (gutter + 1) / 2,
+            "x1": h * tile_w - (gutter + 1) / 2,
+            "y0": -0.5,
+            "y1": z.shape[0] - 0.5,
+            "line": {"color": "#222222", "width": 2},
+            "layer": "above",
+            "name": f"key/value group {kv_head_of[h] + 1} starts",
+        }
+        for h in range(1, n_heads)
+        if grouped and kv_head_of and kv_head_of[h] != kv_head_of[h - 1]
+    ]
     head_notes = [
         {
             "x": head * tile_w + (cols - 1) / 2,
             "y": -0.5,
-            "text": f"head {head + 1}",
+            "text": head_text[head],
             "yanchor": "bottom",
         }
         for head in range(n_heads)
@@ -599,7 +637,8 @@ def attention_grid(
             "colorbar": _weight_bar(limit, weight_note, unit=1000),
         },
         shapes=_grid_shapes(m, n_heads, rows, cols, tile_h, tile_w, z.shape)
-        + _padded_row_marks(padded, n_layers, tile_h),
+        + _padded_row_marks(padded, n_layers, tile_h)
+        + group_lines,
         annotations=[
             {**note, "showarrow": False, "font": {"size": size - 1}}
             for note in head_notes + layer_notes
@@ -752,7 +791,13 @@ def grid_figure(
         masked,
         query_labels,
         key_labels,
-        title=f"{kind}: every layer (rows) and head (columns)",
+        title=f"{kind}: every layer (rows) and head (columns)"
+        + (
+            " · heads between dark lines share one key/value head"
+            if _shares_kv(records[0].kv_head_of)
+            else ""
+        ),
+        kv_head_of=records[0].kv_head_of,
         exact_up_to=exact_up_to,
         max_tile=max_tile,
         max_cells=max_cells,

@@ -442,3 +442,117 @@ def embedding_norms_figure(
     )
     layout["margin"]["t"] += 30
     return go.Figure(traces, layout)
+
+
+# -- rotary positions (RoPE) -------------------------------------------------------------------
+
+
+def rotary_scores(
+    q: Any, k: Any, query_positions: Any, key_positions: Any, base: float = 10000.0
+) -> np.ndarray:
+    """``q·k`` after rotating ``q`` to each query position and ``k`` to each key position.
+
+    Args:
+        q, k: ``(d_head,)`` vectors before rotation (the same two vectors at every position).
+        query_positions, key_positions: integer positions, ``(P,)`` and ``(K,)``.
+
+    Returns:
+        ``(P, K)`` float64 dot products ``R(m)q · R(n)k``, computed with the rotate-half
+        convention of Hugging Face Llama (``transformer.rotary``), not from a formula for the
+        result: that each value depends only on ``m − n`` is for a reader to check.
+    """
+    import torch
+
+    from ..rotary import rotary_cos_sin, rotate
+
+    q_t = torch.as_tensor(np.asarray(q), dtype=torch.float64).reshape(1, 1, 1, -1)
+    k_t = torch.as_tensor(np.asarray(k), dtype=torch.float64).reshape(1, 1, 1, -1)
+    d_head = q_t.shape[-1]
+    if k_t.shape[-1] != d_head:
+        raise ValueError(f"q and k must have the same width, got {d_head} and {k_t.shape[-1]}")
+    pq = torch.as_tensor(np.asarray(query_positions), dtype=torch.int64).reshape(-1)
+    pk = torch.as_tensor(np.asarray(key_positions), dtype=torch.int64).reshape(-1)
+    cos_q, sin_q = rotary_cos_sin(pq, d_head, base)
+    cos_k, sin_k = rotary_cos_sin(pk, d_head, base)
+    rq = rotate(q_t.expand(1, 1, len(pq), d_head), cos_q.double(), sin_q.double())[0, 0]
+    rk = rotate(k_t.expand(1, 1, len(pk), d_head), cos_k.double(), sin_k.double())[0, 0]
+    return (rq @ rk.T).numpy()
+
+
+def rotary_angle_figure(
+    angles: Any, *, base: float = 10000.0, large_font: bool = False, height: int | None = None
+) -> go.Figure:
+    """The angle (mod 2π) by which RoPE turns each dimension pair at each position.
+
+    Args:
+        angles: ``(T, d_head/2)`` angles in radians, ``position · θ_i``
+            (:func:`transformer.rotary.rotary_angles`); column i turns dimensions i and
+            i + d_head/2. The first pairs spin fast, the last barely move.
+    """
+    z = _table(angles)
+    wrapped = np.mod(z, 2 * np.pi)
+    trace = go.Heatmap(
+        z=wrapped,
+        customdata=z,
+        colorscale="Twilight",
+        zmin=0.0,
+        zmax=2 * np.pi,
+        colorbar={"title": {"text": "angle mod 2π (rad)"}},
+        hovertemplate=(
+            "position %{y}<br>pair %{x}<br>angle %{customdata:.3f} rad"
+            " (%{z:.3f} mod 2π)<extra></extra>"
+        ),
+    )
+    layout = base_layout(
+        f"RoPE rotation angle position·θ_i, θ_i = {readable_number(base)}^(−2i/d_head)",
+        height or heatmap_height(min(z.shape[0], 40), large_font),
+        large_font,
+        xaxis={
+            "title": {"text": "dimension pair i (turns dims i and i + d_head/2)"},
+            "showgrid": False,
+            "zeroline": False,
+        },
+        yaxis={
+            "title": {"text": "position"},
+            "autorange": "reversed",
+            "showgrid": False,
+            "zeroline": False,
+        },
+    )
+    return go.Figure(trace, layout)
+
+
+def rotary_scores_figure(
+    scores: Any, *, large_font: bool = False, height: int | None = None
+) -> go.Figure:
+    """``q·k`` for one q and one k placed at every (query position, key position): a
+    :func:`rotary_scores` table; equal along each diagonal when RoPE makes it depend only on
+    the distance.
+
+    Args:
+        scores: ``(T, T)`` dot products, rows query positions, columns key positions.
+    """
+    z = _table(scores)
+    half = float(np.abs(z).max()) or 1.0
+    trace = go.Heatmap(
+        z=z,
+        colorscale=SIGNED_COLORSCALE,
+        zmin=-half,
+        zmax=half,
+        colorbar={"title": {"text": "q·k"}},
+        hovertemplate="q at %{y} · k at %{x}<br>q·k %{z:.4f}<extra></extra>",
+    )
+    axis = {"showgrid": False, "zeroline": False}
+    layout = base_layout(
+        "One q and one k, rotated to every pair of positions: q·k",
+        height or (620 if large_font else 520),
+        large_font,
+        xaxis={**axis, "title": {"text": "key position n"}, "constrain": "domain"},
+        yaxis={
+            **axis,
+            "title": {"text": "query position m"},
+            "autorange": "reversed",
+            "scaleanchor": "x",
+        },
+    )
+    return go.Figure(trace, layout)

@@ -12,6 +12,7 @@ from typing import Any, Literal, cast
 
 import gradio as gr
 import numpy as np
+import torch
 from gradio.context import Context
 
 from transformer import figures
@@ -21,6 +22,7 @@ from transformer.embeddings import (
     sinusoidal_table,
 )
 from transformer.figures.positional import readable_number
+from transformer.rotary import rotary_angles
 
 from ..errors import InputError, beside_input, friendly
 from ..inputs import as_float, as_int, as_int_list
@@ -143,6 +145,9 @@ def learned_positions(
     """A model's position embeddings (the first ``length`` positions) as a heatmap, their
     position-by-position similarity, and a caption saying what they are."""
     n = as_int(length, "positions", 1, 512)
+    config = registry.checkpoint(name, session).config
+    if config.positional == "rotary":
+        return rotary_positions(name, config, n, large)
     table, learned = position_table(registry, name, session)
     total, d = table.shape
     shown = table[: min(n, total)]
@@ -174,6 +179,49 @@ def learned_positions(
             "see learned positions."
         )
     return heatmap, similarity, caption
+
+
+ROPE_STARTS = (16, 100, 1000, 4000)
+"""Where the query of each :func:`rotary_positions` pair sits; the key sits ``distance`` before."""
+ROPE_DISTANCES = (0, 1, 4, 16)
+
+
+def rotary_positions(name: str, config: Any, n: int, large: bool) -> tuple[Any, Any, str]:
+    """A rotary model's positions: the angle heatmap, q·k for one q and one k at every pair of
+    the first ``n`` positions, and a caption with a table, computed by rotating the same two
+    vectors, showing that q·k depends only on the distance between the positions."""
+    d_head, base = config.d_head, float(config.rope_base)
+    angles = rotary_angles(torch.arange(n), d_head, base)
+    heatmap = figures.rotary_angle_figure(angles, base=base, large_font=large)
+    generator = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, d_head, generator=generator, dtype=torch.float64)
+    grid = figures.rotary_scores(q, k, range(n), range(n), base)
+    scores = figures.rotary_scores_figure(grid, large_font=large)
+    head = "| distance m − n | " + " | ".join(f"m = {m:,}" for m in ROPE_STARTS) + " | spread |"
+    rows = [head, "|" + "---|" * (len(ROPE_STARTS) + 2)]
+    for distance in ROPE_DISTANCES:
+        values = [
+            float(figures.rotary_scores(q, k, [m + distance], [m], base)[0, 0]) for m in ROPE_STARTS
+        ]
+        cells = " | ".join(f"{v:.6f}" for v in values)
+        rows.append(f"| {distance} | {cells} | {max(values) - min(values):.1e} |")
+    plain = float(q @ k)
+    caption = (
+        f"**{name}** has no position table: nothing is added to its token embeddings. Its "
+        f"positions are **rotary** (RoPE): inside every attention layer, each of a head's "
+        f"{d_head // 2} dimension pairs of q and k is turned by the angle position·θ_i, "
+        f"θ_i = {base:,.0f}^(−2i/{d_head}) (left; the first pairs spin fast, the last barely "
+        "move). Right: one random q and one random k (seeded, "
+        f"{d_head}-dimensional, q·k = {plain:.4f} unrotated) rotated to every pair of the first "
+        f"{n:,} positions; each diagonal holds one value. The table rotates the same two "
+        "vectors to query position m and key position m − distance, computed here, not assumed:"
+        "\n\n"
+        + "\n".join(rows)
+        + "\n\nEach row agrees to its spread, which is rounding: the angles are float32, as the "
+        "model computes them, so the far positions round more. q·k after rotation depends only "
+        "on the distance between the positions."
+    )
+    return heatmap, scores, caption
 
 
 def _first_layer_input(analysis: Any) -> tuple[Any, Any, list[str]]:
@@ -209,6 +257,9 @@ def _sentence_figures(
     parts.append(
         "a learned position embedding"
         if config.positional == "learned"
+        else "no positional vector (its middle panel is all zeros: rotary positions turn q "
+        "and k inside every attention layer instead)"
+        if config.positional == "rotary"
         else "the sinusoidal positional encoding"
     )
     if types is not None:
@@ -217,7 +268,9 @@ def _sentence_figures(
     if config.embedding_norm:
         caption += ", then normalises the sum with its embedding LayerNorm: that is layer 1's input"
     caption += "."
-    if not config.scale_embeddings:
+    if config.positional == "rotary":
+        pass  # no positional vector to compare the embeddings' scale with
+    elif not config.scale_embeddings:
         caption += (
             " No √d_model scaling here: "
             + ("BERT" if types is not None else "this model")
@@ -265,7 +318,9 @@ def build(
     gr.Markdown(
         "Attention itself ignores order, so the paper **adds** a sinusoidal positional encoding to "
         "each token embedding. Models such as BERT (all-MiniLM-L6-v2) and GPT-2 **learn** one "
-        "vector per position instead: compare the two side by side."
+        "vector per position instead: compare the two side by side. Llama-family models "
+        "(SmolLM2) add nothing: they **rotate** q and k by their positions inside attention "
+        "(RoPE), drawn on the right when you pick one."
     )
     with gr.Row():
         d_model = gr.Slider(8, 512, value=128, step=8, label="d_model")
@@ -289,6 +344,7 @@ def build(
                 registry.model_names,
                 value=_learned_default(registry),
                 label="Learned positions of",
+                info="a rotary model (SmolLM2) shows its RoPE angles and q·k by distance",
             )
             learned_status = gr.Markdown(elem_classes=["input-status"])
             learned_caption = gr.Markdown()

@@ -22,6 +22,24 @@ from ...state import ModelRegistry
 from .view import AttentionView, _describe, _plural, padded_query_rows
 
 
+def shared_kv_line(record: Any, head: int) -> str:
+    """Which query heads share the key/value head that ``head`` (0-based) reads, where heads
+    share one (grouped- or multi-query attention); ``""`` otherwise."""
+    kv = tuple(record.kv_head_of)
+    if not kv or len(set(kv)) == len(kv):
+        return ""
+    mine = kv[head]
+    sharing = [h + 1 for h, g in enumerate(kv) if g == mine]
+    groups = len(set(kv))
+    return (
+        f"**Grouped-query attention**: {len(kv)} query heads read {groups} key/value "
+        f"head{'s' if groups > 1 else ''}. Head {head + 1} reads key/value head {mine + 1}, "
+        f"shared with heads {', '.join(str(h) for h in sharing if h != head + 1)}: their "
+        "scores differ only through their own queries (the keys and values are the same). "
+        "In the all-heads grid, heads between dark lines share one."
+    )
+
+
 def _head_panels(
     registry: ModelRegistry,
     view: AttentionView,
@@ -163,6 +181,12 @@ def _head_panels(
             summary.append(
                 f"**What-if ({switches})**: largest change of any output logit {delta:.3f}."
             )
+        if "no positional encoding" in what_if and config.positional == "rotary":
+            summary.append(
+                "This model adds **no** positional encoding to switch off: its positions are "
+                "rotary (q and k are rotated inside attention), which this what-if leaves on, so "
+                "it changes nothing here."
+            )
         if analysis.predicted and broken is None:
             summary.append(
                 f"Next-token predictions before: {code_span(analysis.predicted[row])} — "
@@ -183,6 +207,9 @@ def _head_panels(
             "Tick a what-if switch or choose one of the seeds' mistakes to see what it changes",
             large_font=large,
         )
+    kv_line = shared_kv_line(record, view.head)
+    if kv_line:
+        summary.append(kv_line)
     n_padded = int(padded.sum())
     n_pad_keys = int((~keys_real).sum())
     if n_pad_keys:

@@ -8,6 +8,7 @@ import gradio as gr
 
 from ... import limits
 from ...state import GenerationState, ModelRegistry, bind
+from .chat import chat_control, toggle_chat
 from .decoding import (
     EXAMPLES,
     OPENING,
@@ -51,6 +52,13 @@ def build(
             names, value=first_model if first_model in names else names[0], label="Model"
         )
     model_note = gr.Markdown()
+    # Shown only for a model with a chat template (SmolLM2): it rewrites the prompt box.
+    chat = gr.Checkbox(
+        False,
+        label="chat: wrap the prompt in the model's own chat template",
+        visible=False,
+    )
+    chat_md = gr.Markdown()
     with gr.Row():
         strategy = gr.Radio(["greedy", "sample", "beam"], value=first_strategy, label="Decoding")
         temperature = gr.Slider(
@@ -166,6 +174,13 @@ def build(
     ).then(live_first, inputs, outputs, **private).then(
         live_force, force_inputs, force_outputs, **private
     )
+    model_name.change(bind(chat_control, registry), [model_name, session], chat, **private)
+    chat.input(
+        bind(toggle_chat, registry),
+        [chat, source, model_name, session],
+        [source, chat_md],
+        **private,
+    )
     strategy.change(strategy_controls, strategy, [temperature, top_k, top_p, beam], **private)
     strategy.change(live_first, inputs, outputs, trigger_mode="always_last", **private)
     for control in (temperature, top_k, top_p, beam, max_tokens):
@@ -195,6 +210,7 @@ def build(
     if demo is not None:
         # The sliders were built wide for API callers; the page shows the first model's ranges.
         demo.load(bind(model_controls, registry), [model_name, session], controls, **private)
+        demo.load(bind(chat_control, registry), [model_name, session], chat, **private)
         demo.load(live_first, inputs, outputs, **private).then(
             live_force, force_inputs, force_outputs, **private
         )

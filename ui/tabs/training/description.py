@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from transformer.analysis import kv_cache_bytes_per_token, layer_parameter_groups
 from transformer.checkpoint import Checkpoint
 from transformer.config import base_config
 from transformer.model import Transformer, count_parameters
@@ -94,6 +95,19 @@ def parameter_counts(model: Transformer) -> dict[str, int]:
     order = [label for label, _ in _COMPONENTS] + ["other"]
     result = {label: counts[label] for label in order if counts.get(label)}
     config = model.config
+    if is_modern(config):  # each layer's matrices, where the four modern changes show
+        detail = layer_parameter_groups(model)
+        shares = _matrix_notes(config)
+        refined: dict[str, int] = {}
+        for label, n in result.items():
+            stack = label.split()[0]
+            if label.endswith(" layers") and any(k.startswith(stack + " ") for k in detail):
+                for key, m in detail.items():
+                    if key.startswith(stack + " "):
+                        refined[f"{key}{shares.get(key.split(' ', 1)[1], '')}"] = m
+            else:
+                refined[label] = n
+        result = refined
     if config.tie_embeddings and config.has_decoder and "token embeddings" in result:
         result = {
             ("token embeddings (tied to the generator)" if k == "token embeddings" else k): n
@@ -101,6 +115,60 @@ def parameter_counts(model: Transformer) -> dict[str, int]:
         }
     result["total"] = count_parameters(model)
     return result
+
+
+def is_modern(config: Any) -> bool:
+    """Whether the config has any of the Llama family's changes (RMSNorm, rotary positions, a
+    gated feed-forward, grouped-query attention)."""
+    return (
+        config.norm_kind == "rms"
+        or config.positional == "rotary"
+        or config.feed_forward_kind == "gated"
+        or config.kv_heads != config.n_heads
+    )
+
+
+def _matrix_notes(config: Any) -> dict[str, str]:
+    """What a modern layer's matrices hold, for the parameter table's labels."""
+    d = config.d_head
+    kv = (
+        f" ({plural(config.kv_heads, 'key/value head')} × {d}, shared by "
+        f"{config.kv_group_size} query heads each)"
+        if config.kv_heads != config.n_heads
+        else f" ({plural(config.n_heads, 'head')} × {d})"
+    )
+    return {
+        "attention W_q": f" ({plural(config.n_heads, 'query head')} × {d})",
+        "attention W_k": kv,
+        "attention W_v": kv,
+        "norms": " (RMSNorm: a gain, no bias)" if config.norm_kind == "rms" else "",
+    }
+
+
+def kv_cache_line(config: Any) -> str:
+    """The key/value cache per generated token, with the config's key/value heads and with one
+    per query head, float32."""
+    if not config.has_decoder:
+        return ""
+    grouped = kv_cache_bytes_per_token(config, grouped=True)
+    full = kv_cache_bytes_per_token(config, grouped=False)
+    formula = (
+        f"2 (k and v) × {config.n_decoder_layers} layers × {{heads}} × d_head {config.d_head} "
+        "× 4 bytes (float32)"
+    )
+    if config.kv_heads == config.n_heads:
+        return (
+            f"Key/value cache: **{full:,} bytes per token** = "
+            f"{formula.format(heads=plural(config.n_heads, 'head'))}; every query head has its "
+            "own key/value head (no grouped-query attention)."
+        )
+    return (
+        f"Key/value cache: **{grouped:,} bytes per token** with grouped-query attention = "
+        f"{formula.format(heads=plural(config.kv_heads, 'key/value head'))}; with one key/value "
+        f"head per query head ({config.n_heads}) it would be **{full:,} bytes** — "
+        f"{full // grouped}× more. A 2,048-token context holds "
+        f"{grouped * 2048 / 2**20:,.1f} MiB instead of {full * 2048 / 2**20:,.1f} MiB."
+    )
 
 
 def parameter_table(model: Transformer) -> list[list[Any]]:
@@ -142,6 +210,24 @@ def describe(name: str, checkpoint: Checkpoint, device: Any) -> str:
         f"{checkpoint.tokenizer.vocab_size:,} tokens; "
         f"**{count_parameters(checkpoint.model):,}** parameters. Running on **{device}**."
     )
+    if is_modern(config):
+        changes = [
+            "RMSNorm" if config.norm_kind == "rms" else "LayerNorm",
+            f"rotary positions (RoPE, base {config.rope_base:,.0f})"
+            if config.positional == "rotary"
+            else f"{config.positional} positions",
+            "a gated feed-forward (SwiGLU: SiLU(x·W_gate) ⊙ x·W_up, then ·W_down)"
+            if config.feed_forward_kind == "gated"
+            else "a two-matrix feed-forward",
+            f"grouped-query attention: {config.n_heads} query heads share "
+            f"{plural(config.kv_heads, 'key/value head')} ({config.kv_group_size} each)"
+            if config.kv_heads != config.n_heads
+            else "one key/value head per query head",
+        ]
+        lines.append("A modern block: " + ", ".join(changes) + ".")
+    cache = kv_cache_line(config)
+    if cache:
+        lines.append(cache)
     metrics = [
         f"{key.replace('_', ' ').replace(' seconds', ' time')} {metric(key, value)}"
         for key, value in checkpoint.metrics.items()

@@ -1,0 +1,92 @@
+"""The Generate tab's *chat* switch: wrap the prompt in the model's own chat template (SmolLM2's
+ChatML, read from its GGUF) and show the wrapped prompt as tokens, so the special tokens that
+mark the turns are visible. No endpoint: the switch rewrites the prompt box, whose own change
+event generates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from ...errors import code_span
+from ...state import ModelRegistry, SessionModels
+
+CHATML_USER = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+"""The minimal ChatML form, used when a template cannot be rendered with jinja2."""
+_MARK = "\x00PROMPT\x00"
+
+
+def chat_template(registry: ModelRegistry, name: str, session: SessionModels | None) -> str | None:
+    """The model's own chat template (``info["chat_template"]``), or ``None`` if it has none."""
+    try:
+        checkpoint = registry.checkpoint(name, session)
+    except Exception:  # an unavailable model offers no switch; its own view says why
+        return None
+    template = checkpoint.info.get("chat_template")
+    return template if isinstance(template, str) and template.strip() else None
+
+
+def render_chat(template: str, text: str) -> str:
+    """``text`` as one user turn of ``template`` (jinja2, sandboxed, as transformers renders
+    it), ending with the assistant's turn opened; the minimal ChatML form if it cannot render."""
+    try:
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        return environment.from_string(template).render(
+            messages=[{"role": "user", "content": text}],
+            add_generation_prompt=True,
+            bos_token="",
+            eos_token="",
+        )
+    except Exception:  # no jinja2, or a template using what a sandbox refuses
+        return CHATML_USER.format(text)
+
+
+def unwrap_chat(template: str, text: str) -> str:
+    """The user's words back out of a prompt that :func:`render_chat` wrapped (else ``text``)."""
+    prefix, _, suffix = render_chat(template, _MARK).partition(_MARK)
+    if text.startswith(prefix) and text.endswith(suffix) and len(text) >= len(prefix + suffix):
+        return text[len(prefix) : len(text) - len(suffix)]
+    return text
+
+
+def chat_tokens(registry: ModelRegistry, name: str, text: str, session: SessionModels) -> str:
+    """The wrapped prompt as the model reads it, token by token, special tokens in bold."""
+    checkpoint = registry.checkpoint(name, session)
+    tokenizer = checkpoint.tokenizer
+    ids = tokenizer.encoding(text, add_special_tokens=False).ids
+    special = set(tokenizer.special_ids)
+    pieces = [
+        f"**{code_span(tokenizer.id_to_token(i) or '?')}**"
+        if i in special
+        else code_span(tokenizer.id_to_token(i) or "?")
+        for i in ids
+    ]
+    return (
+        f"The chat template makes the prompt **{len(ids)} tokens**; the special tokens that mark "
+        "each turn (bold) are single tokens the model learned in fine-tuning:\n\n"
+        + " ".join(pieces)
+    )
+
+
+def toggle_chat(
+    registry: ModelRegistry, chat: bool, text: str, name: str, session: SessionModels
+) -> tuple[Any, str]:
+    """The prompt box and the token line when the switch changes: wrapped in the template (on),
+    or the user's words back (off)."""
+    template = chat_template(registry, name, session)
+    text = text or ""
+    if template is None:
+        return gr.update(), ""
+    if chat:
+        bare = unwrap_chat(template, text)
+        wrapped = render_chat(template, bare)
+        return wrapped, chat_tokens(registry, name, wrapped, session)
+    return unwrap_chat(template, text), ""
+
+
+def chat_control(registry: ModelRegistry, name: str, session: SessionModels) -> Any:
+    """The switch for a newly chosen model: shown (and off) only where it has a chat template."""
+    return gr.update(visible=chat_template(registry, name, session) is not None, value=False)
