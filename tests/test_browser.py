@@ -400,8 +400,17 @@ def test_the_guided_tour_walks_every_stop(
         browser_page.evaluate("document.activeElement && document.activeElement.blur()")
         browser_page.keyboard.press("ArrowRight")
     last = f"{len(tour.stops)} / {len(tour.stops)}"
-    browser_page.keyboard.press("ArrowLeft")
-    _poll(browser_page, "← goes back", lambda: f"{len(tour.stops) - 1} / " in text.inner_text())
+    back = f"{len(tour.stops) - 1} / "
+    for _ in range(3):  # a key pressed while the last stop still settles may be dropped: again
+        browser_page.evaluate("document.activeElement && document.activeElement.blur()")
+        browser_page.keyboard.press("ArrowLeft")
+        for _ in range(50):
+            if back in text.inner_text():
+                break
+            browser_page.wait_for_timeout(200)
+        if back in text.inner_text():
+            break
+    _poll(browser_page, "← goes back", lambda: back in text.inner_text())
     assert last not in text.inner_text()
     # A lecturer can start anywhere: the menu jumps to a stop.
     browser_page.locator("#tour-menu input").click()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
@@ -57,6 +58,23 @@ def _remember(table: OrderedDict, key: Hashable, value: Any) -> None:
             table.popitem(last=False)
 
 
+@dataclass(frozen=True)
+class TrainingRequest:
+    """One ``/train`` request, read once from the tab's controls: which task, how many steps,
+    which seed."""
+
+    task: str
+    steps: int
+    seed: int
+
+    @classmethod
+    def parse(cls, task: Any, steps: Any, seed: Any) -> TrainingRequest:
+        """The request the controls' raw values ask for; ``InputError`` naming a bad value."""
+        if not isinstance(task, str) or task not in RECIPES:
+            raise InputError(f"unknown task {shown(task)}: choose {readable_list(list(RECIPES))}")
+        return cls(task, as_int(steps, "steps", 1, 3000), as_int(seed, "seed", 0, 2**31 - 1))
+
+
 def _session_key(request: gr.Request | None) -> str | None:
     return getattr(request, "session_hash", None) if request is not None else None
 
@@ -74,13 +92,12 @@ def run_training(
 ) -> Iterator[tuple[str, Any, SessionModels]]:
     """The ``/train`` endpoint: train a recipe's task live, streaming (progress, curves, session);
     the trained model and its snapshots end up in the session."""
-    n_steps = as_int(steps, "steps", 1, 3000)
-    if not isinstance(task, str) or task not in RECIPES:
-        raise InputError(f"unknown task {shown(task)}: choose {readable_list(list(RECIPES))}")
+    asked_for = TrainingRequest.parse(task, steps, seed)
+    n_steps = asked_for.steps
     live = LiveTraining.for_task(
-        task,
+        asked_for.task,
         n_steps,
-        seed=as_int(seed, "seed", 0, 2**31 - 1),
+        seed=asked_for.seed,
         device=str(registry.device),
         time_limit_s=limits.TRAINING_TIME_LIMIT_S,
     )
