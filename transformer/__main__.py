@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 from dataclasses import replace
+from typing import Any
 
 from .checkpoint import CheckpointError, load_checkpoint
 from .device import DEVICE_CHOICES, pick_device
@@ -23,7 +24,7 @@ from .training.tasks import make_task
 def train_command(args: argparse.Namespace) -> None:
     """Train the recipe ``args.task`` and save the checkpoint to ``args.out``."""
     recipe = RECIPES[args.task]
-    changes: dict[str, object] = {"device": args.device}
+    changes: dict[str, Any] = {"device": args.device}
     if args.steps is not None:
         changes["steps"] = args.steps
     if args.seed is not None:

@@ -74,8 +74,10 @@ def axis_pieces(analysis: Analysis, kind: AttentionKind) -> tuple[list[list[str]
 
 def real_keys(trace: Trace, kind: AttentionKind, row: int) -> Tensor:
     """``(Tk,)`` bool, ``True`` for the real (not padding) keys of ``kind`` in sentence ``row``."""
-    stack = trace.source if kind != "decoder_self" else trace.target
-    return (stack or trace.target).real_tokens[row]
+    stack = (trace.source if kind != "decoder_self" else trace.target) or trace.target
+    if stack is None:
+        raise ValueError("the trace has no inputs: run the pass with capture=True")
+    return stack.real_tokens[row]
 
 
 def unreadable_characters(tokenizer: Tokenizer, text: str) -> list[str]:
@@ -117,9 +119,13 @@ def reference_targets(
     from .training.tasks import reference_target
 
     answers = [reference_target(model_task or "", sentence) for sentence in sentences]
-    if any(answer is None for answer in answers):
+    known = [answer for answer in answers if answer is not None]
+    if len(known) < len(answers):
         return None
-    rows = [[tokenizer.bos_id, *tokenizer.encode_ids(answer)] for answer in answers]
+    bos = tokenizer.bos_id
+    if bos is None:
+        raise ValueError("the tokenizer has no begin-of-sequence token to start the answers")
+    rows = [[bos, *tokenizer.encode_ids(answer)] for answer in known]
     return pad(rows, pad_id)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
@@ -223,7 +223,7 @@ class MultiHeadAttention(nn.Module):
         """
         q = ops.split_heads(self.w_q(query), self.n_heads)  # (B, H, Tq, d_head)
         if cache is not None and cache.static and cache.keys is not None:
-            k, v, rotated = cache.keys, cache.values, None  # from the encoder memory, once
+            k, v, rotated = cache.keys, cast(Tensor, cache.values), None  # from the memory, once
         else:
             if key_value is None:
                 raise ValueError("key_value is required unless a filled static cache is given")

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from torch import Tensor
+from torch import Tensor, nn
 
 from .config import ConfigError, ModelConfig
 from .model import Transformer
@@ -64,7 +64,7 @@ class Checkpoint:
         return load_snapshot(self.path, step, self.config, self.model.device)
 
 
-def unique_state_dict(model: Transformer) -> dict[str, Tensor]:
+def unique_state_dict(model: nn.Module) -> dict[str, Tensor]:
     """The state dict with tied (shared) tensors stored once, under their first name."""
     seen: set[int] = set()
     unique = {}

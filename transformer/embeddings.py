@@ -24,7 +24,7 @@ class TokenEmbedding(nn.Module):
         self.scale = math.sqrt(d_model) if scale else 1.0
 
     @property
-    def weight(self) -> nn.Parameter:
+    def weight(self) -> Tensor:
         """The ``(vocab_size, d_model)`` embedding matrix (unscaled)."""
         return self.lookup.weight
 
@@ -68,6 +68,8 @@ def sinusoidal_table(
 
 class SinusoidalPositionalEncoding(nn.Module):
     """Fixed positional encodings (a buffer, not a parameter: nothing here is learned)."""
+
+    table: Tensor  # (max_len, d_model), registered as a buffer
 
     def __init__(
         self, d_model: int, max_len: int, base: float = 10000.0, layout: str = "interleaved"

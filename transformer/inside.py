@@ -31,18 +31,21 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from . import attention as attention_module
 from . import operations
 from . import rotary as rotary_module
+from .attention import MultiHeadAttention
 from .config import ModelConfig
 from .inspection import Analysis, analyse
+from .layers import LayerNorm
 from .model import Transformer
 from .modern import GatedFeedForward, RMSNorm, expand_kv_heads
+from .stacks import DecoderLayer, EncoderLayer, _Residual
 from .text.tokenization import Tokenizer
 from .trace import LayerTrace, StackInput
 from .util import eval_mode
@@ -176,7 +179,7 @@ def _list(indices: Tensor, limit: int = 12) -> str:
     return ", ".join(items) + (", …" if indices.numel() > limit else "")
 
 
-def _norm_explanation(x: Tensor, norm: nn.Module) -> str:
+def _norm_explanation(x: Tensor, norm: LayerNorm | RMSNorm) -> str:
     if isinstance(norm, RMSNorm):
         rms = x.float().pow(2).mean().add(norm.eps).sqrt().item()
         return (
@@ -229,6 +232,7 @@ class _Walker:
         embedding = model.tgt_embedding if decoder else model.src_embedding
         norm = model.tgt_embedding_norm if decoder else model.src_embedding_norm
         embed = type(model)._embed
+        assert embedding is not None  # the stack this record entered exists
         token_id = int(record.tokens[b, i])
         scale = "·√d_model" if embedding.scale != 1.0 else ""
         self.add(
@@ -340,8 +344,8 @@ class _Walker:
         self,
         prefix: str,
         section: str,
-        module: nn.Module,
-        residual: nn.Module,
+        module: MultiHeadAttention,
+        residual: _Residual,
         x: Tensor,
         memory: Tensor | None,
         mask: Tensor,
@@ -531,7 +535,7 @@ class _Walker:
         self,
         prefix: str,
         section: str,
-        module: nn.Module,
+        module: MultiHeadAttention,
         hs: Tensor,
         source: Tensor,
         memory: Tensor | None,
@@ -607,7 +611,7 @@ class _Walker:
         self,
         prefix: str,
         section: str,
-        module: nn.Module,
+        module: MultiHeadAttention,
         hs: Tensor,
         source: Tensor,
         key_labels: list[str],
@@ -662,8 +666,8 @@ class _Walker:
             code=code_line(forward, ("k = ops.split_heads(self.w_k(key_value)", "self.w_k(")),
             labels=key_labels,
         )
-        if rotating:
-            rotary = module.rotary
+        rotary = module.rotary
+        if rotary is not None:
             position = i + self.offset
             angles = rotary_module.rotary_angles(
                 torch.tensor([position], device=hs.device), dh, rotary.base
@@ -726,7 +730,7 @@ class _Walker:
         return q, expand_kv_heads(k, n_heads), expand_kv_heads(v, n_heads)
 
     def residual(
-        self, prefix: str, section: str, residual: nn.Module, x: Tensor, update: Tensor, what: str
+        self, prefix: str, section: str, residual: _Residual, x: Tensor, update: Tensor, what: str
     ) -> Tensor:
         """The residual add and, in post-LN, the norm after it; returns the new stream."""
         b, i = self.b, self.i
@@ -758,7 +762,7 @@ class _Walker:
 
     # -- the feed-forward sub-layer --------------------------------------------------------
 
-    def feed_forward(self, layer: nn.Module, x: Tensor) -> Tensor:
+    def feed_forward(self, layer: EncoderLayer | DecoderLayer, x: Tensor) -> Tensor:
         b, i = self.b, self.i
         token = self.walk.query_labels[i]
         ff, residual = layer.feed_forward, layer.feed_forward_residual
@@ -978,6 +982,8 @@ def walkthrough(
         raise ValueError(f"a {config.architecture} model has no {stack}: choose the {other}")
     layers = trace.encoder_layers if stack == "encoder" else trace.decoder_layers
     record = trace.source if stack == "encoder" else trace.target
+    if record is None:
+        raise ValueError("the analysis holds no inputs: it was run without capture")
     pieces = analysis.source_pieces if stack == "encoder" else analysis.target_pieces
     _check_index(row, "row", analysis.batch_size)
     _check_index(layer, "layer", len(layers))
@@ -1007,7 +1013,10 @@ def walkthrough(
         memory_labels=memory_labels,
     )
     traced: LayerTrace = layers[layer]
-    module = (model.encoder if stack == "encoder" else model.decoder).layers[layer]
+    module = cast(
+        EncoderLayer | DecoderLayer,
+        (model.encoder if stack == "encoder" else model.decoder).layers[layer],
+    )
     with eval_mode(model):
         walker = _Walker(walk, model)
         walker.offset = record.position_offset
@@ -1022,7 +1031,9 @@ def walkthrough(
             self_record.mask[row, 0, query].cpu(), real, _cpu_or_none(causal), query
         )
         residual = (
-            module.attention_residual if stack == "encoder" else module.self_attention_residual
+            module.attention_residual
+            if isinstance(module, EncoderLayer)
+            else module.self_attention_residual
         )
         x = walker.attention(
             "self",
@@ -1035,8 +1046,10 @@ def walkthrough(
             labels,
             reasons,
         )
-        if getattr(module, "cross_attention", None) is not None:
+        if isinstance(module, DecoderLayer) and module.cross_attention is not None:
             cross = traced.cross_attention
+            # A layer with cross-attention records it; its memory and labels come from the source.
+            assert cross is not None and trace.source is not None and memory_labels is not None
             reasons = _mask_reasons(
                 cross.mask[row, 0, query].cpu(), trace.source.real_tokens[row].cpu(), None, query
             )

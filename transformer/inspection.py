@@ -145,6 +145,7 @@ def _analyse(
         # Pretrained models name their own start and end ids (Marian starts from <pad>).
         bos, eos = decoding_ends(config, tokenizer.bos_id, tokenizer.eos_id)
         generated = greedy_batch(model, src, bos_id=bos, eos_id=eos, max_new_tokens=limit)
+        assert bos is not None  # greedy_batch starts a source's answer from it, or raises
         targets = pad([[bos, *row] for row in generated], config.pad_id)
     targets = targets.to(device)
     trace = model(src, targets, capture=True, intervention=intervention)

@@ -400,7 +400,9 @@ def real_positions(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
 
 def _hidden(analysis: Analysis) -> torch.Tensor:
     trace = analysis.trace
-    return trace.decoder_output if trace.decoder_output is not None else trace.memory
+    hidden = trace.decoder_output if trace.decoder_output is not None else trace.memory
+    assert hidden is not None  # every pass ends in a decoder or an encoder output
+    return hidden
 
 
 def compare_passes(
@@ -414,6 +416,7 @@ def compare_passes(
     config = correct.trace.config
     stack = correct.trace.target if correct.trace.target is not None else correct.trace.source
     other = broken.trace.target if broken.trace.target is not None else broken.trace.source
+    assert stack is not None and other is not None  # every pass reads a source or a target
     if not torch.equal(stack.tokens, other.tokens):
         raise ValueError("the two passes read different inputs: pass the same decoder input")
     real = real_positions(stack.tokens, config.pad_id).to(correct.trace.logits.device)  # (B, T)
@@ -464,9 +467,10 @@ def mistake_effect(
 
     check_mistakes([name], model.config)
     correct = analyse(model, tokenizer, sentences)
-    targets = correct.trace.target.tokens if model.config.has_encoder else None
-    if not model.config.has_decoder:
-        targets = None
+    # The broken pass reads the correct pass's decoder input (an encoder-decoder model's).
+    target = correct.trace.target
+    has_both = model.config.has_encoder and model.config.has_decoder
+    targets = target.tokens if has_both and target is not None else None
     broken = analyse(model, tokenizer, sentences, Intervention(mistakes=frozenset({name})), targets)
     return compare_passes(correct, broken, tokenizer, name)
 

@@ -158,6 +158,7 @@ class Transformer(nn.Module):
             if self.src_embedding is not None and self.tgt_embedding is not None:
                 self.tgt_embedding.lookup.weight = self.src_embedding.lookup.weight
             output_embedding = self.tgt_embedding or self.src_embedding
+            assert output_embedding is not None  # every architecture has one stack at least
             self.generator.proj.weight = output_embedding.lookup.weight
 
     def _init_weights(self) -> None:
@@ -182,8 +183,8 @@ class Transformer(nn.Module):
     def _source_parts(self, src: Tensor, token_types: Tensor | None) -> EmbeddingParts:
         """The encoder's embedding parts for ``(B, Ts)`` ids and their token types (all 0 when
         left out, on a model that has token types)."""
-        types = self.token_type_embedding
-        if types is None:
+        assert self.src_embedding is not None  # called once has_encoder was checked
+        if self.token_type_embedding is None:
             if token_types is not None:
                 raise ValueError("this model has no token-type embeddings: leave token_types out")
             return EmbeddingParts(self.src_embedding, self.src_positional, self.src_embedding_norm)
@@ -194,7 +195,7 @@ class Transformer(nn.Module):
                 f"token_types must have the tokens' shape {tuple(src.shape)}, got "
                 f"{tuple(token_types.shape)}"
             )
-        n_types = types.num_embeddings
+        n_types = self.token_type_embedding.num_embeddings
         if token_types.numel() and (
             int(token_types.min()) < 0 or int(token_types.max()) >= n_types
         ):
@@ -257,6 +258,7 @@ class Transformer(nn.Module):
             raise ValueError(f"a {self.config.architecture} model has no encoder")
         ops = operations_for(intervention, ops)
         _check_shape(src)
+        assert self.src_embedding is not None  # has_encoder
         _check_token_ids(src, self.src_embedding.lookup.num_embeddings)
         parts = self._source_parts(src, token_types)
         real = src != self.config.pad_id  # (B, Ts)
@@ -298,6 +300,7 @@ class Transformer(nn.Module):
         # Ids are checked where they enter (a sequence, a cache's prefix), not in every step of
         # a decoding loop, which feeds back the model's own choices: a device sync saved.
         real = self._real_targets(tgt, check_ids=check_ids and offset == 0)  # (B, Tq)
+        assert self.tgt_embedding is not None  # has_decoder
         parts = EmbeddingParts(self.tgt_embedding, self.tgt_positional, self.tgt_embedding_norm)
         x, record = self._embed(tgt, parts, offset, real, capture=capture, ops=ops)
         real_keys = real if cache is None else cache.add_real_keys(real)  # (B, Tk)
@@ -318,6 +321,7 @@ class Transformer(nn.Module):
         that is not ``(B, Tq)`` or, with ``check_ids``, an id outside the vocabulary."""
         _check_shape(tgt)
         if check_ids:
+            assert self.tgt_embedding is not None  # only a model with a decoder reads targets
             _check_token_ids(tgt, self.tgt_embedding.lookup.num_embeddings)
         if not self.config.mask_target_padding:
             return torch.ones_like(tgt, dtype=torch.bool)

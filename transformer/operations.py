@@ -24,6 +24,7 @@ from torch import Tensor, nn
 if TYPE_CHECKING:
     from .attention import AttentionProbe, KeyValueCache, MultiHeadAttention
     from .layers import LayerNorm
+    from .modern import RMSNorm
     from .trace import AttentionKind
 
 # -- the paper's operations ------------------------------------------------------------------
@@ -34,7 +35,7 @@ def positions(positional: nn.Module, length: int, offset: int) -> Tensor:
     return positional(length, offset)
 
 
-def layer_norm(norm: LayerNorm, x: Tensor) -> Tensor:
+def layer_norm(norm: LayerNorm | RMSNorm, x: Tensor) -> Tensor:
     """``(..., d_model)`` → ``(..., d_model)``: ``γ · (x − mean) / sqrt(var + eps) + β``."""
     return norm(x)
 
@@ -97,7 +98,7 @@ class Operations:
     """
 
     positions: Callable[[nn.Module, int, int], Tensor] = positions
-    layer_norm: Callable[[LayerNorm, Tensor], Tensor] = layer_norm
+    layer_norm: Callable[[LayerNorm | RMSNorm, Tensor], Tensor] = layer_norm
     split_heads: Callable[[Tensor, int], Tensor] = split_heads
     merge_heads: Callable[[Tensor], Tensor] = merge_heads
     score_scale: Callable[[int, int], float] = score_scale

@@ -97,6 +97,9 @@ class RotaryEmbedding(nn.Module):
     give the same bits.
     """
 
+    cos: Tensor  # (max_len, d_head) buffers
+    sin: Tensor
+
     def __init__(self, d_head: int, max_len: int, base: float = 10000.0) -> None:
         super().__init__()
         self.d_head = d_head

@@ -134,11 +134,13 @@ class EncoderLayer(nn.Module):
         x = self.feed_forward_residual(x, update, ops)
         if not capture:
             return x, None
+        record = _record("encoder_self", self.index, probe, mask, 0)
+        assert record is not None  # a captured pass keeps the attention's probe
         return x, LayerTrace(
             stack="encoder",
             layer=self.index,
             input=x_in.detach(),
-            self_attention=_record("encoder_self", self.index, probe, mask, 0),
+            self_attention=record,
             self_attention_output=after_attention.detach(),
             feed_forward_output=x.detach(),
             self_attention_update=attended.detach(),
@@ -223,6 +225,7 @@ class DecoderLayer(nn.Module):
         out = self.feed_forward_residual(y, update, ops)
         if not capture:
             return out, None
+        assert masked.record is not None  # a captured pass keeps the attention's record
         return out, LayerTrace(
             stack="decoder",
             layer=self.index,

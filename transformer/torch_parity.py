@@ -10,6 +10,9 @@ below move weights from a ``torch.nn`` module into ours.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -18,11 +21,15 @@ from .config import ModelConfig
 from .layers import LayerNorm, PositionwiseFeedForward
 from .masks import causal_mask, padding_mask, to_torch_nn_mask
 from .model import DecoderLayer, EncoderLayer, Transformer
+from .modern import GatedFeedForward, RMSNorm
+from .stacks import Decoder, Encoder
 
 
 @torch.no_grad()
-def copy_layer_norm(ours: LayerNorm, ref: nn.LayerNorm) -> None:
+def copy_layer_norm(ours: LayerNorm | RMSNorm, ref: nn.LayerNorm) -> None:
     """Copy γ and β (and eps) from ``nn.LayerNorm``."""
+    if not isinstance(ours, LayerNorm):
+        raise ValueError("torch.nn.Transformer's layers have a LayerNorm, not an RMSNorm")
     ours.weight.copy_(ref.weight)
     ours.bias.copy_(ref.bias)
     ours.eps = ref.eps
@@ -44,8 +51,10 @@ def copy_multihead_attention(ours: MultiHeadAttention, ref: nn.MultiheadAttentio
 
 @torch.no_grad()
 def _copy_feed_forward(
-    ours: PositionwiseFeedForward, linear1: nn.Linear, linear2: nn.Linear
+    ours: PositionwiseFeedForward | GatedFeedForward, linear1: nn.Linear, linear2: nn.Linear
 ) -> None:
+    if not isinstance(ours, PositionwiseFeedForward):
+        raise ValueError("torch.nn.Transformer's layers have a plain feed-forward, not a gated one")
     ours.linear1.load_state_dict(linear1.state_dict())
     ours.linear2.load_state_dict(linear2.state_dict())
 
@@ -86,7 +95,7 @@ def torch_reference(config: ModelConfig) -> nn.Transformer | nn.TransformerEncod
     def norm() -> nn.LayerNorm | None:
         return nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.norm == "pre" else None
 
-    layer_args = {
+    layer_args: dict[str, Any] = {
         "d_model": config.d_model,
         "nhead": config.n_heads,
         "dim_feedforward": config.d_ff,
@@ -137,7 +146,13 @@ def copy_from_torch(model: Transformer, ref: nn.Transformer | nn.TransformerEnco
         _copy_stack(model.decoder, decoder, copy)
 
 
-def _copy_stack(ours: nn.Module, ref: nn.Module, copy_layer) -> None:
+def _copy_stack(
+    ours: Encoder | Decoder,
+    ref: nn.TransformerEncoder | nn.TransformerDecoder | None,
+    copy_layer: Callable[[Any, Any], None],
+) -> None:
+    if ref is None:
+        raise ValueError("the torch reference has no stack for this one")
     if len(ours.layers) != len(ref.layers):
         raise ValueError(f"layer counts differ: ours {len(ours.layers)}, torch {len(ref.layers)}")
     for our_layer, ref_layer in zip(ours.layers, ref.layers, strict=True):
@@ -145,6 +160,8 @@ def _copy_stack(ours: nn.Module, ref: nn.Module, copy_layer) -> None:
     if (ours.final_norm is None) != (ref.norm is None):
         raise ValueError("one stack ends in a LayerNorm and the other does not")
     if ours.final_norm is not None:
+        if not isinstance(ref.norm, nn.LayerNorm):
+            raise ValueError("the torch stack does not end in a LayerNorm")
         copy_layer_norm(ours.final_norm, ref.norm)
 
 
@@ -163,7 +180,9 @@ def reference_forward(
     config = model.config
     pad = config.pad_id
 
-    def embedded(tokens: Tensor, embedding: nn.Module, positional: nn.Module) -> Tensor:
+    def embedded(tokens: Tensor, embedding: nn.Module, positional: nn.Module | None) -> Tensor:
+        if positional is None:
+            raise ValueError("torch.nn.Transformer has no rotary positions: add a positional table")
         return model.embedding_dropout(embedding(tokens) + positional(tokens.size(1)))
 
     def key_padding(tokens: Tensor) -> Tensor:  # (B, T), True = padding (torch polarity)
@@ -172,7 +191,13 @@ def reference_forward(
     def future(tokens: Tensor) -> Tensor:  # (T, T), True = masked out (torch polarity)
         return to_torch_nn_mask(causal_mask(tokens.size(1), device=tokens.device)[0, 0])
 
+    if config.has_encoder and src is None:
+        raise ValueError(f"a {config.architecture} model needs src")
+    if config.has_decoder and tgt is None:
+        raise ValueError(f"a {config.architecture} model needs tgt")
     if config.architecture == "encoder-decoder":
+        assert src is not None and tgt is not None and isinstance(ref, nn.Transformer)
+        assert model.src_embedding is not None and model.tgt_embedding is not None
         x_src = embedded(src, model.src_embedding, model.src_positional)
         x_tgt = embedded(tgt, model.tgt_embedding, model.tgt_positional)
         memory = ref.encoder(x_src, src_key_padding_mask=key_padding(src))
@@ -185,7 +210,9 @@ def reference_forward(
         )
         return memory, out
     if config.architecture == "encoder-only":
+        assert src is not None and model.src_embedding is not None
         x_src = embedded(src, model.src_embedding, model.src_positional)
         return ref(x_src, src_key_padding_mask=key_padding(src)), None
+    assert tgt is not None and model.tgt_embedding is not None
     x_tgt = embedded(tgt, model.tgt_embedding, model.tgt_positional)
     return None, ref(x_tgt, mask=future(tgt), src_key_padding_mask=key_padding(tgt))

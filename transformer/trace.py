@@ -88,6 +88,7 @@ class AttentionRecord:
     def scores(self) -> Tensor:
         """``(B, H, Tq, Tk)`` scaled scores before softmax; masked cells are ``-inf``."""
         if self._scores is None:
+            assert self.queries is not None and self.keys is not None  # checked in __init__
             self._scores = attention_scores(self.queries, self.keys, self.mask)
         return self._scores
 
@@ -177,8 +178,8 @@ class Trace:
         elif kind == "decoder_self":
             records = [layer.self_attention for layer in self.decoder_layers]
         else:
-            records = [layer.cross_attention for layer in self.decoder_layers]
-            records = [r for r in records if r is not None]
+            crosses = [layer.cross_attention for layer in self.decoder_layers]
+            records = [r for r in crosses if r is not None]
         if not records:
             raise ValueError(f"a {self.config.architecture} model has no {kind} attention")
         return records

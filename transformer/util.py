@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     """Whether ``value`` is an integer and not a bool (``True`` is an ``int`` in Python)."""
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -10,7 +10,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
@@ -243,9 +243,10 @@ def _wire_views(
 ) -> None:
     """The tour, links to a view (made on demand, restored on page load) and the tab on screen."""
     views = Views(demo, tabs, tab_views)
-    private = {"api_visibility": "private", "queue": False}
+    private: dict[str, Any] = {"api_visibility": "private", "queue": False}
+    tab_list = [cast(gr.Tab, tab) for tab in tabs.children]  # gr.Tabs holds only gr.Tab
     for view in tab_views:
-        for tab in tabs.children:
+        for tab in tab_list:
             if getattr(tab, "id", None) == view.slug:
                 tab.select(functools.partial(str, view.slug), None, views.current, **private)
 
@@ -272,7 +273,7 @@ def _wire_views(
         if len(menus) == 1:  # gradio takes a one-output event's return as the value itself
             fit = functools.partial(lambda f, *values: f(*values)[0], fit)
         demo.load(fit, [session, *menus], menus, **private)
-        for tab in tabs.children:
+        for tab in tab_list:
             tab.select(fit, [session, *menus], menus, **private)
     tour.wire(start, views)
     make_link.click(
@@ -293,7 +294,8 @@ def _wire_views(
         restore, views.draw_inputs, [views.view, status, *views.outputs], api_visibility="private"
     )
     views.follow(loaded, applied=True)
-    demo.views, demo.tour = views, tour  # for the tests
+    # For the tests; gr.Blocks declares no such attributes.
+    demo.views, demo.tour = views, tour  # type: ignore[attr-defined]
 
 
 def _configure_queue(demo: gr.Blocks, default_concurrency_limit: int, max_size: int) -> None:
@@ -336,7 +338,7 @@ def model_menus(
 def preload_models(demo: gr.Blocks) -> None:
     """Start reading the pretrained weights of a demo built with ``preload=False`` in the
     background (its page polls for load errors while that goes on)."""
-    registry: ModelRegistry = demo.model_registry
+    registry: ModelRegistry = demo.model_registry  # type: ignore[attr-defined]  # set by build_demo
     if not registry.preloading and not registry.pretrained:
         registry.preload()
 

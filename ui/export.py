@@ -214,7 +214,7 @@ class ViewExport:
         content = [c for c in components_of(block) if isinstance(c, shown)]
         self.content = content
         self.tables = [c for c in content if isinstance(c, gr.Dataframe)]
-        private = {"api_visibility": "private"}
+        private: dict[str, Any] = {"api_visibility": "private"}
         with gr.Accordion("Export this view", open=False, elem_classes="export-row"):
             with gr.Row():
                 html_button = gr.Button("Whole view as HTML (opens offline)", size="sm")

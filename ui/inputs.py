@@ -77,9 +77,10 @@ def unreadable_note(tokenizer: Tokenizer, text: str, subject: str = "This model"
     to its unknown token; a whole word where each character alone is known), or ``""``.
     The characters come from the library's one `unreadable_characters`."""
     found = unreadable_characters(tokenizer, text)
-    if not found:
+    unk = tokenizer.unk_id
+    if not found or unk is None:  # without an unknown token every character is readable
         return ""
     listed = ", ".join(code_span(item) for item in found)
-    unknown = code_span(str(tokenizer.id_to_token(tokenizer.unk_id)))
+    unknown = code_span(str(tokenizer.id_to_token(unk)))
     reads = "it reads" if len(found) == 1 else "each reads"
     return f"⚠️ {subject} cannot read {listed}: {reads} as {unknown}."

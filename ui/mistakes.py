@@ -101,7 +101,10 @@ def broken_pass(
     correct pass's decoder input, compared with ``correct``."""
     config = checkpoint.config
     intervention = dataclasses.replace(base, mistakes=frozenset({mistake}))
-    targets = correct.trace.target.tokens if config.has_encoder and config.has_decoder else None
+    targets = None
+    if config.has_encoder and config.has_decoder:
+        assert correct.trace.target is not None  # an encoder-decoder pass reads a decoder input
+        targets = correct.trace.target.tokens
     try:
         analysis = registry.analysis(name, checkpoint, sentences, intervention, targets)
     except ValueError as error:
@@ -166,9 +169,9 @@ def describe(result: BrokenPass, config: ModelConfig, row: int, also: str = "") 
             f"{effect.largest_change:.3f} (sentence {effect.sentence + 1}, decoder position "
             f"{effect.position}, input `{reads}`); {_changed_count(effect)}."
         )
-        before, after = effect.predicted_before[row], effect.predicted_after[row]
+        said, says = effect.predicted_before[row], effect.predicted_after[row]
         arrow = "→" if effect.changed[row] else "→ (unchanged)"
-        lines.append(f"Next-token predictions of sentence {row + 1}: `{before}` {arrow} `{after}`")
+        lines.append(f"Next-token predictions of sentence {row + 1}: `{said}` {arrow} `{says}`")
     if broken_trace.logits.isnan().any():
         lines.append("⚠️ The broken pass produced NaN somewhere.")
     return "\n\n".join(lines)
@@ -248,7 +251,8 @@ def panel(
     # The tab may name the kind by its menu label, by the trace's name ("encoder_self"), or by
     # the stack whose self-attention it shows ("encoder", "decoder": Inside a layer).
     kind = {"encoder": "encoder_self", "decoder": "decoder_self"}.get(kind, kind)
-    kind = {k: label for label, k in ATTENTION_KINDS.items()}.get(kind, kind)
+    label_of: dict[str, str] = {k: label for label, k in ATTENTION_KINDS.items()}
+    kind = label_of.get(kind, kind)
     checkpoint = registry.checkpoint(name, session)
     config = checkpoint.config
     view = attention_view(registry, session, sentences, name, kind, layer, head, 1, checkpoint)
@@ -275,6 +279,7 @@ def panel(
         registry, session, sentences, name, kind, layer, head, row + 1, checkpoint
     )
     record = view.records[view.layer]
+    assert result.analysis is not None  # it has an effect, so it ran
     broken_record = result.analysis.trace.attention_records(view.kind)[view.layer]
     single, diff = beside(
         record.weights[row, view.head],
@@ -318,7 +323,7 @@ def build(
     inputs = [model_name, sentences, kind, layer, head, mistake, large, session]
     outputs = [single, diff, text]
     draw = bind(panel, registry)
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
     model_name.change(
         bind(choices, registry), [model_name, mistake, session], [mistake], **private
     ).success(draw, inputs, outputs, **private)

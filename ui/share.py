@@ -48,7 +48,8 @@ class TabView:
     @classmethod
     def of(cls, label: str, slug: str, built: Mapping[str, gr.Component] | None) -> TabView:
         """Split what a tab's ``build`` returned into value controls and the rest."""
-        controls, extra = {}, {}
+        controls: dict[str, gr.Component] = {}
+        extra: dict[str, gr.Component] = {}
         for key, component in (built or {}).items():
             is_value = isinstance(component, (*VALUE_TYPES, gr.CheckboxGroup))
             (controls if is_value else extra)[key] = component
@@ -80,7 +81,7 @@ def _number(value: float, component: gr.Component) -> float | int:
     return value
 
 
-def _choices(component: gr.Component, tab: str, key: str) -> list[Any]:
+def _choices(component: gr.Dropdown | gr.Radio | gr.CheckboxGroup, tab: str, key: str) -> list[Any]:
     by_model = CHOICES_BY_MODEL.get((tab, key))
     if by_model is not None:
         import importlib
@@ -228,10 +229,10 @@ def decode_view(
     """The view that query ``params`` (key → values) name; every value is checked and a bad
     one falls back to the tab's default with a message (never an exception). No ``tab``
     parameter: nothing to restore (``view`` is None)."""
-    params = {key: [str(v) for v in values] for key, values in params.items()}
-    if "tab" not in params:
+    lists = {key: [str(v) for v in values] for key, values in params.items()}
+    if "tab" not in lists:
         return Restored(None, [])
-    slug = params["tab"][-1]
+    slug = lists["tab"][-1]
     if slug not in tabs:
         known = ", ".join(tabs)
         return Restored(
@@ -240,7 +241,7 @@ def decode_view(
     tab = tabs[slug]
     values = dict(tab.defaults)
     messages = []
-    for key, raw in params.items():
+    for key, raw in lists.items():
         if key in {"tab", "step"}:
             continue
         if key not in tab.controls:
@@ -250,9 +251,9 @@ def decode_view(
         if isinstance(component, gr.CheckboxGroup):
             # Each value stands alone: an unknown one is dropped, the others are kept.
             allowed = _choices(component, slug, key)
-            known = [v for v in raw if v in allowed]
+            kept = [v for v in raw if v in allowed]
             wrong = [v for v in raw if v not in allowed]
-            values[key] = check_value(component, known, slug, key)
+            values[key] = check_value(component, kept, slug, key)
             if wrong:
                 messages.append(
                     f"{tab.label} › {key}: {', '.join(map(_quote, wrong))} is not one of "
@@ -273,14 +274,14 @@ def decode_view(
                 )
                 values[key] = high
     step = None
-    if "step" in params:
+    if "step" in lists:
         try:
-            step = int(params["step"][-1])
+            step = int(lists["step"][-1])
             if not 0 < step <= MAX_STEP:
                 raise ValueError
         except ValueError:
             messages.append(
-                f"step {_quote(params['step'][-1])} is not a whole number from 1 to {MAX_STEP}."
+                f"step {_quote(lists['step'][-1])} is not a whole number from 1 to {MAX_STEP}."
             )
             step = None
     return Restored({"tab": slug, "values": values, "step": step}, messages)

@@ -293,7 +293,11 @@ class Tour:
         if not self.stops:
             return
         outputs = [self.index, self.menu, self.text, self.box, views.view]
-        private = {"api_visibility": "private", "queue": False, "show_progress": "hidden"}
+        private: dict[str, Any] = {
+            "api_visibility": "private",
+            "queue": False,
+            "show_progress": "hidden",
+        }
         for event, handler, source in [
             (start.click, self.start_at, self.menu),
             (self.menu.input, self.start_at, self.menu),

@@ -17,7 +17,7 @@ import inspect
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import gradio as gr
 
@@ -269,7 +269,7 @@ class Views:
                 elif isinstance(tab.controls[key], gr.Slider) and tab.controls[key] in refitted:
                     # The range the tab was built with (a model's may be narrower), where the
                     # tab's own refit, run next, narrows it again to the model it shows.
-                    slider = tab.controls[key]
+                    slider = cast(gr.Slider, tab.controls[key])
                     updates.append(
                         gr.update(value=values[key], minimum=slider.minimum, maximum=slider.maximum)
                     )
@@ -280,7 +280,7 @@ class Views:
     def follow(self, event: Any, applied: bool = False) -> Any:
         """Chain after ``event`` (which wrote the view into ``self.view``, and applied it
         already when ``applied``) the steps that apply it; returns the last step."""
-        private = {"api_visibility": "private", "show_progress": "hidden"}
+        private: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
         inputs = [self.view, *self.draw_inputs]
         if not applied:
             event = event.then(self.apply, inputs, self.outputs, **private)
@@ -311,6 +311,7 @@ class Views:
             return None
         function = steps[0]
         fn, n = function.fn, len(function.outputs)
+        assert fn is not None  # _usable kept only the functions with a Python handler
 
         def replay(view: dict | None, *args: Any) -> Any:
             if not view or view.get("tab") != "generate" or not view.get("step"):
@@ -341,8 +342,13 @@ class Views:
         step = None
         state = values[position] if position < len(values) else None
         decoding = getattr(state, "decoding", None)
-        key = (mine.get("source"), mine.get("model"))
-        if tab.slug == "generate" and decoding is not None and tuple(state.key[:2]) == key:
+        shown = (mine.get("source"), mine.get("model"))
+        if (
+            tab.slug == "generate"
+            and state is not None
+            and decoding is not None
+            and tuple(state.key[:2]) == shown
+        ):
             step = len(decoding.records)
         base = (base or "").split("?")[0].split("#")[0]
         return f"{base}?{encode_view(tab, mine, step)}"

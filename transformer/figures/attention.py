@@ -207,7 +207,9 @@ def head_figure(
 
 def _shares_kv(kv_head_of: Sequence[int] | None) -> bool:
     """Whether some query heads share a key/value head (grouped- or multi-query attention)."""
-    return bool(kv_head_of) and len(set(kv_head_of)) < len(kv_head_of)
+    if not kv_head_of:
+        return False
+    return len(set(kv_head_of)) < len(kv_head_of)
 
 
 def head_name(record: AttentionRecord, head: int) -> str:

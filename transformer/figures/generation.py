@@ -122,7 +122,7 @@ def cross_attention_step_figure(
         y=rows,
         colorscale=WEIGHTS_COLORSCALE,
         zmin=0.0,
-        zmax=float(max(np.nanmax(z), 1e-6)) if np.isfinite(z).any() else 1.0,
+        zmax=max(float(np.nanmax(z)), 1e-6) if np.isfinite(z).any() else 1.0,
         hoverongaps=False,
         colorbar={"title": {"text": "weight"}},
         ygap=1,

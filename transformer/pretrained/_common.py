@@ -112,12 +112,13 @@ class TensorReader:
             raise PretrainedError(
                 f"model.safetensors is not a readable safetensors file: {error}"
             ) from error
-        self.prefix = next((p for p in prefixes if p + probe in self.names), None)
-        if self.prefix is None:
+        prefix = next((p for p in prefixes if p + probe in self.names), None)
+        if prefix is None:
             raise PretrainedError(
                 f"model.safetensors has no tensor {probe!r} (tried prefixes {list(prefixes)}): "
                 "it does not hold the model config.json describes."
             )
+        self.prefix: str = prefix
         self.missing: list[str] = []
 
     def shapes(self) -> dict[str, tuple[int, ...]]:

@@ -166,7 +166,8 @@ class _Cursor:
     def scalar(self, fmt: str, what: str) -> Any:
         size = struct.calcsize(fmt)
         self.need(size, what)
-        (value,) = struct.unpack_from(fmt, self.data, self.pos)
+        # numpy's stubs give ndarray the buffer protocol (__buffer__) only for Python >= 3.12.
+        (value,) = struct.unpack_from(fmt, self.data, self.pos)  # type: ignore[arg-type]
         self.pos += size
         return value
 

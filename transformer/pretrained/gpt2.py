@@ -126,9 +126,13 @@ def map_weights(reader: TensorReader, config: ModelConfig) -> dict[str, Tensor |
                     f"{tuple(packed_w.shape)}, expected {(d, 3 * d)}"
                 )
             weights[f"{key}.weight"] = (
-                packed_w[:, j * d : (j + 1) * d].t().contiguous() if ok_w else None
+                packed_w[:, j * d : (j + 1) * d].t().contiguous()
+                if ok_w and packed_w is not None
+                else None
             )
-            weights[f"{key}.bias"] = packed_b[j * d : (j + 1) * d].clone() if ok_b else None
+            weights[f"{key}.bias"] = (
+                packed_b[j * d : (j + 1) * d].clone() if ok_b and packed_b is not None else None
+            )
         weights |= _conv1d(reader, f"{ours}.self_attention.w_o", f"{theirs}.attn.c_proj")
         weights |= _conv1d(reader, f"{ours}.feed_forward.linear1", f"{theirs}.mlp.c_fc")
         weights |= _conv1d(reader, f"{ours}.feed_forward.linear2", f"{theirs}.mlp.c_proj")

@@ -188,6 +188,7 @@ def _model_from(config: ModelConfig, weights: dict[str, torch.Tensor]) -> Transf
             raise PretrainedError(f"the GGUF tensor for {name} has NaN or inf")
     model.load_state_dict(weights, strict=False, assign=True)
     if config.tie_embeddings:  # assign replaced the embedding: tie the read-out to it again
+        assert model.tgt_embedding is not None  # a GGUF model is decoder-only
         model.generator.proj.weight = model.tgt_embedding.lookup.weight
     for module in model.modules():
         if isinstance(module, RotaryEmbedding):  # computed tables, not in the file

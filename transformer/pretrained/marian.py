@@ -124,6 +124,7 @@ def _check_positions(reader: TensorReader, config: ModelConfig) -> None:
         if not reader.has(name):
             continue
         stored = reader.get(name)
+        assert stored is not None  # reader.has(name)
         n = min(stored.size(0), config.max_len)
         ours = sinusoidal_table(n, config.d_model, layout="halves")
         if stored.shape[1:] != ours.shape[1:] or not torch.allclose(stored[:n], ours, atol=1e-4):
@@ -141,7 +142,9 @@ def map_weights(reader: TensorReader, config: ModelConfig) -> dict[str, Tensor |
     )
     bias = None
     if "final_logits_bias" in reader.names:
-        bias = reader.get("final_logits_bias", absolute=True).reshape(-1)
+        stored_bias = reader.get("final_logits_bias", absolute=True)
+        assert stored_bias is not None  # it is in reader.names
+        bias = stored_bias.reshape(-1)
     weights = {
         "src_embedding.lookup.weight": shared,
         "generator.proj.bias": bias if bias is not None else torch.zeros(config.tgt_vocab_size),

@@ -68,6 +68,7 @@ def _fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
     while pos < len(data):
         key, pos = _varint(data, pos)
         number, wire = key >> 3, key & 7
+        value: int | bytes
         if wire == 0:
             value, pos = _varint(data, pos)
         elif wire == 1:
@@ -84,6 +85,20 @@ def _fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
         yield number, wire, value
 
 
+def _bytes(value: int | bytes) -> bytes:
+    """A length-delimited field's value (wire type 2 or a fixed 32/64-bit one)."""
+    if not isinstance(value, bytes):
+        raise ValueError("a varint where bytes were expected")
+    return value
+
+
+def _int(value: int | bytes) -> int:
+    """A varint field's value (wire type 0)."""
+    if not isinstance(value, int):
+        raise ValueError("bytes where a varint was expected")
+    return value
+
+
 def read_spm(path: Path) -> SentencePieceModel:
     """Parse a SentencePiece ``.spm`` model; :class:`PretrainedError` names the file if not one."""
     if not path.is_file():
@@ -97,22 +112,22 @@ def read_spm(path: Path) -> SentencePieceModel:
         for number, wire, value in _fields(data):
             if number == 1 and wire == 2:
                 piece, score, kind = "", 0.0, 1
-                for n, w, v in _fields(value):
+                for n, w, v in _fields(_bytes(value)):
                     if n == 1 and w == 2:
-                        piece = v.decode("utf-8")
+                        piece = _bytes(v).decode("utf-8")
                     elif n == 2 and w == 5:
-                        score = struct.unpack("<f", v)[0]
+                        score = struct.unpack("<f", _bytes(v))[0]
                     elif n == 3 and w == 0:
-                        kind = v
+                        kind = _int(v)
                 pieces.append((piece, score, kind))
             elif number == 2 and wire == 2:
-                for n, w, v in _fields(value):
+                for n, w, v in _fields(_bytes(value)):
                     if n == 3 and w == 0:
-                        model_type = v
+                        model_type = _int(v)
             elif number == 3 and wire == 2:
-                for n, w, v in _fields(value):
+                for n, w, v in _fields(_bytes(value)):
                     if n == 2 and w == 2:
-                        charsmap = v
+                        charsmap = _bytes(v)
                     elif n == 3 and w == 0:
                         dummy_prefix = bool(v)
                     elif n == 4 and w == 0:
@@ -145,7 +160,7 @@ def marian_tokenizer(folder: Path) -> tokenizers.Tokenizer:
     by_id = sorted(vocab.items(), key=lambda item: item[1])
     unigram = [(token, scores.get(token, _UNREACHABLE_SCORE)) for token, _ in by_id]
     backend = tokenizers.Tokenizer(models.Unigram(unigram, unk_id=vocab["<unk>"]))
-    steps = []
+    steps: list[normalizers.Normalizer] = []
     if spm.precompiled_charsmap:
         steps.append(normalizers.Precompiled(spm.precompiled_charsmap))
     if spm.remove_extra_whitespaces:

@@ -485,7 +485,7 @@ class _UnigramModel:
         self.scores: dict[str, float] = {}
         for piece, score in vocab:
             self.scores.setdefault(piece, float(score))  # the first occurrence keeps its id
-        self.ids = {}
+        self.ids: dict[str, int] = {}
         for i, (piece, _) in enumerate(vocab):
             self.ids.setdefault(piece, i)
         unk_id = model.get("unk_id")
@@ -592,7 +592,7 @@ def _never_prepend(section: Any) -> Any:
 
 def _build_pre_tokenizer(section: dict[str, Any]) -> Any:
     """A `tokenizers` pre-tokeniser from its JSON section (built on an empty WordLevel model)."""
-    spec = {
+    spec: dict[str, Any] = {
         "version": "1.0",
         "truncation": None,
         "padding": None,

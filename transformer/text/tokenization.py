@@ -537,6 +537,7 @@ def train_tokenizer(
 
     tok = _pipeline(algorithm)
     specials = list(SPECIAL_TOKENS)
+    trainer: trainers.Trainer
     if algorithm in ("bpe", "byte_bpe"):
         alphabet = pre_tokenizers.ByteLevel.alphabet() if algorithm == "byte_bpe" else []
         trainer = trainers.BpeTrainer(

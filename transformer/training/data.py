@@ -99,11 +99,11 @@ def batches(
     if has_source is None:
         has_source = any(p.source for p in pairs)
     order = list(range(len(pairs)))
+    rng = rng or random.Random(0)  # used only to shuffle
     if shuffle:
-        rng = rng or random.Random(0)
         rng.shuffle(order)
     pool = batch_size * 50
-    chunks = []
+    chunks: list[list[int]] = []
     for start in range(0, len(order), pool):
         part = sorted(
             order[start : start + pool], key=lambda i: (len(pairs[i].target), len(pairs[i].source))

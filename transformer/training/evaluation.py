@@ -75,7 +75,7 @@ def evaluate_batches(
             count += n
     metrics = {"loss": total_loss / max(count, 1), "token_accuracy": correct / max(count, 1)}
     if with_exact_match and model.config.has_encoder and model.config.has_decoder:
-        bos, eos = eval_batches[0].tgt_in[0, 0].item(), _eos_of(eval_batches[0])
+        bos, eos = int(eval_batches[0].tgt_in[0, 0]), _eos_of(eval_batches[0])
         pairs = [pair for batch in eval_batches for pair in batch.pairs]
         metrics["exact_match"] = exact_match(model, pairs, bos, eos)
     return metrics
@@ -102,6 +102,7 @@ def exact_match(
     for batch in batches(pairs, batch_size, model.config.pad_id, has_source=True):
         references = [list(p.target[1:-1]) for p in batch.pairs]  # drop BOS and EOS
         longest = max(len(r) for r in references)
+        assert batch.src is not None  # batched with has_source=True
         outputs = greedy_batch(
             model, batch.src.to(device), bos_id=bos_id, eos_id=eos_id, max_new_tokens=longest + 10
         )

@@ -195,7 +195,7 @@ def train(
             step=step,
             total_steps=config.steps,
             loss=loss.item(),
-            learning_rate=schedule.get_last_lr()[0],
+            learning_rate=float(schedule.get_last_lr()[0]),
             tokens_per_second=tokens_seen / max(elapsed, 1e-9),
             elapsed=elapsed,
             validation=validation,

@@ -19,7 +19,7 @@ import torch
 from ..checkpoint import save_checkpoint
 from ..config import ModelConfig
 from ..model import Transformer, count_parameters
-from ..text.tokenization import Tokenizer, train_tokenizer
+from ..text.tokenization import Algorithm, Tokenizer, train_tokenizer
 from .data import encode_examples
 from .evaluation import evaluate_model
 from .loop import Progress, TrainingConfig, TrainingResult, train
@@ -34,7 +34,7 @@ class Recipe:
     """A bundled model's recipe. ``model`` vocabulary sizes are filled from the tokenizer."""
 
     task: str
-    tokenizer_algorithm: str
+    tokenizer_algorithm: Algorithm
     tokenizer_vocab_size: int
     model: ModelConfig
     training: TrainingConfig
@@ -142,7 +142,7 @@ def run_recipe(
         show_progress_bar=show_progress_bar,
     )
     test = task.test[:test_limit] if test_limit else task.test
-    metrics = evaluate_model(model, tokenizer, test, architecture)
+    metrics: dict[str, Any] = evaluate_model(model, tokenizer, test, architecture)
     # The first SAMPLE_SIZE test examples again, on their own: a test re-evaluates exactly these
     # to check that the shipped checkpoint still reproduces what was recorded.
     metrics["sample"] = evaluate_model(model, tokenizer, test[:SAMPLE_SIZE], architecture)

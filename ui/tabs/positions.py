@@ -8,7 +8,7 @@ buttons stay for the API endpoints (``/positional_encoding``, ``/embeddings``)."
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
 import gradio as gr
 import numpy as np
@@ -16,7 +16,11 @@ import torch
 from gradio.context import Context
 
 from transformer import figures
-from transformer.embeddings import LearnedPositionalEmbedding, sinusoidal_table
+from transformer.embeddings import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    sinusoidal_table,
+)
 from transformer.figures.positional import readable_number
 from transformer.rotary import rotary_angles
 
@@ -26,6 +30,8 @@ from ..state import TRAINED_HERE, ModelRegistry, SessionModels, bind
 
 MAX_CURVES = 12  # dimensions drawn as curves at once
 MAX_BASE = 1e9
+
+Metric = Literal["cosine", "dot"]  # the similarity menu's values
 
 
 def _load_trigger() -> list:
@@ -55,7 +61,7 @@ class PositionalRequest:
     length: int
     base: float
     dims: tuple[int, ...]
-    metric: str
+    metric: Metric  # the figure checks it
     large: bool
 
     @classmethod
@@ -123,6 +129,7 @@ def position_table(registry: ModelRegistry, name: str, session: SessionModels | 
     module = model.src_positional if model.config.has_encoder else model.tgt_positional
     if isinstance(module, LearnedPositionalEmbedding):
         return module.lookup.weight.detach().float().cpu(), True
+    assert isinstance(module, SinusoidalPositionalEncoding)  # the only other positional kind
     return module.table.detach().float().cpu(), False
 
 
@@ -152,7 +159,7 @@ def learned_positions(
         zmax=None if learned else 1.0,
     )
     similarity = figures.positional_similarity_figure(
-        shown, metric=metric, what=f"{name}'s positions", large_font=large
+        shown, metric=cast(Metric, metric), what=f"{name}'s positions", large_font=large
     )
     count = (
         f"the first {len(shown):,} of its {total:,} positions"
@@ -237,7 +244,7 @@ def _sentence_figures(
     labels = figures.token_labels(pieces)
     types = None if stack.token_type_embedding is None else stack.token_type_embedding[0]
     normed = layer_input if config.embedding_norm else None
-    options = {
+    options: dict[str, Any] = {
         "token_type": types,
         "layer_input": normed,
         "scaled": config.scale_embeddings,

@@ -18,6 +18,7 @@ from .view import (
     ATTENTION_KINDS,
     EXAMPLE_SENTENCES,
     AttentionRequest,
+    AttentionView,
     _grid,
     attention_grid,
     attention_view,
@@ -117,7 +118,9 @@ def _slider(n: int, value: int) -> Any:
     return gr.Slider(minimum=1, maximum=max(n, 2), value=value, visible=n > 1)
 
 
-def _panels(registry: ModelRegistry, request: AttentionRequest) -> tuple[Any, Any, Any, str]:
+def _panels(
+    registry: ModelRegistry, request: AttentionRequest
+) -> tuple[tuple[Any, Any, Any, str], AttentionView]:
     view = attention_view(
         registry,
         request.session,

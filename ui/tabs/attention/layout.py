@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import gradio as gr
 
@@ -92,7 +93,7 @@ def build(
     control_outputs = [kind, layer, head, row]
     all_outputs = [single, masks, diff, summary, grid_plot]
     redraw = beside_input(bind(everything, registry), len(all_outputs))
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
 
     refit = bind(controls, registry)
     # Controls that change what applies fit the ranges and choices and redraw in one event

@@ -101,8 +101,12 @@ def _head_panels(
         else:
             intervention = what_if_intervention(what_if, head=(view.kind, view.layer, view.head))
             # The same decoder input as the plain pass, so the two compare position by position.
-            targets = trace.target.tokens if (config.has_encoder and config.has_decoder) else None
+            targets = None
+            if config.has_encoder and config.has_decoder:
+                assert trace.target is not None  # an encoder-decoder pass reads a decoder input
+                targets = trace.target.tokens
             changed = registry.analysis(name, checkpoint, lines, intervention, targets)
+        assert changed is not None  # a broken pass that cannot run was answered above
         changed_record = changed.trace.attention_records(view.kind)[view.layer]
         before = record.weights[row, view.head]
         after = changed_record.weights[row, view.head]
@@ -115,6 +119,7 @@ def _head_panels(
         masked_before = ~record.mask[row, 0]
         masked_after = ~changed_record.mask[row, 0]
         if broken is not None:
+            assert mistake is not None  # broken is the pass with that mistake
             single, diff = seed_mistakes.beside(
                 before,
                 after,
@@ -166,6 +171,7 @@ def _head_panels(
         if broken is not None:
             summary.append(seed_mistakes.describe(broken, config, row, switches))
         elif config.architecture == "encoder-only":
+            assert changed.trace.memory is not None and trace.memory is not None  # has an encoder
             delta = (changed.trace.memory - trace.memory).abs().max().item()
             summary.append(
                 f"**What-if ({switches})**: largest change of any encoder output {delta:.3f}."

@@ -113,7 +113,7 @@ class AttentionView:
 
 def attention_view(
     registry: ModelRegistry,
-    session: SessionModels,
+    session: SessionModels | None,
     sentences_text: str,
     name: str,
     kind_label: str,
@@ -193,6 +193,8 @@ def padded_query_rows(analysis: Analysis, kind: AttentionKind, row: int) -> Any:
     run of padding ids that ends the (right-padded) sequence. A model whose pad token is a real
     token (GPT-2's ``<|endoftext|>``) does not mask these, but they are padding all the same."""
     stack = analysis.trace.source if kind == "encoder_self" else analysis.trace.target
+    if stack is None:
+        raise ValueError(f"this {analysis.trace.config.architecture} model has no {kind} attention")
     tokens = stack.tokens[row].cpu()
     is_pad = tokens == analysis.trace.config.pad_id
     # Trailing pads only: a decoder's first token may be the pad id (Marian, GPT-2 start there).
@@ -207,7 +209,7 @@ def _describe(kind: AttentionKind) -> str:
 
 def attention_grid(
     registry: ModelRegistry,
-    session: SessionModels,
+    session: SessionModels | None,
     sentences_text: str,
     name: str,
     kind_label: str,

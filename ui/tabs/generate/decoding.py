@@ -150,14 +150,15 @@ def unreadable(checkpoint: Checkpoint, text: str) -> list[str]:
 def unreadable_note(checkpoint: Checkpoint, text: str) -> str:
     """A sentence naming the characters the model cannot read, or ``""``."""
     chars = unreadable(checkpoint, text)
-    if not chars:
+    unk = checkpoint.tokenizer.unk_id
+    if not chars or unk is None:  # without an unknown token every character is readable
         return ""
     listed = ", ".join(f"“{c}”" for c in chars)
     one = len(chars) == 1
     return (
         f"⚠️ The model cannot read {listed}: {'it is' if one else 'they are'} not in its "
         f"vocabulary, so {'it becomes' if one else 'they become'} "
-        f"`{checkpoint.tokenizer.id_to_token(checkpoint.tokenizer.unk_id)}`."
+        f"`{checkpoint.tokenizer.id_to_token(unk)}`."
     )
 
 

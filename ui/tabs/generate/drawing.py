@@ -86,6 +86,7 @@ def draw(
     if not records:
         text = "\n\n".join([*lead, "_Press **Step** or **Run to the end**._"])
         return (text, *placeholders(large), state)
+    assert decoding is not None  # it has records
     last = records[-1]
     # The sliders follow the model; an API caller's larger value shows the last layer/head.
     layer_i = min(request.layer - 1, config.n_decoder_layers - 1)
@@ -125,6 +126,7 @@ def draw(
         large_font=large,
     )
     # The lens and the stream were recorded from the steps' own passes: a redraw runs no model.
+    assert last.lens is not None  # the tab decodes with capture_lens
     lens_plot = logit_lens_figure(
         last.lens,
         lambda i: tokenizer.id_to_token(i) or "?",

@@ -42,6 +42,7 @@ def step(registry: ModelRegistry, *inputs: Any) -> Drawn:
     request, session, state = read_inputs(inputs)
     with state.lock:
         state, note = current(registry, state, session, request)
+        assert state.decoding is not None  # current() starts one
         if state.decoding.done:
             gr.Warning("Generation has finished: press Back or Reset.")
         else:
@@ -56,6 +57,7 @@ def back(registry: ModelRegistry, *inputs: Any) -> Drawn:
     request, session, state = read_inputs(inputs)
     with state.lock:
         state, note = current(registry, state, session, request)
+        assert state.decoding is not None  # current() starts one
         if state.decoding.records:
             state.decoding.back()
         return draw(registry, state, request, session, note)
@@ -83,6 +85,7 @@ def run(registry: ModelRegistry, *inputs: Any) -> Iterator[Drawn]:
     request, session, state = read_inputs(inputs)
     with state.lock:
         state, note = current(registry, state, session, request)
+        assert state.decoding is not None  # current() starts one
         decoding = state.decoding
         if decoding.done:
             drawn = draw(registry, state, request, session, note)
@@ -216,7 +219,7 @@ def model_controls(registry: ModelRegistry, name: str, session: SessionModels) -
     can = reason is None
     layers = config.n_decoder_layers
     family = checkpoint.info.get("family")
-    kind = {
+    kind: dict[str | None, str] = {
         "gpt2": "GPT-2 family: continues the prompt",
         "marian": "Marian family: translates",
         "llama": "Llama family: continues the prompt",
@@ -269,6 +272,7 @@ def first_step(registry: ModelRegistry, *inputs: Any) -> Drawn:
         had_records = state.decoding is not None and bool(state.decoding.records)
         changed = state.key[:2] == request.key[:2] and state.key != request.key
         _restart(registry, state, session, request)
+        assert state.decoding is not None  # _restart starts one
         state.decoding.step()
         note = RESTARTED if had_records and changed else ""
         return draw(registry, state, request, session, note)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import gradio as gr
 
 from ... import limits
@@ -127,12 +129,13 @@ def build(
     named["large"] = large
     inputs = [*(named[name] for name in INPUT_NAMES), session, state]
     outputs = [summary, top_plot, cross_plot, triangle_plot, lens_plot, norms_plot, state]
-    for button, handler, api_name, extra in [
+    clicks: list[tuple[gr.Button, Any, str, dict[str, Any]]] = [
         (step_button, step, "generate_step", {}),
         (back_button, back, "generate_back", {}),
         (run_button, run, "generate", {"concurrency_limit": 4}),
         (reset_button, reset, "generate_reset", {}),
-    ]:
+    ]
+    for button, handler, api_name, extra in clicks:
         bound = bind(handler, registry)
         button.click(bound, inputs, outputs, api_name=api_name, **extra)
 
@@ -161,7 +164,7 @@ def build(
     )
 
     # Live: every control redraws what depends on it; the buttons stay for the API.
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
     live_first = bind(first_step, registry)
     live_force = bind(force_view, registry)
     controls = [model_note, layer, head, cross_plot, step_button, back_button, run_button]

@@ -8,9 +8,10 @@ handler starts, and nothing after that reads a positional value.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from transformer.generation import MAX_NEW_TOKENS, DecodingSettings
+from transformer.generation.settings import Strategy
 
 from ...errors import user_input
 from ...inputs import as_float, as_int
@@ -45,7 +46,7 @@ def decoding_settings(
     top_p_value = as_float(top_p if top_p is not None else 1.0, "top-p", 0.0, 1.0)
     with user_input():  # the library checks the settings it is given
         return DecodingSettings(
-            strategy=strategy,
+            strategy=cast(Strategy, strategy),
             temperature=as_float(temperature, "temperature", 0.0, 100.0),
             top_k=as_int(top_k, "top-k", 0, 1000) or None,
             top_p=None if top_p_value >= 1.0 else top_p_value,

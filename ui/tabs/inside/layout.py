@@ -82,7 +82,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
     control_inputs = [text, model_name, stack, layer, head, query, session]
     control_outputs = [stack, layer, head, query]
     redraw = beside_input(bind(inside_layer, registry), len(outputs))
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
     text.submit(bind(inside_layer, registry), inputs, outputs, api_name="inside_layer")
     # Controls that change what applies (model, stack, sentence) fit the ranges and choices and
     # redraw in one event; the others only redraw.

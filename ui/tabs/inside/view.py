@@ -92,6 +92,8 @@ def query_choices(analysis: Analysis, stack: str) -> list[tuple[str, int]]:
     """The real tokens of the stack's input as ``("3: cat", 3)`` dropdown choices."""
     trace = analysis.trace
     record = trace.source if stack == "encoder" else trace.target
+    if record is None:
+        raise ValueError(f"this {trace.config.architecture} model has no {stack}")
     pieces = analysis.source_pieces if stack == "encoder" else analysis.target_pieces
     real = record.real_tokens[0].tolist()
     return [(f"{i}: {piece}", i) for i, piece in enumerate(pieces[0]) if real[i]]

@@ -8,11 +8,16 @@ import threading
 from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from transformer.text.corpus import bundled_corpus
 from transformer.text.real_tokenizers import REAL_TOKENIZERS, load_real_tokenizer
-from transformer.text.tokenization import Tokenizer, TokenizerError, train_tokenizer
+from transformer.text.tokenization import (
+    Algorithm,
+    Tokenizer,
+    TokenizerError,
+    train_tokenizer,
+)
 
 from ... import limits
 from ...errors import InputError, readable_list
@@ -56,7 +61,8 @@ VOCAB_INFO: dict[str, str] = {
 @lru_cache(maxsize=16)
 def corpus_tokenizer(algorithm: str, vocab_size: int) -> Tokenizer:
     """A tokenizer trained on the bundled corpus (cached: training takes ~50 ms)."""
-    return train_tokenizer(bundled_corpus(), algorithm, vocab_size)
+    # train_tokenizer checks the name: a TokenizerError for one it does not know.
+    return train_tokenizer(bundled_corpus(), cast(Algorithm, algorithm), vocab_size)
 
 
 def _pretrained_names(registry: ModelRegistry) -> list[str]:

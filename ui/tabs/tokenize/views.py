@@ -30,7 +30,7 @@ def unknown_message(tokenizer: Tokenizer, text: str, records: list[Any]) -> str:
     """What to tell the user when part of the text became the unknown token (else "")."""
     unk = tokenizer.unk_id
     spans = [r for r in records if unk is not None and r.id == unk and r.start < r.end]
-    if not spans:
+    if unk is None or not spans:
         return ""
     found = unreadable_characters(tokenizer, text)
     chars = [item for item in found if len(item) == 1]

@@ -26,7 +26,7 @@ def build(
     registry: ModelRegistry, large: gr.Checkbox, session: gr.State
 ) -> dict[str, gr.Component]:
     """Lay out the tab and wire its events (``/model_info``, ``/train``, ``/snapshot``)."""
-    private = {"api_visibility": "private"}
+    private: dict[str, Any] = {"api_visibility": "private"}
     with gr.Row():
         names = registry.model_names
         model_name = gr.Dropdown(names, value=names[0], label="Model")

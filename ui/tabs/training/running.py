@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +50,7 @@ def progress_line(step: int, total: int, loss: float, tokens_per_second: float) 
     return f"`{bar}` step {step}/{total} · loss {loss:.3f} · {tokens_per_second:,.0f} tokens/s"
 
 
-def _remember(table: OrderedDict, key: str, value: Any) -> None:
+def _remember(table: OrderedDict, key: Hashable, value: Any) -> None:
     with _running_lock:
         table[key] = value
         table.move_to_end(key)

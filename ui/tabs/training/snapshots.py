@@ -85,6 +85,8 @@ def snapshot_of(
     if i >= len(steps):
         raise InputError(f"snapshot must be between 0 and {len(steps) - 1}, got {i}")
     if name == TRAINED_HERE:
+        # The session's own model has snapshots (``steps``), so there is a session with one.
+        assert session is not None and session.trained is not None
         step, frozen = snapshot_checkpoint(session.trained, session.snapshots, i)
     else:
         step = steps[i]
