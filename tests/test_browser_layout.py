@@ -125,7 +125,7 @@ def test_tables_and_code_fit_beside_the_tour_sidebar(browser: Any, app_url: str)
         _drawn(page, "Tokenize", 0)  # the first stop applied (it selects the Tokenize tab)
         page.wait_for_timeout(2000)
         _drawn(page, "Tokenize", 0)
-        for tab, plots in [("Generate", 5), ("Model & training", 2), ("Inside a layer", 2)]:
+        for tab, plots in [("Generate", 4), ("Model & training", 2), ("Inside a layer", 2)]:
             page.get_by_role("tab", name=tab, exact=True).click()
             _drawn(page, tab, plots)
             page.wait_for_timeout(1500)
@@ -143,7 +143,7 @@ def test_the_step_by_step_self_attention_is_readable_in_large_font(
     context, page = _open(browser, app_url, LAPTOP, large=True)
     try:
         page.get_by_role("tab", name="Generate", exact=True).click()
-        _drawn(page, "Generate", 5)
+        _drawn(page, "Generate", 4)
         panel = _visible_panel(page)
         for _ in range(2):
             panel.get_by_role("button", name="Step", exact=True).click()

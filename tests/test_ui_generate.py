@@ -440,7 +440,7 @@ def test_the_model_menu_offers_only_models_that_can_generate(hf_models):
 
 def test_a_new_source_replaces_the_reference_instead_of_scoring_the_old_one(registry):
     demo, by_label = _built_tab(registry)
-    source = by_label["Source sentence (or prompt for 'continue')"]
+    source = by_label["Prompt, or source sentence to translate"]
     reference = by_label["Reference (the translation, or the continuation of the prompt)"]
     # Changing the source updates the reference box (then teacher forcing runs on the new pair).
     wired = [

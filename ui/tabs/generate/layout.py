@@ -47,7 +47,7 @@ def build(
     # SmolLM2 where it is installed (a real language model), else the first toy example.
     first_source, first_model, first_strategy = opening(names)
     with gr.Row():
-        source = gr.Textbox(value=first_source, label="Source sentence (or prompt for 'continue')")
+        source = gr.Textbox(value=first_source, label="Prompt, or source sentence to translate")
         model_name = gr.Dropdown(
             names, value=first_model if first_model in names else names[0], label="Model"
         )

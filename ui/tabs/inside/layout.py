@@ -14,11 +14,9 @@ from .handlers import controls, first_view, inside_layer, refresh
 from .view import EXAMPLE_TEXT, SECTIONS, default_query, layers_in, query_choices, stacks_for
 
 INTRO = (
-    "One layer, one token at a time. Pick a layer, a head and a **query token**: every step the "
-    "model computes for it is listed in order, with the tensor's shape, the values (a strip per "
-    "vector: hover for each number), and the line of `transformer/` that computes it. A "
-    "Llama-family model (SmolLM2) shows its own steps: RMSNorm, q and k before and after the "
-    "rotary rotation, the key/value head a group of query heads shares, and SiLU(gate) ⊙ up."
+    "One layer, one **query token** at a time: every step the model computes, in order, with its "
+    "shape, its values (hover a strip) and the line of `transformer/` that computes it; "
+    "SmolLM2 shows its modern steps (RMSNorm, rotary q and k, shared key/value heads, gates)."
 )
 
 

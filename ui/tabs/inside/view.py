@@ -178,10 +178,10 @@ def summary(chosen: Chosen, walk: LayerWalkthrough, name: str) -> str:
         f"query token {code_span(walk.query_labels[walk.query])}: {len(walk.steps)} steps, every "
         "number recomputed from the model's weights (hover a strip for its values)."
     ]
-    if config.has_encoder and config.has_decoder:
-        lines.append(
-            f"The decoder reads the model's own answer {code_span(chosen.analysis.outputs[0])} (its "
-            "tokens are the decoder's queries)."
+    if config.has_encoder and config.has_decoder:  # same paragraph: the figures stay in view
+        lines[0] += (
+            f" The decoder reads the model's own answer {code_span(chosen.analysis.outputs[0])} "
+            "(its tokens are the decoder's queries)."
         )
     note = unreadable_note(chosen.checkpoint.tokenizer, chosen.sentence)
     if note:
