@@ -281,3 +281,34 @@ def test_a_link_past_the_end_of_the_generation_stops_there_with_one_warning(monk
     state = SimpleNamespace(decoding=_Decoding(end=6))
     replay_steps(step, 3, ["a b c", state], None)
     assert len(state.decoding.records) == 3 and not shown
+
+
+class DecoderOnlyRegistry:
+    """checkpoint(name) → a decoder-only model's config (no encoder stack)."""
+
+    def checkpoint(self, name: str, session: object) -> SimpleNamespace:
+        config = SimpleNamespace(
+            n_encoder_layers=0, n_decoder_layers=2, n_heads=4, has_encoder=False, has_decoder=True
+        )
+        return SimpleNamespace(config=config)
+
+
+def test_the_stack_follows_a_decoder_only_model_and_warns_only_when_asked_for() -> None:
+    """A link to Inside a layer on a decoder-only model showed 'choose decoder' twice: the tab's
+    default stack (encoder) was applied to a model that has none."""
+    with gr.Blocks():
+        built = {
+            "model": gr.Dropdown(["translate", "continue"], value="translate"),
+            "stack": gr.Radio(["encoder", "decoder"], value="encoder"),
+        }
+    inside = TabView.of("Inside a layer", "inside", built)
+    quiet = decode_view({"tab": ["inside"], "model": ["continue"]}, {"inside": inside},
+                        DecoderOnlyRegistry())  # fmt: skip
+    assert quiet.view["values"]["stack"] == "decoder" and quiet.messages == []
+    asked = decode_view(
+        {"tab": ["inside"], "model": ["continue"], "stack": ["encoder"]},
+        {"inside": inside},
+        DecoderOnlyRegistry(),
+    )
+    assert asked.view["values"]["stack"] == "decoder"
+    assert len(asked.messages) == 1 and "showing decoder" in asked.messages[0]

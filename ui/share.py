@@ -221,6 +221,18 @@ def _model_limits(registry: ModelRegistry | None, name: Any) -> tuple[int, int] 
     return max(config.n_encoder_layers, config.n_decoder_layers), config.n_heads
 
 
+def _model_stacks(registry: ModelRegistry | None, name: Any) -> list[str]:
+    """The stacks (``encoder``, ``decoder``) a model has, or [] when unknown."""
+    if registry is None or not isinstance(name, str) or name == TRAINED_HERE:
+        return []
+    try:
+        config = registry.checkpoint(name, None).config
+        has = {"encoder": config.has_encoder, "decoder": config.has_decoder}
+    except Exception:  # an unloadable model is reported by the model check
+        return []
+    return [stack for stack, present in has.items() if present]
+
+
 def decode_view(
     params: Mapping[str, Iterable[str]],
     tabs: Mapping[str, TabView],
@@ -273,6 +285,14 @@ def decode_view(
                     f"showing {high}."
                 )
                 values[key] = high
+    stacks = _model_stacks(registry, values.get("model"))
+    if stacks and values.get("stack") not in (None, *stacks):
+        if "stack" in lists:  # asked for by name: say so; the default simply follows the model
+            messages.append(
+                f"{tab.label} › stack {_quote(values['stack'])}: {values['model']} has "
+                f"{' and '.join(stacks)}; showing {stacks[0]}."
+            )
+        values["stack"] = stacks[0]
     step = None
     if "step" in lists:
         try:
