@@ -446,15 +446,18 @@ def test_a_link_reopens_the_view(browser: Any, app_url: str) -> None:
         assert panel.get_by_label("number input for Layer").input_value() == "3"
         assert panel.get_by_role("radio", name="cross-attention (decoder → encoder)").is_checked()
         # Change the view, then ask for its link and open it in a fresh page.
-        panel.get_by_label("no √d scaling", exact=True).check()
-        _poll(
-            first,
-            "the what-if drawn",
-            # The label itself says √d: wait for the what-if's own summary line.
-            lambda: (
-                "What-if (no √d scaling)" in panel.inner_text() and not first.locator(BUSY).count()
-            ),
-        )
+        switch = panel.get_by_label("no √d scaling", exact=True)
+
+        def what_if_drawn() -> bool:
+            # The label itself says √d: wait for the what-if's own summary line, with the switch
+            # still on (the link's settling pass, if it lands after the click, sets it back).
+            if not switch.is_checked():
+                switch.check()
+                return False
+            text = panel.inner_text()
+            return "What-if (no √d scaling)" in text and not first.locator(BUSY).count()
+
+        _poll(first, "the what-if drawn", what_if_drawn)
         link = _link(first)
         assert link.startswith(app_url)
         params = parse_qs(urlsplit(link).query)
