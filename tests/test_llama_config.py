@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import hf_llama_config
 
 from transformer.config import ConfigError, ModelConfig
 from transformer.pretrained import PretrainedError
@@ -93,22 +94,16 @@ def test_new_fields_round_trip_and_old_files_still_load() -> None:
 
 
 def hf_llama(**changes: object) -> dict[str, object]:
-    settings = dict(
-        hidden_size=64,
-        intermediate_size=96,
+    shape: dict[str, object] = dict(
         num_attention_heads=8,
-        num_key_value_heads=2,
-        num_hidden_layers=3,
         vocab_size=120,
         rms_norm_eps=1e-6,
         rope_theta=50000.0,
         max_position_embeddings=256,
         tie_word_embeddings=False,
         eos_token_id=7,
-        pad_token_id=None,
     )
-    settings.update(changes)
-    return transformers.LlamaConfig(**settings).to_dict()
+    return hf_llama_config("llama", **(shape | changes)).to_dict()
 
 
 def test_llama_config_json() -> None:
