@@ -123,6 +123,14 @@ def hf_llama_config(family: str = "llama", **shape: Any) -> Any:
     return classes[family](**(TINY_LLAMA | shape))
 
 
+def hf_llama_model(family: str = "llama", **shape: Any) -> torch.nn.Module:
+    """A random ``transformers`` ``LlamaForCausalLM`` or ``Qwen2ForCausalLM`` of
+    ``hf_llama_config(family, **shape)`` (its config is ``model.config``)."""
+    transformers = pytest.importorskip("transformers")
+    classes = {"llama": transformers.LlamaForCausalLM, "qwen2": transformers.Qwen2ForCausalLM}
+    return classes[family](hf_llama_config(family, **shape))
+
+
 def perturb_hf_model(model: torch.nn.Module, seed: int) -> None:
     """Move every parameter (and Marian's ``final_logits_bias``) off its initial value: LayerNorm
     weights 1, biases 0 would hide a swapped or dropped tensor."""
