@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import hf_llama_config, save_word_tokenizer
+from conftest import hf_llama_model, save_word_tokenizer
 
 from transformer import attention as attention_module
 from transformer import rotary as rotary_module
@@ -34,12 +34,9 @@ def tiny_reference(
         tie_word_embeddings=tied,
         rope_theta=rope_theta,
     )
-    if family == "llama":
-        config = hf_llama_config("llama", **shape, attention_bias=True)
-        model = transformers.LlamaForCausalLM(config)
-    else:
-        config = hf_llama_config("qwen2", **shape)
-        model = transformers.Qwen2ForCausalLM(config)
+    extra = dict(attention_bias=True) if family == "llama" else {}
+    model = hf_llama_model(family, **shape, **extra)
+    config = model.config
     config._attn_implementation = "eager"
     with torch.no_grad():  # norms and biases away from their init, so a wrong one shows
         for param in model.parameters():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import hf_llama_config
+from conftest import hf_llama_model
 from llama_reference import assembled_llama_logits
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import (
@@ -213,11 +213,10 @@ def test_expand_kv_heads_refuses_a_group_that_does_not_divide() -> None:
 def test_assembled_components_give_transformers_logits(
     family: str, n_kv_heads: int, tied: bool, base: float
 ) -> None:
-    import transformers
 
     from transformer.pretrained.llama import config_from_hf, our_name_for_hf
 
-    hf_config = hf_llama_config(
+    model = hf_llama_model(
         family,
         hidden_size=48,
         intermediate_size=80,
@@ -228,8 +227,7 @@ def test_assembled_components_give_transformers_logits(
         rope_theta=base,
         tie_word_embeddings=tied,
     )
-    causal_lm = {"llama": transformers.LlamaForCausalLM, "qwen2": transformers.Qwen2ForCausalLM}
-    model = causal_lm[family](hf_config)
+    hf_config = model.config
     model.eval()
     config = config_from_hf(hf_config.to_dict())
     weights = {our_name_for_hf(k): v for k, v in model.state_dict().items()}
