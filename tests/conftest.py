@@ -88,6 +88,49 @@ def _word_level_tokenizer(
     backend.save(str(folder / "tokenizer.json"))
 
 
+def save_word_tokenizer(folder: Path, vocab: int, specials: Sequence[str] = ("<unk>",)) -> None:
+    """A whitespace word-level ``tokenizer.json`` in ``folder``: ``specials`` (the first one is
+    the unknown token), then ``w{id}`` for every id up to ``vocab``."""
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import models, pre_tokenizers
+
+    ids = {token: i for i, token in enumerate(specials)}
+    ids |= {f"w{i}": i for i in range(len(specials), vocab)}
+    backend = Backend(models.WordLevel(ids, unk_token=specials[0]))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.save(str(folder / "tokenizer.json"))
+
+
+TINY_LLAMA: dict[str, Any] = dict(
+    hidden_size=64,
+    intermediate_size=96,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_hidden_layers=3,
+    max_position_embeddings=64,
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
+)
+"""The tiny Llama/Qwen2 shape the modern-block tests share (no special tokens)."""
+
+
+def hf_llama_config(family: str = "llama", **shape: Any) -> Any:
+    """A ``transformers`` ``LlamaConfig`` (``family="llama"``) or ``Qwen2Config`` (``"qwen2"``):
+    ``TINY_LLAMA`` with ``shape`` over it."""
+    transformers = pytest.importorskip("transformers")
+    classes = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}
+    return classes[family](**(TINY_LLAMA | shape))
+
+
+def hf_llama_model(family: str = "llama", **shape: Any) -> torch.nn.Module:
+    """A random ``transformers`` ``LlamaForCausalLM`` or ``Qwen2ForCausalLM`` of
+    ``hf_llama_config(family, **shape)`` (its config is ``model.config``)."""
+    transformers = pytest.importorskip("transformers")
+    classes = {"llama": transformers.LlamaForCausalLM, "qwen2": transformers.Qwen2ForCausalLM}
+    return classes[family](hf_llama_config(family, **shape))
+
+
 def perturb_hf_model(model: torch.nn.Module, seed: int) -> None:
     """Move every parameter (and Marian's ``final_logits_bias``) off its initial value: LayerNorm
     weights 1, biases 0 would hide a swapped or dropped tensor."""

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import hf_llama_config, hf_llama_model
 
 from transformer.config import ConfigError, ModelConfig
 from transformer.pretrained import PretrainedError
@@ -93,22 +94,16 @@ def test_new_fields_round_trip_and_old_files_still_load() -> None:
 
 
 def hf_llama(**changes: object) -> dict[str, object]:
-    settings = dict(
-        hidden_size=64,
-        intermediate_size=96,
+    shape: dict[str, object] = dict(
         num_attention_heads=8,
-        num_key_value_heads=2,
-        num_hidden_layers=3,
         vocab_size=120,
         rms_norm_eps=1e-6,
         rope_theta=50000.0,
         max_position_embeddings=256,
         tie_word_embeddings=False,
         eos_token_id=7,
-        pad_token_id=None,
     )
-    settings.update(changes)
-    return transformers.LlamaConfig(**settings).to_dict()
+    return hf_llama_config("llama", **(shape | changes)).to_dict()
 
 
 def test_llama_config_json() -> None:
@@ -183,7 +178,9 @@ def test_wrong_model_type_is_named() -> None:
 def test_every_hf_weight_has_one_of_our_names_with_the_configs_shape(
     family: str, tied: bool
 ) -> None:
-    settings = dict(
+    extra = dict(attention_bias=True, mlp_bias=True) if family == "llama" else {}
+    model = hf_llama_model(
+        family,
         hidden_size=32,
         intermediate_size=48,
         num_attention_heads=4,
@@ -191,13 +188,9 @@ def test_every_hf_weight_has_one_of_our_names_with_the_configs_shape(
         num_hidden_layers=2,
         vocab_size=50,
         tie_word_embeddings=tied,
+        **extra,
     )
-    if family == "llama":
-        hf_config = transformers.LlamaConfig(**settings, attention_bias=True, mlp_bias=True)
-        model = transformers.LlamaForCausalLM(hf_config)
-    else:
-        hf_config = transformers.Qwen2Config(**settings)
-        model = transformers.Qwen2ForCausalLM(hf_config)
+    hf_config = model.config
     config = config_from_hf(hf_config.to_dict())
     state = model.state_dict()
     names = {name: our_name_for_hf(name) for name in state}
@@ -320,7 +313,8 @@ def test_gguf_metadata_problems_are_named() -> None:
 def test_map_weights_reads_a_saved_transformers_folder(
     tmp_path: Path, family: str, tied: bool
 ) -> None:
-    settings = dict(
+    model = hf_llama_model(
+        family,
         hidden_size=32,
         intermediate_size=48,
         num_attention_heads=4,
@@ -329,11 +323,6 @@ def test_map_weights_reads_a_saved_transformers_folder(
         vocab_size=50,
         tie_word_embeddings=tied,
     )
-    model_class = (
-        transformers.LlamaForCausalLM if family == "llama" else transformers.Qwen2ForCausalLM
-    )
-    config_class = transformers.LlamaConfig if family == "llama" else transformers.Qwen2Config
-    model = model_class(config_class(**settings))
     model.save_pretrained(tmp_path)
     hf = json.loads((tmp_path / "config.json").read_text())
     config = config_from_hf(hf)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import hf_llama_model, save_word_tokenizer
 
 from transformer import attention as attention_module
 from transformer import rotary as rotary_module
@@ -21,48 +22,28 @@ VOCAB = 97
 PROMPT = [[5, 17, 3, 42, 8, 61, 29, 77, 12, 50, 33]]
 
 
-def _tokenizer_json(folder: Path) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {"<unk>": 0} | {f"w{i}": i for i in range(1, VOCAB)}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.save(str(folder / "tokenizer.json"))
-
-
 def tiny_reference(
     folder: Path, family: str, n_kv_heads: int, tied: bool, rope_theta: float
 ) -> torch.nn.Module:
     """A random transformers Llama/Qwen2 (eager attention, so it returns its weights), saved
     with a tokenizer into ``folder``; eos is an id the prompt and greedy output never need."""
-    settings = dict(
-        hidden_size=64,
-        intermediate_size=96,
-        num_attention_heads=4,
+    torch.manual_seed(n_kv_heads * 7 + int(tied) + int(rope_theta) % 13)
+    shape = dict(
         num_key_value_heads=n_kv_heads,
-        num_hidden_layers=3,
         vocab_size=VOCAB,
         tie_word_embeddings=tied,
         rope_theta=rope_theta,
-        max_position_embeddings=64,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
     )
-    torch.manual_seed(n_kv_heads * 7 + int(tied) + int(rope_theta) % 13)
-    if family == "llama":
-        config = transformers.LlamaConfig(**settings, attention_bias=True)
-        model = transformers.LlamaForCausalLM(config)
-    else:
-        config = transformers.Qwen2Config(**settings)
-        model = transformers.Qwen2ForCausalLM(config)
+    extra = dict(attention_bias=True) if family == "llama" else {}
+    model = hf_llama_model(family, **shape, **extra)
+    config = model.config
     config._attn_implementation = "eager"
     with torch.no_grad():  # norms and biases away from their init, so a wrong one shows
         for param in model.parameters():
             if param.dim() == 1:
                 param.add_(torch.randn_like(param) * 0.2)
     model.save_pretrained(folder)
-    _tokenizer_json(folder)
+    save_word_tokenizer(folder, VOCAB)
     return model.eval()
 
 

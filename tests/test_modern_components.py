@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import hf_llama_model
 from llama_reference import assembled_llama_logits
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import (
@@ -212,11 +213,11 @@ def test_expand_kv_heads_refuses_a_group_that_does_not_divide() -> None:
 def test_assembled_components_give_transformers_logits(
     family: str, n_kv_heads: int, tied: bool, base: float
 ) -> None:
-    import transformers
 
     from transformer.pretrained.llama import config_from_hf, our_name_for_hf
 
-    settings = dict(
+    model = hf_llama_model(
+        family,
         hidden_size=48,
         intermediate_size=80,
         num_attention_heads=6,
@@ -226,12 +227,7 @@ def test_assembled_components_give_transformers_logits(
         rope_theta=base,
         tie_word_embeddings=tied,
     )
-    if family == "llama":
-        hf_config = transformers.LlamaConfig(**settings)
-        model = transformers.LlamaForCausalLM(hf_config)
-    else:
-        hf_config = transformers.Qwen2Config(**settings)
-        model = transformers.Qwen2ForCausalLM(hf_config)
+    hf_config = model.config
     model.eval()
     config = config_from_hf(hf_config.to_dict())
     weights = {our_name_for_hf(k): v for k, v in model.state_dict().items()}

@@ -5,11 +5,10 @@ and Tokenize, each handler called directly on a tiny random Llama built with ``t
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from conftest import hf_llama_model, save_word_tokenizer
 
 from transformer import figures
 from transformer.analysis import kv_cache_bytes_per_token
@@ -26,38 +25,23 @@ HEADS, KV_HEADS, LAYERS, D_MODEL, BASE = 4, 2, 3, 64, 50000.0
 NAME = "tinyllama"
 
 
-def _tokenizer_json(folder: Path) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {"<unk>": 0, "<s>": 1} | {f"w{i}": i for i in range(2, VOCAB)}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.save(str(folder / "tokenizer.json"))
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory):
     """(registry holding a random grouped-query Llama folder, the transformers reference)."""
     folder = tmp_path_factory.mktemp("models") / NAME
-    config = transformers.LlamaConfig(
+    torch.manual_seed(3)
+    reference = hf_llama_model(
         hidden_size=D_MODEL,
-        intermediate_size=96,
         num_attention_heads=HEADS,
         num_key_value_heads=KV_HEADS,
         num_hidden_layers=LAYERS,
         vocab_size=VOCAB,
         tie_word_embeddings=False,
         rope_theta=BASE,
-        max_position_embeddings=64,
         attention_bias=True,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-    )
-    torch.manual_seed(3)
-    reference = transformers.LlamaForCausalLM(config).eval()
+    ).eval()
     reference.save_pretrained(folder)
-    _tokenizer_json(folder)
+    save_word_tokenizer(folder, VOCAB, ["<unk>", "<s>"])
     return ModelRegistry("cpu", [str(folder)]), reference
 
 
