@@ -5,11 +5,13 @@ in ``gr.State``."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import functools
 import logging
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -93,6 +95,20 @@ def _trace_bytes(trace: Trace) -> int:
 
 PRELOAD_FIRST = "SmolLM2-135M-Instruct"
 """The pretrained model the background thread reads first: the Generate tab's opening model."""
+
+
+_EXITING = threading.Event()
+_PRELOADS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_preloads() -> None:
+    """At exit, let a model being read finish (and start no other): a daemon thread still inside
+    torch while the interpreter shuts down aborts the process ("terminate called without an
+    active exception"), which turned a passing test run's exit status into 134."""
+    _EXITING.set()
+    for thread in list(_PRELOADS):
+        thread.join(timeout=60)
 
 
 class ModelRegistry:
@@ -209,12 +225,15 @@ class ModelRegistry:
         def work() -> None:
             # The Generate tab opens on SmolLM2: read it first, so its first step waits least.
             for name in sorted(self._loaders, key=lambda n: n != PRELOAD_FIRST):
+                if _EXITING.is_set():  # the interpreter is exiting: start no other model
+                    return
                 # A failure is recorded in pretrained_errors; choosing the model reports it.
                 with contextlib.suppress(ValueError):
                     self._pretrained(name)
 
         thread = threading.Thread(target=work, daemon=True, name="preload-models")
         self._preloading = thread
+        _PRELOADS.add(thread)
         thread.start()
         return thread
 
