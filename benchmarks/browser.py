@@ -23,10 +23,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
