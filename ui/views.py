@@ -49,12 +49,29 @@ async () => {
 """
 
 
-# Scrolls the control a view points at into view (the top of the page when none).
+# Scrolls the control a view points at into view (the top of the page when none), once the
+# page is idle: a tab drawn for the first time on a slow machine can take longer than the wait
+# before it, and a figure that arrives after the scroll pushes the target down. The scroll is
+# checked once more after the smooth scroll has had time to end, and corrected at once.
 SCROLL_JS = """
-(id) => {
+async (id) => {
+  const busy = () => document.querySelectorAll(
+    '.wrap.default:not(.hide), .wrap.center:not(.hide)').length > 0;
+  const pause = (ms) => new Promise((r) => setTimeout(r, ms));
+  const start = Date.now();
+  let quiet = 0;
+  while (Date.now() - start < 60000 && quiet < 2) {
+    quiet = busy() ? 0 : quiet + 1;
+    await pause(150);
+  }
   const target = id && document.getElementById(id);
-  if (target) target.scrollIntoView({block: 'start', behavior: 'smooth'});
-  else window.scrollTo({top: 0, behavior: 'smooth'});
+  if (!target) {
+    window.scrollTo({top: 0, behavior: 'smooth'});
+    return [];
+  }
+  target.scrollIntoView({block: 'start', behavior: 'smooth'});
+  await pause(900);
+  if (Math.abs(target.getBoundingClientRect().top) > 8) target.scrollIntoView({block: 'start'});
   return [];
 }
 """
