@@ -31,6 +31,7 @@ from .handlers import (
     strategy_controls,
 )
 from .request import INPUT_NAMES
+from .silent import build_silent
 
 
 def build(
@@ -121,6 +122,7 @@ def build(
             "one size; in pre-LN models (GPT-2) x is the running sum of the Δs."
         )
         norms_plot = gr.Plot(label="Residual stream norms per position", show_label=False)
+    silent = build_silent(registry, source, model_name, session)
 
     # The endpoints read their inputs in the order of INPUT_NAMES (request.read_inputs).
     named = {"source": source, "model": model_name, "strategy": strategy}
@@ -229,4 +231,5 @@ def build(
         "head": head,
         "state": state,
         "step_button": step_button,
+        **silent,
     }
