@@ -147,7 +147,7 @@ def silent_mistake(
     correct_ids = continuation(net, ids, eos, None)
     broken_ids = continuation(net, ids, eos, mistake)
     correct_text, broken_text = tokenizer.decode(correct_ids), tokenizer.decode(broken_ids)
-    paragraph = prompt_ids(net, tokenizer, reference_paragraph())
+    paragraph = prompt_ids(net, tokenizer, reference_paragraph())[: config.max_len]
     right, wrong = meter_reading(net, paragraph, None), meter_reading(net, paragraph, mistake)
     text = (
         f"{head}\n\n| | greedy continuation of the prompt ({CONTINUATION_TOKENS} tokens at most) |\n"
