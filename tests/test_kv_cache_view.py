@@ -170,26 +170,26 @@ def test_the_cache_view_follows_the_session(registry, folder) -> None:
     from ui.tabs.generate import step
 
     name, session, state = str(folder), SessionModels(), GenerationState()
-    table, check = kv_cache(registry, *_inputs(name), session, state)
-    assert "No step yet" in table and "4 positions at once" in table
+    table, steps, check = kv_cache(registry, *_inputs(name), session, state)
+    assert "No step yet" in steps and "4 positions at once" in steps
     for _ in range(3):
         step(registry, *_inputs(name), session, state)
-    table, check = kv_cache(registry, *_inputs(name), session, state)
+    table, steps, check = kv_cache(registry, *_inputs(name), session, state)
     hf = json.loads((folder / "config.json").read_text())
     per_token = 2 * hf["num_hidden_layers"] * 2 * (hf["hidden_size"] // 4) * 4
     length = 4 + 3 - 1
     assert f"now ({length} positions)" in table
     assert f"| {size(per_token)} | {size(per_token * length)} |" in table
-    assert "| 1 |" in table and "| prefill | 4 |" in table and "| decode | 1 |" in table
+    assert "| 1 |" in steps and "| prefill | 4 |" in steps and "| decode | 1 |" in steps
     assert "agree" in check and "disagree" not in check
     assert len(state.decoding.records) == 3  # the view does not step
 
 
 def test_the_cache_view_of_a_paper_model_and_of_an_encoder(registry) -> None:
-    table, _ = kv_cache(registry, *_inputs("translate", "the cat"), SessionModels(), None)
+    table, *_ = kv_cache(registry, *_inputs("translate", "the cat"), SessionModels(), None)
     assert "4 heads, each with its own keys and values" in table
-    text, check = kv_cache(registry, *_inputs("all-MiniLM-L6-v2", "a"), SessionModels(), None)
-    assert "cannot write text" in text and check == ""
+    text, *rest = kv_cache(registry, *_inputs("all-MiniLM-L6-v2", "a"), SessionModels(), None)
+    assert "cannot write text" in text and rest == ["", ""]
 
 
 def test_the_silent_panel_equals_transformers(registry, folder, reference, monkeypatch) -> None:

@@ -158,7 +158,7 @@ def silent_mistake(
     meter = (
         f"**The meter**: how well the model reads a plain reference paragraph ({right.tokens} "
         f"predicted tokens, read {METER_CHUNK} at a time through the key/value cache).\n\n"
-        "| | mean NLL (nats per token) | perplexity |\n|---|---|---|\n"
+        "| | mean NLL (nats/token) | perplexity |\n|---|---|---|\n"
         f"| correct | {right.nll:.4f} | {right.perplexity:.2f} |\n"
         f"| {markdown_text(mistake)} | {wrong.nll:.4f} | {wrong.perplexity:.2f} |\n"
         f"| change | {wrong.nll - right.nll:+.4f} | × {ratio:.2f} |\n\n"
