@@ -73,20 +73,6 @@ def overview(decoding: DecodingSession) -> str:
             "",
             "This decoding runs **without a cache**: every step recomputes every position.",
         ]
-    sizes = layer_sizes(cache)
-    if sizes and sizes[0].bytes:
-        lines += ["", "| layers | K (and V) shape: rows, kv heads, positions, d_head | K + V |"]
-        lines.append("|---|---|---|")
-        groups: list[list[Any]] = []
-        for s in sizes:  # consecutive layers that hold the same are one row
-            if groups and groups[-1][1] == s.shape and groups[-1][2] == s.bytes:
-                groups[-1][3] = s.layer
-            else:
-                groups.append([s.layer, s.shape, s.bytes, s.layer])
-        for first, shape, nbytes, last in groups:
-            which = f"{first + 1}" if first == last else f"{first + 1}–{last + 1}"
-            each = " each" if first != last else ""
-            lines.append(f"| {which} | {tuple(shape)} | {size(nbytes)}{each} |")
     return "\n".join(lines)
 
 
@@ -112,6 +98,20 @@ def steps(decoding: DecodingSession, piece: Any) -> str:
             f"| {cost.step + 1} | {markdown_text(piece(record.chosen_id))} | {kind} | "
             f"{cost.computed} | {cost.length} positions | {size(kept * cost.length * rows)} |"
         )
+    sizes = layer_sizes(cache)
+    if sizes and sizes[0].bytes:
+        lines += ["", "| layers | K and V, each: (rows, kv heads, positions, d_head) | K + V |"]
+        lines.append("|---|---|---|")
+        groups: list[list[Any]] = []
+        for s in sizes:  # consecutive layers that hold the same are one row
+            if groups and groups[-1][1] == s.shape and groups[-1][2] == s.bytes:
+                groups[-1][3] = s.layer
+            else:
+                groups.append([s.layer, s.shape, s.bytes, s.layer])
+        for first, shape, nbytes, last in groups:
+            which = f"{first + 1}" if first == last else f"{first + 1}–{last + 1}"
+            each = " each" if first != last else ""
+            lines.append(f"| {which} | {tuple(shape)} | {size(nbytes)}{each} |")
     return "\n".join(lines)
 
 
@@ -126,7 +126,8 @@ def measured(decoding: DecodingSession) -> str:
     ratio = check.uncached_s / check.cached_s if check.cached_s > 0 else float("inf")
     return "\n".join(
         [
-            "**The next step, measured now** (the step that predicts the next token):",
+            "**The next step, measured now** (the step that predicts the next token; the fastest "
+            "of 3 timings each):",
             "",
             "| | positions computed | time |",
             "|---|---|---|",
