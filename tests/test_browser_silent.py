@@ -23,7 +23,7 @@ from test_browser import (  # noqa: F401  (fixtures, used by name)
     screenshots,
 )
 
-from transformer.silent_mistakes import KV_TILED
+from transformer.silent_mistakes import ROTARY_NO_OFFSET
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -47,16 +47,16 @@ def test_a_silent_mistake_shows_its_meter_and_a_step_grows_the_cache(
         panel.get_by_text("Silent mistakes (modern models)").click()
         menu = panel.get_by_label("Silent mistake")
         menu.click()  # typed, then Enter: the menu's list opens at the foot of the page
-        menu.fill(KV_TILED)
+        menu.fill(ROTARY_NO_OFFSET)
         menu.press("Enter")
         meter = page.locator("#silent-meter")
         text = page.locator("#silent-continuation")
         _poll(
             page,
             "the meter of the chosen mistake",
-            lambda: KV_TILED in meter.inner_text() and "perplexity" in meter.inner_text(),
+            lambda: ROTARY_NO_OFFSET in meter.inner_text() and "perplexity" in meter.inner_text(),
         )
-        _poll(page, "the continuation", lambda: KV_TILED in text.inner_text())
+        _poll(page, "the continuation", lambda: ROTARY_NO_OFFSET in text.inner_text())
         assert "Paris" in text.inner_text() and "correct" in text.inner_text()
         page.wait_for_timeout(500)
         page.locator("#silent-mistakes").screenshot(path=str(screenshots / "silent-mistakes.png"))

@@ -112,7 +112,9 @@ def _verdict(same_text: bool, correct: Reading, broken: Reading) -> str:
         return "Only a parity test against `transformers` catches a difference this small."
     if same_text:
         return "**Same words, worse reading**: the continuation hides it, only the meter shows it."
-    return "The text still reads as English, but the meter shows the model reads worse."
+    if broken.perplexity > 100 * correct.perplexity:
+        return "Not silent on this model: the text falls apart too, and the meter says how far."
+    return "The words change but may still read well: the meter says how much worse it reads."
 
 
 @friendly
@@ -151,16 +153,17 @@ def silent_mistake(
     right, wrong = meter_reading(net, paragraph, None), meter_reading(net, paragraph, mistake)
     text = (
         f"{head}\n\n| | greedy continuation of the prompt ({CONTINUATION_TOKENS} tokens at most) |\n"
-        f"|---|---|\n| correct | {_shown(correct_text)} |\n| {markdown_text(mistake)} | "
+        f"|---|---|\n| correct | {_shown(correct_text)} |\n| broken | "
         f"{_shown(broken_text)} |"
     )
     ratio = wrong.perplexity / right.perplexity if right.perplexity else float("inf")
     meter = (
         f"**The meter**: how well the model reads a plain reference paragraph ({right.tokens} "
-        f"predicted tokens, read {METER_CHUNK} at a time through the key/value cache).\n\n"
+        f"predicted tokens, read {METER_CHUNK} at a time through the key/value cache), correct "
+        f"and broken by *{markdown_text(mistake)}*.\n\n"
         "| | mean NLL (nats/token) | perplexity |\n|---|---|---|\n"
         f"| correct | {right.nll:.4f} | {right.perplexity:.2f} |\n"
-        f"| {markdown_text(mistake)} | {wrong.nll:.4f} | {wrong.perplexity:.2f} |\n"
+        f"| broken | {wrong.nll:.4f} | {wrong.perplexity:.2f} |\n"
         f"| change | {wrong.nll - right.nll:+.4f} | × {ratio:.2f} |\n\n"
         f"{_verdict(correct_ids == broken_ids, right, wrong)}"
     )
