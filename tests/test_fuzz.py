@@ -17,6 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from serving import CROSS, Tally, call, leaks, serve, still_serves
 
+from transformer.pretrained.shipped import SMOLLM2
+from transformer.silent_mistakes import SILENT_MISTAKES
 from ui.tabs import tokenize as tokenize_tab
 
 # a system test: thousands of requests over HTTP, minutes; `python -m pytest -m "not slow"` leaves it out.
@@ -25,6 +27,7 @@ pytestmark = pytest.mark.slow
 MINILM = "all-MiniLM-L6-v2"
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
+SILENT = list(SILENT_MISTAKES)
 
 # Text a public Space receives: any Unicode scalar value (gradio_client cannot send lone
 # surrogates; test_reliability sends them over raw HTTP), and the classes that break naive code.
@@ -94,6 +97,14 @@ TEXT_ENDPOINTS = {
         False,
         "LayerNorm: unbiased std + eps",
     ],
+    # Generate's silent mistakes (SmolLM2 on every other text, a model they do not apply to
+    # otherwise) and its key/value cache view.
+    "/silent_mistake": lambda t: [
+        t,
+        SMOLLM2.name if SMOLLM2.available and len(t) % 2 else "continue",
+        SILENT[len(t) % len(SILENT)],
+    ],
+    "/kv_cache": lambda t: [t, "continue", "greedy", 1.0, 0, 1.0, 2, 8, 1, 1, 1, False],
 }
 # The Tokenize tab's real tokenizers, whichever it offers (one endpoint entry cycling through them).
 REAL_TOKENIZERS = [

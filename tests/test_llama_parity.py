@@ -4,15 +4,16 @@ the cache), the real SmolLM2 GGUF, and wrong choices that a parity test must cat
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import hf_llama_model, save_word_tokenizer
 
-from transformer import attention as attention_module
 from transformer import rotary as rotary_module
 from transformer.generation import DecodingSession, DecodingSettings, generate
+from transformer.operations import PAPER, Operations
 from transformer.pretrained import load_pretrained
 from transformer.pretrained.shipped import SMOLLM2
 
@@ -143,11 +144,11 @@ def grouped(tmp_path: Path):
     return load_pretrained(tmp_path).model, reference
 
 
-def _logit_gap(model, reference, capture: bool = False) -> float:
+def _logit_gap(model, reference, capture: bool = False, ops: Operations = PAPER) -> float:
     ids = torch.tensor(PROMPT)
     with torch.no_grad():
         expected = reference(ids).logits
-        ours = model(tgt=ids, capture=True).logits if capture else model(tgt=ids)
+        ours = model(tgt=ids, capture=True, ops=ops).logits if capture else model(tgt=ids, ops=ops)
     return (ours - expected).abs().max().item()
 
 
@@ -166,15 +167,16 @@ def test_rotary_with_interleaved_pairs_fails(grouped, monkeypatch) -> None:
     assert _logit_gap(model, reference) > 1e-4  # ten times the parity tolerance
 
 
-def test_kv_heads_tiled_with_repeat_fail(grouped, monkeypatch) -> None:
+def test_kv_heads_tiled_with_repeat_fail(grouped) -> None:
     model, reference = grouped
     assert _logit_gap(model, reference, capture=True) <= 1e-5
 
     def tiled(x: torch.Tensor, n_heads: int) -> torch.Tensor:
         return x.repeat(1, n_heads // x.shape[1], 1, 1)  # heads 0,1,0,1 instead of 0,0,1,1
 
-    monkeypatch.setattr(attention_module, "expand_kv_heads", tiled)
-    assert _logit_gap(model, reference, capture=True) > 1e-4  # ten times the parity tolerance
+    wrong = replace(PAPER, expand_kv_heads=tiled)  # the grouping attention is handed
+    for capture in (True, False):
+        assert _logit_gap(model, reference, capture, wrong) > 1e-4  # ten times the tolerance
 
 
 def test_positions_not_offset_by_the_cache_length_fail(grouped, monkeypatch) -> None:

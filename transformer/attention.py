@@ -229,7 +229,7 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("key_value is required unless a filled static cache is given")
             k = ops.split_heads(self.w_k(key_value), self.n_kv_heads)  # (B, H_kv, Tk, d_head)
             v = ops.split_heads(self.w_v(key_value), self.n_kv_heads)  # (B, H_kv, Tk, d_head)
-            q, k, rotated = self._rotate(q, k, cache)
+            q, k, rotated = self._rotate(q, k, cache, ops)
             if cache is not None:
                 k, v = cache.update(k, v)  # the cache keeps H_kv heads
         out, probe = self.attend(q, k, v, mask, capture=capture, ops=ops)
@@ -238,14 +238,14 @@ class MultiHeadAttention(nn.Module):
         return out, probe
 
     def _rotate(
-        self, q: Tensor, k: Tensor, cache: KeyValueCache | None
+        self, q: Tensor, k: Tensor, cache: KeyValueCache | None, ops: Operations
     ) -> tuple[Tensor, Tensor, Rotated | None]:
         """Rotate ``(B, H, T, d_head)`` queries and ``(B, H_kv, T, d_head)`` keys by their
         positions, which start at the cache length (rotary positions only; else unchanged)."""
         if self.rotary is None:
             return q, k, None
         offset = cache.length if cache is not None else 0
-        q_rotated, k_rotated = self.rotary(q, k, offset=offset)
+        q_rotated, k_rotated = ops.rotary_positions(self.rotary, q, k, offset)
         return q_rotated, k_rotated, Rotated(q, q_rotated, k, k_rotated, offset)
 
     def attend(
@@ -263,8 +263,12 @@ class MultiHeadAttention(nn.Module):
         probe. Key/value head ``h // (H / H_kv)`` serves query head h."""
         scale = ops.score_scale(self.d_head, self.n_heads)
         probe = None
+        grouped = self.n_kv_heads != self.n_heads
+        if capture or (grouped and ops.expand_kv_heads is not expand_kv_heads):
+            # sdpa's enable_gqa groups heads the standard way only: another grouping expands here
+            k, v = ops.expand_kv_heads(k, self.n_heads), ops.expand_kv_heads(v, self.n_heads)
+            grouped = False
         if capture:
-            k, v = expand_kv_heads(k, self.n_heads), expand_kv_heads(v, self.n_heads)
             out, probe = scaled_dot_product_attention(q, k, v, mask, scale, self.dropout)
             probe.kv_head_of = self.kv_head_of
         else:
@@ -276,7 +280,7 @@ class MultiHeadAttention(nn.Module):
                 attn_mask=mask,
                 dropout_p=dropout,
                 scale=scale,
-                enable_gqa=self.n_kv_heads != self.n_heads,
+                enable_gqa=grouped,
             )
         if ops.zero_heads and self.kind is not None:
             out = ops.gate_heads(out, self.kind, self.layer)

@@ -21,10 +21,13 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 from torch import Tensor, nn
 
+from .modern import expand_kv_heads
+
 if TYPE_CHECKING:
     from .attention import AttentionProbe, KeyValueCache, MultiHeadAttention
     from .layers import LayerNorm
     from .modern import RMSNorm
+    from .rotary import RotaryEmbedding
     from .trace import AttentionKind
 
 # -- the paper's operations ------------------------------------------------------------------
@@ -55,6 +58,15 @@ def merge_heads(x: Tensor) -> Tensor:
 def score_scale(d_head: int, n_heads: int) -> float:
     """The multiplier of the attention scores: ``1/√d_k``, d_k the width of one head."""
     return 1.0 / math.sqrt(d_head)
+
+
+def rotary_positions(
+    rotary: RotaryEmbedding, q: Tensor, k: Tensor, offset: int
+) -> tuple[Tensor, Tensor]:
+    """Rotate ``(B, H, T, d_head)`` queries and ``(B, H_kv, T, d_head)`` keys by positions
+    ``offset .. offset+T-1`` (a cached step's positions start at the cache length), each
+    dimension i turned with dimension i + d_head/2 (Hugging Face's "rotate half")."""
+    return rotary(q, k, offset=offset)
 
 
 def cross_attention(
@@ -92,6 +104,10 @@ class Operations:
         score_scale: ``(d_head, n_heads)`` → the multiplier of the attention scores.
         cross_attention: how a decoder layer calls its cross-attention (which inputs it takes).
         attention_mask: ``(mask, shape, device)`` → the mask attention reads.
+        rotary_positions: ``(rotary table, q, k, offset)`` → rotated ``(q, k)`` (rotary
+            models only).
+        expand_kv_heads: ``(B, H_kv, T, d_head)`` keys or values, ``n_heads`` → ``(B, H, T,
+            d_head)``: which key/value head each query head reads (grouped-query attention).
         causal_mask: ``False`` lets the decoder see the future.
         padding_mask: ``False`` lets queries attend to padding.
         zero_heads: ``(kind, layer, head)`` triples whose output is switched off.
@@ -106,6 +122,10 @@ class Operations:
     attention_mask: Callable[[Tensor | None, tuple[int, ...], torch.device], Tensor | None] = (
         attention_mask
     )
+    rotary_positions: Callable[[RotaryEmbedding, Tensor, Tensor, int], tuple[Tensor, Tensor]] = (
+        rotary_positions
+    )
+    expand_kv_heads: Callable[[Tensor, int], Tensor] = expand_kv_heads
     causal_mask: bool = True
     padding_mask: bool = True
     zero_heads: frozenset[tuple[AttentionKind, int, int]] = frozenset()

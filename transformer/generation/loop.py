@@ -24,6 +24,7 @@ from torch import Tensor
 
 from ..config import ModelConfig
 from ..model import Decoded, DecoderCache, Encoded, Transformer
+from ..operations import PAPER, Operations
 from ..special import BOS_ID, EOS_ID
 from ..util import eval_mode, is_int
 from .sampling import never_generated, without_padding
@@ -137,6 +138,7 @@ class DecodingLoop:
         encoded: the encoder's output for the ``K`` rows (encoder-decoder), else ``None``.
         eos_id: a row finishes when it chooses this id; ``None`` never finishes.
         use_cache: feed only the new positions, reusing earlier keys and values.
+        ops: the operations every step runs (the paper's by default).
     """
 
     def __init__(
@@ -147,8 +149,9 @@ class DecodingLoop:
         *,
         eos_id: int | None,
         use_cache: bool = True,
+        ops: Operations = PAPER,
     ) -> None:
-        self.model, self.encoded, self.eos_id = model, encoded, eos_id
+        self.model, self.encoded, self.eos_id, self.ops = model, encoded, eos_id, ops
         self.cache: DecoderCache | None = model.new_cache() if use_cache else None
         self.prefix_length = prefix.size(1)
         rows, device = prefix.size(0), prefix.device
@@ -172,11 +175,18 @@ class DecodingLoop:
         """
         tokens = self.state.tokens
         if self.cache is None:
-            decoded = self.model.decode(tokens, self.encoded, capture=capture, check_ids=check_ids)
+            decoded = self.model.decode(
+                tokens, self.encoded, capture=capture, check_ids=check_ids, ops=self.ops
+            )
         else:
             pending = tokens[:, self.cache.length :]  # (K, T_new): the prefix, then one token
             decoded = self.model.decode(
-                pending, self.encoded, cache=self.cache, capture=capture, check_ids=check_ids
+                pending,
+                self.encoded,
+                cache=self.cache,
+                capture=capture,
+                check_ids=check_ids,
+                ops=self.ops,
             )
         logits = without_padding(decoded.logits[:, -1], never_generated(self.model.config))
         return decoded, logits  # (K, V)
@@ -224,6 +234,7 @@ def greedy_batch(
     bos_id: int | None = BOS_ID,
     eos_id: int | None = EOS_ID,
     max_new_tokens: int = 64,
+    ops: Operations = PAPER,
 ) -> list[list[int]]:
     """Greedy outputs of a whole batch, decoded together with the key/value cache.
 
@@ -241,6 +252,7 @@ def greedy_batch(
             ``pad_id`` until all have); ``None`` never stops early.
         max_new_tokens: tokens to generate at most per row (``[EOS]`` included); the model's
             ``max_len`` bounds it as in a session.
+        ops: the operations of every step (the paper's by default; a what-if's otherwise).
 
     Returns:
         Per row, the generated ids without the prefix and without ``[EOS]`` (nor anything after).
@@ -266,8 +278,8 @@ def greedy_batch(
         raise ValueError(f"max_new_tokens must be an integer ≥ 0, got {max_new_tokens!r}")
     steps = min(max_new_tokens, room(config.max_len, prefix.size(1)))
     with torch.inference_mode(), eval_mode(model):
-        encoded = model.encode(src) if src is not None else None
-        loop = DecodingLoop(model, prefix, encoded, eos_id=eos_id)
+        encoded = model.encode(src, ops=ops) if src is not None else None
+        loop = DecodingLoop(model, prefix, encoded, eos_id=eos_id, ops=ops)
         for step in range(steps):
             _decoded, logits = loop.forward(check_ids=step == 0)
             loop.state = loop.extend(greedy_choice(logits))

@@ -144,6 +144,12 @@ class DecodingSession:
         return out
 
     @property
+    def loop(self) -> DecodingLoop:
+        """The loop behind the session (its tokens, encoding and key/value cache), for views
+        that read them; step the session, not the loop, or the records miss the step."""
+        return self._loop
+
+    @property
     def _cache(self) -> DecoderCache | None:
         """The loop's key/value cache (``None`` without ``use_cache``)."""
         return self._loop.cache

@@ -8,6 +8,7 @@ import gradio as gr
 
 from ... import limits
 from ...state import GenerationState, ModelRegistry, bind
+from .cache_view import build_cache_view
 from .chat import chat_control, toggle_chat
 from .decoding import (
     EXAMPLES,
@@ -31,6 +32,7 @@ from .handlers import (
     strategy_controls,
 )
 from .request import INPUT_NAMES
+from .silent import build_silent
 
 
 def build(
@@ -121,6 +123,7 @@ def build(
             "one size; in pre-LN models (GPT-2) x is the running sum of the Δs."
         )
         norms_plot = gr.Plot(label="Residual stream norms per position", show_label=False)
+    silent = build_silent(registry, source, model_name, session)
 
     # The endpoints read their inputs in the order of INPUT_NAMES (request.read_inputs).
     named = {"source": source, "model": model_name, "strategy": strategy}
@@ -135,9 +138,14 @@ def build(
         (run_button, run, "generate", {"concurrency_limit": 4}),
         (reset_button, reset, "generate_reset", {}),
     ]
+    events = []
     for button, handler, api_name, extra in clicks:
         bound = bind(handler, registry)
-        button.click(bound, inputs, outputs, api_name=api_name, **extra)
+        events.append(button.click(bound, inputs, outputs, api_name=api_name, **extra))
+    # The cache view follows every event that steps, rewinds or restarts the decoding.
+    follow = build_cache_view(registry, inputs)
+    for event in events:
+        follow(event)
 
     gr.Markdown("### Teacher forcing: the model's prediction at every position of a reference")
     reference = gr.Textbox(
@@ -169,11 +177,11 @@ def build(
     live_force = bind(force_view, registry)
     controls = [model_note, layer, head, cross_plot, step_button, back_button, run_button]
     controls += [reset_button, force_button]
-    model_name.change(
+    restarted = model_name.change(
         bind(model_controls, registry), [model_name, session], controls, **private
-    ).then(live_first, inputs, outputs, **private).then(
-        live_force, force_inputs, force_outputs, **private
-    )
+    ).then(live_first, inputs, outputs, **private)
+    restarted.then(live_force, force_inputs, force_outputs, **private)
+    follow(restarted)
     model_name.change(bind(chat_control, registry), [model_name, session], chat, **private)
     chat.input(
         bind(toggle_chat, registry),
@@ -182,11 +190,11 @@ def build(
         **private,
     )
     strategy.change(strategy_controls, strategy, [temperature, top_k, top_p, beam], **private)
-    strategy.change(live_first, inputs, outputs, trigger_mode="always_last", **private)
+    follow(strategy.change(live_first, inputs, outputs, trigger_mode="always_last", **private))
     for control in (temperature, top_k, top_p, beam, max_tokens):
-        control.release(live_first, inputs, outputs, trigger_mode="always_last", **private)
-    seed.submit(live_first, inputs, outputs, **private)
-    source.change(live_first, inputs, outputs, trigger_mode="always_last", **private)
+        follow(control.release(live_first, inputs, outputs, trigger_mode="always_last", **private))
+    follow(seed.submit(live_first, inputs, outputs, **private))
+    follow(source.change(live_first, inputs, outputs, trigger_mode="always_last", **private))
     # A new source brings its own reference (the task's answer, or none): the old one belongs
     # to another sentence and must not be scored against this one.
     source.change(
@@ -211,9 +219,9 @@ def build(
         # The sliders were built wide for API callers; the page shows the first model's ranges.
         demo.load(bind(model_controls, registry), [model_name, session], controls, **private)
         demo.load(bind(chat_control, registry), [model_name, session], chat, **private)
-        demo.load(live_first, inputs, outputs, **private).then(
-            live_force, force_inputs, force_outputs, **private
-        )
+        opened = demo.load(live_first, inputs, outputs, **private)
+        opened.then(live_force, force_inputs, force_outputs, **private)
+        follow(opened)
     # "state" and "step_button" let a link replay the generation to the step it was made at.
     return {
         "source": source,
@@ -229,4 +237,5 @@ def build(
         "head": head,
         "state": state,
         "step_button": step_button,
+        **silent,
     }

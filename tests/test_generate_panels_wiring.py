@@ -1,0 +1,51 @@
+"""Generate's silent-mistake and key/value-cache panels in the built app: a link carries the
+chosen mistake, the view export holds both panels, both answer a named endpoint, and the cache
+view follows Step, Back, Run and Reset."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs
+
+import gradio as gr
+import pytest
+
+import app as visualiser
+from transformer.silent_mistakes import KV_TILED
+from ui.export import components_of
+from ui.share import decode_view, encode_view
+
+
+@pytest.fixture(scope="module")
+def demo():
+    built = visualiser.build_demo("cpu", preload=False)
+    yield built
+    built.close()
+
+
+def test_a_link_carries_the_silent_mistake(demo) -> None:
+    tab = demo.views.labels["Generate"]
+    assert "silent_mistake" in tab.controls
+    query = encode_view(tab, {**tab.defaults, "silent_mistake": KV_TILED})
+    params = parse_qs(query)
+    assert params["silent_mistake"] == [KV_TILED]
+    restored = decode_view(params, {"generate": tab})
+    assert restored.messages == [] and restored.view["values"]["silent_mistake"] == KV_TILED
+    assert "silent_mistake" not in encode_view(tab, tab.defaults)  # the default stays out
+
+
+def test_the_view_export_holds_both_panels(demo) -> None:
+    tab = next(
+        b for b in demo.blocks.values() if isinstance(b, gr.Tab) and b.elem_id == "view-generate"
+    )
+    ids = {c.elem_id for c in components_of(tab) if isinstance(c, gr.Markdown)}
+    assert {"silent-continuation", "silent-meter", "kv-cache-table", "kv-cache-steps"}
+    assert "kv-cache-check" in ids <= ids
+
+
+def test_both_panels_answer_a_named_endpoint_and_the_cache_follows_the_buttons(demo) -> None:
+    by_api = {fn.api_name: fn for fn in demo.fns.values() if fn.api_name}
+    assert by_api["silent_mistake"].name == "silent_mistake"
+    assert by_api["kv_cache"].name == "kv_cache"
+    for api in ("generate_step", "generate_back", "generate", "generate_reset"):
+        followers = [f for f in demo.fns.values() if f.trigger_after == by_api[api]._id]
+        assert any(f.name == "kv_cache" for f in followers), api

@@ -1,0 +1,199 @@
+"""Generate's "Silent mistakes (modern models)": one of the modern block's silent mistakes
+switched on, the prompt's greedy continuation correct and broken side by side, and the meter
+that gives the mistake away (mean negative log-likelihood and perplexity on a reference
+paragraph, :mod:`transformer.perplexity`).
+
+Offered for models with the modern block (rotary positions, RMSNorm or grouped-query
+attention: SmolLM2); for the others the panel says why it does not apply. The meter's figures
+depend on the model and the mistake only, so they are kept per model (the correct one is read
+once); continuations are kept per prompt too.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+import gradio as gr
+import torch
+
+from transformer.analysis import prompt_ids
+from transformer.config import ModelConfig
+from transformer.generation import decoding_ends, greedy_batch
+from transformer.model import Transformer
+from transformer.operations import PAPER
+from transformer.perplexity import METER_CHUNK, Reading, read_text, reference_paragraph
+from transformer.silent_mistakes import SILENT_MISTAKES, silent_operations
+
+from ...errors import InputError, friendly, gpu, markdown_text, user_input
+from ...state import ModelRegistry, SessionModels, bind
+
+CHOICES = list(SILENT_MISTAKES)
+CONTINUATION_TOKENS = 12
+MAX_PROMPT_TOKENS = 256  # the comparison decodes the prompt twice: a long one is refused
+MAX_KEPT = 256  # continuations kept per model
+
+_lock = threading.Lock()
+_kept: weakref.WeakKeyDictionary[Transformer, dict[tuple, Any]] = weakref.WeakKeyDictionary()
+
+
+def _remember(model: Transformer, key: tuple, compute: Any) -> Any:
+    """``compute()`` once per model and ``key`` (computed outside the lock)."""
+    with _lock:
+        kept = _kept.setdefault(model, {})
+        if key in kept:
+            return kept[key]
+    value = compute()
+    with _lock:
+        kept = _kept.setdefault(model, {})
+        if len(kept) > MAX_KEPT:
+            for old in [k for k in kept if k[0] == "text"][: MAX_KEPT // 2]:
+                del kept[old]
+        kept[key] = value
+    return value
+
+
+def is_modern(config: ModelConfig) -> bool:
+    """Whether a model has the modern block the silent mistakes are about (and reads text
+    alone, as the meter needs): rotary positions, RMSNorm or grouped-query attention."""
+    modern = (
+        config.positional == "rotary"
+        or config.norm_kind == "rms"
+        or config.kv_heads < config.n_heads
+    )
+    return modern and config.architecture == "decoder-only"
+
+
+def not_modern_note(name: str, config: ModelConfig) -> str:
+    """Why the panel does not apply to model ``name``."""
+    return (
+        f"**{markdown_text(name)}** is built like the 2017 paper ({config.architecture}, "
+        f"{config.positional} positions, LayerNorm, {config.n_heads} key/value heads): the silent "
+        "mistakes belong to the modern block (rotary positions, RMSNorm, grouped-query "
+        "attention). Choose **SmolLM2-135M-Instruct** (or a Llama / Qwen2 model given with "
+        "`--model`) to see them."
+    )
+
+
+def meter_reading(model: Transformer, ids: list[int], mistake: str | None) -> Reading:
+    """The meter of ``model`` on the reference paragraph's ``ids``, correct (``None``) or with
+    ``mistake``; kept per model."""
+    ops = silent_operations(mistake) if mistake else PAPER
+    return _remember(model, ("meter", mistake), lambda: read_text(model, ids, ops))
+
+
+def continuation(
+    model: Transformer, ids: list[int], eos: int | None, mistake: str | None
+) -> list[int]:
+    """The greedy continuation (at most ``CONTINUATION_TOKENS`` ids) of prompt ``ids``."""
+    ops = silent_operations(mistake) if mistake else PAPER
+
+    def compute() -> list[int]:
+        prompts = torch.tensor([ids], device=model.device)
+        return greedy_batch(
+            model, prompts=prompts, eos_id=eos, max_new_tokens=CONTINUATION_TOKENS, ops=ops
+        )[0]
+
+    return _remember(model, ("text", tuple(ids), mistake), compute)
+
+
+def _shown(text: str) -> str:
+    return markdown_text(text.replace("\n", "⏎")) or "(nothing)"
+
+
+def _verdict(same_text: bool, correct: Reading, broken: Reading) -> str:
+    if broken.nll < correct.nll - 1e-4:
+        return (
+            "The meter *improves*: too good to be true. The model reads tokens it should not "
+            "see yet, so predicting them is easy; a lower loss is a warning here, not a success."
+        )
+    if abs(broken.nll - correct.nll) < 1e-3:
+        return "Only a parity test against `transformers` catches a difference this small."
+    if same_text:
+        return "**Same words, worse reading**: the continuation hides it, only the meter shows it."
+    if broken.perplexity > 100 * correct.perplexity:
+        return "Not silent on this model: the text falls apart too, and the meter says how far."
+    return "The words change but may still read well: the meter says how much worse it reads."
+
+
+@friendly
+@gpu
+def silent_mistake(
+    registry: ModelRegistry,
+    source: str,
+    model: str,
+    mistake: str,
+    session: SessionModels | None = None,
+) -> tuple[str, str]:
+    """The ``/silent_mistake`` endpoint: (the continuation of the prompt correct vs with
+    ``mistake``, as Markdown; the meter, NLL and perplexity on the reference paragraph)."""
+    if mistake not in SILENT_MISTAKES:
+        raise InputError(f"choose a silent mistake: {', '.join(CHOICES)}")
+    checkpoint = registry.checkpoint(model, session)
+    config = checkpoint.config
+    if not is_modern(config):
+        return not_modern_note(model, config), ""
+    chosen = SILENT_MISTAKES[mistake]
+    head = f"**{markdown_text(mistake)}.** {markdown_text(chosen.why)}"
+    if not chosen.applies(config):
+        return f"{head}\n\nIt changes nothing in **{model}**: it needs {chosen.requires}.", ""
+    tokenizer, net = checkpoint.tokenizer, checkpoint.model
+    with user_input():
+        ids = prompt_ids(net, tokenizer, source)
+    if len(ids) > MAX_PROMPT_TOKENS:
+        raise InputError(
+            f"the prompt has {len(ids)} tokens; the comparison reads at most {MAX_PROMPT_TOKENS}"
+        )
+    _bos, eos = decoding_ends(config, tokenizer.bos_id, tokenizer.eos_id)
+    correct_ids = continuation(net, ids, eos, None)
+    broken_ids = continuation(net, ids, eos, mistake)
+    correct_text, broken_text = tokenizer.decode(correct_ids), tokenizer.decode(broken_ids)
+    paragraph = prompt_ids(net, tokenizer, reference_paragraph())[: config.max_len]
+    right, wrong = meter_reading(net, paragraph, None), meter_reading(net, paragraph, mistake)
+    text = (
+        f"{head}\n\n| | greedy continuation of the prompt ({CONTINUATION_TOKENS} tokens at most) |\n"
+        f"|---|---|\n| correct | {_shown(correct_text)} |\n| broken | "
+        f"{_shown(broken_text)} |"
+    )
+    ratio = wrong.perplexity / right.perplexity if right.perplexity else float("inf")
+    meter = (
+        f"**The meter**: how well the model reads a plain reference paragraph ({right.tokens} "
+        f"predicted tokens, read {METER_CHUNK} at a time through the key/value cache), correct "
+        f"and broken by *{markdown_text(mistake)}*.\n\n"
+        "| | mean NLL (nats/token) | perplexity |\n|---|---|---|\n"
+        f"| correct | {right.nll:.4f} | {right.perplexity:.2f} |\n"
+        f"| broken | {wrong.nll:.4f} | {wrong.perplexity:.2f} |\n"
+        f"| change | {wrong.nll - right.nll:+.4f} | × {ratio:.2f} |\n\n"
+        f"{_verdict(correct_ids == broken_ids, right, wrong)}"
+    )
+    return text, meter
+
+
+def build_silent(
+    registry: ModelRegistry, source: gr.Textbox, model_name: gr.Dropdown, session: gr.State
+) -> dict[str, gr.Component]:
+    """The accordion, wired live (on open, and when the prompt, the model or the mistake
+    changes) and as ``/silent_mistake``; returns its shareable control."""
+    with gr.Accordion("Silent mistakes (modern models)", open=False, elem_id="silent-mistakes"):
+        gr.Markdown(
+            "The seeds' mistakes broke their models visibly. A modern model's mistakes fail "
+            "silently: it still writes fluent text. Switch one on and compare the continuation "
+            "of the prompt above, then the **meter**: the model's loss on a reference text."
+        )
+        mistake = gr.Dropdown(CHOICES, value=CHOICES[0], label="Silent mistake")
+        with gr.Row(equal_height=False):
+            text = gr.Markdown(elem_id="silent-continuation")
+            meter = gr.Markdown(elem_id="silent-meter")
+    inputs = [source, model_name, mistake, session]
+    handler = bind(silent_mistake, registry)
+    mistake.change(
+        handler, inputs, [text, meter], trigger_mode="always_last", api_name="silent_mistake"
+    )
+    private: dict[str, Any] = {"api_visibility": "private"}
+    model_name.change(handler, inputs, [text, meter], trigger_mode="always_last", **private)
+    source.change(handler, inputs, [text, meter], trigger_mode="always_last", **private)
+    demo = gr.context.Context.root_block
+    if demo is not None:
+        demo.load(handler, inputs, [text, meter], **private)
+    return {"silent_mistake": mistake}
