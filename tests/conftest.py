@@ -327,17 +327,8 @@ def tiktoken_encodings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dic
 
 # -- one tiny seeded encoder-decoder, for the what-if and mistake tests ---------------------------
 
-TINY_CONFIG = ModelConfig(
-    src_vocab_size=30,
-    tgt_vocab_size=30,
-    d_model=32,
-    n_heads=4,
-    d_ff=64,
-    n_encoder_layers=2,
-    n_decoder_layers=2,
-    dropout=0.0,
-    pad_id=0,
-)
+# ModelConfig's defaults give the rest: 4 heads, 2 encoder and 2 decoder layers, pad id 0.
+TINY_CONFIG = ModelConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=32, d_ff=64, dropout=0.0)
 
 
 def tiny_transformer(config: ModelConfig = TINY_CONFIG, **changes: Any) -> Transformer:
