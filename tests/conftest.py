@@ -143,6 +143,37 @@ def perturb_hf_model(model: torch.nn.Module, seed: int) -> None:
                 buffer.copy_(torch.randn(buffer.shape, generator=generator))
 
 
+# Each family's config keys for the shape build_hf_model gives (Marian sets both stacks; GPT-2's
+# feed-forward is 4 × width), and its config and model classes in transformers.
+_HF_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
+    "bert": {
+        "width": ("hidden_size",),
+        "layers": ("num_hidden_layers",),
+        "heads": ("num_attention_heads",),
+        "ffn": ("intermediate_size",),
+        "positions": ("max_position_embeddings",),
+    },
+    "gpt2": {
+        "width": ("n_embd",),
+        "layers": ("n_layer",),
+        "heads": ("n_head",),
+        "positions": ("n_positions",),
+    },
+    "marian": {
+        "width": ("d_model",),
+        "layers": ("encoder_layers", "decoder_layers"),
+        "heads": ("encoder_attention_heads", "decoder_attention_heads"),
+        "ffn": ("encoder_ffn_dim", "decoder_ffn_dim"),
+        "positions": ("max_position_embeddings",),
+    },
+}
+_HF_CLASSES = {
+    "bert": ("BertConfig", "BertModel"),
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel"),
+    "marian": ("MarianConfig", "MarianMTModel"),
+}
+
+
 def build_hf_model(
     family: str,
     folder: Path,
@@ -171,53 +202,21 @@ def build_hf_model(
     transformers = pytest.importorskip("transformers")
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    if family == "bert":
-        model = transformers.BertModel(
-            transformers.BertConfig(
-                vocab_size=vocab,
-                hidden_size=width,
-                num_hidden_layers=layers,
-                num_attention_heads=heads,
-                intermediate_size=37,
-                max_position_embeddings=positions,
-                **config,
-            ),
-            add_pooling_layer=pooling,
-        )
-    elif family == "gpt2":
-        model = transformers.GPT2LMHeadModel(
-            transformers.GPT2Config(
-                vocab_size=vocab,
-                n_embd=width,
-                n_layer=layers,
-                n_head=heads,
-                n_positions=positions,
-                bos_token_id=vocab - 1,
-                eos_token_id=vocab - 1,
-                **config,
-            )
-        )
-    elif family == "marian":
-        model = transformers.MarianMTModel(
-            transformers.MarianConfig(
-                vocab_size=vocab,
-                d_model=width,
-                encoder_layers=layers,
-                decoder_layers=layers,
-                encoder_attention_heads=heads,
-                decoder_attention_heads=heads,
-                encoder_ffn_dim=37,
-                decoder_ffn_dim=37,
-                max_position_embeddings=positions,
-                pad_token_id=vocab - 1,
-                decoder_start_token_id=vocab - 1,
-                eos_token_id=0,
-                forced_eos_token_id=None,
-                **config,
-            )
-        )
-    else:
+    if family not in _HF_KEYS:
         raise ValueError(f"unknown family {family!r}")
+    shape = {"width": width, "layers": layers, "heads": heads, "ffn": 37, "positions": positions}
+    settings = {key: shape[ours] for ours, keys in _HF_KEYS[family].items() for key in keys}
+    last = vocab - 1  # GPT-2's end-of-text, Marian's pad and decoder start
+    specials = {
+        "bert": {},
+        "gpt2": {"bos_token_id": last, "eos_token_id": last},
+        "marian": {"pad_token_id": last, "decoder_start_token_id": last, "eos_token_id": 0},
+    }[family]
+    if family == "marian":
+        specials["forced_eos_token_id"] = None
+    config_class, model_class = (getattr(transformers, name) for name in _HF_CLASSES[family])
+    hf_config = config_class(vocab_size=vocab, **settings, **specials, **config)
+    model = model_class(hf_config, **({"add_pooling_layer": pooling} if family == "bert" else {}))
     if perturb is not None:
         perturb_hf_model(model, perturb)
     if prepare is not None:
