@@ -17,6 +17,7 @@ import torch
 from transformer.config import ModelConfig
 from transformer.model import Transformer
 from transformer.text.corpus import bundled_corpus
+from transformer.text.replay import BPEReplay, UnigramReplay, WordPieceReplay
 from transformer.text.tokenization import ALGORITHMS, Tokenizer, train_tokenizer
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -334,3 +335,40 @@ def tiny_transformer(config: ModelConfig = TINY_CONFIG, **changes: Any) -> Trans
     """``Transformer(config.replace(**changes))``, seeded 0, in eval mode."""
     torch.manual_seed(0)
     return Transformer(config.replace(**changes)).eval()
+
+
+# -- what a tokenizer replay's steps end in ---------------------------------------------------------
+
+
+def final_tokens(tok: Tokenizer, words: Sequence[Any]) -> list[str]:
+    """The tokens the replay's steps end in, read from the steps themselves (not from
+    ``WordReplay.pieces``): BPE's last merge, WordPiece's choices, Unigram's segmentation with
+    unknown pieces mapped as the model maps them (byte fallback, else the unknown token)."""
+    model = tok.spec["model"]
+    out: list[str] = []
+    for w in words:
+        detail = w.steps
+        if w.added_token:
+            out.extend(w.pieces)
+        elif isinstance(detail, BPEReplay):
+            out.extend(detail.merges[-1].symbols if detail.merges else detail.symbols)
+        elif isinstance(detail, WordPieceReplay):
+            if detail.unknown_reason is None:
+                out.extend(c.piece for c in detail.choices)
+            else:
+                out.append(model.get("unk_token", "[UNK]"))
+        elif isinstance(detail, UnigramReplay):
+            vocab = {piece for piece, _ in model["vocab"]}
+            unk = model["vocab"][model["unk_id"]][0] if model.get("unk_id") is not None else None
+            for p in detail.pieces:
+                fallback = [f"<0x{b:02X}>" for b in p.piece.encode()]
+                if p.piece in vocab:
+                    out.append(p.piece)
+                elif model.get("byte_fallback") and all(f in vocab for f in fallback):
+                    out.extend(fallback)
+                else:  # `tokenizers` keeps the unknown text as the token (its id is unk_id)
+                    assert p.unknown and unk is not None
+                    out.append(p.piece)
+        else:
+            raise AssertionError(f"no steps for {w}")
+    return out
