@@ -232,6 +232,22 @@ def build_hf_model(
     return folder
 
 
+def hf_greedy(reference: Any, ids: Sequence[int], new_tokens: int, **options: Any) -> list[int]:
+    """``transformers``' greedy ``generate`` of up to ``new_tokens`` from one row of ``ids``
+    (every one attended to), as a list: the tokens our decoding must write."""
+    mask = torch.ones(1, len(ids), dtype=torch.long)
+    with torch.no_grad():
+        out = reference.generate(
+            torch.tensor([list(ids)]),
+            attention_mask=mask,
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            num_beams=1,
+            **options,
+        )
+    return out[0].tolist()
+
+
 def load_hf_reference(cls: type, folder: Path) -> torch.nn.Module:
     """The ``transformers`` model in ``folder`` with eager attention (its attention weights are
     returned), in eval mode: the reference the parity tests compare against."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import hf_greedy
 
 import transformer
 from transformer import (
@@ -149,14 +150,6 @@ def _started(hf_models, family: str, text: str, new_tokens: int):
     return session, pieces, tokenizer, json.loads((hf_models[family] / "config.json").read_text())
 
 
-def _generated(model_class, folder, ids: list[int], **options) -> list[int]:
-    """``transformers``' greedy ``generate`` from ``ids``: the reference tokens."""
-    reference = model_class.from_pretrained(folder).eval()
-    with torch.no_grad():
-        out = reference.generate(torch.tensor([ids]), do_sample=False, num_beams=1, **options)
-    return out[0].tolist()
-
-
 def test_start_decoding_a_marian_model_decodes_as_transformers_generate(hf_models):
     transformers = pytest.importorskip("transformers")
     text = "w7 w23 w61 w4"
@@ -166,14 +159,9 @@ def test_start_decoding_a_marian_model_decodes_as_transformers_generate(hf_model
     assert session.source == source and pieces[-1] == "</s>"
     assert session.prefix == [hf["decoder_start_token_id"]]
     assert session.eos_id == hf["eos_token_id"]
-    expected = _generated(
-        transformers.MarianMTModel,
-        hf_models["marian"],
-        source,
-        max_new_tokens=12,
-        bad_words_ids=[[hf["pad_token_id"]]],  # our decoding never writes padding
-    )
-    assert session.tokens == expected
+    reference = transformers.MarianMTModel.from_pretrained(hf_models["marian"]).eval()
+    banned = [[hf["pad_token_id"]]]  # our decoding never writes padding
+    assert session.tokens == hf_greedy(reference, source, 12, bad_words_ids=banned)
 
 
 def test_start_decoding_a_gpt2_model_continues_from_end_of_text(hf_models):
@@ -183,15 +171,8 @@ def test_start_decoding_a_gpt2_model_continues_from_end_of_text(hf_models):
     prompt = [hf["bos_token_id"], *tokenizer.encode_ids(text)]
     assert session.source == prompt and pieces[0] == "<|endoftext|>"
     assert session.eos_id == hf["eos_token_id"]
-    expected = _generated(
-        transformers.GPT2LMHeadModel,
-        hf_models["gpt2"],
-        prompt,
-        attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-        max_new_tokens=10,
-        pad_token_id=hf["eos_token_id"],
-    )
-    assert session.tokens == expected
+    reference = transformers.GPT2LMHeadModel.from_pretrained(hf_models["gpt2"]).eval()
+    assert session.tokens == hf_greedy(reference, prompt, 10, pad_token_id=hf["eos_token_id"])
 
 
 def test_start_decoding_refuses_an_encoder_only_model(hf_models):
