@@ -341,6 +341,29 @@ def tiktoken_encodings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dic
         patch.undo()
 
 
+# -- app.main with a stand-in demo ------------------------------------------------------------------
+
+
+@pytest.fixture
+def main_launches(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """``app.main`` with a stand-in demo: the dict receives each launch's keyword arguments
+    (and ``"blocked": True`` once it would serve); nothing is built, preloaded or served."""
+    import app as visualiser
+
+    launched: dict[str, Any] = {}
+
+    class FakeDemo:
+        def launch(self, **kwargs: Any) -> None:
+            launched.update(kwargs)
+
+        def block_thread(self) -> None:
+            launched["blocked"] = True
+
+    monkeypatch.setattr(visualiser, "build_demo", lambda *args, **kwargs: FakeDemo())
+    monkeypatch.setattr(visualiser, "preload_models", lambda demo: None)
+    return launched
+
+
 # -- one tiny seeded encoder-decoder, for the what-if and mistake tests ---------------------------
 
 # ModelConfig's defaults give the rest: 4 heads, 2 encoder and 2 decoder layers, pad id 0.

@@ -635,18 +635,8 @@ def test_the_app_starts_without_its_broken_checkpoints(tmp_path, monkeypatch):
 # -- security defaults -----------------------------------------------------------------------
 
 
-def test_the_server_binds_loopback_and_does_not_share_by_default(monkeypatch):
-    launched = {}
-
-    class FakeDemo:
-        def launch(self, **kwargs):
-            launched.update(kwargs)
-
-        def block_thread(self):
-            launched["blocked"] = True
-
-    monkeypatch.setattr(visualiser, "build_demo", lambda *args, **kwargs: FakeDemo())
-    monkeypatch.setattr(visualiser, "preload_models", lambda demo: None)
+def test_the_server_binds_loopback_and_does_not_share_by_default(main_launches):
+    launched = main_launches
     visualiser.main([])
     assert launched["server_name"] == "127.0.0.1"
     assert launched["share"] is False
