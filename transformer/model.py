@@ -279,23 +279,23 @@ class Transformer(nn.Module):
         *,
         cache: DecoderCache | None = None,
         capture: bool = False,
-        ops: Operations | HasOperations = PAPER,
+        intervention: HasOperations | None = None,
+        ops: Operations = PAPER,
         check_ids: bool = True,
     ) -> Decoded:
         """Run the decoder on ``(B, Tq)`` target ids and return hidden states and logits.
 
         With a ``cache``, ``tgt`` holds only the *new* positions: their keys and values are
         appended to the cache, and the cross-attention keys/values over ``encoded.memory`` are
-        computed on the first call and reused after. ``ops`` are the operations to run, or an
-        :class:`~transformer.interventions.Intervention` that builds them. ``check_ids``
-        validates the ids of a whole sequence or of a cache's first call (one device sync).
+        computed on the first call and reused after. ``check_ids`` validates the ids of a whole
+        sequence or of a cache's first call (one device sync).
         """
         config = self.config
         if not config.has_decoder:
             raise ValueError(f"a {config.architecture} model has no decoder")
         if config.has_encoder and encoded is None:
             raise ValueError("an encoder-decoder model decodes against encode(src)'s output")
-        ops = ops if isinstance(ops, Operations) else ops.operations
+        ops = operations_for(intervention, ops)
         offset = cache.length if cache is not None else 0
         # Ids are checked where they enter (a sequence, a cache's prefix), not in every step of
         # a decoding loop, which feeds back the model's own choices: a device sync saved.
