@@ -14,44 +14,17 @@ control (the "no √d scaling" what-if), the guided tour's Next, and a link open
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-VIEWPORT = {"width": 1280, "height": 800}
+from ui.testing import CHROMIUM_ARGS, CROSS, GENERATE, VIEWPORT, chromium, launched
+
 BUSY = ".wrap.default:not(.hide), .wrap.center:not(.hide)"
 QUIET_MS = 600
 TIMEOUT_S = 120
-GENERATE = [
-    "the small cat sees a red ball",
-    "translate",
-    "greedy",
-    1.0,
-    0,
-    1.0,
-    3,
-    40,
-    0,
-    1,
-    1,
-    False,
-]
-CROSS = "cross-attention (decoder → encoder)"
 
 # Installed in every page: the time of the last plotly render (react / resize resolved) and of
 # the last DOM change, so "drawn" means the browser finished, not that the response arrived.
@@ -79,12 +52,6 @@ PROBE = """
   setInterval(wrap, 20);
 })();
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _drawn(page: Any, t0: float, check: Callable[[], bool]) -> float:
@@ -135,20 +102,12 @@ def main() -> None:
     from gradio_client import Client
     from playwright.sync_api import sync_playwright
 
-    from app import build_demo, launch_options
+    from app import build_demo
 
-    wanted = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-    executable = wanted if Path(wanted).is_file() else shutil.which("chromium")
+    _, executable = chromium()
     if executable is None:
         sys.exit("no chromium found: apt-get install chromium, or set CHROMIUM=/path")
-    demo = build_demo("cpu")
-    port = _free_port()
-    demo.launch(
-        prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, **launch_options()
-    )
-    url = f"http://127.0.0.1:{port}/"
-    rows: list[str] = []
-    try:
+    with launched(build_demo("cpu")) as url:
         client = Client(url, verbose=False)
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
@@ -156,8 +115,6 @@ def main() -> None:
                 rows = _measure(browser, url, client)
             finally:
                 browser.close()
-    finally:
-        demo.close()
     print(f"Browser: Chromium headless {VIEWPORT['width']}×{VIEWPORT['height']}; cores: ", end="")
     print(os.cpu_count())
     print("| action | browser s, median (min–max) | API s | browser / API |")

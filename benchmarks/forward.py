@@ -12,33 +12,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 
+from benchmarks._timing import elapsed_ms
 from transformer.config import ModelConfig, base_config
 from transformer.model import Transformer
 from transformer.torch_parity import copy_from_torch, reference_forward, torch_reference
 
-SIZES = {
-    "small (d64, 2+2 layers)": (
-        ModelConfig(src_vocab_size=1000, tgt_vocab_size=1000, d_model=64, n_heads=4, d_ff=256),
-        32,
-        32,
-    ),
-    "medium (d256, 4+4 layers)": (
-        ModelConfig(
-            src_vocab_size=8000,
-            tgt_vocab_size=8000,
-            d_model=256,
-            n_heads=8,
-            d_ff=1024,
-            n_encoder_layers=4,
-            n_decoder_layers=4,
-        ),
-        16,
-        128,
-    ),
+SMALL = ModelConfig(src_vocab_size=1000, tgt_vocab_size=1000, d_model=64, n_heads=4, d_ff=256)
+MEDIUM = SMALL.replace(src_vocab_size=8000, tgt_vocab_size=8000, d_model=256, n_heads=8, d_ff=1024)
+SIZES = {  # config, batch, length
+    "small (d64, 2+2 layers)": (SMALL, 32, 32),
+    "medium (d256, 4+4 layers)": (MEDIUM.replace(n_encoder_layers=4, n_decoder_layers=4), 16, 128),
     "base preset (d512, 6+6 layers)": (base_config(), 8, 64),
 }
 
@@ -55,16 +41,7 @@ def padded(batch: int, length: int, vocab: int, device: torch.device) -> torch.T
 def median_ms(fn, repeats: int, device: torch.device) -> float:
     for _ in range(2):  # warm up
         fn()
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+    return statistics.median(elapsed_ms(fn, device) for _ in range(repeats))
 
 
 def measure(

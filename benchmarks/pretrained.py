@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import transformers
 
+from benchmarks._timing import elapsed_ms
 from transformer.generation import DecodingSession, DecodingSettings
 from transformer.pretrained import load_pretrained, shipped_models
 
@@ -35,22 +35,12 @@ from transformer.pretrained import load_pretrained, shipped_models
 def paired_ms(ours: Callable[[], object], theirs: Callable[[], object], repeats: int, device):
     """Best and median milliseconds of two functions, called alternately after a warm-up:
     ``(ours_best, theirs_best, ours_median, theirs_median)``."""
-
-    def timed(fn: Callable[[], object]) -> float:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        return (time.perf_counter() - start) * 1000
-
     for _ in range(2):
         ours(), theirs()
     a, b = [], []
     for _ in range(repeats):
-        a.append(timed(ours))
-        b.append(timed(theirs))
+        a.append(elapsed_ms(ours, device))
+        b.append(elapsed_ms(theirs, device))
     return min(a), min(b), statistics.median(a), statistics.median(b)
 
 

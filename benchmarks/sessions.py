@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import statistics
 import time
 import uuid
@@ -58,12 +57,6 @@ def anonymous_call(url: str, api_name: str, data: list, session: str | None = No
     return bool(events) and events[-1] == "complete"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=2000)
@@ -74,23 +67,15 @@ def main(argv: list[str] | None = None) -> dict:
 
     import app as visualiser
     from ui import demo as demo_module
+    from ui.testing import launched
 
     if args.capacity is not None:
         demo_module.MAX_SESSIONS = args.capacity
     visualiser.return_freed_memory()
     demo = visualiser.build_demo("cpu", (), preload=False)
-    port = _free_port()
-    demo.launch(
-        prevent_thread_lock=True,
-        server_name="127.0.0.1",
-        server_port=port,
-        quiet=True,
-        **visualiser.launch_options(),
-    )
-    url = f"http://127.0.0.1:{port}/"
     capacity = demo_module.MAX_SESSIONS
     rows, latencies, failures = [], [], 0
-    try:
+    with launched(demo) as url:
         for _ in range(20):  # warm-up: the tokenizer trained, the queue's workers started
             anonymous_call(url, ENDPOINT, ARGS)
         base = rss_mb()
@@ -114,8 +99,6 @@ def main(argv: list[str] | None = None) -> dict:
                 rss = rss_mb()
                 rows.append((done, held, rss))
                 print(f"{done:>9} {held:>6} {rss:>8.0f} {100 * (rss / base - 1):>+7.1f}%")
-    finally:
-        demo.close()
     latencies.sort()
     p95 = latencies[int(0.95 * (len(latencies) - 1))]
     # Flat: once the bound is reached, RSS stays within 10 % of its value there.

@@ -17,6 +17,7 @@ import torch
 from transformer.config import ModelConfig
 from transformer.model import Transformer
 from transformer.text.corpus import bundled_corpus
+from transformer.text.replay import BPEReplay, UnigramReplay, WordPieceReplay
 from transformer.text.tokenization import ALGORITHMS, Tokenizer, train_tokenizer
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -143,6 +144,37 @@ def perturb_hf_model(model: torch.nn.Module, seed: int) -> None:
                 buffer.copy_(torch.randn(buffer.shape, generator=generator))
 
 
+# Each family's config keys for the shape build_hf_model gives (Marian sets both stacks; GPT-2's
+# feed-forward is 4 × width), and its config and model classes in transformers.
+_HF_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
+    "bert": {
+        "width": ("hidden_size",),
+        "layers": ("num_hidden_layers",),
+        "heads": ("num_attention_heads",),
+        "ffn": ("intermediate_size",),
+        "positions": ("max_position_embeddings",),
+    },
+    "gpt2": {
+        "width": ("n_embd",),
+        "layers": ("n_layer",),
+        "heads": ("n_head",),
+        "positions": ("n_positions",),
+    },
+    "marian": {
+        "width": ("d_model",),
+        "layers": ("encoder_layers", "decoder_layers"),
+        "heads": ("encoder_attention_heads", "decoder_attention_heads"),
+        "ffn": ("encoder_ffn_dim", "decoder_ffn_dim"),
+        "positions": ("max_position_embeddings",),
+    },
+}
+_HF_CLASSES = {
+    "bert": ("BertConfig", "BertModel"),
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel"),
+    "marian": ("MarianConfig", "MarianMTModel"),
+}
+
+
 def build_hf_model(
     family: str,
     folder: Path,
@@ -171,53 +203,21 @@ def build_hf_model(
     transformers = pytest.importorskip("transformers")
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    if family == "bert":
-        model = transformers.BertModel(
-            transformers.BertConfig(
-                vocab_size=vocab,
-                hidden_size=width,
-                num_hidden_layers=layers,
-                num_attention_heads=heads,
-                intermediate_size=37,
-                max_position_embeddings=positions,
-                **config,
-            ),
-            add_pooling_layer=pooling,
-        )
-    elif family == "gpt2":
-        model = transformers.GPT2LMHeadModel(
-            transformers.GPT2Config(
-                vocab_size=vocab,
-                n_embd=width,
-                n_layer=layers,
-                n_head=heads,
-                n_positions=positions,
-                bos_token_id=vocab - 1,
-                eos_token_id=vocab - 1,
-                **config,
-            )
-        )
-    elif family == "marian":
-        model = transformers.MarianMTModel(
-            transformers.MarianConfig(
-                vocab_size=vocab,
-                d_model=width,
-                encoder_layers=layers,
-                decoder_layers=layers,
-                encoder_attention_heads=heads,
-                decoder_attention_heads=heads,
-                encoder_ffn_dim=37,
-                decoder_ffn_dim=37,
-                max_position_embeddings=positions,
-                pad_token_id=vocab - 1,
-                decoder_start_token_id=vocab - 1,
-                eos_token_id=0,
-                forced_eos_token_id=None,
-                **config,
-            )
-        )
-    else:
+    if family not in _HF_KEYS:
         raise ValueError(f"unknown family {family!r}")
+    shape = {"width": width, "layers": layers, "heads": heads, "ffn": 37, "positions": positions}
+    settings = {key: shape[ours] for ours, keys in _HF_KEYS[family].items() for key in keys}
+    last = vocab - 1  # GPT-2's end-of-text, Marian's pad and decoder start
+    specials = {
+        "bert": {},
+        "gpt2": {"bos_token_id": last, "eos_token_id": last},
+        "marian": {"pad_token_id": last, "decoder_start_token_id": last, "eos_token_id": 0},
+    }[family]
+    if family == "marian":
+        specials["forced_eos_token_id"] = None
+    config_class, model_class = (getattr(transformers, name) for name in _HF_CLASSES[family])
+    hf_config = config_class(vocab_size=vocab, **settings, **specials, **config)
+    model = model_class(hf_config, **({"add_pooling_layer": pooling} if family == "bert" else {}))
     if perturb is not None:
         perturb_hf_model(model, perturb)
     if prepare is not None:
@@ -230,6 +230,22 @@ def build_hf_model(
     else:
         _word_level_tokenizer(folder, vocab, "<pad>", ["</s>", "<unk>"], words)
     return folder
+
+
+def hf_greedy(reference: Any, ids: Sequence[int], new_tokens: int, **options: Any) -> list[int]:
+    """``transformers``' greedy ``generate`` of up to ``new_tokens`` from one row of ``ids``
+    (every one attended to), as a list: the tokens our decoding must write."""
+    mask = torch.ones(1, len(ids), dtype=torch.long)
+    with torch.no_grad():
+        out = reference.generate(
+            torch.tensor([list(ids)]),
+            attention_mask=mask,
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            num_beams=1,
+            **options,
+        )
+    return out[0].tolist()
 
 
 def load_hf_reference(cls: type, folder: Path) -> torch.nn.Module:
@@ -325,22 +341,73 @@ def tiktoken_encodings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dic
         patch.undo()
 
 
+# -- app.main with a stand-in demo ------------------------------------------------------------------
+
+
+@pytest.fixture
+def main_launches(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """``app.main`` with a stand-in demo: the dict receives each launch's keyword arguments
+    (and ``"blocked": True`` once it would serve); nothing is built, preloaded or served."""
+    import app as visualiser
+
+    launched: dict[str, Any] = {}
+
+    class FakeDemo:
+        def launch(self, **kwargs: Any) -> None:
+            launched.update(kwargs)
+
+        def block_thread(self) -> None:
+            launched["blocked"] = True
+
+    monkeypatch.setattr(visualiser, "build_demo", lambda *args, **kwargs: FakeDemo())
+    monkeypatch.setattr(visualiser, "preload_models", lambda demo: None)
+    return launched
+
+
 # -- one tiny seeded encoder-decoder, for the what-if and mistake tests ---------------------------
 
-TINY_CONFIG = ModelConfig(
-    src_vocab_size=30,
-    tgt_vocab_size=30,
-    d_model=32,
-    n_heads=4,
-    d_ff=64,
-    n_encoder_layers=2,
-    n_decoder_layers=2,
-    dropout=0.0,
-    pad_id=0,
-)
+# ModelConfig's defaults give the rest: 4 heads, 2 encoder and 2 decoder layers, pad id 0.
+TINY_CONFIG = ModelConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=32, d_ff=64, dropout=0.0)
 
 
 def tiny_transformer(config: ModelConfig = TINY_CONFIG, **changes: Any) -> Transformer:
     """``Transformer(config.replace(**changes))``, seeded 0, in eval mode."""
     torch.manual_seed(0)
     return Transformer(config.replace(**changes)).eval()
+
+
+# -- what a tokenizer replay's steps end in ---------------------------------------------------------
+
+
+def final_tokens(tok: Tokenizer, words: Sequence[Any]) -> list[str]:
+    """The tokens the replay's steps end in, read from the steps themselves (not from
+    ``WordReplay.pieces``): BPE's last merge, WordPiece's choices, Unigram's segmentation with
+    unknown pieces mapped as the model maps them (byte fallback, else the unknown token)."""
+    model = tok.spec["model"]
+    out: list[str] = []
+    for w in words:
+        detail = w.steps
+        if w.added_token:
+            out.extend(w.pieces)
+        elif isinstance(detail, BPEReplay):
+            out.extend(detail.merges[-1].symbols if detail.merges else detail.symbols)
+        elif isinstance(detail, WordPieceReplay):
+            if detail.unknown_reason is None:
+                out.extend(c.piece for c in detail.choices)
+            else:
+                out.append(model.get("unk_token", "[UNK]"))
+        elif isinstance(detail, UnigramReplay):
+            vocab = {piece for piece, _ in model["vocab"]}
+            unk = model["vocab"][model["unk_id"]][0] if model.get("unk_id") is not None else None
+            for p in detail.pieces:
+                fallback = [f"<0x{b:02X}>" for b in p.piece.encode()]
+                if p.piece in vocab:
+                    out.append(p.piece)
+                elif model.get("byte_fallback") and all(f in vocab for f in fallback):
+                    out.extend(fallback)
+                else:  # `tokenizers` keeps the unknown text as the token (its id is unk_id)
+                    assert p.unknown and unk is not None
+                    out.append(p.piece)
+        else:
+            raise AssertionError(f"no steps for {w}")
+    return out

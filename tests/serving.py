@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import sys
 import threading
 from collections import Counter
@@ -18,34 +17,14 @@ import httpx
 from gradio_client import Client
 
 import app as visualiser
+from ui.testing import CROSS, GENERATE, free_port, launched  # noqa: F401  (tests import them here)
 
-CROSS = "cross-attention (decoder → encoder)"
 BPE = "BPE, trained live on the bundled corpus"
 TOKENIZE = ["the cat sat", BPE, 400, None, "(none)", 5]
-GENERATE = [
-    "the small cat sees a red ball",
-    "translate",
-    "greedy",
-    1.0,
-    0,
-    1.0,
-    3,
-    40,
-    0,
-    1,
-    1,
-    False,
-]
 
 # What must never reach a user: a traceback, a source location, an absolute path of this machine.
 _LEAKS = ["Traceback", 'File "', "site-packages", "/work", "/tmp", "/root", "/home", "/usr/"]
 _LEAKS += [str(Path.cwd()), sys.prefix]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager
@@ -55,18 +34,8 @@ def serve(
     """The app launched in-process on 127.0.0.1 as ``python app.py [--model M ...]`` launches
     it; (demo, url)."""
     demo = visualiser.build_demo(device, models, allow_download)
-    port = free_port()
-    demo.launch(
-        prevent_thread_lock=True,
-        server_name="127.0.0.1",
-        server_port=port,
-        quiet=True,
-        **visualiser.launch_options(),
-    )
-    try:
-        yield demo, f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
+    with launched(demo) as url:
+        yield demo, url
 
 
 def leaks(message: str) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import hf_greedy
 
 import transformer
 from transformer import (
@@ -136,63 +137,42 @@ def test_the_new_names_are_exported():
 # -- start_decoding starts and stops where each family does ---------------------------------------
 
 
-def _hf_config(folder) -> dict:
+def _started(hf_models, family: str, text: str, new_tokens: int):
+    """``start_decoding`` on the tiny ``family`` model, run to the end: (session, pieces,
+    tokenizer, config.json)."""
     import json
 
-    return json.loads((folder / "config.json").read_text())
+    checkpoint = transformer.load_pretrained(hf_models[family])
+    tokenizer, settings = checkpoint.tokenizer, DecodingSettings(max_new_tokens=new_tokens)
+    session, pieces = start_decoding(checkpoint.model, tokenizer, text, settings)
+    for _ in session.run():
+        pass
+    return session, pieces, tokenizer, json.loads((hf_models[family] / "config.json").read_text())
 
 
 def test_start_decoding_a_marian_model_decodes_as_transformers_generate(hf_models):
     transformers = pytest.importorskip("transformers")
-    folder = hf_models["marian"]
-    checkpoint = transformer.load_pretrained(folder)
-    tokenizer, model = checkpoint.tokenizer, checkpoint.model
-    hf = _hf_config(folder)
     text = "w7 w23 w61 w4"
-    session, pieces = start_decoding(model, tokenizer, text, DecodingSettings(max_new_tokens=12))
+    session, pieces, tokenizer, hf = _started(hf_models, "marian", text, 12)
     # Marian's tokenizer ends every source with </s>; the decoder starts from its own start id.
     source = [*tokenizer.encode_ids(text), hf["eos_token_id"]]
     assert session.source == source and pieces[-1] == "</s>"
     assert session.prefix == [hf["decoder_start_token_id"]]
     assert session.eos_id == hf["eos_token_id"]
-    for _ in session.run():
-        pass
-    theirs = transformers.MarianMTModel.from_pretrained(folder).eval()
-    with torch.no_grad():
-        expected = theirs.generate(
-            torch.tensor([source]),
-            max_new_tokens=12,
-            do_sample=False,
-            num_beams=1,
-            bad_words_ids=[[hf["pad_token_id"]]],  # our decoding never writes padding
-        )
-    assert session.tokens == expected[0].tolist()
+    reference = transformers.MarianMTModel.from_pretrained(hf_models["marian"]).eval()
+    banned = [[hf["pad_token_id"]]]  # our decoding never writes padding
+    assert session.tokens == hf_greedy(reference, source, 12, bad_words_ids=banned)
 
 
 def test_start_decoding_a_gpt2_model_continues_from_end_of_text(hf_models):
     transformers = pytest.importorskip("transformers")
-    folder = hf_models["gpt2"]
-    checkpoint = transformer.load_pretrained(folder)
-    tokenizer, model = checkpoint.tokenizer, checkpoint.model
-    hf = _hf_config(folder)
     text = "w5 w17 w42"
-    session, pieces = start_decoding(model, tokenizer, text, DecodingSettings(max_new_tokens=10))
+    session, pieces, tokenizer, hf = _started(hf_models, "gpt2", text, 10)
     prompt = [hf["bos_token_id"], *tokenizer.encode_ids(text)]
     assert session.source == prompt and pieces[0] == "<|endoftext|>"
     assert session.eos_id == hf["eos_token_id"]
-    for _ in session.run():
-        pass
-    theirs = transformers.GPT2LMHeadModel.from_pretrained(folder).eval()
-    with torch.no_grad():
-        expected = theirs.generate(
-            torch.tensor([prompt]),
-            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-            max_new_tokens=10,
-            do_sample=False,
-            num_beams=1,
-            pad_token_id=hf["eos_token_id"],
-        )
-    assert session.tokens == expected[0].tolist()
+    reference = transformers.GPT2LMHeadModel.from_pretrained(hf_models["gpt2"]).eval()
+    assert session.tokens == hf_greedy(reference, prompt, 10, pad_token_id=hf["eos_token_id"])
 
 
 def test_start_decoding_refuses_an_encoder_only_model(hf_models):

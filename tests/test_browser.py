@@ -14,8 +14,6 @@ refresh the ones the README shows (``docs/screenshots/<slug>.png``), run
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,21 +23,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from ui.testing import CHROMIUM_ARGS, VIEWPORT, chromium, launched
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"  # written only with REFRESH_SCREENSHOTS=1
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-VIEWPORT = {"width": 1280, "height": 800}  # a student's laptop; the README shows these
 TIMEOUT_MS = 60_000  # generous: a 2-core CPU runs the models while the browser renders
 PLOT = ".js-plotly-plot"
 ERROR_TOAST = '[data-testid="toast-body"].error'
@@ -141,8 +130,7 @@ def _browser_or_skip() -> tuple[Any, str]:
         from playwright import sync_api
     except ImportError:
         sync_api, reason = None, "the playwright package is not installed (pip install playwright)"
-    wanted = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-    executable = wanted if Path(wanted).is_file() else shutil.which("chromium")
+    wanted, executable = chromium()
     if reason is None and executable is None:
         reason = f"no chromium at {wanted} or on PATH (Debian: apt-get install chromium)"
     if reason is not None:
@@ -150,12 +138,6 @@ def _browser_or_skip() -> tuple[Any, str]:
             pytest.fail(f"REQUIRE_BROWSER=1 but {reason}")
         pytest.skip(reason)
     return sync_api, executable
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -173,20 +155,11 @@ def browser() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def app(browser: Any) -> Iterator[tuple[str, Any]]:
     """The app launched once for the module: its address and the built demo."""
-    from app import build_demo, launch_options
+    from app import build_demo
 
     demo = build_demo("cpu")
-    port = _free_port()
-    try:
-        demo.launch(
-            prevent_thread_lock=True,
-            server_name="127.0.0.1",
-            server_port=port,
-            **launch_options(),
-        )
-        yield f"http://127.0.0.1:{port}/", demo
-    finally:
-        demo.close()
+    with launched(demo) as url:
+        yield url, demo
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 import torch
+from conftest import TINY_CONFIG
 
 from transformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from transformer.config import ModelConfig
 from transformer.model import Transformer
 from transformer.text.tokenization import train_tokenizer
 
@@ -18,16 +18,8 @@ from transformer.text.tokenization import train_tokenizer
 def saved(tmp_path_factory):
     tokenizer = train_tokenizer(["a b c d e f g", "g f e d c b a", "b a d"], "wordpiece", 30)
     vocab = tokenizer.vocab_size
-    config = ModelConfig(
-        src_vocab_size=vocab,
-        tgt_vocab_size=vocab,
-        d_model=16,
-        n_heads=2,
-        d_ff=32,
-        n_encoder_layers=1,
-        n_decoder_layers=1,
-        tie_embeddings=True,
-        dropout=0.0,
+    config = TINY_CONFIG.replace(
+        src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=16, d_ff=32, tie_embeddings=True
     )
     model = Transformer(config).eval()
     snapshot = {k: v.clone() * 0.5 for k, v in model.state_dict().items()}

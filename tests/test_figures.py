@@ -9,8 +9,8 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 import torch
+from conftest import TINY_CONFIG
 
-from transformer.config import ModelConfig
 from transformer.embeddings import sinusoidal_table
 from transformer.figures import (
     attention_difference_figure,
@@ -37,16 +37,7 @@ from transformer.interventions import Intervention
 from transformer.model import Transformer
 from transformer.trace import AttentionRecord
 
-CONFIG = ModelConfig(
-    src_vocab_size=30,
-    tgt_vocab_size=30,
-    d_model=16,
-    n_heads=4,
-    d_ff=32,
-    n_encoder_layers=2,
-    n_decoder_layers=2,
-    dropout=0.0,
-)
+CONFIG = TINY_CONFIG.replace(d_model=16, d_ff=32)
 SRC_LEN, TGT_LEN = 7, 5
 
 

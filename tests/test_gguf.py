@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from conftest import hf_llama_config
 
 from transformer.pretrained import PretrainedError
 from transformer.pretrained.gguf import BLOCKS, GGUFError, dequantize, read_gguf
@@ -448,16 +449,10 @@ def write_tiny_llama(path: Path, drop: str | None = None, tokenizer_model: str =
     """A random transformers Llama written with gguf's writer: llama.* metadata, blk.* tensors
     (W_q, W_k permuted by llama.cpp's rule) and a five-token BPE vocabulary."""
     transformers = pytest.importorskip("transformers")
-    hf_config = transformers.LlamaConfig(
-        hidden_size=32,
-        intermediate_size=48,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_hidden_layers=2,
-        vocab_size=6,
-        rope_theta=20000.0,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=False,
+    # TINY_LLAMA's 4 query and 2 key/value heads and 64 positions; transformers' defaults give
+    # rms_norm_eps 1e-6 and untied embeddings.
+    hf_config = hf_llama_config(
+        hidden_size=32, intermediate_size=48, num_hidden_layers=2, vocab_size=6, rope_theta=20000.0
     )
     state = transformers.LlamaForCausalLM(hf_config).state_dict()
     writer = gguf.GGUFWriter(str(path), "llama")

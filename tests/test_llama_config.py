@@ -134,15 +134,7 @@ def test_llama_config_json_options() -> None:
 
 
 def test_qwen2_config_json_has_qkv_bias_only() -> None:
-    hf = transformers.Qwen2Config(
-        hidden_size=64,
-        intermediate_size=96,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_hidden_layers=2,
-        vocab_size=100,
-        rope_theta=1000000.0,
-    ).to_dict()
+    hf = hf_llama_config("qwen2", vocab_size=100, rope_theta=1000000.0).to_dict()
     config = config_from_hf(hf)
     assert config.attention_qkv_bias and not config.attention_output_bias and not config.mlp_bias
     assert config.rope_base == 1000000.0 and config.n_kv_heads == 2
@@ -179,17 +171,7 @@ def test_every_hf_weight_has_one_of_our_names_with_the_configs_shape(
     family: str, tied: bool
 ) -> None:
     extra = dict(attention_bias=True, mlp_bias=True) if family == "llama" else {}
-    model = hf_llama_model(
-        family,
-        hidden_size=32,
-        intermediate_size=48,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_hidden_layers=2,
-        vocab_size=50,
-        tie_word_embeddings=tied,
-        **extra,
-    )
+    model = hf_llama_model(family, vocab_size=50, tie_word_embeddings=tied, **extra)
     hf_config = model.config
     config = config_from_hf(hf_config.to_dict())
     state = model.state_dict()
@@ -313,16 +295,7 @@ def test_gguf_metadata_problems_are_named() -> None:
 def test_map_weights_reads_a_saved_transformers_folder(
     tmp_path: Path, family: str, tied: bool
 ) -> None:
-    model = hf_llama_model(
-        family,
-        hidden_size=32,
-        intermediate_size=48,
-        num_attention_heads=4,
-        num_key_value_heads=1,
-        num_hidden_layers=2,
-        vocab_size=50,
-        tie_word_embeddings=tied,
-    )
+    model = hf_llama_model(family, num_key_value_heads=1, vocab_size=50, tie_word_embeddings=tied)
     model.save_pretrained(tmp_path)
     hf = json.loads((tmp_path / "config.json").read_text())
     config = config_from_hf(hf)

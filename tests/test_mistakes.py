@@ -105,13 +105,20 @@ def test_score_scale_mistakes_match_the_seeds_formula(name, scale):
 # -- the bare views of seed 003 -----------------------------------------------------------------
 
 
+def bare_view_pass(mistake: str, stack: str, layer: int, src_len: int):
+    """The tiny model's pass with ``mistake`` on: (the trace of ``stack``'s layer ``layer``, that
+    layer's self-attention module)."""
+    model = build()
+    trace = model(ids(2, src_len), ids(2, 5, seed=2), capture=True, intervention=broken(mistake))
+    layers = trace.encoder_layers if stack == "encoder" else trace.decoder_layers
+    module = model.encoder if stack == "encoder" else model.decoder
+    return layers[layer], module.layers[layer].self_attention
+
+
 @torch.no_grad()
 def test_bare_view_split_matches_view_b_h_straight_from_b_t_d_model():
-    model = build()
-    src, tgt = ids(2, 8), ids(2, 5, seed=2)
-    trace = model(src, tgt, capture=True, intervention=broken("heads split with a bare view"))
-    attention = model.encoder.layers[0].self_attention
-    x = trace.encoder_layers[0].input
+    traced, attention = bare_view_pass("heads split with a bare view", "encoder", 0, 8)
+    x = traced.input
     b, t, _ = x.shape
     h = CONFIG.n_heads
     # Seed 003: key.view(batch_size * num_heads, -1, dim_per_head), then bmm.
@@ -119,11 +126,11 @@ def test_bare_view_split_matches_view_b_h_straight_from_b_t_d_model():
     k = attention.w_k(x).view(b * h, -1, D_HEAD)
     v = attention.w_v(x).view(b * h, -1, D_HEAD)
     scores = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(D_HEAD)  # (B·h, T, T)
-    record = trace.encoder_layers[0].self_attention
+    record = traced.self_attention
     assert torch.allclose(record.scores, scores.view(b, h, t, t), atol=1e-5)
     context = torch.bmm(torch.softmax(scores, dim=-1), v).view(b, h, t, D_HEAD)
     expected = attention.w_o(merged(context))  # merged correctly: only the split is wrong
-    assert torch.allclose(trace.encoder_layers[0].self_attention_update, expected, atol=1e-5)
+    assert torch.allclose(traced.self_attention_update, expected, atol=1e-5)
     # Head 0 of sentence 0 sees pieces of the first T/h tokens only: row 0 is token 0's first
     # d_head dimensions, row 1 its second (not token 1).
     projected = attention.w_q(x)
@@ -132,20 +139,17 @@ def test_bare_view_split_matches_view_b_h_straight_from_b_t_d_model():
 
 @torch.no_grad()
 def test_bare_view_merge_matches_view_b_minus_one_d_model_without_transpose():
-    model = build()
-    src, tgt = ids(2, 6), ids(2, 5, seed=2)
-    trace = model(src, tgt, capture=True, intervention=broken("heads merged with a bare view"))
-    attention = model.decoder.layers[1].self_attention
-    x = trace.decoder_layers[1].input
+    traced, attention = bare_view_pass("heads merged with a bare view", "decoder", 1, 6)
+    x = traced.input
     q, k, v = heads(attention.w_q(x)), heads(attention.w_k(x)), heads(attention.w_v(x))
     t = x.size(1)
     causal = torch.ones(t, t, dtype=torch.bool).tril()
     weights = softmax_masked(q @ k.transpose(-1, -2) / math.sqrt(D_HEAD), causal)
     context = (weights @ v).reshape(-1, t, D_HEAD)  # seed 003's (batch·heads, T, d_head)
     expected = attention.w_o(context.view(x.size(0), -1, D_HEAD * CONFIG.n_heads))
-    assert torch.allclose(trace.decoder_layers[1].self_attention_update, expected, atol=1e-5)
+    assert torch.allclose(traced.self_attention_update, expected, atol=1e-5)
     # The weights themselves are the correct ones: only what is passed on is scrambled.
-    assert torch.allclose(trace.decoder_layers[1].self_attention.weights, weights, atol=1e-6)
+    assert torch.allclose(traced.self_attention.weights, weights, atol=1e-6)
 
 
 # -- seed 004's LayerNorm -----------------------------------------------------------------------

@@ -4,9 +4,11 @@ conventions that a parity test must catch."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
-from conftest import hf_llama_model
+from conftest import hf_llama_config, hf_llama_model
 from llama_reference import assembled_llama_logits
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import (
@@ -27,20 +29,11 @@ from transformer.rotary import (
 )
 
 
-def hf_config(**changes: object) -> LlamaConfig:
-    settings = dict(
-        hidden_size=48,
-        intermediate_size=80,
-        num_attention_heads=6,
-        num_key_value_heads=2,
-        num_hidden_layers=1,
-        vocab_size=50,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-        max_position_embeddings=64,
-    )
-    settings.update(changes)
-    return LlamaConfig(**settings)
+def hf_config(**changes: Any) -> LlamaConfig:
+    """``TINY_LLAMA`` (2 key/value heads, 64 positions, rope_theta 10000) with 6 query heads of
+    width 8, one layer and 50 tokens, and ``changes`` over it."""
+    shape = dict(hidden_size=48, intermediate_size=80, num_attention_heads=6, num_hidden_layers=1)
+    return hf_llama_config("llama", **(shape | {"vocab_size": 50, "rms_norm_eps": 1e-5} | changes))
 
 
 def hf_cos_sin(config: LlamaConfig, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

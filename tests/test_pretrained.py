@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import HF_VOCAB as VOCAB
-from conftest import MARIAN_OPUS
+from conftest import MARIAN_OPUS, hf_greedy
 from conftest import load_hf_reference as _hf
 
 from transformer import load_pretrained
@@ -130,16 +130,8 @@ def test_gpt2_greedy_generation_equals_generate(gpt2_folder: Path) -> None:
     session = DecodingSession(checkpoint.model, prompt, settings, eos_id=checkpoint.config.eos_id)
     for _ in session.run():
         pass
-    with torch.no_grad():
-        expected = _hf(transformers.GPT2LMHeadModel, gpt2_folder).generate(
-            torch.tensor([prompt]),
-            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-            max_new_tokens=24,
-            do_sample=False,
-            num_beams=1,
-            pad_token_id=VOCAB - 1,
-        )
-    assert session.tokens == expected[0].tolist()
+    reference = _hf(transformers.GPT2LMHeadModel, gpt2_folder)
+    assert session.tokens == hf_greedy(reference, prompt, 24, pad_token_id=VOCAB - 1)
 
 
 # -- Marian ----------------------------------------------------------------------------------
@@ -192,17 +184,10 @@ def test_marian_greedy_generation_equals_generate(marian_folder: Path) -> None:
     )
     for _ in session.run():
         pass
-    with torch.no_grad():
-        # Real opus-mt checkpoints ban <pad> from the output (their generation config's
-        # bad_words_ids), as our decoding never writes [PAD]; the tiny random model needs it said.
-        expected = _hf(transformers.MarianMTModel, marian_folder).generate(
-            torch.tensor([source]),
-            max_new_tokens=20,
-            do_sample=False,
-            num_beams=1,
-            bad_words_ids=[[config.pad_id]],
-        )
-    assert session.tokens == expected[0].tolist()
+    # Real opus-mt checkpoints ban <pad> from the output (their generation config's
+    # bad_words_ids), as our decoding never writes [PAD]; the tiny random model needs it said.
+    reference = _hf(transformers.MarianMTModel, marian_folder)
+    assert session.tokens == hf_greedy(reference, source, 20, bad_words_ids=[[config.pad_id]])
 
 
 def _marian_spm_folder(folder: Path) -> list[str]:

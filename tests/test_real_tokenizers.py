@@ -16,7 +16,7 @@ import hashlib
 
 import pytest
 import tokenizers
-from conftest import REFERENCE_FILES, reference_file
+from conftest import REFERENCE_FILES, final_tokens, reference_file
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,9 +29,6 @@ from transformer.text.real_tokenizers import (
     real_tokenizers,
 )
 from transformer.text.replay import (
-    BPEReplay,
-    UnigramReplay,
-    WordPieceReplay,
     byte_level_to_bytes,
     readable_piece,
     replay,
@@ -101,25 +98,6 @@ def readable_bytes_to_byte_level(encoding, token_id: int) -> str:
     return "".join(table[b] for b in data)
 
 
-def final_pieces_from_steps(words) -> tuple[list[str], list[int]]:
-    """The pieces each word's steps end in (not the replay's own summary of them)."""
-    pieces: list[str] = []
-    for word in words:
-        detail = word.steps
-        if word.added_token:
-            pieces.extend(word.pieces)
-        elif isinstance(detail, BPEReplay):
-            pieces.extend(detail.merges[-1].symbols if detail.merges else detail.symbols)
-        elif isinstance(detail, WordPieceReplay):
-            if detail.unknown_reason is None:
-                pieces.extend(c.piece for c in detail.choices)
-            else:
-                pieces.append("[UNK]")
-        elif isinstance(detail, UnigramReplay):
-            pieces.extend(p.piece for p in detail.pieces)
-    return pieces, [i for w in words for i in w.ids]
-
-
 @pytest.fixture(scope="module")
 def loaded() -> dict[str, Tokenizer]:
     return {name: load() for name, load in real_tokenizers().items()}
@@ -174,9 +152,9 @@ def test_pieces_and_replay_equal_the_reference(loaded, references, name, text):
     records = tok.encode(text, add_special_tokens=False)
     assert [r.id for r in records] == ref_ids
     assert [r.piece for r in records] == ref_pieces
-    steps_pieces, steps_ids = final_pieces_from_steps(replay(tok, text))
-    assert steps_pieces == ref_pieces
-    assert steps_ids == ref_ids
+    words = replay(tok, text)
+    assert final_tokens(tok, words) == ref_pieces
+    assert [i for word in words for i in word.ids] == ref_ids
 
 
 def test_cl100k_merges_carry_their_rank(loaded):

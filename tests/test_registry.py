@@ -74,18 +74,10 @@ def test_model_flags_reach_the_registry(monkeypatch, hf_models):
     assert events == ["launch", "preload", "serve"] * 3
 
 
-def test_a_space_s_server_address_is_honoured_and_loopback_is_the_default(monkeypatch):
-    launched = {}
-
-    class FakeDemo:
-        def launch(self, **kwargs):
-            launched.update(kwargs)
-
-        def block_thread(self):
-            pass
-
-    monkeypatch.setattr(visualiser, "build_demo", lambda *args, **kwargs: FakeDemo())
-    monkeypatch.setattr(visualiser, "preload_models", lambda demo: None)
+def test_a_space_s_server_address_is_honoured_and_loopback_is_the_default(
+    monkeypatch, main_launches
+):
+    launched = main_launches
     monkeypatch.delenv("GRADIO_SERVER_NAME", raising=False)
     monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)
     visualiser.main([])

@@ -86,6 +86,15 @@ SHORT_GENERATE = [
     3,
     *GENERATE[8:],
 ]  # 3 new tokens: the matrix is about input  # temperature, top-k, top-p, beam, max tokens, seed, layer, head
+
+
+def _generate_step(model: str, decoding: list) -> Endpoint:
+    """``/generate_step`` on ``model`` with ``decoding`` (strategy, temperature, top-k, top-p,
+    beam width): 3 new tokens, seed 0, layer 2, head 4."""
+    args = ["the cat", model, *decoding, 3, 0, 2, 4, False]
+    return Endpoint(args, [0, 1, 2], GEN_NUMBERS, api="/generate_step")
+
+
 ENDPOINTS = {
     "/tokenize": Endpoint(TOKENIZE, strings=[0, 1, 4], numbers=[2, 5]),
     "/learn_bpe": Endpoint(["low lower lowest\nnewer wider", 20, "lowest"], [0, 2], [1]),
@@ -136,21 +145,11 @@ ENDPOINTS = {
     "/attention GPT-2 folder": Endpoint(
         ["the cat sat", "gpt2", DECODER, 2, 4, 1, [], False], [0, 1, 2], [3, 4, 5], api="/attention"
     ),
-    "/generate_step GPT-2 folder": Endpoint(
-        ["the cat", "gpt2", "sample", 0.8, 5, 0.9, 2, 3, 0, 2, 4, False],
-        [0, 1, 2],
-        GEN_NUMBERS,
-        api="/generate_step",
-    ),
+    "/generate_step GPT-2 folder": _generate_step("gpt2", ["sample", 0.8, 5, 0.9, 2]),
     "/attention Marian folder": Endpoint(
         ["the cat sat", "marian", CROSS, 2, 4, 1, [], False], [0, 1, 2], [3, 4, 5], api="/attention"
     ),
-    "/generate_step Marian folder": Endpoint(
-        ["the cat", "marian", "greedy", 1.0, 0, 1.0, 3, 3, 0, 2, 4, False],
-        [0, 1, 2],
-        GEN_NUMBERS,
-        api="/generate_step",
-    ),
+    "/generate_step Marian folder": _generate_step("marian", ["greedy", 1.0, 0, 1.0, 3]),
     "/teacher_forcing Marian folder": Endpoint(
         ["the cat sat", "marian", "sat the cat"], [0, 1, 2], api="/teacher_forcing"
     ),
@@ -636,18 +635,8 @@ def test_the_app_starts_without_its_broken_checkpoints(tmp_path, monkeypatch):
 # -- security defaults -----------------------------------------------------------------------
 
 
-def test_the_server_binds_loopback_and_does_not_share_by_default(monkeypatch):
-    launched = {}
-
-    class FakeDemo:
-        def launch(self, **kwargs):
-            launched.update(kwargs)
-
-        def block_thread(self):
-            launched["blocked"] = True
-
-    monkeypatch.setattr(visualiser, "build_demo", lambda *args, **kwargs: FakeDemo())
-    monkeypatch.setattr(visualiser, "preload_models", lambda demo: None)
+def test_the_server_binds_loopback_and_does_not_share_by_default(main_launches):
+    launched = main_launches
     visualiser.main([])
     assert launched["server_name"] == "127.0.0.1"
     assert launched["share"] is False

@@ -13,6 +13,7 @@ import weakref
 
 import pytest
 import tokenizers
+from conftest import final_tokens
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import models, normalizers, pre_tokenizers
@@ -22,7 +23,6 @@ from transformer.text.replay import (
     MAX_REPLAY_CHARS,
     BPEReplay,
     UnigramReplay,
-    WordPieceReplay,
     byte_level_to_bytes,
     replay,
 )
@@ -64,40 +64,6 @@ texts = st.lists(
     ),
     max_size=12,
 ).map("".join)
-
-
-def final_tokens(tok: Tokenizer, words) -> list[str]:
-    """The tokens the replay's steps end in, read from the steps themselves (not from
-    ``WordReplay.pieces``): BPE's last merge, WordPiece's choices, Unigram's segmentation with
-    unknown pieces mapped as the model maps them (byte fallback, else the unknown token)."""
-    model = tok.spec["model"]
-    out: list[str] = []
-    for w in words:
-        detail = w.steps
-        if w.added_token:
-            out.extend(w.pieces)
-        elif isinstance(detail, BPEReplay):
-            out.extend(detail.merges[-1].symbols if detail.merges else detail.symbols)
-        elif isinstance(detail, WordPieceReplay):
-            if detail.unknown_reason is None:
-                out.extend(c.piece for c in detail.choices)
-            else:
-                out.append(model.get("unk_token", "[UNK]"))
-        elif isinstance(detail, UnigramReplay):
-            vocab = {piece for piece, _ in model["vocab"]}
-            unk = model["vocab"][model["unk_id"]][0] if model.get("unk_id") is not None else None
-            for p in detail.pieces:
-                fallback = [f"<0x{b:02X}>" for b in p.piece.encode()]
-                if p.piece in vocab:
-                    out.append(p.piece)
-                elif model.get("byte_fallback") and all(f in vocab for f in fallback):
-                    out.extend(fallback)
-                else:  # `tokenizers` keeps the unknown text as the token (its id is unk_id)
-                    assert p.unknown and unk is not None
-                    out.append(p.piece)
-        else:
-            raise AssertionError(f"no steps for {w}")
-    return out
 
 
 def assert_replay_matches_library(tok: Tokenizer, text: str) -> None:

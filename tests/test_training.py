@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import torch
@@ -43,15 +44,12 @@ def small_model(tokenizer, architecture="encoder-decoder") -> Transformer:
     )
 
 
-FAST = TrainingConfig(
-    steps=120,
-    batch_size=32,
-    warmup_steps=10,
-    lr_factor=4.0,
-    eval_every=20,
-    snapshots=3,
-    device="cpu",
-)
+def on_cpu(**settings: Any) -> TrainingConfig:
+    """A ``TrainingConfig`` of ``settings`` that runs on the CPU (the same on every machine)."""
+    return TrainingConfig(device="cpu", **settings)
+
+
+FAST = on_cpu(steps=120, batch_size=32, warmup_steps=10, lr_factor=4.0, eval_every=20, snapshots=3)
 
 
 def test_a_few_steps_lower_the_loss(reverse_data):
@@ -82,7 +80,7 @@ def test_decoder_only_training_lowers_the_loss():
 
 def test_training_is_reproducible(reverse_data):
     tokenizer, train_pairs, _ = reverse_data
-    config = TrainingConfig(steps=8, batch_size=16, warmup_steps=4, device="cpu", snapshots=0)
+    config = on_cpu(steps=8, batch_size=16, warmup_steps=4, snapshots=0)
     first = train(small_model(tokenizer), train_pairs, config)
     second = train(small_model(tokenizer), train_pairs, config)
     assert [p.loss for p in first.history] == [p.loss for p in second.history]
@@ -215,7 +213,7 @@ def test_training_leaves_the_padding_row_of_the_tied_embedding_at_zero(reverse_d
     tied = Transformer(model.config.replace(tie_embeddings=True))  # tied, as the recipes do
     pad = tokenizer.pad_id
     assert torch.equal(tied.generator.proj.weight[pad], torch.zeros(tied.config.d_model))
-    train(tied, train_pairs, TrainingConfig(steps=15, batch_size=16, warmup_steps=2, device="cpu"))
+    train(tied, train_pairs, on_cpu(steps=15, batch_size=16, warmup_steps=2))
     assert tied.generator.proj.weight is tied.tgt_embedding.lookup.weight
     assert torch.equal(tied.generator.proj.weight[pad], torch.zeros(tied.config.d_model))
     assert float(tied.generator.proj.bias[pad].detach()) == 0.0
@@ -242,7 +240,7 @@ def test_training_on_pairs_whose_first_source_is_empty_runs(reverse_data):
 
     tokenizer, train_pairs, _ = reverse_data
     pairs = [EncodedPair((), train_pairs[0].target), *train_pairs[1:8]]
-    config = TrainingConfig(steps=3, batch_size=8, warmup_steps=2, device="cpu", snapshots=0)
+    config = on_cpu(steps=3, batch_size=8, warmup_steps=2, snapshots=0)
     result = train(small_model(tokenizer), pairs, config)
     assert result.steps_done == 3 and all(math.isfinite(p.loss) for p in result.history)
 
@@ -256,7 +254,7 @@ def test_training_leaves_the_global_generator_alone_and_stays_reproducible(rever
     tokenizer, train_pairs, _ = reverse_data
     recipe = RECIPES["reverse"]
     recipe = replace(recipe, model=recipe.model.replace(d_model=32, d_ff=64, n_encoder_layers=1))
-    config = TrainingConfig(steps=6, batch_size=16, warmup_steps=2, device="cpu", snapshots=0)
+    config = on_cpu(steps=6, batch_size=16, warmup_steps=2, snapshots=0)
 
     def run():
         model = build_model(recipe, tokenizer)  # dropout 0.1: the run draws random numbers
@@ -279,7 +277,7 @@ def test_two_trainings_in_threads_each_reproduce_their_run(reverse_data):
     import threading
 
     tokenizer, train_pairs, _ = reverse_data
-    config = TrainingConfig(steps=6, batch_size=16, warmup_steps=2, device="cpu", snapshots=0)
+    config = on_cpu(steps=6, batch_size=16, warmup_steps=2, snapshots=0)
     alone = {
         seed: train(small_model(tokenizer), train_pairs, replace(config, seed=seed))
         for seed in (0, 1)

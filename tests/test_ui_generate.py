@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 import pytest
 import torch
 from conftest import HF_VOCAB as VOCAB
-from conftest import MARIAN_OPUS
+from conftest import MARIAN_OPUS, hf_greedy
 from conftest import load_hf_reference as _hf
 
 from transformer.generation import DecodingSession
@@ -313,16 +313,8 @@ def test_generate_on_tiny_gpt2_equals_transformers_generate(pretrained, tiny):
     tokenizer = pretrained.checkpoint(name, None).tokenizer
     ids = [VOCAB - 1, *tokenizer.encode_ids(prompt)]  # the prompt starts with <|endoftext|>
     assert decoding.prefix == ids
-    with torch.no_grad():
-        expected = _hf(transformers.GPT2LMHeadModel, tiny["gpt2"]).generate(
-            torch.tensor([ids]),
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            max_new_tokens=20,
-            do_sample=False,
-            num_beams=1,
-            pad_token_id=VOCAB - 1,
-        )
-    assert decoding.tokens == expected[0].tolist()
+    reference = _hf(transformers.GPT2LMHeadModel, tiny["gpt2"])
+    assert decoding.tokens == hf_greedy(reference, ids, 20, pad_token_id=VOCAB - 1)
     assert not updates[-1][2].data  # no cross-attention in a decoder-only model
 
 
@@ -336,17 +328,10 @@ def test_generate_on_tiny_marian_equals_transformers_generate(pretrained, tiny):
     tokenizer = pretrained.checkpoint(name, None).tokenizer
     ids = [*tokenizer.encode_ids(source), 0]  # Marian's source ends with </s>
     assert state.decoding.source == ids and state.decoding.prefix == [VOCAB - 1]
-    with torch.no_grad():
-        model = _hf(transformers.MarianMTModel, tiny["marian"])
-        # Real opus-mt checkpoints ban <pad> from the output (bad_words_ids), as we never write it.
-        expected = model.generate(
-            torch.tensor([ids]),
-            max_new_tokens=20,
-            do_sample=False,
-            num_beams=1,
-            bad_words_ids=[[model.config.pad_token_id]],
-        )
-    assert state.decoding.tokens == expected[0].tolist()
+    model = _hf(transformers.MarianMTModel, tiny["marian"])
+    # Real opus-mt checkpoints ban <pad> from the output (bad_words_ids), as we never write it.
+    banned = [[model.config.pad_token_id]]
+    assert state.decoding.tokens == hf_greedy(model, ids, 20, bad_words_ids=banned)
     assert updates[-1][2].data[0].z.shape == (5, len(ids))  # 4 heads and their mean
 
 

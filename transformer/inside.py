@@ -214,15 +214,21 @@ class _Walker:
         formula: str,
         full: Tensor | None = None,
         dims: str = "B, T, d_model",
+        per_head: Tensor | None = None,
         **rest: Any,
     ) -> None:
         """Append a step; with ``full``, a ``(B, T, n)`` tensor, the step shows this token's row
-        of it (its shape, the slice and the values follow from it)."""
+        of it, with ``per_head``, a ``(B, H, Tq, n)`` tensor, this head's row for this query (its
+        shape, the slice and the values follow from it unless given)."""
+        label = self.walk.query_labels[self.i]
         if full is not None:
             rest.setdefault("shape", _dims(dims, full))
-            label = self.walk.query_labels[self.i]
             rest.setdefault("shown", f"token {label}: ({full.size(-1)},)")
             rest["values"] = _cpu(full[self.b, self.i])
+        if per_head is not None:
+            rest.setdefault("shape", _dims(dims, per_head))
+            rest.setdefault("shown", f"head {self.h + 1}, query {label}: ({per_head.size(-1)},)")
+            rest.setdefault("values", _cpu(per_head[self.b, self.h, self.i]))
         self.steps.append(Step(key=key, name=name, section=section, formula=formula, **rest))
 
     # -- the input -------------------------------------------------------------------------
@@ -384,10 +390,7 @@ class _Walker:
                 ),
             )
         source = hs if memory is None else memory
-        if module.rotary is not None or module.n_kv_heads != module.n_heads:
-            q, k, v = self.modern_qkv(prefix, section, module, hs, source, key_labels)
-        else:
-            q, k, v = self.paper_qkv(prefix, section, module, hs, source, memory, key_labels)
+        q, k, v = self.qkv(prefix, section, module, hs, source, memory, key_labels)
 
         cols = f"columns {h * dh}…{(h + 1) * dh - 1}"
         dot = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
@@ -396,9 +399,8 @@ class _Walker:
             section,
             "q·k for each key",
             "s_j = q·k_j",
-            shape=_dims("B, H, Tq, Tk", dot),
-            shown=f"head {h + 1}, query {token}: ({dot.size(-1)},)",
-            values=_cpu(dot[b, h, i]),
+            per_head=dot,
+            dims="B, H, Tq, Tk",
             explanation="One number per key: how well the key matches the query.",
             code=code_line(scores_code, ("queries @ keys.transpose(-2, -1)", "@ keys.transpose")),
             labels=key_labels,
@@ -410,9 +412,8 @@ class _Walker:
             section,
             "÷ √d_k",
             f"s_j / √d_k = s_j / √{dh} = s_j × {scale:.4g}",
-            shape=_dims("B, H, Tq, Tk", scaled),
-            shown=f"head {h + 1}, query {token}: ({dot.size(-1)},)",
-            values=_cpu(scaled[b, h, i]),
+            per_head=scaled,
+            dims="B, H, Tq, Tk",
             explanation=f"Divided by √d_k = √{dh} (the head's width, not d_model), so that wide "
             "heads do not push softmax into a one-hot corner.",
             code=code_line(sdpa, ("queries = q * scale", "* scale")),
@@ -463,8 +464,8 @@ class _Walker:
             section,
             "softmax: exp",
             "e_j = exp(s_j − max s)",
-            shape=_dims("B, H, Tq, Tk", weights),
-            shown=f"head {h + 1}, query {token}: ({dot.size(-1)},)",
+            per_head=weights,
+            dims="B, H, Tq, Tk",
             values=_cpu(exp),
             explanation=f"Every score made positive (exp(−∞) = 0); subtracting the largest "
             f"score ({top.item():.3g}) keeps exp from overflowing. Σ e = {exp.sum().item():.4g}.",
@@ -477,9 +478,8 @@ class _Walker:
             section,
             "the weights",
             "a_j = e_j / Σ e   (softmax)",
-            shape=_dims("B, H, Tq, Tk", weights),
-            shown=f"head {h + 1}, query {token}: ({dot.size(-1)},)",
-            values=_cpu(weights[b, h, i]),
+            per_head=weights,
+            dims="B, H, Tq, Tk",
             explanation=f"The attention weights: they sum to 1. The largest, "
             f"{weights[b, h, i].max().item():.3f}, goes to key "
             f"{key_labels[int(weights[b, h, i].argmax())]}.",
@@ -493,9 +493,8 @@ class _Walker:
             section,
             f"head {h + 1}'s output",
             "head = Σ_j a_j·v_j",
-            shape=_dims("B, H, Tq, d_head", heads),
-            shown=f"head {h + 1}, query {token}: ({dh},)",
-            values=_cpu(heads[b, h, i]),
+            per_head=heads,
+            dims="B, H, Tq, d_head",
             explanation="The values, mixed by the weights: what this head brings to the token.",
             code=code_line(sdpa, ("return attended @ v", "@ v")),
         )
@@ -531,7 +530,7 @@ class _Walker:
         )
         return self.residual(prefix, section, residual, x, update, "Attention")
 
-    def paper_qkv(
+    def qkv(
         self,
         prefix: str,
         section: str,
@@ -541,57 +540,105 @@ class _Walker:
         memory: Tensor | None,
         key_labels: list[str],
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """The paper's q, K and V steps; returns them, each ``(B, H, T, d_head)``."""
+        """The q, K and V steps: the paper's, or with grouped key/value heads the one this query
+        head reads, and with rotary positions q and K before and after their rotation. Returns
+        q ``(B, H, Tq, d_head)`` and K, V expanded to ``(B, H, Tk, d_head)`` (each query head's
+        own key/value head)."""
         b, i, h, dh = self.b, self.i, self.h, self.d_head
         forward = type(module).forward
         token = self.walk.query_labels[i]
-
-        def split(x: Tensor) -> Tensor:  # (B, T, d_model) → (B, H, T, d_head)
-            return operations.split_heads(x, module.n_heads)
-
-        q = split(module.w_q(hs))  # (B, H, Tq, d_head)
-        k = split(module.w_k(source))  # (B, H, Tk, d_head)
-        v = split(module.w_v(source))
+        n_heads, n_kv = module.n_heads, module.n_kv_heads
+        g = module.kv_head_of[h]  # the key/value head query head h reads (h without grouping)
+        q = operations.split_heads(module.w_q(hs), n_heads)  # (B, H, Tq, d_head)
+        k = operations.split_heads(module.w_k(source), n_kv)  # (B, H_kv, Tk, d_head)
+        v = operations.split_heads(module.w_v(source), n_kv)
+        bias = {
+            name: f" + b_{name[-1].upper()}" if getattr(module, name).bias is not None else ""
+            for name in ("w_q", "w_k", "w_v")
+        }
         where = "this token" if memory is None else "this target token"
-        kv_from = "every token of the layer's input" if memory is None else "the encoder's memory"
+        kv_input = "X" if memory is None else "memory"
+        paper = module.rotary is None and n_kv == n_heads
+        before = " (before rotation)" if module.rotary is not None else ""
         cols = f"columns {h * dh}…{(h + 1) * dh - 1}"
         self.add(
             f"{prefix}.q",
             section,
-            "query q",
-            f"q = x·W_Q + b_Q   (head {h + 1}: {cols})",
-            shape=_dims("B, H, Tq, d_head", q),
+            "query q" + before,
+            f"q = x·W_Q{bias['w_q']}   (head {h + 1}: {cols})",
+            per_head=q,
+            dims="B, H, Tq, d_head",
             shown=f"head {h + 1}, {where} {token}: ({dh},)",
-            values=_cpu(q[b, h, i]),
             explanation=f"What {where} looks for: its vector times the query matrix, cut into "
-            f"{module.n_heads} heads of d_head = {dh}.",
+            f"{n_heads} {'heads' if paper else 'query heads'} of d_head = {dh}.",
             code=code_line(forward, ("q = ops.split_heads(self.w_q(query)", "self.w_q(")),
         )
-        self.add(
-            f"{prefix}.k",
-            section,
-            "keys K (every key)",
-            "K = X·W_K + b_K" if memory is None else "K = memory·W_K + b_K",
-            shape=_dims("B, H, Tk, d_head", k),
-            shown=f"head {h + 1}, all {k.size(2)} keys: ({k.size(2)}, {dh})",
-            values=_cpu(k[b, h]),
-            explanation=f"What each key offers to be matched on, from {kv_from}.",
-            code=code_line(forward, ("k = ops.split_heads(self.w_k(key_value)", "self.w_k(")),
-            labels=key_labels,
-        )
-        self.add(
-            f"{prefix}.v",
-            section,
-            "values V (every key)",
-            "V = X·W_V + b_V" if memory is None else "V = memory·W_V + b_V",
-            shape=_dims("B, H, Tk, d_head", v),
-            shown=f"head {h + 1}, all {v.size(2)} keys: ({v.size(2)}, {dh})",
-            values=_cpu(v[b, h]),
-            explanation="What each key passes on if it is attended to.",
-            code=code_line(forward, ("v = ops.split_heads(self.w_v(key_value)", "self.w_v(")),
-            labels=key_labels,
-        )
-        return q, k, v
+        kv = self._kv_texts(module, g, memory, paper)
+
+        def kv_step(which: str, tensor: Tensor, name: str, cols: str, explanation: str) -> None:
+            """K or V (``which``): every key's vector in key/value head ``g``."""
+            w, n = f"W_{which.upper()}", tensor.size(2)
+            self.add(
+                f"{prefix}.{which}",
+                section,
+                name,
+                f"{which.upper()} = {kv_input}·{w}{bias['w_' + which]}{cols}",
+                shape=_dims(kv["dims"], tensor),
+                shown=f"{kv['head']}, all {n} keys: ({n}, {dh})",
+                values=_cpu(tensor[b, g]),
+                explanation=explanation,
+                code=code_line(
+                    forward,
+                    (f"{which} = ops.split_heads(self.w_{which}(key_value)", f"self.w_{which}("),
+                ),
+                labels=key_labels,
+            )
+
+        kv_step("k", k, f"keys K{before}{kv['name']}", kv["k_cols"], kv["k_explanation"])
+        if module.rotary is not None:
+            q, k = self.rotation(prefix, section, module.rotary, q, k, g, key_labels)
+        kv_step("v", v, f"values V{kv['name']}", kv["v_cols"], kv["v_explanation"])
+        return q, expand_kv_heads(k, n_heads), expand_kv_heads(v, n_heads)
+
+    def _kv_texts(
+        self, module: MultiHeadAttention, g: int, memory: Tensor | None, paper: bool
+    ) -> dict[str, str]:
+        """What the K and V steps say: the paper's heads, or key/value head ``g`` of a grouped
+        or rotating attention."""
+        h, dh, n_heads, n_kv = self.h, self.d_head, module.n_heads, module.n_kv_heads
+        passes = "What each key passes on if it is attended to"
+        if paper:
+            kv_from = (
+                "every token of the layer's input" if memory is None else "the encoder's memory"
+            )
+            return {
+                "name": " (every key)",
+                "dims": "B, H, Tk, d_head",
+                "head": f"head {h + 1}",
+                "k_cols": "",
+                "v_cols": "",
+                "k_explanation": f"What each key offers to be matched on, from {kv_from}.",
+                "v_explanation": passes + ".",
+            }
+        group = [str(n + 1) for n, kv in enumerate(module.kv_head_of) if kv == g]
+        grouped = n_kv != n_heads
+        return {
+            "name": f": key/value head {g + 1}",
+            "dims": "B, H_kv, Tk, d_head",
+            "head": f"key/value head {g + 1}",
+            "k_cols": f"   (key/value head {g + 1}: columns {g * dh}…{(g + 1) * dh - 1})",
+            "v_cols": f"   (key/value head {g + 1}; not rotated)",
+            "k_explanation": (
+                f"Grouped-query attention: W_K makes only {n_kv} key/value heads for "
+                f"{n_heads} query heads, and query head h reads key/value head "
+                f"h // {n_heads // n_kv}. Query head {h + 1} reads key/value head {g + 1}, "
+                f"shared with query heads {', '.join(group)}."
+                if grouped
+                else f"One key/value head per query head: query head {h + 1} reads its own."
+            ),
+            "v_explanation": passes
+            + (f", shared by query heads {', '.join(group)}." if grouped else "."),
+        }
 
     def rms_norm(
         self, key: str, section: str, x: Tensor, hs: Tensor, norm: RMSNorm, lead: str
@@ -607,127 +654,66 @@ class _Walker:
             code=code_line(type(norm).forward, ("torch.rsqrt(mean_square + self.eps)",)),
         )
 
-    def modern_qkv(
+    def rotation(
         self,
         prefix: str,
         section: str,
-        module: MultiHeadAttention,
-        hs: Tensor,
-        source: Tensor,
+        rotary: rotary_module.RotaryEmbedding,
+        q: Tensor,
+        k: Tensor,
+        g: int,
         key_labels: list[str],
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """q and K before and after the rotary rotation, the key/value head this query head
-        reads (grouped-query attention) and V; returns q ``(B, H, Tq, d_head)`` and K, V
-        expanded to ``(B, H, Tk, d_head)`` (each query head's own key/value head)."""
+    ) -> tuple[Tensor, Tensor]:
+        """The rotary steps: this position's angles, then q and key/value head ``g``'s K turned
+        by them; returns q and K rotated."""
         b, i, h, dh = self.b, self.i, self.h, self.d_head
-        forward = type(module).forward
         token = self.walk.query_labels[i]
-        n_heads, n_kv = module.n_heads, module.n_kv_heads
-        g = module.kv_head_of[h]
-        group = [str(n + 1) for n, kv in enumerate(module.kv_head_of) if kv == g]
-        q = operations.split_heads(module.w_q(hs), n_heads)  # (B, H, Tq, d_head)
-        k = operations.split_heads(module.w_k(source), n_kv)  # (B, H_kv, Tk, d_head)
-        v = operations.split_heads(module.w_v(source), n_kv)
-        bias_q = " + b_Q" if module.w_q.bias is not None else ""
-        bias_k = " + b_K" if module.w_k.bias is not None else ""
-        bias_v = " + b_V" if module.w_v.bias is not None else ""
-        cols = f"columns {h * dh}…{(h + 1) * dh - 1}"
-        kv_cols = f"columns {g * dh}…{(g + 1) * dh - 1}"
-        rotating = module.rotary is not None
-        before = " (before rotation)" if rotating else ""
+        position = i + self.offset
+        angles = rotary_module.rotary_angles(
+            torch.tensor([position], device=q.device), dh, rotary.base
+        )[0]  # (d_head/2,)
         self.add(
-            f"{prefix}.q",
+            f"{prefix}.angles",
             section,
-            "query q" + before,
-            f"q = x·W_Q{bias_q}   (head {h + 1}: {cols})",
-            shape=_dims("B, H, Tq, d_head", q),
+            f"rotation angles at position {position}",
+            f"angle_i = {position} · θ_i,   θ_i = {rotary.base:g}^(−2i/{dh})",
+            shape=f"(d_head/2,) = ({angles.numel()},)",
+            shown=f"position {position}: ({angles.numel()},) radians",
+            values=_cpu(angles),
+            explanation=f"Rotary positions: dimension i and i + {dh // 2} of every query "
+            f"and key head turn together by position · θ_i. The first pair turns "
+            f"{angles[0].item():.3g} rad here, the last {angles[-1].item():.3g}: the first "
+            "pairs spin fast, the last barely move. Nothing was added to the embedding.",
+            code=code_line(rotary_module.rotary_angles, ("positions.float()[..., None]",)),
+        )
+        q_rot, k_rot = rotary(q, k, offset=self.offset)
+        rotate_code = code_line(rotary_module.rotate, ("rotate_half(x) * sin",))
+        self.add(
+            f"{prefix}.q_rotated",
+            section,
+            "query q after rotation",
+            "q' = q·cos(angle) + rotate_half(q)·sin(angle),  rotate_half([a, b]) = [−b, a]",
+            per_head=q_rot,
+            dims="B, H, Tq, d_head",
             shown=f"head {h + 1}, this token {token}: ({dh},)",
-            values=_cpu(q[b, h, i]),
-            explanation=f"What this token looks for: its vector times the query matrix, cut "
-            f"into {n_heads} query heads of d_head = {dh}.",
-            code=code_line(forward, ("q = ops.split_heads(self.w_q(query)", "self.w_q(")),
+            explanation="The query turned by this position's angles, pair by pair: its "
+            f"length stays {q[b, h, i].norm().item():.4g}, only its direction changes.",
+            code=rotate_code,
         )
         self.add(
-            f"{prefix}.k",
+            f"{prefix}.k_rotated",
             section,
-            f"keys K{before}: key/value head {g + 1}",
-            f"K = X·W_K{bias_k}   (key/value head {g + 1}: {kv_cols})",
-            shape=_dims("B, H_kv, Tk, d_head", k),
+            f"keys K after rotation: key/value head {g + 1}",
+            "k'_j = k_j·cos(angle_j) + rotate_half(k_j)·sin(angle_j)",
+            shape=_dims("B, H_kv, Tk, d_head", k_rot),
             shown=f"key/value head {g + 1}, all {k.size(2)} keys: ({k.size(2)}, {dh})",
-            values=_cpu(k[b, g]),
-            explanation=(
-                f"Grouped-query attention: W_K makes only {n_kv} key/value heads for "
-                f"{n_heads} query heads, and query head h reads key/value head "
-                f"h // {n_heads // n_kv}. Query head {h + 1} reads key/value head {g + 1}, "
-                f"shared with query heads {', '.join(group)}."
-                if n_kv != n_heads
-                else f"One key/value head per query head: query head {h + 1} reads its own."
-            ),
-            code=code_line(forward, ("k = ops.split_heads(self.w_k(key_value)", "self.w_k(")),
+            values=_cpu(k_rot[b, g]),
+            explanation="Each key turned by its own position's angles; so q'·k'_j depends "
+            "on the distance between the query and key j, not on where they are.",
+            code=rotate_code,
             labels=key_labels,
         )
-        rotary = module.rotary
-        if rotary is not None:
-            position = i + self.offset
-            angles = rotary_module.rotary_angles(
-                torch.tensor([position], device=hs.device), dh, rotary.base
-            )[0]  # (d_head/2,)
-            self.add(
-                f"{prefix}.angles",
-                section,
-                f"rotation angles at position {position}",
-                f"angle_i = {position} · θ_i,   θ_i = {rotary.base:g}^(−2i/{dh})",
-                shape=f"(d_head/2,) = ({angles.numel()},)",
-                shown=f"position {position}: ({angles.numel()},) radians",
-                values=_cpu(angles),
-                explanation=f"Rotary positions: dimension i and i + {dh // 2} of every query "
-                f"and key head turn together by position · θ_i. The first pair turns "
-                f"{angles[0].item():.3g} rad here, the last {angles[-1].item():.3g}: the first "
-                "pairs spin fast, the last barely move. Nothing was added to the embedding.",
-                code=code_line(rotary_module.rotary_angles, ("positions.float()[..., None]",)),
-            )
-            q_rot, k_rot = rotary(q, k, offset=self.offset)
-            rotate_code = code_line(rotary_module.rotate, ("rotate_half(x) * sin",))
-            self.add(
-                f"{prefix}.q_rotated",
-                section,
-                "query q after rotation",
-                "q' = q·cos(angle) + rotate_half(q)·sin(angle),  rotate_half([a, b]) = [−b, a]",
-                shape=_dims("B, H, Tq, d_head", q_rot),
-                shown=f"head {h + 1}, this token {token}: ({dh},)",
-                values=_cpu(q_rot[b, h, i]),
-                explanation="The query turned by this position's angles, pair by pair: its "
-                f"length stays {q[b, h, i].norm().item():.4g}, only its direction changes.",
-                code=rotate_code,
-            )
-            self.add(
-                f"{prefix}.k_rotated",
-                section,
-                f"keys K after rotation: key/value head {g + 1}",
-                "k'_j = k_j·cos(angle_j) + rotate_half(k_j)·sin(angle_j)",
-                shape=_dims("B, H_kv, Tk, d_head", k_rot),
-                shown=f"key/value head {g + 1}, all {k.size(2)} keys: ({k.size(2)}, {dh})",
-                values=_cpu(k_rot[b, g]),
-                explanation="Each key turned by its own position's angles; so q'·k'_j depends "
-                "on the distance between the query and key j, not on where they are.",
-                code=rotate_code,
-                labels=key_labels,
-            )
-            q, k = q_rot, k_rot
-        self.add(
-            f"{prefix}.v",
-            section,
-            f"values V: key/value head {g + 1}",
-            f"V = X·W_V{bias_v}   (key/value head {g + 1}; not rotated)",
-            shape=_dims("B, H_kv, Tk, d_head", v),
-            shown=f"key/value head {g + 1}, all {v.size(2)} keys: ({v.size(2)}, {dh})",
-            values=_cpu(v[b, g]),
-            explanation="What each key passes on if it is attended to"
-            + (f", shared by query heads {', '.join(group)}." if n_kv != n_heads else "."),
-            code=code_line(forward, ("v = ops.split_heads(self.w_v(key_value)", "self.w_v(")),
-            labels=key_labels,
-        )
-        return q, expand_kv_heads(k, n_heads), expand_kv_heads(v, n_heads)
+        return q_rot, k_rot
 
     def residual(
         self, prefix: str, section: str, residual: _Residual, x: Tensor, update: Tensor, what: str
@@ -764,7 +750,6 @@ class _Walker:
 
     def feed_forward(self, layer: EncoderLayer | DecoderLayer, x: Tensor) -> Tensor:
         b, i = self.b, self.i
-        token = self.walk.query_labels[i]
         ff, residual = layer.feed_forward, layer.feed_forward_residual
         section = "feed-forward"
         ff_code = type(ff).forward
@@ -793,36 +778,15 @@ class _Walker:
             section,
             "·W₁ + b₁",
             "u = x·W₁ + b₁",
-            shape=_dims("B, T, d_ff", hidden),
-            shown=f"token {token}: ({d_ff},)",
-            values=_cpu(hidden[b, i]),
+            full=hidden,
+            dims="B, T, d_ff",
             explanation=f"Widened from d_model = {hs.size(-1)} to d_ff = {d_ff} hidden units, "
             "each token on its own.",
             code=code_line(ff_code, ("self.linear1(x)", "linear1(")),
         )
         activated = ff.activation(hidden)
-        formula, effect = _ACTIVATIONS.get(
-            self.walk.config.activation, ("act(u)", "changes each unit")
-        )
-        off = (hidden[b, i] <= 0).cpu()
-        n_off = int(off.sum())
-        self.add(
-            "ff.activation",
-            section,
-            "activation",
-            formula,
-            shape=_dims("B, T, d_ff", activated),
-            shown=f"token {token}: ({d_ff},); grey = switched off",
-            values=_cpu(activated[b, i]),
-            explanation=f"{formula.split('(')[0]} {effect}: it switched off {n_off} of {d_ff} "
-            + (
-                f"units (u ≤ 0; grey): {_list(off.nonzero().flatten())}."
-                if n_off <= d_ff // 2
-                else f"units (u ≤ 0; grey); the {d_ff - n_off} still on: "
-                f"{_list((~off).nonzero().flatten())}."
-            ),
-            code=code_line(ff_code, ("self.activation(",)),
-            off=off,
+        self.activation(
+            hidden, activated, gate=False, code=code_line(ff_code, ("self.activation(",))
         )
         update = ff.linear2(activated)
         self.add(
@@ -837,56 +801,71 @@ class _Walker:
         )
         return self.residual("ff", section, residual, x, update, "FFN")
 
+    def activation(self, pre: Tensor, post: Tensor, gate: bool, code: CodeLine) -> str:
+        """The activation step, ``post = act(pre)`` (both ``(B, T, d_ff)``), greying the units
+        it switches off (``pre`` ≤ 0): the hidden units, or with ``gate`` the gated
+        feed-forward's gates. Returns the activation's formula."""
+        formula, effect = _ACTIVATIONS.get(
+            self.walk.config.activation, ("act(u)", "changes each unit")
+        )
+        off = (pre[self.b, self.i] <= 0).cpu()
+        n_off, d_ff = int(off.sum()), off.numel()
+        act = formula.split("(")[0]
+        if gate:
+            explanation = (
+                f"{act} {effect}: {n_off} of {d_ff} gates are nearly closed (g ≤ 0; grey); a "
+                "large positive g lets its unit through almost unchanged."
+            )
+        elif n_off <= d_ff // 2:
+            explanation = f"{act} {effect}: it switched off {n_off} of {d_ff} units (u ≤ 0; grey): "
+            explanation += f"{_list(off.nonzero().flatten())}."
+        else:
+            explanation = f"{act} {effect}: it switched off {n_off} of {d_ff} units (u ≤ 0; grey); "
+            explanation += f"the {d_ff - n_off} still on: {_list((~off).nonzero().flatten())}."
+        token = self.walk.query_labels[self.i]
+        self.add(
+            "ff.activation",
+            "feed-forward",
+            "activation of the gate" if gate else "activation",
+            formula.replace("u", "g") if gate else formula,
+            full=post,
+            dims="B, T, d_ff",
+            shown=f"token {token}: ({d_ff},); "
+            + ("grey = gate nearly closed, g ≤ 0" if gate else "grey = switched off"),
+            explanation=explanation,
+            code=code,
+            off=off,
+        )
+        return formula
+
     def gated(self, ff: GatedFeedForward, hs: Tensor) -> Tensor:
         """The gated feed-forward's steps (SwiGLU with SiLU); returns ``(B, T, d_model)``."""
         b, i = self.b, self.i
-        token = self.walk.query_labels[i]
         section = "feed-forward"
         code = code_line(type(ff).forward, ("self.activation(self.w_gate(x)) * self.w_up(x)",))
         pre_gate = ff.w_gate(hs)  # (B, T, d_ff)
         up = ff.w_up(hs)
         d_ff = up.size(-1)
-        shown = f"token {token}: ({d_ff},)"
         self.add(
             "ff.gate_in",
             section,
             "·W_gate",
             "g = x·W_gate",
-            shape=_dims("B, T, d_ff", pre_gate),
-            shown=shown,
-            values=_cpu(pre_gate[b, i]),
+            full=pre_gate,
+            dims="B, T, d_ff",
             explanation=f"Widened from d_model = {hs.size(-1)} to d_ff = {d_ff}: the gate, "
             "which will decide how much of each unit passes.",
             code=code,
         )
         gate = ff.activation(pre_gate)
-        formula, effect = _ACTIVATIONS.get(
-            self.walk.config.activation, ("act(u)", "changes each unit")
-        )
-        off = (pre_gate[b, i] <= 0).cpu()
-        n_off = int(off.sum())
-        self.add(
-            "ff.activation",
-            section,
-            "activation of the gate",
-            formula.replace("u", "g"),
-            shape=_dims("B, T, d_ff", gate),
-            shown=shown + "; grey = gate nearly closed, g ≤ 0",
-            values=_cpu(gate[b, i]),
-            explanation=f"{formula.split('(')[0]} {effect}: {n_off} of {d_ff} gates are "
-            "nearly closed (g ≤ 0; grey); a large positive g lets its unit through almost "
-            "unchanged.",
-            code=code,
-            off=off,
-        )
+        formula = self.activation(pre_gate, gate, gate=True, code=code)
         self.add(
             "ff.up",
             section,
             "·W_up",
             "u = x·W_up",
-            shape=_dims("B, T, d_ff", up),
-            shown=shown,
-            values=_cpu(up[b, i]),
+            full=up,
+            dims="B, T, d_ff",
             explanation="A second projection to d_ff, of the same token: what the units carry.",
             code=code,
         )
@@ -897,9 +876,8 @@ class _Walker:
             section,
             "gate ⊙ up: the unit activity",
             f"a = {formula.split('(')[0]}(g) ⊙ u",
-            shape=_dims("B, T, d_ff", product),
-            shown=shown,
-            values=_cpu(product[b, i]),
+            full=product,
+            dims="B, T, d_ff",
             explanation="Each unit's carried value times its gate, number by number (SwiGLU): "
             f"the most active units here are {_list(strongest.cpu())}.",
             code=code,

@@ -7,7 +7,7 @@ import plotly and numpy, torch only to accept tensors, and never the UI.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -73,6 +73,13 @@ def base_layout(title: str, height: int, large_font: bool, **extra: Any) -> dict
     return layout
 
 
+def panelled_layout(title: str, height: int, large_font: bool, **extra: Any) -> dict[str, Any]:
+    """:func:`base_layout` with 30 px more above the plot, for panel titles or a legend there."""
+    layout = base_layout(title, height, large_font, **extra)
+    layout["margin"]["t"] += 30
+    return layout
+
+
 def panel_domains(n: int, gap: float = 0.08) -> list[list[float]]:
     """Horizontal domains of ``n`` side-by-side panels (cheaper than ``make_subplots``)."""
     width = (1.0 - gap * (n - 1)) / n
@@ -92,6 +99,15 @@ def panel_title(text: str, domain: Sequence[float], large_font: bool) -> dict[st
         "showarrow": False,
         "font": {"size": font_size(large_font)},
     }
+
+
+def panel_titles(
+    names: Iterable[str], domains: Iterable[Sequence[float]], large_font: bool
+) -> list[dict[str, Any]]:
+    """A :func:`panel_title` above each panel: ``names[i]`` over ``domains[i]``."""
+    return [
+        panel_title(name, domain, large_font) for name, domain in zip(names, domains, strict=True)
+    ]
 
 
 def category_axis(title: str, labels: Sequence[str], large_font: bool) -> dict[str, Any]:

@@ -25,7 +25,8 @@ from .common import (
     check_labels,
     heatmap_height,
     panel_domains,
-    panel_title,
+    panel_titles,
+    panelled_layout,
     robust_limit,
     to_numpy,
 )
@@ -36,6 +37,29 @@ def _table(table: Any) -> np.ndarray:
     if t.ndim != 2:
         raise ValueError(f"expected a (positions, d_model) table, got shape {t.shape}")
     return t
+
+
+def _signed_heatmap(z: np.ndarray, half: float, bar: str, hover: str) -> go.Heatmap:
+    """A heatmap of ``z`` whose colours run from −``half`` through 0 (white) to ``half``."""
+    return go.Heatmap(
+        z=z,
+        colorscale=SIGNED_COLORSCALE,
+        zmin=-half,
+        zmax=half,
+        colorbar={"title": {"text": bar}},
+        hovertemplate=hover,
+    )
+
+
+def _grid_axes(x_title: str, y_title: str, square: bool = False) -> dict[str, Any]:
+    """``xaxis`` and ``yaxis`` of a heatmap: no grid lines, the first row on top; ``square``
+    cells for a position-by-position grid."""
+    x: dict[str, Any] = {"title": {"text": x_title}, "showgrid": False, "zeroline": False}
+    y: dict[str, Any] = {"title": {"text": y_title}, "showgrid": False, "zeroline": False}
+    y["autorange"] = "reversed"
+    if square:
+        x["constrain"], y["scaleanchor"] = "domain", "x"
+    return {"xaxis": x, "yaxis": y}
 
 
 def positional_encoding_figure(
@@ -58,25 +82,13 @@ def positional_encoding_figure(
     """
     z = _table(table)
     half, note = robust_limit(z) if zmax is None else (float(zmax), "")
-    trace = go.Heatmap(
-        z=z,
-        colorscale=SIGNED_COLORSCALE,
-        zmin=-half,
-        zmax=half,
-        colorbar={"title": {"text": f"value{note}"}},
-        hovertemplate="position %{y}<br>dimension %{x}<br>PE %{z:.3f}<extra></extra>",
-    )
+    hover = "position %{y}<br>dimension %{x}<br>PE %{z:.3f}<extra></extra>"
+    trace = _signed_heatmap(z, half, f"value{note}", hover)
     layout = base_layout(
         title,
         height or heatmap_height(min(z.shape[0], 40), large_font),
         large_font,
-        xaxis={"title": {"text": "dimension"}, "showgrid": False, "zeroline": False},
-        yaxis={
-            "title": {"text": "position"},
-            "autorange": "reversed",
-            "showgrid": False,
-            "zeroline": False,
-        },
+        **_grid_axes("dimension", "position"),
     )
     return go.Figure(trace, layout)
 
@@ -153,7 +165,7 @@ def positional_curves_figure(
         )
         for k, d in enumerate(dims)
     ]
-    layout = base_layout(
+    layout = panelled_layout(
         title,
         height or (520 if large_font else 420),
         large_font,
@@ -161,7 +173,6 @@ def positional_curves_figure(
         yaxis={"title": {"text": "PE value"}, "range": [-1.1, 1.1], "gridcolor": "#eee"},
         legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
     )
-    layout["margin"]["t"] += 30
     return go.Figure(traces, layout)
 
 
@@ -201,26 +212,13 @@ def positional_similarity_figure(
     z = positional_similarity(table, metric)
     # One outlying position (MiniLM's first has a huge norm) would paint the rest one colour.
     half, note = robust_limit(z)
-    trace = go.Heatmap(
-        z=z,
-        colorscale=SIGNED_COLORSCALE,
-        zmin=-half,
-        zmax=half,
-        colorbar={"title": {"text": f"{metric}{note}"}},
-        hovertemplate=f"position %{{y}} · position %{{x}}<br>{metric} %{{z:.3f}}<extra></extra>",
-    )
-    axis = {"showgrid": False, "zeroline": False}
+    hover = f"position %{{y}} · position %{{x}}<br>{metric} %{{z:.3f}}<extra></extra>"
+    trace = _signed_heatmap(z, half, f"{metric}{note}", hover)
     layout = base_layout(
         f"{what} compared: {'cosine similarity' if metric == 'cosine' else 'dot product PE·PEᵀ'}",
         height or (620 if large_font else 520),
         large_font,
-        xaxis={**axis, "title": {"text": "position"}, "constrain": "domain"},
-        yaxis={
-            **axis,
-            "title": {"text": "position"},
-            "autorange": "reversed",
-            "scaleanchor": "x",
-        },
+        **_grid_axes("position", "position", square=True),
     )
     return go.Figure(trace, layout)
 
@@ -345,20 +343,16 @@ def embedding_sum_figure(
                 "title": {"text": f"after norm{norm_note}"},
             },
         }
-    layout = base_layout(
+    layout = panelled_layout(
         "What enters the first layer: "
         + " + ".join(["token", "position"] + (["token type"] if token_type is not None else []))
         + (", then LayerNorm" if normed is not None else ""),
         height or heatmap_height(emb.shape[0], large_font, maximum=700) + 40,
         large_font,
-        annotations=[
-            panel_title(name, domain, large_font)
-            for name, domain in zip(panels, domains, strict=True)
-        ],
+        annotations=panel_titles(panels, domains, large_font),
         **color_axes,
         **axes,
     )
-    layout["margin"]["t"] += 30
     return go.Figure(traces, layout)
 
 
@@ -431,7 +425,7 @@ def embedding_norms_figure(
         if scaled
         else "Vector length per token (L2 norm) · no √d_model scaling in this model"
     )
-    layout = base_layout(
+    layout = panelled_layout(
         title,
         height or (520 if large_font else 420),
         large_font,
@@ -440,7 +434,6 @@ def embedding_norms_figure(
         yaxis={"title": {"text": "length"}, "gridcolor": "#eee", "rangemode": "tozero"},
         legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
     )
-    layout["margin"]["t"] += 30
     return go.Figure(traces, layout)
 
 
@@ -507,17 +500,7 @@ def rotary_angle_figure(
         f"RoPE rotation angle position·θ_i, θ_i = {readable_number(base)}^(−2i/d_head)",
         height or heatmap_height(min(z.shape[0], 40), large_font),
         large_font,
-        xaxis={
-            "title": {"text": "dimension pair i (turns dims i and i + d_head/2)"},
-            "showgrid": False,
-            "zeroline": False,
-        },
-        yaxis={
-            "title": {"text": "position"},
-            "autorange": "reversed",
-            "showgrid": False,
-            "zeroline": False,
-        },
+        **_grid_axes("dimension pair i (turns dims i and i + d_head/2)", "position"),
     )
     return go.Figure(trace, layout)
 
@@ -534,25 +517,12 @@ def rotary_scores_figure(
     """
     z = _table(scores)
     half = float(np.abs(z).max()) or 1.0
-    trace = go.Heatmap(
-        z=z,
-        colorscale=SIGNED_COLORSCALE,
-        zmin=-half,
-        zmax=half,
-        colorbar={"title": {"text": "q·k"}},
-        hovertemplate="q at %{y} · k at %{x}<br>q·k %{z:.4f}<extra></extra>",
-    )
-    axis = {"showgrid": False, "zeroline": False}
+    hover = "q at %{y} · k at %{x}<br>q·k %{z:.4f}<extra></extra>"
+    trace = _signed_heatmap(z, half, "q·k", hover)
     layout = base_layout(
         "One q and one k, rotated to every pair of positions: q·k",
         height or (620 if large_font else 520),
         large_font,
-        xaxis={**axis, "title": {"text": "key position n"}, "constrain": "domain"},
-        yaxis={
-            **axis,
-            "title": {"text": "query position m"},
-            "autorange": "reversed",
-            "scaleanchor": "x",
-        },
+        **_grid_axes("key position n", "query position m", square=True),
     )
     return go.Figure(trace, layout)

@@ -8,7 +8,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from ..util import is_number
-from .common import PALETTE, base_layout, panel_domains
+from .common import PALETTE, panel_domains, panelled_layout
 
 
 def training_curves_figure(
@@ -60,7 +60,7 @@ def training_curves_figure(
             )
         )
     grid = {"gridcolor": "#eee", "zeroline": False}
-    layout = base_layout(
+    layout = panelled_layout(
         title,
         height or (480 if large_font else 380),
         large_font,
@@ -70,7 +70,6 @@ def training_curves_figure(
         yaxis2={**grid, "title": {"text": "accuracy"}, "range": [0, 1.02], "anchor": "x2"},
         legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
     )
-    layout["margin"]["t"] += 30
     if not traces:
         layout["annotations"] = [
             {

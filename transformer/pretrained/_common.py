@@ -151,6 +151,18 @@ class TensorReader:
         self.missing.append(name if absolute else self.prefix + name)
         return None
 
+    def weight_and_bias(
+        self, ours: str, theirs: str, old: tuple[str, str] | None = None
+    ) -> dict[str, Tensor | None]:
+        """``{ours}.weight`` and ``{ours}.bias`` → the file's ``{theirs}.weight`` and
+        ``{theirs}.bias`` (a linear layer or a LayerNorm), or where those are absent their
+        ``old`` names (BERT's ``("gamma", "beta")``); ``None`` where missing."""
+        kinds = ("weight", "bias")
+        return {
+            f"{ours}.{kind}": self.get(f"{theirs}.{kind}", *([f"{theirs}.{alias}"] if old else []))
+            for kind, alias in zip(kinds, old or kinds, strict=True)
+        }
+
     def check_complete(self) -> None:
         """Raise naming every needed tensor the file lacks."""
         if self.missing:

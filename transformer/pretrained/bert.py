@@ -85,18 +85,23 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     )
 
 
-def _norm(reader: TensorReader, ours: str, theirs: str) -> dict[str, Tensor | None]:
-    return {
-        f"{ours}.weight": reader.get(f"{theirs}.weight", f"{theirs}.gamma"),
-        f"{ours}.bias": reader.get(f"{theirs}.bias", f"{theirs}.beta"),
-    }
+_LAYER_PARTS = {  # ours in encoder.layers.{i} → BERT's in encoder.layer.{i}
+    "self_attention.w_q": "attention.self.query",
+    "self_attention.w_k": "attention.self.key",
+    "self_attention.w_v": "attention.self.value",
+    "self_attention.w_o": "attention.output.dense",
+    "attention_residual.norm": "attention.output.LayerNorm",
+    "feed_forward.linear1": "intermediate.dense",
+    "feed_forward.linear2": "output.dense",
+    "feed_forward_residual.norm": "output.LayerNorm",
+}
 
 
-def _linear(reader: TensorReader, ours: str, theirs: str) -> dict[str, Tensor | None]:
-    return {
-        f"{ours}.weight": reader.get(f"{theirs}.weight"),
-        f"{ours}.bias": reader.get(f"{theirs}.bias"),
-    }
+def _part(reader: TensorReader, ours: str, theirs: str) -> dict[str, Tensor | None]:
+    """A linear layer's or a LayerNorm's weight and bias (a LayerNorm's may be named
+    ``gamma``/``beta`` in old checkpoints)."""
+    old = ("gamma", "beta") if theirs.endswith("LayerNorm") else None
+    return reader.weight_and_bias(ours, theirs, old)
 
 
 def map_weights(reader: TensorReader, config: ModelConfig) -> dict[str, Tensor | None]:
@@ -105,20 +110,11 @@ def map_weights(reader: TensorReader, config: ModelConfig) -> dict[str, Tensor |
         "src_embedding.lookup.weight": reader.get("embeddings.word_embeddings.weight"),
         "src_positional.lookup.weight": reader.get("embeddings.position_embeddings.weight"),
         "token_type_embedding.weight": reader.get("embeddings.token_type_embeddings.weight"),
-        **_norm(reader, "src_embedding_norm", "embeddings.LayerNorm"),
+        **_part(reader, "src_embedding_norm", "embeddings.LayerNorm"),
     }
     for i in range(config.n_encoder_layers):
-        ours, theirs = f"encoder.layers.{i}", f"encoder.layer.{i}"
-        for q in ("query", "key", "value"):
-            w = {"query": "w_q", "key": "w_k", "value": "w_v"}[q]
-            weights |= _linear(reader, f"{ours}.self_attention.{w}", f"{theirs}.attention.self.{q}")
-        weights |= _linear(reader, f"{ours}.self_attention.w_o", f"{theirs}.attention.output.dense")
-        weights |= _norm(
-            reader, f"{ours}.attention_residual.norm", f"{theirs}.attention.output.LayerNorm"
-        )
-        weights |= _linear(reader, f"{ours}.feed_forward.linear1", f"{theirs}.intermediate.dense")
-        weights |= _linear(reader, f"{ours}.feed_forward.linear2", f"{theirs}.output.dense")
-        weights |= _norm(reader, f"{ours}.feed_forward_residual.norm", f"{theirs}.output.LayerNorm")
+        for ours, theirs in _LAYER_PARTS.items():
+            weights |= _part(reader, f"encoder.layers.{i}.{ours}", f"encoder.layer.{i}.{theirs}")
     return weights
 
 

@@ -95,25 +95,18 @@ def _conv1d(reader: TensorReader, ours: str, theirs: str) -> dict[str, Tensor | 
     }
 
 
-def _norm(reader: TensorReader, ours: str, theirs: str) -> dict[str, Tensor | None]:
-    return {
-        f"{ours}.weight": reader.get(f"{theirs}.weight"),
-        f"{ours}.bias": reader.get(f"{theirs}.bias"),
-    }
-
-
 def map_weights(reader: TensorReader, config: ModelConfig) -> dict[str, Tensor | None]:
     """Our state-dict names → the file's tensors (``None`` where missing)."""
     d = config.d_model
     weights = {
         "tgt_embedding.lookup.weight": reader.get("wte.weight"),
         "tgt_positional.lookup.weight": reader.get("wpe.weight"),
-        **_norm(reader, "decoder.final_norm", "ln_f"),
+        **reader.weight_and_bias("decoder.final_norm", "ln_f"),
     }
     for i in range(config.n_decoder_layers):
         ours, theirs = f"decoder.layers.{i}", f"h.{i}"
-        weights |= _norm(reader, f"{ours}.self_attention_residual.norm", f"{theirs}.ln_1")
-        weights |= _norm(reader, f"{ours}.feed_forward_residual.norm", f"{theirs}.ln_2")
+        weights |= reader.weight_and_bias(f"{ours}.self_attention_residual.norm", f"{theirs}.ln_1")
+        weights |= reader.weight_and_bias(f"{ours}.feed_forward_residual.norm", f"{theirs}.ln_2")
         packed_w = reader.get(f"{theirs}.attn.c_attn.weight")  # (d, 3d)
         packed_b = reader.get(f"{theirs}.attn.c_attn.bias")  # (3d,)
         for j, name in enumerate(("w_q", "w_k", "w_v")):
@@ -139,6 +132,17 @@ def map_weights(reader: TensorReader, config: ModelConfig) -> dict[str, Tensor |
     return weights
 
 
+def byte_level_bpe(bpe: models.BPE) -> tokenizers.Tokenizer:
+    """GPT-2's byte-level pipeline around a BPE model: bytes as printable characters split by
+    GPT-2's regex (no prefix space), decoded back to bytes, offsets not trimmed. The Llama
+    family's GGUF vocabularies use it too."""
+    backend = tokenizers.Tokenizer(bpe)
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.post_processor = processors.ByteLevel(trim_offsets=False)
+    return backend
+
+
 def load_tokenizer(folder: Path) -> Tokenizer:
     """``tokenizer.json`` if the folder has one, else byte-level BPE from ``vocab.json`` and
     ``merges.txt`` (GPT-2's pre-tokeniser, no prefix space, ``<|endoftext|>`` special)."""
@@ -155,10 +159,7 @@ def load_tokenizer(folder: Path) -> Tokenizer:
         bpe = models.BPE.from_file(str(vocab_path), str(merges_path))
     except Exception as error:  # tokenizers raises plain Exception on a bad file
         raise PretrainedError(f"vocab.json/merges.txt could not be read: {error}") from error
-    backend = tokenizers.Tokenizer(bpe)
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    backend.post_processor = processors.ByteLevel(trim_offsets=False)
+    backend = byte_level_bpe(bpe)
     if backend.token_to_id("<|endoftext|>") is not None:
         backend.add_special_tokens(["<|endoftext|>"])
     return wrap(backend, "vocab.json/merges.txt")

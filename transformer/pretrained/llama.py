@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import tokenizers
-from tokenizers import decoders, models, pre_tokenizers, processors
+from tokenizers import models, pre_tokenizers, processors
 from torch import Tensor
 
 from ..config import ModelConfig
@@ -48,6 +48,7 @@ from ._common import (
     wrap,
 )
 from .gguf import GGUFError, GGUFFile, read_gguf
+from .gpt2 import byte_level_bpe
 
 FAMILY = "llama"
 MODEL_TYPES = ("llama", "qwen2")
@@ -214,67 +215,59 @@ def config_from_gguf(metadata: dict[str, Any], tensor_names: set[str] | list[str
 
 # -- weight names --------------------------------------------------------------------------------
 
-_LAYER_PARTS_GGUF = {
-    "attn_norm": "self_attention_residual.norm",
-    "attn_q": "self_attention.w_q",
-    "attn_k": "self_attention.w_k",
-    "attn_v": "self_attention.w_v",
-    "attn_output": "self_attention.w_o",
-    "ffn_norm": "feed_forward_residual.norm",
-    "ffn_gate": "feed_forward.w_gate",
-    "ffn_up": "feed_forward.w_up",
-    "ffn_down": "feed_forward.w_down",
-}
-_LAYER_PARTS_HF = {
-    "input_layernorm": "self_attention_residual.norm",
-    "self_attn.q_proj": "self_attention.w_q",
-    "self_attn.k_proj": "self_attention.w_k",
-    "self_attn.v_proj": "self_attention.w_v",
-    "self_attn.o_proj": "self_attention.w_o",
-    "post_attention_layernorm": "feed_forward_residual.norm",
-    "mlp.gate_proj": "feed_forward.w_gate",
-    "mlp.up_proj": "feed_forward.w_up",
-    "mlp.down_proj": "feed_forward.w_down",
-}
-_GLOBAL_GGUF = {
-    "token_embd.weight": "tgt_embedding.lookup.weight",
-    "output_norm.weight": "decoder.final_norm.weight",
-    "output.weight": "generator.proj.weight",
-}
-_GLOBAL_HF = {
-    "model.embed_tokens.weight": "tgt_embedding.lookup.weight",
-    "model.norm.weight": "decoder.final_norm.weight",
-    "lm_head.weight": "generator.proj.weight",
-}
+# One table for both sources: (GGUF's name, Hugging Face's name, ours) of each part of a layer
+# (under blk.{i} / model.layers.{i} / decoder.layers.{i}) and of each global tensor.
+_LAYER_PARTS = (
+    ("attn_norm", "input_layernorm", "self_attention_residual.norm"),
+    ("attn_q", "self_attn.q_proj", "self_attention.w_q"),
+    ("attn_k", "self_attn.k_proj", "self_attention.w_k"),
+    ("attn_v", "self_attn.v_proj", "self_attention.w_v"),
+    ("attn_output", "self_attn.o_proj", "self_attention.w_o"),
+    ("ffn_norm", "post_attention_layernorm", "feed_forward_residual.norm"),
+    ("ffn_gate", "mlp.gate_proj", "feed_forward.w_gate"),
+    ("ffn_up", "mlp.up_proj", "feed_forward.w_up"),
+    ("ffn_down", "mlp.down_proj", "feed_forward.w_down"),
+)
+_GLOBALS = (
+    ("token_embd.weight", "model.embed_tokens.weight", "tgt_embedding.lookup.weight"),
+    ("output_norm.weight", "model.norm.weight", "decoder.final_norm.weight"),
+    ("output.weight", "lm_head.weight", "generator.proj.weight"),
+)
+_LAYER_PARTS_GGUF = {gguf: ours for gguf, _, ours in _LAYER_PARTS}
+_LAYER_PARTS_HF = {hf: ours for _, hf, ours in _LAYER_PARTS}
+_GLOBAL_GGUF = {gguf: ours for gguf, _, ours in _GLOBALS}
+_GLOBAL_HF = {hf: ours for _, hf, ours in _GLOBALS}
 _GGUF_LAYER = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.(weight|bias)$")
 _HF_LAYER = re.compile(r"^model\.layers\.(\d+)\.([a-z_.]+)\.(weight|bias)$")
 IGNORED_GGUF = re.compile(r"^(rope_freqs\.weight|blk\.\d+\.attn_rot_embd)$")
 IGNORED_HF = re.compile(r"^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$")
 
 
+def _our_name(
+    name: str, global_names: dict[str, str], layer_name: re.Pattern[str], parts: dict[str, str]
+) -> str | None:
+    """Our parameter name for one source's tensor name: its global names, the pattern of its
+    layer tensors (layer, part, kind) and its part names, each mapped to ours."""
+    if name in global_names:
+        return global_names[name]
+    match = layer_name.match(name)
+    if match is None or match.group(2) not in parts:
+        return None
+    layer, part, kind = match.groups()
+    return f"decoder.layers.{layer}.{parts[part]}.{kind}"
+
+
 def our_name_for_gguf(name: str) -> str | None:
     """Our parameter name for a GGUF tensor name (``blk.3.attn_q.weight`` →
     ``decoder.layers.3.self_attention.w_q.weight``); ``None`` for a name we do not know."""
-    if name in _GLOBAL_GGUF:
-        return _GLOBAL_GGUF[name]
-    match = _GGUF_LAYER.match(name)
-    if match is None or match.group(2) not in _LAYER_PARTS_GGUF:
-        return None
-    layer, part, kind = match.groups()
-    return f"decoder.layers.{layer}.{_LAYER_PARTS_GGUF[part]}.{kind}"
+    return _our_name(name, _GLOBAL_GGUF, _GGUF_LAYER, _LAYER_PARTS_GGUF)
 
 
 def our_name_for_hf(name: str) -> str | None:
     """Our parameter name for a Hugging Face Llama/Qwen2 tensor name
     (``model.layers.3.mlp.gate_proj.weight`` → ``decoder.layers.3.feed_forward.w_gate.weight``);
     ``None`` for a name we do not know."""
-    if name in _GLOBAL_HF:
-        return _GLOBAL_HF[name]
-    match = _HF_LAYER.match(name)
-    if match is None or match.group(2) not in _LAYER_PARTS_HF:
-        return None
-    layer, part, kind = match.groups()
-    return f"decoder.layers.{layer}.{_LAYER_PARTS_HF[part]}.{kind}"
+    return _our_name(name, _GLOBAL_HF, _HF_LAYER, _LAYER_PARTS_HF)
 
 
 def unpermute_rotary_rows(weight: Tensor, n_heads: int) -> Tensor:
@@ -437,21 +430,16 @@ def tokenizer_from_gguf(metadata: dict[str, Any]) -> Tokenizer:
         if not sep:
             raise GGUFError(f"tokenizer.ggml.merges entry {merge!r} is not two tokens")
         pairs.append((left, right))
-    backend = tokenizers.Tokenizer(models.BPE(vocab, pairs, fuse_unk=False))
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    backend.pre_tokenizer = (
-        pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-        if pre == "smollm"
-        else byte_level
-    )
-    backend.decoder = decoders.ByteLevel()
+    backend = byte_level_bpe(models.BPE(vocab, pairs, fuse_unk=False))
+    if pre == "smollm":  # every numeral alone, then GPT-2's byte-level split
+        byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        digits = pre_tokenizers.Digits(individual_digits=True)
+        backend.pre_tokenizer = pre_tokenizers.Sequence([digits, byte_level])
     bos = metadata.get("tokenizer.ggml.bos_token_id")
     if metadata.get("tokenizer.ggml.add_bos_token") and isinstance(bos, int):
         backend.post_processor = processors.TemplateProcessing(
             single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], bos)]
         )
-    else:
-        backend.post_processor = processors.ByteLevel(trim_offsets=False)
     for kind, add in ((_CONTROL, backend.add_special_tokens), (_USER_DEFINED, backend.add_tokens)):
         chosen = [token for token, t in zip(tokens, types, strict=True) if t == kind]
         add([tokenizers.AddedToken(t, special=kind == _CONTROL, normalized=False) for t in chosen])

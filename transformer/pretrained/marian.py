@@ -104,18 +104,26 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     )
 
 
-def _linear(reader: TensorReader, ours: str, theirs: str) -> dict[str, Tensor | None]:
-    return {
-        f"{ours}.weight": reader.get(f"{theirs}.weight"),
-        f"{ours}.bias": reader.get(f"{theirs}.bias"),
-    }
-
-
-def _attention(reader: TensorReader, ours: str, theirs: str) -> dict[str, Tensor | None]:
-    weights: dict[str, Tensor | None] = {}
-    for w, p in (("w_q", "q_proj"), ("w_k", "k_proj"), ("w_v", "v_proj"), ("w_o", "out_proj")):
-        weights |= _linear(reader, f"{ours}.{w}", f"{theirs}.{p}")
-    return weights
+_FEED_FORWARD = {  # ours → Marian's, in every layer of both stacks
+    "feed_forward.linear1": "fc1",
+    "feed_forward.linear2": "fc2",
+    "feed_forward_residual.norm": "final_layer_norm",
+}
+_LAYER_PARTS = {  # a stack's attentions (ours → Marian's) and its other weights
+    "encoder": (
+        {"self_attention": "self_attn"},
+        {"attention_residual.norm": "self_attn_layer_norm"} | _FEED_FORWARD,
+    ),
+    "decoder": (
+        {"self_attention": "self_attn", "cross_attention": "encoder_attn"},
+        {
+            "self_attention_residual.norm": "self_attn_layer_norm",
+            "cross_attention_residual.norm": "encoder_attn_layer_norm",
+        }
+        | _FEED_FORWARD,
+    ),
+}
+_PROJECTIONS = {"w_q": "q_proj", "w_k": "k_proj", "w_v": "v_proj", "w_o": "out_proj"}
 
 
 def _check_positions(reader: TensorReader, config: ModelConfig) -> None:
@@ -149,32 +157,17 @@ def map_weights(reader: TensorReader, config: ModelConfig) -> dict[str, Tensor |
         "src_embedding.lookup.weight": shared,
         "generator.proj.bias": bias if bias is not None else torch.zeros(config.tgt_vocab_size),
     }
-    for i in range(config.n_encoder_layers):
-        ours, theirs = f"encoder.layers.{i}", f"encoder.layers.{i}"
-        weights |= _attention(reader, f"{ours}.self_attention", f"{theirs}.self_attn")
-        weights |= _linear(
-            reader, f"{ours}.attention_residual.norm", f"{theirs}.self_attn_layer_norm"
-        )
-        weights |= _linear(reader, f"{ours}.feed_forward.linear1", f"{theirs}.fc1")
-        weights |= _linear(reader, f"{ours}.feed_forward.linear2", f"{theirs}.fc2")
-        weights |= _linear(
-            reader, f"{ours}.feed_forward_residual.norm", f"{theirs}.final_layer_norm"
-        )
-    for i in range(config.n_decoder_layers):
-        ours, theirs = f"decoder.layers.{i}", f"decoder.layers.{i}"
-        weights |= _attention(reader, f"{ours}.self_attention", f"{theirs}.self_attn")
-        weights |= _linear(
-            reader, f"{ours}.self_attention_residual.norm", f"{theirs}.self_attn_layer_norm"
-        )
-        weights |= _attention(reader, f"{ours}.cross_attention", f"{theirs}.encoder_attn")
-        weights |= _linear(
-            reader, f"{ours}.cross_attention_residual.norm", f"{theirs}.encoder_attn_layer_norm"
-        )
-        weights |= _linear(reader, f"{ours}.feed_forward.linear1", f"{theirs}.fc1")
-        weights |= _linear(reader, f"{ours}.feed_forward.linear2", f"{theirs}.fc2")
-        weights |= _linear(
-            reader, f"{ours}.feed_forward_residual.norm", f"{theirs}.final_layer_norm"
-        )
+    layers = {"encoder": config.n_encoder_layers, "decoder": config.n_decoder_layers}
+    for stack, (attentions, others) in _LAYER_PARTS.items():
+        for i in range(layers[stack]):
+            layer = f"{stack}.layers.{i}"  # the same name in both
+            for ours, theirs in attentions.items():
+                for w, p in _PROJECTIONS.items():
+                    weights |= reader.weight_and_bias(
+                        f"{layer}.{ours}.{w}", f"{layer}.{theirs}.{p}"
+                    )
+            for ours, theirs in others.items():
+                weights |= reader.weight_and_bias(f"{layer}.{ours}", f"{layer}.{theirs}")
     return weights
 
 

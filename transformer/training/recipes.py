@@ -45,42 +45,37 @@ class Recipe:
             raise ValueError(f"unknown task {self.task!r}; valid tasks: {', '.join(TASKS)}")
 
 
+# What every bundled model shares; _recipe sets the stacks, build_model the tokenizer's vocabulary.
+_BUNDLED_SHAPE = ModelConfig(d_model=64, n_heads=4, d_ff=256, max_len=512)
+
+
+def _recipe(
+    task: str,
+    algorithm: Algorithm,
+    vocab_size: int,
+    layers: tuple[int, int],
+    steps: int,
+    every: int,
+) -> Recipe:
+    """A bundled model's recipe: ``layers`` = (encoder, decoder) layers, no encoder making it
+    decoder-only; trained ``steps`` steps of 64 pairs after 400 warm-up steps, evaluated
+    ``every`` steps."""
+    encoders, decoders = layers
+    model = _BUNDLED_SHAPE.replace(
+        architecture="encoder-decoder" if encoders else "decoder-only",
+        n_encoder_layers=encoders,
+        n_decoder_layers=decoders,
+    )
+    training = TrainingConfig(steps=steps, batch_size=64, warmup_steps=400, eval_every=every)
+    return Recipe(task, algorithm, vocab_size, model, training)
+
+
 RECIPES: dict[str, Recipe] = {
     recipe.task: recipe
     for recipe in (
-        Recipe(
-            task="reverse",
-            tokenizer_algorithm="wordpiece",
-            tokenizer_vocab_size=64,
-            model=ModelConfig(
-                d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2, n_decoder_layers=2, max_len=512
-            ),
-            training=TrainingConfig(steps=6000, batch_size=64, warmup_steps=400, eval_every=500),
-        ),
-        Recipe(
-            task="translate",
-            tokenizer_algorithm="bpe",
-            tokenizer_vocab_size=200,
-            model=ModelConfig(
-                d_model=64, n_heads=4, d_ff=256, n_encoder_layers=3, n_decoder_layers=3, max_len=512
-            ),
-            training=TrainingConfig(steps=4000, batch_size=64, warmup_steps=400, eval_every=250),
-        ),
-        Recipe(
-            task="continue",
-            tokenizer_algorithm="unigram",
-            tokenizer_vocab_size=200,
-            model=ModelConfig(
-                architecture="decoder-only",
-                d_model=64,
-                n_heads=4,
-                d_ff=256,
-                n_encoder_layers=0,
-                n_decoder_layers=3,
-                max_len=512,
-            ),
-            training=TrainingConfig(steps=3000, batch_size=64, warmup_steps=400, eval_every=250),
-        ),
+        _recipe("reverse", "wordpiece", 64, layers=(2, 2), steps=6000, every=500),
+        _recipe("translate", "bpe", 200, layers=(3, 3), steps=4000, every=250),
+        _recipe("continue", "unigram", 200, layers=(0, 3), steps=3000, every=250),
     )
 }
 """The recipe of each task in :data:`~transformer.training.tasks.TASKS`, by task name."""

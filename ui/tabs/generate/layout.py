@@ -8,6 +8,7 @@ import gradio as gr
 
 from ... import limits
 from ...state import GenerationState, ModelRegistry, bind
+from . import handlers
 from .cache_view import build_cache_view
 from .chat import chat_control, toggle_chat
 from .decoding import (
@@ -17,19 +18,6 @@ from .decoding import (
     generating_models,
     opening,
     reference_for,
-)
-from .handlers import (
-    back,
-    first_step,
-    force,
-    force_view,
-    model_controls,
-    redraw,
-    redraw_attention,
-    reset,
-    run,
-    step,
-    strategy_controls,
 )
 from .request import INPUT_NAMES
 from .silent import build_silent
@@ -75,21 +63,13 @@ def build(
     with gr.Row():
         max_tokens = gr.Slider(1, 128, value=40, step=1, label="Max new tokens")
         seed = gr.Number(value=0, precision=0, label="Seed")
-        layer = gr.Slider(
-            1,
-            limits.MAX_LAYERS,
-            value=1,
-            step=1,
-            label="Layer (attention views)",
-            interactive=layers > 1,
-        )
-        head = gr.Slider(
-            1,
-            limits.MAX_HEADS,
-            value=1,
-            step=1,
-            label="Head (self-attention view)",
-            interactive=heads > 1,
+        # 1-based pickers, fixed where the model has one layer or one head.
+        layer, head = (
+            gr.Slider(1, most, value=1, step=1, label=label, interactive=count > 1)
+            for most, label, count in (
+                (limits.MAX_LAYERS, "Layer (attention views)", layers),
+                (limits.MAX_HEADS, "Head (self-attention view)", heads),
+            )
         )
     with gr.Row():
         step_button = gr.Button("Step", variant="primary")
@@ -133,10 +113,10 @@ def build(
     inputs = [*(named[name] for name in INPUT_NAMES), session, state]
     outputs = [summary, top_plot, cross_plot, triangle_plot, lens_plot, norms_plot, state]
     clicks: list[tuple[gr.Button, Any, str, dict[str, Any]]] = [
-        (step_button, step, "generate_step", {}),
-        (back_button, back, "generate_back", {}),
-        (run_button, run, "generate", {"concurrency_limit": 4}),
-        (reset_button, reset, "generate_reset", {}),
+        (step_button, handlers.step, "generate_step", {}),
+        (back_button, handlers.back, "generate_back", {}),
+        (run_button, handlers.run, "generate", {"concurrency_limit": 4}),
+        (reset_button, handlers.reset, "generate_reset", {}),
     ]
     events = []
     for button, handler, api_name, extra in clicks:
@@ -160,7 +140,7 @@ def build(
     force_inputs = [source, model_name, reference, session]
     force_outputs = [force_summary, force_table]
     force_button.click(
-        bind(force, registry), force_inputs, force_outputs, api_name="teacher_forcing"
+        bind(handlers.force, registry), force_inputs, force_outputs, api_name="teacher_forcing"
     )
     examples = [[s, m, k, example_reference(s, m)] for s, m, k in EXAMPLES if m in names]
     if OPENING[1] in names:
@@ -173,12 +153,12 @@ def build(
 
     # Live: every control redraws what depends on it; the buttons stay for the API.
     private: dict[str, Any] = {"api_visibility": "private"}
-    live_first = bind(first_step, registry)
-    live_force = bind(force_view, registry)
+    live_first = bind(handlers.first_step, registry)
+    live_force = bind(handlers.force_view, registry)
     controls = [model_note, layer, head, cross_plot, step_button, back_button, run_button]
     controls += [reset_button, force_button]
     restarted = model_name.change(
-        bind(model_controls, registry), [model_name, session], controls, **private
+        bind(handlers.model_controls, registry), [model_name, session], controls, **private
     ).then(live_first, inputs, outputs, **private)
     restarted.then(live_force, force_inputs, force_outputs, **private)
     follow(restarted)
@@ -189,7 +169,9 @@ def build(
         [source, chat_md],
         **private,
     )
-    strategy.change(strategy_controls, strategy, [temperature, top_k, top_p, beam], **private)
+    strategy.change(
+        handlers.strategy_controls, strategy, [temperature, top_k, top_p, beam], **private
+    )
     follow(strategy.change(live_first, inputs, outputs, trigger_mode="always_last", **private))
     for control in (temperature, top_k, top_p, beam, max_tokens):
         follow(control.release(live_first, inputs, outputs, trigger_mode="always_last", **private))
@@ -205,11 +187,11 @@ def build(
         **private,
     ).then(live_force, force_inputs, force_outputs, **private)
     reference.input(live_force, force_inputs, force_outputs, trigger_mode="always_last", **private)
-    live_redraw = bind(redraw, registry)
+    live_redraw = bind(handlers.redraw, registry)
     # Layer and head change only the two attention figures: the other three are not re-sent
     # (a browser spends far longer drawing a figure than the server spends making it).
     attention_outputs = [cross_plot, triangle_plot, state]
-    live_attention = bind(redraw_attention, registry)
+    live_attention = bind(handlers.redraw_attention, registry)
     for control in (layer, head):
         control.release(live_attention, inputs, attention_outputs, **private)
     large.change(live_redraw, inputs, outputs, **private)
@@ -217,7 +199,9 @@ def build(
     demo = gr.context.Context.root_block
     if demo is not None:
         # The sliders were built wide for API callers; the page shows the first model's ranges.
-        demo.load(bind(model_controls, registry), [model_name, session], controls, **private)
+        demo.load(
+            bind(handlers.model_controls, registry), [model_name, session], controls, **private
+        )
         demo.load(bind(chat_control, registry), [model_name, session], chat, **private)
         opened = demo.load(live_first, inputs, outputs, **private)
         opened.then(live_force, force_inputs, force_outputs, **private)
