@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .analysis import kv_cache_bytes_per_token
 from .config import ModelConfig
 from .inside import LayerWalkthrough, Step, check_sentence, walkthrough
 from .inspection import Analysis, analyse
@@ -60,8 +61,9 @@ class BlockCosts:
         output: W_O (and its bias).
         feed_forward: W₁, W₂ (standard) or W_gate, W_up, W_down (gated), with biases.
         positions: the position table (0 for sinusoids and rotary: nothing is learned).
-        cache_layers: layers of the stack whose keys and values a cache would keep.
-        cache_bytes: bytes of keys and values cached per token (all those layers, float32).
+        cache_layers: decoder layers, whose keys and values a generation caches (0: the model
+            does not generate).
+        cache_bytes: bytes of keys and values cached per generated token (float32).
         full_cache_bytes: the same with one key/value head per query head (full multi-head).
     """
 
@@ -88,8 +90,8 @@ class BlockCosts:
 
 
 def block_costs(config: ModelConfig, stack: str | None = None) -> BlockCosts:
-    """The parameters of one layer of ``stack`` (default :func:`compared_stack`) and its
-    per-token key/value cache, computed from the config alone."""
+    """The parameters of one layer of ``stack`` (default :func:`compared_stack`) and the
+    model's per-token key/value cache, computed from the config alone."""
     stack = stack or compared_stack(config)
     d, dh, h, kv = config.d_model, config.d_head, config.n_heads, config.kv_heads
     qkv_bias, mlp_bias = config.attention_qkv_bias, config.mlp_bias
@@ -99,8 +101,6 @@ def block_costs(config: ModelConfig, stack: str | None = None) -> BlockCosts:
         feed_forward = 3 * d * config.d_ff + (2 * config.d_ff + d if mlp_bias else 0)
     else:
         feed_forward = 2 * d * config.d_ff + (config.d_ff + d if mlp_bias else 0)
-    layers = config.n_decoder_layers if stack == "decoder" else config.n_encoder_layers
-    per_head = 2 * layers * dh * FLOAT32_BYTES  # a key and a value of d_head numbers per layer
     return BlockCosts(
         norm=norm,
         norms=3 if cross else 2,
@@ -109,9 +109,9 @@ def block_costs(config: ModelConfig, stack: str | None = None) -> BlockCosts:
         output=h * dh * d + (d if config.attention_output_bias else 0),
         feed_forward=feed_forward,
         positions=config.max_len * d if config.positional == "learned" else 0,
-        cache_layers=layers,
-        cache_bytes=kv * per_head,
-        full_cache_bytes=h * per_head,
+        cache_layers=config.n_decoder_layers,
+        cache_bytes=kv_cache_bytes_per_token(config, bytes_per=FLOAT32_BYTES),
+        full_cache_bytes=kv_cache_bytes_per_token(config, grouped=False, bytes_per=FLOAT32_BYTES),
     )
 
 

@@ -276,8 +276,8 @@ def inside_compare(
     layer of the modern block (SmolLM2), for the same sentence and query token; the steps
     aligned row by row, with each side's code line and why the change was made. ``on`` is the
     tab's switch: off, the comparison is hidden and nothing is computed."""
-    if not on:
-        return gr.update(visible=False)
+    if not on:  # emptied too, so an export of the view leaves it out
+        return gr.update(value="", visible=False)
     request = InsideRequest.of(text, name, stack, layer, head, query, large, session)
     diff, original, modern = compare(registry, request)
     return gr.update(value=compare_html(diff, (original, modern), request.large), visible=True)
