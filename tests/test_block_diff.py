@@ -303,6 +303,14 @@ def test_compare_mode_draws_both_columns_with_the_differing_lines_marked(registr
     assert "RMSNorm" in page and "LayerNorm" in page
 
 
+def test_a_long_sentence_is_refused_by_name_before_any_pass(registry) -> None:
+    from ui.tabs.inside.compare import MAX_TOKENS
+
+    text = " ".join(["w5"] * (MAX_TOKENS + 1))
+    with pytest.raises(gr.Error, match=f"at most {MAX_TOKENS} tokens"):
+        inside_compare(registry, text, TINY, "decoder", 1, 1, 0, False, True, SessionModels())
+
+
 def test_compare_mode_off_computes_nothing(registry) -> None:
     update = inside_compare(
         registry, "", "no such model", "decoder", 1, 1, 0, False, False, SessionModels()

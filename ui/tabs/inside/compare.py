@@ -33,6 +33,9 @@ LABEL = "Compare with the modern block (2017 ↔ today)"
 MODERN_DEFAULT = PRELOAD_FIRST  # SmolLM2, shipped
 ORIGINAL_DEFAULT = "continue"  # bundled: decoder-only, post-LN, sinusoids, ReLU, 4 full heads
 STRIP = 32  # cells of a value strip
+# Tokens a compared sentence may have in either model: a captured SmolLM2 pass keeps 30 layers
+# × 9 heads of T × T scores, which a long text (the API takes any) would make gigabytes.
+MAX_TOKENS = 128
 
 # Two columns where there is room for both (28em each), one below the other where not: the
 # tour's sidebar or Large font narrow the page. Sizes in em follow the font.
@@ -90,9 +93,16 @@ def _names(registry: ModelRegistry, name: str, session: SessionModels | None) ->
 def compare(registry: ModelRegistry, request: InsideRequest) -> tuple[BlockDiff, str, str]:
     """The comparison a request asks for (its model on its own side): the diff and the two
     models' names (original, modern)."""
-    fitted = fit(registry, request)  # the menu's values moved into range, as the tab shows them
     session = request.session
     original_name, modern_name = _names(registry, request.model, session)
+    for name in (original_name, modern_name):  # before any pass: a long text is refused at once
+        n_tokens = len(registry.checkpoint(name, session).tokenizer.encode_ids(request.sentence))
+        if n_tokens > MAX_TOKENS:
+            raise InputError(
+                f"the comparison reads at most {MAX_TOKENS} tokens; this sentence is {n_tokens} "
+                f"tokens long in {name}: shorten it"
+            )
+    fitted = fit(registry, request)  # the menu's values moved into range, as the tab shows them
     sides = []
     for name in (original_name, modern_name):
         checkpoint = registry.checkpoint(name, session)
