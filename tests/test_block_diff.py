@@ -126,7 +126,7 @@ def test_the_rows_pair_the_right_steps(bundled, modern) -> None:
         if row.original and row.modern:
             same = row.original.code.text == row.modern.code.text
             assert row.differs != same or row.original.code.line != row.modern.code.line
-    assert diff.row("norm").original_note == "after the residual add (post-LN)"
+    assert diff.row("norm").original_note == "after the residual add"
 
 
 def test_past_the_first_layer_the_positions_were_added_before(bundled, modern) -> None:

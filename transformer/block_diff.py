@@ -449,7 +449,7 @@ def _missing_note(walk: LayerWalkthrough, row: str) -> str:
 def _placement_note(walk: LayerWalkthrough, step: Step | None) -> str:
     """Where a step stands when it is not where the row's other side has it (post-LN)."""
     if step is not None and step.key.endswith("norm_out"):
-        return "after the residual add (post-LN)"
+        return "after the residual add"
     return ""
 
 

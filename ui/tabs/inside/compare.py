@@ -43,10 +43,10 @@ CSS = """
 <style>
 .bd { font-size: 15px; line-height: 1.4; }
 .bd.bd-large { font-size: 21px; }
-.bd-head, .bd-row { display: grid; grid-template-columns: repeat(auto-fit, minmax(28em, 1fr));
+.bd-head, .bd-pair { display: grid; grid-template-columns: repeat(auto-fit, minmax(28em, 1fr));
   gap: 0.3em 1em; }
 .bd-row { border-top: 1px solid var(--border-color-primary, #ddd); padding: 0.5em 0; }
-.bd-title { grid-column: 1 / -1; font-weight: 600; }
+.bd-title { font-weight: 600; }
 .bd-side { min-width: 0; }
 .bd-who { font-size: 0.8em; opacity: 0.75; }
 .bd-formula { font-family: var(--font-mono, monospace); font-size: 0.9em; }
@@ -57,10 +57,10 @@ CSS = """
 .bd-none { font-style: italic; opacity: 0.7; }
 .bd-strip { display: flex; height: 0.9em; margin: 0.2em 0; max-width: 100%; }
 .bd-strip span { flex: 1; min-width: 2px; }
-.bd-why { grid-column: 1 / -1; font-size: 0.92em; }
-.bd-costs { border-collapse: collapse; margin: 0.4em 0; }
-.bd-costs th, .bd-costs td { padding: 0.15em 0.6em; text-align: right;
-  border-bottom: 1px solid var(--border-color-primary, #ddd); }
+.bd-why { font-size: 0.92em; margin-top: 0.3em; }
+.bd-costs { border-collapse: collapse; margin: 0.4em 0; font-size: 0.9em; }
+.bd .bd-costs th, .bd .bd-costs td { padding: 0.1em 0.7em !important; text-align: right;
+  border: none !important; border-bottom: 1px solid var(--border-color-primary, #ddd) !important; }
 .bd-costs th:first-child, .bd-costs td:first-child { text-align: left; }
 </style>
 """
@@ -239,8 +239,8 @@ def _describe(walk: LayerWalkthrough, name: str) -> str:
 
 
 def compare_html(diff: BlockDiff, names: tuple[str, str], large: bool = False) -> str:
-    """The comparison as HTML: the two blocks, the cost table, then one row per aligned step
-    (each side's step, values, code line; lines that differ highlighted) with its reason."""
+    """The comparison as HTML: the two blocks, one row per aligned step (each side's step,
+    values, code line; lines that differ highlighted) with its reason, then the cost table."""
     o, m = diff.original, diff.modern
     who = (f"2017 · {names[0]}", f"today · {names[1]}")
     differing = sum(row.differs for row in diff.rows)
@@ -252,19 +252,18 @@ def compare_html(diff: BlockDiff, names: tuple[str, str], large: bool = False) -
         "</div>",
         f"<p>{len(diff.rows)} steps aligned; the {differing} whose code differs are "
         "highlighted. Every number is recomputed from each model's own weights; the costs "
-        "below come from the two configs.</p>",
-        _costs(diff.original_costs, diff.modern_costs, names),
+        "in each row's reason, and in the table at the end, come from the two configs.</p>",
     ]
     for row in diff.rows:
         parts.append(
             f'<div class="bd-row{" bd-changed" if row.differs else ""}" '
             f'data-row="{html.escape(row.key)}">'
-            f'<div class="bd-title">{html.escape(row.title)}</div>'
+            f'<div class="bd-title">{html.escape(row.title)}</div><div class="bd-pair">'
             + _side(row.original, row.original_note, o, who[0], row.differs)
             + _side(row.modern, row.modern_note, m, who[1], row.differs)
-            + f'<div class="bd-why">{html.escape(row.why)}</div></div>'
+            + f'</div><div class="bd-why">{html.escape(row.why)}</div></div>'
         )
-    parts.append("</div>")
+    parts += [_costs(diff.original_costs, diff.modern_costs, names), "</div>"]
     return "".join(parts)
 
 
