@@ -498,8 +498,9 @@ def _clean(piece: str) -> str:
 
 def char_starts(tokenizer: Tokenizer, sentence: str, pieces: list[str]) -> list[int | None]:
     """Per position of ``pieces`` (one analysed sentence), the character of ``sentence`` where
-    its token starts; None for special tokens (start, [CLS], padding) and where the tokenizer's
-    offsets cannot be matched to the pieces."""
+    its token's first visible character stands; None for special tokens (start, [CLS],
+    padding), for tokens of spaces alone, and where the tokenizer's offsets cannot be matched to
+    the pieces."""
     records = [r for r in tokenizer.encode(sentence) if not r.special and r.end > r.start]
     starts: list[int | None] = [None] * len(pieces)
     special = tokenizer.special_ids
@@ -510,7 +511,10 @@ def char_starts(tokenizer: Tokenizer, sentence: str, pieces: list[str]) -> list[
             continue
         if records[n].piece != pieces[position]:
             return [None] * len(pieces)  # the analysis did not tokenize the same way
-        starts[position] = records[n].start
+        start, end = records[n].start, records[n].end
+        while start < end and sentence[start].isspace():  # "Ġsees" starts at its "s"
+            start += 1
+        starts[position] = start if start < end else None  # a token of spaces alone: none
         n += 1
     return starts
 
