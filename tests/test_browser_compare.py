@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from test_browser import (  # noqa: F401  (fixtures, used by name)
     BUSY,
-    TIMEOUT_MS,
     _drawn,
     _poll,
     _smollm2_or_skip,
@@ -22,26 +21,14 @@ from test_browser import (  # noqa: F401  (fixtures, used by name)
     browser,
     screenshots,
 )
+from test_browser_layout import LAPTOP, PROJECTOR, _open
 
 from ui.tabs.inside.compare import LABEL
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-LAPTOP = {"width": 1280, "height": 800}
-PROJECTOR = {"width": 1920, "height": 1080}
 TAB = "Inside a layer"
 VIEW = "#block-diff"
-
-
-def _open(browser: Any, url: str, viewport: dict, large: bool = False) -> tuple[Any, Any]:
-    context = browser.new_context(viewport=viewport)
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    page.goto(url)
-    page.get_by_role("tab", name="Tokenize").wait_for()
-    if large:
-        page.get_by_label("Large font (for projecting)").check()
-    return context, page
 
 
 def _compared(page: Any) -> dict[str, Any]:
