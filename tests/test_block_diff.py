@@ -351,3 +351,28 @@ def test_smollm2_beside_the_bundled_model() -> None:
     )["value"]
     assert "2017 · continue" in page and "today · SmolLM2" in page
     assert "<code>3:Ġcat</code>" in page and "▁ca" in page  # the same word on both sides
+
+
+def test_a_loaded_gpt2_is_the_original_beside_a_modern_model(hf_models, tmp_path) -> None:
+    """GPT-2's pre-LN block: LayerNorm first pairs with RMSNorm first, its learned position
+    table is counted from its own parameters, and it stands on the 2017 side."""
+    folder = tmp_path / TINY
+    torch.manual_seed(3)
+    hf_llama_model(
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        vocab_size=97,
+    ).save_pretrained(folder)
+    save_word_tokenizer(folder, 97, ["<unk>", "<s>"])
+    registry = ModelRegistry("cpu", [str(hf_models["gpt2"]), str(folder)])
+    gpt2 = registry.checkpoint("gpt2", None)  # read: the comparison takes a GPT-2 it has
+    page = inside_compare(
+        registry, "w5 w17 w3", TINY, "decoder", 1, 1, 1, False, True, SessionModels()
+    )["value"]
+    assert "2017 · gpt2" in page and "LayerNorm first (pre-LN)" in page
+    costs = block_costs(gpt2.config)
+    table = sum(p.numel() for p in gpt2.model.tgt_positional.parameters())
+    assert costs.positions == table > 0
+    assert costs.layer == _layer_costs(gpt2.model, "decoder")["layer"]
