@@ -303,6 +303,9 @@ def _shown(panel: Any, component: Any, value: Any) -> bool | None:
     label = component.label
     if isinstance(component, gr.Radio):
         return panel.get_by_role("radio", name=str(value), exact=True).is_checked()
+    if isinstance(component, gr.Checkbox):
+        box = panel.get_by_label(label, exact=True)
+        return box.is_checked() == bool(value) if box.count() == 1 else None
     if isinstance(component, gr.Slider):
         box = panel.get_by_label(f"number input for {label}", exact=True)
         if box.count() != 1 or not box.is_visible():

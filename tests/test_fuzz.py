@@ -86,6 +86,8 @@ TEXT_ENDPOINTS = {
     # Inside a layer (the query token left to the default), and a seed's mistake switched on.
     "/inside_layer": lambda t: [t, "translate", "decoder", 2, 3, None, False],
     "/inside_layer MiniLM": lambda t: [t, MINILM, "encoder", 6, 12, None, False],
+    # Compare mode: the bundled translation model's encoder beside SmolLM2 (issue 21).
+    "/inside_compare": lambda t: [t, "translate", "encoder", 2, 3, None, False, True],
     "/attention mistake": lambda t: [
         t,
         "translate",

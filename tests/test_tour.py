@@ -27,6 +27,7 @@ PAPER_ORDER = [
     "generation",
     "sampling",
     "training",
+    "modern block",
 ]
 HAS_INSIDE = importlib.util.find_spec("ui.tabs.inside") is not None
 
@@ -55,7 +56,7 @@ def test_every_stop_opens_a_tab_the_app_has(demo: gr.Blocks) -> None:
             continue
         assert stop.tab in labels, f"stop '{stop.title}' names a tab '{stop.tab}'"
         assert stop.title in shown
-    assert len(demo.tour.stops) == len(STOPS) - (0 if HAS_INSIDE else 2)
+    assert len(demo.tour.stops) == len(STOPS) - (0 if HAS_INSIDE else 3)
 
 
 def test_every_stop_sets_controls_its_tab_shares_with_valid_values(demo: gr.Blocks) -> None:
@@ -94,6 +95,7 @@ def test_the_teaching_facts_are_the_papers() -> None:
     assert "softmax(QKᵀ/√d_k)·V" in text["One attention head"]
     assert "max(0, x·W₁ + b₁)·W₂ + b₂" in text["The feed-forward network"]
     assert "LayerNorm(x + Sublayer(x))" in text["Residual connections and LayerNorm"]
+    assert "x / √(mean(x²) + ε)·w" in text["2017 and today: the modern block"]
 
 
 def test_next_and_previous_stay_inside_the_tour(demo: gr.Blocks) -> None:
@@ -127,7 +129,7 @@ def test_applying_a_view_reaches_every_tabs_live_redraw(demo: gr.Blocks) -> None
         "tokenize": {"tokenize_view"},
         "embeddings": {"positional_view", "embeddings_view"},
         "attention": {"refit_everything", "everything"},
-        "inside": {"refresh", "inside_layer"},
+        "inside": {"refresh", "inside_layer", "inside_compare"},
         "generate": {"first_step", "redraw_attention"},
         "training": {"snapshot_live"},
     }
@@ -190,3 +192,31 @@ def test_the_feed_forward_and_residual_stops_scroll_to_their_section(demo: gr.Bl
         target = ids.get(view["focus"])
         assert isinstance(target, gr.Accordion), (topic, view["focus"])
         assert "Feed-forward" in target.label and "output" in target.label
+
+
+def test_the_modern_block_stop_opens_the_comparison_on_smollm2(demo: gr.Blocks) -> None:
+    """Issue 21: the last stop opens Inside a layer in compare mode on SmolLM2; the view it
+    applies, written into a link and read back, still has the switch on and redraws the
+    comparison."""
+    from ui.share import decode_view, encode_view
+
+    if not HAS_INSIDE:
+        pytest.skip("no Inside a layer tab")
+    tour = demo.tour
+    index = next(i for i, s in enumerate(tour.stops) if "modern block" in s.title)
+    assert index == len(tour.stops) - 1
+    view = tour.go(index)[4]
+    tab = demo.views.tabs[view["tab"]]
+    assert tab.label == "Inside a layer"
+    assert view["values"]["compare"] is True
+    assert view["values"]["model"] == "SmolLM2-135M-Instruct"
+    assert isinstance(tab.controls["compare"], gr.Checkbox)
+    query = encode_view(tab, view["values"])
+    assert "compare=1" in query
+    from urllib.parse import parse_qs
+
+    restored = decode_view(parse_qs(query), demo.views.tabs, demo.model_registry)
+    assert restored.messages == []
+    assert restored.view is not None and restored.view["values"]["compare"] is True
+    off = encode_view(tab, {**view["values"], "compare": False})
+    assert "compare" not in off  # the default (off) stays out of links

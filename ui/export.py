@@ -142,13 +142,17 @@ def view_file_name(tab_slug: str, values: dict[str, Any], suffix: str) -> str:
 
 def view_html(title: str, parts: Iterable[tuple[Any, Any]]) -> str:
     """The standalone HTML of a view from its components and their values in page order:
-    Markdown becomes text, plots figures, tables HTML tables, highlighted tokens a row of
-    pieces; empty ones are left out."""
+    Markdown becomes text, HTML stays HTML, plots figures, tables HTML tables, highlighted
+    tokens a row of pieces; empty ones are left out."""
     out: list[tuple[str, Any]] = []
     for component, value in parts:
         if isinstance(component, gr.Markdown):
             if value and str(value).strip():
                 out.append(("html", _markdown.render(str(value))))
+        elif isinstance(component, gr.HTML):
+            # The app's own HTML (Inside a layer's comparison), escaped where it was built.
+            if isinstance(value, str) and value.strip():
+                out.append(("html", value))
         elif isinstance(component, gr.Plot):
             kind, plot = _plot(value)
             if plot and kind == "plotly":
@@ -210,7 +214,7 @@ class ViewExport:
         self.controls = {
             k: c for k, c in controls.items() if isinstance(c, gr.components.FormComponent)
         }
-        shown = (gr.Markdown, gr.Plot, gr.Dataframe, gr.HighlightedText)
+        shown = (gr.Markdown, gr.HTML, gr.Plot, gr.Dataframe, gr.HighlightedText)
         content = [c for c in components_of(block) if isinstance(c, shown)]
         self.content = content
         self.tables = [c for c in content if isinstance(c, gr.Dataframe)]

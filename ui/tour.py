@@ -22,6 +22,7 @@ from .views import SCROLL_JS
 log = logging.getLogger("visualiser")
 
 SENTENCE = "the small cat sees a red ball"
+MODERN_MODEL = "SmolLM2-135M-Instruct"  # shipped: the modern block's stop opens on it
 # Inside a layer's feed-forward section (its elem_id), 2,000 px below the tab's top.
 FEED_FORWARD_SECTION = "inside-section-feed-forward"
 
@@ -215,6 +216,18 @@ STOPS: tuple[Stop, ...] = (
             "input": SENTENCE,
         },
         focus="snapshots_of",
+    ),
+    Stop(
+        "2017 and today: the modern block",
+        "Inside a layer",
+        "The same layer, written twice: the paper's block beside SmolLM2's, step by step for "
+        "the same token. Four changes survive in almost every model since: RMSNorm, "
+        "x / √(mean(x²) + ε)·w, before each sub-layer (no mean, no bias); positions rotate q "
+        "and k instead of being added to x; the feed-forward network multiplies a SiLU gate "
+        "with a second projection; and 9 query heads share 3 key/value heads, which cuts the "
+        "cache a generated token needs by 3. Highlighted lines are the code that changed.",
+        {"model": MODERN_MODEL, "text": SENTENCE, "compare": True},
+        focus="compare",
     ),
 )
 

@@ -10,6 +10,8 @@ import gradio as gr
 from ... import limits, mistakes
 from ...errors import beside_input
 from ...state import ModelRegistry, bind, once
+from .compare import LABEL as COMPARE_LABEL
+from .compare import inside_compare
 from .handlers import controls, first_view, inside_layer, refresh
 from .view import EXAMPLE_TEXT, SECTIONS, default_query, layers_in, query_choices, stacks_for
 
@@ -58,6 +60,9 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             label="Query token (position: piece)",
             allow_custom_value=True,
         )
+    # Compare mode (issue 21): this layer of the paper's block beside the modern block's.
+    compare = gr.Checkbox(value=False, label=COMPARE_LABEL, elem_id="inside-compare")
+    compared = gr.HTML(visible=False, elem_id="inside-compare-view")
     summary = gr.Markdown()
     outputs: list[Any] = [summary]
     for index, (key, title) in enumerate(SECTIONS):
@@ -101,6 +106,22 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
         slider.release(redraw, inputs, [*outputs, status], **private)
     query.input(redraw, inputs, [*outputs, status], trigger_mode="always_last", **private)
     large.change(redraw, inputs, [*outputs, status], **private)
+    # The comparison follows every control (after the fit, which it reads); off, it is hidden.
+    compare_inputs = [text, model_name, stack, layer, head, query, large, compare, session]
+    redraw_compare = beside_input(bind(inside_compare, registry), 1)
+    compare.input(
+        bind(inside_compare, registry), compare_inputs, compared, api_name="inside_compare"
+    )
+    for trigger in (model_name.select, stack.select, layer.release, head.release, large.change):
+        trigger(redraw_compare, compare_inputs, [compared, status], **private)
+    for trigger in (text.input, query.input):
+        trigger(
+            redraw_compare,
+            compare_inputs,
+            [compared, status],
+            trigger_mode="always_last",
+            **private,
+        )
     demo = gr.context.Context.root_block
     if demo is not None:
         demo.load(bind(controls, registry), control_inputs, control_outputs, **private)
@@ -119,4 +140,5 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
         "layer": layer,
         "head": head,
         "query": query,
+        "compare": compare,
     }
