@@ -57,9 +57,15 @@ def test_training_is_deterministic(corpus, trained, algorithm):
     if algorithm != "unigram":
         assert again.to_json_str() == trained[algorithm].to_json_str()
         return
-    # Unigram scores carry float noise from the trainer; ids and pieces must not.
+    # Unigram scores carry float noise from the trainer, and the trainer breaks ties between
+    # equally rare characters in hash order: which of them earns a learned score (the others
+    # get the made-up scores every required character gets) can change between runs, so two
+    # single characters can swap ids. The pieces, the scores and every other id are fixed.
     ours, theirs = again.spec["model"], trained[algorithm].spec["model"]
-    assert [p for p, _ in ours["vocab"]] == [p for p, _ in theirs["vocab"]]
+    pieces, reference = [p for p, _ in ours["vocab"]], [p for p, _ in theirs["vocab"]]
+    assert sorted(pieces) == sorted(reference)
+    moved = {p for p, q in zip(pieces, reference, strict=True) if p != q}
+    assert all(len(p) == 1 for p in moved), f"multi-character pieces changed ids: {moved}"
     for (_, a), (_, b) in zip(ours["vocab"], theirs["vocab"], strict=True):
         assert abs(a - b) <= 2e-6
 

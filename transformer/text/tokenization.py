@@ -460,9 +460,11 @@ def _canonical_unigram(spec: dict[str, Any]) -> None:
 
     The trainer's scores carry run-to-run float noise (up to ~4e-11) and it orders equal scores
     arbitrarily. Scores within 1e-7 of each other are snapped to one value, rounded to 6
-    decimals, and pieces are sorted by (score descending, piece): ids and pieces are then the
-    same on every run. (A score could still differ in its 6th decimal in the rare run where the
-    noise straddles a rounding boundary; ids never do.)
+    decimals, and pieces are sorted by (score descending, piece): pieces and scores are then the
+    same on every run, and so are the ids but one kind: the trainer breaks ties between equally
+    rare characters in hash order, so which of them earns a learned score can change, and two
+    such single characters can swap ids. (A score could still differ in its 6th decimal in the
+    rare run where the noise straddles a rounding boundary.)
     """
     vocab = spec["model"]["vocab"]
     head = [[p, 0.0] for p, _ in vocab[: len(SPECIAL_TOKENS)]]
