@@ -263,10 +263,14 @@ class MultiHeadAttention(nn.Module):
         probe. Key/value head ``h // (H / H_kv)`` serves query head h."""
         scale = ops.score_scale(self.d_head, self.n_heads)
         probe = None
-        if capture:
+        if capture or ops.observe_attention is not None:
             k, v = expand_kv_heads(k, self.n_heads), expand_kv_heads(v, self.n_heads)
             out, probe = scaled_dot_product_attention(q, k, v, mask, scale, self.dropout)
             probe.kv_head_of = self.kv_head_of
+            if ops.observe_attention is not None:
+                ops.observe_attention(probe, self.kind, self.layer)
+            if not capture:
+                probe = None  # observed, not kept: its (B, H, Tq, Tk) weights are freed here
         else:
             dropout = self.dropout.p if self.training else 0.0
             out = F.scaled_dot_product_attention(
