@@ -36,6 +36,8 @@ def test_window_and_overview_agree_with_a_full_capture(registry: ModelRegistry) 
     drawn = np.asarray(window.data[0].z, dtype=np.float32)
     n = len(ids)
     assert np.allclose(drawn, full[2:7, 0:7].numpy(), atol=1e-5)
+    # Short enough to draw whole: the head's overview is every weight, no block averaging.
+    assert np.allclose(np.asarray(head.data[0].z, dtype=np.float32), full.numpy(), atol=1e-5)
     # The overview's "previous" statistic: mass on key q-1, mean over queries 1.., by hand.
     records = trace.attention_records("decoder_self")
     expected = [
