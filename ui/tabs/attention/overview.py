@@ -29,7 +29,9 @@ def build_scale(
     """Lay out the section and wire its events; returns its shareable controls."""
     names = registry.model_names
     first = next((n for n in names if "SmolLM2" in n), names[0])
-    with gr.Accordion("Long inputs: every head at once, a zoomed window, rollout", open=False):
+    with gr.Accordion(
+        "Long inputs: every head at once, a zoomed window, rollout", open=False
+    ) as section:
         gr.Markdown(
             "Paste a long text (a page, up to the limit below). Every head of every layer is "
             "summarised by numbers computed on the server; choose one to see it whole "
@@ -72,6 +74,8 @@ def build_scale(
     run.click(handler, inputs, outputs, api_name="attention_scale")
     private: dict[str, Any] = {"api_visibility": "private"}
     redraw = beside_input(handler, len(outputs))
+    # Opening the section draws its example (a short text: a pass of a second or two).
+    section.expand(redraw, inputs, [*outputs, status], **private)
     model.select(bind(scale_controls, registry), [model, session], [limit, layer, head], **private)
     for control in (statistic, model):
         control.select(redraw, inputs, [*outputs, status], **private)

@@ -1,0 +1,103 @@
+"""Attention at scale in a real browser: a ~2,000-token text in SmolLM2 on the Attention tab's
+long-input section draws the every-head overview, one head whole, a zoomed window of queries
+and rollout; moving the window redraws it from the cached pass.
+
+To refresh the README's screenshot (``docs/screenshots/attention-scale.png``), run
+
+    REFRESH_SCREENSHOTS=1 python -m pytest tests/test_browser_scale.py
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import test_browser as base
+from tests.test_browser import BUSY, ROOT, SMOLLM2, _error_toasts, _open, _smollm2_or_skip
+
+# The browser, the app and the screenshots folder are test_browser's module fixtures.
+browser, app, screenshots = base.browser, base.app, base.screenshots
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+PASS_TIMEOUT_S = 600  # SmolLM2's pass over 2,000 tokens on a loaded 2-core machine
+
+
+def _long_text(app: tuple[str, Any], n_tokens: int = 2_000) -> tuple[str, int]:
+    """The README repeated, cut to about ``n_tokens`` SmolLM2 tokens, and its length."""
+    tokenizer = app[1].model_registry.checkpoint(SMOLLM2, None).tokenizer
+    ids = tokenizer.encoding((ROOT / "README.md").read_text(encoding="utf-8")).ids
+    while len(ids) < n_tokens:
+        ids = ids + ids
+    text = tokenizer.decode(ids[: n_tokens - 2])
+    return text, len(tokenizer.encode_ids(text, add_bos=True))
+
+
+def _wait(page: Any, what: str, check: Any, timeout_s: float = PASS_TIMEOUT_S) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        errors = _error_toasts(page)
+        assert not errors, f"{what}: error toast {errors}"
+        result = check()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:.0f} s"
+        page.wait_for_timeout(500)
+
+
+def _titles(section: Any) -> str:
+    return " | ".join(t or "" for t in section.locator(".gtitle").all_text_contents())
+
+
+def test_a_long_text_in_smollm2_draws_overview_window_and_head(
+    browser: Any, app: tuple[str, Any], screenshots: Path
+) -> None:
+    _smollm2_or_skip(app)
+    text, length = _long_text(app)
+    assert 1_900 <= length <= 2_048
+    context, page = _open(browser, f"{app[0]}?tab=attention")
+    try:
+        panel = page.get_by_role("tabpanel")
+        page.get_by_text("Long inputs: every head at once", exact=False).first.click()
+        box = panel.get_by_label(re.compile("^Long text"))
+        _wait(page, "the long-input section open", box.is_visible, 60)
+        limit = panel.get_by_text("Longest input", exact=False).first
+        assert "2,048 tokens" in limit.inner_text()  # said before it is reached
+        box.fill(text)
+        panel.get_by_role("button", name="Show every head").click()
+        _wait(
+            page,
+            "overview, head, window and rollout drawn",
+            lambda: (
+                not page.locator(BUSY).count()
+                and all(
+                    words in _titles(panel)
+                    for words in (
+                        "Every head",
+                        f"all {length:,} tokens",
+                        "queries 0–31",
+                        "Attention rollout",
+                    )
+                )
+            ),
+        )
+        assert re.search(r"each cell the mean of \d+ × \d+ weights", _titles(panel))
+        summary = panel.get_by_text(f"{length:,} tokens", exact=False).first.inner_text()
+        assert "270 heads" in summary
+        # Zoom: the window moves to queries 1000.. from the cached pass.
+        first = panel.get_by_label("Window: first query")
+        first.fill("1000")
+        first.press("Enter")
+        _wait(page, "the zoomed window", lambda: "queries 1000–1031" in _titles(panel), 300)
+        assert not _error_toasts(page)
+        page.wait_for_timeout(500)
+        page.get_by_text(
+            "Long inputs: every head at once", exact=False
+        ).first.scroll_into_view_if_needed()
+        page.screenshot(path=str(screenshots / "attention-scale.png"), full_page=False)
+    finally:
+        context.close()
