@@ -56,8 +56,7 @@ def head_statistics(weights: Tensor, allowed: Tensor | None = None) -> dict[str,
     _, n_queries, n_keys = weights.shape
     positions = torch.arange(max(n_queries, n_keys), device=weights.device)
     distance = (positions[:n_queries, None] - positions[None, :n_keys]).abs().float()
-    logs = torch.where(weights > 0, weights.log(), torch.zeros((), device=weights.device))
-    entropy = -(weights * logs).sum(-1)  # (H, Tq)
+    entropy = torch.special.entr(weights).sum(-1)  # (H, Tq): −Σ w log w, with 0 log 0 = 0
     n_allowed = (
         allowed.sum(-1).float()
         if allowed is not None
@@ -115,7 +114,10 @@ def rollout_row(head_means: list[Tensor] | Tensor, token: int) -> Tensor:
     row = torch.zeros(head_means[0].shape[-1], dtype=torch.float32)
     row[token] = 1.0
     for layer in reversed(list(head_means)):
-        row = row @ rollout_layer(layer)
+        weights = layer.float()
+        # row @ ((0.5·A + 0.5·I) / s) with s the row sums, without building the (T, T) matrix.
+        scaled = row / (0.5 * weights.sum(-1) + 0.5)
+        row = 0.5 * (scaled @ weights) + 0.5 * scaled
     return row
 
 
