@@ -10,14 +10,13 @@ To refresh the README's screenshot (``docs/screenshots/attention-scale.png``), r
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests import test_browser as base
-from tests.test_browser import BUSY, ROOT, SMOLLM2, _error_toasts, _open, _smollm2_or_skip
+from tests.test_browser import BUSY, ROOT, SMOLLM2, _error_toasts, _open, _poll, _smollm2_or_skip
 
 # The browser, the app and the screenshots folder are test_browser's module fixtures.
 browser, app, screenshots = base.browser, base.app, base.screenshots
@@ -37,26 +36,16 @@ def _long_text(app: tuple[str, Any], n_tokens: int = 2_000) -> tuple[str, int]:
     return text, len(tokenizer.encode_ids(text, add_bos=True))
 
 
-def _wait(page: Any, what: str, check: Any, timeout_s: float = PASS_TIMEOUT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        errors = _error_toasts(page)
-        assert not errors, f"{what}: error toast {errors}"
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:.0f} s"
-        page.wait_for_timeout(500)
-
-
 def _titles(section: Any) -> str:
     return " | ".join(t or "" for t in section.locator(".gtitle").all_text_contents())
 
 
 def test_a_long_text_in_smollm2_draws_overview_window_and_head(
-    browser: Any, app: tuple[str, Any], screenshots: Path
+    browser: Any, app: tuple[str, Any], screenshots: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _smollm2_or_skip(app)
+    # test_browser's waits, made long enough for the pass (its _poll reads this at each call).
+    monkeypatch.setattr(base, "TIMEOUT_MS", PASS_TIMEOUT_S * 1000)
     text, length = _long_text(app)
     assert 1_900 <= length <= 2_048
     context, page = _open(browser, f"{app[0]}?tab=attention")
@@ -64,12 +53,12 @@ def test_a_long_text_in_smollm2_draws_overview_window_and_head(
         panel = page.get_by_role("tabpanel")
         page.get_by_text("Long inputs: every head at once", exact=False).first.click()
         box = panel.get_by_label(re.compile("^Long text"))
-        _wait(page, "the long-input section open", box.is_visible, 60)
+        _poll(page, "the long-input section open", box.is_visible)
         limit = panel.get_by_text("Longest input", exact=False).first
         assert "2,048 tokens" in limit.inner_text()  # said before it is reached
         box.fill(text)
         panel.get_by_role("button", name="Show every head").click()
-        _wait(
+        _poll(
             page,
             "overview, head, window and rollout drawn",
             lambda: (
@@ -92,7 +81,7 @@ def test_a_long_text_in_smollm2_draws_overview_window_and_head(
         first = panel.get_by_label("Window: first query")
         first.fill("1000")
         first.press("Enter")
-        _wait(page, "the zoomed window", lambda: "queries 1000–1031" in _titles(panel), 300)
+        _poll(page, "the zoomed window", lambda: "queries 1000–1031" in _titles(panel))
         assert not _error_toasts(page)
         page.wait_for_timeout(500)
         page.get_by_text(

@@ -172,9 +172,12 @@ class LongPass:
             allowed = allowed.expand(weights.shape[-2:])
         first_of = sorted(set(probe.kv_head_of), key=probe.kv_head_of.index)
         heads = [probe.kv_head_of.index(kv) for kv in first_of]  # one query head per kv head
+        # Head by head: the statistics' temporaries are one (T, T) each, not (H, T, T).
+        per_head = [head_statistics(weights[h : h + 1], allowed) for h in range(weights.shape[0])]
+        stats = {k: torch.cat([s[k] for s in per_head]).cpu() for k in per_head[0]}
         self.layers.append(
             LayerSummary(
-                stats={k: v.cpu() for k, v in head_statistics(weights, allowed).items()},
+                stats=stats,
                 head_mean=weights.mean(0).half().cpu(),
                 queries=probe.queries[0].cpu().clone(),
                 keys=probe.keys[0, heads].cpu().clone(),
