@@ -77,16 +77,20 @@ def test_a_long_text_in_smollm2_draws_overview_window_and_head(
         )
         assert re.search(r"each cell the mean of \d+ × \d+ weights", _titles(panel))
         assert f"{length:,} tokens, 30 layers × 9 heads = 270 heads" in panel.inner_text()
-        # Zoom: the window moves to queries 1000.. from the cached pass.
-        first = page.locator("#attention-scale_first_query input")
-        first.fill("1000")
-        first.press("Enter")
-        _poll(page, "the zoomed window", lambda: "queries 1000–1031" in _titles(panel))
-        assert not _error_toasts(page)
         page.wait_for_timeout(500)
         page.get_by_text(
             "Long inputs: every head at once", exact=False
         ).first.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshots / "attention-scale.png"), full_page=False)
+        # Zoom: the window moves to queries 1000.. from the cached pass.
+        first = page.locator("#attention-scale_first_query input")
+        first.fill("1000")
+        first.press("Enter")
+        try:
+            _poll(page, "the zoomed window", lambda: "queries 1000–1031" in _titles(panel))
+        except AssertionError:
+            said = [s.inner_text() for s in page.locator(".input-status").all()]
+            raise AssertionError(f"no zoomed window; status lines {said}") from None
+        assert not _error_toasts(page)
     finally:
         context.close()
