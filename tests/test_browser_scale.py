@@ -78,9 +78,10 @@ def test_a_long_text_in_smollm2_draws_overview_window_and_head(
         assert re.search(r"each cell the mean of \d+ × \d+ weights", _titles(panel))
         assert f"{length:,} tokens, 30 layers × 9 heads = 270 heads" in panel.inner_text()
         page.wait_for_timeout(500)
-        page.get_by_text(
-            "Long inputs: every head at once", exact=False
-        ).first.scroll_into_view_if_needed()
+        # The section's header at the top of the screen: the controls and the overview below it.
+        page.get_by_text("Long inputs: every head at once", exact=False).first.evaluate(
+            "element => element.scrollIntoView({block: 'start'})"
+        )
         page.screenshot(path=str(screenshots / "attention-scale.png"), full_page=False)
         # Zoom: the window moves to queries 1000.. from the cached pass.
         first = page.locator("#attention-scale_first_query input")
