@@ -68,6 +68,7 @@ TEXT_ENDPOINTS = {
     "/embeddings": lambda t: [t, "translate", False],
     "/attention": lambda t: [t, "reverse", CROSS, 1, 1, 1, ["padding mask off"], False],
     "/attention_grid": lambda t: [t, "translate", CROSS, 1, False],
+    "/attention_scale": lambda t: [t, "continue", "entropy", 1, 1, 0, 16, 3, -1, False],
     "/generate_step": lambda t: [t, "continue", "sample", 0.8, 5, 0.9, 2, 8, 1, 1, 1, False],
     "/teacher_forcing": lambda t: [t, "translate", t],
     "/snapshot": lambda t: [1, t, False],

@@ -264,13 +264,18 @@ class MultiHeadAttention(nn.Module):
         scale = ops.score_scale(self.d_head, self.n_heads)
         probe = None
         grouped = self.n_kv_heads != self.n_heads
-        if capture or (grouped and ops.expand_kv_heads is not expand_kv_heads):
+        observed = capture or ops.observe_attention is not None
+        if observed or (grouped and ops.expand_kv_heads is not expand_kv_heads):
             # sdpa's enable_gqa groups heads the standard way only: another grouping expands here
             k, v = ops.expand_kv_heads(k, self.n_heads), ops.expand_kv_heads(v, self.n_heads)
             grouped = False
-        if capture:
+        if observed:
             out, probe = scaled_dot_product_attention(q, k, v, mask, scale, self.dropout)
             probe.kv_head_of = self.kv_head_of
+            if ops.observe_attention is not None:
+                ops.observe_attention(probe, self.kind, self.layer)
+            if not capture:
+                probe = None  # observed, not kept: its (B, H, Tq, Tk) weights are freed here
         else:
             dropout = self.dropout.p if self.training else 0.0
             out = F.scaled_dot_product_attention(

@@ -111,6 +111,11 @@ class Operations:
         causal_mask: ``False`` lets the decoder see the future.
         padding_mask: ``False`` lets queries attend to padding.
         zero_heads: ``(kind, layer, head)`` triples whose output is switched off.
+        observe_attention: ``(probe, kind, layer)`` called with every attention call's
+            :class:`~transformer.attention.AttentionProbe` as the pass goes, so that a reader
+            can reduce each layer's ``(B, H, Tq, Tk)`` weights (to statistics, one head) before
+            the next layer computes its own; the pass then writes attention out even without
+            ``capture`` (and keeps no trace unless captured). ``None``: nobody observes.
     """
 
     positions: Callable[[nn.Module, int, int], Tensor] = positions
@@ -129,6 +134,7 @@ class Operations:
     causal_mask: bool = True
     padding_mask: bool = True
     zero_heads: frozenset[tuple[AttentionKind, int, int]] = frozenset()
+    observe_attention: Callable[[AttentionProbe, AttentionKind | None, int], None] | None = None
 
     def gate_heads(self, out: Tensor, kind: AttentionKind, layer: int) -> Tensor:
         """``(B, H, T, d_head)`` heads of one attention sub-layer, those in :attr:`zero_heads`

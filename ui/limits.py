@@ -31,4 +31,7 @@ CACHE_BYTES = 192 * 1024 * 1024
 # serves; the page narrows them to the chosen model's own when it loads, and the handlers check
 # them against the model with a message.
 MAX_LAYERS = 48
+# Tokens the Attention tab's long-input view reads (SmolLM2 reads 8,192): at 2,000 its reduced
+# pass keeps about 400 MB (all 270 heads' (T, T) weights would be 4.3 GB).
+MAX_SCALE_TOKENS = 2_048
 MAX_HEADS = 64

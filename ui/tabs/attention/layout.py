@@ -16,6 +16,7 @@ from ... import mistakes as seed_mistakes
 from ...errors import beside_input
 from ...state import ModelRegistry, bind, once
 from .handlers import _first_view, attention, controls, everything, grid, refit_everything
+from .overview import build_scale
 from .view import ATTENTION_KINDS, EXAMPLE_SENTENCES, kinds_for, layers_of, sentence_count
 
 
@@ -77,6 +78,7 @@ def build(
             diff = gr.Plot(label="What-if: change in this head's weights", show_label=False)
             masks = gr.Plot(label="Masks", show_label=False)
     grid_plot = gr.Plot(label="Every head of every layer (one colour scale)", show_label=False)
+    at_scale = build_scale(registry, large, session)
 
     handler = bind(attention, registry)
     inputs = [sentences, model_name, kind, layer, head, row, what_if, large, session, mistake]
@@ -148,4 +150,5 @@ def build(
         "head": head,
         "row": row,
         "what_if": what_if,
+        **at_scale,
     }

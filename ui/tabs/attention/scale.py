@@ -1,0 +1,259 @@
+"""Attention at scale: one long text, every head summarised, one head zoomed, rollout.
+
+The ``/attention_scale`` endpoint runs one reduced pass per (model, text)
+(:func:`transformer.attention_stats.long_pass`, cached here) and draws from it: a control that
+only changes what is drawn does not run the model again."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import gradio as gr
+import torch
+
+from transformer import figures
+from transformer.attention_stats import (
+    PATTERN_RULES,
+    STATISTICS,
+    LongPass,
+    block_average,
+    long_pass,
+)
+from transformer.checkpoint import Checkpoint
+from transformer.figures.attention_scale import (
+    PATTERN_MARKS,
+    downsampled_head_figure,
+    head_overview_figure,
+    rollout_figure,
+    window_figure,
+)
+
+from ... import limits
+from ...errors import InputError, friendly, gpu, readable_list
+from ...inputs import as_int, as_text
+from ...state import ModelRegistry, SessionModels
+
+SCALE_EXAMPLE = (
+    "The cat sat on the mat because it was tired. It slept until the sun rose over the hills, "
+    "and then it walked to the kitchen, where the dog was already waiting for breakfast."
+)
+DOWNSAMPLED_SIDE = 200  # cells per side of a head's overview: 200 × 200 float32 is 160 KB
+MAX_WINDOW = 128  # queries in a zoomed window
+WINDOW_CONTEXT = 128  # keys shown before the window (and after it, for an encoder)
+MAX_TOP_K = 8
+CAVEAT = (
+    "**What rollout tells, and what it does not.** Rollout (Abnar & Zuidema, 2020) multiplies, "
+    "layer by layer, the heads' *mean* weights with the residual counted as half "
+    "(`0.5·A + 0.5·I`, rows renormalised). It assumes every layer mixes tokens linearly by "
+    "those weights; it ignores the values (a head may attend strongly and pass on little), the "
+    "feed-forward layers, the norms and the differences between heads (averaged away). Read it "
+    "as a rough map of where information *could* flow, not as an explanation of the output."
+)
+
+_cache: OrderedDict[tuple[str, str], LongPass] = OrderedDict()
+_cache_lock = threading.Lock()
+CACHE_PASSES = 2  # a pass of SmolLM2 at 2,000 tokens keeps about 400 MB
+
+
+GENERAL_LIMIT = (
+    f"Longest input: **{limits.MAX_SCALE_TOKENS:,} tokens** (SmolLM2 reads 8,192; this view "
+    "stops there to keep memory and time in bounds), or the model's own limit where lower "
+    "(all-MiniLM-L6-v2: 512). Choosing a model states its own."
+)
+
+
+def longest_input(checkpoint: Checkpoint) -> int:
+    """The most tokens this view reads with this model: the model's own limit, or ours."""
+    return min(checkpoint.config.max_len, limits.MAX_SCALE_TOKENS)
+
+
+def limit_line(registry: ModelRegistry, name: str, session: SessionModels | None) -> str:
+    """The longest input, stated beside the text box before it is reached."""
+    try:
+        checkpoint = registry.checkpoint(name, session)
+    except InputError as error:
+        return str(error)
+    own = checkpoint.config.max_len
+    cap = longest_input(checkpoint)
+    why = (
+        f"this model reads at most {own:,} tokens"
+        if cap == own
+        else f"this model reads {own:,}; this view stops at {cap:,} to keep memory and time "
+        "in bounds"
+    )
+    return f"Longest input here: **{cap:,} tokens** ({why}; about 4 characters a token)."
+
+
+def _ids(checkpoint: Checkpoint, text: str, name: str) -> torch.Tensor:
+    tokenizer, config = checkpoint.tokenizer, checkpoint.config
+    if config.architecture == "decoder-only":
+        ids = tokenizer.encode_ids(text, add_bos=True)
+    else:
+        ids = tokenizer.encoding(text).ids
+    cap = longest_input(checkpoint)
+    if len(ids) > cap:
+        raise InputError(
+            f"the text is {len(ids):,} tokens long; with {name} this view reads at most "
+            f"{cap:,}: shorten it"
+        )
+    if len(ids) < 2:
+        raise InputError("enter a text of at least two tokens")
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def reduced_pass(
+    registry: ModelRegistry, name: str, text: str, session: SessionModels | None
+) -> tuple[LongPass, list[str]]:
+    """The reduced pass of ``text`` (cached per model and text for the shared models) and the
+    token pieces."""
+    checkpoint = registry.checkpoint(name, session)
+    text = as_text(text, "text").strip()
+    if not text:
+        raise InputError("enter a text")
+    if len(text) > limits.MAX_TEXT:
+        raise InputError(f"at most {limits.MAX_TEXT:,} characters (got {len(text):,})")
+    ids = _ids(checkpoint, text, name)
+    pieces = [checkpoint.tokenizer.id_to_token(int(i)) or "?" for i in ids]
+    shared = registry.is_shared(name, checkpoint)
+    key = (registry.menu_name(name), text)
+    if shared:
+        with _cache_lock:
+            if key in _cache:
+                _cache.move_to_end(key)
+                return _cache[key], pieces
+    result = long_pass(checkpoint.model, ids)
+    if shared:
+        with _cache_lock:
+            _cache[key] = result
+            while len(_cache) > CACHE_PASSES:
+                _cache.popitem(last=False)
+    return result, pieces
+
+
+def _statistic(value: Any) -> str:
+    if value not in STATISTICS:
+        raise InputError(f"statistic: choose {readable_list(list(STATISTICS))}")
+    return str(value)
+
+
+def _rules() -> str:
+    rules = "; ".join(f"**{PATTERN_MARKS[n]}** {n}: {rule}" for n, rule in PATTERN_RULES)
+    return f"Each head is named by the first rule that holds: {rules}."
+
+
+@friendly
+@gpu
+def attention_scale(
+    registry: ModelRegistry,
+    text: str,
+    name: str,
+    statistic: str,
+    layer: Any,
+    head: Any,
+    first_query: Any,
+    window: Any,
+    top_k: Any,
+    token: Any,
+    large: bool,
+    session: SessionModels,
+) -> tuple[Any, Any, Any, Any, str]:
+    """The ``/attention_scale`` endpoint: every head coloured by ``statistic`` (layers ×
+    heads), one head downsampled, a window of its queries with their top-k keys as edges, the
+    rollout of one token, and a summary. Positions are 0-based; layer and head 1-based."""
+    statistic = _statistic(statistic)
+    passed, pieces = reduced_pass(registry, name, text, session)
+    length = passed.length
+    n_layers = len(passed.layers)
+    n_heads = passed.layers[0].queries.shape[0]
+    layer_i = as_int(layer, "layer", 1, n_layers) - 1
+    head_i = as_int(head, "head", 1, n_heads) - 1
+    count = as_int(window, "window size", 1, MAX_WINDOW)
+    first = as_int(first_query, "first query", 0, length - 1)
+    count = min(count, length - first)
+    k = as_int(top_k, "top-k", 0, MAX_TOP_K)
+    token_i = as_int(token, "rollout token", -1, length - 1)
+    token_i = length - 1 if token_i < 0 else token_i
+
+    patterns = passed.patterns()
+    stats = {n: passed.statistic(n) for n in STATISTICS}
+    overview = head_overview_figure(
+        stats[statistic],
+        patterns,
+        statistic,
+        STATISTICS[statistic],
+        stats,
+        selected=(layer_i, head_i),
+        large_font=large,
+    )
+    where = f"layer {layer_i + 1}, head {head_i + 1}"
+    weights = passed.head_weights(layer_i, head_i)  # (T, T), one head only
+    pooled, block = block_average(weights, DOWNSAMPLED_SIDE)
+    head_fig = downsampled_head_figure(
+        pooled,
+        block,
+        length,
+        f"{where} ({patterns[layer_i][head_i]}), all {length:,} tokens",
+        window=(first, count),
+        large_font=large,
+    )
+    rows = weights[first : first + count]
+    start = max(0, first - WINDOW_CONTEXT)
+    stop = first + count if passed.causal else min(length, first + count + WINDOW_CONTEXT)
+    window_fig = window_figure(
+        rows[:, start:stop],
+        first,
+        (start, stop),
+        pieces,
+        f"{where}: queries {first}–{first + count - 1}, keys {start}–{stop - 1}",
+        top_k=k,
+        full_weights=rows,
+        large_font=large,
+    )
+    rollout_fig = rollout_figure(passed.rollout_row(token_i), token_i, pieces, large_font=large)
+    counts: dict[str, int] = {}
+    for row in patterns:
+        for p in row:
+            counts[p] = counts.get(p, 0) + 1
+    found = ", ".join(f"{n} {counts[n]}" for n, _ in PATTERN_RULES if n in counts)
+    summary = (
+        f"**{length:,} tokens**, {n_layers} layers × {n_heads} heads = {n_layers * n_heads} "
+        f"heads ({found}). The overview colours every head by *{STATISTICS[statistic]}*; "
+        f"choose a head with the Layer and Head sliders. {_rules()} The head's overview "
+        + (
+            f"averages blocks of {block} × {block} weights; "
+            if block > 1
+            else "shows every weight; "
+        )
+        + "the window shows its chosen queries exactly."
+    )
+    return overview, head_fig, window_fig, rollout_fig, summary
+
+
+def scale_controls(
+    registry: ModelRegistry, name: str, session: SessionModels
+) -> tuple[str, Any, Any]:
+    """The limit line for the chosen model (said beside the text box) and its Layer and Head
+    ranges."""
+    line = limit_line(registry, name, session)
+    try:
+        config = registry.checkpoint(name, session).config
+    except InputError:
+        return line, gr.Slider(), gr.Slider()
+    n_layers = (
+        config.n_decoder_layers
+        if config.architecture == "decoder-only"
+        else (config.n_encoder_layers)
+    )
+    return (
+        line,
+        gr.Slider(minimum=1, maximum=max(2, n_layers), value=1),
+        gr.Slider(minimum=1, maximum=max(2, config.n_heads), value=1),
+    )
+
+
+def placeholders(large: bool = False) -> tuple[Any, Any, Any, Any, str]:
+    """What the section shows before its first run."""
+    empty = figures.placeholder_figure("Every head", "Press Show every head", large_font=large)
+    return empty, None, None, None, ""
