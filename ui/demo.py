@@ -22,6 +22,7 @@ from . import limits
 from .errors import guard_preprocessing, scrub
 from .export import PLOT_TOOLBAR_JS, ViewExport
 from .share import TabView
+from .sliders import SLIDER_ENTER_JS
 from .state import ModelRegistry, SessionModels
 from .tabs import attention, generate, inside, positions, tokenize, training
 from .tour import KEYS_JS, Tour
@@ -124,7 +125,7 @@ body.large-font .block:has(> label[data-testid="block-label"].float) > .js-plotl
 )
 LARGE_FONT_JS = "(on) => { document.body.classList.toggle('large-font', on); }"
 # Run once when the page opens: the plots' export buttons, the tour's arrow keys.
-PAGE_JS = "() => {\n" + PLOT_TOOLBAR_JS + "\n" + KEYS_JS + "\n}"
+PAGE_JS = "() => {\n" + PLOT_TOOLBAR_JS + "\n" + KEYS_JS + "\n" + SLIDER_ENTER_JS + "\n}"
 
 
 def build_demo(
