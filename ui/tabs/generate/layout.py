@@ -137,7 +137,8 @@ def build(
     ]
     for button, handler, api_name, extra in clicks:
         bound = bind(handler, registry)
-        button.click(bound, inputs, outputs, api_name=api_name, **extra)
+        # One progress overlay (on the summary), not one per figure: fewer redraws per Step.
+        button.click(bound, inputs, outputs, api_name=api_name, show_progress_on=summary, **extra)
 
     gr.Markdown("### Teacher forcing: the model's prediction at every position of a reference")
     reference = gr.Textbox(
