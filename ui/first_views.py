@@ -5,7 +5,9 @@ with a link those events made the link wait (issue 23.5): the browser received a
 every tab's figures before the link's, and the linked tab's own first example could land after
 the link's view and replace it. So on such a page the tabs' first-view events send nothing; the
 link's event draws its tab, and once it is on screen one event draws the other tabs' first
-views (the linked tab's too, if the link could not be read).
+views (the linked tab's too, if the link could not be read). A handler that is also a control's
+live redraw (Tokenize's, Embeddings') still runs when the page opens: it must draw on any page,
+and it is quick.
 """
 
 from __future__ import annotations
@@ -72,26 +74,21 @@ class FirstViews:
         # (the page-load handler, its inputs, its outputs, the tab it draws)
         self.functions: list[tuple[Any, list[Any], list[Any], str]] = []
         for function in sorted(demo.fns.values(), key=lambda f: f._id):
-            loads = [target for target in function.targets if target[1] == "load"]
-            if not loads or not function.queue or not _usable(function):
-                continue  # the model menus and the status line: not views, and quick
+            # Only the events that run on page load alone: a handler that is also a control's
+            # live redraw must draw on any page (those are the quick ones: Tokenize, Embeddings).
+            on_load_only = bool(function.targets) and all(
+                event == "load" for _, event in function.targets
+            )
+            if not on_load_only or not function.queue or not _usable(function):
+                continue  # also: the model menus and the status line, not views, and quick
             outputs = {c._id for c in function.outputs}
             slug = next((s for s, ids in inside.items() if outputs & ids), None)
             if slug is None:
                 continue
-            fn, n = function.fn, len(function.outputs)
-            self.functions.append((fn, list(function.inputs), list(function.outputs), slug))
-            if len(loads) == len(function.targets):
-                function.fn = _unless_link(fn, n)  # keeps what follows it
-            else:  # also a live redraw, which must draw on any page: the load moves apart
-                function.targets = [t for t in function.targets if t[1] != "load"]
-                demo.load(
-                    _unless_link(fn, n),
-                    function.inputs,
-                    function.outputs,
-                    api_visibility="private",
-                    show_progress=function.show_progress,
-                )
+            self.functions.append(
+                (function.fn, list(function.inputs), list(function.outputs), slug)
+            )
+            function.fn = _unless_link(function.fn, len(function.outputs))  # keeps its followers
         self.inputs = union(c for _, inputs, _, _ in self.functions for c in inputs)
         self.outputs = union(c for _, _, outputs, _ in self.functions for c in outputs)
         names = [(getattr(fn, "__name__", "?"), slug) for fn, _, _, slug in self.functions]
