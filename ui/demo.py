@@ -21,7 +21,9 @@ from transformer.device import pick_device
 from . import limits
 from .errors import guard_preprocessing, scrub
 from .export import PLOT_TOOLBAR_JS, ViewExport
+from .first_views import PRELOAD_PLOTLY_JS, FirstViews
 from .share import TabView
+from .sliders import SLIDER_ENTER_JS
 from .state import ModelRegistry, SessionModels
 from .tabs import attention, generate, inside, positions, tokenize, training
 from .tour import KEYS_JS, Tour
@@ -124,7 +126,9 @@ body.large-font .block:has(> label[data-testid="block-label"].float) > .js-plotl
 )
 LARGE_FONT_JS = "(on) => { document.body.classList.toggle('large-font', on); }"
 # Run once when the page opens: the plots' export buttons, the tour's arrow keys.
-PAGE_JS = "() => {\n" + PLOT_TOOLBAR_JS + "\n" + KEYS_JS + "\n}"
+PAGE_JS = (
+    "() => {\n" + "\n".join([PLOT_TOOLBAR_JS, KEYS_JS, SLIDER_ENTER_JS, PRELOAD_PLOTLY_JS]) + "\n}"
+)
 
 
 def build_demo(
@@ -293,9 +297,14 @@ def _wire_views(
     loaded = demo.load(
         restore, views.draw_inputs, [views.view, status, *views.outputs], api_visibility="private"
     )
-    views.follow(loaded, applied=True)
+    # On a page opened with a link the tabs' first views wait until the link's is drawn.
+    first_views = FirstViews(demo, tab_list)
+    quiet: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
+    views.follow(loaded, applied=True).then(
+        first_views.draw, [views.view, *first_views.inputs], first_views.outputs, **quiet
+    )
     # For the tests; gr.Blocks declares no such attributes.
-    demo.views, demo.tour = views, tour  # type: ignore[attr-defined]
+    demo.views, demo.tour, demo.first_views = views, tour, first_views  # type: ignore[attr-defined]
 
 
 def _configure_queue(demo: gr.Blocks, default_concurrency_limit: int, max_size: int) -> None:

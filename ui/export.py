@@ -69,7 +69,16 @@ PLOT_TOOLBAR_JS = """
     const resize = Plotly.Plots.resize;
     Plotly.Plots.resize = function (gd) {
       const div = typeof gd === 'string' ? document.getElementById(gd) : gd;
-      const ready = () => (div && div.isConnected && div._fullLayout ? resize.call(this, gd) : gd);
+      // gr.Plot asks for a resize after every draw: plotly then waits 100 ms and lays the
+      // figure out again even when its box kept its size (a fresh plot is drawn to its box).
+      const same = () => {
+        const full = div._fullLayout;
+        const fixed = div.layout && div.layout.height;
+        return Math.abs(div.clientWidth - full.width) < 1 &&
+          (fixed || Math.abs(div.clientHeight - full.height) < 1);
+      };
+      const ready = () => (div && div.isConnected && div._fullLayout && !same()
+        ? resize.call(this, gd) : Promise.resolve(gd));
       return div && div.__drawn ? div.__drawn.then(ready) : ready();
     };
     Plotly.__exportPatched = true;

@@ -167,6 +167,15 @@ def _merge(first: Any, then: Any) -> Any:
     return then
 
 
+def _same(shown: Any, wanted: Any) -> bool:
+    """Whether a control's value on the page is the view's (a slider sends 3.0 for 3)."""
+    if isinstance(shown, (int, float)) and isinstance(wanted, (int, float)):
+        return float(shown) == float(wanted)
+    if isinstance(shown, (list, tuple)) and isinstance(wanted, (list, tuple)):
+        return list(shown) == list(wanted)
+    return bool(shown == wanted)
+
+
 def union(components: Iterable[gr.Component]) -> list[gr.Component]:
     """``components`` without repeats, in order."""
     seen: dict[int, gr.Component] = {}
@@ -237,6 +246,26 @@ class Views:
         rest = [drawn.get(c._id, gr.skip()) for c in self.drawn]
         return (*head, *controls, *rest)
 
+    def settle(self, view: dict | None, *values: Any) -> tuple:
+        """``apply`` again where a control of the view's tab no longer shows the view's value
+        (a handler that the applied values triggered reset it); else nothing is sent, so a view
+        that arrived whole is not drawn twice (a tour's Next waited for both draws)."""
+        if not view or view.get("tab") not in self.tabs:
+            return self.apply(None)
+        now = {c._id: v for c, v in zip(self.draw_inputs, values, strict=True)}
+        tab = self.tabs[view["tab"]]
+        changed = [
+            key
+            for key, component in tab.controls.items()
+            if key in view["values"]
+            and component._id in now
+            and not _same(now[component._id], view["values"][key])
+        ]
+        if not changed:
+            return self.apply(None)
+        log.debug("view of %s re-applied: %s changed meanwhile", view["tab"], changed)
+        return self.apply(view, *values)
+
     def _draw(self, view: dict, values: tuple) -> dict[int, Any]:
         """Run the view's tab's redraws in order, each reading what the view and the redraws
         before it set; {component id: merged output}."""
@@ -302,9 +331,9 @@ class Views:
         if not applied:
             event = event.then(self.apply, inputs, self.outputs, **private)
         event = event.then(None, None, None, js=WAIT_UNTIL_IDLE_JS, **private)
-        # Again, once the handlers the new values triggered are done (a model change may have
-        # reset a slider, or drawn the tab's first view): the view as the link gave it.
-        event = event.then(self.apply, inputs, self.outputs, **private)
+        # Again, once the handlers the new values triggered are done, where one of them reset
+        # a control (a model change resets Generate's sliders): the view as the link gave it.
+        event = event.then(self.settle, inputs, self.outputs, **private)
         # After the wait: a tab opened for the first time has mounted its controls by now.
         event = event.then(None, self.focus, None, js=SCROLL_JS, **private)
         replay = self._replay()

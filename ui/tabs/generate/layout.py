@@ -121,7 +121,11 @@ def build(
     events = []
     for button, handler, api_name, extra in clicks:
         bound = bind(handler, registry)
-        events.append(button.click(bound, inputs, outputs, api_name=api_name, **extra))
+        # One progress overlay (on the summary), not one per figure: fewer redraws per Step.
+        event = button.click(
+            bound, inputs, outputs, api_name=api_name, show_progress_on=summary, **extra
+        )
+        events.append(event)
     # The cache view follows every event that steps, rewinds or restarts the decoding.
     follow = build_cache_view(registry, inputs)
     for event in events:
