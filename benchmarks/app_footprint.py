@@ -23,6 +23,7 @@ import resource
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -81,29 +82,32 @@ def free_port() -> int:
 def cold_start_seconds() -> float:
     """Seconds from starting ``python app.py`` to its first HTTP 200 (the process is ended)."""
     port = free_port()
-    start = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, "app.py", "--port", str(port), "--device", "cpu"],
-        cwd=ROOT,
-        env=environment(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        while True:
-            if process.poll() is not None:
-                raise SystemExit("the app exited during start-up")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1) as response:
-                    if response.status == 200:
-                        return time.perf_counter() - start
-            except OSError:
-                time.sleep(0.05)
-            if time.perf_counter() - start > 180:
-                raise SystemExit("the app did not serve its page within 180 s")
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
+    with tempfile.TemporaryFile() as log:
+        start = time.perf_counter()
+        process = subprocess.Popen(
+            [sys.executable, "app.py", "--port", str(port), "--device", "cpu"],
+            cwd=ROOT,
+            env=environment(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            while time.perf_counter() - start < 300:
+                if process.poll() is not None:
+                    log.seek(0)
+                    tail = log.read().decode(errors="replace")[-2000:]
+                    raise SystemExit(f"the app exited during start-up:\n{tail}")
+                try:
+                    url = f"http://127.0.0.1:{port}/"
+                    with urllib.request.urlopen(url, timeout=1) as response:
+                        if response.status == 200:
+                            return time.perf_counter() - start
+                except OSError:
+                    time.sleep(0.05)
+            raise SystemExit("the app did not serve its page within 300 s")
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
 
 
 def main() -> None:

@@ -55,6 +55,20 @@ def verdict(ratio: float, target: float = 1.0) -> str:
     return "met" if ratio <= target else "MISSED"
 
 
+class Rows:
+    """The result table, each row printed as soon as it is measured (a slow machine's run can
+    be read while it goes on)."""
+
+    def append(self, row: tuple[str, float, float, str]) -> None:
+        what, mine, theirs, _unit = row
+        ratio = mine / theirs
+        if what.startswith("load"):
+            target = f"≤ {LOAD_TARGET_S:.0f} s: {verdict(mine, LOAD_TARGET_S)}"
+        else:
+            target = f"≤ 1.0×: {verdict(ratio)}"
+        print(f"| {what} | {mine:.1f} | {theirs:.1f} | {ratio:.2f} | {target} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -83,7 +97,10 @@ def main() -> None:
         transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         theirs_model("sdpa")
 
-    rows: list[tuple[str, float, float, str]] = []  # what, ours, theirs, unit
+    print(f"SmolLM2-135M-Instruct (Q4_1 → float32), {args.threads} threads, minimum of {repeats}")
+    print("| measure | ours | transformers | ratio | target |")
+    print("|---|---:|---:|---:|---|", flush=True)
+    rows = Rows()
     load = best_seconds([("ours", SMOLLM2.load), ("theirs", theirs_load)], max(1, repeats // 2))
     rows.append(("load the GGUF (s)", load["ours"], load["theirs"], "s"))
 
@@ -143,17 +160,6 @@ def main() -> None:
                     "ms",
                 )
             )
-
-    print(f"SmolLM2-135M-Instruct (Q4_1 → float32), {args.threads} threads, minimum of {repeats}")
-    print("| measure | ours | transformers | ratio | target |")
-    print("|---|---:|---:|---:|---|")
-    for what, mine, theirs, _unit in rows:
-        ratio = mine / theirs
-        if what.startswith("load"):
-            target = f"≤ {LOAD_TARGET_S:.0f} s: {verdict(mine, LOAD_TARGET_S)}"
-        else:
-            target = f"≤ 1.0×: {verdict(ratio)}"
-        print(f"| {what} | {mine:.1f} | {theirs:.1f} | {ratio:.2f} | {target} |")
 
 
 if __name__ == "__main__":
