@@ -219,7 +219,10 @@ def rotary_positions(name: str, config: Any, n: int, large: bool) -> tuple[Any, 
         + "\n".join(rows)
         + "\n\nEach row agrees to its spread, which is rounding: the angles are float32, as the "
         "model computes them, so the far positions round more. q·k after rotation depends only "
-        "on the distance between the positions."
+        "on the distance between the positions. Below: one dimension pair of a real q and k of "
+        f"**{name}** (a sentence's, layer {ROPE_LAYER + 1}) placed at positions 0 to "
+        f"{ROPE_TURNS[-1]}: both arrows turn by the same angle per position, so the angle between "
+        "q at m and k at n depends on m − n only."
     )
     return heatmap, scores, caption
 
