@@ -23,7 +23,7 @@ import pytest
 from transformer.pretrained.shipped import shipped_models
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = [m for m in shipped_models()]
+SHIPPED = list(shipped_models())
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
