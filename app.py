@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     # Pretrained weights are read once the page is served: read during start-up, they would
     # compete with it for the interpreter (about +5 s on two cores).
     demo = build_demo(args.device, args.model, args.allow_download, preload=False)
-    demo.model_registry.pretrained_errors.update(not_installed)  # type: ignore[attr-defined]
+    if not_installed:  # the page's status line names each missing model and why
+        demo.model_registry.pretrained_errors.update(not_installed)  # type: ignore[attr-defined]
     demo.launch(
         server_name=args.host,
         server_port=args.port,
