@@ -17,6 +17,7 @@ import os
 import sys
 
 from ui import build_demo, launch_options, preload_models
+from ui.space import install_shipped_models
 
 __all__ = ["build_demo", "launch_options", "main", "preload_models"]
 
@@ -70,9 +71,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
     return_freed_memory()
+    # A Space installs requirements.txt only: the shipped models' packages come here (logged);
+    # a failure leaves the bundled models serving and says why in the page.
+    not_installed = install_shipped_models()
     # Pretrained weights are read once the page is served: read during start-up, they would
     # compete with it for the interpreter (about +5 s on two cores).
     demo = build_demo(args.device, args.model, args.allow_download, preload=False)
+    if not_installed:  # the page's status line names each missing model and why
+        demo.model_registry.pretrained_errors.update(not_installed)  # type: ignore[attr-defined]
     demo.launch(
         server_name=args.host,
         server_port=args.port,

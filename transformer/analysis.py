@@ -134,14 +134,19 @@ def prompt_ids(model: Transformer, tokenizer: Tokenizer, text: str) -> list[int]
     sentence of an encoder-decoder model (ending with the model's own end id where its
     configuration names one: Marian's ``</s>``), or the prompt of a decoder-only model (which
     begins with the tokenizer's ``[BOS]`` when it has one, as in training; GPT-2's is
-    ``<|endoftext|>``)."""
+    ``<|endoftext|>``). A prompt that already opens with a special token gets no ``[BOS]`` in
+    front: a chat template's ``<|im_start|>`` is where the model's chat format begins, exactly as
+    ``transformers``' ``apply_chat_template`` tokenizes it."""
     if not (text or "").strip():
         raise ValueError("enter a source sentence (or a prompt) first")
     config = model.config
     if not config.has_decoder:
         raise ValueError(f"a {config.architecture} model has no decoder, so it cannot generate")
-    decoder_only = config.architecture == "decoder-only"
-    ids = tokenizer.encode_ids(text, add_bos=decoder_only and tokenizer.bos_id is not None)
+    ids = tokenizer.encode_ids(text)
+    first = tokenizer.id_to_token(ids[0]) if ids and ids[0] in tokenizer.special_ids else None
+    opens_special = first is not None and text.startswith(first)  # not an unknown word's [UNK]
+    if config.architecture == "decoder-only" and tokenizer.bos_id is not None and not opens_special:
+        ids.insert(0, tokenizer.bos_id)
     _start, end = decoding_ends(config, tokenizer.bos_id, tokenizer.eos_id)
     if source_ends_with_eos(config) and end is not None and ids[-1:] != [end]:
         ids.append(end)

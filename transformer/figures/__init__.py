@@ -27,6 +27,7 @@ from .positional import (
     positional_similarity,
     positional_similarity_figure,
     rotary_angle_figure,
+    rotary_pair_figure,
     rotary_scores,
     rotary_scores_figure,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "positional_similarity",
     "positional_similarity_figure",
     "rotary_angle_figure",
+    "rotary_pair_figure",
     "rotary_scores",
     "rotary_scores_figure",
     "scores_and_weights_figure",

@@ -526,3 +526,103 @@ def rotary_scores_figure(
         **_grid_axes("key position n", "query position m", square=True),
     )
     return go.Figure(trace, layout)
+
+
+def rotary_pair_figure(
+    q: Any,
+    k: Any,
+    pair: int,
+    positions: Sequence[int],
+    base: float = 10000.0,
+    *,
+    what: str = "",
+    large_font: bool = False,
+    height: int | None = None,
+) -> go.Figure:
+    """One dimension pair of a q and a k as 2-D arrows, turned to each position by RoPE.
+
+    Args:
+        q, k: ``(d_head,)`` query and key before rotation (a real head's, or any two vectors).
+        pair: i, the pair of dimensions i and i + d_head/2 drawn (x and y).
+        positions: the integer positions to place both vectors at, ``(P,)``.
+        base: RoPE's base; the pair turns by ``position · θ_i``, ``θ_i = base^(−2i/d_head)``.
+        what: where q and k come from, for the title.
+
+    The rotation is the model's own (:func:`transformer.rotary.rotate`, rotate-half), so each
+    arrow is what attention reads. Traces ``"q"`` and ``"k"`` hold the arrow tips (x: dimension
+    i, y: dimension i + d_head/2) in the order of ``positions``.
+    """
+    import torch
+
+    from ..rotary import rotary_cos_sin, rotary_frequencies, rotate
+
+    vectors = torch.as_tensor(np.stack([np.asarray(q), np.asarray(k)]), dtype=torch.float32)
+    d_head = vectors.shape[-1]
+    if not 0 <= pair < d_head // 2:
+        raise ValueError(f"pair must be in 0..{d_head // 2 - 1}, got {pair}")
+    places = torch.as_tensor(list(positions), dtype=torch.int64)
+    cos, sin = rotary_cos_sin(places, d_head, base)  # (P, d_head)
+    turned = rotate(vectors[:, None, None, :].expand(2, 1, len(places), d_head), cos, sin)
+    tips = turned[:, 0, :, :][..., [pair, pair + d_head // 2]].double().numpy()  # (2, P, 2)
+    theta = float(rotary_frequencies(d_head, base)[pair])
+    traces = []
+    reach = float(np.abs(tips).max()) * 1.15 or 1.0
+    for row, (name, color) in enumerate((("q", BASE_COLOR), ("k", HIGHLIGHT_COLOR))):
+        x, y = tips[row, :, 0], tips[row, :, 1]
+        radius = float(np.hypot(x[0], y[0]))
+        circle = np.linspace(0, 2 * np.pi, 73)
+        traces.append(
+            go.Scatter(
+                x=radius * np.cos(circle),
+                y=radius * np.sin(circle),
+                mode="lines",
+                line={"color": color, "width": 1, "dash": "dot"},
+                hoverinfo="skip",
+                showlegend=False,
+            )
+        )
+        spokes_x = np.ravel([[0.0, xi, np.nan] for xi in x])
+        spokes_y = np.ravel([[0.0, yi, np.nan] for yi in y])
+        traces.append(
+            go.Scatter(
+                x=spokes_x,
+                y=spokes_y,
+                mode="lines",
+                line={"color": color, "width": 2},
+                hoverinfo="skip",
+                showlegend=False,
+            )
+        )
+        traces.append(
+            go.Scatter(
+                x=x,
+                y=y,
+                name=name,
+                mode="markers+text",
+                marker={"color": color, "size": 9},
+                text=[f"{name}@{p}" for p in places.tolist()],
+                textposition="top center",
+                customdata=np.stack([places.numpy(), places.numpy() * theta], axis=-1),
+                hovertemplate=(
+                    f"{name} at position %{{customdata[0]}}<br>turned by %{{customdata[1]:.3f}} "
+                    "rad<br>(%{x:.3f}, %{y:.3f})<extra></extra>"
+                ),
+            )
+        )
+    axis = {"range": [-reach, reach], "zeroline": True, "showgrid": False}
+    title = (
+        f"Pair {pair} of {what + ' ' if what else ''}q and k, turned by position · θ_{pair}"
+        f" (θ_{pair} = {theta:.3g} rad)"
+    )
+    layout = base_layout(
+        title,
+        height or (620 if large_font else 520),
+        large_font,
+        xaxis={**axis, "title": {"text": f"dimension {pair}"}, "constrain": "domain"},
+        yaxis={
+            **axis,
+            "title": {"text": f"dimension {pair + d_head // 2}"},
+            "scaleanchor": "x",
+        },
+    )
+    return go.Figure(traces, layout)

@@ -219,9 +219,49 @@ def rotary_positions(name: str, config: Any, n: int, large: bool) -> tuple[Any, 
         + "\n".join(rows)
         + "\n\nEach row agrees to its spread, which is rounding: the angles are float32, as the "
         "model computes them, so the far positions round more. q·k after rotation depends only "
-        "on the distance between the positions."
+        "on the distance between the positions. Below: one dimension pair of a real q and k of "
+        f"**{name}** (a sentence's, layer {ROPE_LAYER + 1}) placed at positions 0 to "
+        f"{ROPE_TURNS[-1]}: both arrows turn by the same angle per position, so the angle between "
+        "q at m and k at n depends on m − n only."
     )
     return heatmap, scores, caption
+
+
+ROPE_SENTENCE = "The cat sat on the warm mat."
+"""The sentence whose real q and k :func:`rotating_pair` draws."""
+ROPE_LAYER, ROPE_HEAD = 2, 0
+ROPE_TURNS = tuple(range(8))
+"""The positions both vectors are placed at."""
+
+
+@friendly
+def rotating_pair(
+    registry: ModelRegistry, name: str, large: bool, session: SessionModels | None = None
+) -> Any:
+    """For a rotary model: one dimension pair of a real q (the sentence's last token) and k
+    (its second token), of layer ``ROPE_LAYER``'s head ``ROPE_HEAD`` and the key/value head it
+    reads, turned to positions 0…7 (hidden for other models). The pair drawn is the one of the
+    fastest-turning quarter whose q and k are longest, so the turn is large and visible."""
+    checkpoint = registry.checkpoint(name, session)
+    config = checkpoint.config
+    if config.positional != "rotary":
+        return gr.update(visible=False, value=None)
+    trace = registry.analysis(name, checkpoint, [ROPE_SENTENCE]).trace
+    layer = min(ROPE_LAYER, len(trace.decoder_layers) - 1)
+    record = trace.decoder_layers[layer].self_attention
+    assert record.rotary is not None  # a rotary model's capture keeps q and k before rotation
+    head = min(ROPE_HEAD, record.weights.shape[1] - 1)
+    kv_head = record.kv_head_of[head]
+    q = record.rotary.queries_before[0, head, -1].float().cpu()
+    k = record.rotary.keys_before[0, kv_head, 1].float().cpu()
+    half = config.d_head // 2
+    strength = (q[:half].square() + q[half:].square()) * (k[:half].square() + k[half:].square())
+    pair = int(strength[: max(1, half // 4)].argmax())
+    what = f"layer {layer + 1} head {head + 1}'s (kv head {kv_head + 1})"
+    figure = figures.rotary_pair_figure(
+        q, k, pair, ROPE_TURNS, float(config.rope_base), what=what, large_font=large
+    )
+    return gr.update(visible=True, value=figure)
 
 
 def _first_layer_input(analysis: Any) -> tuple[Any, Any, list[str]]:
@@ -350,6 +390,8 @@ def build(
             learned_caption = gr.Markdown()
             learned_plot = gr.Plot(label="Position embeddings", show_label=False)
             learned_similarity = gr.Plot(label="PE·PE similarity (learned)", show_label=False)
+            rotation_status = gr.Markdown(elem_classes=["input-status"])
+            rotation_plot = gr.Plot(label="One q/k pair rotating", show_label=False, visible=False)
     curves_plot = gr.Plot(label="Chosen dimensions", show_label=False)
 
     pe_inputs = [d_model, length, base, dims, metric, large]
@@ -378,6 +420,15 @@ def build(
         beside_input(bind(learned_positions, registry), 3),
         [learned_model, length, metric, large, session],
         [learned_plot, learned_similarity, learned_caption, learned_status],
+        api_visibility="private",
+        trigger_mode="always_last",
+    )
+
+    gr.on(
+        [*_load_trigger(), learned_model.change, large.change],
+        beside_input(bind(rotating_pair, registry), 1),
+        [learned_model, large, session],
+        [rotation_plot, rotation_status],
         api_visibility="private",
         trigger_mode="always_last",
     )
