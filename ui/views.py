@@ -34,9 +34,10 @@ USER_EVENTS = {"input", "select", "release", "submit", "blur"}
 # at the latest after 15 s; so the handlers that a change of value started have finished.
 WAIT_UNTIL_IDLE_JS = """
 async () => {
-  // A status tracker's overlay loses its "hide" class while its component waits for a result.
-  const busy = () => document.querySelectorAll(
-    '.wrap.default:not(.hide), .wrap.center:not(.hide)').length > 0;
+  // A status tracker's overlay loses its "hide" class while its component waits for a result;
+  // only those on screen count (the other tabs' first views may still be drawing).
+  const busy = () => [...document.querySelectorAll(
+    '.wrap.default:not(.hide), .wrap.center:not(.hide)')].some((e) => e.getClientRects().length);
   const start = Date.now();
   let quiet = 0;
   await new Promise((r) => setTimeout(r, 250));
@@ -52,11 +53,13 @@ async () => {
 # Scrolls the control a view points at into view (the top of the page when none), once the
 # page is idle: a tab drawn for the first time on a slow machine can take longer than the wait
 # before it, and a figure that arrives after the scroll pushes the target down. The scroll is
-# checked once more after the smooth scroll has had time to end, and corrected at once.
+# checked once more after the smooth scroll has had time to end, and corrected at once. Only the
+# status trackers on screen count: the other tabs' first views (SmolLM2's meter, its cache
+# timings) can keep theirs busy for a minute after the page opens.
 SCROLL_JS = """
 async (id) => {
-  const busy = () => document.querySelectorAll(
-    '.wrap.default:not(.hide), .wrap.center:not(.hide)').length > 0;
+  const busy = () => [...document.querySelectorAll(
+    '.wrap.default:not(.hide), .wrap.center:not(.hide)')].some((e) => e.getClientRects().length);
   const pause = (ms) => new Promise((r) => setTimeout(r, ms));
   const start = Date.now();
   let quiet = 0;
