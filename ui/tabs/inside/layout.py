@@ -16,9 +16,8 @@ from .handlers import controls, first_view, inside_layer, refresh
 from .view import EXAMPLE_TEXT, SECTIONS, default_query, layers_in, query_choices, stacks_for
 
 INTRO = (
-    "One layer, one **query token** at a time: every step the model computes, in order, with its "
-    "shape, its values (hover a strip) and the line of `transformer/` that computes it; "
-    "SmolLM2 shows its modern steps (RMSNorm, rotary q and k, shared key/value heads, gates)."
+    "One layer, one **query token** at a time: every step in order, with its shape, its values "
+    "(hover a strip) and the line of `transformer/` that computes it."
 )
 
 
@@ -47,6 +46,9 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             text = gr.Textbox(value=EXAMPLE_TEXT, lines=1, max_lines=2, label="Sentence")
             # A refused input is said here; the controls and figures stay as they were.
             status = gr.Markdown(elem_classes=["input-status"])
+            # Compare mode (issue 21): this layer of the paper's block beside the modern block's.
+            # In the controls' row, so the first figure stays above the fold on a projector.
+            compare = gr.Checkbox(value=False, label=COMPARE_LABEL, elem_id="inside-compare")
         model_name = gr.Dropdown(registry.model_names, value=first_model, label="Model", scale=2)
         stack = gr.Radio(stacks, value=stacks[0], label="Stack")
         # Built wide for API callers; the page narrows them to the model's own when it loads.
@@ -60,8 +62,6 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             label="Query token (position: piece)",
             allow_custom_value=True,
         )
-    # Compare mode (issue 21): this layer of the paper's block beside the modern block's.
-    compare = gr.Checkbox(value=False, label=COMPARE_LABEL, elem_id="inside-compare")
     compared = gr.HTML(visible=False, elem_id="inside-compare-view")
     summary = gr.Markdown()
     outputs: list[Any] = [summary]
