@@ -82,7 +82,9 @@ def build_scale(
     for slider in (layer, head, window, top_k):
         slider.release(redraw, inputs, [*outputs, status], **private)
     for number in (first_query, token):
-        number.submit(redraw, inputs, [*outputs, status], **private)
+        # Enter redraws, and so does leaving the box (a student who types and clicks away).
+        for event in (number.submit, number.blur):
+            event(redraw, inputs, [*outputs, status], trigger_mode="always_last", **private)
     return {
         "scale_text": text,
         "scale_model": model,
