@@ -12,7 +12,7 @@ import gradio as gr
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import hf_llama_model, save_word_tokenizer
+from conftest import hf_llama_config, hf_llama_model, save_word_tokenizer
 
 from transformer.block_diff import (
     ROWS,
@@ -23,9 +23,9 @@ from transformer.block_diff import (
     matching_query,
 )
 from transformer.bundled import load_bundled
-from transformer.config import ModelConfig
 from transformer.inside import inside_layer
 from transformer.model import Transformer
+from transformer.pretrained.llama import config_from_hf
 from transformer.pretrained.shipped import SMOLLM2
 from ui.export import view_html
 from ui.state import ModelRegistry, SessionModels
@@ -66,30 +66,17 @@ def bundled():
 @pytest.fixture(scope="module")
 def modern(bundled):
     """A small random modern block (RMSNorm, rotary, SwiGLU, 6 query heads sharing 2 key/value
-    heads) that reads the bundled ``continue`` model's tokenizer."""
+    heads; a Llama ``config.json`` read by our loader) that reads the bundled ``continue``
+    model's tokenizer."""
     tokenizer = bundled.models["continue"].tokenizer
-    config = ModelConfig(
-        src_vocab_size=tokenizer.vocab_size,
-        tgt_vocab_size=tokenizer.vocab_size,
-        d_model=48,
-        n_heads=6,
-        n_kv_heads=2,
-        d_ff=128,
-        n_encoder_layers=0,
-        n_decoder_layers=3,
-        dropout=0.0,
-        activation="silu",
-        norm="pre",
-        norm_kind="rms",
-        positional="rotary",
-        feed_forward_kind="gated",
-        architecture="decoder-only",
-        attention_qkv_bias=False,
-        attention_output_bias=False,
-        mlp_bias=False,
-        tie_embeddings=True,
-        generator_bias=False,
+    hf = hf_llama_config(
+        hidden_size=48,
+        num_attention_heads=6,
+        intermediate_size=128,
+        vocab_size=tokenizer.vocab_size,
+        tie_word_embeddings=True,
     )
+    config = config_from_hf(hf.to_dict())
     torch.manual_seed(5)
     model = Transformer(config).eval()
     with torch.no_grad():  # away from the initial gains of 1, so the norm's weight matters
@@ -270,19 +257,20 @@ TINY = "tinyllama"
 
 
 @pytest.fixture(scope="module")
-def registry(tmp_path_factory):
-    """A registry with the bundled models and a random grouped-query Llama folder."""
+def llama_folder(tmp_path_factory):
+    """A random grouped-query Llama folder (``TINY_LLAMA``: 4 query heads sharing 2 key/value
+    heads; 2 layers, 97 words)."""
     folder = tmp_path_factory.mktemp("models") / TINY
     torch.manual_seed(3)
-    hf_llama_model(
-        hidden_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_hidden_layers=2,
-        vocab_size=97,
-    ).save_pretrained(folder)
+    hf_llama_model(num_hidden_layers=2, vocab_size=97).save_pretrained(folder)
     save_word_tokenizer(folder, 97, ["<unk>", "<s>"])
-    return ModelRegistry("cpu", [str(folder)])
+    return folder
+
+
+@pytest.fixture(scope="module")
+def registry(llama_folder):
+    """A registry with the bundled models and the random Llama folder."""
+    return ModelRegistry("cpu", [str(llama_folder)])
 
 
 def test_compare_mode_draws_both_columns_with_the_differing_lines_marked(registry) -> None:
@@ -353,20 +341,10 @@ def test_smollm2_beside_the_bundled_model() -> None:
     assert "<code>3:Ġcat</code>" in page and "▁ca" in page  # the same word on both sides
 
 
-def test_a_loaded_gpt2_is_the_original_beside_a_modern_model(hf_models, tmp_path) -> None:
+def test_a_loaded_gpt2_is_the_original_beside_a_modern_model(hf_models, llama_folder) -> None:
     """GPT-2's pre-LN block: LayerNorm first pairs with RMSNorm first, its learned position
     table is counted from its own parameters, and it stands on the 2017 side."""
-    folder = tmp_path / TINY
-    torch.manual_seed(3)
-    hf_llama_model(
-        hidden_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_hidden_layers=2,
-        vocab_size=97,
-    ).save_pretrained(folder)
-    save_word_tokenizer(folder, 97, ["<unk>", "<s>"])
-    registry = ModelRegistry("cpu", [str(hf_models["gpt2"]), str(folder)])
+    registry = ModelRegistry("cpu", [str(hf_models["gpt2"]), str(llama_folder)])
     gpt2 = registry.checkpoint("gpt2", None)  # read: the comparison takes a GPT-2 it has
     page = inside_compare(
         registry, "w5 w17 w3", TINY, "decoder", 1, 1, 1, False, True, SessionModels()

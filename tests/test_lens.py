@@ -175,16 +175,13 @@ def _check_norms(trace, stack: str, batch: int) -> None:
     updates = []
     names = ["input"]
     for i, layer in enumerate(layers):
-        parts = [("self-attention", layer.self_attention_output, layer.self_attention_update)]
-        if layer.cross_attention is not None:
-            parts.append(
-                ("cross-attention", layer.cross_attention_output, layer.cross_attention_update)
-            )
-        parts.append(("feed-forward", layer.feed_forward_output, layer.feed_forward_update))
-        for part, after, update in parts:
-            names.append(f"L{i + 1} {part}")
-            streams.append(after[batch])
-            updates.append(update[batch])
+        # The trace's sub-layers by their attribute names; a decoder-only layer has no cross.
+        for part in ("self_attention", "cross_attention", "feed_forward"):
+            update = getattr(layer, f"{part}_update")
+            if update is not None:
+                names.append(f"L{i + 1} {part.replace('_', '-')}")
+                streams.append(getattr(layer, f"{part}_output")[batch])
+                updates.append(update[batch])
     assert norms.stages == names and norms.sublayers == names[1:]
     n_positions = layers[0].input.size(1)
     assert norms.stream.shape == (len(names), n_positions)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -46,6 +47,13 @@ def gpt2_folder(tiny_hf_model) -> Path:
 @pytest.fixture(scope="module")
 def marian_folder(tiny_hf_model) -> Path:
     return tiny_hf_model("marian", perturb=3, **MARIAN_OPUS)
+
+
+def _loaded(folder: Path, **expected: Any) -> Any:
+    """The checkpoint in ``folder``, its config's ``expected`` fields checked first."""
+    checkpoint = load_pretrained(folder)
+    assert {name: getattr(checkpoint.config, name) for name in expected} == expected
+    return checkpoint
 
 
 # -- BERT ------------------------------------------------------------------------------------
@@ -99,12 +107,8 @@ def test_bert_reads_vocab_txt_as_wordpiece(bert_folder: Path) -> None:
 
 
 def test_gpt2_matches_transformers_layer_by_layer(gpt2_folder: Path) -> None:
-    checkpoint = load_pretrained(gpt2_folder)
-    config = checkpoint.config
-    assert (config.architecture, config.norm, config.activation) == (
-        "decoder-only",
-        "pre",
-        "gelu_tanh",
+    checkpoint = _loaded(
+        gpt2_folder, architecture="decoder-only", norm="pre", activation="gelu_tanh"
     )
     ids = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(5))
     ids[0, 3] = VOCAB - 1  # <|endoftext|> inside a text is a real token, not padding
@@ -138,12 +142,8 @@ def test_gpt2_greedy_generation_equals_generate(gpt2_folder: Path) -> None:
 
 
 def test_marian_matches_transformers_with_padded_source(marian_folder: Path) -> None:
-    checkpoint = load_pretrained(marian_folder)
-    config = checkpoint.config
-    assert (config.sinusoidal_layout, config.activation, config.decoder_start_id) == (
-        "halves",
-        "silu",
-        VOCAB - 1,
+    checkpoint = _loaded(
+        marian_folder, sinusoidal_layout="halves", activation="silu", decoder_start_id=VOCAB - 1
     )
     generator = torch.Generator().manual_seed(6)
     src = torch.randint(1, VOCAB - 1, (2, 9), generator=generator)

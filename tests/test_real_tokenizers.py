@@ -84,14 +84,10 @@ def references(tiktoken_encodings):
 
 
 def readable_bytes_to_byte_level(encoding, token_id: int) -> str:
-    """tiktoken's bytes of one token in GPT-2's byte-level alphabet (written out here)."""
-    printable = [*range(33, 127), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    table = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + extra)
-            extra += 1
+    """tiktoken's bytes of one token in GPT-2's byte-level alphabet (transformers' table)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    table = bytes_to_unicode()
     data = encoding.decode_single_token_bytes(token_id)
     if token_id in encoding._special_tokens.values():
         return data.decode()

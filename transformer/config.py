@@ -175,11 +175,7 @@ class ModelConfig:
                 f"n_heads from {_divisors(self.d_model)} or a d_model that is a multiple of "
                 f"{self.n_heads}."
             )
-        if self.positional == "sinusoidal" and self.d_model % 2 != 0:
-            raise ConfigError(
-                f"sinusoidal positional encoding pairs sin and cos, so d_model must be even "
-                f"(got {self.d_model})."
-            )
+        self._validate_pairs()
         for name in ("n_encoder_layers", "n_decoder_layers"):
             value = getattr(self, name)
             if not is_int(value) or value < 0:
@@ -253,11 +249,25 @@ class ModelConfig:
                 f"rope_base must be a finite number > 1 (10000 in the RoPE paper), got "
                 f"{self.rope_base!r}."
             )
-        if self.positional == "rotary" and self.d_head % 2 != 0:
-            raise ConfigError(
-                f"rotary positions rotate pairs of dimensions, so d_head = d_model / n_heads "
-                f"must be even (got {self.d_model} / {self.n_heads} = {self.d_head})."
-            )
+
+    def _validate_pairs(self) -> None:
+        """The positions work on pairs of dimensions, so the width they pair must be even."""
+        paired = {  # positional kind → (what it pairs, that width, the width as given)
+            "sinusoidal": (
+                "sinusoidal positional encoding pairs sin and cos, so d_model",
+                self.d_model,
+                f"{self.d_model}",
+            ),
+            "rotary": (
+                "rotary positions rotate pairs of dimensions, so d_head = d_model / n_heads",
+                self.d_head,
+                f"{self.d_model} / {self.n_heads} = {self.d_head}",
+            ),
+        }
+        if self.positional in paired:
+            what, width, given = paired[self.positional]
+            if width % 2 != 0:
+                raise ConfigError(f"{what} must be even (got {given}).")
 
     def replace(self, **changes: Any) -> ModelConfig:
         """A copy with some fields changed (validated again)."""

@@ -24,6 +24,7 @@ from transformer.block_diff import (
 )
 from transformer.inside import LayerWalkthrough, Step
 
+from ... import endpoints
 from ...errors import InputError, friendly, gpu, user_input
 from ...state import PRELOAD_FIRST, ModelRegistry, SessionModels
 from .handlers import fit
@@ -269,24 +270,17 @@ def compare_html(diff: BlockDiff, names: tuple[str, str], large: bool = False) -
 
 @friendly
 @gpu
-def inside_compare(
-    registry: ModelRegistry,
-    text: str,
-    name: str,
-    stack: str,
-    layer: Any,
-    head: Any,
-    query: Any,
-    large: bool,
-    on: bool,
-    session: SessionModels,
-) -> Any:
+@endpoints.takes_request(
+    InsideRequest.of,
+    ("text", "name", "stack", "layer", "head", "query", "large", "on", "session"),
+    switch="on",
+)
+def inside_compare(registry: ModelRegistry, request: InsideRequest | None) -> Any:
     """The ``/inside_compare`` endpoint: the chosen layer of the paper's block beside the same
     layer of the modern block (SmolLM2), for the same sentence and query token; the steps
     aligned row by row, with each side's code line and why the change was made. ``on`` is the
     tab's switch: off, the comparison is hidden and nothing is computed."""
-    if not on:  # emptied too, so an export of the view leaves it out
+    if request is None:  # switched off; emptied too, so an export of the view leaves it out
         return gr.update(value="", visible=False)
-    request = InsideRequest.of(text, name, stack, layer, head, query, large, session)
     diff, original, modern = compare(registry, request)
     return gr.update(value=compare_html(diff, (original, modern), request.large), visible=True)

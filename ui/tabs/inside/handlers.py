@@ -4,12 +4,12 @@ registry first."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
+from ... import endpoints
 from ...errors import friendly, gpu
 from ...state import ModelRegistry, SessionModels
 from .view import (
@@ -48,28 +48,9 @@ class Fitted:
     query: int
 
 
-def takes_request(handler: Callable[[ModelRegistry, InsideRequest], Any]) -> Callable[..., Any]:
-    """``handler(registry, request)`` as an event handler: it takes the components' values in
-    the order the ``/inside_layer`` API has them and builds the request once."""
-
-    def endpoint(
-        registry: ModelRegistry,
-        text: str,
-        name: str,
-        stack: str,
-        layer: Any,
-        head: Any,
-        query: Any,
-        large: bool,
-        session: SessionModels,
-    ) -> Any:
-        request = InsideRequest.of(text, name, stack, layer, head, query, large, session)
-        return handler(registry, request)
-
-    endpoint.__name__ = endpoint.__qualname__ = handler.__name__
-    endpoint.__doc__ = handler.__doc__
-    endpoint.__module__ = handler.__module__
-    return endpoint
+takes_request = endpoints.takes_request(InsideRequest.of)
+"""``handler(registry, request)`` as an event handler: it takes the components' values in the
+order the ``/inside_layer`` API has them and builds the request once."""
 
 
 def fit(registry: ModelRegistry, request: InsideRequest) -> Fitted:
@@ -124,19 +105,12 @@ def _updates(fitted: Fitted) -> tuple[Any, Any, Any, Any]:
 
 @friendly
 @gpu
-def controls(
-    registry: ModelRegistry,
-    text: str,
-    name: str,
-    stack: str,
-    layer: Any,
-    head: Any,
-    query: Any,
-    session: SessionModels,
-) -> tuple[Any, Any, Any, Any]:
+@endpoints.takes_request(
+    InsideRequest.of, ("text", "name", "stack", "layer", "head", "query", "session")
+)
+def controls(registry: ModelRegistry, request: InsideRequest) -> tuple[Any, Any, Any, Any]:
     """The Stack choices and the Layer, Head and Query-token ranges this model and this
     sentence have (values kept where they still apply)."""
-    request = InsideRequest.of(text, name, stack, layer, head, query, session=session)
     return _updates(fit(registry, request))
 
 

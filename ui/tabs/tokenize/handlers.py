@@ -18,7 +18,7 @@ from transformer.text.replay import (
 )
 from transformer.text.tokenization import Tokenizer, TokenizerError
 
-from ... import limits
+from ... import endpoints, limits
 from ...errors import InputError, clean, code_span, describe, friendly, markdown_text, stale
 from ...inputs import as_int, as_text
 from ...state import ModelRegistry
@@ -54,25 +54,9 @@ class TokenizeRequest:
         return cls(as_text(text, "text"), choice, vocab, upload, compare, step)
 
 
-def takes_request(handler: Callable[[ModelRegistry, TokenizeRequest], Any]) -> Callable[..., Any]:
-    """``handler(registry, request)`` as an event handler taking the components' values in the
-    order the ``/tokenize`` API has them."""
-
-    def endpoint(
-        registry: ModelRegistry,
-        text: str,
-        choice: str,
-        vocab: float,
-        upload: str | None,
-        compare: str,
-        step: float,
-    ) -> Any:
-        return handler(registry, TokenizeRequest.of(text, choice, vocab, upload, compare, step))
-
-    endpoint.__name__ = endpoint.__qualname__ = handler.__name__
-    endpoint.__doc__ = handler.__doc__
-    endpoint.__module__ = handler.__module__
-    return endpoint
+takes_request = endpoints.takes_request(TokenizeRequest.of)
+"""``handler(registry, request)`` as an event handler taking the components' values in the
+order the ``/tokenize`` API has them."""
 
 
 _WORKERS = ThreadPoolExecutor(limits.TOKENIZER_WORKERS, thread_name_prefix="tokenizer")

@@ -10,16 +10,9 @@ import gradio as gr
 from transformer.training.recipes import RECIPES
 
 from ...state import TRAINED_HERE, ModelRegistry, SessionModels, bind
+from . import snapshots
 from .description import model_info
 from .running import cancel_training, redraw_curves, run_training, training_curves
-from .snapshots import (
-    TASK_SENTENCES,
-    snapshot_controls,
-    snapshot_live,
-    snapshot_sources,
-    snapshot_steps,
-    snapshot_view,
-)
 
 
 def build(
@@ -56,9 +49,9 @@ def build(
     cancel_note = gr.Markdown()
     curves = gr.Plot(label="Loss and accuracy", show_label=False)
     gr.Markdown("### Attention as it formed during training")
-    sources = snapshot_sources(registry)
+    sources = snapshots.snapshot_sources(registry)
     first = sources[0]
-    first_steps = snapshot_steps(registry, first, None)
+    first_steps = snapshots.snapshot_steps(registry, first, None)
     with gr.Row():
         snapshot_model = gr.Dropdown(sources, value=first, label="Snapshots of")
         snapshot = gr.Slider(
@@ -70,7 +63,7 @@ def build(
         )
         first_task = registry.checkpoint(first, None).task if first != TRAINED_HERE else None
         snap_sentence = gr.Textbox(
-            value=TASK_SENTENCES.get(first_task or "", "a b c d e f"), label="Input"
+            value=snapshots.TASK_SENTENCES.get(first_task or "", "a b c d e f"), label="Input"
         )
     snap_button = gr.Button("Draw this snapshot's attention")
     snap_plot = gr.Plot(
@@ -98,10 +91,12 @@ def build(
     # itself then reports where it stopped.
     cancel.click(cancel_training, None, cancel_note, queue=False, **private)
     snap_inputs = [snapshot, snap_sentence, large, session]
-    snap_button.click(bind(snapshot_view, registry), snap_inputs, [snap_plot], api_name="snapshot")
+    snap_button.click(
+        bind(snapshots.snapshot_view, registry), snap_inputs, [snap_plot], api_name="snapshot"
+    )
     live_inputs = [snapshot_model, snapshot, snap_sentence, large, session]
-    live_snapshot = bind(snapshot_live, registry)
-    controls = bind(snapshot_controls, registry)
+    live_snapshot = bind(snapshots.snapshot_live, registry)
+    controls = bind(snapshots.snapshot_controls, registry)
     snapshot_model.change(
         controls, [snapshot_model, session], [snapshot, snap_sentence], **private
     ).then(live_snapshot, live_inputs, [snap_plot], **private)

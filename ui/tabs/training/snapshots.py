@@ -61,8 +61,9 @@ def _hint(large: bool, text: str) -> Any:
     return figures.placeholder_figure("Attention at a snapshot", text, large_font=large)
 
 
+@friendly
 @gpu
-def snapshot_of(
+def snapshot_live(
     registry: ModelRegistry,
     name: str,
     index: Any,
@@ -70,9 +71,10 @@ def snapshot_of(
     large: bool,
     session: SessionModels | None,
 ) -> Any:
-    """Every head's attention at snapshot ``index`` of ``name``'s training (a bundled model's
-    or the session's own), reading the task's correct answer where there is one; a hint figure
-    before there is anything to show."""
+    """The live snapshot view (any model that kept snapshots): every head's attention at
+    snapshot ``index`` of ``name``'s training (a bundled model's or the session's own), reading
+    the task's correct answer where there is one; a hint figure before there is anything to
+    show."""
     steps = snapshot_steps(registry, name, session)
     if not steps:
         return _hint(
@@ -111,20 +113,11 @@ def snapshot_view(
 ) -> Any:
     """The ``/snapshot`` endpoint: every head's attention at one snapshot of the session's last
     training run (a hint figure before any training)."""
-    return snapshot_of(registry, TRAINED_HERE, index, sentence, large, session)
+    return snapshot_live(registry, TRAINED_HERE, index, sentence, large, session)
 
 
-@friendly
-def snapshot_live(
-    registry: ModelRegistry,
-    name: str,
-    index: Any,
-    sentence: str,
-    large: bool,
-    session: SessionModels | None,
-) -> Any:
-    """The live snapshot view (any model that kept snapshots)."""
-    return snapshot_of(registry, name, index, sentence, large, session)
+snapshot_of = snapshot_live
+"""Every head's attention at one snapshot of a model's training: :func:`snapshot_live`."""
 
 
 def snapshot_controls(registry: ModelRegistry, name: str, session: SessionModels | None) -> tuple:
