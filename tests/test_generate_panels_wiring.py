@@ -48,4 +48,31 @@ def test_both_panels_answer_a_named_endpoint_and_the_cache_follows_the_buttons(d
     assert by_api["kv_cache"].name == "kv_cache"
     for api in ("generate_step", "generate_back", "generate", "generate_reset"):
         followers = [f for f in demo.fns.values() if f.trigger_after == by_api[api]._id]
-        assert any(f.name == "kv_cache" for f in followers), api
+        assert any(f.name == "kv_cache_if_shown" for f in followers), api
+
+
+def test_the_closed_cache_view_computes_nothing_and_opening_it_draws_it(demo) -> None:
+    """The view times the next step twice (about a second on SmolLM2): a Step with its
+    accordion closed must not pay for it; opening the accordion draws it."""
+    accordion = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "kv-cache")
+    by_api = {fn.api_name: fn for fn in demo.fns.values() if fn.api_name}
+    (follower,) = [
+        f
+        for f in demo.fns.values()
+        if f.trigger_after == by_api["generate_step"]._id and f.name == "kv_cache_if_shown"
+    ]
+    shown = follower.inputs[-1]
+    assert isinstance(shown, gr.State) and shown.value is False  # a page opens with it closed
+    expand = [f for f in demo.fns.values() if (accordion._id, "expand") in f.targets]
+    collapse = [f for f in demo.fns.values() if (accordion._id, "collapse") in f.targets]
+    assert len(expand) == len(collapse) == 1
+    assert expand[0].fn() is True and expand[0].outputs == [shown]
+    assert collapse[0].fn() is False and collapse[0].outputs == [shown]
+    drawn = [f for f in demo.fns.values() if f.trigger_after == expand[0]._id]
+    assert [f.name for f in drawn] == ["kv_cache"]  # opening it draws it
+    # Closed: nothing computed, nothing sent (the inputs would fail if they were read at all).
+    assert follower.fn(*[object()] * (len(follower.inputs) - 1), False) == (
+        gr.skip(),
+        gr.skip(),
+        gr.skip(),
+    )

@@ -185,6 +185,16 @@ def test_the_cache_view_follows_the_session(registry, folder) -> None:
     assert len(state.decoding.records) == 3  # the view does not step
 
 
+def test_the_follower_draws_the_same_view_while_shown(registry, folder) -> None:
+    from ui.tabs.generate.cache_view import kv_cache_if_shown
+
+    name, session, state = str(folder), SessionModels(), GenerationState()
+    shown = kv_cache_if_shown(registry, *_inputs(name), session, state, True)
+    direct = kv_cache(registry, *_inputs(name), session, state)
+    assert shown[0] == direct[0] and shown[1] == direct[1]  # the timings (check) differ
+    assert "agree" in shown[2]
+
+
 def test_the_cache_view_of_a_paper_model_and_of_an_encoder(registry) -> None:
     table, *_ = kv_cache(registry, *_inputs("translate", "the cat"), SessionModels(), None)
     assert "4 heads, each with its own keys and values" in table
