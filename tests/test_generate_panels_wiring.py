@@ -51,28 +51,37 @@ def test_both_panels_answer_a_named_endpoint_and_the_cache_follows_the_buttons(d
         assert any(f.name == "kv_cache_if_shown" for f in followers), api
 
 
-def test_the_closed_cache_view_computes_nothing_and_opening_it_draws_it(demo) -> None:
-    """The view times the next step twice (about a second on SmolLM2): a Step with its
-    accordion closed must not pay for it; opening the accordion draws it."""
-    accordion = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "kv-cache")
-    by_api = {fn.api_name: fn for fn in demo.fns.values() if fn.api_name}
-    (follower,) = [
-        f
-        for f in demo.fns.values()
-        if f.trigger_after == by_api["generate_step"]._id and f.name == "kv_cache_if_shown"
-    ]
-    shown = follower.inputs[-1]
-    assert isinstance(shown, gr.State) and shown.value is False  # a page opens with it closed
+@pytest.mark.parametrize(
+    "panel, drawer, follows",
+    [("kv-cache", "kv_cache", "generate_step"), ("silent-mistakes", "silent_mistake", None)],
+)
+def test_a_closed_panel_computes_nothing_and_opening_it_draws_it(
+    demo, panel, drawer, follows
+) -> None:
+    """The cache view times the next step twice, the silent panel generates twice and reads a
+    paragraph twice (seconds on SmolLM2): closed, a Step or an edited prompt must not pay for
+    them; opening the accordion draws the panel."""
+    accordion = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == panel)
     expand = [f for f in demo.fns.values() if (accordion._id, "expand") in f.targets]
     collapse = [f for f in demo.fns.values() if (accordion._id, "collapse") in f.targets]
     assert len(expand) == len(collapse) == 1
-    assert expand[0].fn() is True and expand[0].outputs == [shown]
-    assert collapse[0].fn() is False and collapse[0].outputs == [shown]
+    (shown,) = expand[0].outputs
+    assert isinstance(shown, gr.State) and shown.value is False  # a page opens with it closed
+    assert expand[0].fn() is True and collapse[0].fn() is False and collapse[0].outputs == [shown]
     drawn = [f for f in demo.fns.values() if f.trigger_after == expand[0]._id]
-    assert [f.name for f in drawn] == ["kv_cache"]  # opening it draws it
-    # Closed: nothing computed, nothing sent (the inputs would fail if they were read at all).
-    assert follower.fn(*[object()] * (len(follower.inputs) - 1), False) == (
-        gr.skip(),
-        gr.skip(),
-        gr.skip(),
+    assert [f.name for f in drawn] == [drawer]  # opening it draws it
+    followers = [f for f in demo.fns.values() if f.inputs and f.inputs[-1] is shown]
+    assert followers and all(f.name == f"{drawer}_if_shown" for f in followers)
+    if follows is not None:
+        by_api = {fn.api_name: fn for fn in demo.fns.values() if fn.api_name}
+        assert any(f.trigger_after == by_api[follows]._id for f in followers)
+    # No page-load event draws it.
+    assert not any(
+        event == "load" and f.name in (drawer, f"{drawer}_if_shown")
+        for f in demo.fns.values()
+        for _, event in f.targets
     )
+    # Closed: nothing computed, nothing sent (the inputs would fail if they were read at all).
+    for follower in followers:
+        skipped = follower.fn(*[object()] * (len(follower.inputs) - 1), False)
+        assert skipped == tuple(gr.skip() for _ in follower.outputs)

@@ -186,10 +186,11 @@ def test_the_cache_view_follows_the_session(registry, folder) -> None:
 
 
 def test_the_follower_draws_the_same_view_while_shown(registry, folder) -> None:
-    from ui.tabs.generate.cache_view import kv_cache_if_shown
+    from ui.state import bind
+    from ui.tabs.generate.shown import if_shown
 
     name, session, state = str(folder), SessionModels(), GenerationState()
-    shown = kv_cache_if_shown(registry, *_inputs(name), session, state, True)
+    shown = if_shown(bind(kv_cache, registry), 3)(*_inputs(name), session, state, True)
     direct = kv_cache(registry, *_inputs(name), session, state)
     assert shown[0] == direct[0] and shown[1] == direct[1]  # the timings (check) differ
     assert "agree" in shown[2]

@@ -27,6 +27,7 @@ from ...errors import InputError, friendly, gpu, markdown_text
 from ...state import ModelRegistry, bind
 from .decoding import current
 from .request import read_inputs
+from .shown import PRIVATE, if_shown, open_flag
 
 STEPS_SHOWN = 12  # the last steps listed in the table
 
@@ -171,9 +172,8 @@ def build_cache_view(registry: ModelRegistry, inputs: list[Any]) -> Any:
     """The accordion and its ``/kv_cache`` button; returns ``follow(event)``, which chains the
     view's update after a Generate event (Step, Back, Run, Reset, a restart).
 
-    The view times the next step twice (with and without the cache: about a second on SmolLM2
-    on two cores), so it is drawn only while its accordion is open: opening it draws it, and a
-    followed event redraws it only then (closed, the follower answers at once with nothing)."""
+    The view times the next step twice (with and without the cache), so it is drawn only while
+    its accordion is open (:mod:`.shown`): opening it draws it, a followed event redraws it."""
     title = "Key/value cache: prefill, decode, bytes, time"
     with gr.Accordion(title, open=False, elem_id="kv-cache") as accordion:
         with gr.Row(equal_height=False):
@@ -182,26 +182,14 @@ def build_cache_view(registry: ModelRegistry, inputs: list[Any]) -> Any:
                 check = gr.Markdown(elem_id="kv-cache-check")
                 measure = gr.Button("Measure the next step again", size="sm")
         steps_table = gr.Markdown(elem_id="kv-cache-steps")
-    shown = gr.State(False)  # whether this page's accordion is open
     outputs = [table, steps_table, check]
     handler = bind(kv_cache, registry)
     measure.click(handler, inputs, outputs, api_name="kv_cache")
-    private: dict[str, Any] = {"api_visibility": "private"}
-    opened = accordion.expand(lambda: True, None, shown, queue=False, **private)
-    opened.then(handler, inputs, outputs, **private)
-    accordion.collapse(lambda: False, None, shown, queue=False, **private)
-    follower = bind(kv_cache_if_shown, registry)
+    shown, opened = open_flag(accordion)
+    opened.then(handler, inputs, outputs, **PRIVATE)
+    follower = if_shown(handler, len(outputs))
 
     def follow(event: Any) -> Any:
-        return event.then(follower, [*inputs, shown], outputs, **private)
+        return event.then(follower, [*inputs, shown], outputs, **PRIVATE)
 
     return follow
-
-
-def kv_cache_if_shown(registry: ModelRegistry, *inputs: Any) -> tuple[Any, ...]:
-    """:func:`kv_cache` of ``inputs[:-1]`` when the last input (the accordion is open) is true;
-    otherwise nothing is computed or sent (three ``gr.skip()``)."""
-    *rest, shown = inputs
-    if not shown:
-        return gr.skip(), gr.skip(), gr.skip()
-    return kv_cache(registry, *rest)

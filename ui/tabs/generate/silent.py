@@ -28,6 +28,7 @@ from transformer.silent_mistakes import SILENT_MISTAKES, silent_operations
 
 from ...errors import InputError, friendly, gpu, markdown_text, user_input
 from ...state import ModelRegistry, SessionModels, bind
+from .shown import PRIVATE, if_shown, open_flag
 
 CHOICES = list(SILENT_MISTAKES)
 CONTINUATION_TOKENS = 12
@@ -173,9 +174,12 @@ def silent_mistake(
 def build_silent(
     registry: ModelRegistry, source: gr.Textbox, model_name: gr.Dropdown, session: gr.State
 ) -> dict[str, gr.Component]:
-    """The accordion, wired live (on open, and when the prompt, the model or the mistake
-    changes) and as ``/silent_mistake``; returns its shareable control."""
-    with gr.Accordion("Silent mistakes (modern models)", open=False, elem_id="silent-mistakes"):
+    """The accordion, wired live (when it opens, and while open when the prompt or the model
+    changes; always when the mistake changes) and as ``/silent_mistake``; returns its shareable
+    control. Closed, it computes nothing (:mod:`.shown`)."""
+    with gr.Accordion(
+        "Silent mistakes (modern models)", open=False, elem_id="silent-mistakes"
+    ) as accordion:
         gr.Markdown(
             "The seeds' mistakes broke their models visibly. A modern model's mistakes fail "
             "silently: it still writes fluent text. Switch one on and compare the continuation "
@@ -190,10 +194,11 @@ def build_silent(
     mistake.change(
         handler, inputs, [text, meter], trigger_mode="always_last", api_name="silent_mistake"
     )
-    private: dict[str, Any] = {"api_visibility": "private"}
-    model_name.change(handler, inputs, [text, meter], trigger_mode="always_last", **private)
-    source.change(handler, inputs, [text, meter], trigger_mode="always_last", **private)
-    demo = gr.context.Context.root_block
-    if demo is not None:
-        demo.load(handler, inputs, [text, meter], **private)
+    shown, opened = open_flag(accordion)
+    opened.then(handler, inputs, [text, meter], **PRIVATE)
+    follower = if_shown(handler, 2)
+    for control in (model_name, source):
+        control.change(
+            follower, [*inputs, shown], [text, meter], trigger_mode="always_last", **PRIVATE
+        )
     return {"silent_mistake": mistake}
