@@ -62,6 +62,19 @@ def test_statistics_equal_loops(causal: bool) -> None:
     assert torch.allclose(got["uniform_entropy"], torch.full((3,), uniform), atol=1e-5)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_mean_distance_at_length_equals_the_distance_table(causal: bool) -> None:
+    """At 1,500 tokens (where float32 sums of ``q·Σw − Σw·k`` could cancel badly) the mean
+    distance equals ``Σ w·|q − k|`` over a written-out table of distances, in float64."""
+    torch.manual_seed(0)
+    weights, allowed = _random_weights(2, 1500, causal)
+    got = head_statistics(weights, allowed)["distance"]
+    positions = torch.arange(1500, dtype=torch.float64)
+    table = (positions[:, None] - positions[None, :]).abs()
+    expected = (weights.double() * table).sum(-1).mean(-1)
+    assert torch.allclose(got.double(), expected, rtol=1e-5, atol=1e-4)
+
+
 def _named(weights: torch.Tensor, allowed: torch.Tensor) -> str:
     stats = head_statistics(weights[None], allowed)
     return pattern_name({k: float(v[0]) for k, v in stats.items()})
@@ -94,6 +107,25 @@ def test_pattern_names_of_constructed_heads() -> None:
     far = torch.zeros(40, 40)
     far[:, 39] = 1.0
     assert _named(far, everything) == "mixed"
+
+
+@pytest.mark.parametrize("architecture", ["decoder-only", "encoder-only", "encoder-decoder"])
+def test_long_pass_stops_after_its_last_layer(architecture: str, monkeypatch) -> None:
+    """Nothing after the last observed attention is computed: the generator (the ``(T, V)``
+    logits) never runs, and every layer is still kept."""
+    model = tiny_transformer(architecture=architecture).eval()
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("the long pass computed logits it never draws")
+
+    monkeypatch.setattr(model.generator, "forward", refuse)
+    reduced = long_pass(model, torch.randint(4, 30, (9,)))
+    expected = (
+        model.config.n_decoder_layers
+        if architecture == "decoder-only"
+        else model.config.n_encoder_layers
+    )
+    assert len(reduced.layers) == expected
 
 
 def test_block_average_equals_mean_of_blocks() -> None:

@@ -51,27 +51,41 @@ def head_statistics(weights: Tensor, allowed: Tensor | None = None) -> dict[str,
     statistic is a mean over queries; the previous-token mass over queries 1.. (query 0 has
     none). Also ``"uniform_entropy"``: the mean over queries of ``log(allowed keys)``, the
     entropy of uniform weights (what :func:`pattern_name` compares ``"entropy"`` with).
-    Returns ``{name: (H,) float32}``."""
+    Returns ``{name: (H,) float32}``.
+
+    Computed head by head (the temporaries are one ``(Tq, Tk)``, not ``H`` of them), and the
+    mean distance without a ``(Tq, Tk)`` table of distances: ``Σ_k w·|q − k| = Σ_k w·(q − k)
+    + 2·Σ_{k>q} w·(k − q)``, each sum a product of the weights with the ``(Tk, 2)`` columns
+    ``(1, k)``; the second is 0 where no query may read a later key (a causal mask)."""
     weights = weights.float()
-    _, n_queries, n_keys = weights.shape
-    positions = torch.arange(max(n_queries, n_keys), device=weights.device)
-    distance = (positions[:n_queries, None] - positions[None, :n_keys]).abs().float()
-    entropy = torch.special.entr(weights).sum(-1)  # (H, Tq): −Σ w log w, with 0 log 0 = 0
+    n_heads, n_queries, n_keys = weights.shape
+    device = weights.device
     n_allowed = (
         allowed.sum(-1).float()
         if allowed is not None
-        else torch.full((n_queries,), float(n_keys), device=weights.device)
+        else torch.full((n_queries,), float(n_keys), device=device)
     )
-    diagonal = torch.arange(min(n_queries, n_keys), device=weights.device)
-    previous = weights[:, diagonal[1:], diagonal[1:] - 1] if n_queries > 1 else weights[:, :0, 0]
-    return {
-        "entropy": entropy.mean(-1),
-        "distance": (weights * distance).sum(-1).mean(-1),
-        "first": weights[..., 0].mean(-1),
-        "previous": previous.mean(-1) if previous.numel() else torch.zeros(weights.shape[0]),
-        "same": weights[:, diagonal, diagonal].mean(-1),
-        "uniform_entropy": n_allowed.clamp(min=1).log().mean().expand(weights.shape[0]),
-    }
+    reads_later = allowed is None or bool(allowed.triu(1).any())
+    keys = torch.arange(n_keys, dtype=torch.float32, device=device)
+    columns = torch.stack([torch.ones_like(keys), keys], dim=1)  # (Tk, 2): 1 and k
+    query_at = torch.arange(n_queries, dtype=torch.float32, device=device)
+    diagonal = torch.arange(min(n_queries, n_keys), device=device)
+    per_head: dict[str, list[Tensor]] = {name: [] for name in STATISTICS}
+    for head in weights:  # (Tq, Tk)
+        mass, weighted = (head @ columns).unbind(-1)  # Σ_k w and Σ_k w·k, (Tq,) each
+        distance = query_at * mass - weighted
+        if reads_later:
+            later_mass, later_weighted = (head.triu(1) @ columns).unbind(-1)
+            distance = distance + 2 * (later_weighted - query_at * later_mass)
+        previous = head[diagonal[1:], diagonal[1:] - 1]
+        per_head["entropy"].append(torch.special.entr(head).sum(-1).mean())  # −Σ w log w
+        per_head["distance"].append(distance.mean())
+        per_head["first"].append(head[:, 0].mean())
+        per_head["previous"].append(previous.mean() if previous.numel() else head.new_zeros(()))
+        per_head["same"].append(head[diagonal, diagonal].mean())
+    stats = {name: torch.stack(values) for name, values in per_head.items()}
+    stats["uniform_entropy"] = n_allowed.clamp(min=1).log().mean().expand(n_heads)
+    return stats
 
 
 def pattern_name(stats: dict[str, float]) -> str:
@@ -149,6 +163,12 @@ class LayerSummary:
     kv_head_of: tuple[int, ...]
 
 
+class _AllObserved(Exception):
+    """Raised by :meth:`LongPass.observe` once it kept its last layer: nothing the pass would
+    compute after that attention (the last feed-forward, the final norm, the ``(T, V)``
+    logits: 390 MB for SmolLM2 at 2,000 tokens) is drawn, so it is not computed."""
+
+
 @dataclass
 class LongPass:
     """One forward pass over one long input, reduced layer by layer as it runs.
@@ -161,6 +181,7 @@ class LongPass:
     tokens: Tensor
     causal: bool
     layers: list[LayerSummary] = field(default_factory=list)
+    stop_after: int = 0  # layers to keep before the pass may stop (0: run it to the end)
 
     def observe(self, probe: AttentionProbe, kind: AttentionKind | None, layer: int) -> None:
         """Keep what this pass needs of one attention call (an ``observe_attention``)."""
@@ -172,9 +193,7 @@ class LongPass:
             allowed = allowed.expand(weights.shape[-2:])
         first_of = sorted(set(probe.kv_head_of), key=probe.kv_head_of.index)
         heads = [probe.kv_head_of.index(kv) for kv in first_of]  # one query head per kv head
-        # Head by head: the statistics' temporaries are one (T, T) each, not (H, T, T).
-        per_head = [head_statistics(weights[h : h + 1], allowed) for h in range(weights.shape[0])]
-        stats = {k: torch.cat([s[k] for s in per_head]).cpu() for k in per_head[0]}
+        stats = {k: v.cpu() for k, v in head_statistics(weights, allowed).items()}
         self.layers.append(
             LayerSummary(
                 stats=stats,
@@ -184,6 +203,8 @@ class LongPass:
                 kv_head_of=probe.kv_head_of,
             )
         )
+        if len(self.layers) == self.stop_after:
+            raise _AllObserved
 
     @property
     def length(self) -> int:
@@ -245,11 +266,13 @@ def main_kind(model: Transformer) -> AttentionKind:
 @torch.no_grad()
 def long_pass(model: Transformer, ids: Tensor) -> LongPass:
     """Run ``model`` over ``(T,)`` ids (one input, no padding; in eval mode) keeping per layer
-    only a :class:`LayerSummary`. An encoder-decoder model's encoder is observed (its
-    decoder reads one start token)."""
+    only a :class:`LayerSummary`. An encoder-decoder model's encoder is observed. The pass
+    stops once the last observed layer is kept (what follows it is never drawn)."""
     kind = main_kind(model)
     config = model.config
-    result = LongPass(kind=kind, tokens=ids.cpu(), causal=kind == "decoder_self")
+    causal = kind == "decoder_self"
+    n_layers = config.n_decoder_layers if causal else config.n_encoder_layers
+    result = LongPass(kind=kind, tokens=ids.cpu(), causal=causal, stop_after=n_layers)
     ops = replace(PAPER, observe_attention=result.observe)
     batch = ids[None].to(model.device)
     was_training = model.training
@@ -262,6 +285,8 @@ def long_pass(model: Transformer, ids: Tensor) -> LongPass:
         else:
             start = torch.full((1, 1), config.pad_id, dtype=torch.long, device=model.device)
             model(batch, start, ops=ops)
+    except _AllObserved:
+        pass  # every layer kept: the rest of the pass is not needed
     finally:
         model.train(was_training)
     return result
