@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from transformer.analysis import prompt_ids, unreadable_characters
+from transformer.analysis import decoding_ids, start_decoding, unreadable_characters
 from transformer.checkpoint import Checkpoint
-from transformer.generation import DecodingSession, decoding_ends
 from transformer.pretrained import FAMILIES, PretrainedError, family_of, shipped_models
 from transformer.training.tasks import reference_target
 
@@ -132,13 +131,9 @@ def generating_models(registry: ModelRegistry, session: SessionModels | None = N
 
 def start_ids(checkpoint: Checkpoint, text: str) -> tuple[list[int], int | None, int | None]:
     """(source or prompt ids, the decoder's first id, the end id) for a decoding from ``text``:
-    where each family starts and stops is the library's (:func:`transformer.analysis.prompt_ids`,
-    :func:`transformer.generation.decoding_ends`)."""
-    tokenizer = checkpoint.tokenizer
+    the library's :func:`transformer.analysis.decoding_ids`, its refusals the user's input."""
     with user_input():  # the library checks the text it is given
-        ids = prompt_ids(checkpoint.model, tokenizer, text)
-    bos, eos = decoding_ends(checkpoint.config, tokenizer.bos_id, tokenizer.eos_id)
-    return ids, bos, eos
+        return decoding_ids(checkpoint.model, checkpoint.tokenizer, text)
 
 
 def unreadable(checkpoint: Checkpoint, text: str) -> list[str]:
@@ -169,24 +164,16 @@ def _restart(
     request: GenerateRequest,
 ) -> None:
     """Start ``state`` afresh from ``request``, in place (the session keeps one state object,
-    and with it its lock)."""
+    and with it its lock): the library's :func:`transformer.analysis.start_decoding`."""
     checkpoint = registry.checkpoint(request.model, session)
     reason = cannot_generate(request.model, checkpoint)
     if reason is not None:
         raise InputError(reason.replace("**", "'").replace("`", ""))
-    ids, bos, eos = start_ids(checkpoint, request.source)
-    tokenizer = checkpoint.tokenizer
-    with user_input():  # the library checks the settings and the prompt's length
-        state.decoding = DecodingSession(
-            checkpoint.model,
-            ids,
-            request.settings,
-            bos_id=bos,
-            eos_id=eos,
-            decode_token=lambda i: tokenizer.id_to_token(i) or "?",
+    with user_input():  # the library checks the prompt, its length and the settings
+        decoding, pieces = start_decoding(
+            checkpoint.model, checkpoint.tokenizer, request.source, request.settings
         )
-    state.key = request.key
-    state.source_pieces = [tokenizer.id_to_token(i) or "?" for i in ids]
+    state.decoding, state.source_pieces, state.key = decoding, pieces, request.key
 
 
 def start(
