@@ -11,6 +11,7 @@ from transformer.checkpoint import Checkpoint
 from transformer.pretrained import FAMILIES, PretrainedError, family_of, shipped_models
 from transformer.training.tasks import reference_target
 
+from ... import inputs
 from ...errors import InputError, user_input
 from ...state import TRAINED_HERE, GenerationState, ModelRegistry, SessionModels
 from .request import GenerateRequest
@@ -138,23 +139,14 @@ def start_ids(checkpoint: Checkpoint, text: str) -> tuple[list[int], int | None,
 
 def unreadable(checkpoint: Checkpoint, text: str) -> list[str]:
     """The characters of ``text`` that the model's tokenizer maps to its unknown token (the
-    library's :func:`transformer.analysis.unreadable_characters`, as the other tabs say it)."""
+    library's :func:`transformer.analysis.unreadable_characters`)."""
     return unreadable_characters(checkpoint.tokenizer, text or "")
 
 
 def unreadable_note(checkpoint: Checkpoint, text: str) -> str:
-    """A sentence naming the characters the model cannot read, or ``""``."""
-    chars = unreadable(checkpoint, text)
-    unk = checkpoint.tokenizer.unk_id
-    if not chars or unk is None:  # without an unknown token every character is readable
-        return ""
-    listed = ", ".join(f"“{c}”" for c in chars)
-    one = len(chars) == 1
-    return (
-        f"⚠️ The model cannot read {listed}: {'it is' if one else 'they are'} not in its "
-        f"vocabulary, so {'it becomes' if one else 'they become'} "
-        f"`{checkpoint.tokenizer.id_to_token(unk)}`."
-    )
+    """The sentence the other tabs write about what the model cannot read in ``text``
+    (:func:`ui.inputs.unreadable_note`), or ``""``."""
+    return inputs.unreadable_note(checkpoint.tokenizer, text or "")
 
 
 def _restart(
