@@ -132,6 +132,42 @@ def hf_llama_model(family: str = "llama", **shape: Any) -> torch.nn.Module:
     return classes[family](hf_llama_config(family, **shape))
 
 
+def llama_folder(
+    folder: Path,
+    vocab: int,
+    family: str = "llama",
+    *,
+    seed: int,
+    norms: float = 0.0,
+    matrices: float | None = None,
+    eager: bool = False,
+    specials: Sequence[str] = ("<unk>",),
+    **shape: Any,
+) -> torch.nn.Module:
+    """A tiny random Hugging Face Llama (or Qwen2) model folder: ``hf_llama_model(family,
+    vocab_size=vocab, **shape)`` drawn after ``torch.manual_seed(seed)``, saved in ``folder``
+    with ``save_word_tokenizer(folder, vocab, specials)``; returns the ``transformers`` model
+    (in eval mode), the reference the folder is compared with.
+
+    So that a wrong norm or weight shows, ``norms`` adds noise of that scale to every 1-d
+    parameter (norm gains, biases) and ``matrices`` redraws every matrix from N(0, matrices²);
+    ``eager`` makes the reference return its attention weights."""
+    torch.manual_seed(seed)
+    model = hf_llama_model(family, vocab_size=vocab, **shape)
+    if eager:
+        model.config._attn_implementation = "eager"
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() == 1 and norms:
+                param.add_(torch.randn_like(param) * norms)
+            elif param.dim() > 1 and matrices is not None:
+                param.normal_(0.0, matrices)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    save_word_tokenizer(folder, vocab, specials)
+    return model.eval()
+
+
 def perturb_hf_model(model: torch.nn.Module, seed: int) -> None:
     """Move every parameter (and Marian's ``final_logits_bias``) off its initial value: LayerNorm
     weights 1, biases 0 would hide a swapped or dropped tensor."""

@@ -3,6 +3,8 @@ reference targets, decoding from text and parameters per component."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import hf_greedy
@@ -21,8 +23,9 @@ from transformer import (
     start_decoding,
     what_if,
 )
+from transformer.analysis import decoding_ids
 from transformer.bundled import load_bundled
-from transformer.generation import DecodingSettings
+from transformer.generation import DecodingSettings, teacher_force
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +176,36 @@ def test_start_decoding_a_gpt2_model_continues_from_end_of_text(hf_models):
     assert session.eos_id == hf["eos_token_id"]
     reference = transformers.GPT2LMHeadModel.from_pretrained(hf_models["gpt2"]).eval()
     assert session.tokens == hf_greedy(reference, prompt, 10, pad_token_id=hf["eos_token_id"])
+
+
+def test_an_encoder_decoder_model_without_a_first_id_is_refused_not_started_from_0(hf_models):
+    """Marian names its decoder's first id in config.json and its tokenizer has no [BOS]: without
+    the model's own, nothing says where the decoder starts, so decoding and teacher forcing
+    refuse rather than guess an id."""
+    checkpoint = transformer.load_pretrained(hf_models["marian"])
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    assert tokenizer.bos_id is None and model.config.decoder_start_id is not None
+    ids, start, end = decoding_ids(model, tokenizer, "w5 w9")
+    assert (start, end) == (model.config.decoder_start_id, model.config.eos_id)
+    model.config = replace(model.config, decoder_start_id=None)
+    with pytest.raises(ValueError, match="decoder's first id"):
+        decoding_ids(model, tokenizer, "w5 w9")
+    with pytest.raises(ValueError, match="needs bos_id"):
+        teacher_force(model, ids, [5, 9], bos_id=None)
+
+
+def test_a_decoder_only_model_is_taught_from_its_prompt_whatever_the_first_id(hf_models):
+    """A decoder-only model never reads a first decoder id: teacher forcing with none gives what
+    it gives with any."""
+    checkpoint = transformer.load_pretrained(hf_models["gpt2"])
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    ids, _start, _end = decoding_ids(model, tokenizer, "w5 w9")
+    without = teacher_force(model, ids, [7, 11, 3], bos_id=None)
+    with_one = teacher_force(model, ids, [7, 11, 3], bos_id=42)
+    assert [p.predicted_id for p in without.positions] == [
+        p.predicted_id for p in with_one.positions
+    ]
+    assert without.mean_log_prob == pytest.approx(with_one.mean_log_prob)
 
 
 def test_start_decoding_refuses_an_encoder_only_model(hf_models):

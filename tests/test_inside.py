@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import llama_folder
 
 from transformer import load_pretrained
 from transformer.bundled import load_bundled
@@ -382,38 +383,19 @@ def tiny_llama(
     """A random transformers LlamaForCausalLM (or Qwen2ForCausalLM, with q/k/v biases) saved
     with a word-level tokenizer whose "<s>" is the begin-of-sequence token; returns the
     transformers model."""
-    transformers = pytest.importorskip("transformers")
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {"<unk>": 0, "<s>": 1} | {f"w{i}": i for i in range(2, 61)}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.save(str(folder / "tokenizer.json"))
-    settings = dict(
-        hidden_size=64,
-        intermediate_size=96,
+    return llama_folder(
+        folder,
+        61,
+        family,
+        seed=20,
+        norms=0.2,  # norm gains away from 1, so a missing gain shows
+        specials=["<unk>", "<s>"],
         num_attention_heads=n_heads,
         num_key_value_heads=n_kv_heads,
-        num_hidden_layers=3,
-        vocab_size=len(vocab),
         rope_theta=theta,
-        max_position_embeddings=64,
         bos_token_id=1,
-        eos_token_id=None,
-        pad_token_id=None,
         tie_word_embeddings=False,
     )
-    torch.manual_seed(20)
-    if family == "qwen2":
-        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**settings))
-    else:
-        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**settings))
-    with torch.no_grad():  # norm gains away from 1, so a missing gain shows
-        for param in model.parameters():
-            if param.dim() == 1:
-                param.add_(torch.randn_like(param) * 0.2)
-    model.save_pretrained(folder)
-    return model.eval()
 
 
 def _rms(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import hf_llama_model, save_word_tokenizer
+from conftest import llama_folder
 
 from transformer.generation import DecodingSession, DecodingSettings
 from transformer.generation.cache_stats import (
@@ -36,15 +36,8 @@ PROMPT = [5, 17, 3, 42, 8, 61, 29]
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch.manual_seed(3)
     path = tmp_path_factory.mktemp("cache-llama")
-    reference = hf_llama_model(vocab_size=VOCAB, num_attention_heads=4, num_key_value_heads=2)
-    with torch.no_grad():
-        for param in reference.parameters():
-            if param.dim() > 1:
-                param.normal_(0.0, 0.2)
-    reference.save_pretrained(path)
-    save_word_tokenizer(path, VOCAB)
+    llama_folder(path, VOCAB, seed=3, matrices=0.2, num_attention_heads=4, num_key_value_heads=2)
     return path
 
 

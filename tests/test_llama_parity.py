@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import hf_llama_model, save_word_tokenizer
+from conftest import llama_folder
 
 from transformer import rotary as rotary_module
 from transformer.generation import DecodingSession, DecodingSettings, generate
@@ -28,24 +28,19 @@ def tiny_reference(
 ) -> torch.nn.Module:
     """A random transformers Llama/Qwen2 (eager attention, so it returns its weights), saved
     with a tokenizer into ``folder``; eos is an id the prompt and greedy output never need."""
-    torch.manual_seed(n_kv_heads * 7 + int(tied) + int(rope_theta) % 13)
-    shape = dict(
+    extra = dict(attention_bias=True) if family == "llama" else {}
+    return llama_folder(
+        folder,
+        VOCAB,
+        family,
+        seed=n_kv_heads * 7 + int(tied) + int(rope_theta) % 13,
+        norms=0.2,  # norms and biases away from their init, so a wrong one shows
+        eager=True,
         num_key_value_heads=n_kv_heads,
-        vocab_size=VOCAB,
         tie_word_embeddings=tied,
         rope_theta=rope_theta,
+        **extra,
     )
-    extra = dict(attention_bias=True) if family == "llama" else {}
-    model = hf_llama_model(family, **shape, **extra)
-    config = model.config
-    config._attn_implementation = "eager"
-    with torch.no_grad():  # norms and biases away from their init, so a wrong one shows
-        for param in model.parameters():
-            if param.dim() == 1:
-                param.add_(torch.randn_like(param) * 0.2)
-    model.save_pretrained(folder)
-    save_word_tokenizer(folder, VOCAB)
-    return model.eval()
 
 
 CASES = [

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import hf_llama_model, save_word_tokenizer
+from conftest import llama_folder
 
 from transformer import figures
 from transformer.analysis import kv_cache_bytes_per_token
@@ -29,19 +29,19 @@ NAME = "tinyllama"
 def tiny(tmp_path_factory: pytest.TempPathFactory):
     """(registry holding a random grouped-query Llama folder, the transformers reference)."""
     folder = tmp_path_factory.mktemp("models") / NAME
-    torch.manual_seed(3)
-    reference = hf_llama_model(
+    reference = llama_folder(
+        folder,
+        VOCAB,
+        seed=3,
+        specials=["<unk>", "<s>"],
         hidden_size=D_MODEL,
         num_attention_heads=HEADS,
         num_key_value_heads=KV_HEADS,
         num_hidden_layers=LAYERS,
-        vocab_size=VOCAB,
         tie_word_embeddings=False,
         rope_theta=BASE,
         attention_bias=True,
-    ).eval()
-    reference.save_pretrained(folder)
-    save_word_tokenizer(folder, VOCAB, ["<unk>", "<s>"])
+    )
     return ModelRegistry("cpu", [str(folder)]), reference
 
 

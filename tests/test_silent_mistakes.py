@@ -5,12 +5,11 @@ default against transformers itself, and the perplexity meter against cross_entr
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import hf_llama_model, save_word_tokenizer
+from conftest import llama_folder
 
 from transformer.config import ModelConfig
 from transformer.generation import greedy_batch
@@ -42,21 +41,14 @@ IDS = torch.tensor([[5, 17, 3, 42, 8, 61, 29, 77, 12, 50, 33, 9, 70, 2, 44, 18]]
 def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Transformer, torch.nn.Module]:
     """Our model and transformers' eager Llama with the same random weights (norm gains away
     from 1, so a wrong norm shows)."""
-    torch.manual_seed(21)
     folder = tmp_path_factory.mktemp("silent-llama")
-    reference = hf_llama_model(vocab_size=VOCAB, rms_norm_eps=1e-2)
-    reference.config._attn_implementation = "eager"
-    with torch.no_grad():
-        for param in reference.parameters():  # weights large enough for every mistake to show
-            if param.dim() == 1:
-                param.add_(torch.randn_like(param) * 0.3)
-            else:
-                param.normal_(0.0, 0.2)
-    reference.save_pretrained(folder)
-    save_word_tokenizer(Path(folder), VOCAB)
+    # weights large enough for every mistake to show
+    reference = llama_folder(
+        folder, VOCAB, seed=21, norms=0.3, matrices=0.2, eager=True, rms_norm_eps=1e-2
+    )
     ours = load_pretrained(folder).model.eval()
     assert ours.config.kv_heads == 2 and ours.config.n_heads == 4
-    return ours, reference.eval()
+    return ours, reference
 
 
 def theirs(reference: torch.nn.Module, ids: torch.Tensor = IDS) -> torch.Tensor:

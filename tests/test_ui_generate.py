@@ -244,7 +244,10 @@ def test_unknown_characters_are_named_and_the_examples_have_none(registry):
     summary, *_rest = generate.step(
         registry, *_args("k d a m z q b", "reverse"), 1, 1, False, SessionModels(), None
     )
-    assert "cannot read “z”" in summary
+    tokenizer = registry.checkpoint("reverse", None).tokenizer
+    unknown = tokenizer.id_to_token(tokenizer.unk_id)
+    # The sentence Attention and Inside write, not a wording of Generate's own.
+    assert f"This model cannot read `z`: it reads as `{unknown}`." in summary
     for source, name, _strategy in generate.EXAMPLES:
         assert generate.unreadable(registry.checkpoint(name, None), source) == []
         if name != "continue":

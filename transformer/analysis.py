@@ -1,7 +1,7 @@
 """Helpers for reading an analysis, shared by the app and a notebook: which tokens label the
 axes of an attention view, which keys are real, what the decoder reads when teacher-forced, the
-what-if switches by name, starting a step-by-step decoding from text, and where a model's
-parameters are.
+what-if switches by name, where a decoding from text starts and stops (and starting one), and
+where a model's parameters are.
 
     >>> pieces_q, pieces_k = axis_pieces(analysis, "cross")
     >>> intervention = what_if(["causal mask off"])
@@ -155,14 +155,16 @@ def prompt_ids(model: Transformer, tokenizer: Tokenizer, text: str) -> list[int]
     return ids
 
 
-def start_decoding(
-    model: Transformer, tokenizer: Tokenizer, text: str, settings: DecodingSettings
-) -> tuple[DecodingSession, list[str]]:
-    """A step-by-step :class:`DecodingSession` from text, and the pieces of its source/prompt.
-
-    Works for every model with a decoder: it starts and stops where the model says
-    (:func:`~transformer.generation.decoding_ends`: Marian's own start id and ``</s>``), else at
-    the tokenizer's [BOS]/[EOS] (the bundled models; GPT-2's ``<|endoftext|>``)."""
+def decoding_ids(
+    model: Transformer, tokenizer: Tokenizer, text: str
+) -> tuple[list[int], int | None, int | None]:
+    """``(source or prompt ids, first decoder id, end id)`` of a decoding from ``text``: where
+    each family starts and stops (:func:`prompt_ids`, and
+    :func:`~transformer.generation.decoding_ends`: Marian's own start id and ``</s>``, else the
+    tokenizer's [BOS]/[EOS]; GPT-2's ``<|endoftext|>``). The first id is ``None`` only for a
+    decoder-only model, which continues its prompt and never reads one; the end id is ``None``
+    where neither the model nor its tokenizer names one (the decoding then stops at its length).
+    """
     ids = prompt_ids(model, tokenizer, text)
     start, end = decoding_ends(model.config, tokenizer.bos_id, tokenizer.eos_id)
     if model.config.has_encoder and start is None:
@@ -170,6 +172,17 @@ def start_decoding(
             "neither the model nor its tokenizer names the decoder's first id: give the model "
             "a decoder_start_id or the tokenizer a [BOS] token"
         )
+    return ids, start, end
+
+
+def start_decoding(
+    model: Transformer, tokenizer: Tokenizer, text: str, settings: DecodingSettings
+) -> tuple[DecodingSession, list[str]]:
+    """A step-by-step :class:`DecodingSession` from text, and the pieces of its source/prompt.
+
+    Works for every model with a decoder: it starts and stops where :func:`decoding_ids` says.
+    """
+    ids, start, end = decoding_ids(model, tokenizer, text)
     session = DecodingSession(
         model,
         ids,
@@ -258,6 +271,7 @@ def kv_cache_bytes_per_token(config: ModelConfig, grouped: bool = True, bytes_pe
 __all__ = [
     "WHAT_IF_SWITCHES",
     "axis_pieces",
+    "decoding_ids",
     "kv_cache_bytes_per_token",
     "layer_parameter_groups",
     "parameter_groups",

@@ -12,7 +12,7 @@ import torch
 from ..model import Transformer
 from ..special import BOS_ID
 from ..util import eval_mode, is_int
-from .loop import check_ids, check_model_and_source, labels
+from .loop import check_ids, check_model_and_source, decoder_prefix, labels
 from .sampling import never_generated, without_padding
 from .settings import MAX_TOP_K_SHOWN
 
@@ -61,7 +61,7 @@ def teacher_force(
     source_ids: Sequence[int],
     target_ids: Sequence[int],
     *,
-    bos_id: int = BOS_ID,
+    bos_id: int | None = BOS_ID,
     top_k_shown: int = 10,
     decode_token: Callable[[int], str] | None = None,
 ) -> TeacherForcing:
@@ -73,7 +73,8 @@ def teacher_force(
         target_ids: the reference continuation, *without* [BOS] (end it with [EOS] to check
             that the model stops). Position ``i`` predicts ``target_ids[i]`` from
             ``[BOS] + target_ids[:i]`` (decoder-only: ``prompt + target_ids[:i]``).
-        bos_id: first decoder input of an encoder-decoder model.
+        bos_id: first decoder input of an encoder-decoder model (a decoder-only model does
+            not read it: ``None`` is fine there).
         top_k_shown: how many of the most probable tokens each position lists.
 
     Returns:
@@ -86,7 +87,7 @@ def teacher_force(
     if not is_int(top_k_shown) or not 1 <= top_k_shown <= MAX_TOP_K_SHOWN:
         raise ValueError(f"top_k_shown must be an integer in 1..{MAX_TOP_K_SHOWN}")
     config = model.config
-    prefix = [bos_id] if config.has_encoder else source
+    prefix = decoder_prefix(config, source, bos_id)
     inputs = prefix + target[:-1]
     if len(inputs) > config.max_len:
         raise ValueError(

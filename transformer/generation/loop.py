@@ -55,6 +55,20 @@ def source_ends_with_eos(config: ModelConfig) -> bool:
     return config.architecture == "encoder-decoder" and config.eos_id is not None
 
 
+def decoder_prefix(config: ModelConfig, source: list[int], bos_id: int | None) -> list[int]:
+    """What the decoder reads before the first token it predicts: ``[bos_id]`` for an
+    encoder-decoder model (which cannot start without one), the prompt ``source`` itself for a
+    decoder-only model (which never reads ``bos_id``)."""
+    if not config.has_encoder:
+        return list(source)
+    if bos_id is None:
+        raise ValueError(
+            "an encoder-decoder model needs bos_id, the first id its decoder reads: give the "
+            "tokenizer's [BOS] or the model's decoder_start_id (see decoding_ends)"
+        )
+    return [bos_id]
+
+
 # -- validation shared by sessions, batches and teacher forcing -----------------------------------
 
 

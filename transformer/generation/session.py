@@ -17,6 +17,7 @@ from .loop import (
     DecodingLoop,
     LoopState,
     check_model_and_source,
+    decoder_prefix,
     greedy_choice,
     labels,
     last_query_rows,
@@ -70,11 +71,7 @@ class DecodingSession:
         self.source = check_model_and_source(model, source_ids)
         config = model.config
         vocab = config.output_vocab_size
-        if config.has_encoder and bos_id is None:
-            raise ValueError(
-                "an encoder-decoder model needs bos_id, the first id its decoder reads: give the "
-                "tokenizer's [BOS] or the model's decoder_start_id (see decoding_ends)"
-            )
+        first_read = decoder_prefix(config, self.source, bos_id)
         for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
             if value is not None and not (is_int(value) and 0 <= value < vocab):
                 raise ValueError(
@@ -86,7 +83,7 @@ class DecodingSession:
         if self.width > vocab:
             raise ValueError(f"beam_width={self.width} exceeds the vocabulary size {vocab}")
 
-        self.prefix: list[int] = [bos_id] if config.has_encoder else list(self.source)  # type: ignore[list-item]
+        self.prefix: list[int] = first_read
         limit = room(config.max_len, len(self.prefix))
         self.max_steps = min(settings.max_new_tokens, limit)
         self._limit_reason: StopReason = (

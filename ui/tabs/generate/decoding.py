@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from transformer.analysis import prompt_ids, unreadable_characters
+from transformer.analysis import decoding_ids, start_decoding, unreadable_characters
 from transformer.checkpoint import Checkpoint
-from transformer.generation import DecodingSession, decoding_ends
 from transformer.pretrained import FAMILIES, PretrainedError, family_of, shipped_models
 from transformer.training.tasks import reference_target
 
+from ... import inputs
 from ...errors import InputError, user_input
 from ...state import TRAINED_HERE, GenerationState, ModelRegistry, SessionModels
 from .request import GenerateRequest
@@ -132,34 +132,21 @@ def generating_models(registry: ModelRegistry, session: SessionModels | None = N
 
 def start_ids(checkpoint: Checkpoint, text: str) -> tuple[list[int], int | None, int | None]:
     """(source or prompt ids, the decoder's first id, the end id) for a decoding from ``text``:
-    where each family starts and stops is the library's (:func:`transformer.analysis.prompt_ids`,
-    :func:`transformer.generation.decoding_ends`)."""
-    tokenizer = checkpoint.tokenizer
+    the library's :func:`transformer.analysis.decoding_ids`, its refusals the user's input."""
     with user_input():  # the library checks the text it is given
-        ids = prompt_ids(checkpoint.model, tokenizer, text)
-    bos, eos = decoding_ends(checkpoint.config, tokenizer.bos_id, tokenizer.eos_id)
-    return ids, bos, eos
+        return decoding_ids(checkpoint.model, checkpoint.tokenizer, text)
 
 
 def unreadable(checkpoint: Checkpoint, text: str) -> list[str]:
     """The characters of ``text`` that the model's tokenizer maps to its unknown token (the
-    library's :func:`transformer.analysis.unreadable_characters`, as the other tabs say it)."""
+    library's :func:`transformer.analysis.unreadable_characters`)."""
     return unreadable_characters(checkpoint.tokenizer, text or "")
 
 
 def unreadable_note(checkpoint: Checkpoint, text: str) -> str:
-    """A sentence naming the characters the model cannot read, or ``""``."""
-    chars = unreadable(checkpoint, text)
-    unk = checkpoint.tokenizer.unk_id
-    if not chars or unk is None:  # without an unknown token every character is readable
-        return ""
-    listed = ", ".join(f"“{c}”" for c in chars)
-    one = len(chars) == 1
-    return (
-        f"⚠️ The model cannot read {listed}: {'it is' if one else 'they are'} not in its "
-        f"vocabulary, so {'it becomes' if one else 'they become'} "
-        f"`{checkpoint.tokenizer.id_to_token(unk)}`."
-    )
+    """The sentence the other tabs write about what the model cannot read in ``text``
+    (:func:`ui.inputs.unreadable_note`), or ``""``."""
+    return inputs.unreadable_note(checkpoint.tokenizer, text or "")
 
 
 def _restart(
@@ -169,24 +156,16 @@ def _restart(
     request: GenerateRequest,
 ) -> None:
     """Start ``state`` afresh from ``request``, in place (the session keeps one state object,
-    and with it its lock)."""
+    and with it its lock): the library's :func:`transformer.analysis.start_decoding`."""
     checkpoint = registry.checkpoint(request.model, session)
     reason = cannot_generate(request.model, checkpoint)
     if reason is not None:
         raise InputError(reason.replace("**", "'").replace("`", ""))
-    ids, bos, eos = start_ids(checkpoint, request.source)
-    tokenizer = checkpoint.tokenizer
-    with user_input():  # the library checks the settings and the prompt's length
-        state.decoding = DecodingSession(
-            checkpoint.model,
-            ids,
-            request.settings,
-            bos_id=bos,
-            eos_id=eos,
-            decode_token=lambda i: tokenizer.id_to_token(i) or "?",
+    with user_input():  # the library checks the prompt, its length and the settings
+        decoding, pieces = start_decoding(
+            checkpoint.model, checkpoint.tokenizer, request.source, request.settings
         )
-    state.key = request.key
-    state.source_pieces = [tokenizer.id_to_token(i) or "?" for i in ids]
+    state.decoding, state.source_pieces, state.key = decoding, pieces, request.key
 
 
 def start(

@@ -158,7 +158,7 @@ def force(
             model,
             source_ids,
             reference,
-            bos_id=bos if bos is not None else 0,
+            bos_id=bos,
             decode_token=lambda i: tokenizer.id_to_token(i) or "?",
         )
 
