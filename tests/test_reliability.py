@@ -916,6 +916,20 @@ def test_messages_speak_to_people():
     assert "0x7f" not in text and "/srv" not in text
 
 
+@pytest.mark.parametrize("task", [["reverse"], {"task": "reverse"}, None])
+def test_a_task_that_is_not_a_name_is_named_in_the_message(task):
+    """Issue 24.6: a list sent as the training task answered "something went wrong (TypeError)"
+    (a list cannot be looked up among the recipes)."""
+    from ui.tabs.training import run_training
+
+    registry = state.ModelRegistry("cpu")
+    with pytest.raises(gr.Error) as raised:  # the handler's message, as gradio shows it
+        list(run_training(registry, task, 20, 0, False, state.SessionModels()))
+    message = raised.value.message
+    assert "TypeError" not in message and "something went wrong" not in message
+    assert "unknown task" in message and "reverse" in message and not leaks(message)
+
+
 def test_gradios_own_refusals_are_short_messages_without_a_traceback(live_demo):
     import asyncio
 
