@@ -757,6 +757,94 @@ def test_tokenizer_work_is_bounded_in_time(monkeypatch):
     assert "took longer than 0.05 s" in raised.value.message
 
 
+def _answers_again(registry, *args) -> tuple:
+    """``/tokenize`` on ``args`` once the tokenizer threads are free again (a generous limit:
+    the stand-ins released, the work they held finishes at once)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return tokenize_tab.tokenize(registry, *args)
+        except Exception as error:
+            if "busy" not in error.message or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+@pytest.mark.parametrize("slow_step", ["parsing an upload", "training live"])
+def test_choosing_the_tokenizer_is_bounded_in_time_too(monkeypatch, tmp_path, slow_step):
+    """Issue 24.3/24.7: the first parse of an uploaded tokenizer.json (up to 21 s for a large
+    one) and training one live ran before the time limit applied, so a request could wait as
+    long as they took. A stand-in that waits for the test plays the slow step."""
+    from transformer.text import tokenization
+    from ui.tabs.tokenize import choices
+
+    registry = state.ModelRegistry("cpu")
+    release = threading.Event()
+    if slow_step == "parsing an upload":
+        original = tokenization.Tokenizer.from_json_str.__func__
+
+        def slow_parse(cls, text):
+            release.wait(5)  # long past the limit below
+            return original(cls, text)
+
+        monkeypatch.setattr(tokenization.Tokenizer, "from_json_str", classmethod(slow_parse))
+        # Contents no other test uploads (uploads are cached by content for the whole process).
+        path = tmp_path / "tokenizer.json"
+        path.write_bytes((ROOT / "assets/models/reverse/tokenizer.json").read_bytes() + b"\n" * 7)
+        args = ("a b", "uploaded tokenizer.json", 400, str(path), "(none)", 1)
+    else:
+        original_training = choices.corpus_tokenizer
+
+        def slow_training(algorithm, vocab_size):
+            release.wait(5)
+            return original_training(algorithm, vocab_size)
+
+        monkeypatch.setattr(choices, "corpus_tokenizer", slow_training)
+        args = ("the cat", TOKENIZE[1], 400, None, "(none)", 1)
+    monkeypatch.setattr(limits, "TOKENIZER_TIME_LIMIT_S", 0.05)
+    try:
+        with pytest.raises(Exception) as raised:
+            tokenize_tab.tokenize(registry, *args)
+        assert "took longer than 0.05 s" in raised.value.message
+    finally:
+        release.set()
+    monkeypatch.setattr(limits, "TOKENIZER_TIME_LIMIT_S", 60.0)
+    stats, *_ = _answers_again(registry, *args)  # and the tokenizer serves once it is free
+    assert "tokens" in stats
+
+
+def test_runaway_work_holding_every_tokenizer_thread_is_answered_at_once(monkeypatch):
+    """Work past its limit cannot be stopped and keeps its thread: once every tokenizer thread
+    holds such work, a new request is told at once that the tokenizer is busy, instead of
+    waiting behind them for the whole limit (and starting nothing)."""
+    registry = state.ModelRegistry("cpu")
+    monkeypatch.setattr(limits, "TOKENIZER_TIME_LIMIT_S", 0.05)
+    release = threading.Event()
+    started: list[str] = []
+    original = tokenize_tab.handlers.highlighted
+
+    def runaway(tokenizer, text):
+        started.append(text)
+        release.wait(30)
+        return original(tokenizer, text)
+
+    monkeypatch.setattr(tokenize_tab.handlers, "highlighted", runaway)
+    try:
+        for i in range(limits.TOKENIZER_WORKERS):  # every thread: work past its limit
+            with pytest.raises(Exception) as raised:
+                tokenize_tab.tokenize(registry, f"runaway {i}", TOKENIZE[1], 400, None, "(none)", 1)
+            assert "took longer than" in raised.value.message
+        with pytest.raises(Exception) as raised:
+            tokenize_tab.tokenize(registry, "the cat", TOKENIZE[1], 400, None, "(none)", 1)
+        assert "busy" in raised.value.message and "try again" in raised.value.message
+        assert "the cat" not in started  # refused before it was queued
+    finally:
+        release.set()
+    monkeypatch.setattr(limits, "TOKENIZER_TIME_LIMIT_S", 60.0)
+    stats, *_ = _answers_again(registry, "the cat", TOKENIZE[1], 400, None, "(none)", 1)
+    assert "tokens" in stats
+
+
 SESSION = object()  # where a test's arguments take the session
 
 
