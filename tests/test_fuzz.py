@@ -248,6 +248,35 @@ def test_hostile_links_restore_or_say_why_as_text(views, monkeypatch):
     open_link()
 
 
+def _get(url: str, target: str) -> tuple[int, str]:
+    """(status, body) of a GET of ``target`` on the server at ``url``, through http.client:
+    httpx refuses to send a URL over 65,536 characters, which a browser does send."""
+    from http.client import HTTPConnection
+    from urllib.parse import urlsplit
+
+    address = urlsplit(url)
+    connection = HTTPConnection(address.hostname, address.port, timeout=120)
+    try:
+        connection.request("GET", target)
+        answer = connection.getresponse()
+        return answer.status, answer.read().decode(errors="replace")
+    finally:
+        connection.close()
+
+
+def test_a_64_kb_link_is_answered_without_a_server_error():
+    """Issue 24.5: a 64 KB link answered HTTP 500 (gradio reads the page's address with httpx,
+    which raises on a URL over 65,536 characters); it is refused with a page that says why."""
+    long_link = "/?tab=attention&text=" + "a" * 64 * 1024
+    with serve() as (_, url):
+        status, body = _get(url, long_link)
+        assert status < 500, (status, body[:300])
+        if status >= 400:  # refused: the page says why, and how to open the app
+            assert "8,000" in body and 'href="/"' in body and "<script" not in body
+        assert _get(url, "/?tab=attention&text=" + "a" * 1_000)[0] == 200  # still serving
+        assert _get(url, "/")[0] == 200
+
+
 def test_oversized_model_configs_are_refused_by_name(hf_models, tmp_path_factory):
     import json
     import shutil

@@ -12,6 +12,7 @@ import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -224,3 +225,36 @@ def test_exports_asked_for_by_many_clients_stay_bounded_on_disk(monkeypatch):
         assert 0 < len(held) <= 3
         written = {t for path in held for t in texts if f"<p>{t}</p>" in path.read_text()}
         assert len(written) == len(held)  # the newest exports, each once
+
+
+def test_the_built_app_deletes_what_visitors_upload():
+    """Issue 24.2: uploads (a tokenizer.json, up to 20 MB each, from any client) were never
+    deleted. gradio removes the files it cached for an app every ``delete_cache[0]`` seconds
+    once they are ``delete_cache[1]`` seconds old: the app sets both, the age within an hour."""
+    demo = demo_module.build_demo("cpu", preload=False)
+    try:
+        assert demo.delete_cache is not None
+        sweep, age = demo.delete_cache
+        assert 0 < sweep <= age <= 3600
+    finally:
+        demo.close()
+
+
+def test_an_upload_is_gone_once_past_its_age(monkeypatch, tmp_path):
+    """The same setting, launched: an uploaded file is removed from disk (seconds here)."""
+    monkeypatch.setattr(demo_module, "CACHE_SWEEP_S", 1)
+    monkeypatch.setattr(demo_module, "CACHE_MAX_AGE_S", 1)
+    sent = tmp_path / "tokenizer.json"
+    sent.write_text('{"model": {"type": "WordLevel", "vocab": {"a": 0}}}')
+    with serve() as (_, url):
+        with sent.open("rb") as handle:
+            answer = httpx.post(f"{url}gradio_api/upload", files={"files": handle}, timeout=60)
+        assert answer.status_code == 200, answer.text[:200]
+        (kept,) = answer.json()
+        kept = Path(kept)
+        assert kept.is_file() and kept.read_bytes() == sent.read_bytes()
+        deadline = time.monotonic() + 60  # a generous bound: the sweep runs every second
+        while kept.exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not kept.exists()
+        assert anonymous_call(url, "model_info", ["translate"])  # and the app serves on

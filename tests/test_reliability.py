@@ -757,6 +757,94 @@ def test_tokenizer_work_is_bounded_in_time(monkeypatch):
     assert "took longer than 0.05 s" in raised.value.message
 
 
+def _answers_again(registry, *args) -> tuple:
+    """``/tokenize`` on ``args`` once the tokenizer threads are free again (a generous limit:
+    the stand-ins released, the work they held finishes at once)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return tokenize_tab.tokenize(registry, *args)
+        except Exception as error:
+            if "busy" not in error.message or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+@pytest.mark.parametrize("slow_step", ["parsing an upload", "training live"])
+def test_choosing_the_tokenizer_is_bounded_in_time_too(monkeypatch, tmp_path, slow_step):
+    """Issue 24.3/24.7: the first parse of an uploaded tokenizer.json (up to 21 s for a large
+    one) and training one live ran before the time limit applied, so a request could wait as
+    long as they took. A stand-in that waits for the test plays the slow step."""
+    from transformer.text import tokenization
+    from ui.tabs.tokenize import choices
+
+    registry = state.ModelRegistry("cpu")
+    release = threading.Event()
+    if slow_step == "parsing an upload":
+        original = tokenization.Tokenizer.from_json_str.__func__
+
+        def slow_parse(cls, text):
+            release.wait(5)  # long past the limit below
+            return original(cls, text)
+
+        monkeypatch.setattr(tokenization.Tokenizer, "from_json_str", classmethod(slow_parse))
+        # Contents no other test uploads (uploads are cached by content for the whole process).
+        path = tmp_path / "tokenizer.json"
+        path.write_bytes((ROOT / "assets/models/reverse/tokenizer.json").read_bytes() + b"\n" * 7)
+        args = ("a b", "uploaded tokenizer.json", 400, str(path), "(none)", 1)
+    else:
+        original_training = choices.corpus_tokenizer
+
+        def slow_training(algorithm, vocab_size):
+            release.wait(5)
+            return original_training(algorithm, vocab_size)
+
+        monkeypatch.setattr(choices, "corpus_tokenizer", slow_training)
+        args = ("the cat", TOKENIZE[1], 400, None, "(none)", 1)
+    monkeypatch.setattr(limits, "TOKENIZER_TIME_LIMIT_S", 0.05)
+    try:
+        with pytest.raises(Exception) as raised:
+            tokenize_tab.tokenize(registry, *args)
+        assert "took longer than 0.05 s" in raised.value.message
+    finally:
+        release.set()
+    monkeypatch.setattr(limits, "TOKENIZER_TIME_LIMIT_S", 60.0)
+    stats, *_ = _answers_again(registry, *args)  # and the tokenizer serves once it is free
+    assert "tokens" in stats
+
+
+def test_runaway_work_holding_every_tokenizer_thread_is_answered_at_once(monkeypatch):
+    """Work past its limit cannot be stopped and keeps its thread: once every tokenizer thread
+    holds such work, a new request is told at once that the tokenizer is busy, instead of
+    waiting behind them for the whole limit (and starting nothing)."""
+    registry = state.ModelRegistry("cpu")
+    monkeypatch.setattr(limits, "TOKENIZER_TIME_LIMIT_S", 0.05)
+    release = threading.Event()
+    started: list[str] = []
+    original = tokenize_tab.handlers.highlighted
+
+    def runaway(tokenizer, text):
+        started.append(text)
+        release.wait(30)
+        return original(tokenizer, text)
+
+    monkeypatch.setattr(tokenize_tab.handlers, "highlighted", runaway)
+    try:
+        for i in range(limits.TOKENIZER_WORKERS):  # every thread: work past its limit
+            with pytest.raises(Exception) as raised:
+                tokenize_tab.tokenize(registry, f"runaway {i}", TOKENIZE[1], 400, None, "(none)", 1)
+            assert "took longer than" in raised.value.message
+        with pytest.raises(Exception) as raised:
+            tokenize_tab.tokenize(registry, "the cat", TOKENIZE[1], 400, None, "(none)", 1)
+        assert "busy" in raised.value.message and "try again" in raised.value.message
+        assert "the cat" not in started  # refused before it was queued
+    finally:
+        release.set()
+    monkeypatch.setattr(limits, "TOKENIZER_TIME_LIMIT_S", 60.0)
+    stats, *_ = _answers_again(registry, "the cat", TOKENIZE[1], 400, None, "(none)", 1)
+    assert "tokens" in stats
+
+
 SESSION = object()  # where a test's arguments take the session
 
 
@@ -881,16 +969,42 @@ def test_a_tokenizer_json_with_a_byte_order_mark_is_read(tmp_path):
     assert "tokens" in stats
 
 
-def test_a_long_text_answers_in_under_3_mb(tmp_path):
-    registry = state.ModelRegistry("cpu")
-    text = "The transformer attends, unbelievably: 12345 tokens! " * 377  # ~20,000 characters
+def _real(name: str) -> str:
+    """The Tokenize menu's label of the real tokenizer called ``name``."""
+    return next(k for k, v in tokenize_tab.TOKENIZER_CHOICES.items() if v == ("real", name))
+
+
+LECTURE_TEXT = "The transformer attends, unbelievably: 12345 tokens! " * 377  # ~20,000 characters
+# Characters of four bytes, most of them joined by zero-width joiners: a byte-level tokenizer
+# makes several pieces (and chips) of each, and the whole run is one word of its replay.
+EMOJI_TEXT = ("🤖🧠✨👩‍👩‍👧‍👦" * 2_000)[: limits.MAX_TEXT]
+
+
+@pytest.mark.parametrize("text", [LECTURE_TEXT, EMOJI_TEXT], ids=["lecture", "emoji"])
+@pytest.mark.parametrize(
+    ("choice", "compare"),
+    [
+        ("BPE, trained live on the bundled corpus", "WordPiece (BERT style), trained live"),
+        (_real("gpt2"), _real("cl100k_base")),
+        (_real("cl100k_base"), "byte-level BPE (GPT-2 style), trained live"),
+    ],
+    ids=["trained live", "GPT-2 and cl100k", "cl100k and byte-level"],
+)
+def test_a_long_text_answers_in_under_3_mb(url, text, choice, compare):
+    """Issue 24.7: ``/tokenize`` on 20,000 characters sent about 10 MB. Measured as sent over
+    HTTP (gradio sends each chip of the token view as an object of its own)."""
     assert len(text) <= limits.MAX_TEXT
-    result = tokenize_tab.tokenize(
-        registry, text, TOKENIZE[1], 400, None, "WordPiece (BERT style), trained live", 5
+    posted = httpx.post(
+        f"{url}gradio_api/call/tokenize",
+        json={"data": [text, choice, 400, None, compare, 0]},
+        timeout=120,
     )
-    size = len(json.dumps(result, default=str).encode())
-    assert size < 3 * 2**20, size
-    table = result[4]
+    assert posted.status_code == 200, posted.text
+    answer = httpx.get(f"{url}gradio_api/call/tokenize/{posted.json()['event_id']}", timeout=120)
+    kind, data = re.findall(r"event: (\w+)\ndata: (.*)", answer.text)[-1]
+    assert kind == "complete", data[:500]
+    assert len(answer.content) < 3 * 2**20, len(answer.content)
+    table = json.loads(data)[4]["data"]
     assert len(table) == limits.MAX_TABLE_ROWS and "more tokens" in str(table[-1])
 
 
@@ -914,6 +1028,20 @@ def test_messages_speak_to_people():
     assert "model" in str(raised.value)
     text = errors.clean("<object object at 0x7f3a2b4c5d60> in /srv/app/ui/x.py")
     assert "0x7f" not in text and "/srv" not in text
+
+
+@pytest.mark.parametrize("task", [["reverse"], {"task": "reverse"}, None])
+def test_a_task_that_is_not_a_name_is_named_in_the_message(task):
+    """Issue 24.6: a list sent as the training task answered "something went wrong (TypeError)"
+    (a list cannot be looked up among the recipes)."""
+    from ui.tabs.training import run_training
+
+    registry = state.ModelRegistry("cpu")
+    with pytest.raises(gr.Error) as raised:  # the handler's message, as gradio shows it
+        list(run_training(registry, task, 20, 0, False, state.SessionModels()))
+    message = raised.value.message
+    assert "TypeError" not in message and "something went wrong" not in message
+    assert "unknown task" in message and "reverse" in message and not leaks(message)
 
 
 def test_gradios_own_refusals_are_short_messages_without_a_traceback(live_demo):

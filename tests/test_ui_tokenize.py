@@ -294,3 +294,27 @@ def test_a_text_without_replay_steps_hides_the_step_slider(registry):
     assert view[7]["visible"] is False
     view = tokenize.tokenize_view(registry, "the transformer", LIVE["bpe"], 300, None, "(none)")
     assert view[7]["visible"] is True and view[7]["maximum"] >= 1
+
+
+@pytest.mark.parametrize("choice", [GPT2, LIVE["bpe"], LIVE["unigram"]])
+def test_a_long_view_draws_its_first_tokens_and_symbols_and_counts_the_rest(
+    registry, monkeypatch, choice
+):
+    """Issue 24.7: 20,000 emoji were 52,000 chips and one word of 80,000 byte symbols in the
+    replay, 6.5 MB as sent; what is drawn is bounded, and what is left out is counted."""
+    from ui.tabs.tokenize import replay_view, views
+
+    monkeypatch.setattr(views, "MAX_CHIPS", 5)
+    monkeypatch.setattr(replay_view, "REPLAY_SYMBOLS", 4)
+    text = "zxqvtransformerificationzxqv and the cat sat on the mat"
+    stats, segments, _, _, rows, replay = run(registry, text, choice, step=0)
+    n_tokens = int(re.search(r"\*\*([\d,]+) tokens\*\*", stats)[1].replace(",", ""))
+    assert n_tokens > 5 and len(rows) == n_tokens
+    assert len([s for s in segments if s[1] is not None]) == 5
+    assert segments[-1] == (
+        f" … {n_tokens - 5} more tokens, not drawn (the first 5 are; the line above counts "
+        "them all)",
+        None,
+    )
+    first_line = replay.split("\n\n")[1 if choice == GPT2 else 0]
+    assert first_line.count(" … ") >= 1 and re.search(r"… \d+ more", first_line), first_line

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import html
 import logging
 import os
 import threading
@@ -15,6 +16,7 @@ from typing import Any, cast
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from transformer.device import pick_device
 
@@ -22,7 +24,7 @@ from . import limits
 from .errors import guard_preprocessing, scrub
 from .export import PLOT_TOOLBAR_JS, ViewExport
 from .first_views import PRELOAD_PLOTLY_JS, FirstViews
-from .share import TabView
+from .share import MAX_QUERY, TabView
 from .sliders import SLIDER_ENTER_JS
 from .state import ModelRegistry, SessionModels
 from .tabs import attention, generate, inside, positions, tokenize, training
@@ -43,6 +45,11 @@ SESSION_SWEEP_S = 60.0
 # checked every CACHE_SWEEP_S; ui/export.py bounds the exports' own folder by count and size.
 CACHE_MAX_AGE_S = 3600
 CACHE_SWEEP_S = 600
+# A request whose address (path and query) is longer is answered 414 with a page that says why:
+# gradio reads the page's address with httpx, which raises on one over 65,536 characters, and a
+# 64 KB link answered 500. Links longer than MAX_QUERY (8,000) and shorter than this open the app
+# with a message in the page (ui/views.py).
+MAX_URL_CHARS = 16_384
 
 # The tabs in the paper's order: (label, id used by links and the tour, build). Each build takes
 # (registry, large, session) and returns its shareable controls, {key: component}.
@@ -368,9 +375,39 @@ def _refresh_status(registry: ModelRegistry) -> tuple[str, gr.Timer]:
     return model_status(registry), gr.Timer(active=registry.preloading)
 
 
+class RefuseLongAddresses:
+    """ASGI middleware: an HTTP request whose path and query are longer than
+    ``MAX_URL_CHARS`` is answered 414 with a short page (a link to the app), before gradio's routes read it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        length = len(scope.get("raw_path") or scope.get("path", "")) + len(
+            scope.get("query_string") or b""
+        )
+        if scope["type"] != "http" or length <= MAX_URL_CHARS:
+            await self.app(scope, receive, send)
+            return
+        log.info("refused an address of %d characters", length)
+        home = html.escape(str(scope.get("root_path") or "") + "/")
+        page = (
+            "<!doctype html><title>Link too long</title>"
+            f"<p>This link is {length:,} characters long; the app reads links of at most "
+            f'{MAX_QUERY:,}.</p><p><a href="{home}">Open the app</a></p>'
+        ).encode()
+        headers = [
+            (b"content-type", b"text/html; charset=utf-8"),
+            (b"content-length", b"%d" % len(page)),
+        ]
+        await send({"type": "http.response.start", "status": 414, "headers": headers})
+        await send({"type": "http.response.body", "body": page})
+
+
 def launch_options() -> dict[str, Any]:
     """Arguments for ``demo.launch()``, shared by ``python app.py`` and the tests."""
     return {
+        "app_kwargs": {"middleware": [Middleware(RefuseLongAddresses)]},
         "css": CSS,
         "theme": gr.themes.Soft(),
         "footer_links": ["api"],

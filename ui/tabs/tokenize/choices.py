@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, cast
@@ -105,10 +106,20 @@ def pick_tokenizer(
     return _pick(registry, choice, vocab_size, upload)[0]
 
 
+def _at_once(work: Callable[[], Tokenizer]) -> Tokenizer:
+    return work()
+
+
 def _pick(
-    registry: ModelRegistry, choice: str, vocab_size: Any, upload: str | None
+    registry: ModelRegistry,
+    choice: str,
+    vocab_size: Any,
+    upload: str | None,
+    run: Callable[[Callable[[], Tokenizer]], Tokenizer] = _at_once,
 ) -> tuple[Tokenizer, str]:
-    """The tokenizer and a note on its vocabulary size (for live-trained ones)."""
+    """The tokenizer and a note on its vocabulary size (for live-trained ones). The tokenizer
+    work (building a real one, training one live, reading an upload) is done by ``run``, which
+    the handlers give a time limit; a model's tokenizer comes with its model."""
     choices = tokenizer_choices(registry)
     if not isinstance(choice, str) or choice not in choices:
         raise InputError(
@@ -121,13 +132,13 @@ def _pick(
     if kind == "model":
         return registry.checkpoint(name, None).tokenizer, ""
     if kind == "real":
-        return load_real_tokenizer(name), ""
+        return run(lambda: load_real_tokenizer(name)), ""
     if kind == "train":
         size, note = vocab_in_range(name, vocab_size)
-        return corpus_tokenizer(name, size), note
+        return run(lambda: corpus_tokenizer(name, size)), note
     if not upload:
         raise InputError("upload a tokenizer.json file first (or pick another tokenizer)")
-    return uploaded_tokenizer(upload), ""
+    return run(lambda: uploaded_tokenizer(upload)), ""
 
 
 _UPLOADS: OrderedDict[str, Tokenizer | TokenizerError] = OrderedDict()

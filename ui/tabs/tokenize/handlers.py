@@ -3,8 +3,10 @@ registry first."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
@@ -59,18 +61,44 @@ takes_request = endpoints.takes_request(TokenizeRequest.of)
 order the ``/tokenize`` API has them."""
 
 
-_WORKERS = ThreadPoolExecutor(limits.TOKENIZER_WORKERS, thread_name_prefix="tokenizer")
+_THREADS = limits.TOKENIZER_WORKERS
+_WORKERS = ThreadPoolExecutor(_THREADS, thread_name_prefix="tokenizer")
+# Work still running after its request was answered at the limit: it holds its thread until it
+# ends (it cannot be stopped). Once every thread holds such work, a new request is told at once
+# that the tokenizer is busy, rather than queued behind it to wait out the whole limit.
+_overdue: set[Future[Any]] = set()
+_overdue_lock = threading.Lock()
 
 
-def bounded(work: Callable[[], Any]) -> Any:
-    """``work()`` run within ``limits.TOKENIZER_TIME_LIMIT_S``: an uploaded file's regex may
-    backtrack for long, and a request must answer. Past the limit the request gets a message;
-    the work cannot be stopped, so it finishes on one of the few tokenizer threads."""
+def _ended(future: Future[Any]) -> None:
+    with _overdue_lock:
+        _overdue.discard(future)
+
+
+def bounded(work: Callable[[], Any], deadline: float | None = None) -> Any:
+    """``work()`` run on one of the few tokenizer threads and answered by ``deadline`` (a
+    ``time.monotonic()`` time; by default ``limits.TOKENIZER_TIME_LIMIT_S`` from now): an
+    uploaded file's regex may backtrack for long, a large one takes seconds to parse, and a
+    request must answer. Past the deadline the request gets a message; the work cannot be
+    stopped, so it finishes on its thread. While every thread holds such overdue work, the
+    request is refused at once with a message (nothing is queued)."""
+    with _overdue_lock:
+        busy = len(_overdue) >= _THREADS
+    if busy:
+        raise InputError(
+            "the tokenizer is busy with earlier work that ran past its time limit: try again "
+            "in a minute"
+        )
+    if deadline is None:
+        deadline = time.monotonic() + limits.TOKENIZER_TIME_LIMIT_S
     future = _WORKERS.submit(work)
     try:
-        return future.result(timeout=limits.TOKENIZER_TIME_LIMIT_S)
+        return future.result(timeout=max(0.0, deadline - time.monotonic()))
     except FutureTimeout:
-        future.cancel()  # not started yet: never start it
+        if not future.cancel():  # started: it runs on, holding its thread, until it ends
+            with _overdue_lock:
+                _overdue.add(future)
+            future.add_done_callback(_ended)  # at once if it has ended meanwhile
         raise InputError(
             f"the tokenizer took longer than {limits.TOKENIZER_TIME_LIMIT_S:g} s on this text: "
             "try a shorter text or another tokenizer"
@@ -98,11 +126,18 @@ def _views(
             "paste a shorter one"
         )
     shown = None if request.step is None else as_int(request.step, "step", 0, 1_000_000)
-    tokenizer, note = _pick(registry, request.choice, vocab, upload)
+    # One limit for the request: choosing each tokenizer (parsing an upload, training one live,
+    # building a real one) and drawing run on the tokenizer threads within the same deadline.
+    deadline = time.monotonic() + limits.TOKENIZER_TIME_LIMIT_S
+
+    def within(work: Callable[[], Tokenizer]) -> Tokenizer:
+        return bounded(work, deadline)
+
+    tokenizer, note = _pick(registry, request.choice, vocab, upload, within)
     other = None
     if compare and compare != "(none)":
-        other = _pick(registry, compare, vocab, upload)
-    return bounded(lambda: _draw(text, tokenizer, note, other, shown))
+        other = _pick(registry, compare, vocab, upload, within)
+    return bounded(lambda: _draw(text, tokenizer, note, other, shown), deadline)
 
 
 def _draw(

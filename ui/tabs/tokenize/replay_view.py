@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
 from transformer.text.replay import (
     BPEReplay,
     UnigramReplay,
+    WordPieceChoice,
     WordPieceReplay,
     WordReplay,
     readable_piece,
@@ -14,6 +18,19 @@ from ...errors import code_span, markdown_text
 from .views import plural, visible
 
 REPLAY_WORDS = 60  # words drawn in the replay (the rest are counted)
+# Symbols, pieces or choices drawn on one word's line (the rest are counted): a text without
+# spaces is one word, and 20,000 emoji are 80,000 byte symbols, which drew 1.3 MB of replay.
+REPLAY_SYMBOLS = 120
+REPLAY_WORD_CHARS = 80  # characters of the word itself at the head of its line
+
+_Item = TypeVar("_Item")
+
+
+def _listed(items: Sequence[_Item], shown: Callable[[_Item], str], joiner: str = " ") -> str:
+    """The first ``REPLAY_SYMBOLS`` items, each as ``shown`` writes it; the rest counted."""
+    left = len(items) - REPLAY_SYMBOLS
+    text = joiner.join(shown(item) for item in items[:REPLAY_SYMBOLS])
+    return text + (f" … {left:,} more" if left > 0 else "")
 
 
 def _symbol(symbol: str, byte_level: bool) -> str:
@@ -26,7 +43,7 @@ def _bpe_line(head: str, detail: BPEReplay, step: int, byte_level: bool = False)
         return head + " (whole word in the vocabulary: no merge)"
     shown = detail.merges[:step]
     symbols = shown[-1].symbols if shown else detail.symbols
-    state = " ".join(f"{code_span(_symbol(s, byte_level))}" for s in symbols)
+    state = _listed(symbols, lambda s: code_span(_symbol(s, byte_level)))
     last = shown[-1] if shown else None
     note = (
         f"merge {len(shown)}/{len(detail.merges)}: {code_span(_symbol(last.pair[0], byte_level))} + "
@@ -41,14 +58,16 @@ def _bpe_line(head: str, detail: BPEReplay, step: int, byte_level: bool = False)
 
 def _wordpiece_line(head: str, detail: WordPieceReplay, step: int) -> str:
     shown = detail.choices[:step] if step else detail.choices[:0]
-    parts = []
-    for choice in shown:
+
+    def written(choice: WordPieceChoice) -> str:
         tried = ", ".join(f"~~{markdown_text(r)}~~" for r in choice.rejected[-3:])
-        parts.append(
-            f"at {choice.start}: {code_span(choice.piece or '[UNK]')}"
-            + (f" (tried {tried})" if tried else "")
+        return f"at {choice.start}: {code_span(choice.piece or '[UNK]')}" + (
+            f" (tried {tried})" if tried else ""
         )
-    note = "; ".join(parts) or plural(len(detail.choices), "greedy longest-match choice")
+
+    note = _listed(shown, written, "; ") or plural(
+        len(detail.choices), "greedy longest-match choice"
+    )
     if detail.unknown_reason and len(shown) == len(detail.choices):
         note += f" — unknown: {detail.unknown_reason}"
     return f"{head}<br>&nbsp;&nbsp;{note}"
@@ -56,9 +75,8 @@ def _wordpiece_line(head: str, detail: WordPieceReplay, step: int) -> str:
 
 def _unigram_line(head: str, detail: UnigramReplay, step: int) -> str:
     shown = detail.pieces[:step] if step else detail.pieces[:0]
-    parts = [f"{code_span(p.piece)} ({p.score:.2f})" for p in shown]
-    note = (
-        " + ".join(parts) if parts else f"best segmentation: {plural(len(detail.pieces), 'piece')}"
+    note = _listed(shown, lambda p: f"{code_span(p.piece)} ({p.score:.2f})", " + ") or (
+        f"best segmentation: {plural(len(detail.pieces), 'piece')}"
     )
     if len(shown) == len(detail.pieces):
         note += f" = total log-probability {detail.total_score:.2f}"
@@ -95,8 +113,11 @@ def replay_markdown(words: list[WordReplay], step: int, byte_level: bool = False
             "again._"
         )
     for word in words[:REPLAY_WORDS]:
-        head = f"**{code_span(_symbol(word.word, byte_level))}** → " + " ".join(
-            f"{code_span(_symbol(p, byte_level))}" for p in word.pieces
+        text = _symbol(word.word, byte_level)
+        if len(text) > REPLAY_WORD_CHARS:
+            text = text[: REPLAY_WORD_CHARS - 1] + "…"
+        head = f"**{code_span(text)}** → " + _listed(
+            word.pieces, lambda p: code_span(_symbol(p, byte_level))
         )
         detail = word.steps
         if word.added_token or detail is None:

@@ -14,6 +14,10 @@ from transformer.text.tokenization import Tokenizer
 from ...errors import code_span
 
 METASPACE = "▁"  # SentencePiece's word-start marker (Metaspace pre-tokenizer)
+# Tokens drawn as chips (the rest are counted in a last chip): gradio sends each chip as an
+# object of about 55 bytes, and 20,000 emoji are 52,000 cl100k_base tokens, 2.7 MB of chips.
+# The lecture-length texts (20,000 characters of prose, about 5,000 tokens) are drawn whole.
+MAX_CHIPS = 10_000
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
@@ -57,7 +61,8 @@ def highlighted(
     Byte-level tokenizers (GPT-2, cl100k_base, our byte-level BPE) show each piece as the text
     its bytes stand for (a byte that is part of a character split across pieces as ``<0xE2>``),
     and the stats line explains the byte symbols found (``Ġ`` is a space). Table rows are
-    ``[index, piece, id, start, end, special, word, reads as, bytes explained]``.
+    ``[index, piece, id, start, end, special, word, reads as, bytes explained]``. The first
+    ``MAX_CHIPS`` tokens are drawn, and a last segment counts the rest.
     """
     records = tokenizer.encode(text)
     byte_level = tokenizer.algorithm == "byte_bpe"
@@ -98,6 +103,8 @@ def highlighted(
                 note,
             ]
         )
+        if index >= MAX_CHIPS:
+            continue
         if record.special and record.start == record.end:
             segments.append((record.piece, "special"))
             continue
@@ -113,9 +120,14 @@ def highlighted(
             segments.append((text[cursor : record.start], None))
         segments.append((text[record.start : record.end], label))
         cursor = record.end
-    if not byte_level and cursor < len(text):
-        segments.append((text[cursor:], None))
     n_tokens = len(records)
+    if n_tokens > MAX_CHIPS:
+        segments.append(
+            (f" … {plural(n_tokens - MAX_CHIPS, 'more token')}, not drawn (the first "
+             f"{MAX_CHIPS:,} are; the line above counts them all)", None)
+        )  # fmt: skip
+    elif not byte_level and cursor < len(text):
+        segments.append((text[cursor:], None))
     ratio = f"{len(text) / n_tokens:.2f}" if n_tokens else "–"
     stats = (
         f"**{tokenizer.algorithm}**, vocabulary {tokenizer.vocab_size:,}: "
