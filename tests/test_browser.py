@@ -591,3 +591,38 @@ def test_smollm2_steps_through_a_sentence_and_opens_every_tab(
                 page.screenshot(path=str(screenshots / "modern.png"), full_page=False)
         finally:
             context.close()
+
+
+def test_links_open_the_lens_and_a_seed_mistake_as_the_readme_shows_them(
+    browser: Any, app_url: str, screenshots: Path
+) -> None:
+    """Two links a lecturer would share, drawn as the README's pictures: translate stepped to
+    its fourth token (every layer's top-5 through the logit lens, the residual norms), and the
+    Attention tab with the seeds' inverted mask polarity (the broken head beside the correct
+    one, and why it is wrong)."""
+    source = "the small cat sees a red ball"
+    context, page = _open(browser, f"{app_url}?tab=generate&model=translate&source={source}&step=4")
+    try:
+        panel = page.get_by_role("tabpanel")
+        _drawn(page, "Generate", 4)
+        _poll(page, "four steps", lambda: _steps_shown(panel) == 4)
+        lens = page.locator("#lens")
+        _poll(page, "the lens", lambda: "Logit lens: what each layer" in lens.inner_text())
+        _poll(page, "the page settled", lambda: not page.locator(BUSY).count())
+        lens.screenshot(path=str(screenshots / "lens.png"))
+    finally:
+        context.close()
+    mistake = "mask polarity inverted"
+    context, page = _open(browser, f"{app_url}?tab=attention&model=translate&mistake={mistake}")
+    try:
+        panel = page.get_by_role("tabpanel")
+        _drawn(page, "Attention", 3)
+        _poll(page, "the mistake explained", lambda: "Why it is wrong" in panel.inner_text())
+        assert f"{mistake}." in panel.inner_text()  # its explanation's heading: the link applied it
+        _poll(page, "the page settled", lambda: not page.locator(BUSY).count())
+        # From the explanation down: why it is wrong, then the correct and the broken head.
+        top = panel.get_by_text("Why it is wrong").bounding_box()["y"] - 140
+        clip = {"x": 0, "y": max(top, 0), **VIEWPORT}
+        page.screenshot(path=str(screenshots / "mistakes.png"), full_page=True, clip=clip)
+    finally:
+        context.close()

@@ -150,5 +150,6 @@ def build(
         "head": head,
         "row": row,
         "what_if": what_if,
+        "mistake": mistake,
         **at_scale,
     }

@@ -84,7 +84,9 @@ def build(
             label="Cross-attention of the new token over the source", show_label=False
         )
     triangle_plot = gr.Plot(label="Decoder self-attention, one row per step", show_label=False)
-    with gr.Accordion("Inside the decoder: logit lens and residual stream", open=True):
+    with gr.Accordion(
+        "Inside the decoder: logit lens and residual stream", open=True, elem_id="lens"
+    ):
         with gr.Row(equal_height=False):
             lens_plot = gr.Plot(label="Logit lens of the newest step", show_label=False, scale=3)
             gr.Markdown(
