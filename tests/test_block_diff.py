@@ -12,7 +12,7 @@ import gradio as gr
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import hf_llama_config, hf_llama_model, save_word_tokenizer
+from conftest import hf_llama_config, llama_folder
 
 from transformer.block_diff import (
     ROWS,
@@ -257,20 +257,18 @@ TINY = "tinyllama"
 
 
 @pytest.fixture(scope="module")
-def llama_folder(tmp_path_factory):
+def tiny_llama_folder(tmp_path_factory):
     """A random grouped-query Llama folder (``TINY_LLAMA``: 4 query heads sharing 2 key/value
     heads; 2 layers, 97 words)."""
     folder = tmp_path_factory.mktemp("models") / TINY
-    torch.manual_seed(3)
-    hf_llama_model(num_hidden_layers=2, vocab_size=97).save_pretrained(folder)
-    save_word_tokenizer(folder, 97, ["<unk>", "<s>"])
+    llama_folder(folder, 97, seed=3, specials=["<unk>", "<s>"], num_hidden_layers=2)
     return folder
 
 
 @pytest.fixture(scope="module")
-def registry(llama_folder):
+def registry(tiny_llama_folder):
     """A registry with the bundled models and the random Llama folder."""
-    return ModelRegistry("cpu", [str(llama_folder)])
+    return ModelRegistry("cpu", [str(tiny_llama_folder)])
 
 
 def test_compare_mode_draws_both_columns_with_the_differing_lines_marked(registry) -> None:
@@ -341,10 +339,10 @@ def test_smollm2_beside_the_bundled_model() -> None:
     assert "<code>3:Ġcat</code>" in page and "▁ca" in page  # the same word on both sides
 
 
-def test_a_loaded_gpt2_is_the_original_beside_a_modern_model(hf_models, llama_folder) -> None:
+def test_a_loaded_gpt2_is_the_original_beside_a_modern_model(hf_models, tiny_llama_folder) -> None:
     """GPT-2's pre-LN block: LayerNorm first pairs with RMSNorm first, its learned position
     table is counted from its own parameters, and it stands on the 2017 side."""
-    registry = ModelRegistry("cpu", [str(hf_models["gpt2"]), str(llama_folder)])
+    registry = ModelRegistry("cpu", [str(hf_models["gpt2"]), str(tiny_llama_folder)])
     gpt2 = registry.checkpoint("gpt2", None)  # read: the comparison takes a GPT-2 it has
     page = inside_compare(
         registry, "w5 w17 w3", TINY, "decoder", 1, 1, 1, False, True, SessionModels()
