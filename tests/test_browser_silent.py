@@ -45,12 +45,15 @@ def test_a_silent_mistake_shows_its_meter_and_a_step_grows_the_cache(
         page.wait_for_timeout(1500)  # the link's view is applied twice: let it settle first
         _poll(page, "the page idle", lambda: not page.locator(BUSY).count())
         panel.get_by_text("Silent mistakes (modern models)").click()
+        meter = page.locator("#silent-meter")
+        text = page.locator("#silent-continuation")
+        # Opening the panel draws its first mistake (seconds on SmolLM2): a student sees it,
+        # then chooses another.
+        _poll(page, "the panel drawn on opening", lambda: "perplexity" in meter.inner_text())
         menu = panel.get_by_label("Silent mistake")
         menu.click()  # typed, then Enter: the menu's list opens at the foot of the page
         menu.fill(ROTARY_NO_OFFSET)
         menu.press("Enter")
-        meter = page.locator("#silent-meter")
-        text = page.locator("#silent-continuation")
         _poll(
             page,
             "the meter of the chosen mistake",

@@ -85,3 +85,21 @@ def test_a_closed_panel_computes_nothing_and_opening_it_draws_it(
     for follower in followers:
         skipped = follower.fn(*[object()] * (len(follower.inputs) - 1), False)
         assert skipped == tuple(gr.skip() for _ in follower.outputs)
+
+
+def test_the_silent_panel_is_drawn_one_request_at_a_time_in_order(demo) -> None:
+    """Each draw of the silent panel reads the mistake the page showed when it was asked: the
+    draw that opening the panel asks for (seconds on SmolLM2), still running when a mistake is
+    chosen, must not land after the chosen one and show the old mistake. So every event that
+    draws it (the endpoint, opening, the followers) shares one queue of one."""
+    accordion = next(
+        b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "silent-mistakes"
+    )
+    (expand,) = [f for f in demo.fns.values() if (accordion._id, "expand") in f.targets]
+    drawers = [
+        f for f in demo.fns.values() if f.name in ("silent_mistake", "silent_mistake_if_shown")
+    ]
+    assert len(drawers) >= 4  # the endpoint, opening, and the prompt's and model's followers
+    assert any(f.trigger_after == expand._id for f in drawers)
+    assert {f.concurrency_id for f in drawers} == {"silent-mistakes"}
+    assert all(f.concurrency_limit == 1 for f in drawers)

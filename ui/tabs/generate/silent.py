@@ -191,14 +191,28 @@ def build_silent(
             meter = gr.Markdown(elem_id="silent-meter")
     inputs = [source, model_name, mistake, session]
     handler = bind(silent_mistake, registry)
+    # Every draw of the panel runs in one queue, one at a time, in the order asked: each reads
+    # the mistake the page showed when it was asked, so a draw asked on opening the panel and
+    # still running when a mistake is chosen would otherwise land last and show the old one.
+    one_at_a_time: dict[str, Any] = {"concurrency_id": "silent-mistakes", "concurrency_limit": 1}
     mistake.change(
-        handler, inputs, [text, meter], trigger_mode="always_last", api_name="silent_mistake"
+        handler,
+        inputs,
+        [text, meter],
+        trigger_mode="always_last",
+        api_name="silent_mistake",
+        **one_at_a_time,
     )
     shown, opened = open_flag(accordion)
-    opened.then(handler, inputs, [text, meter], **PRIVATE)
+    opened.then(handler, inputs, [text, meter], **one_at_a_time, **PRIVATE)
     follower = if_shown(handler, 2)
     for control in (model_name, source):
         control.change(
-            follower, [*inputs, shown], [text, meter], trigger_mode="always_last", **PRIVATE
+            follower,
+            [*inputs, shown],
+            [text, meter],
+            trigger_mode="always_last",
+            **one_at_a_time,
+            **PRIVATE,
         )
     return {"silent_mistake": mistake}
