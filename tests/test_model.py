@@ -12,7 +12,7 @@ import transformer.attention as attention_module
 from transformer.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer.config import ModelConfig
 from transformer.interventions import Intervention
-from transformer.masks import causal_mask, combine_masks, padding_mask
+from transformer.masks import causal_mask, combine_masks, is_causal, padding_mask
 from transformer.model import Transformer
 from transformer.operations import merge_heads, split_heads
 
@@ -147,6 +147,35 @@ def test_fast_path_never_materialises_attention_weights():
             model(src, tgt, capture=True)
 
 
+@torch.no_grad()
+def test_fast_path_applies_a_plain_causal_mask_as_is_causal():
+    """A decoder's self-attention over unpadded targets hands sdpa ``is_causal=True`` and no
+    mask (it skips the future's blocks); padding or a cache's offset keeps the mask."""
+    model = model_for("decoder-only")
+    tgt = ids(2, 6)
+    with mock.patch.object(
+        attention_module.F,
+        "scaled_dot_product_attention",
+        wraps=torch.nn.functional.scaled_dot_product_attention,
+    ) as fused:
+        fast = model(tgt=tgt)
+        assert [(c.kwargs["is_causal"], c.kwargs["attn_mask"]) for c in fused.call_args_list] == [
+            (True, None)
+        ] * CONFIG.n_decoder_layers
+        fused.reset_mock()
+        padded = tgt.clone()
+        padded[1, 4:] = CONFIG.pad_id
+        model(tgt=padded)
+        assert not any(c.kwargs["is_causal"] for c in fused.call_args_list)
+    # the same numbers as the written-out attention's masked softmax
+    assert torch.allclose(fast, model(tgt=tgt, capture=True).logits, atol=1e-5)
+    assert is_causal(causal_mask(5)) and not is_causal(causal_mask(3, 5))
+    assert is_causal(causal_mask(5).expand(2, 1, 5, 5))
+    padding = padding_mask(torch.tensor([[1, 2, 3], [1, 2, 0]]), 0)
+    assert not is_causal(combine_masks(causal_mask(3), padding))
+    assert not is_causal(causal_mask(5).float())
+
+
 @pytest.mark.parametrize("capture", [False, True])
 def test_a_query_with_every_key_masked_gets_zeros_not_nan(capture, device):
     mha = MultiHeadAttention(16, 2).to(device).eval()
@@ -171,6 +200,19 @@ def test_written_out_attention_matches_the_formula():
     assert torch.allclose(probe.scores, expected_scores, atol=1e-6)
     assert torch.allclose(probe.weights.sum(-1), torch.ones(1, 2, 3), atol=1e-6)
     assert torch.allclose(out, probe.weights @ v, atol=1e-6)
+
+
+def test_masked_attention_weights_equal_softmax_over_minus_infinity_bit_for_bit():
+    # The pass adds the lowest float to masked scores instead of filling them with -inf (a
+    # faster softmax); the weights must not change by one bit, whatever the scores' size.
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 6, 8, generator=generator) * 30 for _ in range(3))
+    mask = combine_masks(causal_mask(6), padding_mask(torch.tensor([[1, 2, 3, 4, 5, 6]] * 2), 6))
+    _, probe = scaled_dot_product_attention(q, k, v, mask)
+    scores = (q * (1 / math.sqrt(8))) @ k.transpose(-2, -1)  # scaled as the pass scales
+    expected = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    assert torch.equal(probe.weights, expected)
+    assert (probe.weights[~mask.expand_as(expected)] == 0).all()
 
 
 def test_split_and_merge_heads_keep_each_token_in_its_own_row():

@@ -45,6 +45,20 @@ def causal_mask(
     return allowed.tril(diagonal=n_keys - n_queries)[None, None]
 
 
+def is_causal(mask: Tensor) -> bool:
+    """Whether ``mask`` is exactly :func:`causal_mask` of as many queries as keys for every
+    sequence: ``(B, 1, T, T)`` lower triangles (no key padded), which
+    ``scaled_dot_product_attention(is_causal=True)`` applies without reading a mask (and
+    skipping the future's blocks, 5 % of SmolLM2's whole pass at 1,024 tokens on the CPU). One
+    comparison with a fresh triangle; any other mask answers ``False``."""
+    if mask.dtype != torch.bool or mask.dim() != 4 or mask.size(1) != 1:
+        return False
+    if mask.size(2) != mask.size(3):
+        return False
+    triangle = causal_mask(mask.size(2), device=mask.device)
+    return torch.equal(mask, triangle.expand_as(mask))
+
+
 def combine_masks(*masks: Tensor | None) -> Tensor | None:
     """Logical AND of the given masks (``None`` ones are skipped), broadcast together.
 
