@@ -103,3 +103,12 @@ def test_the_silent_panel_is_drawn_one_request_at_a_time_in_order(demo) -> None:
     assert any(f.trigger_after == expand._id for f in drawers)
     assert {f.concurrency_id for f in drawers} == {"silent-mistakes"}
     assert all(f.concurrency_limit == 1 for f in drawers)
+
+
+def test_every_press_of_step_and_back_counts(demo) -> None:
+    # gradio's default for a button ("once") drops a press made while the last one runs: a
+    # lecturer's three quick presses gave two steps. Run and Reset keep it (one run at a time).
+    by_api = {fn.api_name: fn for fn in demo.fns.values() if fn.api_name}
+    assert by_api["generate_step"].trigger_mode == "multiple"
+    assert by_api["generate_back"].trigger_mode == "multiple"
+    assert by_api["generate"].trigger_mode == "once"

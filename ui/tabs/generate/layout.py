@@ -114,9 +114,12 @@ def build(
     named["large"] = large
     inputs = [*(named[name] for name in INPUT_NAMES), session, state]
     outputs = [summary, top_plot, cross_plot, triangle_plot, lens_plot, norms_plot, state]
+    # Every press of Step or Back counts, also one made while the last is still running (a
+    # button's default drops it): three quick presses in a lecture are three steps, taken in
+    # turn under the session's lock.
     clicks: list[tuple[gr.Button, Any, str, dict[str, Any]]] = [
-        (step_button, handlers.step, "generate_step", {}),
-        (back_button, handlers.back, "generate_back", {}),
+        (step_button, handlers.step, "generate_step", {"trigger_mode": "multiple"}),
+        (back_button, handlers.back, "generate_back", {"trigger_mode": "multiple"}),
         (run_button, handlers.run, "generate", {"concurrency_limit": 4}),
         (reset_button, handlers.reset, "generate_reset", {}),
     ]
