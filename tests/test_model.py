@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import weakref
 from unittest import mock
 
 import pytest
 import torch
 
 import transformer.attention as attention_module
+import transformer.masks as masks_module
 from transformer.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer.config import ModelConfig
 from transformer.interventions import Intervention
@@ -174,6 +176,51 @@ def test_fast_path_applies_a_plain_causal_mask_as_is_causal():
     padding = padding_mask(torch.tensor([[1, 2, 3], [1, 2, 0]]), 0)
     assert not is_causal(combine_masks(causal_mask(3), padding))
     assert not is_causal(causal_mask(5).float())
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_a_pass_asks_its_mask_once_not_once_per_layer(capture):
+    """Every layer receives the same mask; whether it is the causal triangle (the fast path),
+    or allows everything, and its bias (written out) are worked out once per pass."""
+    model = model_for("decoder-only")
+    assert CONFIG.n_decoder_layers > 1
+    tgt = ids(2, 6)
+    tgt[1, 4:] = CONFIG.pad_id  # a padded batch: the written-out pass adds a bias
+    for batch in (ids(2, 6), tgt):
+        with (
+            mock.patch.object(masks_module, "causal_mask", wraps=causal_mask) as triangles,
+            mock.patch.object(
+                attention_module, "mask_bias", wraps=attention_module.mask_bias
+            ) as biases,
+        ):
+            model(tgt=batch, capture=capture)
+        assert triangles.call_count == (0 if capture else 1)
+        assert biases.call_count == (1 if capture else 0)
+
+
+def test_answers_about_a_mask_hold_for_one_pass_only():
+    """A mask changed between passes is asked again; an answer outlives no pass."""
+    mask = causal_mask(4)
+    with masks_module.one_pass():
+        assert is_causal(mask) and is_causal(mask)
+        other = causal_mask(3, 5)
+        assert not is_causal(other)  # another mask, its own answer
+    mask[..., 0, 1] = True  # now query 0 reads the future: no longer the triangle
+    with masks_module.one_pass():
+        assert not is_causal(mask)
+    q, k, v = torch.randn(3, 1, 2, 4, 8).unbind(0)
+    mask = causal_mask(4).expand(1, 1, 4, 4).clone()
+    for step in range(3):
+        with masks_module.one_pass():
+            out, probe = scaled_dot_product_attention(q, k, v, mask)
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~mask, float("-inf"))
+        expected = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        assert torch.allclose(probe.weights, expected, atol=1e-6), step
+        assert torch.allclose(out, expected @ v, atol=1e-6), step
+        mask[..., step, :] = False  # a query with no key left: the next pass sees it
+    freed = weakref.ref(mask)
+    del mask, probe
+    assert freed() is None  # no answer keeps its mask (or its bias) after the pass
 
 
 @pytest.mark.parametrize("capture", [False, True])

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .masks import is_causal
+from .masks import is_causal, remembered
 from .modern import expand_kv_heads, kv_head_of
 from .operations import PAPER, Operations
 from .rotary import RotaryEmbedding
@@ -42,6 +42,13 @@ def mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
     return torch.zeros((), dtype=dtype, device=mask.device).masked_fill(
         ~mask, torch.finfo(dtype).min
     )
+
+
+def _empty_rows(mask: Tensor) -> Tensor | None:
+    """Where a query of a bool ``mask`` may attend to no key (``(..., Tq, 1)``, ``True`` there),
+    or ``None`` when every query has one."""
+    has_key = mask.any(dim=-1, keepdim=True)
+    return None if bool(has_key.all()) else ~has_key
 
 
 @dataclass
@@ -121,23 +128,26 @@ def scaled_dot_product_attention(
         ``(B, H, Tq, d_v)`` output and the :class:`AttentionProbe` of scores and weights.
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
-    if mask is not None and bool(mask.all()):
+    given = mask
+    if given is not None and remembered(given, "all", lambda: bool(given.all())):
         mask = None  # nothing is masked (an unpadded batch): skip a pass over the scores
     # Scaling the (Tq, d_k) queries instead of the (Tq, Tk) scores: the same product, one pass
     # over d_k/Tk as many numbers (at 512 tokens and d_k 32, a sixteenth).
     queries = q * scale
     scores = queries @ k.transpose(-2, -1)  # (B, H, Tq, Tk), as attention_scores computes them
     if mask is not None:
-        scores += mask_bias(mask, scores.dtype)  # masked cells far below any score, not -inf
+        # Masked cells far below any score, not -inf; one bias for all layers' scores.
+        dtype = scores.dtype
+        scores += remembered(mask, ("bias", dtype), lambda: mask_bias(mask, dtype))
     weights = torch.softmax(scores, dim=-1)
     del scores  # freed here, its memory serves the next layer (a trace recomputes it)
     if mask is not None:
         # A row with no allowed key would spread its weight evenly over keys it may not read
         # (over -inf, 0/0 = NaN); a query that may attend to nothing receives nothing instead.
-        # The check runs on the small mask, the fill only if needed.
-        has_key = mask.any(dim=-1, keepdim=True)
-        if not bool(has_key.all()):
-            weights = weights.masked_fill(~has_key, 0.0)
+        # The check runs on the small mask, once per mask; the fill only if needed.
+        empty = remembered(mask, "empty rows", lambda: _empty_rows(mask))
+        if empty is not None:
+            weights = weights.masked_fill(empty, 0.0)
     attended = dropout(weights) if dropout is not None else weights
     probe = AttentionProbe(queries=queries, keys=k, weights=weights, mask=mask)
     return attended @ v, probe

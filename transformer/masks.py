@@ -9,8 +9,52 @@ Every mask broadcasts to ``(batch, heads, queries, keys)``.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar, cast
+
 import torch
 from torch import Tensor
+
+T = TypeVar("T")
+
+# Per thread, inside one_pass(): {(question, id of the mask): (the mask, its answer)}; the mask
+# is held, so its id is not reused during the pass.
+_answers = threading.local()
+
+
+@contextmanager
+def one_pass() -> Iterator[None]:
+    """A pass through a stack of layers: in it, :func:`remembered` answers are kept.
+
+    Every layer of a pass receives the same mask and asks it the same questions (is it the
+    plain causal triangle, does it allow everything, its additive bias; SmolLM2 has 30
+    layers). Nobody writes into a mask during a pass, so an answer holds until the pass ends,
+    where it is dropped (with the memory it holds). Nested passes share the outer one's."""
+    state = _answers.__dict__
+    outer = "slots" in state
+    if not outer:
+        state["slots"] = {}
+    try:
+        yield
+    finally:
+        if not outer:
+            del state["slots"]
+
+
+def remembered(mask: Tensor, question: Hashable, answer: Callable[[], T]) -> T:
+    """``answer()`` about ``mask``: inside :func:`one_pass`, computed once for this very
+    mask; outside, every time."""
+    slots: dict[tuple[Hashable, int], tuple[Tensor, Any]] | None = getattr(_answers, "slots", None)
+    if slots is None:
+        return answer()
+    held = slots.get((question, id(mask)))
+    if held is not None and held[0] is mask:
+        return cast(T, held[1])
+    value = answer()
+    slots[(question, id(mask))] = (mask, value)
+    return value
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
@@ -50,7 +94,12 @@ def is_causal(mask: Tensor) -> bool:
     sequence: ``(B, 1, T, T)`` lower triangles (no key padded), which
     ``scaled_dot_product_attention(is_causal=True)`` applies without reading a mask (and
     skipping the future's blocks, 5 % of SmolLM2's whole pass at 1,024 tokens on the CPU). One
-    comparison with a fresh triangle; any other mask answers ``False``."""
+    comparison with a fresh triangle, once per mask and pass (:func:`remembered`);
+    any other mask answers ``False``."""
+    return remembered(mask, "causal", lambda: _is_causal(mask))
+
+
+def _is_causal(mask: Tensor) -> bool:
     if mask.dtype != torch.bool or mask.dim() != 4 or mask.size(1) != 1:
         return False
     if mask.size(2) != mask.size(3):

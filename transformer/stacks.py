@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from .attention import AttentionProbe, KeyValueCache, MultiHeadAttention
 from .config import ModelConfig
 from .layers import LayerNorm, PositionwiseFeedForward
+from .masks import one_pass
 from .modern import GatedFeedForward, RMSNorm
 from .operations import PAPER, Operations
 from .rotary import RotaryEmbedding
@@ -298,10 +299,11 @@ class Encoder(nn.Module):
     ) -> tuple[Tensor, list[LayerTrace]]:
         """``(B, T, d_model)`` → ``(B, T, d_model)`` memory, and the layer traces if captured."""
         traces = []
-        for layer in self.layers:
-            x, trace = layer(x, mask, capture=capture, ops=ops)
-            if trace is not None:
-                traces.append(trace)
+        with one_pass():  # every layer asks the mask the same questions: answered once
+            for layer in self.layers:
+                x, trace = layer(x, mask, capture=capture, ops=ops)
+                if trace is not None:
+                    traces.append(trace)
         if self.final_norm is not None:
             x = ops.layer_norm(self.final_norm, x)
         return x, traces
@@ -365,11 +367,12 @@ class Decoder(nn.Module):
     ) -> tuple[Tensor, list[LayerTrace]]:
         """``(B, Tq, d_model)`` → ``(B, Tq, d_model)``, and the layer traces if captured."""
         traces = []
-        for i, layer in enumerate(self.layers):
-            layer_cache = cache.layers[i] if cache is not None else None
-            x, trace = layer(x, self_mask, encoded, layer_cache, capture=capture, ops=ops)
-            if trace is not None:
-                traces.append(trace)
+        with one_pass():  # every layer asks the masks the same questions: answered once
+            for i, layer in enumerate(self.layers):
+                layer_cache = cache.layers[i] if cache is not None else None
+                x, trace = layer(x, self_mask, encoded, layer_cache, capture=capture, ops=ops)
+                if trace is not None:
+                    traces.append(trace)
         if self.final_norm is not None:
             x = ops.layer_norm(self.final_norm, x)
         return x, traces
