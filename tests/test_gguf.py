@@ -445,9 +445,12 @@ def test_tokenizer_equals_transformers_on_varied_text(
 # -- a whole tiny Llama written as GGUF the way llama.cpp's converter does ------------------------
 
 
-def write_tiny_llama(path: Path, drop: str | None = None, tokenizer_model: str = "gpt2") -> dict:
+def write_tiny_llama(
+    path: Path, drop: str | None = None, tokenizer_model: str = "gpt2", add_bos: bool | None = None
+) -> dict:
     """A random transformers Llama written with gguf's writer: llama.* metadata, blk.* tensors
-    (W_q, W_k permuted by llama.cpp's rule) and a five-token BPE vocabulary."""
+    (W_q, W_k permuted by llama.cpp's rule) and a five-token BPE vocabulary; ``add_bos`` is
+    written as ``tokenizer.ggml.add_bos_token`` (not at all when None)."""
     transformers = pytest.importorskip("transformers")
     # TINY_LLAMA's 4 query and 2 key/value heads and 64 positions; transformers' defaults give
     # rms_norm_eps 1e-6 and untied embeddings.
@@ -470,6 +473,8 @@ def write_tiny_llama(path: Path, drop: str | None = None, tokenizer_model: str =
     writer.add_token_types([3, 1, 1, 1, 1, 1])
     writer.add_token_merges(["a b", "Ġ a"])
     writer.add_eos_token_id(0)
+    if add_bos is not None:
+        writer.add_add_bos_token(add_bos)
     names = {
         "model.embed_tokens.weight": "token_embd.weight",
         "model.norm.weight": "output_norm.weight",
@@ -522,6 +527,22 @@ def test_tiny_llama_gguf_reads_back_as_the_transformers_weights(tmp_path: Path) 
     assert [n for n, t in model.weights.items() if t.data_ptr() % 64] == []
     assert [r.piece for r in model.tokenizer.encode("ab a b")] == ["ab", "Ġa", "Ġ", "b"]
     assert model.tokenizer.special_ids == frozenset({0})
+
+
+@pytest.mark.parametrize("add_bos", [False, True, None])
+def test_a_prompt_begins_with_bos_only_where_the_file_says_so(
+    tmp_path: Path, add_bos: bool | None
+) -> None:
+    """llama.cpp reads ``tokenizer.ggml.add_bos_token`` (absent: it adds one) and so do we:
+    SmolLM2's file says no, and transformers' tokenizer of it adds none."""
+    from transformer import load_pretrained, prompt_ids
+
+    write_tiny_llama(tmp_path / "tiny.gguf", add_bos=add_bos)
+    checkpoint = load_pretrained(tmp_path / "tiny.gguf")
+    tokenizer = checkpoint.tokenizer
+    plain = tokenizer.encode_ids("ab a")
+    expected = plain if add_bos is False else [tokenizer.bos_id, *plain]
+    assert prompt_ids(checkpoint.model, tokenizer, "ab a") == expected
 
 
 def test_a_missing_tensor_and_an_unsupported_tokenizer_are_named(tmp_path: Path) -> None:

@@ -57,7 +57,8 @@ def test_smollm2_pair_is_a_real_heads_q_and_k() -> None:
     checkpoint = registry.checkpoint(SMOLLM2.name, session)
     model, config = checkpoint.model, checkpoint.config
     text = positions.ROPE_SENTENCE
-    tokens = torch.tensor([checkpoint.tokenizer.encode_ids(text, add_bos=True)])
+    # the prompt as the model reads it: SmolLM2's file puts no [BOS] in front
+    tokens = torch.tensor([checkpoint.tokenizer.encode_ids(text, add_bos=config.prompt_bos)])
     # q and k before rotation, recomputed here from the layer's input and its weights: RMSNorm,
     # then W_q / W_k, split into heads (not read from the capture's rotary record).
     layer = model.decoder.layers[positions.ROPE_LAYER]

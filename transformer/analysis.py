@@ -134,8 +134,9 @@ def prompt_ids(model: Transformer, tokenizer: Tokenizer, text: str) -> list[int]
     sentence of an encoder-decoder model (ending with the model's own end id where its
     configuration names one: Marian's ``</s>``), or the prompt of a decoder-only model (which
     begins with the tokenizer's ``[BOS]`` when it has one, as in training; GPT-2's is
-    ``<|endoftext|>``). A prompt that already opens with a special token gets no ``[BOS]`` in
-    front: a chat template's ``<|im_start|>`` is where the model's chat format begins, exactly as
+    ``<|endoftext|>``; none where the model's ``prompt_bos`` says no, as SmolLM2's file does).
+    A prompt that already opens with a special token gets no ``[BOS]`` in front: a chat
+    template's ``<|im_start|>`` is where the model's chat format begins, exactly as
     ``transformers``' ``apply_chat_template`` tokenizes it."""
     if not (text or "").strip():
         raise ValueError("enter a source sentence (or a prompt) first")
@@ -145,7 +146,8 @@ def prompt_ids(model: Transformer, tokenizer: Tokenizer, text: str) -> list[int]
     ids = tokenizer.encode_ids(text)
     first = tokenizer.id_to_token(ids[0]) if ids and ids[0] in tokenizer.special_ids else None
     opens_special = first is not None and text.startswith(first)  # not an unknown word's [UNK]
-    if config.architecture == "decoder-only" and tokenizer.bos_id is not None and not opens_special:
+    decoder_only = config.architecture == "decoder-only"
+    if decoder_only and config.prompt_bos and tokenizer.bos_id is not None and not opens_special:
         ids.insert(0, tokenizer.bos_id)
     _start, end = decoding_ends(config, tokenizer.bos_id, tokenizer.eos_id)
     if source_ends_with_eos(config) and end is not None and ids[-1:] != [end]:

@@ -62,6 +62,9 @@ class ModelConfig:
     - ``mask_target_padding``: decoder self-attention ignores target keys equal to ``pad_id``
       (paper); ``False`` where the pad id is real input: Marian's decoder starts from the pad
       token and GPT-2 has no pad token of its own.
+    - ``prompt_bos``: a decoder-only model's prompt begins with the tokenizer's ``[BOS]``
+      (our models and GPT-2, as they were trained), or not: a GGUF file says so itself
+      (``tokenizer.ggml.add_bos_token``; SmolLM2's says no).
     - ``decoder_start_id`` / ``eos_id``: the first decoder input and the end token of
       generation; ``None`` means the tokenizer's ``[BOS]`` / ``[EOS]`` (our own models).
 
@@ -107,6 +110,7 @@ class ModelConfig:
     n_token_types: int = 0
     generator_bias: bool = True
     mask_target_padding: bool = True
+    prompt_bos: bool = True
     decoder_start_id: int | None = None
     eos_id: int | None = None
     norm_kind: NormKind = "layer"

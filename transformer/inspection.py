@@ -124,8 +124,9 @@ def _analyse(
     config = model.config
     device = model.device
     if config.architecture == "decoder-only":
+        # Each sentence begins with [BOS] where the model's prompts do (config.prompt_bos).
         tgt = encode_batch(
-            tokenizer, sentences, config.max_len, add_bos=True, pad_id=config.pad_id
+            tokenizer, sentences, config.max_len, add_bos=config.prompt_bos, pad_id=config.pad_id
         ).to(device)
         trace = model(tgt=tgt, capture=True, intervention=intervention)
         return Analysis(

@@ -204,6 +204,7 @@ def config_from_gguf(metadata: dict[str, Any], tensor_names: set[str] | list[str
             scale_embeddings=False,
             generator_bias=False,
             mask_target_padding=False,
+            prompt_bos=bool(metadata.get("tokenizer.ggml.add_bos_token", True)),
             eos_id=eos,
             attention_qkv_bias="blk.0.attn_q.bias" in tensor_names,
             attention_output_bias="blk.0.attn_output.bias" in tensor_names,

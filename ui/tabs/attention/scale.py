@@ -89,7 +89,7 @@ def limit_line(registry: ModelRegistry, name: str, session: SessionModels | None
 def _ids(checkpoint: Checkpoint, text: str, name: str) -> torch.Tensor:
     tokenizer, config = checkpoint.tokenizer, checkpoint.config
     if config.architecture == "decoder-only":
-        ids = tokenizer.encode_ids(text, add_bos=True)
+        ids = tokenizer.encode_ids(text, add_bos=config.prompt_bos)
     else:
         ids = tokenizer.encoding(text).ids
     cap = longest_input(checkpoint)
