@@ -28,12 +28,14 @@ PASS_TIMEOUT_S = 600  # SmolLM2's pass over 2,000 tokens on a loaded 2-core mach
 
 def _long_text(app: tuple[str, Any], n_tokens: int = 2_000) -> tuple[str, int]:
     """The README repeated, cut to about ``n_tokens`` SmolLM2 tokens, and its length."""
-    tokenizer = app[1].model_registry.checkpoint(SMOLLM2, None).tokenizer
+    checkpoint = app[1].model_registry.checkpoint(SMOLLM2, None)
+    tokenizer = checkpoint.tokenizer
     ids = tokenizer.encoding((ROOT / "README.md").read_text(encoding="utf-8")).ids
     while len(ids) < n_tokens:
         ids = ids + ids
     text = tokenizer.decode(ids[: n_tokens - 2])
-    return text, len(tokenizer.encode_ids(text, add_bos=True))
+    # as the model reads it: SmolLM2's file puts no [BOS] in front
+    return text, len(tokenizer.encode_ids(text, add_bos=checkpoint.config.prompt_bos))
 
 
 def _titles(section: Any) -> str:
