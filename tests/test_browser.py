@@ -435,8 +435,6 @@ def test_a_link_reopens_the_view(browser: Any, app_url: str) -> None:
             return "What-if (no √d scaling)" in text and not first.locator(BUSY).count()
 
         _poll(first, "the what-if drawn", what_if_drawn)
-        first.wait_for_timeout(1500)  # a settling pass still to come has landed by now
-        _poll(first, "the what-if drawn", what_if_drawn)
         link = _link(first)
         assert link.startswith(app_url)
         params = parse_qs(urlsplit(link).query)
@@ -451,21 +449,6 @@ def test_a_link_reopens_the_view(browser: Any, app_url: str) -> None:
         assert panel.get_by_label("number input for Head").input_value() == "2"
         assert panel.get_by_label("no √d scaling", exact=True).is_checked()
         assert panel.get_by_role("radio", name="cross-attention (decoder → encoder)").is_checked()
-    finally:
-        context.close()
-
-
-def test_a_link_opens_its_tab_where_the_tab_bar_overflows(browser: Any, app_url: str) -> None:
-    """On a phone-wide page the last tabs sit in gradio's "More tabs" menu: a link to one of
-    them still opens it (the page clicks the tab's entry there)."""
-    context = browser.new_context(viewport={"width": 600, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    try:
-        page.goto(f"{app_url}?tab=training")
-        selected = page.locator("[role=tab][aria-selected=true]")
-        _poll(page, "the training tab opened", lambda: "training" in selected.inner_text())
-        assert page.get_by_label("More tabs").is_visible()  # the bar overflows
     finally:
         context.close()
 

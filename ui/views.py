@@ -55,12 +55,9 @@ async () => {
 # Step), copies the props of each component any event ever wrote, and of everything inside it;
 # the selector holds the whole app (a Step spent 130 ms of its 0.6 s on that; issue 23.8).
 OPEN_TAB_JS = """
-(label) => {
-  // A tab's button in the tab bar, or in its "More tabs" menu where the page is narrow.
-  const buttons = [...document.querySelectorAll('[role=tab], .overflow-dropdown button')];
-  const named = buttons.filter((b) => b.textContent.trim() === label);
-  if (!label || named.some((b) => b.getAttribute('aria-selected') === 'true')) return [];
-  if (named.length) named[0].click();
+(slug) => {
+  const button = slug && document.getElementById(`view-${slug}-button`);
+  if (button && button.getAttribute('aria-selected') !== 'true') button.click();
   return [];
 }
 """
@@ -229,7 +226,7 @@ class Views:
 
     def __init__(self, demo: gr.Blocks, tabs: list[TabView]) -> None:
         self.demo = demo
-        # The label of the tab a view is on, for OPEN_TAB_JS (which opens it in the page).
+        # The tab a view is on, for OPEN_TAB_JS (which opens it in the page).
         self.opened = gr.Textbox(visible=False)
         self.tabs = {tab.slug: tab for tab in tabs}
         self.labels = {tab.label: tab for tab in tabs}
@@ -341,8 +338,7 @@ class Views:
                     )
                 else:
                     updates.append(gr.update(value=values[key]))
-        label = self.tabs[view["tab"]].label
-        return (label, view["tab"], view.get("focus") or "", *updates)
+        return (view["tab"], view["tab"], view.get("focus") or "", *updates)
 
     def follow(self, event: Any, applied: bool = False) -> Any:
         """Chain after ``event`` (which wrote the view into ``self.view``, and applied it
