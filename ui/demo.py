@@ -193,6 +193,7 @@ def build_demo(
                     ViewExport(label, slug, tab, controls or {})
                 views.append(TabView.of(label, slug, controls))
         _wire_views(demo, registry, session, tabs, views, tour, start, make_link, link, status)
+        narrow_progress(demo)
     _configure_queue(demo, default_concurrency_limit=4, max_size=limits.QUEUE_SIZE)
     guard_preprocessing(demo)  # gradio's own refusals: a message and one log line
     demo.model_registry = registry  # for preload_models
@@ -312,6 +313,49 @@ def _wire_views(
     )
     # For the tests; gr.Blocks declares no such attributes.
     demo.views, demo.tour, demo.first_views = views, tour, first_views  # type: ignore[attr-defined]
+
+
+# The outputs that show a result, where a running event's progress overlay belongs; the first
+# ones are cheap for the page to look at (gradio copies a target's props at every status change
+# of every later event, and a figure's props hold its data).
+SHOWS_PROGRESS = (gr.Markdown, gr.HighlightedText, gr.HTML, gr.Dataframe, gr.Code, gr.Plot)
+
+
+def narrow_progress(demo: gr.Blocks) -> None:
+    """Show a running event's progress on one output per tab it writes, not on all of them.
+
+    Gradio's page keeps the status of every component that any event has shown progress on,
+    and at every status change of every later event looks each one up in the page's tree and
+    copies its props and those of everything inside it: with gradio's default (all outputs, a
+    view's controls and figures), a Generate Step re-read every figure of the app. An event
+    left to that default shows its progress on the first output, in ``SHOWS_PROGRESS``'s order,
+    of each tab it writes (and of the page outside the tabs); an event that shows no progress
+    on none. Events that name their targets keep them."""
+    for fn in demo.fns.values():
+        if fn.show_progress_on is not None:
+            continue
+        if fn.show_progress == "hidden":
+            fn.show_progress_on = []
+            continue
+        by_tab: dict[int | None, list[gr.Component]] = {}
+        for out in fn.outputs:
+            if isinstance(out, SHOWS_PROGRESS):
+                by_tab.setdefault(_tab_of(out), []).append(out)
+        fn.show_progress_on = [
+            min(outs, key=lambda out: _progress_rank(out)) for outs in by_tab.values()
+        ]
+
+
+def _progress_rank(component: gr.Component) -> int:
+    return next(i for i, kind in enumerate(SHOWS_PROGRESS) if isinstance(component, kind))
+
+
+def _tab_of(block: gr.blocks.Block) -> int | None:
+    """The id of the gr.Tab that holds ``block``, or None outside every tab."""
+    parent = block.parent
+    while parent is not None and not isinstance(parent, gr.Tab):
+        parent = parent.parent
+    return None if parent is None else parent._id
 
 
 def _configure_queue(demo: gr.Blocks, default_concurrency_limit: int, max_size: int) -> None:
