@@ -341,9 +341,7 @@ def narrow_progress(demo: gr.Blocks) -> None:
         for out in fn.outputs:
             if isinstance(out, SHOWS_PROGRESS):
                 by_tab.setdefault(_tab_of(out), []).append(out)
-        fn.show_progress_on = [
-            min(outs, key=lambda out: _progress_rank(out)) for outs in by_tab.values()
-        ]
+        fn.show_progress_on = [min(outs, key=_progress_rank) for outs in by_tab.values()]
 
 
 def _progress_rank(component: gr.Component) -> int:
