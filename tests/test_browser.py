@@ -453,6 +453,44 @@ def test_a_link_reopens_the_view(browser: Any, app_url: str) -> None:
         context.close()
 
 
+# Records the id of every tab panel the page ever mounts (gradio mounts only the tab on screen).
+MOUNTED_TABS_JS = """
+window.__mounted = [];
+new MutationObserver(() => {
+  for (const tab of document.querySelectorAll('.tabitem')) {
+    if (!window.__mounted.includes(tab.id)) window.__mounted.push(tab.id);
+  }
+}).observe(document, {subtree: true, childList: true});
+"""
+
+
+def test_a_link_page_starts_on_its_own_tab(browser: Any, app_url: str) -> None:
+    # A link's page built Tokenize, the first tab, before switching to the link's tab (and
+    # loaded plotly only once it had a plot to draw): now it starts on the link's tab.
+    for query, tab, mounted in (
+        ("tab=generate&model=reverse&source=a+b+c", "Generate", "view-generate"),
+        ("tab=nowhere", "Tokenize", "view-tokenize"),  # an unknown tab: the first one
+        ("", "Tokenize", "view-tokenize"),
+    ):
+        context = browser.new_context(viewport=VIEWPORT)
+        context.add_init_script(MOUNTED_TABS_JS)
+        try:
+            page = context.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            errors: list[str] = []
+            page.on("pageerror", lambda error, errors=errors: errors.append(str(error)))
+            page.goto(f"{app_url}?{query}")
+            _drawn(page, tab, 3 if tab == "Generate" else 0)
+            assert page.evaluate("window.__mounted") == [mounted], query
+            preloaded = page.evaluate(
+                "[...document.querySelectorAll('link[rel=modulepreload]')].map(l => l.href)"
+            )
+            assert any("PlotlyPlot-" in href for href in preloaded) == (tab == "Generate")
+            assert not errors, errors
+        finally:
+            context.close()
+
+
 def test_a_link_to_a_generation_step_and_a_bad_link(browser: Any, app_url: str) -> None:
     context, page = _open(browser, f"{app_url}?tab=generate&model=reverse&source=a+b+c+d&step=3")
     try:

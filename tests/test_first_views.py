@@ -1,7 +1,7 @@
 """A page opened with a link draws the link's view first (issue 23, item 5): the tabs' first
-views, drawn when a page opens, send nothing on such a page and are drawn afterwards by one
-event, all but the linked tab's; and the link's settling pass re-applies the view only where a
-control no longer shows it (a view that arrived whole is not drawn twice)."""
+views are drawn by one page-load event, which sends nothing on such a page, and afterwards by
+one event, all but the linked tab's; and the link's settling pass re-applies the view only
+where a control no longer shows it (a view that arrived whole is not drawn twice)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ def _page_loads(demo: gr.Blocks) -> list[tuple[Any, str]]:
     found = []
     for function in demo.fns.values():
         # Events that run on page load alone (a control's live redraw draws on any page).
-        if not function.queue or any(event != "load" for _, event in function.targets):
+        targets = function.targets
+        if not function.queue or not targets or any(event != "load" for _, event in targets):
             continue
         outputs = {c._id for c in function.outputs}
         slug = next((s for s, ids in tabs.items() if outputs & ids), None)
@@ -66,26 +67,72 @@ def _as_tuple(out: Any, n: int) -> tuple:
 
 
 def _comparable(out: Any) -> Any:
+    if isinstance(out, dict) and out.get("__type__") == "update" and "value" in out:
+        out = out["value"]  # a value merged into an update that came first (see test_merge)
     if isinstance(out, go.Figure):
         return out.to_json()
     return out.constructor_args if isinstance(out, gr.blocks.Block) else out
 
 
-def test_on_a_link_page_the_tabs_first_views_wait(demo: gr.Blocks) -> None:
+def test_merge_keeps_what_an_earlier_update_set() -> None:
+    from ui.views import _merge
+
+    figure = go.Figure()
+    # Generate's model controls hide the cross-attention plot of a decoder-only model, and its
+    # first step then draws into it: the plot stays hidden (it was shown, empty).
+    merged = _merge(gr.update(visible=False), figure)
+    assert merged["visible"] is False and merged["value"] is figure
+    assert _merge(figure, gr.update(visible=True)) == {
+        "__type__": "update",
+        "value": figure,
+        "visible": True,
+    }
+    assert _merge(gr.update(value=1, visible=False), gr.update(value=2))["value"] == 2
+    assert _merge(1, 2) == 2 and _merge(None, 2) == 2
+
+
+def _handlers(demo: gr.Blocks) -> list[tuple[Any, list[Any], list[Any], str]]:
+    """Each tab's own first-view handler (registered by the tab, no longer a page-load event
+    of its own): (handler, inputs, outputs, tab)."""
+    return demo.first_views.functions  # type: ignore[attr-defined]
+
+
+def test_one_event_draws_the_tabs_first_views_when_a_page_opens(demo: gr.Blocks) -> None:
+    # One round trip for every tab, not one per handler (each was an event the page tracked).
     loads = _page_loads(demo)
-    assert {slug for _, slug in loads} >= {"attention", "inside", "generate", "training"}
-    for function, slug in loads:
-        values = [getattr(c, "value", None) for c in function.inputs]
-        on_link = _as_tuple(function.fn(LINK, *values), len(function.outputs))
-        assert all(_skipped(out) for out in on_link), (slug, function.fn.__name__)
-    # Without a link they draw, as before: every tab gets something.
-    drawn = set()
-    for function, slug in loads:
-        values = [getattr(c, "value", None) for c in function.inputs]
-        plain = _as_tuple(function.fn(PLAIN, *values), len(function.outputs))
-        if any(not _skipped(out) for out in plain):
-            drawn.add(slug)
-    assert drawn == {slug for _, slug in loads}
+    assert [function.fn.__name__ for function, _ in loads] == ["open"], loads
+    (opened, _), first_views = loads[0], demo.first_views
+    assert {slug for *_, slug in _handlers(demo)} >= {"attention", "inside", "generate", "training"}
+    values = [getattr(c, "value", None) for c in opened.inputs]
+    # On a page opened with a link it sends nothing: the link's own view comes first.
+    assert all(_skipped(out) for out in opened.fn(LINK, *values))
+    # Without a link it draws what each tab's own handler draws.
+    drawn = dict(zip(first_views.outputs, opened.fn(PLAIN, *values), strict=True))
+    known = dict(zip(opened.inputs, values, strict=True))
+    tabs = set()
+    for handler, inputs, outputs, slug in _handlers(demo):
+        own = _as_tuple(handler(*[known[c] for c in inputs]), len(outputs))
+        for component, expected in zip(outputs, own, strict=True):
+            if not _skipped(expected) and not isinstance(expected, dict):
+                assert _comparable(drawn[component]) == _comparable(expected), component.label
+                tabs.add(slug)
+    assert tabs == {slug for *_, slug in _handlers(demo)}
+
+
+def test_every_follower_of_a_first_view_still_runs(demo: gr.Blocks) -> None:
+    # A handler that no longer runs on page load hands its followers (Generate's teacher
+    # forcing and key/value cache view) to the event that now runs it.
+    never = {
+        function._id
+        for function in demo.fns.values()
+        if not function.targets and function.trigger_after is None
+    }
+    assert never, "the tabs' own first-view handlers are still page-load events"
+    stranded = [f.fn.__name__ for f in demo.fns.values() if f.trigger_after in never]
+    assert not stranded
+    (opened, _) = _page_loads(demo)[0]
+    followers = {f.fn.__name__ for f in demo.fns.values() if f.trigger_after == opened._id}
+    assert {"force_view", "kv_cache_if_shown"} <= followers
 
 
 def test_after_the_link_one_event_draws_the_other_tabs(demo: gr.Blocks) -> None:
@@ -95,10 +142,10 @@ def test_after_the_link_one_event_draws_the_other_tabs(demo: gr.Blocks) -> None:
     drawn = dict(zip(first_views.outputs, first_views.draw(LINK, view, *values), strict=True))
     # A page without a link drew its first views already: nothing more.
     assert all(_skipped(out) for out in first_views.draw(PLAIN, None, *values))
-    for function, slug in _page_loads(demo):
-        args = [getattr(c, "value", None) for c in function.inputs]
-        own = _as_tuple(function.fn(PLAIN, *args), len(function.outputs))
-        for component, expected in zip(function.outputs, own, strict=True):
+    known = dict(zip(first_views.inputs, values, strict=True))
+    for handler, inputs, outputs, slug in _handlers(demo):
+        own = _as_tuple(handler(*[known[c] for c in inputs]), len(outputs))
+        for component, expected in zip(outputs, own, strict=True):
             if slug == "attention":  # the link drew it
                 assert _skipped(drawn[component]), component.label
             elif not _skipped(expected) and not isinstance(expected, dict):
@@ -118,3 +165,40 @@ def test_the_settling_pass_reapplies_only_a_changed_view(demo: gr.Blocks) -> Non
     again = dict(zip(views.outputs, views.settle(view, *values), strict=True))
     assert again[controls["layer"]]["value"] == 3
     assert again[views.tabs_block].selected == "attention"
+
+
+def _page_app() -> Any:
+    """A stand-in for gradio's page: its HTML with the module script that reads the config."""
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.responses import HTMLResponse, JSONResponse
+    from starlette.routing import Route
+
+    from ui.first_views import OpenOnLinkedTab
+
+    page = '<html><head><script>window.gradio_config = {};</script><script type="module" src="./assets/index.js"></script></head></html>'
+    return Starlette(
+        routes=[
+            Route("/", lambda request: HTMLResponse(page)),
+            Route("/config", lambda request: JSONResponse({"tab": 1})),
+        ],
+        middleware=[Middleware(OpenOnLinkedTab)],
+    )
+
+
+def test_a_link_page_gets_the_script_that_opens_its_tab() -> None:
+    from starlette.testclient import TestClient
+
+    from ui.first_views import LINKED_TAB_JS
+
+    client = TestClient(_page_app())
+    linked = client.get("/?model=translate&tab=attention")
+    body = linked.text
+    # Before gradio's module script, after the config it edits; the length says so too.
+    opening = LINKED_TAB_JS.strip()[:60]
+    script = body.index(opening)
+    assert body.index("window.gradio_config") < script < body.index('<script type="module"')
+    assert int(linked.headers["content-length"]) == len(linked.content)
+    for plain in ("/", "/?model=translate", "/?atab=1"):
+        assert opening not in client.get(plain).text, plain
+    assert client.get("/config?tab=attention").json() == {"tab": 1}

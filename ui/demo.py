@@ -23,7 +23,7 @@ from transformer.device import pick_device
 from . import limits
 from .errors import guard_preprocessing, scrub
 from .export import PLOT_TOOLBAR_JS, ViewExport
-from .first_views import PRELOAD_PLOTLY_JS, FirstViews
+from .first_views import PRELOAD_PLOTLY_JS, FirstViews, OpenOnLinkedTab
 from .share import MAX_QUERY, TabView
 from .sliders import SLIDER_ENTER_JS
 from .state import ModelRegistry, SessionModels
@@ -449,7 +449,9 @@ class RefuseLongAddresses:
 def launch_options() -> dict[str, Any]:
     """Arguments for ``demo.launch()``, shared by ``python app.py`` and the tests."""
     return {
-        "app_kwargs": {"middleware": [Middleware(RefuseLongAddresses)]},
+        "app_kwargs": {
+            "middleware": [Middleware(RefuseLongAddresses), Middleware(OpenOnLinkedTab)]
+        },
         "css": CSS,
         "theme": gr.themes.Soft(),
         "footer_links": ["api"],

@@ -1,25 +1,27 @@
-"""The tabs' first views when a page opens with a link: the link's own view first.
+"""The tabs' first views when a page opens, in one event; on a page opened with a link, after it.
 
-Every tab draws its first example when a page opens (``demo.load`` events). On a page opened
-with a link those events made the link wait (issue 23.5): the browser received and processed
-every tab's figures before the link's, and the linked tab's own first example could land after
-the link's view and replace it. So on such a page the tabs' first-view events send nothing; the
-link's event draws its tab, and once it is on screen one event draws the other tabs' first
-views (the linked tab's too, if the link could not be read). A handler that is also a control's
-live redraw (Tokenize's, Embeddings') still runs when the page opens: it must draw on any page,
-and it is quick.
+Every tab draws its first example when a page opens. Each tab's page-load handler is one event
+no longer: one page-load event calls them all and sends their outputs together (twelve events
+were twelve round trips, and the page re-read its progress targets at every status change of
+each, the link's figures waiting behind them; issue 23.5). On a page opened with a link that
+event sends nothing; the link's event draws its tab, and once it is on screen one event draws
+the other tabs' first views (the linked tab's too, if the link could not be read). A handler
+that is also a control's live redraw (Tokenize's, Embeddings') keeps its own page-load event:
+it must draw on any page, and it is quick.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
+from .errors import describe
 from .views import _merge, _usable, union
 
 log = logging.getLogger("visualiser")
@@ -49,6 +51,88 @@ PRELOAD_PLOTLY_JS = r"""
 """.replace("CHUNK", json.dumps(_plotly_chunk()))
 
 
+# Runs in the page before gradio's own script reads its configuration: a page opened with a link
+# (``?tab=attention``) starts on the link's tab. Gradio mounts only the tab on screen, so the page
+# no longer builds the first tab, Tokenize, only to leave it for the link's (issue 23.5).
+LINKED_TAB_JS = r"""
+(() => {
+  const slug = new URLSearchParams(window.location.search).get("tab");
+  const config = window.gradio_config;
+  if (!slug || !config || !Array.isArray(config.components)) return;
+  const byId = new Map(config.components.map((c) => [c.id, c]));
+  const visit = (node) => {
+    for (const child of node.children || []) {
+      const c = byId.get(child.id);
+      if (c && c.type === "tabs" && (child.children || []).some(
+        (item) => (byId.get(item.id) || {}).props?.id === slug)) {
+        c.props.selected = slug;
+        return true;
+      }
+      if (visit(child)) return true;
+    }
+    return false;
+  };
+  if (!visit(config.layout || {})) return;
+  const chunk = CHUNK;
+  if (chunk) {
+    const preload = document.createElement("link");
+    preload.rel = "modulepreload";
+    preload.href = "./assets/" + chunk;
+    document.head.appendChild(preload);
+  }
+})();
+""".replace("CHUNK", json.dumps(_plotly_chunk()))
+
+
+class OpenOnLinkedTab:
+    """ASGI middleware: the page itself (``GET /`` with a ``tab`` parameter) gets
+    :data:`LINKED_TAB_JS`, run before gradio's script reads the page's configuration (an
+    uncompressed HTML page only; anything else passes through unchanged)."""
+
+    MARK = b'<script type="module"'
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.script = b"<script>" + LINKED_TAB_JS.encode() + b"</script>"
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path, root = scope.get("path", ""), scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root) :]
+        if (
+            scope["type"] != "http"
+            or scope.get("method") != "GET"
+            or path.strip("/")
+            or not re.search(rb"(^|&)tab=", scope.get("query_string") or b"")
+        ):
+            await self.app(scope, receive, send)
+            return
+        start: dict[str, Any] = {}
+        body: list[bytes] = []
+
+        async def buffered(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+                return
+            if message["type"] != "http.response.body":
+                await send(message)
+                return
+            body.append(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            page = b"".join(body)
+            headers = dict(start.get("headers", []))
+            html_page = headers.get(b"content-type", b"").startswith(b"text/html")
+            if start.get("status") == 200 and html_page and b"content-encoding" not in headers:
+                page = page.replace(self.MARK, self.script + self.MARK, 1)
+            fixed = [(k, v) for k, v in start.get("headers", []) if k != b"content-length"]
+            fixed.append((b"content-length", b"%d" % len(page)))
+            await send({**start, "headers": fixed})
+            await send({"type": "http.response.body", "body": page})
+
+        await self.app(scope, receive, buffered)
+
+
 def _descendants(block: Any) -> set[int]:
     """The ids of every block inside ``block``."""
     ids: set[int] = set()
@@ -64,15 +148,19 @@ def opened_with_link(request: gr.Request | None) -> bool:
 
 
 class FirstViews:
-    """The page-load events of a demo's tabs, made to wait on a page opened with a link.
+    """The page-load events of a demo's tabs, made one event that waits on a link's page.
 
-    ``tabs``: the ``gr.Tab`` blocks, each with its slug as ``id``. Chain ``draw`` (inputs
-    ``[view, *self.inputs]``, outputs ``self.outputs``) after the link's event."""
+    ``tabs``: the ``gr.Tab`` blocks, each with its slug as ``id``. Built inside the demo's
+    ``with`` block: each tab's page-load handler stays registered (and callable through the
+    API where it was) but no longer runs on page load; :meth:`open`, one page-load event, calls
+    them, and their ``.then`` followers follow it. Chain ``draw`` (inputs ``[view,
+    *self.inputs]``, outputs ``self.outputs``) after the link's event."""
 
     def __init__(self, demo: gr.Blocks, tabs: Iterable[gr.Tab]) -> None:
         inside = {str(tab.id): _descendants(tab) for tab in tabs}
         # (the page-load handler, its inputs, its outputs, the tab it draws)
         self.functions: list[tuple[Any, list[Any], list[Any], str]] = []
+        replaced = []
         for function in sorted(demo.fns.values(), key=lambda f: f._id):
             # Only the events that run on page load alone: a handler that is also a control's
             # live redraw must draw on any page (those are the quick ones: Tokenize, Embeddings).
@@ -88,42 +176,48 @@ class FirstViews:
             self.functions.append(
                 (function.fn, list(function.inputs), list(function.outputs), slug)
             )
-            function.fn = _unless_link(function.fn, len(function.outputs))  # keeps its followers
+            replaced.append(function)
         self.inputs = union(c for _, inputs, _, _ in self.functions for c in inputs)
         self.outputs = union(c for _, _, outputs, _ in self.functions for c in outputs)
+        opened = demo.load(self.open, self.inputs, self.outputs, api_visibility="private")
+        for function in replaced:
+            function.targets = []  # opened runs it
+            for follower in demo.fns.values():
+                if follower.trigger_after == function._id:
+                    follower.trigger_after = opened["id"]
         names = [(getattr(fn, "__name__", "?"), slug) for fn, _, _, slug in self.functions]
-        log.debug("first views deferred on a page opened with a link: %s", names)
+        log.debug("first views drawn by one page-load event: %s", names)
+
+    def open(self, request: gr.Request, *values: Any) -> tuple:
+        """When a page opens: every tab's first view (``values`` are those of
+        ``self.inputs``), or nothing on a page opened with a link (``draw`` draws them)."""
+        if opened_with_link(request):
+            return tuple(gr.skip() for _ in self.outputs)
+        return self._first_views(values, drawn=None)
 
     def draw(self, request: gr.Request, view: dict | None, *values: Any) -> tuple:
         """On a page opened with a link (else nothing), the first views of the tabs the link
-        did not draw (every tab when it could not be read, ``view`` None): each page-load
-        event's handler called with ``values`` (those of ``self.inputs``)."""
+        did not draw (every tab when it could not be read, ``view`` None)."""
         if not opened_with_link(request):
             return tuple(gr.skip() for _ in self.outputs)
+        return self._first_views(values, drawn=view.get("tab") if view else None)
+
+    def _first_views(self, values: tuple, drawn: str | None) -> tuple:
+        """Each page-load handler called with ``values`` (those of ``self.inputs``), but that
+        of the tab ``drawn``; their outputs merged in the order the handlers were registered.
+        A handler that fails leaves its outputs as they are, with a message."""
         known = {c._id: v for c, v in zip(self.inputs, values, strict=True)}
-        linked = view.get("tab") if view else None
         outputs: dict[int, Any] = {}
         for fn, inputs, function_outputs, slug in self.functions:
-            if slug == linked:
+            if slug == drawn:
                 continue
             try:
                 result = fn(*[known.get(c._id) for c in inputs])
-            except gr.Error as error:
-                gr.Warning(str(error.message))
+            except Exception as error:  # the other tabs still get their first views
+                gr.Warning(describe(error))
                 continue
             if len(function_outputs) == 1:
                 result = (result,)
             for component, out in zip(function_outputs, result, strict=True):
                 outputs[component._id] = _merge(outputs.get(component._id), out)
         return tuple(outputs.get(c._id, gr.skip()) for c in self.outputs)
-
-
-def _unless_link(fn: Any, n_outputs: int) -> Any:
-    """``fn``, sending nothing on a page opened with a link (``FirstViews.draw`` draws it)."""
-    nothing = gr.skip() if n_outputs == 1 else tuple(gr.skip() for _ in range(n_outputs))
-
-    def on_page_load(request: gr.Request, *args: Any) -> Any:
-        return nothing if opened_with_link(request) else fn(*args)
-
-    on_page_load.__name__ = getattr(fn, "__name__", "on_page_load")
-    return on_page_load

@@ -161,13 +161,15 @@ def _value_of(out: Any) -> Any:
 
 
 def _merge(first: Any, then: Any) -> Any:
-    """Two outputs for one component as one: updates merged (the later wins per property),
-    else the later."""
+    """Two outputs for one component as one: the later wins per property, a plain value being
+    the update of its value alone (a figure drawn after an update that hid its plot stays
+    hidden); two plain values, the later."""
     if first is None:
         return then
-    if _is_update(first) and _is_update(then):
-        return {**_as_update(first), **_as_update(then)}
-    return then
+    if not _is_update(first) and not _is_update(then):
+        return then
+    as_update = [_as_update(out) if _is_update(out) else {"value": out} for out in (first, then)]
+    return {"__type__": "update", **as_update[0], **as_update[1]}
 
 
 def _same(shown: Any, wanted: Any) -> bool:
