@@ -424,17 +424,17 @@ def test_a_link_reopens_the_view(browser: Any, app_url: str) -> None:
         assert panel.get_by_role("radio", name="cross-attention (decoder → encoder)").is_checked()
         # Change the view, then ask for its link and open it in a fresh page.
         switch = panel.get_by_label("no √d scaling", exact=True)
+        switch.check()  # as soon as the view is drawn, while the link's settling pass waits
 
         def what_if_drawn() -> bool:
-            # The label itself says √d: wait for the what-if's own summary line, with the switch
-            # still on (the link's settling pass, if it lands after the click, sets it back).
-            if not switch.is_checked():
-                switch.check()
-                return False
+            # The label itself says √d: wait for the what-if's own summary line.
             text = panel.inner_text()
             return "What-if (no √d scaling)" in text and not first.locator(BUSY).count()
 
         _poll(first, "the what-if drawn", what_if_drawn)
+        # The settling pass (a second or two after the view) keeps what the user changed.
+        first.wait_for_timeout(3000)
+        assert switch.is_checked()
         link = _link(first)
         assert link.startswith(app_url)
         params = parse_qs(urlsplit(link).query)

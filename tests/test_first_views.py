@@ -202,3 +202,15 @@ def test_a_link_page_gets_the_script_that_opens_its_tab() -> None:
     for plain in ("/", "/?model=translate", "/?atab=1"):
         assert opening not in client.get(plain).text, plain
     assert client.get("/config?tab=attention").json() == {"tab": 1}
+
+
+def test_the_settling_pass_keeps_what_the_user_changed(demo: gr.Blocks) -> None:
+    views = demo.views
+    view = views.view_of("attention", {"layer": 3, "head": 2})
+    controls = views.tabs["attention"].controls
+    values = [getattr(c, "value", None) for c in views.draw_inputs]
+    layer = [c._id for c in views.draw_inputs].index(controls["layer"]._id)
+    values[layer] = 1  # not the view's: a handler's reset, or the user's own change
+    reset = dict(zip(views.outputs, views.settle_untouched(view, False, *values), strict=True))
+    assert reset[controls["layer"]]["value"] == 3
+    assert all(_skipped(out) for out in views.settle_untouched(view, True, *values))

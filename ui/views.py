@@ -34,6 +34,15 @@ USER_EVENTS = {"input", "select", "release", "submit", "blur"}
 # at the latest after 15 s; so the handlers that a change of value started have finished.
 WAIT_UNTIL_IDLE_JS = """
 async () => {
+  // From here on, a click or a key press is the user's own change, which the settling pass
+  // that follows must keep (see KEEP_USER_CHANGES_JS).
+  window.__viewTouched = false;
+  if (!window.__viewTouchWatch) {
+    window.__viewTouchWatch = true;
+    for (const type of ["pointerdown", "keydown"]) {
+      document.addEventListener(type, (e) => { if (e.isTrusted) window.__viewTouched = true; }, true);
+    }
+  }
   // A status tracker's overlay loses its "hide" class while its component waits for a result;
   // only those on screen count (the other tabs' first views may still be drawing).
   const busy = () => [...document.querySelectorAll(
@@ -49,6 +58,13 @@ async () => {
 }
 """
 
+
+# The settling pass's inputs, (view, touched, *values), with touched saying whether the user
+# has clicked or typed since the view arrived: a control they changed then is theirs, not a
+# handler's reset (a what-if switched on a second after a link opened was switched off again).
+KEEP_USER_CHANGES_JS = """
+(view, touched, ...values) => [view, window.__viewTouched === true, ...values]
+"""
 
 # Scrolls the control a view points at into view (the top of the page when none), once the
 # page is idle: a tab drawn for the first time on a slow machine can take longer than the wait
@@ -221,6 +237,8 @@ class Views:
         self.view = gr.State(None)  # the view being applied
         self.current = gr.State(tabs[0].slug if tabs else "")  # the tab on screen
         self.focus = gr.Textbox(visible=False)  # the element id the page scrolls to
+        # Whether the user clicked or typed while a view settled (set by the page's script)
+        self.touched = gr.Checkbox(False, visible=False)
         self.controls = [c for tab in tabs for c in tab.controls.values()]
         self._redraws = {tab.slug: redraw_functions(demo, tab.controls.values()) for tab in tabs}
         for tab in tabs:
@@ -270,6 +288,11 @@ class Views:
             return self.apply(None)
         log.debug("view of %s re-applied: %s changed meanwhile", view["tab"], changed)
         return self.apply(view, *values)
+
+    def settle_untouched(self, view: dict | None, touched: bool, *values: Any) -> tuple:
+        """:meth:`settle`, unless the user clicked or typed (``touched``) while the view
+        settled: then nothing is sent, and what they changed stays."""
+        return self.apply(None) if touched else self.settle(view, *values)
 
     def _draw(self, view: dict, values: tuple) -> dict[int, Any]:
         """Run the view's tab's redraws in order, each reading what the view and the redraws
@@ -338,7 +361,13 @@ class Views:
         event = event.then(None, None, None, js=WAIT_UNTIL_IDLE_JS, **private)
         # Again, once the handlers the new values triggered are done, where one of them reset
         # a control (a model change resets Generate's sliders): the view as the link gave it.
-        event = event.then(self.settle, inputs, self.outputs, **private)
+        event = event.then(
+            self.settle_untouched,
+            [self.view, self.touched, *self.draw_inputs],
+            self.outputs,
+            js=KEEP_USER_CHANGES_JS,
+            **private,
+        )
         # After the wait: a tab opened for the first time has mounted its controls by now.
         event = event.then(None, self.focus, None, js=SCROLL_JS, **private)
         replay = self._replay()
