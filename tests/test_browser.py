@@ -491,6 +491,43 @@ def test_a_link_page_starts_on_its_own_tab(browser: Any, app_url: str) -> None:
             context.close()
 
 
+# Records, at every frame, what the Attention tab shows: hidden (with the line drawn in its
+# place) or shown, with the model its menu holds.
+ATTENTION_FRAMES_JS = """
+window.__frames = [];
+const look = () => {
+  const tab = document.querySelector('#view-attention');
+  if (tab) {
+    const model = tab.querySelector('input[aria-label="Model"]');
+    const line = getComputedStyle(tab, '::before').content;
+    window.__frames.push(getComputedStyle(tab).visibility === 'visible'
+      ? 'shown ' + (model ? model.value : '?') : 'hidden ' + line);
+  }
+  requestAnimationFrame(look);
+};
+requestAnimationFrame(look);
+"""
+
+
+def test_a_link_page_shows_its_tab_once_the_link_has_set_it(browser: Any, app_url: str) -> None:
+    # Until the link's event arrives the tab's controls hold their defaults (another model,
+    # other ranges): the tab is hidden behind a line that says the link's view is coming.
+    context = browser.new_context(viewport=VIEWPORT)
+    context.add_init_script(ATTENTION_FRAMES_JS)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(f"{app_url}?tab=attention&model=reverse&layer=2")
+        _drawn(page, "Attention", 4, ("layer 2",))
+        frames = list(dict.fromkeys(page.evaluate("window.__frames")))
+        shown = {frame for frame in frames if frame.startswith("shown")}
+        assert shown == {"shown reverse"}, f"the tab was shown as {frames}"
+        hidden = [frame for frame in frames if frame.startswith("hidden")]
+        assert all("Opening the link" in frame for frame in hidden), hidden
+    finally:
+        context.close()
+
+
 def test_a_link_to_a_generation_step_and_a_bad_link(browser: Any, app_url: str) -> None:
     context, page = _open(browser, f"{app_url}?tab=generate&model=reverse&source=a+b+c+d&step=3")
     try:

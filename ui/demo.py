@@ -23,7 +23,7 @@ from transformer.device import pick_device
 from . import limits
 from .errors import guard_preprocessing, scrub
 from .export import PLOT_TOOLBAR_JS, ViewExport
-from .first_views import PRELOAD_PLOTLY_JS, FirstViews, OpenOnLinkedTab
+from .first_views import PRELOAD_PLOTLY_JS, REVEAL_LINK_JS, FirstViews, OpenOnLinkedTab
 from .share import MAX_QUERY, TabView
 from .sliders import SLIDER_ENTER_JS
 from .state import ModelRegistry, SessionModels
@@ -308,6 +308,7 @@ def _wire_views(
     # On a page opened with a link the tabs' first views wait until the link's is drawn.
     first_views = FirstViews(demo, tab_list)
     quiet: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
+    loaded.then(None, None, None, js=REVEAL_LINK_JS, **quiet)  # the linked tab, set: shown
     views.follow(loaded, applied=True).then(
         first_views.draw, [views.view, *first_views.inputs], first_views.outputs, **quiet
     )

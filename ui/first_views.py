@@ -73,6 +73,18 @@ LINKED_TAB_JS = r"""
     return false;
   };
   if (!visit(config.layout || {})) return;
+  // The tab's controls show their defaults until the link's event sets them: the tab stays
+  // hidden behind a line that says what is coming (REVEAL_LINK_JS, or 20 s, shows it).
+  const style = document.createElement("style");
+  style.textContent = `
+    html.link-pending .tabitem { visibility: hidden; }
+    html.link-pending .tabitem::before {
+      content: "Opening the link's view…"; visibility: visible; padding: 1em 0;
+      color: var(--body-text-color-subdued);
+    }`;
+  document.head.appendChild(style);
+  document.documentElement.classList.add("link-pending");
+  setTimeout(() => document.documentElement.classList.remove("link-pending"), 20000);
   const chunk = CHUNK;
   if (chunk) {
     const preload = document.createElement("link");
@@ -82,6 +94,11 @@ LINKED_TAB_JS = r"""
   }
 })();
 """.replace("CHUNK", json.dumps(_plotly_chunk()))
+
+# Chained after the link's event (its outputs applied): the linked tab is shown.
+REVEAL_LINK_JS = """
+() => { document.documentElement.classList.remove("link-pending"); return []; }
+"""
 
 
 class OpenOnLinkedTab:
