@@ -1,8 +1,8 @@
 """The tabs' first views when a page opens, in one event; on a page opened with a link, after it.
 
 Every tab draws its first example when a page opens. Each tab's page-load handler is one event
-no longer: one page-load event calls them all and sends their outputs together (twelve events
-were twelve round trips, and the page re-read its progress targets at every status change of
+no longer: one page-load event calls them all and sends their outputs together (ten events
+were ten round trips, and the page re-read its progress targets at every status change of
 each, the link's figures waiting behind them; issue 23.5). On a page opened with a link that
 event sends nothing; the link's event draws its tab, and once it is on screen one event draws
 the other tabs' first views (the linked tab's too, if the link could not be read). A handler
