@@ -67,3 +67,18 @@ def test_an_event_that_draws_shows_that_it_is_running(demo: gr.Blocks) -> None:
         outputs = [demo.blocks[o] for o in dependency["outputs"]]
         if dependency["show_progress"] != "hidden" and any(isinstance(o, shows) for o in outputs):
             assert _targets(dependency), dependency["api_name"]
+
+
+def test_an_event_that_writes_in_a_tab_shows_no_progress_outside_the_tabs(
+    demo: gr.Blocks,
+) -> None:
+    # The link's event also writes the page's status line, usually empty: a spinner there, above
+    # the tabs, said nothing the linked tab's own caption did not.
+    for dependency in demo.get_config_file()["dependencies"]:
+        if dependency.get("show_progress_on") is None:
+            continue  # gradio's default, all outputs: the tests above
+        outputs = [demo.blocks[output] for output in dependency["outputs"]]
+        if not any(_tab_of(block) is not None for block in outputs):
+            continue
+        outside = [t for t in _targets(dependency) if _tab_of(demo.blocks[t]) is None]
+        assert not outside, (dependency["api_name"], outside)

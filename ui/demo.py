@@ -330,8 +330,9 @@ def narrow_progress(demo: gr.Blocks) -> None:
     copies its props and those of everything inside it: with gradio's default (all outputs, a
     view's controls and figures), a Generate Step re-read every figure of the app. An event
     left to that default shows its progress on the first output, in ``SHOWS_PROGRESS``'s order,
-    of each tab it writes (and of the page outside the tabs); an event that shows no progress
-    on none. Events that name their targets keep them."""
+    of each tab it writes (of the page outside the tabs, its status line, only when it writes
+    in no tab); an event that shows no progress on none. Events that name their targets keep
+    them."""
     for fn in demo.fns.values():
         if fn.show_progress_on is not None:
             continue
@@ -342,6 +343,8 @@ def narrow_progress(demo: gr.Blocks) -> None:
         for out in fn.outputs:
             if isinstance(out, SHOWS_PROGRESS):
                 by_tab.setdefault(_tab_of(out), []).append(out)
+        if len(by_tab) > 1:  # the page's status line too: the tabs say it, not an empty line
+            by_tab.pop(None, None)
         fn.show_progress_on = [min(outs, key=_progress_rank) for outs in by_tab.values()]
 
 
