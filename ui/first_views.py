@@ -169,26 +169,32 @@ class FirstViews:
 
     ``tabs``: the ``gr.Tab`` blocks, each with its slug as ``id``. Built inside the demo's
     ``with`` block: each tab's page-load handler stays registered (and callable through the
-    API where it was) but no longer runs on page load; :meth:`open`, one page-load event, calls
-    them, and their ``.then`` followers follow it. Chain ``draw`` (inputs ``[view,
+    API where it was, and on its other events where it is also a control's live redraw) but no
+    longer runs on page load; :meth:`open`, one page-load event, calls them, and their ``.then``
+    followers follow it. Chain ``draw`` (inputs ``[view,
     *self.inputs]``, outputs ``self.outputs``) after the link's event."""
 
     def __init__(self, demo: gr.Blocks, tabs: Iterable[gr.Tab]) -> None:
         inside = {str(tab.id): _descendants(tab) for tab in tabs}
+        first_tab = next(iter(inside), None)  # the tab a page without a link shows
         # (the page-load handler, its inputs, its outputs, the tab it draws)
         self.functions: list[tuple[Any, list[Any], list[Any], str]] = []
         replaced = []
         for function in sorted(demo.fns.values(), key=lambda f: f._id):
-            # Only the events that run on page load alone: a handler that is also a control's
-            # live redraw must draw on any page (those are the quick ones: Tokenize, Embeddings).
-            on_load_only = bool(function.targets) and all(
-                event == "load" for _, event in function.targets
-            )
-            if not on_load_only or not function.queue or not _usable(function):
+            on_load = any(event == "load" for _, event in function.targets)
+            if not on_load or not function.queue or not _usable(function):
                 continue  # also: the model menus and the status line, not views, and quick
             outputs = {c._id for c in function.outputs}
             slug = next((s for s, ids in inside.items() if outputs & ids), None)
             if slug is None:
+                continue
+            # A control's live redraw that also runs on page load (Tokenize, Embeddings) joins
+            # too, but the first tab's: its quick event draws the tab a page without a link
+            # shows, sooner than the one event drawing every tab. One with followers keeps its
+            # load: the followers follow its other events too.
+            live = any(event != "load" for _, event in function.targets)
+            followed = any(f.trigger_after == function._id for f in demo.fns.values())
+            if live and (slug == first_tab or followed):
                 continue
             self.functions.append(
                 (function.fn, list(function.inputs), list(function.outputs), slug)
@@ -198,7 +204,10 @@ class FirstViews:
         self.outputs = union(c for _, _, outputs, _ in self.functions for c in outputs)
         opened = demo.load(self.open, self.inputs, self.outputs, api_visibility="private")
         for function in replaced:
-            function.targets = []  # opened runs it
+            # opened runs it on page load; a control's live redraw keeps its other events
+            function.targets = [
+                (block, event) for block, event in function.targets if event != "load"
+            ]
             for follower in demo.fns.values():
                 if follower.trigger_after == function._id:
                     follower.trigger_after = opened["id"]
