@@ -549,6 +549,47 @@ def test_a_link_to_a_generation_step_and_a_bad_link(browser: Any, app_url: str) 
         context.close()
 
 
+# Every y tick label of each plot on screen: where its text starts, and where its plot starts.
+Y_LABELS_JS = """
+() => [...document.querySelectorAll('[role=tabpanel] .js-plotly-plot')]
+  .filter((plot) => plot.offsetParent)
+  .flatMap((plot) => {
+    const left = plot.getBoundingClientRect().left;
+    const title = (plot.querySelector('.gtitle') || {}).textContent || '';
+    return [...plot.querySelectorAll('.ytick text')].map((label) =>
+      [title.slice(0, 40), label.textContent, label.getBoundingClientRect().left - left]);
+  })
+"""
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["laptop", "projector"])
+def test_generate_figures_fit_their_labels(browser: Any, app_url: str, large: bool) -> None:
+    """The figures redrawn at every step get their left margin from the server (plotly's
+    automargin drew each of them twice per step): every label of their y axes is inside."""
+    viewport = {"width": 1920, "height": 1080} if large else VIEWPORT
+    context = browser.new_context(viewport=viewport)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    try:
+        page.goto(f"{app_url}?tab=generate&step=4")
+        panel = page.get_by_role("tabpanel")
+        _poll(page, "4 steps replayed", lambda: _steps_shown(panel) == 4)
+        _drawn(page, "Generate", 3)
+        if large:
+            page.get_by_label("Large font (for projecting)").check()
+            _poll(page, "large labels", lambda: page.locator(".ytick text").count() > 0)
+            page.wait_for_timeout(300)
+            _poll(page, "redrawn", lambda: not page.locator(BUSY).count())
+        labels = page.evaluate(Y_LABELS_JS)
+        titles = {title for title, _, _ in labels}
+        for words in ("next token", "step by step", "Logit lens"):
+            assert any(words in title for title in titles), (words, titles)
+        cut = [(title, text, round(x)) for title, text, x in labels if x < 0]
+        assert not cut, f"y labels cut off on the left: {cut}"
+    finally:
+        context.close()
+
+
 def test_figures_views_and_tables_export(page: PageRecord, tmp_path: Path) -> None:
     import csv
     import io

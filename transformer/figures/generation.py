@@ -19,6 +19,7 @@ from .common import (
     category_axis,
     check_labels,
     heatmap_height,
+    steady_left_margin,
     to_numpy,
 )
 
@@ -213,6 +214,7 @@ def causal_growth_figure(
         },
         yaxis={**category_axis("query", queries, large_font), "autorange": "reversed"},
     )
+    steady_left_margin(layout, queries, large_font, titled=True)  # redrawn at every step
     return go.Figure(trace, layout)
 
 
@@ -298,4 +300,5 @@ def next_token_figure(
     )
     if sampled_probs is not None:
         layout["margin"] = {**layout["margin"], "b": 100 if large_font else 80}
+    steady_left_margin(layout, names, large_font, titled=False)  # redrawn at every step
     return go.Figure(traces, layout)

@@ -22,6 +22,7 @@ from .common import (
     check_labels,
     font_size,
     panel_title,
+    steady_left_margin,
     to_numpy,
 )
 
@@ -165,6 +166,7 @@ def logit_lens_figure(
         **layout_extra,
     )
     layout["margin"] = {**layout["margin"], "t": layout["margin"]["t"] + 20, "b": 50}
+    steady_left_margin(layout, rows, large_font, titled=False)  # redrawn at every step
     return go.Figure(traces, layout)
 
 
