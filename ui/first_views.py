@@ -171,8 +171,8 @@ class FirstViews:
     ``with`` block: each tab's page-load handler stays registered (and callable through the
     API where it was, and on its other events where it is also a control's live redraw) but no
     longer runs on page load; :meth:`open`, one page-load event, calls them, and their ``.then``
-    followers follow it. Chain ``draw`` (inputs ``[view,
-    *self.inputs]``, outputs ``self.outputs``) after the link's event."""
+    followers follow it. Chain ``draw`` (inputs ``[view, *self.inputs]``, outputs
+    ``self.outputs``) after the link's event."""
 
     def __init__(self, demo: gr.Blocks, tabs: Iterable[gr.Tab]) -> None:
         inside = {str(tab.id): _descendants(tab) for tab in tabs}

@@ -153,7 +153,7 @@ def steady_left_margin(
     Plotly's automargin measures the labels once the figure is drawn and, when the margin they
     need differs from the one drawn with, draws the whole figure again. A figure redrawn at
     every Generate step (new candidate tokens, one more query row) was laid out twice per step:
-    about a third of a Step's time in the browser. The margin is rounded up to 10 px and never
+    about a quarter of plotly's work in a Step. The margin is rounded up to 10 px and never
     below the project's 70 px, so labels of similar length keep one margin across steps.
     """
     size = font_size(large_font)
