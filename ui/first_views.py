@@ -6,8 +6,8 @@ were ten round trips, and the page re-read its progress targets at every status 
 each, the link's figures waiting behind them; issue 23.5). On a page opened with a link that
 event sends nothing; the link's event draws its tab, and once it is on screen one event draws
 the other tabs' first views (the linked tab's too, if the link could not be read). A handler
-that is also a control's live redraw (Tokenize's, Embeddings') keeps its own page-load event:
-it must draw on any page, and it is quick.
+that is also a control's live redraw joins the one event (Embeddings'), but the first tab's
+(Tokenize's): its own quick page-load event draws the tab a page without a link shows sooner.
 """
 
 from __future__ import annotations
