@@ -324,3 +324,18 @@ def test_a_live_redraw_with_a_stale_value_draws_the_fitted_view(registry):
         attention.attention(
             registry, "the small cat sees a red ball", "translate", CROSS, 2, 1, 2, [], False, None
         )
+
+
+def test_a_text_too_long_to_keep_every_head_points_to_the_long_inputs_view(registry, monkeypatch):
+    """The library's bound on a captured pass reaches the tab as a message that names the
+    length that fits and the long-input view; the figures are not replaced by an error."""
+    import gradio as gr
+
+    from transformer import trace as trace_module
+
+    monkeypatch.setattr(trace_module, "MAX_CAPTURED_WEIGHTS_BYTES", 1_000)
+    with pytest.raises(gr.Error, match="too many to show every layer and head") as refused:
+        attention.attention(
+            registry, "a b c d e f g h i j", "reverse", ENCODER_SELF, 1, 1, 1, [], False, None
+        )
+    assert "at most about" in str(refused.value) and "“Long inputs” below" in str(refused.value)

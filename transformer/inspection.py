@@ -20,7 +20,7 @@ from .interventions import NO_INTERVENTION, Intervention
 from .model import Transformer
 from .special import PAD_ID
 from .text.tokenization import Tokenizer
-from .trace import Trace
+from .trace import Trace, check_capture_size
 from .util import eval_mode, pad
 
 MAX_SENTENCES = 3
@@ -128,6 +128,7 @@ def _analyse(
         tgt = encode_batch(
             tokenizer, sentences, config.max_len, add_bos=config.prompt_bos, pad_id=config.pad_id
         ).to(device)
+        check_capture_size(config, tgt.size(0), 0, tgt.size(1))
         trace = model(tgt=tgt, capture=True, intervention=intervention)
         return Analysis(
             trace=trace,
@@ -137,6 +138,7 @@ def _analyse(
             predicted=_predicted(tokenizer, trace, tgt),
         )
     src = encode_batch(tokenizer, sentences, config.max_len).to(device)
+    check_capture_size(config, src.size(0), src.size(1), 0)
     if config.architecture == "encoder-only":
         trace = model(src=src, capture=True, intervention=intervention)
         return Analysis(trace, _pieces(tokenizer, src.cpu()), [], list(sentences), [])
@@ -149,6 +151,7 @@ def _analyse(
         assert bos is not None  # greedy_batch starts a source's answer from it, or raises
         targets = pad([[bos, *row] for row in generated], config.pad_id)
     targets = targets.to(device)
+    check_capture_size(config, src.size(0), src.size(1), targets.size(1))
     trace = model(src, targets, capture=True, intervention=intervention)
     outputs = [tokenizer.decode(row.tolist()) for row in targets]
     return Analysis(

@@ -18,6 +18,10 @@ from .config import ModelConfig
 
 AttentionKind = Literal["encoder_self", "decoder_self", "cross"]
 ATTENTION_KINDS: tuple[str, ...] = ("encoder_self", "decoder_self", "cross")
+# The attention weights a captured pass may keep (every layer's and head's (Tq, Tk) map, in
+# float32). SmolLM2 (30 layers x 9 heads) reaches it at 539 tokens: 512 fit (271 MiB); at
+# 8,192, its context, they would be 72 GB. Longer texts are for views that keep less.
+MAX_CAPTURED_WEIGHTS_BYTES = 300 * 2**20
 
 
 @dataclass(init=False)
@@ -187,3 +191,53 @@ class Trace:
     def attention_weights(self, kind: AttentionKind) -> Tensor:
         """``(L, B, H, Tq, Tk)`` weights of every layer of one kind."""
         return torch.stack([r.weights for r in self.attention_records(kind)])
+
+
+def captured_weight_bytes(config: ModelConfig, batch: int, source: int, target: int) -> int:
+    """Bytes of the float32 attention weights a captured pass over a ``(batch, source)`` source
+    and a ``(batch, target)`` target keeps: ``(B, H, Tq, Tk)`` per layer and attention kind (the
+    lengths of a stack the model does not have are ignored)."""
+    cells = 0
+    if config.has_encoder:
+        cells += config.n_encoder_layers * source * source
+    if config.has_decoder:
+        cells += config.n_decoder_layers * target * target
+        if config.has_encoder:
+            cells += config.n_decoder_layers * target * source
+    return 4 * batch * config.n_heads * cells
+
+
+def _size(n_bytes: int) -> str:
+    return f"{n_bytes / 2**30:.1f} GB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:,.0f} MB"
+
+
+class CaptureTooLarge(ValueError):
+    """A captured pass refused for the memory its attention weights would take; ``most`` is the
+    longest length (tokens per row, every stack) that fits."""
+
+    def __init__(self, message: str, most: int) -> None:
+        super().__init__(message)
+        self.most = most
+
+
+def check_capture_size(
+    config: ModelConfig, batch: int, source: int, target: int, row: str = "sentence"
+) -> None:
+    """:class:`CaptureTooLarge` naming the length and the bound when a captured pass would keep more than
+    ``MAX_CAPTURED_WEIGHTS_BYTES`` of attention weights (see :func:`captured_weight_bytes`);
+    ``row`` names what the batch holds, for the message ("sentence", "beam")."""
+    size = captured_weight_bytes(config, batch, source, target)
+    if size <= MAX_CAPTURED_WEIGHTS_BYTES:
+        return
+    # The longest length that fits, every stack as long as the longest (a translation's answer
+    # is about as long as its source).
+    most = 1
+    while captured_weight_bytes(config, batch, most + 1, most + 1) <= MAX_CAPTURED_WEIGHTS_BYTES:
+        most += 1
+    each = f" per {row} ({batch} {row}s)" if batch > 1 else ""
+    raise CaptureTooLarge(
+        f"{max(source, target):,} tokens{each} are too many to show every layer and head: "
+        f"their attention weights would take {_size(size)}; with this model at most "
+        f"about {most:,} tokens{each} are shown, so shorten the text",
+        most,
+    )

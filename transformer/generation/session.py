@@ -11,7 +11,7 @@ from torch import Tensor
 from ..lens import ResidualNorms, input_is_comparable, logit_lens, residual_norms
 from ..model import Decoded, DecoderCache, Encoded, Transformer
 from ..special import BOS_ID, EOS_ID
-from ..trace import Trace
+from ..trace import Trace, check_capture_size
 from ..util import eval_mode, is_int
 from .loop import (
     DecodingLoop,
@@ -89,6 +89,10 @@ class DecodingSession:
         self._limit_reason: StopReason = (
             "max_new_tokens" if settings.max_new_tokens <= limit else "max_len"
         )
+        if settings.capture_attention or settings.capture_lens:
+            # The first step's captured pass reads the whole prefix (every step's, uncached).
+            read = len(self.prefix) + (0 if settings.use_cache else self.max_steps)
+            check_capture_size(config, self.width, len(self.source), read, row="beam")
         self.seed: int = settings.seed if settings.seed is not None else secrets.randbits(63)
 
         device = model.device

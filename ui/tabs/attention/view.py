@@ -16,8 +16,9 @@ from transformer.analysis import (
 from transformer.checkpoint import Checkpoint
 from transformer.figures.attention import GRID_MAX_CELLS
 from transformer.inspection import MAX_SENTENCES, Analysis, check_sentences
-from transformer.trace import AttentionKind
+from transformer.trace import AttentionKind, CaptureTooLarge
 
+from ... import limits
 from ...errors import InputError, readable_list, user_input
 from ...inputs import as_int, as_text
 from ...state import ModelRegistry, SessionModels
@@ -143,7 +144,15 @@ def attention_view(
     targets = None
     if use_reference and config.has_encoder and config.has_decoder:
         targets = reference_targets(tokenizer, checkpoint.task, sentences, config.pad_id)
-    analysis = registry.analysis(name, checkpoint, sentences, targets=targets)
+    try:
+        analysis = registry.analysis(name, checkpoint, sentences, targets=targets)
+    except InputError as error:  # user_input() leaves the library's error as its context
+        if not isinstance(error.__context__, CaptureTooLarge):
+            raise
+        raise InputError(
+            f"{error}, or paste it under “Long inputs” below, which reads up to "
+            f"{limits.MAX_SCALE_TOKENS:,} tokens"
+        ) from None
     try:
         records = analysis.trace.attention_records(kind)
     except ValueError:

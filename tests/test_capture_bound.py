@@ -1,0 +1,102 @@
+"""A captured pass keeps every layer's and head's attention weights, T² each: the library
+refuses one whose weights would pass ``MAX_CAPTURED_WEIGHTS_BYTES`` (SmolLM2 at its 8,192-token
+context: 72 GB) with a message that gives the length it accepts, in an analysis and in a
+step-by-step decoding that records attention. The bound's arithmetic is checked against the
+bytes real traces hold."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from transformer import trace as trace_module
+from transformer.bundled import load_bundled
+from transformer.config import ModelConfig
+from transformer.generation import DecodingSession, DecodingSettings
+from transformer.inspection import analyse
+from transformer.model import Transformer
+from transformer.trace import Trace, captured_weight_bytes
+
+SENTENCE = "the small cat sees a red ball and a big dog sleeps under the old table"
+WORDS = SENTENCE.split(" ")
+
+
+def held_weight_bytes(trace: Trace) -> int:
+    """Bytes of the attention weights a trace holds, every kind the model has."""
+    held = 0
+    for kind in ("encoder_self", "decoder_self", "cross"):
+        with contextlib.suppress(ValueError):  # the model has no such attention
+            held += sum(r.weights.nbytes for r in trace.attention_records(kind))  # type: ignore[arg-type]
+    return held
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return load_bundled("cpu").models
+
+
+@pytest.mark.parametrize("architecture", ["encoder-decoder", "decoder-only", "encoder-only"])
+def test_the_bound_counts_exactly_the_weights_a_trace_holds(architecture):
+    config = ModelConfig(
+        architecture=architecture,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_encoder_layers=2,
+        n_decoder_layers=3,
+        src_vocab_size=50,
+        tgt_vocab_size=50,
+    )
+    model = Transformer(config).eval()
+    src, tgt = torch.randint(4, 50, (2, 7)), torch.randint(4, 50, (2, 5))
+    if architecture == "encoder-decoder":
+        trace, source, target = model(src, tgt, capture=True), 7, 5
+    elif architecture == "decoder-only":
+        trace, source, target = model(tgt=tgt, capture=True), 0, 5
+    else:
+        trace, source, target = model(src=src, capture=True), 7, 0
+    held = held_weight_bytes(trace)
+    assert held > 0
+    assert captured_weight_bytes(config, 2, source, target) == held
+
+
+@pytest.mark.parametrize("name", ["translate", "continue"])
+def test_an_analysis_too_long_to_keep_is_refused_with_the_length_that_fits(
+    bundled, name, monkeypatch
+):
+    """A bound one byte under what an analysis holds refuses it (for a translation, after its
+    answer is known) and names a length that does fit; a shorter text is analysed."""
+    model, tokenizer = bundled[name].model, bundled[name].tokenizer
+    text = " ".join(WORDS[:8])
+    held = held_weight_bytes(analyse(model, tokenizer, [text]).trace)
+    monkeypatch.setattr(trace_module, "MAX_CAPTURED_WEIGHTS_BYTES", held - 1)
+    with pytest.raises(ValueError, match="too many to show every layer and head") as refused:
+        analyse(model, tokenizer, [text])
+    message = str(refused.value)
+    assert "shorten the text" in message
+    most = int(message.split("at most about ")[1].split(" tokens")[0].replace(",", ""))
+    config = model.config
+    assert captured_weight_bytes(config, 1, most, most) <= held - 1
+    assert captured_weight_bytes(config, 1, most + 1, most + 1) > held - 1
+    shorter = analyse(model, tokenizer, [" ".join(WORDS[:3])]).trace
+    assert held_weight_bytes(shorter) <= held - 1
+
+
+def test_a_decoding_that_records_attention_is_refused_a_prompt_too_long_to_keep(
+    bundled, monkeypatch
+):
+    """Its first step captures the whole prompt; without recording, the same prompt decodes."""
+    checkpoint = bundled["continue"]
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    prompt = tokenizer.encode_ids(" ".join(WORDS), add_bos=True)
+    recording = DecodingSettings(max_new_tokens=2, capture_attention=True, capture_lens=True)
+    session = DecodingSession(model, prompt, recording, decode_token=tokenizer.id_to_token)
+    session.step()
+    weights = captured_weight_bytes(model.config, 1, 0, len(session.prefix))
+    monkeypatch.setattr(trace_module, "MAX_CAPTURED_WEIGHTS_BYTES", weights - 1)
+    with pytest.raises(ValueError, match=r"too many to show every layer and head"):
+        DecodingSession(model, prompt, recording, decode_token=tokenizer.id_to_token)
+    plain = DecodingSettings(max_new_tokens=2)
+    DecodingSession(model, prompt, plain, decode_token=tokenizer.id_to_token).step()
