@@ -373,12 +373,28 @@ def test_the_cache_counts_every_tensor_of_a_trace_and_stays_in_its_bound(monkeyp
     assert sum(n for _, n in registry._analyses.values()) <= limits.CACHE_BYTES
 
 
-def test_freed_memory_is_returned_on_glibc():
-    """app.py fixes glibc's mmap threshold (a no-op elsewhere): mallopt accepts it here."""
-    import platform
+def test_an_analysis_over_the_bound_is_dropped_before_the_next_is_computed(monkeypatch):
+    """Two analyses over the cache's bound (SmolLM2's at 512 tokens: 700 MB each) are never
+    held at once: the kept one is dropped when another input's analysis starts."""
+    from ui import limits
+    from ui import state as state_module
 
-    expected = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
-    assert visualiser.return_freed_memory() is expected
+    registry = ModelRegistry(torch.device("cpu"))
+    checkpoint = registry.checkpoint("translate", None)
+    monkeypatch.setattr(limits, "CACHE_BYTES", 1)  # every analysis is over the bound
+    held_while_computing = []
+    real = state_module.analyse
+
+    def counting(*args, **kwargs):
+        held_while_computing.append(len(registry._analyses))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(state_module, "analyse", counting)
+    first = registry.analysis("translate", checkpoint, ["the small cat sees a red ball"])
+    assert registry.analysis("translate", checkpoint, ["the small cat sees a red ball"]) is first
+    registry.analysis("translate", checkpoint, ["a big dog sleeps under the old table"])
+    assert held_while_computing == [0, 0]  # the first was not held while the second was made
+    assert len(registry._analyses) == 1  # the newest is kept alone, for its next click
 
 
 def test_trained_here_is_offered_only_once_the_session_has_trained_a_model():

@@ -301,6 +301,10 @@ class ModelRegistry:
             if key in self._analyses:
                 self._analyses.move_to_end(key)
                 return self._analyses[key][0]
+            # An analysis over the bound alone (SmolLM2's at 512 tokens: about 700 MB) is
+            # dropped before the next one is computed, so two are never held at once.
+            for old in [k for k, (_, n) in self._analyses.items() if n > limits.CACHE_BYTES]:
+                del self._analyses[old]
         with user_input():  # the library checks the sentences' count and lengths
             result = analyse(
                 checkpoint.model, checkpoint.tokenizer, sentences, intervention, targets
