@@ -11,35 +11,14 @@ lives in ``ui/`` (one module per tab), computation in ``transformer/`` and figur
 from __future__ import annotations
 
 import argparse
-import ctypes
 import logging
 import os
-import sys
 
 from ui import build_demo, launch_options, preload_models
+from ui.memory import return_memory_when_idle
 from ui.space import install_shipped_models
 
 __all__ = ["build_demo", "launch_options", "main", "preload_models"]
-
-
-def return_freed_memory() -> bool:
-    """Make glibc give freed tensor buffers back to the system (Linux only; True if set).
-
-    glibc serves allocations below its mmap threshold from its heaps, and raises that threshold
-    (up to 32 MB) each time a large block is freed, so the buffers of one request's trace stay
-    in the server's resident memory, fragmented across threads' arenas. A fixed 1 MB threshold
-    returns them: with MiniLM at 512 tokens the server's peak drops by about 240 MB.
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3  # from malloc.h
-        return bool(libc.mallopt(m_mmap_threshold, 1 << 20)) and bool(
-            libc.mallopt(m_trim_threshold, 1 << 20)
-        )
-    except (OSError, AttributeError):  # not glibc (musl, ...): nothing to do
-        return False
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -70,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
-    return_freed_memory()
+    return_memory_when_idle()
     # A Space installs requirements.txt only: the shipped models' packages come here (logged);
     # a failure leaves the bundled models serving and says why in the page.
     not_installed = install_shipped_models()

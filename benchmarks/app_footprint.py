@@ -1,7 +1,7 @@
 """The app's peak memory with both shipped models loaded, and its cold start against its imports.
 
 1. **Peak resident memory**: a child interpreter builds the app as ``python app.py`` does
-   (``return_freed_memory``, ``build_demo(preload=False)``, ``preload_models``), waits for the
+   (``return_memory_when_idle``, ``build_demo(preload=False)``, ``preload_models``), waits for the
    background thread to read every shipped model (all-MiniLM-L6-v2 and SmolLM2-135M-Instruct),
    checks that both loaded, and exits; its peak is ``getrusage(RUSAGE_CHILDREN).ru_maxrss``
    (the kernel's high-water mark of the child's resident set). Target: ≤ 1.8 GB.
@@ -35,7 +35,8 @@ COLD_START_TARGET = 1.5
 LOAD_BOTH = """
 import app
 from transformer.pretrained import shipped_models
-app.return_freed_memory()
+from ui.memory import return_memory_when_idle
+return_memory_when_idle()
 demo = app.build_demo("cpu", preload=False)
 app.preload_models(demo)
 registry = demo.model_registry

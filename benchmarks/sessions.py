@@ -67,11 +67,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     import app as visualiser
     from ui import demo as demo_module
+    from ui.memory import return_memory_when_idle
     from ui.testing import launched
 
     if args.capacity is not None:
         demo_module.MAX_SESSIONS = args.capacity
-    visualiser.return_freed_memory()
+    return_memory_when_idle()
     demo = visualiser.build_demo("cpu", (), preload=False)
     capacity = demo_module.MAX_SESSIONS
     rows, latencies, failures = [], [], 0

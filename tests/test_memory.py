@@ -1,0 +1,114 @@
+"""The server gives freed memory back once it stops working (``ui/memory.py``): when the idle
+trimmer trims, and that glibc's ``malloc_trim`` does give memory back (measured in the process's
+own resident set, not taken on trust)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import sys
+
+import pytest
+
+from ui.memory import IdleTrimmer, glibc_trim
+
+GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+
+
+class Process:
+    """A fake process: CPU seconds and a clock that the test moves."""
+
+    def __init__(self) -> None:
+        self.cpu, self.now, self.trimmed = 0.0, 0.0, 0
+
+    def trim(self) -> None:
+        self.trimmed += 1
+        self.cpu += 0.2  # trimming costs CPU: it must not count as work
+
+    def after(self, seconds: float, cpu: float, trimmer: IdleTrimmer) -> bool:
+        self.now += seconds
+        self.cpu += cpu
+        return trimmer.tick()
+
+
+@pytest.fixture
+def process() -> Process:
+    return Process()
+
+
+def _trimmer(process: Process) -> IdleTrimmer:
+    return IdleTrimmer(
+        process.trim,
+        quiet=1.0,
+        busy_share=0.1,
+        cpu_seconds=lambda: process.cpu,
+        clock=lambda: process.now,
+    )
+
+
+def test_work_then_a_quiet_second_trims_once(process):
+    trimmer = _trimmer(process)
+    assert not process.after(0.25, 0.25, trimmer)  # a request: busy
+    assert not process.after(0.25, 0.2, trimmer)  # still busy
+    ticks = [process.after(0.25, 0.001, trimmer) for _ in range(3)]
+    assert ticks == [False, False, False] and process.trimmed == 0  # 0.75 s quiet: not yet
+    assert process.after(0.25, 0.001, trimmer)  # one second after the work ended
+    assert process.trimmed == 1
+    # Idle from now on (the trim's own CPU is not work): no second trim.
+    assert not any(process.after(0.25, 0.001, trimmer) for _ in range(40))
+    assert process.trimmed == 1
+
+
+def test_an_idle_server_and_a_busy_one_are_not_trimmed(process):
+    idle = _trimmer(process)
+    assert not any(process.after(0.25, 0.01, idle) for _ in range(40))
+    busy = _trimmer(process)
+    assert not any(process.after(0.25, 0.2, busy) for _ in range(40))  # steady work: Run, train
+    assert process.trimmed == 0
+    assert process.after(0.5, 0.0, busy) is False  # quiet for half a second only
+    assert process.after(0.5, 0.0, busy) is True
+
+
+def test_work_during_the_quiet_second_starts_it_again(process):
+    trimmer = _trimmer(process)
+    process.after(0.25, 0.25, trimmer)
+    process.after(0.75, 0.0, trimmer)
+    process.after(0.25, 0.1, trimmer)  # the next click
+    assert not process.after(0.75, 0.0, trimmer)
+    assert process.after(0.25, 0.0, trimmer)
+    assert process.trimmed == 1
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not GLIBC, reason="malloc_trim is glibc's; elsewhere nothing is trimmed")
+def test_malloc_trim_gives_freed_heap_memory_back():
+    """128 MB of 64 KB blocks (under any mmap threshold: served from the heap) are written and
+    freed, a block after them keeps the heap's top in place; only the trim gives them back."""
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    block, count = 64 * 1024, 2048
+    blocks = [libc.malloc(block) for _ in range(count)]
+    pin = libc.malloc(block)
+    for address in blocks:
+        ctypes.memset(address, 1, block)
+    try:
+        for address in blocks:
+            libc.free(address)
+        kept = _resident_bytes()
+        trim = glibc_trim()
+        assert trim is not None
+        trim()
+        returned = kept - _resident_bytes()
+    finally:
+        libc.free(pin)
+    assert returned > 0.75 * block * count, f"only {returned / 2**20:.0f} MB given back"
+
+
+def test_glibc_trim_is_offered_exactly_on_glibc():
+    assert (glibc_trim() is not None) is GLIBC
