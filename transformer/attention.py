@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -73,6 +74,9 @@ class AttentionProbe:
     mask: Tensor | None = None
     kv_head_of: tuple[int, ...] = ()
     rotary: Rotated | None = None
+    # Recomputes (queries, keys) from the rotary pair when they can be (see
+    # MultiHeadAttention.forward), so that a trace need not keep them twice.
+    rebuild: Callable[[], tuple[Tensor, Tensor]] | None = None
 
     @property
     def scores(self) -> Tensor:
@@ -261,8 +265,21 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.update(k, v)  # the cache keeps H_kv heads
         out, probe = self.attend(q, k, v, mask, capture=capture, ops=ops)
         if probe is not None and rotated is not None:
-            probe.rotary = rotated.detached()
+            self._keep_rotary(probe, rotated, ops, uncached=k is rotated.keys_after)
         return out, probe
+
+    def _keep_rotary(
+        self, probe: AttentionProbe, rotated: Rotated, ops: Operations, uncached: bool
+    ) -> None:
+        """Give the probe the rotary pair; where no cached keys came before this call's
+        (``uncached``), also how to recompute its scaled queries and expanded keys from the pair,
+        by the very operations the pass ran on the same tensors (the same numbers, bit for bit),
+        so that a trace need not keep them twice."""
+        probe.rotary = kept = rotated.detached()
+        if uncached:
+            scale = ops.score_scale(self.d_head, self.n_heads)
+            n_heads, expand = self.n_heads, ops.expand_kv_heads
+            probe.rebuild = lambda: (kept.queries_after * scale, expand(kept.keys_after, n_heads))
 
     def _rotate(
         self, q: Tensor, k: Tensor, cache: KeyValueCache | None, ops: Operations

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .generation import decoding_ends, greedy_batch, never_generated, without_padding
+from .generation import best_without_padding, decoding_ends, greedy_batch, never_generated
 from .interventions import NO_INTERVENTION, Intervention
 from .model import Transformer
 from .special import PAD_ID
@@ -165,8 +165,6 @@ def _analyse(
 
 def _predicted(tokenizer: Tokenizer, trace: Trace, inputs: torch.Tensor) -> list[str]:
     """Teacher-forced argmax at every real position, decoded."""
-    best = (
-        without_padding(trace.logits, never_generated(trace.config)).argmax(-1).cpu()
-    )  # never [PAD]
+    best = best_without_padding(trace.logits, never_generated(trace.config)).cpu()  # never [PAD]
     real = (inputs != trace.config.pad_id).cpu()
     return [tokenizer.decode(best[b][real[b]].tolist()) for b in range(best.size(0))]

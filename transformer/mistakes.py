@@ -410,7 +410,7 @@ def compare_passes(
 ) -> MistakeEffect:
     """The :class:`MistakeEffect` of two analyses of the same input and decoder input (the
     correct one and the one with mistake ``name`` switched on)."""
-    from .generation import never_generated, without_padding  # builds on the model
+    from .generation import best_without_padding, never_generated  # builds on the model
 
     check_mistakes([name])
     config = correct.trace.config
@@ -428,8 +428,8 @@ def compare_passes(
     hidden = (_hidden(broken) - _hidden(correct)).abs().amax(-1)
     hidden = torch.nan_to_num(hidden, nan=float("inf")).masked_fill(~real, 0.0)
     pad = never_generated(config)
-    best_before = without_padding(correct.trace.logits, pad).argmax(-1).cpu()
-    best_after = without_padding(broken.trace.logits, pad).argmax(-1).cpu()
+    best_before = best_without_padding(correct.trace.logits, pad).cpu()
+    best_after = best_without_padding(broken.trace.logits, pad).cpu()
     real = real.cpu()
     before = [best_before[b][real[b]].tolist() for b in range(real.size(0))]
     after = [best_after[b][real[b]].tolist() for b in range(real.size(0))]

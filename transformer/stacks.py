@@ -69,10 +69,12 @@ def _record(
         weights=probe.weights.detach(),
         mask=mask,
         query_offset=offset,
-        queries=probe.queries.detach(),
-        keys=probe.keys.detach(),
+        # Kept only where the rotary pair cannot give them back (see AttentionProbe.rebuild).
+        queries=None if probe.rebuild else probe.queries.detach(),
+        keys=None if probe.rebuild else probe.keys.detach(),
         kv_head_of=probe.kv_head_of,
         rotary=probe.rotary,
+        rebuild=probe.rebuild,
     )
 
 

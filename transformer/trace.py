@@ -7,6 +7,7 @@ the key.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -36,7 +37,9 @@ class AttentionRecord:
         query_offset: position of the first query row (non-zero in incremental decoding).
         queries, keys: ``(B, H, Tq, d_k)`` queries already multiplied by the scale and ``(B, H,
             Tk, d_k)`` keys, from which :attr:`scores` is computed when first read (with
-            grouped-query attention the keys are expanded to the H query heads).
+            grouped-query attention the keys are expanded to the H query heads). Where the
+            rotary pair holds them (a rotary pass without cached keys) they are recomputed from
+            it when read, by the pass's own operations, instead of being kept twice.
         kv_head_of: ``(H,)`` tuple: the key/value head each query head read (``h // (H /
             H_kv)``; ``(0, 1, …, H−1)`` for plain multi-head attention; empty when unknown).
         rotary: with rotary positions, q ``(B, H, Tq, d_head)`` and k ``(B, H_kv, Tq, d_head)``
@@ -54,11 +57,14 @@ class AttentionRecord:
     weights: Tensor
     mask: Tensor
     query_offset: int = 0
-    queries: Tensor | None = None
-    keys: Tensor | None = None
+    _queries: Tensor | None = field(default=None, repr=False)
+    _keys: Tensor | None = field(default=None, repr=False)
     kv_head_of: tuple[int, ...] = ()
     rotary: Rotated | None = None
     _scores: Tensor | None = field(default=None, repr=False, compare=False)
+    _rebuild: Callable[[], tuple[Tensor, Tensor]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def __init__(
         self,
@@ -73,13 +79,14 @@ class AttentionRecord:
         keys: Tensor | None = None,
         kv_head_of: tuple[int, ...] = (),
         rotary: Rotated | None = None,
+        rebuild: Callable[[], tuple[Tensor, Tensor]] | None = None,
     ) -> None:
         if weights is None or mask is None:
             raise TypeError("an AttentionRecord needs its weights and its mask")
-        if scores is None and (queries is None or keys is None):
+        if scores is None and rebuild is None and (queries is None or keys is None):
             raise TypeError("an AttentionRecord needs its scores, or the queries and keys")
         self.kind, self.layer, self.weights, self.mask = kind, layer, weights, mask
-        self.query_offset, self.queries, self.keys, self._scores = (
+        self.query_offset, self._queries, self._keys, self._scores = (
             query_offset,
             queries,
             keys,
@@ -87,13 +94,30 @@ class AttentionRecord:
         )
         self.kv_head_of = kv_head_of or tuple(range(weights.shape[1]))
         self.rotary = rotary
+        self._rebuild = rebuild
+
+    @property
+    def queries(self) -> Tensor | None:
+        """``(B, H, Tq, d_k)`` scaled queries (recomputed from :attr:`rotary` when not kept)."""
+        if self._queries is None and self._rebuild is not None:
+            return self._rebuild()[0]
+        return self._queries
+
+    @property
+    def keys(self) -> Tensor | None:
+        """``(B, H, Tk, d_k)`` keys, expanded to the query heads (recomputed from
+        :attr:`rotary` when not kept)."""
+        if self._keys is None and self._rebuild is not None:
+            return self._rebuild()[1]
+        return self._keys
 
     @property
     def scores(self) -> Tensor:
         """``(B, H, Tq, Tk)`` scaled scores before softmax; masked cells are ``-inf``."""
         if self._scores is None:
-            assert self.queries is not None and self.keys is not None  # checked in __init__
-            self._scores = attention_scores(self.queries, self.keys, self.mask)
+            queries, keys = self.queries, self.keys
+            assert queries is not None and keys is not None  # checked in __init__
+            self._scores = attention_scores(queries, keys, self.mask)
         return self._scores
 
     @property

@@ -23,8 +23,8 @@ TRAINING_TIME_LIMIT_S = 300.0  # training stops there and keeps what it has lear
 QUEUE_SIZE = 64  # requests waiting at once, all events together; more are told to retry
 # Analyses kept for shared models, counted by every tensor they hold (a bundled model's at 512
 # tokens is about 75 MB). An analysis bigger than the bound (MiniLM's at 512 tokens, about
-# 270 MB: scores and weights (L, B, H, T, T), logits (B, T, 30522)) is kept alone, so the
-# server's peak stays under 1.2 GB.
+# 270 MB; SmolLM2's about 700 MB) is kept alone, and dropped when the next one starts, so that
+# two are never held at once.
 CACHE_BYTES = 192 * 1024 * 1024
 # Layer and head sliders are built with these bounds, so that an API call (a new session, which
 # gradio checks against the sliders as built) may name any layer or head of any model the app

@@ -40,7 +40,13 @@ from ..special import BOS_ID, EOS_ID, PAD_ID
 from .forcing import ForcedPosition, TeacherForcing, teacher_force
 from .loop import DecodingLoop, decoding_ends, greedy_batch, greedy_choice, source_ends_with_eos
 from .records import Beam, StepRecord
-from .sampling import filter_logits, never_generated, sampling_distribution, without_padding
+from .sampling import (
+    best_without_padding,
+    filter_logits,
+    never_generated,
+    sampling_distribution,
+    without_padding,
+)
 from .session import DecodingSession, generate
 from .settings import (
     MAX_BEAM_WIDTH,
@@ -71,6 +77,7 @@ __all__ = [
     "StopReason",
     "Strategy",
     "TeacherForcing",
+    "best_without_padding",
     "decoding_ends",
     "filter_logits",
     "generate",
