@@ -15,7 +15,7 @@ from transformer import trace as trace_module
 from transformer.bundled import load_bundled
 from transformer.config import ModelConfig
 from transformer.generation import DecodingSession, DecodingSettings
-from transformer.inspection import analyse
+from transformer.inspection import analyse, least_captured_bytes
 from transformer.model import Transformer
 from transformer.trace import Trace, captured_weight_bytes
 
@@ -100,3 +100,19 @@ def test_a_decoding_that_records_attention_is_refused_a_prompt_too_long_to_keep(
         DecodingSession(model, prompt, recording, decode_token=tokenizer.id_to_token)
     plain = DecodingSettings(max_new_tokens=2)
     DecodingSession(model, prompt, plain, decode_token=tokenizer.id_to_token).step()
+
+
+@pytest.mark.parametrize("name", ["translate", "continue", "reverse"])
+def test_the_least_bytes_known_before_an_analysis_are_a_lower_bound(bundled, name):
+    """Exact where the input is the whole pass (a decoder-only or encoder-only model), a lower
+    bound where the answer is decoded first."""
+    model, tokenizer = bundled[name].model, bundled[name].tokenizer
+    sentences = [" ".join(WORDS[:8]), " ".join(WORDS[:4])]
+    if name == "reverse":
+        sentences = ["k d a m q b", "a b"]
+    held = held_weight_bytes(analyse(model, tokenizer, sentences).trace)
+    least = least_captured_bytes(model, tokenizer, sentences)
+    assert 0 < least <= held
+    if not model.config.has_encoder or not model.config.has_decoder:
+        assert least == held
+    assert least_captured_bytes(model, tokenizer, [""]) == 0  # refused by analyse itself

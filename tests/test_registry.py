@@ -397,6 +397,38 @@ def test_an_analysis_over_the_bound_is_dropped_before_the_next_is_computed(monke
     assert len(registry._analyses) == 1  # the newest is kept alone, for its next click
 
 
+def test_an_analysis_whose_weights_pass_the_bound_is_computed_with_nothing_else_held(
+    monkeypatch,
+):
+    """The others would be dropped once it is kept: they are dropped before it is computed.
+    One whose weights fit leaves them (and the bound is what it was)."""
+    from transformer.inspection import least_captured_bytes
+    from ui import limits
+    from ui import state as state_module
+
+    registry = ModelRegistry(torch.device("cpu"))
+    checkpoint = registry.checkpoint("continue", None)
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    short, long = "the small cat", "the small cat sees a red ball and a big dog sleeps " * 6
+    registry.analysis("continue", checkpoint, [short])
+    (small,) = [n for _, n in registry._analyses.values()]
+    bound = max(small, least_captured_bytes(model, tokenizer, ["a big dog sleeps"])) + 1
+    assert least_captured_bytes(model, tokenizer, [long]) > bound  # the premise
+    monkeypatch.setattr(limits, "CACHE_BYTES", bound)
+    held_while_computing = []
+    real = state_module.analyse
+
+    def counting(*args, **kwargs):
+        held_while_computing.append(len(registry._analyses))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(state_module, "analyse", counting)
+    registry.analysis("continue", checkpoint, ["a big dog sleeps"])
+    registry.analysis("continue", checkpoint, [long])
+    assert held_while_computing == [1, 0]
+    assert len(registry._analyses) == 1
+
+
 def test_trained_here_is_offered_only_once_the_session_has_trained_a_model():
     from ui.state import SessionModels
 

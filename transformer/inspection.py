@@ -20,7 +20,7 @@ from .interventions import NO_INTERVENTION, Intervention
 from .model import Transformer
 from .special import PAD_ID
 from .text.tokenization import Tokenizer
-from .trace import Trace, check_capture_size
+from .trace import Trace, captured_weight_bytes, check_capture_size
 from .util import eval_mode, pad
 
 MAX_SENTENCES = 3
@@ -45,6 +45,28 @@ class Analysis:
     def batch_size(self) -> int:
         """Number of sentences in the batch."""
         return len(self.outputs)
+
+
+def least_captured_bytes(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: Sequence[str],
+    targets: torch.Tensor | None = None,
+) -> int:
+    """A lower bound of the attention weights :func:`analyse` will keep for these sentences
+    (:func:`~transformer.trace.captured_weight_bytes`; a translation's own answer, not known
+    before it is decoded, counted as one token). 0 for input :func:`analyse` refuses."""
+    config = model.config
+    try:
+        cleaned = check_sentences(sentences)
+        if config.architecture == "decoder-only":
+            ids = encode_batch(tokenizer, cleaned, config.max_len, config.prompt_bos)
+            return captured_weight_bytes(config, ids.size(0), 0, ids.size(1))
+        src = encode_batch(tokenizer, cleaned, config.max_len)
+    except ValueError:
+        return 0
+    answer = 1 if targets is None else targets.size(1)
+    return captured_weight_bytes(config, src.size(0), src.size(1), answer)
 
 
 def _pieces(tokenizer: Tokenizer, ids: torch.Tensor) -> list[list[str]]:

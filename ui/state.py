@@ -23,7 +23,7 @@ import torch
 from transformer.bundled import load_bundled
 from transformer.checkpoint import Checkpoint
 from transformer.generation import DecodingSession
-from transformer.inspection import Analysis, analyse
+from transformer.inspection import Analysis, analyse, least_captured_bytes
 from transformer.interventions import NO_INTERVENTION, Intervention
 from transformer.pretrained import PretrainedError, load_pretrained, shipped_models
 from transformer.trace import Trace
@@ -301,10 +301,15 @@ class ModelRegistry:
             if key in self._analyses:
                 self._analyses.move_to_end(key)
                 return self._analyses[key][0]
-            # An analysis over the bound alone (SmolLM2's at 512 tokens: about 700 MB) is
-            # dropped before the next one is computed, so two are never held at once.
-            for old in [k for k, (_, n) in self._analyses.items() if n > limits.CACHE_BYTES]:
-                del self._analyses[old]
+        # What would be dropped once this analysis is kept is dropped before it is computed,
+        # so that both are never held at once: an analysis over the bound alone (SmolLM2's at
+        # 512 tokens: about 700 MB), and every other one when this one's attention weights
+        # alone pass the bound.
+        least = least_captured_bytes(checkpoint.model, checkpoint.tokenizer, sentences, targets)
+        with self._cache_lock:
+            for old, (_, n) in list(self._analyses.items()):
+                if n > limits.CACHE_BYTES or least > limits.CACHE_BYTES:
+                    del self._analyses[old]
         with user_input():  # the library checks the sentences' count and lengths
             result = analyse(
                 checkpoint.model, checkpoint.tokenizer, sentences, intervention, targets
