@@ -11,6 +11,7 @@ import shutil
 import sys
 import time
 import types
+import weakref
 from pathlib import Path
 
 import pytest
@@ -392,8 +393,19 @@ def test_an_analysis_over_the_bound_is_dropped_before_the_next_is_computed(monke
     monkeypatch.setattr(state_module, "analyse", counting)
     first = registry.analysis("translate", checkpoint, ["the small cat sees a red ball"])
     assert registry.analysis("translate", checkpoint, ["the small cat sees a red ball"]) is first
+    first_alive = weakref.ref(first)
+    del first
+    alive_while_computing = []
+    monkeypatch.setattr(
+        state_module,
+        "analyse",
+        lambda *a, **k: (
+            alive_while_computing.append(first_alive() is not None) or counting(*a, **k)
+        ),
+    )
     registry.analysis("translate", checkpoint, ["a big dog sleeps under the old table"])
     assert held_while_computing == [0, 0]  # the first was not held while the second was made
+    assert alive_while_computing == [False]  # nor anywhere else: its memory was free
     assert len(registry._analyses) == 1  # the newest is kept alone, for its next click
 
 

@@ -307,9 +307,10 @@ class ModelRegistry:
         # alone pass the bound.
         least = least_captured_bytes(checkpoint.model, checkpoint.tokenizer, sentences, targets)
         with self._cache_lock:
-            for old, (_, n) in list(self._analyses.items()):
-                if n > limits.CACHE_BYTES or least > limits.CACHE_BYTES:
-                    del self._analyses[old]
+            # Keys only: a loop variable bound to a dropped analysis would hold it all along.
+            bound = limits.CACHE_BYTES
+            for old in [k for k, (_, n) in self._analyses.items() if n > bound or least > bound]:
+                del self._analyses[old]
         with user_input():  # the library checks the sentences' count and lengths
             result = analyse(
                 checkpoint.model, checkpoint.tokenizer, sentences, intervention, targets
