@@ -9,9 +9,12 @@ Starts ``python app.py`` as a separate process on loopback, then through ``gradi
 - with the shipped all-MiniLM-L6-v2 (6 layers x 12 heads): an attention click (one head, and
   the all-heads grid) at 128 and 512 tokens, the embeddings view, and how long after start its
   weights, read in the background, answer;
+- with the shipped SmolLM2-135M-Instruct (30 layers x 9 heads): attention on new texts of 128
+  and 512 tokens (each a captured pass of every layer and head), then clicks that reuse one;
 - times one generation step and one training step;
 - measures cold start (process start to first served page) beside the time to import gradio
-  and torch in a fresh interpreter, and the server's peak resident memory (MiniLM loaded);
+  and torch in a fresh interpreter, and the server's peak resident memory (both shipped
+  models loaded, after every request);
 - checks every response against the payload bound.
 
 Prints a table and writes ``benchmarks/app_latency.md`` (the dated history is ``benchmarks/results.md``).
@@ -101,6 +104,9 @@ KINDS = {
 }
 MINILM = "all-MiniLM-L6-v2"
 MINILM_LENGTHS = (128, 512)
+SMOLLM2 = "SmolLM2-135M-Instruct"
+SMOLLM2_LENGTHS = (128, 512)
+NEW_TEXTS = 4  # SmolLM2 attention on this many new texts of each length: each a captured pass
 TARGETS = {
     "attention median at 64 tokens": "≤ 100 ms",
     "attention median at 512 tokens": "≤ 1 s",
@@ -109,10 +115,10 @@ TARGETS = {
     "every response": "≤ 3 MB",
     "generation step": "≤ 30 ms",
     "cold start": "≤ 1.5 × import of gradio + torch",
-    "peak resident memory with MiniLM loaded": "≤ 1.2 GB",
+    "peak resident memory with both shipped models loaded": "≤ 1.8 GB (issue 20)",
 }
 MAX_RESPONSE_BYTES = 3 * 2**20
-MAX_RSS_MB = 1.2 * 1024
+MAX_RSS_MB = 1.8 * 1024
 
 
 def free_port() -> int:
@@ -374,6 +380,41 @@ def main() -> None:
                     lambda i, s=sentence: (s, MINILM, False),
                 )
 
+        # SmolLM2 (30 layers x 9 heads): each new text is a captured pass over it, the longest
+        # the tab shows whole being about 539 tokens; clicks then reuse it.
+        smollm2_tokens = load_shipped(SMOLLM2).tokenizer
+        raw.call("/model_info", SMOLLM2)
+        loaded_rss = peak_rss_mb(server.pid)
+        for n in SMOLLM2_LENGTHS:
+            kind = KINDS["decoder self"]
+            texts = [
+                text_of(smollm2_tokens, n - 1, corpus_words[7 * i :] + corpus_words[: 7 * i])
+                for i in range(NEW_TEXTS + 1)
+            ]
+            new_ms = [
+                raw.call("/attention", t, SMOLLM2, kind, 1, 1, 1, [], False)[0] * 1000
+                for t in texts[1:]
+            ]
+            rows.append(
+                {
+                    "name": f"SmolLM2 attention, a new text ({NEW_TEXTS} texts)",
+                    "n": n,
+                    "first": None,
+                    "median": statistics.median(new_ms),
+                    "p95": max(new_ms),
+                    "trip": None,
+                    "bytes": 0,
+                }
+            )
+            print(f"SmolLM2 attention on a new text, {n} tokens: {[round(t) for t in new_ms]} ms")
+            measure(
+                "SmolLM2 attention click, one head",
+                n,
+                "/attention",
+                lambda i, s=texts[0], k=kind: (s, SMOLLM2, k, 1 + i % 30, 1 + i % 9, 1, [], False),
+                first_args=(texts[0], SMOLLM2, kind, 1, 1, 1, [], False),
+            )
+
         done = list(client.submit("reverse", 50, 0, False, api_name="/train"))[-1][0]
         match = re.search(r"Done: (\d+) steps in ([\d.]+) s", done)
         per_step = float(match.group(2)) / int(match.group(1)) * 1000 if match else float("nan")
@@ -396,7 +437,8 @@ def main() -> None:
 
     print(
         f"cold start {cold:.2f} s, import of gradio + torch {imports:.2f} s "
-        f"(ratio {cold / imports:.2f}), peak resident memory {rss:.0f} MB"
+        f"(ratio {cold / imports:.2f}), peak resident memory {rss:.0f} MB "
+        f"({loaded_rss:.0f} MB before the SmolLM2 requests)"
     )
     largest = max(rows, key=lambda r: r["bytes"])
     verdicts = [
@@ -445,8 +487,8 @@ def main() -> None:
         "",
         f"Cold start (process start to first served page, median of 3 alternated with the import): **{cold:.2f} s**; importing gradio and "
         f"torch in a fresh interpreter: {imports:.2f} s; ratio **{cold / imports:.2f}**.",
-        f"Peak resident memory of the server: **{rss:.0f} MB** (after every request above, "
-        "MiniLM loaded).",
+        f"Peak resident memory of the server: **{rss:.0f} MB** after every request above, both "
+        f"shipped models loaded ({loaded_rss:.0f} MB before the SmolLM2 requests).",
         (
             f"MiniLM's weights, read in the background, answered {minilm_ready:.2f} s after the "
             "process started (the page is served before)."
