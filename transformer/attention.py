@@ -75,7 +75,7 @@ class AttentionProbe:
     kv_head_of: tuple[int, ...] = ()
     rotary: Rotated | None = None
     # Recomputes (queries, keys) from the rotary pair when they can be (see
-    # MultiHeadAttention.forward), so that a trace need not keep them twice.
+    # MultiHeadAttention._keep_rotary), so that a trace need not keep them twice.
     rebuild: Callable[[], tuple[Tensor, Tensor]] | None = None
 
     @property

@@ -97,6 +97,7 @@ class IdleTrimmer:
         return self
 
     def stop(self) -> None:
+        """End :meth:`run` at its next poll."""
         self._stop.set()
 
 

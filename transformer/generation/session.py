@@ -90,7 +90,9 @@ class DecodingSession:
             "max_new_tokens" if settings.max_new_tokens <= limit else "max_len"
         )
         if settings.capture_attention or settings.capture_lens:
-            # The first step's captured pass reads the whole prefix (every step's, uncached).
+            # The first step's captured pass reads the whole prefix (every step's, uncached);
+            # a translation's source is counted as if its encoder were captured too (an upper
+            # bound: it adds little at the lengths Marian reads).
             read = len(self.prefix) + (0 if settings.use_cache else self.max_steps)
             check_capture_size(config, self.width, len(self.source), read, row="beam")
         self.seed: int = settings.seed if settings.seed is not None else secrets.randbits(63)
