@@ -246,7 +246,12 @@ def tokenize_view(
         isinstance(label, str) and choices.get(label, ("",))[0] == "upload"
         for label in (choice, compare)
     )
-    show_upload = gr.update(visible=True) if uploads else gr.update(visible=False, value=None)
+    # A file left from an earlier choice is cleared; an empty box is not set again, since
+    # setting it fires its change event, which runs this view a second time.
+    if uploads:
+        show_upload = gr.update(visible=True)
+    else:
+        show_upload = gr.update(visible=False, **({"value": None} if upload else {}))
     try:
         slider = vocab_control(registry, choice, compare, vocab)
         if slider.get("visible"):
