@@ -374,6 +374,21 @@ def test_the_cache_counts_every_tensor_of_a_trace_and_stays_in_its_bound(monkeyp
     assert sum(n for _, n in registry._analyses.values()) <= limits.CACHE_BYTES
 
 
+def _held_while_computing(monkeypatch, registry: ModelRegistry) -> list[int]:
+    """How many analyses the cache holds each time ``analyse`` starts (filled as it runs)."""
+    from ui import state as state_module
+
+    held: list[int] = []
+    real = state_module.analyse
+
+    def counting(*args, **kwargs):
+        held.append(len(registry._analyses))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(state_module, "analyse", counting)
+    return held
+
+
 def test_an_analysis_over_the_bound_is_dropped_before_the_next_is_computed(monkeypatch):
     """Two analyses over the cache's bound (SmolLM2's at 512 tokens: 700 MB each) are never
     held at once: the kept one is dropped when another input's analysis starts."""
@@ -383,14 +398,8 @@ def test_an_analysis_over_the_bound_is_dropped_before_the_next_is_computed(monke
     registry = ModelRegistry(torch.device("cpu"))
     checkpoint = registry.checkpoint("translate", None)
     monkeypatch.setattr(limits, "CACHE_BYTES", 1)  # every analysis is over the bound
-    held_while_computing = []
-    real = state_module.analyse
-
-    def counting(*args, **kwargs):
-        held_while_computing.append(len(registry._analyses))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(state_module, "analyse", counting)
+    held_while_computing = _held_while_computing(monkeypatch, registry)
+    counting = state_module.analyse
     first = registry.analysis("translate", checkpoint, ["the small cat sees a red ball"])
     assert registry.analysis("translate", checkpoint, ["the small cat sees a red ball"]) is first
     first_alive = weakref.ref(first)
@@ -416,7 +425,6 @@ def test_an_analysis_whose_weights_pass_the_bound_is_computed_with_nothing_else_
     One whose weights fit leaves them (and the bound is what it was)."""
     from transformer.inspection import least_captured_bytes
     from ui import limits
-    from ui import state as state_module
 
     registry = ModelRegistry(torch.device("cpu"))
     checkpoint = registry.checkpoint("continue", None)
@@ -427,14 +435,7 @@ def test_an_analysis_whose_weights_pass_the_bound_is_computed_with_nothing_else_
     bound = max(small, least_captured_bytes(model, tokenizer, ["a big dog sleeps"])) + 1
     assert least_captured_bytes(model, tokenizer, [long]) > bound  # the premise
     monkeypatch.setattr(limits, "CACHE_BYTES", bound)
-    held_while_computing = []
-    real = state_module.analyse
-
-    def counting(*args, **kwargs):
-        held_while_computing.append(len(registry._analyses))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(state_module, "analyse", counting)
+    held_while_computing = _held_while_computing(monkeypatch, registry)
     registry.analysis("continue", checkpoint, ["a big dog sleeps"])
     registry.analysis("continue", checkpoint, [long])
     assert held_while_computing == [1, 0]
