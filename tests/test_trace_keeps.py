@@ -112,3 +112,114 @@ def test_the_best_id_without_padding_equals_masking_a_copy(pad_id):
     )
     assert torch.equal(best_without_padding(logits, pad_id), expected)
     assert torch.equal(torch.nan_to_num(logits), torch.nan_to_num(original))  # not written to
+
+
+# -- the logits: computed when read, not kept ----------------------------------------------------
+
+ENCODER_DECODER = ModelConfig(
+    d_model=32,
+    n_heads=4,
+    d_ff=48,
+    n_encoder_layers=2,
+    n_decoder_layers=2,
+    src_vocab_size=40,
+    tgt_vocab_size=56,
+    max_len=32,
+    dropout=0.0,
+)
+
+
+def _all_tensors(obj, seen=None) -> list[torch.Tensor]:
+    """Every tensor reachable from ``obj`` through dataclasses, lists and tuples."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in _all_tensors(item, seen)]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return [t for value in vars(obj).values() for t in _all_tensors(value, seen)]
+    return []
+
+
+@pytest.mark.parametrize("config", [CONFIG, ENCODER_DECODER], ids=["decoder-only", "seq2seq"])
+def test_a_trace_computes_its_logits_when_read_and_keeps_none(config):
+    """No (B, T, V) tensor is held by a captured pass; its logits, read whole or a few
+    positions at a time, are the generator's over the final outputs, as the plain pass (sdpa
+    instead of the written-out attention) gives them to float rounding."""
+    torch.manual_seed(0)
+    model = Transformer(config).eval()
+    tgt = torch.randint(4, config.output_vocab_size, (2, 11))
+    src = torch.randint(4, 40, (2, 7)) if config.has_encoder else None
+    with torch.no_grad():
+        trace = model(src, tgt, capture=True)
+        plain = model(src, tgt)
+    vocab = config.output_vocab_size
+    assert not [t for t in _all_tensors(trace) if t.dim() == 3 and t.size(-1) == vocab]
+    assert trace.logits.shape == plain.shape
+    torch.testing.assert_close(trace.logits, plain, rtol=1e-5, atol=1e-5)
+    assert trace.logits.requires_grad is False
+    # A reference written here: the output projection over the final outputs, by hand.
+    weight, bias = model.generator.proj.weight, model.generator.proj.bias
+    assert trace.decoder_output is not None
+    torch.testing.assert_close(trace.logits, trace.decoder_output @ weight.T + bias)
+    # In pieces (one position each at this size): the same rows.
+    pieces = trace.chunks(most_bytes=1)
+    assert pieces == [(i, i + 1) for i in range(11)]
+    torch.testing.assert_close(
+        torch.cat([trace.logits_at(a, b) for a, b in pieces], dim=1), trace.logits
+    )
+
+
+def test_a_trace_refuses_its_logits_once_the_model_changed():
+    """Logits computed after a training step would be another model's: an error instead."""
+    torch.manual_seed(0)
+    model = Transformer(CONFIG).eval()
+    with torch.no_grad():
+        trace = model(tgt=torch.randint(4, 80, (1, 6)), capture=True)
+        trace.logits  # noqa: B018 (readable while nothing changed)
+        model.generator.proj.weight.add_(1.0)
+    with pytest.raises(RuntimeError, match="changed after this pass was captured"):
+        trace.logits  # noqa: B018
+
+
+def test_predictions_read_in_pieces_are_the_whole_logits_argmax(monkeypatch):
+    """The Attention view's predicted tokens, the logits read one position at a time, are the
+    argmax of the whole logits without [PAD] (computed here from the plain pass)."""
+    from transformer import inspection
+    from transformer import trace as trace_module
+    from transformer.text.tokenization import train_tokenizer
+
+    monkeypatch.setattr(trace_module, "LOGIT_CHUNK_BYTES", 1)
+    tokenizer = train_tokenizer(["the cat sat on the mat", "a dog ran"] * 3, "bpe", 40)
+    pad = tokenizer.pad_id
+    assert pad is not None
+    torch.manual_seed(0)
+    model = Transformer(replace(CONFIG, tgt_vocab_size=tokenizer.vocab_size, pad_id=pad)).eval()
+    tgt = torch.randint(7, tokenizer.vocab_size, (2, 9))
+    tgt[1, 6:] = pad
+    with torch.no_grad():
+        trace = model(tgt=tgt, capture=True)
+        logits = model(tgt=tgt)
+    assert len(trace.chunks()) == 9  # one position at a time
+    predicted = inspection._predicted(tokenizer, trace, tgt)
+    expected_ids = logits.index_fill(-1, torch.tensor([pad]), float("-inf")).argmax(-1)
+    expected = [tokenizer.decode(expected_ids[b][tgt[b] != pad].tolist()) for b in range(2)]
+    assert predicted == expected
+
+
+def test_the_largest_logit_change_is_the_whole_difference():
+    from transformer.interventions import Intervention
+    from transformer.trace import largest_logit_change
+
+    torch.manual_seed(0)
+    model = Transformer(CONFIG).eval()
+    tgt = torch.randint(4, 80, (2, 9))
+    with torch.no_grad():
+        before = model(tgt=tgt, capture=True)
+        after = model(tgt=tgt, capture=True, intervention=Intervention(causal_mask=False))
+    whole = (after.logits - before.logits).abs().max().item()
+    assert whole > 0
+    assert largest_logit_change(before, after) == pytest.approx(whole, rel=1e-6)

@@ -186,7 +186,15 @@ def _analyse(
 
 
 def _predicted(tokenizer: Tokenizer, trace: Trace, inputs: torch.Tensor) -> list[str]:
-    """Teacher-forced argmax at every real position, decoded."""
-    best = best_without_padding(trace.logits, never_generated(trace.config)).cpu()  # never [PAD]
+    """Teacher-forced argmax at every real position, decoded (the logits read a few positions
+    at a time: a long text's are never all held)."""
+    excluded = never_generated(trace.config)  # never [PAD]
+    best = torch.cat(
+        [
+            best_without_padding(trace.logits_at(start, stop), excluded).cpu()
+            for start, stop in trace.chunks()
+        ],
+        dim=1,
+    )
     real = (inputs != trace.config.pad_id).cpu()
     return [tokenizer.decode(best[b][real[b]].tolist()) for b in range(best.size(0))]

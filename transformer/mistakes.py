@@ -419,8 +419,9 @@ def compare_passes(
     assert stack is not None and other is not None  # every pass reads a source or a target
     if not torch.equal(stack.tokens, other.tokens):
         raise ValueError("the two passes read different inputs: pass the same decoder input")
-    real = real_positions(stack.tokens, config.pad_id).to(correct.trace.logits.device)  # (B, T)
-    delta = (broken.trace.logits - correct.trace.logits).abs().amax(-1)  # (B, T)
+    logits_before, logits_after = correct.trace.logits, broken.trace.logits  # each read once
+    real = real_positions(stack.tokens, config.pad_id).to(logits_before.device)  # (B, T)
+    delta = (logits_after - logits_before).abs().amax(-1)  # (B, T)
     delta = torch.nan_to_num(delta, nan=float("inf"))  # a NaN is the largest change there is
     delta = delta.masked_fill(~real, -1.0)
     flat = int(delta.argmax())
@@ -428,8 +429,8 @@ def compare_passes(
     hidden = (_hidden(broken) - _hidden(correct)).abs().amax(-1)
     hidden = torch.nan_to_num(hidden, nan=float("inf")).masked_fill(~real, 0.0)
     pad = never_generated(config)
-    best_before = best_without_padding(correct.trace.logits, pad).cpu()
-    best_after = best_without_padding(broken.trace.logits, pad).cpu()
+    best_before = best_without_padding(logits_before, pad).cpu()
+    best_after = best_without_padding(logits_after, pad).cpu()
     real = real.cpu()
     before = [best_before[b][real[b]].tolist() for b in range(real.size(0))]
     after = [best_after[b][real[b]].tolist() for b in range(real.size(0))]

@@ -83,6 +83,25 @@ class Generator(nn.Module):
         return self.proj(x)
 
 
+class _LaterProjection:
+    """A generator applied after its pass, to the ``(B, t, d_model)`` outputs a trace kept
+    (its logits, computed when read): without gradients, and only while the generator's
+    weights are those the pass ran with (otherwise an error, not another model's logits)."""
+
+    def __init__(self, generator: Generator) -> None:
+        self.generator = generator
+        self.versions = [p._version for p in generator.parameters()]
+
+    def __call__(self, hidden: Tensor) -> Tensor:
+        if [p._version for p in self.generator.parameters()] != self.versions:
+            raise RuntimeError(
+                "the model's output projection changed after this pass was captured: its "
+                "logits are computed when read, so capture the pass again"
+            )
+        with torch.no_grad():
+            return self.generator(hidden)
+
+
 @dataclass
 class Decoded:
     """The decoder's output: ``hidden`` ``(B, Tq, d_model)``, ``logits`` ``(B, Tq, V)``, and,
@@ -290,12 +309,29 @@ class Transformer(nn.Module):
         computed on the first call and reused after. ``check_ids`` validates the ids of a whole
         sequence or of a cache's first call (one device sync).
         """
+        hidden, record, layers, causal = self._run_decoder(
+            tgt, encoded, cache, capture, operations_for(intervention, ops), check_ids
+        )
+        return Decoded(
+            hidden=hidden, logits=self.generator(hidden), input=record, layers=layers, causal=causal
+        )
+
+    def _run_decoder(
+        self,
+        tgt: Tensor,
+        encoded: Encoded | None,
+        cache: DecoderCache | None,
+        capture: bool,
+        ops: Operations,
+        check_ids: bool,
+    ) -> tuple[Tensor, StackInput | None, list[LayerTrace], Tensor | None]:
+        """:meth:`decode` without the generator: the ``(B, Tq, d_model)`` output and, when
+        captured, the input record, the layer traces and the ``(Tq, Tk)`` causal mask."""
         config = self.config
         if not config.has_decoder:
             raise ValueError(f"a {config.architecture} model has no decoder")
         if config.has_encoder and encoded is None:
             raise ValueError("an encoder-decoder model decodes against encode(src)'s output")
-        ops = operations_for(intervention, ops)
         offset = cache.length if cache is not None else 0
         # Ids are checked where they enter (a sequence, a cache's prefix), not in every step of
         # a decoding loop, which feeds back the model's own choices: a device sync saved.
@@ -307,13 +343,7 @@ class Transformer(nn.Module):
         causal = causal_mask(tgt.size(1), real_keys.size(1), device=tgt.device)
         self_mask = self._self_mask(causal, real_keys, ops)
         hidden, layers = self.decoder(x, self_mask, encoded, cache, capture=capture, ops=ops)
-        return Decoded(
-            hidden=hidden,
-            logits=self.generator(hidden),
-            input=record,
-            layers=layers,
-            causal=causal[0, 0] if capture else None,
-        )
+        return hidden, record, layers, causal[0, 0] if capture else None
 
     def _real_targets(self, tgt: Tensor, check_ids: bool) -> Tensor:
         """``(B, Tq)`` bool: which of the target ids are real tokens (all, where the pad id is
@@ -394,18 +424,19 @@ class Transformer(nn.Module):
         """
         self._check_inputs(src, tgt)
         ops = operations_for(intervention, ops)
-        encoded = decoded = None
+        encoded = None
         if src is not None:
             encoded = self.encode(src, capture=capture, ops=ops, token_types=token_types)
-        if tgt is not None:
-            decoded = self.decode(tgt, encoded, capture=capture, ops=ops)
-            logits = decoded.logits
-        else:
-            assert encoded is not None
-            logits = self.generator(encoded.memory)
         if not capture:
-            return logits
-        return _trace(self.config, logits, encoded, decoded)
+            if tgt is not None:
+                return self.decode(tgt, encoded, ops=ops).logits
+            assert encoded is not None
+            return self.generator(encoded.memory)
+        # A trace computes its logits when read (see Trace): not the (B, T, V) here.
+        decoded = None
+        if tgt is not None:
+            decoded = self._run_decoder(tgt, encoded, None, True, ops, True)
+        return _trace(self.config, _LaterProjection(self.generator), encoded, decoded)
 
     def _check_inputs(self, src: Tensor | None, tgt: Tensor | None) -> None:
         """``ValueError`` unless ``src`` and ``tgt`` are given exactly where the architecture
@@ -422,19 +453,24 @@ class Transformer(nn.Module):
 
 
 def _trace(
-    config: ModelConfig, logits: Tensor, encoded: Encoded | None, decoded: Decoded | None
+    config: ModelConfig,
+    project: _LaterProjection,
+    encoded: Encoded | None,
+    decoded: tuple[Tensor, StackInput | None, list[LayerTrace], Tensor | None] | None,
 ) -> Trace:
-    """The :class:`Trace` of one captured pass from its two halves."""
+    """The :class:`Trace` of one captured pass from its two halves (the decoder's as
+    :meth:`Transformer._run_decoder` returns it)."""
+    hidden, record, layers, causal = decoded if decoded else (None, None, [], None)
     return Trace(
         config=config,
-        logits=logits.detach(),
+        project=project,
         source=encoded.input if encoded else None,
-        target=decoded.input if decoded else None,
+        target=record,
         encoder_layers=encoded.layers if encoded else [],
-        decoder_layers=decoded.layers if decoded else [],
+        decoder_layers=layers,
         memory=encoded.memory.detach() if encoded else None,
-        decoder_output=decoded.hidden.detach() if decoded else None,
-        causal=decoded.causal if decoded else None,
+        decoder_output=hidden.detach() if hidden is not None else None,
+        causal=causal,
     )
 
 

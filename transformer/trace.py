@@ -23,6 +23,10 @@ ATTENTION_KINDS: tuple[str, ...] = ("encoder_self", "decoder_self", "cross")
 # float32). SmolLM2 (30 layers x 9 heads) reaches it at 539 tokens: 512 fit (271 MiB); at
 # 8,192, its context, they would be 72 GB. Longer texts are for views that keep less.
 MAX_CAPTURED_WEIGHTS_BYTES = 300 * 2**20
+# The logits read at once where a reader needs only something of each position's (its best
+# id, its largest change): a pass over a long text never holds its (B, T, V) logits (SmolLM2
+# at 512 tokens: 100 MB).
+LOGIT_CHUNK_BYTES = 16 * 2**20
 
 
 @dataclass(init=False)
@@ -172,23 +176,97 @@ class StackInput:
     token_type_embedding: Tensor | None = None
 
 
-@dataclass
+@dataclass(init=False)
 class Trace:
     """Everything one captured forward pass computed.
 
     ``logits`` ``(B, T, V)`` come from the decoder (or from the encoder in encoder-only models).
-    ``causal`` is the ``(Tq, Tk)`` bool causal mask of the decoder's self-attention.
+    A forward pass's trace does not keep them: they are projected from the stack's output
+    (:attr:`final`) when read, by the model's own generator (SmolLM2's at 512 tokens would be
+    100 MB, and the views need each position's best id, a few positions at a time:
+    :meth:`logits_at`); the trace holds the generator itself, not a copy, and refuses to
+    compute them once its weights changed (a training step). ``causal`` is the ``(Tq, Tk)``
+    bool causal mask of the decoder's self-attention.
     """
 
     config: ModelConfig
-    logits: Tensor
-    source: StackInput | None = None
-    target: StackInput | None = None
-    encoder_layers: list[LayerTrace] = field(default_factory=list)
-    decoder_layers: list[LayerTrace] = field(default_factory=list)
-    memory: Tensor | None = None
-    decoder_output: Tensor | None = None
-    causal: Tensor | None = None
+    source: StackInput | None
+    target: StackInput | None
+    encoder_layers: list[LayerTrace]
+    decoder_layers: list[LayerTrace]
+    memory: Tensor | None
+    decoder_output: Tensor | None
+    causal: Tensor | None
+    _logits: Tensor | None = field(repr=False)
+    _project: Callable[[Tensor], Tensor] | None = field(repr=False, compare=False)
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        logits: Tensor | None = None,
+        *,
+        source: StackInput | None = None,
+        target: StackInput | None = None,
+        encoder_layers: list[LayerTrace] | None = None,
+        decoder_layers: list[LayerTrace] | None = None,
+        memory: Tensor | None = None,
+        decoder_output: Tensor | None = None,
+        causal: Tensor | None = None,
+        project: Callable[[Tensor], Tensor] | None = None,
+    ) -> None:
+        """``logits`` kept as given, or ``project`` (``(B, t, d_model)`` → ``(B, t, V)``) to
+        compute them from :attr:`final` when read."""
+        if logits is None and project is None:
+            raise TypeError("a Trace needs its logits, or the projection that computes them")
+        self.config, self.source, self.target = config, source, target
+        self.encoder_layers = encoder_layers if encoder_layers is not None else []
+        self.decoder_layers = decoder_layers if decoder_layers is not None else []
+        self.memory, self.decoder_output, self.causal = memory, decoder_output, causal
+        self._logits, self._project = logits, project
+        if logits is None and self.final is None:
+            raise TypeError("a Trace without logits needs the output they are projected from")
+
+    @property
+    def final(self) -> Tensor | None:
+        """``(B, T, d_model)`` the output the logits are projected from: the decoder's, or the
+        encoder's (``memory``) in an encoder-only model."""
+        return self.decoder_output if self.decoder_output is not None else self.memory
+
+    @property
+    def logits(self) -> Tensor:
+        """``(B, T, V)`` logits; computed afresh at each read when not kept (read them once)."""
+        return self._logits if self._logits is not None else self.logits_at(0, None)
+
+    def logits_at(self, start: int, stop: int | None) -> Tensor:
+        """``(B, t, V)`` logits of positions ``start`` to ``stop`` (exclusive; ``None``: the
+        end), projecting only those positions when the logits are not kept."""
+        if self._logits is not None:
+            return self._logits[:, start:stop]
+        final = self.final
+        assert self._project is not None and final is not None  # checked in __init__
+        return self._project(final[:, start:stop])
+
+    def chunks(self, most_bytes: int | None = None) -> list[tuple[int, int]]:
+        """``(start, stop)`` ranges of positions, in order, whose float32 logits take at most
+        ``most_bytes`` each (``LOGIT_CHUNK_BYTES`` by default; one position at least): what to
+        read with :meth:`logits_at` to never hold the whole ``(B, T, V)``."""
+        most = LOGIT_CHUNK_BYTES if most_bytes is None else most_bytes
+        batch = self._output().size(0)
+        step = max(1, most // (4 * batch * self.config.output_vocab_size))
+        return [(start, min(start + step, self.length)) for start in range(0, self.length, step)]
+
+    @property
+    def length(self) -> int:
+        """Number of positions the logits have (T)."""
+        if self._logits is not None:
+            return self._logits.size(1)
+        return self._output().size(1)
+
+    def _output(self) -> Tensor:
+        """The kept logits, else the output they are projected from (checked in __init__)."""
+        kept = self._logits if self._logits is not None else self.final
+        assert kept is not None
+        return kept
 
     def attention(self, kind: AttentionKind, layer: int) -> AttentionRecord:
         """The record of one attention sub-layer; a clear error if the model has none."""
@@ -265,3 +343,13 @@ def check_capture_size(
         f"about {most:,} tokens{each} are shown, so shorten the text",
         most,
     )
+
+
+def largest_logit_change(before: Trace, after: Trace) -> float:
+    """The largest ``|after − before|`` of any logit of two passes over the same positions
+    (NaN when either has a NaN), read a few positions at a time (:meth:`Trace.chunks`)."""
+    largest = [
+        (after.logits_at(start, stop) - before.logits_at(start, stop)).abs().max()
+        for start, stop in before.chunks()
+    ]
+    return float(torch.stack(largest).max())

@@ -14,6 +14,7 @@ from transformer.checkpoint import Checkpoint
 from transformer.figures.attention import PAD_ROW_MARK, weights_beside_figure
 from transformer.interventions import NO_INTERVENTION
 from transformer.mistakes import MISTAKES
+from transformer.trace import largest_logit_change
 
 from ... import mistakes as seed_mistakes
 from ...errors import code_span
@@ -177,7 +178,7 @@ def _head_panels(
                 f"**What-if ({switches})**: largest change of any encoder output {delta:.3f}."
             )
         else:
-            delta = (changed.trace.logits - trace.logits).abs().max().item()
+            delta = largest_logit_change(trace, changed.trace)
             summary.append(
                 f"**What-if ({switches})**: largest change of any output logit {delta:.3f}."
             )
