@@ -223,3 +223,63 @@ def test_the_largest_logit_change_is_the_whole_difference():
     whole = (after.logits - before.logits).abs().max().item()
     assert whole > 0
     assert largest_logit_change(before, after) == pytest.approx(whole, rel=1e-6)
+
+
+# -- what a pre-LN rotary layer computes twice is kept once --------------------------------------
+
+
+def _storages(obj) -> set[int]:
+    return {t.untyped_storage().data_ptr() for t in _all_tensors(obj)}
+
+
+@pytest.mark.parametrize("rotation", ["standard", "neighbours"])
+def test_a_rotary_pair_rotates_again_exactly_what_the_pass_rotated(rotation):
+    """The rotated queries and keys a trace gives back are the pass's own, bit for bit, with
+    the pass's own rotation (the seeds' neighbour-pairs mistake included), and not kept."""
+    from transformer.silent_mistakes import neighbour_pairs
+
+    base = PAPER if rotation == "standard" else replace(PAPER, rotary_positions=neighbour_pairs)
+    own: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def spy(rotary, q, k, offset):
+        own.append(base.rotary_positions(rotary, q, k, offset))
+        return own[-1]
+
+    torch.manual_seed(0)
+    model = Transformer(CONFIG).eval()
+    with torch.no_grad():
+        trace = model(
+            tgt=torch.randint(4, 80, (2, 9)), capture=True, ops=replace(base, rotary_positions=spy)
+        )
+    computed = list(own)  # reading the pair below rotates again
+    records = trace.attention_records("decoder_self")
+    assert len(computed) == len(records) == 2
+    for record, (q, k) in zip(records, computed, strict=True):
+        held = _storages(record)
+        assert q.untyped_storage().data_ptr() not in held
+        assert k.untyped_storage().data_ptr() not in held
+        assert record.rotary is not None
+        assert torch.equal(record.rotary.queries_after, q)
+        assert torch.equal(record.rotary.keys_after, k)
+
+
+@pytest.mark.parametrize("config", [CONFIG, ENCODER_DECODER], ids=["pre-LN", "post-LN"])
+def test_the_stream_after_self_attention_is_the_layers_own(config):
+    """Each layer's stream after its self-attention, read from the trace, is the residual
+    sub-layer's own output bit for bit; pre-LN, where it is the plain sum input + update, does
+    not keep it a second time (post-LN, where a norm follows, does)."""
+    torch.manual_seed(0)
+    model = Transformer(config).eval()
+    own: list[torch.Tensor] = []
+    layers = list(model.decoder.layers)
+    for layer in layers:
+        layer.self_attention_residual.register_forward_hook(lambda m, a, out: own.append(out))
+    tgt = torch.randint(4, config.output_vocab_size, (2, 9))
+    src = torch.randint(4, 40, (2, 7)) if config.has_encoder else None
+    with torch.no_grad():
+        trace = model(src, tgt, capture=True)
+    assert len(own) == len(trace.decoder_layers) == len(layers)
+    for layer_trace, output in zip(trace.decoder_layers, own, strict=True):
+        kept = output.untyped_storage().data_ptr() in _storages(layer_trace)
+        assert kept == (config.norm == "post")
+        assert torch.equal(layer_trace.self_attention_output, output)

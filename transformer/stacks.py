@@ -39,6 +39,13 @@ class _Residual(nn.Module):
             return x
         return ops.layer_norm(self.norm, x)
 
+    def kept(self, output: Tensor) -> Tensor | None:
+        """What a trace keeps of the ``(B, T, d_model)`` stream after this sub-layer: nothing
+        where it is the plain sum ``x + sublayer`` (pre-LN, no dropout at work), which the
+        trace adds when read (see LayerTrace); else the output, detached."""
+        plain_sum = self.pre_norm and (not self.training or self.dropout.p == 0)
+        return None if plain_sum else output.detach()
+
     def forward(self, x: Tensor, sublayer_output: Tensor, ops: Operations = PAPER) -> Tensor:
         """Post-LN: ``LayerNorm(x + Dropout(sublayer))``; pre-LN: ``x + Dropout(sublayer)``."""
         x = x + self.dropout(sublayer_output)
@@ -144,7 +151,7 @@ class EncoderLayer(nn.Module):
             layer=self.index,
             input=x_in.detach(),
             self_attention=record,
-            self_attention_output=after_attention.detach(),
+            self_attention_output=self.attention_residual.kept(after_attention),
             feed_forward_output=x.detach(),
             self_attention_update=attended.detach(),
             feed_forward_update=update.detach(),
@@ -234,7 +241,7 @@ class DecoderLayer(nn.Module):
             layer=self.index,
             input=x.detach(),
             self_attention=masked.record,
-            self_attention_output=masked.output.detach(),
+            self_attention_output=self.self_attention_residual.kept(masked.output),
             cross_attention=cross.record if cross else None,
             cross_attention_output=cross.output.detach() if cross else None,
             feed_forward_output=out.detach(),
