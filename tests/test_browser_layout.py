@@ -157,3 +157,24 @@ def test_the_step_by_step_self_attention_is_readable_in_large_font(
         assert len(labels) == 3, f"{labels}: not one query label for each of 3 rows"
     finally:
         context.close()
+
+
+def test_every_row_of_a_short_head_view_keeps_its_label_in_large_font(projector: Any) -> None:
+    """In Large font a 13-token head view kept the laptop's height per row (21 px for 19 px
+    labels) and plotly left out every other query label; each row is labelled now."""
+    projector.get_by_role("tab", name="Attention", exact=True).click()
+    _drawn(projector, "Attention", 4)
+    panel = _visible_panel(projector)
+    panel.get_by_label("One to three sentences", exact=False).fill("the small cat sees a red ball")
+    panel.get_by_label("encoder self-attention", exact=True).check()
+    head_view = panel.locator(PLOT).filter(has_text="Encoder self-attention").first
+
+    def labels() -> list[str]:
+        return head_view.locator(".yaxislayer-above .ytick text").all_text_contents()
+
+    _poll(projector, "the head view of the new sentence", lambda: "0:▁the" in labels())
+    projector.wait_for_timeout(500)
+    _poll(projector, "the page settled", lambda: not projector.locator(BUSY).count())
+    rows = head_view.evaluate("el => el.data[1].y.length")
+    assert rows >= 10  # a sentence the translate model splits into many pieces
+    assert len(labels()) == rows, labels()
