@@ -288,7 +288,12 @@ class DecoderOnlyRegistry:
 
     def checkpoint(self, name: str, session: object) -> SimpleNamespace:
         config = SimpleNamespace(
-            n_encoder_layers=0, n_decoder_layers=2, n_heads=4, has_encoder=False, has_decoder=True
+            architecture="decoder-only",
+            n_encoder_layers=0,
+            n_decoder_layers=2,
+            n_heads=4,
+            has_encoder=False,
+            has_decoder=True,
         )
         return SimpleNamespace(config=config)
 
@@ -312,3 +317,64 @@ def test_the_stack_follows_a_decoder_only_model_and_warns_only_when_asked_for() 
     )
     assert asked.view["values"]["stack"] == "decoder"
     assert len(asked.messages) == 1 and "showing decoder" in asked.messages[0]
+
+
+def test_the_attention_kind_follows_the_model_and_a_refused_one_names_what_is_shown() -> None:
+    """A link to Attention on SmolLM2 with a misspelt kind said "showing 'cross-attention'"
+    and showed decoder masked self-attention, the only kind the model has; a link without a
+    kind kept the tab's default (cross-attention), which the model does not have."""
+    with gr.Blocks():
+        built = {
+            "model": gr.Dropdown(["translate", "continue"], value="translate"),
+            "kind": gr.Radio(
+                [
+                    "encoder self-attention",
+                    "decoder masked self-attention",
+                    "cross-attention (decoder → encoder)",
+                ],
+                value="cross-attention (decoder → encoder)",
+            ),
+        }
+    attention = TabView.of("Attention", "attention", built)
+    registry = DecoderOnlyRegistry()
+    tabs = {"attention": attention}
+    only = "decoder masked self-attention"
+    quiet = decode_view({"tab": ["attention"], "model": ["continue"]}, tabs, registry)
+    assert quiet.view["values"]["kind"] == only and quiet.messages == []
+    asked = decode_view(
+        {"tab": ["attention"], "model": ["continue"], "kind": ["encoder self-attention"]},
+        tabs,
+        registry,
+    )
+    assert asked.view["values"]["kind"] == only
+    assert len(asked.messages) == 1 and f"showing '{only}'" in asked.messages[0]
+    misspelt = decode_view(
+        {"tab": ["attention"], "model": ["continue"], "kind": ["decoder self-attention"]},
+        tabs,
+        registry,
+    )
+    assert misspelt.view["values"]["kind"] == only
+    assert len(misspelt.messages) == 1, misspelt.messages
+    assert "is not one of" in misspelt.messages[0] and f"showing '{only}'" in misspelt.messages[0]
+    # A model with every kind keeps the one asked for, and the tab's default without one.
+    full = decode_view(
+        {"tab": ["attention"], "model": ["translate"], "kind": ["encoder self-attention"]},
+        tabs,
+        SequenceToSequenceRegistry(),
+    )
+    assert full.view["values"]["kind"] == "encoder self-attention" and full.messages == []
+
+
+class SequenceToSequenceRegistry:
+    """checkpoint(name) → an encoder-decoder model's config."""
+
+    def checkpoint(self, name: str, session: object) -> SimpleNamespace:
+        config = SimpleNamespace(
+            architecture="encoder-decoder",
+            n_encoder_layers=2,
+            n_decoder_layers=2,
+            n_heads=4,
+            has_encoder=True,
+            has_decoder=True,
+        )
+        return SimpleNamespace(config=config)

@@ -233,6 +233,20 @@ def _model_stacks(registry: ModelRegistry | None, name: Any) -> list[str]:
     return [stack for stack, present in has.items() if present]
 
 
+def _model_kinds(registry: ModelRegistry | None, name: Any) -> list[str]:
+    """The attention kinds (the Attention tab's labels) a model has, or [] when unknown."""
+    # The tab's own rule, imported here: the tabs' modules import this module's users.
+    from .tabs.attention.view import kinds_for
+
+    if registry is None or not isinstance(name, str) or name == TRAINED_HERE:
+        return []
+    try:
+        config = registry.checkpoint(name, None).config
+    except Exception:  # an unloadable model is reported by the model check
+        return []
+    return kinds_for(config)
+
+
 def decode_view(
     params: Mapping[str, Iterable[str]],
     tabs: Mapping[str, TabView],
@@ -253,6 +267,7 @@ def decode_view(
     tab = tabs[slug]
     values = dict(tab.defaults)
     messages = []
+    refused: dict[str, int] = {}  # a refused key → the index of its message
     for key, raw in lists.items():
         if key in {"tab", "step"}:
             continue
@@ -275,7 +290,9 @@ def decode_view(
         try:
             values[key] = check_value(component, raw, slug, key)
         except ValueError as error:
-            messages.append(f"{tab.label} › {key}: {error}; showing {_shown(tab.defaults[key])}.")
+            # What is shown instead is said once the model has fitted the values (below).
+            refused[key] = len(messages)
+            messages.append(f"{tab.label} › {key}: {error}")
     limits = _model_limits(registry, values.get("model"))
     if limits is not None:
         for key, high in zip(("layer", "head"), limits, strict=True):
@@ -287,12 +304,22 @@ def decode_view(
                 values[key] = high
     stacks = _model_stacks(registry, values.get("model"))
     if stacks and values.get("stack") not in (None, *stacks):
-        if "stack" in lists:  # asked for by name: say so; the default simply follows the model
+        if "stack" in lists and "stack" not in refused:  # asked for by name: say so
             messages.append(
                 f"{tab.label} › stack {_quote(values['stack'])}: {values['model']} has "
                 f"{' and '.join(stacks)}; showing {stacks[0]}."
             )
         values["stack"] = stacks[0]
+    kinds = _model_kinds(registry, values.get("model")) if "kind" in tab.controls else []
+    if kinds and values.get("kind") not in kinds:
+        if "kind" in lists and "kind" not in refused:  # asked for by name: say so
+            messages.append(
+                f"{tab.label} › kind {_quote(values['kind'])}: {values['model']} has "
+                f"{' and '.join(map(_quote, kinds))}; showing {_quote(kinds[0])}."
+            )
+        values["kind"] = kinds[0]
+    for key, index in refused.items():
+        messages[index] += f"; showing {_shown(values[key])}."
     step = None
     if "step" in lists:
         try:
