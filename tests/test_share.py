@@ -356,6 +356,9 @@ def test_the_attention_kind_follows_the_model_and_a_refused_one_names_what_is_sh
     assert misspelt.view["values"]["kind"] == only
     assert len(misspelt.messages) == 1, misspelt.messages
     assert "is not one of" in misspelt.messages[0] and f"showing '{only}'" in misspelt.messages[0]
+    # The choices read as a sentence, not as a Python list (issue 23, item 4).
+    choices = "'encoder self-attention', 'decoder masked self-attention' or 'cross-attention"
+    assert choices in misspelt.messages[0] and "[" not in misspelt.messages[0]
     # A model with every kind keeps the one asked for, and the tab's default without one.
     full = decode_view(
         {"tab": ["attention"], "model": ["translate"], "kind": ["encoder self-attention"]},

@@ -21,6 +21,7 @@ from urllib.parse import urlencode
 
 import gradio as gr
 
+from .errors import readable_list
 from .state import TRAINED_HERE, ModelRegistry
 
 log = logging.getLogger("visualiser")
@@ -101,7 +102,9 @@ def check_value(component: gr.Component, raw: list[str], tab: str = "", key: str
         allowed = _choices(component, tab, key)
         wrong = [v for v in raw if v not in allowed]
         if wrong:
-            raise ValueError(f"{', '.join(map(_quote, wrong))} is not one of {allowed}")
+            raise ValueError(
+                f"{', '.join(map(_quote, wrong))} is not one of {_choices_text(allowed)}"
+            )
         return [v for v in allowed if v in raw]
     text = raw[-1] if raw else ""
     if isinstance(component, gr.Dropdown) and getattr(component, "allow_custom_value", False):
@@ -115,7 +118,7 @@ def check_value(component: gr.Component, raw: list[str], tab: str = "", key: str
     if isinstance(component, CHOICE_TYPES):
         allowed = _choices(component, tab, key)
         if text not in allowed:
-            raise ValueError(f"{_quote(text)} is not one of {allowed}")
+            raise ValueError(f"{_quote(text)} is not one of {_choices_text(allowed)}")
         return text
     if isinstance(component, gr.Checkbox):
         if text.lower() in {"1", "true", "on", "yes"}:
@@ -145,6 +148,11 @@ def _quote(text: str) -> str:
     """The link's own ``text`` quoted in a message: at most ``MAX_SHOWN`` characters, one line."""
     text = " ".join(str(text).split())
     return repr(text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "…")
+
+
+def _choices_text(allowed: list[Any]) -> str:
+    """The choices for a message, each quoted: ``'a', 'b' or 'c'`` (not a Python list)."""
+    return readable_list([_quote(choice) for choice in allowed])
 
 
 def _shown(value: Any) -> str:
@@ -284,7 +292,7 @@ def decode_view(
             if wrong:
                 messages.append(
                     f"{tab.label} › {key}: {', '.join(map(_quote, wrong))} is not one of "
-                    f"{allowed}: left out."
+                    f"{_choices_text(allowed)}: left out."
                 )
             continue
         try:
