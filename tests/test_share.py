@@ -283,17 +283,22 @@ def test_a_link_past_the_end_of_the_generation_stops_there_with_one_warning(monk
     assert len(state.decoding.records) == 3 and not shown
 
 
-class DecoderOnlyRegistry:
-    """checkpoint(name) → a decoder-only model's config (no encoder stack)."""
+class OneModelRegistry:
+    """checkpoint(name) → the config of one architecture's model (2 layers per stack it has)."""
+
+    def __init__(self, architecture: str = "decoder-only") -> None:
+        self.architecture = architecture
 
     def checkpoint(self, name: str, session: object) -> SimpleNamespace:
+        encoder = self.architecture != "decoder-only"
+        decoder = self.architecture != "encoder-only"
         config = SimpleNamespace(
-            architecture="decoder-only",
-            n_encoder_layers=0,
-            n_decoder_layers=2,
+            architecture=self.architecture,
+            n_encoder_layers=2 if encoder else 0,
+            n_decoder_layers=2 if decoder else 0,
             n_heads=4,
-            has_encoder=False,
-            has_decoder=True,
+            has_encoder=encoder,
+            has_decoder=decoder,
         )
         return SimpleNamespace(config=config)
 
@@ -308,12 +313,12 @@ def test_the_stack_follows_a_decoder_only_model_and_warns_only_when_asked_for() 
         }
     inside = TabView.of("Inside a layer", "inside", built)
     quiet = decode_view({"tab": ["inside"], "model": ["continue"]}, {"inside": inside},
-                        DecoderOnlyRegistry())  # fmt: skip
+                        OneModelRegistry())  # fmt: skip
     assert quiet.view["values"]["stack"] == "decoder" and quiet.messages == []
     asked = decode_view(
         {"tab": ["inside"], "model": ["continue"], "stack": ["encoder"]},
         {"inside": inside},
-        DecoderOnlyRegistry(),
+        OneModelRegistry(),
     )
     assert asked.view["values"]["stack"] == "decoder"
     assert len(asked.messages) == 1 and "showing decoder" in asked.messages[0]
@@ -336,7 +341,7 @@ def test_the_attention_kind_follows_the_model_and_a_refused_one_names_what_is_sh
             ),
         }
     attention = TabView.of("Attention", "attention", built)
-    registry = DecoderOnlyRegistry()
+    registry = OneModelRegistry()
     tabs = {"attention": attention}
     only = "decoder masked self-attention"
     quiet = decode_view({"tab": ["attention"], "model": ["continue"]}, tabs, registry)
@@ -363,21 +368,6 @@ def test_the_attention_kind_follows_the_model_and_a_refused_one_names_what_is_sh
     full = decode_view(
         {"tab": ["attention"], "model": ["translate"], "kind": ["encoder self-attention"]},
         tabs,
-        SequenceToSequenceRegistry(),
+        OneModelRegistry("encoder-decoder"),
     )
     assert full.view["values"]["kind"] == "encoder self-attention" and full.messages == []
-
-
-class SequenceToSequenceRegistry:
-    """checkpoint(name) → an encoder-decoder model's config."""
-
-    def checkpoint(self, name: str, session: object) -> SimpleNamespace:
-        config = SimpleNamespace(
-            architecture="encoder-decoder",
-            n_encoder_layers=2,
-            n_decoder_layers=2,
-            n_heads=4,
-            has_encoder=True,
-            has_decoder=True,
-        )
-        return SimpleNamespace(config=config)
