@@ -283,3 +283,144 @@ def test_the_stream_after_self_attention_is_the_layers_own(config):
         kept = output.untyped_storage().data_ptr() in _storages(layer_trace)
         assert kept == (config.norm == "post")
         assert torch.equal(layer_trace.self_attention_output, output)
+
+
+# -- the attention weights: an analysis computes them again when read ----------------------------
+
+
+def _weights_of_the_pass(model, src, tgt, ops):
+    """The trace of a pass that does not keep its attention weights, and each attention call's
+    weights as the pass computed them (seen by an observer, in the order of the calls)."""
+    seen: list[tuple[str, torch.Tensor]] = []
+    ops = replace(
+        ops,
+        keep_attention_weights=False,
+        observe_attention=lambda probe, kind, layer: seen.append((kind, probe.weights)),
+    )
+    with torch.no_grad():
+        trace = model(src, tgt, capture=True, ops=ops)
+    return trace, seen
+
+
+@pytest.mark.parametrize("mask", ["paper", "inverted"])
+@pytest.mark.parametrize("config", [CONFIG, ENCODER_DECODER], ids=["rotary-gqa", "seq2seq"])
+def test_attention_weights_not_kept_are_the_passes_own(config, mask):
+    """Every record's weights, read from a trace that did not keep them, are the ones the
+    pass computed, bit for bit (padded rows, the causal triangle, grouped heads, rotary
+    positions and the seeds' inverted mask, whose rows have no key, included); the pass's own
+    tensors are not held; and they equal softmax(q·kᵀ/√d) over the allowed keys, computed
+    here."""
+    from transformer.mistakes import inverted
+
+    torch.manual_seed(0)
+    model = Transformer(config).eval()
+    pad = config.pad_id
+    tgt = torch.randint(4, config.output_vocab_size, (2, 9))
+    tgt[1, 6:] = pad
+    src = None
+    if config.has_encoder:
+        src = torch.randint(4, 40, (2, 7))
+        src[0, 5:] = pad
+    ops = PAPER if mask == "paper" else replace(PAPER, attention_mask=inverted)
+    trace, seen = _weights_of_the_pass(model, src, tgt, ops)
+    kinds = ["encoder_self", "decoder_self", "cross"] if config.has_encoder else ["decoder_self"]
+    records = [r for kind in kinds for r in trace.attention_records(kind)]
+    assert sorted(r.kind for r in records) == sorted(kind for kind, _ in seen)
+    held = _storages(trace)
+    by_kind = {kind: [w for k, w in seen if k == kind] for kind in kinds}
+    for record in records:
+        own = by_kind[record.kind][record.layer]
+        assert own.untyped_storage().data_ptr() not in held
+        assert record.shape == tuple(own.shape)
+        assert torch.equal(record.weights, own)
+        # Independent: the softmax of the scaled scores over the allowed keys, by hand.
+        queries, keys = record.queries, record.keys
+        scores = (queries @ keys.transpose(-2, -1)).masked_fill(~record.mask, float("-inf"))
+        expected = torch.nan_to_num(torch.softmax(scores, dim=-1))  # no allowed key: 0
+        torch.testing.assert_close(record.weights, expected, rtol=1e-6, atol=1e-7)
+    if mask == "inverted":
+        assert any(not bool(r.mask[0, 0].any(-1).all()) for r in records)  # rows with no key
+
+
+def test_a_pass_that_keeps_its_weights_holds_them():
+    """The default (what ``output_attentions`` returns): the weights are the pass's tensors."""
+    torch.manual_seed(0)
+    model = Transformer(CONFIG).eval()
+    seen: list[torch.Tensor] = []
+    ops = replace(PAPER, observe_attention=lambda probe, kind, layer: seen.append(probe.weights))
+    with torch.no_grad():
+        trace = model(tgt=torch.randint(4, 80, (2, 9)), capture=True, ops=ops)
+    held = _storages(trace)
+    assert len(seen) == 2
+    assert all(w.untyped_storage().data_ptr() in held for w in seen)
+
+
+def test_an_analysis_holds_no_attention_weights_and_draws_the_same_grid():
+    """The app's analyses keep no (B, H, T, T) tensor, not even once their weights and scores
+    were read; the grid drawn from them is the one drawn from a pass that kept its weights."""
+    from transformer import figures
+    from transformer.bundled import load_bundled
+    from transformer.inspection import analyse
+
+    checkpoint = load_bundled("cpu").models["translate"]
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    sentences = ["the small cat sees a red ball", "a big dog sleeps"]
+    analysis = analyse(model, tokenizer, sentences)
+    trace = analysis.trace
+    for kind in ("encoder_self", "decoder_self", "cross"):
+        for record in trace.attention_records(kind):  # read, as views read them
+            assert record.weights.shape == record.scores.shape == record.shape
+    for kind in ("encoder_self", "decoder_self", "cross"):
+        for record in trace.attention_records(kind):
+            _, heads, n_queries, n_keys = record.shape
+            square = [
+                t
+                for t in _all_tensors(trace)
+                if t.dim() == 4 and t.shape[1] == heads and t.shape[-2:] == (n_queries, n_keys)
+            ]
+            assert not square, f"{kind} layer {record.layer} keeps {square[0].shape}"
+    assert trace.source is not None and trace.target is not None
+    with torch.no_grad():
+        kept = model(trace.source.tokens, trace.target.tokens, capture=True)
+    for kind in ("encoder_self", "decoder_self", "cross"):
+        lazy_records, kept_records = trace.attention_records(kind), kept.attention_records(kind)
+        for lazy, whole in zip(lazy_records, kept_records, strict=True):
+            assert lazy._weights is None and whole._weights is not None
+            torch.testing.assert_close(lazy.weights, whole.weights, rtol=0, atol=0)
+        drawn = figures.grid_figure(lazy_records, 1).data[0].z
+        expected = figures.grid_figure(kept_records, 1).data[0].z
+        assert (drawn == expected).all()
+
+
+def test_the_grid_pools_each_layer_before_it_reads_the_next():
+    """A long grid holds one full layer at a time: when it reads a layer, none it read
+    before is still alive (each pooled as soon as read), and the figure is the one drawn
+    from all layers given at once."""
+    import gc
+    import weakref
+
+    from transformer.figures.attention import attention_grid
+
+    torch.manual_seed(0)
+    stack = [torch.softmax(torch.randn(2, 200, 200), dim=-1) for _ in range(4)]
+    read: list[weakref.ref] = []
+
+    class OneAtATime:
+        def __len__(self):
+            return len(stack)
+
+        def __getitem__(self, index):
+            if not 0 <= index < len(stack):
+                raise IndexError(index)
+            gc.collect()
+            assert all(ref() is None for ref in read), "an earlier layer is still held"
+            layer = stack[index].clone()
+            read.append(weakref.ref(layer))
+            return layer
+
+    cells = 4 * 2 * 40 * 40
+    drawn = attention_grid(OneAtATime(), max_cells=cells).data[0].z
+    assert len(read) == len(stack)
+    expected = attention_grid(stack, max_cells=cells).data[0].z
+    assert drawn.shape == expected.shape and (drawn == expected).all()
+    assert drawn.shape[0] < 4 * 200  # pooled

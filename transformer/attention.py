@@ -52,6 +52,33 @@ def _empty_rows(mask: Tensor) -> Tensor | None:
     return None if bool(has_key.all()) else ~has_key
 
 
+def attention_weights(queries: Tensor, keys: Tensor, mask: Tensor | None = None) -> Tensor:
+    """``(B, H, Tq, Tk)`` weights ``softmax(Q Kᵀ)`` from already scaled ``(B, H, Tq, d_k)``
+    queries and ``(B, H, Tk, d_k)`` keys, exactly zero in masked cells and in rows with no
+    allowed key (``mask`` bool, broadcastable, ``True`` = may attend).
+
+    The attention runs this, and a trace that did not keep its weights runs it again on the
+    same tensors when they are read: the same numbers, bit for bit."""
+    given = mask
+    if given is not None and remembered(given, "all", lambda: bool(given.all())):
+        mask = None  # nothing is masked (an unpadded batch): skip a pass over the scores
+    scores = queries @ keys.transpose(-2, -1)  # (B, H, Tq, Tk), as attention_scores computes them
+    if mask is not None:
+        # Masked cells far below any score, not -inf; one bias for all layers' scores.
+        dtype = scores.dtype
+        scores += remembered(mask, ("bias", dtype), lambda: mask_bias(mask, dtype))
+    weights = torch.softmax(scores, dim=-1)
+    del scores  # freed here, its memory serves the next layer (a trace recomputes it)
+    if mask is not None:
+        # A row with no allowed key would spread its weight evenly over keys it may not read
+        # (over -inf, 0/0 = NaN); a query that may attend to nothing receives nothing instead.
+        # The check runs on the small mask, once per mask; the fill only if needed.
+        empty = remembered(mask, "empty rows", lambda: _empty_rows(mask))
+        if empty is not None:
+            weights = weights.masked_fill(empty, 0.0)
+    return weights
+
+
 @dataclass
 class AttentionProbe:
     """What one attention call computed, for the trace.
@@ -175,24 +202,11 @@ def scaled_dot_product_attention(
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     given = mask
     if given is not None and remembered(given, "all", lambda: bool(given.all())):
-        mask = None  # nothing is masked (an unpadded batch): skip a pass over the scores
+        mask = None  # nothing is masked: the probe says so
     # Scaling the (Tq, d_k) queries instead of the (Tq, Tk) scores: the same product, one pass
     # over d_k/Tk as many numbers (at 512 tokens and d_k 32, a sixteenth).
     queries = q * scale
-    scores = queries @ k.transpose(-2, -1)  # (B, H, Tq, Tk), as attention_scores computes them
-    if mask is not None:
-        # Masked cells far below any score, not -inf; one bias for all layers' scores.
-        dtype = scores.dtype
-        scores += remembered(mask, ("bias", dtype), lambda: mask_bias(mask, dtype))
-    weights = torch.softmax(scores, dim=-1)
-    del scores  # freed here, its memory serves the next layer (a trace recomputes it)
-    if mask is not None:
-        # A row with no allowed key would spread its weight evenly over keys it may not read
-        # (over -inf, 0/0 = NaN); a query that may attend to nothing receives nothing instead.
-        # The check runs on the small mask, once per mask; the fill only if needed.
-        empty = remembered(mask, "empty rows", lambda: _empty_rows(mask))
-        if empty is not None:
-            weights = weights.masked_fill(empty, 0.0)
+    weights = attention_weights(queries, k, mask)
     attended = dropout(weights) if dropout is not None else weights
     probe = AttentionProbe(queries=queries, keys=k, weights=weights, mask=mask)
     return attended @ v, probe

@@ -10,6 +10,7 @@ what the model attends to while producing its answer.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ import torch
 from .generation import best_without_padding, decoding_ends, greedy_batch, never_generated
 from .interventions import NO_INTERVENTION, Intervention
 from .model import Transformer
+from .operations import Operations
 from .special import PAD_ID
 from .text.tokenization import Tokenizer
 from .trace import Trace, captured_weight_bytes, check_capture_size
@@ -53,8 +55,9 @@ def least_captured_bytes(
     sentences: Sequence[str],
     targets: torch.Tensor | None = None,
 ) -> int:
-    """A lower bound of the attention weights :func:`analyse` will keep for these sentences
-    (:func:`~transformer.trace.captured_weight_bytes`; a translation's own answer, not known
+    """A lower bound of the attention weights :func:`analyse` will compute for these sentences
+    (and that its views read; it does not keep them:
+    :func:`~transformer.trace.captured_weight_bytes`; a translation's own answer, not known
     before it is decoded, counted as one token). 0 for input :func:`analyse` refuses."""
     config = model.config
     try:
@@ -136,6 +139,12 @@ def analyse(
         return _analyse(model, tokenizer, check_sentences(sentences), intervention, targets)
 
 
+def _captured(intervention: Intervention) -> Operations:
+    """The operations of an analysis's pass: the intervention's, its attention weights not
+    kept (its trace computes them again, layer by layer, when a view reads them)."""
+    return dataclasses.replace(intervention.operations, keep_attention_weights=False)
+
+
 def _analyse(
     model: Transformer,
     tokenizer: Tokenizer,
@@ -151,7 +160,7 @@ def _analyse(
             tokenizer, sentences, config.max_len, add_bos=config.prompt_bos, pad_id=config.pad_id
         ).to(device)
         check_capture_size(config, tgt.size(0), 0, tgt.size(1))
-        trace = model(tgt=tgt, capture=True, intervention=intervention)
+        trace = model(tgt=tgt, capture=True, ops=_captured(intervention))
         return Analysis(
             trace=trace,
             source_pieces=[],
@@ -162,7 +171,7 @@ def _analyse(
     src = encode_batch(tokenizer, sentences, config.max_len).to(device)
     check_capture_size(config, src.size(0), src.size(1), 0)
     if config.architecture == "encoder-only":
-        trace = model(src=src, capture=True, intervention=intervention)
+        trace = model(src=src, capture=True, ops=_captured(intervention))
         return Analysis(trace, _pieces(tokenizer, src.cpu()), [], list(sentences), [])
     if targets is None:
         # An answer much longer than its source is babble: stop it early (each step costs time).
@@ -174,7 +183,7 @@ def _analyse(
         targets = pad([[bos, *row] for row in generated], config.pad_id)
     targets = targets.to(device)
     check_capture_size(config, src.size(0), src.size(1), targets.size(1))
-    trace = model(src, targets, capture=True, intervention=intervention)
+    trace = model(src, targets, capture=True, ops=_captured(intervention))
     outputs = [tokenizer.decode(row.tolist()) for row in targets]
     return Analysis(
         trace=trace,

@@ -62,8 +62,15 @@ def _norm(config: ModelConfig) -> LayerNorm | RMSNorm:
 
 
 def _record(
-    kind: AttentionKind, layer: int, probe: AttentionProbe | None, mask: Tensor | None, offset: int
+    kind: AttentionKind,
+    layer: int,
+    probe: AttentionProbe | None,
+    mask: Tensor | None,
+    offset: int,
+    ops: Operations,
 ) -> AttentionRecord | None:
+    """The trace's record of one attention call (its weights kept unless ``ops`` says not to:
+    the record then computes them again when read)."""
     if probe is None:
         return None
     batch, _, n_queries, n_keys = probe.weights.shape
@@ -73,7 +80,7 @@ def _record(
     return AttentionRecord(
         kind=kind,
         layer=layer,
-        weights=probe.weights.detach(),
+        weights=probe.weights.detach() if ops.keep_attention_weights else None,
         mask=mask,
         query_offset=offset,
         # Kept only where the rotary pair cannot give them back (see AttentionProbe.rebuild).
@@ -144,7 +151,7 @@ class EncoderLayer(nn.Module):
         x = self.feed_forward_residual(x, update, ops)
         if not capture:
             return x, None
-        record = _record("encoder_self", self.index, probe, mask, 0)
+        record = _record("encoder_self", self.index, probe, mask, 0, ops)
         assert record is not None  # a captured pass keeps the attention's probe
         return x, LayerTrace(
             stack="encoder",
@@ -264,7 +271,7 @@ class DecoderLayer(nn.Module):
         kv_cache = cache.self_attention if cache is not None else None
         h = self.self_attention_residual.sublayer_input(x, ops)
         attended, probe = self.self_attention(h, h, mask, kv_cache, capture=capture, ops=ops)
-        record = _record("decoder_self", self.index, probe, mask, offset) if capture else None
+        record = _record("decoder_self", self.index, probe, mask, offset, ops) if capture else None
         return _Sublayer(attended, self.self_attention_residual(x, attended, ops), record)
 
     def _cross_attend(
@@ -288,7 +295,7 @@ class DecoderLayer(nn.Module):
         attended, probe = ops.cross_attention(
             self.cross_attention, h, memory, mask, kv_cache, capture=capture, ops=ops
         )
-        record = _record("cross", self.index, probe, mask, offset) if capture else None
+        record = _record("cross", self.index, probe, mask, offset, ops) if capture else None
         return _Sublayer(attended, self.cross_attention_residual(x, attended, ops), record)
 
 

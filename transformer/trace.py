@@ -14,13 +14,14 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .attention import Rotated, attention_scores
+from .attention import Rotated, attention_scores, attention_weights
 from .config import ModelConfig
 
 AttentionKind = Literal["encoder_self", "decoder_self", "cross"]
 ATTENTION_KINDS: tuple[str, ...] = ("encoder_self", "decoder_self", "cross")
-# The attention weights a captured pass may keep (every layer's and head's (Tq, Tk) map, in
-# float32). SmolLM2 (30 layers x 9 heads) reaches it at 539 tokens: 512 fit (271 MiB); at
+# The attention weights a captured pass may compute (every layer's and head's (Tq, Tk) map, in
+# float32), whether it keeps them or its views compute them again when read (the grid reads
+# them all). SmolLM2 (30 layers x 9 heads) reaches it at 539 tokens: 512 fit (271 MiB); at
 # 8,192, its context, they would be 72 GB. Longer texts are for views that keep less.
 MAX_CAPTURED_WEIGHTS_BYTES = 300 * 2**20
 # The logits read at once where a reader needs only something of each position's (its best
@@ -36,11 +37,15 @@ class AttentionRecord:
     Attributes:
         kind: ``"encoder_self"``, ``"decoder_self"`` (masked) or ``"cross"``.
         layer: index of the layer in its stack, from 0.
-        weights: ``(B, H, Tq, Tk)`` softmax of the scores; zero in masked cells.
+        weights: ``(B, H, Tq, Tk)`` softmax of the scores; zero in masked cells. A pass run
+            with ``Operations.keep_attention_weights=False`` does not keep them: they are
+            computed again when read, from the queries and keys, by the attention's own
+            :func:`~transformer.attention.attention_weights` (the same numbers, bit for bit;
+            SmolLM2's at 512 tokens would take 283 MB). Each read computes them anew.
         mask: ``(B, 1, Tq, Tk)`` bool, ``True`` = may attend (all ``True`` if nothing was masked).
         query_offset: position of the first query row (non-zero in incremental decoding).
         queries, keys: ``(B, H, Tq, d_k)`` queries already multiplied by the scale and ``(B, H,
-            Tk, d_k)`` keys, from which :attr:`scores` is computed when first read (with
+            Tk, d_k)`` keys, from which :attr:`scores` is computed when read (with
             grouped-query attention the keys are expanded to the H query heads). Where the
             rotary pair holds them (a rotary pass without cached keys) they are recomputed from
             it when read, by the pass's own operations, instead of being kept twice.
@@ -58,8 +63,8 @@ class AttentionRecord:
 
     kind: AttentionKind
     layer: int
-    weights: Tensor
     mask: Tensor
+    _weights: Tensor | None = field(default=None, repr=False, compare=False)
     query_offset: int = 0
     _queries: Tensor | None = field(default=None, repr=False)
     _keys: Tensor | None = field(default=None, repr=False)
@@ -85,20 +90,45 @@ class AttentionRecord:
         rotary: Rotated | None = None,
         rebuild: Callable[[], tuple[Tensor, Tensor]] | None = None,
     ) -> None:
-        if weights is None or mask is None:
-            raise TypeError("an AttentionRecord needs its weights and its mask")
+        if mask is None:
+            raise TypeError("an AttentionRecord needs its mask")
         if scores is None and rebuild is None and (queries is None or keys is None):
             raise TypeError("an AttentionRecord needs its scores, or the queries and keys")
-        self.kind, self.layer, self.weights, self.mask = kind, layer, weights, mask
+        if weights is None and scores is not None:
+            raise TypeError("an AttentionRecord made from scores needs its weights")
+        self.kind, self.layer, self._weights, self.mask = kind, layer, weights, mask
         self.query_offset, self._queries, self._keys, self._scores = (
             query_offset,
             queries,
             keys,
             scores,
         )
-        self.kv_head_of = kv_head_of or tuple(range(weights.shape[1]))
         self.rotary = rotary
         self._rebuild = rebuild
+        if not kv_head_of:
+            heads = weights if weights is not None else self.queries
+            assert heads is not None  # checked above
+            kv_head_of = tuple(range(heads.shape[1]))
+        self.kv_head_of = kv_head_of
+
+    @property
+    def weights(self) -> Tensor:
+        """``(B, H, Tq, Tk)`` softmax of the scores, zero in masked cells (kept, or computed
+        again from the queries and keys when the pass did not keep them)."""
+        if self._weights is not None:
+            return self._weights
+        queries, keys = self.queries, self.keys
+        assert queries is not None and keys is not None  # checked in __init__
+        return attention_weights(queries, keys, self.mask)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """``(B, H, Tq, Tk)``: the weights' shape, without computing them."""
+        if self._weights is not None:
+            batch, n_heads, n_queries, n_keys = self._weights.shape
+            return batch, n_heads, n_queries, n_keys
+        batch, _, n_queries, n_keys = self.mask.shape
+        return batch, len(self.kv_head_of), n_queries, n_keys
 
     @property
     def queries(self) -> Tensor | None:
@@ -117,12 +147,14 @@ class AttentionRecord:
 
     @property
     def scores(self) -> Tensor:
-        """``(B, H, Tq, Tk)`` scaled scores before softmax; masked cells are ``-inf``."""
-        if self._scores is None:
-            queries, keys = self.queries, self.keys
-            assert queries is not None and keys is not None  # checked in __init__
-            self._scores = attention_scores(queries, keys, self.mask)
-        return self._scores
+        """``(B, H, Tq, Tk)`` scaled scores before softmax; masked cells are ``-inf`` (kept
+        when the record was made from them, else computed at each read and not kept: a view
+        that reads every layer's would otherwise grow a cached trace by their size)."""
+        if self._scores is not None:
+            return self._scores
+        queries, keys = self.queries, self.keys
+        assert queries is not None and keys is not None  # checked in __init__
+        return attention_scores(queries, keys, self.mask)
 
     @property
     def masked(self) -> Tensor:

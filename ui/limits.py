@@ -21,10 +21,10 @@ MAX_TABLE_ROWS = 1_000
 GENERATION_TIME_LIMIT_S = 60.0  # "Run to the end" pauses there; Run again continues
 TRAINING_TIME_LIMIT_S = 300.0  # training stops there and keeps what it has learned
 QUEUE_SIZE = 64  # requests waiting at once, all events together; more are told to retry
-# Analyses kept for shared models, counted by every tensor they hold (a bundled model's at 512
-# tokens is about 75 MB). An analysis bigger than the bound (MiniLM's at 512 tokens, about
-# 270 MB; SmolLM2's about 700 MB) is kept alone, and dropped when the next one starts, so that
-# two are never held at once.
+# Analyses kept for shared models, counted by every tensor they hold; their attention weights
+# are computed again when a view reads them, not held (MiniLM's at 508 tokens holds 31 MB a
+# sentence, SmolLM2's at 534 tokens 164 MB). An analysis bigger than the bound is kept alone,
+# and dropped when the next one starts, so that two are never held at once.
 CACHE_BYTES = 192 * 1024 * 1024
 # Layer and head sliders are built with these bounds, so that an API call (a new session, which
 # gradio checks against the sliders as built) may name any layer or head of any model the app

@@ -88,8 +88,9 @@ def _tensor_bytes(value: Any, seen: set[int]) -> int:
 
 
 def _trace_bytes(trace: Trace) -> int:
-    """Bytes a cached trace holds: every tensor, not only the attention maps (SmolLM2's at 511
-    tokens: 283 MB of weights, 135 MB of the residual stream, queries and keys beside them)."""
+    """Bytes a cached trace holds: every tensor (an analysis computes its attention weights
+    again when a view reads them: SmolLM2's at 511 tokens holds 135 MB, the residual stream,
+    queries and keys, not the 283 MB of weights its views draw)."""
     return _tensor_bytes(trace, set())
 
 
@@ -302,9 +303,9 @@ class ModelRegistry:
                 self._analyses.move_to_end(key)
                 return self._analyses[key][0]
         # What would be dropped once this analysis is kept is dropped before it is computed,
-        # so that both are never held at once: an analysis over the bound alone (SmolLM2's at
-        # 512 tokens: about 700 MB), and every other one when this one's attention weights
-        # alone pass the bound.
+        # so that both are never held at once: an analysis over the bound alone, and every
+        # other one when this one's attention weights alone pass the bound (its pass computes
+        # them layer by layer, and the grid reads them all: the app's largest moment).
         least = least_captured_bytes(checkpoint.model, checkpoint.tokenizer, sentences, targets)
         with self._cache_lock:
             # Keys only: a loop variable bound to a dropped analysis would hold it all along.

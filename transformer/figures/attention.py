@@ -8,7 +8,7 @@ student sees where the mask acted. Attention arrays are ``(..., Tq, Tk)``: query
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -505,11 +505,11 @@ def attention_grid(
     Masked cells are covered by grey shapes (integers have no NaN); hovering one shows its
     weight, 0.
     """
-    layers = [to_numpy(layer) for layer in weights]  # per layer: no copy of the whole stack
-    if not layers or any(layer.ndim != 3 or layer.shape != layers[0].shape for layer in layers):
+    n_layers = len(weights)
+    first = to_numpy(weights[0]) if n_layers else np.zeros(0)
+    if first.ndim != 3:
         raise ValueError("expected (layers, heads, queries, keys) weights")
-    n_layers = len(layers)
-    n_heads, n_queries, n_keys = layers[0].shape
+    n_heads, n_queries, n_keys = first.shape
     queries = check_labels(query_labels, n_queries, "query")
     keys = check_labels(key_labels, n_keys, "key")
     m = np.zeros((n_queries, n_keys), bool) if masked is None else to_numpy(masked, bool)
@@ -526,11 +526,25 @@ def attention_grid(
     side = max(8, math.isqrt(max_cells // (n_layers * n_heads)))
     if max(n_queries, n_keys) > exact_up_to:
         side = min(side, max_tile)
-    if max(n_queries, n_keys) > side:
-        pooled = [downsample_attention(layer, m[i], side) for i, layer in enumerate(layers)]
-        layers = [p[0] for p in pooled]
-        m = np.stack([p[1] for p in pooled])
-        fq, fk = pooled[0][2:]
+    pooled = max(n_queries, n_keys) > side
+    layers: list[np.ndarray] = []
+    pooled_masks: list[np.ndarray] = []
+    fq = fk = 1
+    # One layer at a time, each pooled as soon as it is read: a trace that did not keep its
+    # weights computes each layer's when read, so the whole stack is never held at once.
+    shape, tile = first.shape, first
+    del first
+    for i in range(n_layers):
+        if i:
+            tile = to_numpy(weights[i])
+        if tile.shape != shape:
+            raise ValueError("expected (layers, heads, queries, keys) weights")
+        if pooled:
+            tile, tile_masked, fq, fk = downsample_attention(tile, m[i], side)
+            pooled_masks.append(tile_masked)
+        layers.append(tile)
+    if pooled:
+        m = np.stack(pooled_masks)
         queries, keys = _block_labels(queries, fq), _block_labels(keys, fk)
         padded = np.logical_and.reduceat(padded, np.arange(0, n_queries, fq))
         rows, cols = layers[0].shape[-2:]
@@ -761,6 +775,22 @@ def _grid_shapes(
     return shapes
 
 
+class _EachRead:
+    """A sequence whose item ``i`` is ``read(i)``, computed each time it is read (a layer's
+    weights, which a trace may compute when read rather than keep)."""
+
+    def __init__(self, read: Callable[[int], Any], length: int) -> None:
+        self._read, self._length = read, length
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index: int) -> Any:
+        if not 0 <= index < self._length:
+            raise IndexError(index)
+        return self._read(index)
+
+
 def grid_figure(
     records: Sequence[AttentionRecord],
     batch: int,
@@ -785,7 +815,7 @@ def grid_figure(
     """
     if not records:
         raise ValueError("no attention records to draw")
-    weights = [r.weights[batch] for r in records]  # L × (H, Tq, Tk)
+    weights = _EachRead(lambda layer: records[layer].weights[batch], len(records))
     masked = np.stack([to_numpy(~r.mask[batch, 0], bool) for r in records])  # (L, Tq, Tk)
     kind = _describe(records[0]).split(" · ")[0]
     return attention_grid(

@@ -250,7 +250,7 @@ def rotating_pair(
     layer = min(ROPE_LAYER, len(trace.decoder_layers) - 1)
     record = trace.decoder_layers[layer].self_attention
     assert record.rotary is not None  # a rotary model's capture keeps q and k before rotation
-    head = min(ROPE_HEAD, record.weights.shape[1] - 1)
+    head = min(ROPE_HEAD, record.shape[1] - 1)
     kv_head = record.kv_head_of[head]
     q = record.rotary.queries_before[0, head, -1].float().cpu()
     k = record.rotary.keys_before[0, kv_head, 1].float().cpu()

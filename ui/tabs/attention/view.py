@@ -237,7 +237,7 @@ def attention_grid(
 def _grid(view: AttentionView, large: bool) -> Any:
     """The grid of one view. Its cell budget leaves room for the single head (float32, exact,
     two grid cells' bytes per cell) that ships in the same response: together under 3 MB."""
-    n_queries, n_keys = view.records[0].weights.shape[-2:]
+    n_queries, n_keys = view.records[0].shape[-2:]
     budget = max(GRID_MIN_CELLS, GRID_MAX_CELLS - 2 * n_queries * n_keys)
     return figures.grid_figure(
         view.records,
