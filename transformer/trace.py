@@ -117,9 +117,7 @@ class AttentionRecord:
         again from the queries and keys when the pass did not keep them)."""
         if self._weights is not None:
             return self._weights
-        queries, keys = self.queries, self.keys
-        assert queries is not None and keys is not None  # checked in __init__
-        return attention_weights(queries, keys, self.mask)
+        return attention_weights(*self._queries_and_keys(), self.mask)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -152,9 +150,14 @@ class AttentionRecord:
         that reads every layer's would otherwise grow a cached trace by their size)."""
         if self._scores is not None:
             return self._scores
-        queries, keys = self.queries, self.keys
-        assert queries is not None and keys is not None  # checked in __init__
-        return attention_scores(queries, keys, self.mask)
+        return attention_scores(*self._queries_and_keys(), self.mask)
+
+    def _queries_and_keys(self) -> tuple[Tensor, Tensor]:
+        """:attr:`queries` and :attr:`keys`, rebuilt once from the rotary pair when not kept."""
+        if self._queries is None and self._rebuild is not None:
+            return self._rebuild()
+        assert self._queries is not None and self._keys is not None  # checked in __init__
+        return self._queries, self._keys
 
     @property
     def masked(self) -> Tensor:
