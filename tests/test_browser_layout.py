@@ -178,3 +178,42 @@ def test_every_row_of_a_short_head_view_keeps_its_label_in_large_font(projector:
     rows = head_view.evaluate("el => el.data[1].y.length")
     assert rows >= 10  # a sentence the translate model splits into many pieces
     assert len(labels()) == rows, labels()
+
+
+OVERLAPS = """el => {
+    const boxes = [...el.querySelectorAll('g.annotation')].map(a => {
+        const r = a.getBoundingClientRect();
+        return {text: a.textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom};
+    }).filter(b => b.right > b.left && b.bottom > b.top);
+    const pairs = [];
+    for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+        const a = boxes[i], b = boxes[j];
+        const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+        const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+        if (w > 2 && h > 2) pairs.push([a.text, b.text]);
+    }
+    return {count: boxes.length, pairs};
+}"""
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["laptop", "projector"])
+def test_no_two_captions_of_inside_a_layer_overlap(browser: Any, app_url: str, large: bool) -> None:
+    """SmolLM2's rotated keys and its values stood side by side, and their captions (a long
+    rotation formula beside the values') were drawn over each other at 1280×800."""
+    query = "?tab=inside&model=SmolLM2-135M-Instruct"
+    context, page = _open(browser, app_url + query, PROJECTOR if large else LAPTOP, large)
+    try:
+        _drawn(page, "Inside a layer", 2)
+        page.wait_for_timeout(1000)
+        _poll(page, "the page settled", lambda: not page.locator(BUSY).count())
+        figures = _visible_panel(page).locator(PLOT)
+        _poll(
+            page,
+            "the rotated keys drawn",
+            lambda: "after rotation" in figures.all_inner_texts().__str__(),
+        )
+        for index in range(figures.count()):
+            found = figures.nth(index).evaluate(OVERLAPS)
+            assert not found["pairs"], found["pairs"]
+    finally:
+        context.close()

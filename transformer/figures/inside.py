@@ -49,17 +49,10 @@ def _blocks(steps: Sequence[Any]) -> list[list[Any]]:
 
 
 def _joins(block: list[Any], step: Any) -> bool:
-    """Whether ``step`` joins ``block``: per-key steps make one table; two matrices over the same
-    keys (K and V) stand side by side."""
-    first = block[0]
-    if step.per_key or first.per_key:
-        return step.per_key and first.per_key
-    return (
-        len(block) == 1
-        and step.values.dim() == 2
-        and first.values.dim() == 2
-        and first.values.shape[0] == step.values.shape[0]
-    )
+    """Whether ``step`` joins ``block``: per-key steps make one table. Every matrix has the
+    width to itself (two side by side drew their captions over each other: a rotation's
+    formula is long)."""
+    return bool(step.per_key and block[0].per_key)
 
 
 def _number(value: float) -> str:
@@ -68,9 +61,7 @@ def _number(value: float) -> str:
     return f"{value:.3f}" if abs(value) < 1000 else f"{value:.4g}"
 
 
-def _caption(number: int, step: Any, short: bool = False) -> str:
-    if short:
-        return f"<b>{number}. {step.name}</b>   {step.formula}"
+def _caption(number: int, step: Any) -> str:
     return (
         f"<b>{number}. {step.name}</b>   {step.formula}"
         f"   <span style='color:#777'>{step.shown}</span>"
@@ -135,18 +126,10 @@ def section_figure(
             text = f"<b>{number}–{number + len(block) - 1}. {names}</b>"
             text += f"   <span style='color:#777'>{block[0].shown.split(';')[0]}</span>"
         else:
-            texts = []
-            side = len(block) > 1
-            for n, step in enumerate(block):
-                axis_index += 1
-                x_domain = [0.0, 1.0] if not side else [n * 0.52, n * 0.52 + 0.48]
-                _heatmap_block(
-                    step, domain, axis_index, large_font, traces, layout, shapes, x_domain, n == 0
-                )
-                texts.append((x_domain[0], _caption(number + n, step, short=side)))
-            for x, caption in texts[1:]:
-                annotations.append(_annotation(caption, x, caption_y, font))
-            text = texts[0][1]
+            (step,) = block
+            axis_index += 1
+            _heatmap_block(step, domain, axis_index, large_font, traces, layout, shapes)
+            text = _caption(number, step)
         annotations.append(_annotation(text, 0, caption_y, font))
 
     layout.update(
@@ -191,8 +174,6 @@ def _heatmap_block(
     traces: list[Any],
     layout: dict[str, Any],
     shapes: list[dict[str, Any]],
-    x_domain: Sequence[float] = (0.0, 1.0),
-    row_labels: bool = True,
 ) -> None:
     """One vector as a one-row strip, or one matrix with its row labels."""
     x_ref, y_ref, x_key, y_key = _axis_names(index)
@@ -247,7 +228,7 @@ def _heatmap_block(
         )
     small = 14 if large_font else 10  # one label per key row, none thinned out
     layout[x_key] = {
-        "domain": list(x_domain),
+        "domain": [0.0, 1.0],
         "anchor": y_ref,
         "showticklabels": False,
         "ticks": "",
@@ -260,7 +241,7 @@ def _heatmap_block(
         "anchor": x_ref,
         "type": "category",
         "autorange": "reversed",
-        "showticklabels": matrix and row_labels,
+        "showticklabels": matrix,
         "ticks": "",
         "tickfont": {"size": small},
         "showgrid": False,
