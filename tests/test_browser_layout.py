@@ -207,11 +207,11 @@ def test_no_two_captions_of_inside_a_layer_overlap(browser: Any, app_url: str, l
         page.wait_for_timeout(1000)
         _poll(page, "the page settled", lambda: not page.locator(BUSY).count())
         figures = _visible_panel(page).locator(PLOT)
-        _poll(
-            page,
-            "the rotated keys drawn",
-            lambda: "after rotation" in figures.all_inner_texts().__str__(),
-        )
+
+        def rotated_keys_drawn() -> bool:
+            return any("after rotation" in text for text in figures.all_inner_texts())
+
+        _poll(page, "the rotated keys drawn", rotated_keys_drawn)
         for index in range(figures.count()):
             found = figures.nth(index).evaluate(OVERLAPS)
             assert not found["pairs"], found["pairs"]
