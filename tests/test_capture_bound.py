@@ -1,8 +1,9 @@
-"""A captured pass keeps every layer's and head's attention weights, T² each: the library
+"""A captured pass computes every layer's and head's attention weights, T² each (it keeps them,
+or, in an analysis, its views compute them again when read, the grid all of them): the library
 refuses one whose weights would pass ``MAX_CAPTURED_WEIGHTS_BYTES`` (SmolLM2 at its 8,192-token
 context: 72 GB) with a message that gives the length it accepts, in an analysis and in a
 step-by-step decoding that records attention. The bound's arithmetic is checked against the
-bytes real traces hold."""
+bytes real traces hold or compute when read."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ WORDS = SENTENCE.split(" ")
 
 
 def held_weight_bytes(trace: Trace) -> int:
-    """Bytes of the attention weights a trace holds, every kind the model has."""
+    """Bytes of the attention weights a trace holds or computes when read, every kind the
+    model has."""
     held = 0
     for kind in ("encoder_self", "decoder_self", "cross"):
         with contextlib.suppress(ValueError):  # the model has no such attention
