@@ -228,6 +228,15 @@ def _wait_for(page: Any, panel: Any, action: Action) -> None:
         page.wait_for_timeout(200)
 
 
+# Every trace of every figure in the page, as plotly drew it: a trace whose type plotly does not
+# know (not registered in the bundle the page loaded) is drawn as an invisible scatter.
+UNDRAWN_TRACES = """
+() => [...document.querySelectorAll('.js-plotly-plot')].flatMap((gd) =>
+  (gd._fullData || []).filter((t) => t.type !== (gd.data[t.index].type || 'scatter'))
+    .map((t) => gd.data[t.index].type))
+"""
+
+
 def _is_local(url: str) -> bool:
     parts = urlsplit(url)
     return parts.scheme in {"data", "blob"} or (
@@ -267,6 +276,8 @@ def test_tab_works_in_a_real_browser(page: PageRecord, spec: TabSpec, screenshot
     browser_page.wait_for_timeout(500)  # let plotly finish its last relayout before the picture
     assert not _error_toasts(browser_page)
     assert not page.page_errors, f"JavaScript errors in the page: {page.page_errors}"
+    undrawn = browser_page.evaluate(UNDRAWN_TRACES)
+    assert not undrawn, f"traces of a type the page's plotly does not know: {undrawn}"
     foreign = sorted({url for url in page.requests if not _is_local(url)})
     assert not foreign, (
         f"the page reached beyond this machine (the app must work offline): {foreign}"

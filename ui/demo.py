@@ -24,6 +24,7 @@ from . import limits
 from .errors import guard_preprocessing, scrub
 from .export import PLOT_TOOLBAR_JS, ViewExport
 from .first_views import PRELOAD_PLOTLY_JS, REVEAL_LINK_JS, FirstViews, OpenOnLinkedTab
+from .plotly_bundle import ServePrunedPlotly, start_pruning
 from .share import MAX_QUERY, TabView
 from .sliders import SLIDER_ENTER_JS
 from .state import ModelRegistry, SessionModels
@@ -452,9 +453,14 @@ class RefuseLongAddresses:
 
 def launch_options() -> dict[str, Any]:
     """Arguments for ``demo.launch()``, shared by ``python app.py`` and the tests."""
+    start_pruning()
     return {
         "app_kwargs": {
-            "middleware": [Middleware(RefuseLongAddresses), Middleware(OpenOnLinkedTab)]
+            "middleware": [
+                Middleware(RefuseLongAddresses),
+                Middleware(OpenOnLinkedTab),
+                Middleware(ServePrunedPlotly),
+            ]
         },
         "css": CSS,
         "theme": gr.themes.Soft(),

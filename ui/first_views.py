@@ -16,22 +16,15 @@ import json
 import logging
 import re
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
 from .errors import describe
+from .plotly_bundle import plotly_chunk
 from .views import _merge, _usable, union
 
 log = logging.getLogger("visualiser")
-
-
-def _plotly_chunk() -> str | None:
-    """The file name of gradio's plotly bundle among its page's assets (None if not found)."""
-    assets = Path(gr.__file__).parent / "templates" / "frontend" / "assets"
-    found = sorted(path.name for path in assets.glob("PlotlyPlot-*.js"))
-    return found[0] if len(found) == 1 else None
 
 
 # Part of the page's script. Gradio loads its plotly bundle (4.6 MB) when the first plot is
@@ -48,7 +41,7 @@ PRELOAD_PLOTLY_JS = r"""
   else if (window.requestIdleCallback) window.requestIdleCallback(load, {timeout: 8000});
   else setTimeout(load, 3000);
 })();
-""".replace("CHUNK", json.dumps(_plotly_chunk()))
+""".replace("CHUNK", json.dumps(plotly_chunk()))
 
 
 # Runs in the page before gradio's own script reads its configuration: a page opened with a link
@@ -93,7 +86,7 @@ LINKED_TAB_JS = r"""
     document.head.appendChild(preload);
   }
 })();
-""".replace("CHUNK", json.dumps(_plotly_chunk()))
+""".replace("CHUNK", json.dumps(plotly_chunk()))
 
 # Chained after the link's event (its outputs applied): the linked tab is shown.
 REVEAL_LINK_JS = """
