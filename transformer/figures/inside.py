@@ -61,11 +61,25 @@ def _number(value: float) -> str:
     return f"{value:.3f}" if abs(value) < 1000 else f"{value:.4g}"
 
 
-def _caption(number: int, step: Any) -> str:
-    return (
-        f"<b>{number}. {step.name}</b>   {step.formula}"
-        f"   <span style='color:#777'>{step.shown}</span>"
-    )
+# Past this many characters a caption puts its grey tail (which slice, its shape) on a line of
+# its own: plotly does not wrap annotations, and at 1280×800 a line of about 110 characters
+# reaches the figure's right edge, where it was cut off.
+_ONE_LINE = 100
+
+
+def _caption(number: int, steps: Sequence[Any]) -> str:
+    """A block's caption: number(s) and name(s) in bold, the formula of a lone step, then in
+    grey which slice of the tensor is drawn, with its shape."""
+    if len(steps) == 1:
+        (step,) = steps
+        head, formula, tail = f"{number}. {step.name}", step.formula, step.shown
+    else:
+        names = " → ".join(step.name for step in steps)
+        head, formula = f"{number}–{number + len(steps) - 1}. {names}", ""
+        tail = steps[0].shown.split(";")[0]
+    text = f"<b>{head}</b>" + (f"   {formula}" if formula else "")
+    wraps = len(head) + len(formula) + len(tail) > _ONE_LINE
+    return text + ("<br>" if wraps else "   ") + f"<span style='color:#777'>{tail}</span>"
 
 
 def section_figure(
@@ -93,11 +107,13 @@ def section_figure(
     layout: dict[str, Any] = {}
     annotations: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
-    placed: list[tuple[list[Any], int, float, float]] = []  # block, number, y top, y bottom (px)
+    # block, its caption, y top, y bottom (px)
+    placed: list[tuple[list[Any], str, float, float]] = []
     y = 0.0
     number = first_number
     for block in _blocks(steps):
-        y += size["caption"]
+        caption = _caption(number, block)
+        y += size["caption"] * (1 + caption.count("<br>"))
         if block[0].per_key:
             n_keys = block[0].values.numel()
             # A row per key (up to 16; the table scrolls past them), one spare for a wrapped label.
@@ -106,7 +122,7 @@ def section_figure(
             height = min(320, max(3 * size["row"], size["row"] * block[0].values.size(0) + 6))
         else:
             height = size["strip"]
-        placed.append((block, number, y, y + height))
+        placed.append((block, caption, y, y + height))
         y += height + _GAP
         number += len(block)
     plot_height = max(y, 1.0)
@@ -115,22 +131,15 @@ def section_figure(
     def frac(px: float) -> float:
         return max(0.0, min(1.0, 1.0 - px / plot_height))
 
-    axis_index = 0
-    for block, number, y0, y1 in placed:
+    for axis_index, (block, caption, y0, y1) in enumerate(placed, start=1):
         domain = [frac(y1), frac(y0)]
         caption_y = frac(y0 - 2)  # the caption sits just above its block
         if block[0].per_key:
-            axis_index += 1
             _per_key_block(block, domain, axis_index, large_font, traces, layout)
-            names = " → ".join(step.name for step in block)
-            text = f"<b>{number}–{number + len(block) - 1}. {names}</b>"
-            text += f"   <span style='color:#777'>{block[0].shown.split(';')[0]}</span>"
         else:
             (step,) = block
-            axis_index += 1
             _heatmap_block(step, domain, axis_index, large_font, traces, layout, shapes)
-            text = _caption(number, step)
-        annotations.append(_annotation(text, 0, caption_y, font))
+        annotations.append(_annotation(caption, 0, caption_y, font))
 
     layout.update(
         template="none",
@@ -156,6 +165,7 @@ def _annotation(text: str, x: float, y: float, font: int) -> dict[str, Any]:
         "yref": "paper",
         "xanchor": "left",
         "yanchor": "bottom",
+        "align": "left",
         "showarrow": False,
         "font": {"size": font - 1},
     }
