@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from gradio_client import Client
-from serving import CROSS, GENERATE, free_port
+from serving import CROSS, GENERATE, launched
 
 import app as visualiser
 from ui.state import TRAINED_HERE
@@ -14,18 +14,8 @@ DECODER_SELF = "decoder masked self-attention"
 
 @pytest.fixture(scope="module")
 def url():
-    demo = visualiser.build_demo("cpu")
-    port = free_port()
-    demo.launch(
-        prevent_thread_lock=True,
-        server_name="127.0.0.1",
-        server_port=port,
-        **visualiser.launch_options(),
-    )
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
+    with launched(visualiser.build_demo("cpu")) as address:
+        yield address
 
 
 @pytest.fixture

@@ -526,3 +526,65 @@ def test_every_family_s_real_config_passes_the_size_check(hf_models):
         checkpoint = load_pretrained(folder)
         real = sum(p.numel() for p in checkpoint.model.parameters())
         assert parameter_floor(checkpoint.model.config) <= real
+
+
+def test_a_released_registry_lets_its_models_go_and_reads_them_again_when_asked(hf_models):
+    """A closed app stays reachable (FastAPI caches its routes' dependencies), and with it its
+    registry: ``release`` drops what the registry read, so the memory can go."""
+    registry = ModelRegistry(torch.device("cpu"), [str(hf_models["gpt2"])])
+    checkpoint = registry.checkpoint("gpt2", None)
+    registry.analysis("translate", registry.checkpoint("translate", None), ["a big dog sleeps"])
+    model = weakref.ref(checkpoint.model)
+    assert registry._analyses
+    del checkpoint
+    registry.release()
+    assert not registry.pretrained and not registry._analyses
+    import gc
+
+    gc.collect()
+    assert model() is None, "the released model is still held"
+    again = registry.checkpoint("gpt2", None)  # asked for again: read again
+    assert again.info["family"] == "gpt2" and registry.pretrained == {"gpt2": again}
+
+
+def test_a_released_registry_starts_no_other_model_in_the_background(monkeypatch, hf_models):
+    registry = ModelRegistry(torch.device("cpu"), [str(hf_models["bert"]), str(hf_models["gpt2"])])
+    read: list[str] = []
+    for name in ("bert", "gpt2"):
+        loader = registry._loaders[name]
+
+        def slow(loader=loader, name=name):
+            read.append(name)
+            time.sleep(0.3)
+            return loader()
+
+        registry._loaders[name] = slow
+    monkeypatch.setattr("ui.state.PRELOAD_FIRST", "bert")
+    registry._loaders = {name: registry._loaders[name] for name in ("bert", "gpt2")}
+    registry.preload()
+    time.sleep(0.1)  # the first model is being read
+    registry.release()
+    assert not registry.preloading and read == ["bert"] and not registry.pretrained
+
+
+def test_launched_releases_the_registry_of_the_app_it_closes(monkeypatch):
+    from ui import testing
+
+    events: list[str] = []
+
+    class Registry:
+        def release(self) -> None:
+            events.append("release")
+
+    class Demo:
+        model_registry = Registry()
+
+        def launch(self, **kwargs) -> None:
+            events.append("launch")
+
+        def close(self) -> None:
+            events.append("close")
+
+    with testing.launched(Demo()):
+        events.append("serving")
+    assert events == ["launch", "serving", "close", "release"]

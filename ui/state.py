@@ -150,6 +150,7 @@ class ModelRegistry:
         self.pretrained_errors: dict[str, str] = {}
         self._load_lock = threading.Lock()
         self._preloading: threading.Thread | None = None
+        self._released = threading.Event()
         self._analyses: OrderedDict[tuple, tuple[Analysis, int]] = OrderedDict()
         self._cache_lock = threading.Lock()
 
@@ -226,7 +227,7 @@ class ModelRegistry:
         def work() -> None:
             # The Generate tab opens on SmolLM2: read it first, so its first step waits least.
             for name in sorted(self._loaders, key=lambda n: n != PRELOAD_FIRST):
-                if _EXITING.is_set():  # the interpreter is exiting: start no other model
+                if _EXITING.is_set() or self._released.is_set():  # start no other model
                     return
                 # A failure is recorded in pretrained_errors; choosing the model reports it.
                 with contextlib.suppress(ValueError):
@@ -237,6 +238,20 @@ class ModelRegistry:
         _PRELOADS.add(thread)
         thread.start()
         return thread
+
+    def release(self) -> None:
+        """Drop the pretrained models read so far and every cached analysis, once the app that
+        served them is closed. Gradio and FastAPI keep a closed app reachable (FastAPI caches
+        its routes' dependencies), and with it this registry: a process that launches one app
+        after another, as the tests do, held every one's models (about 0.7 GB each). A model
+        asked for again is read again."""
+        self._released.set()
+        if self._preloading is not None:
+            self._preloading.join()  # the model being read, if any, then no other
+        with self._load_lock:
+            self.pretrained.clear()
+        with self._cache_lock:
+            self._analyses.clear()
 
     def menu_name(self, name: str) -> str:
         """The menu name of a model: ``name`` itself, or the name given to the ``--model``

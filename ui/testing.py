@@ -66,7 +66,8 @@ def free_port() -> int:
 @contextmanager
 def launched(demo: Any) -> Iterator[str]:
     """``demo`` launched in-process on 127.0.0.1 with the app's launch options (as ``python
-    app.py`` launches it), without blocking; yields its URL and closes it on exit."""
+    app.py`` launches it), without blocking; yields its URL and closes it on exit, dropping
+    the models its registry read (a closed app stays reachable: see ``ModelRegistry.release``)."""
     from .demo import launch_options
 
     port = free_port()
@@ -81,3 +82,6 @@ def launched(demo: Any) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/"
     finally:
         demo.close()
+        registry = getattr(demo, "model_registry", None)
+        if registry is not None:
+            registry.release()
