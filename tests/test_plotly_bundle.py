@@ -109,6 +109,13 @@ def test_the_middleware_answers_the_module_and_passes_the_rest() -> None:
     assert module.status_code == 200 and module.content == pruned_chunk()
     assert module.headers["content-type"].startswith("application/javascript")
     assert int(module.headers["content-length"]) == len(module.content)
+    # Revalidated, not fetched again: the same bytes answer 304 to their own tag.
+    etag = module.headers["etag"]
+    assert module.headers["cache-control"] == "no-cache"
+    again = client.get(f"/assets/{name}", headers={"if-none-match": etag})
+    assert again.status_code == 304 and again.content == b""
+    other = client.get(f"/assets/{name}", headers={"if-none-match": '"another cut"'})
+    assert other.status_code == 200 and other.content == pruned_chunk()
     head = client.head(f"/assets/{name}")
     assert head.status_code == 200 and head.content == b""
     for other in ("/assets/index.js", f"/assets/{name}x", "/", f"/file={name}"):

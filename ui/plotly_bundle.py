@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import hashlib
 import logging
 import re
 import threading
@@ -69,7 +70,8 @@ def _trace_names(source: str, entries: list[str]) -> dict[str, str | None]:
         if helper_inner != helper or not source.startswith(f"{exports}.exports={{", body):
             continue
         following = starts[helper]
-        end = next((start for start in following[bisect.bisect(following, body) :]), len(source))
+        later = following[bisect.bisect(following, body) :]
+        end = later[0] if later else len(source)
         kinds = re.findall(r"moduleType:`(\w+)`,name:`(\w+)`", source[body:end])
         if len(kinds) == 1 and kinds[0][0] == "trace":
             names[entry] = kinds[0][1]
@@ -124,7 +126,12 @@ def start_pruning() -> None:
 class ServePrunedPlotly:
     """ASGI middleware: ``GET`` (or ``HEAD``) of gradio's plotly module answers
     :func:`pruned_chunk`; every other request, and every request when the module could not be
-    cut, passes through unchanged. Gradio's compression applies to the answer as to the file."""
+    cut, passes through unchanged. Gradio's compression applies to the answer as to the file.
+
+    The answer carries an ``ETag`` of its bytes and asks to be revalidated (``no-cache``): a
+    browser that has it gets ``304 Not Modified``, and one whose copy came from another cut
+    (another version of the app, another list of types) gets the new one under the same name.
+    """
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -146,9 +153,17 @@ class ServePrunedPlotly:
         if body is None:
             await self.app(scope, receive, send)
             return
+        etag = b'"%s"' % hashlib.sha256(body).hexdigest()[:32].encode()
+        asked = dict(scope.get("headers") or []).get(b"if-none-match", b"")
+        if etag in [tag.strip().removeprefix(b"W/") for tag in asked.split(b",")]:
+            headers = [(b"etag", etag), (b"cache-control", b"no-cache")]
+            await send({"type": "http.response.start", "status": 304, "headers": headers})
+            await send({"type": "http.response.body", "body": b""})
+            return
         headers = [
             (b"content-type", b"application/javascript; charset=utf-8"),
             (b"content-length", b"%d" % len(body)),
+            (b"etag", etag),
             (b"cache-control", b"no-cache"),
         ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
