@@ -7,6 +7,7 @@ app itself.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import socket
@@ -67,8 +68,11 @@ def free_port() -> int:
 def launched(demo: Any) -> Iterator[str]:
     """``demo`` launched in-process on 127.0.0.1 with the app's launch options (as ``python
     app.py`` launches it), without blocking; yields its URL and closes it on exit, dropping
-    the models its registry read (a closed app stays reachable: see ``ModelRegistry.release``)."""
+    the models its registry read (a closed app stays reachable: see ``ModelRegistry.release``)
+    and giving the freed memory back to the system (glibc), so that a process that launches
+    one app after another holds one app's memory, not the sum."""
     from .demo import launch_options
+    from .memory import glibc_trim
 
     port = free_port()
     try:
@@ -85,3 +89,7 @@ def launched(demo: Any) -> Iterator[str]:
         registry = getattr(demo, "model_registry", None)
         if registry is not None:
             registry.release()
+            gc.collect()
+            trim = glibc_trim()
+            if trim is not None:
+                trim()
