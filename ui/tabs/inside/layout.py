@@ -49,8 +49,11 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             # Compare mode (issue 21): this layer of the paper's block beside the modern block's.
             # In the controls' row, so the first figure stays above the fold on a projector.
             compare = gr.Checkbox(value=False, label=COMPARE_LABEL, elem_id="inside-compare")
-        model_name = gr.Dropdown(registry.model_names, value=first_model, label="Model", scale=2)
-        stack = gr.Radio(stacks, value=stacks[0], label="Stack")
+        # Wide enough for "SmolLM2-135M-Instruct" at 1280 px (it was cut to "SmolLM2-135M").
+        model_name = gr.Dropdown(
+            registry.model_names, value=first_model, label="Model", scale=2, min_width=250
+        )
+        stack = gr.Radio(stacks, value=stacks[0], label="Stack", min_width=130)
         # Built wide for API callers; the page narrows them to the model's own when it loads.
         layer = gr.Slider(
             1, limits.MAX_LAYERS, value=1, step=1, label="Layer", visible=n_layers > 1
