@@ -6,6 +6,7 @@ keeps serving the other models; and the ZeroGPU decorator's stand-in."""
 from __future__ import annotations
 
 import functools
+import gc
 import importlib.util
 import shutil
 import sys
@@ -539,8 +540,6 @@ def test_a_released_registry_lets_its_models_go_and_reads_them_again_when_asked(
     del checkpoint
     registry.release()
     assert not registry.pretrained and not registry._analyses
-    import gc
-
     gc.collect()
     assert model() is None, "the released model is still held"
     again = registry.checkpoint("gpt2", None)  # asked for again: read again
@@ -562,7 +561,9 @@ def test_a_released_registry_starts_no_other_model_in_the_background(monkeypatch
     monkeypatch.setattr("ui.state.PRELOAD_FIRST", "bert")
     registry._loaders = {name: registry._loaders[name] for name in ("bert", "gpt2")}
     registry.preload()
-    time.sleep(0.1)  # the first model is being read
+    deadline = time.monotonic() + 30
+    while not read and time.monotonic() < deadline:  # the first model is being read
+        time.sleep(0.01)
     registry.release()
     assert not registry.preloading and read == ["bert"] and not registry.pretrained
 
