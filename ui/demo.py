@@ -452,7 +452,8 @@ class RefuseLongAddresses:
 
 
 def launch_options() -> dict[str, Any]:
-    """Arguments for ``demo.launch()``, shared by ``python app.py`` and the tests."""
+    """Arguments for ``demo.launch()``, shared by ``python app.py`` and the tests. Starts
+    cutting the plotly module its middleware serves, in the background, before the launch."""
     start_pruning()
     return {
         "app_kwargs": {

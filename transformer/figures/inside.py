@@ -139,7 +139,7 @@ def section_figure(
         else:
             (step,) = block
             _heatmap_block(step, domain, axis_index, large_font, traces, layout, shapes)
-        annotations.append(_annotation(caption, 0, caption_y, font))
+        annotations.append(_annotation(caption, caption_y, font))
 
     layout.update(
         template="none",
@@ -156,10 +156,11 @@ def section_figure(
     return go.Figure(data=traces, layout=layout)
 
 
-def _annotation(text: str, x: float, y: float, font: int) -> dict[str, Any]:
+def _annotation(text: str, y: float, font: int) -> dict[str, Any]:
+    """A caption at the figure's left edge, its bottom at ``y`` (paper units)."""
     return {
         "text": text,
-        "x": x,
+        "x": 0,
         "y": y,
         "xref": "paper",
         "yref": "paper",
