@@ -262,6 +262,38 @@ def test_masked_attention_weights_equal_softmax_over_minus_infinity_bit_for_bit(
     assert (probe.weights[~mask.expand_as(expected)] == 0).all()
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_weights_computed_in_place_equal_a_separate_softmax_bit_for_bit(masked):
+    # Without gradients the softmax overwrites its scores; at SmolLM2's 9 heads and 512 tokens
+    # (the kernel's vectorised rows) the weights must be those of a softmax into a new tensor.
+    generator = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 9, 512, 64, generator=generator) for _ in range(3))
+    mask = causal_mask(512) if masked else None
+    with torch.inference_mode():
+        _, probe = scaled_dot_product_attention(q, k, v, mask)
+    scores = (q * (1 / math.sqrt(64))) @ k.transpose(-2, -1)
+    if masked:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    assert torch.equal(probe.weights, torch.softmax(scores, dim=-1))
+
+
+def test_weights_keep_their_gradient_where_the_scores_need_one():
+    # With gradients the softmax must not overwrite the scores (autograd refuses out=): the
+    # gradient of the weights reaches the queries and keys as through a softmax in the test.
+    generator = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 3, 5, 8, generator=generator, requires_grad=True) for _ in range(3))
+    mask = causal_mask(5)
+    out, probe = scaled_dot_product_attention(q, k, v, mask)
+    (out.sum() + probe.weights.square().sum()).backward()
+    q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    scores = torch.einsum("bhqd,bhkd->bhqk", q2, k2) / math.sqrt(8)
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    ((weights @ v2).sum() + weights.square().sum()).backward()
+    for mine, reference in ((q, q2), (k, k2), (v, v2)):
+        assert mine.grad is not None and reference.grad is not None
+        assert torch.allclose(mine.grad, reference.grad, atol=1e-5)
+
+
 def test_split_and_merge_heads_keep_each_token_in_its_own_row():
     x = torch.arange(2 * 3 * 8, dtype=torch.float).view(2, 3, 8)
     heads = split_heads(x, 2)  # (B, H, T, d_head)

@@ -67,8 +67,11 @@ def attention_weights(queries: Tensor, keys: Tensor, mask: Tensor | None = None)
         # Masked cells far below any score, not -inf; one bias for all layers' scores.
         dtype = scores.dtype
         scores += remembered(mask, ("bias", dtype), lambda: mask_bias(mask, dtype))
-    weights = torch.softmax(scores, dim=-1)
-    del scores  # freed here, its memory serves the next layer (a trace recomputes it)
+    # Softmax in place where no gradient needs the scores: the same kernel and bits, one
+    # (B, H, Tq, Tk) buffer instead of two (a captured pass keeps it; a trace recomputes
+    # the scores when read).
+    weights = torch.softmax(scores, dim=-1, out=None if scores.requires_grad else scores)
+    del scores
     if mask is not None:
         # A row with no allowed key would spread its weight evenly over keys it may not read
         # (over -inf, 0/0 = NaN); a query that may attend to nothing receives nothing instead.
