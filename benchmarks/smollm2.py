@@ -17,15 +17,29 @@ with the same number of threads, under ``torch.inference_mode``:
    ``AutoModelForCausalLM`` from the same file.
 
 The machine is shared, so each figure is the *minimum* of ``--repeats`` runs, ours and theirs
-alternated; ratios are ours / transformers (≤ 1.0 means ours is as fast or faster). Targets
-(issue 20): decode, prefill with capture and the fast path ≤ 1.0×; load ≤ 10 s on 2 cores.
+alternated; ratios are ours / transformers (≤ 1.0 means ours is as fast or faster), and the
+verdict is the minima's. Beside it, the median of the ratios of each round's two calls shows
+how far a single round strays (page faults, which depend on which call freed memory just
+before, move a capture by 10–30 % on this machine). Targets (issue 20): decode, prefill with
+capture and the fast path ≤ 1.0×; load ≤ 10 s on 2 cores.
 
-Usage: python -m benchmarks.smollm2 [--repeats N] [--threads N] [--quick]
+``--memory`` sets the allocator's state each call starts from, the same for both sides (glibc):
+
+- ``glibc`` (default): glibc's defaults, which the app runs while it works; a call reuses what
+  the call before it freed, or gets fresh pages, depending on the sizes and the order;
+- ``kept``: freed memory is never given back (no mmap, a 1 GB trim threshold), so every call
+  after the first reuses warm pages: the arithmetic alone;
+- ``trimmed``: ``malloc_trim(0)`` before each call, as the app's idle trim leaves the server
+  when a student clicks after a quiet second: every call faults in what it writes.
+
+Usage: python -m benchmarks.smollm2 [--repeats N] [--threads N] [--quick] [--memory MODE]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import statistics
 import time
 from collections.abc import Callable
 
@@ -40,18 +54,33 @@ LENGTHS = (128, 512)
 LOAD_TARGET_S = 10.0
 
 
-def best_seconds(pairs: list[tuple[str, Callable[[], object]]], repeats: int) -> dict[str, float]:
-    """Minimum wall time of each named function, the functions alternated ``repeats`` times
-    (after one warm-up call each)."""
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's mallopt parameters (malloc.h)
+
+
+def keep_freed_memory(libc: ctypes.CDLL) -> None:
+    """glibc never gives freed memory back to the system in this process (``--memory kept``)."""
+    libc.mallopt(M_MMAP_MAX, 0)
+    libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)
+
+
+def timed(
+    pairs: list[tuple[str, Callable[[], object]]],
+    repeats: int,
+    before: Callable[[], object] = lambda: None,
+) -> dict[str, list[float]]:
+    """Wall times of each named function, the functions alternated ``repeats`` times (after one
+    warm-up call each), ``before`` run untimed before each call: ``{name: [seconds of round 1,
+    round 2, …]}``."""
     for _name, fn in pairs:
         fn()
-    best = {name: float("inf") for name, _ in pairs}
+    times: dict[str, list[float]] = {name: [] for name, _ in pairs}
     for _ in range(repeats):
         for name, fn in pairs:
+            before()
             start = time.perf_counter()
             fn()
-            best[name] = min(best[name], time.perf_counter() - start)
-    return best
+            times[name].append(time.perf_counter() - start)
+    return times
 
 
 def _with_logits(trace: Trace) -> tuple[Trace, torch.Tensor]:
@@ -67,14 +96,19 @@ class Rows:
     """The result table, each row printed as soon as it is measured (a slow machine's run can
     be read while it goes on)."""
 
-    def append(self, row: tuple[str, float, float, str]) -> None:
-        what, mine, theirs, _unit = row
-        ratio = mine / theirs
+    def append(self, what: str, mine: list[float], theirs: list[float], scale: float) -> None:
+        """One row from both sides' times in seconds (``scale`` converts them to the unit)."""
+        ratio = min(mine) / min(theirs)
+        spread = statistics.median(m / t for m, t in zip(mine, theirs, strict=True))
         if what.startswith("load"):
-            target = f"≤ {LOAD_TARGET_S:.0f} s: {verdict(mine, LOAD_TARGET_S)}"
+            target = f"≤ {LOAD_TARGET_S:.0f} s: {verdict(min(mine), LOAD_TARGET_S)}"
         else:
             target = f"≤ 1.0×: {verdict(ratio)}"
-        print(f"| {what} | {mine:.1f} | {theirs:.1f} | {ratio:.2f} | {target} |", flush=True)
+        print(
+            f"| {what} | {scale * min(mine):.1f} | {scale * min(theirs):.1f} | {ratio:.3f} "
+            f"| {spread:.2f} | {target} |",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -82,7 +116,26 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2, help="torch threads, both sides")
     parser.add_argument("--quick", action="store_true", help="2 repeats, 16 new tokens")
+    parser.add_argument(
+        "--memory",
+        choices=("glibc", "kept", "trimmed"),
+        default="glibc",
+        help="the allocator's state each call starts from (see the module's docstring)",
+    )
     args = parser.parse_args()
+    libc = None
+    if args.memory != "glibc":
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+        except OSError:
+            parser.error(f"--memory {args.memory} needs glibc (Linux)")
+        if args.memory == "kept":
+            keep_freed_memory(libc)
+
+    def before() -> None:
+        if libc is not None and args.memory == "trimmed":
+            libc.malloc_trim(0)
+
     repeats = 2 if args.quick else args.repeats
     new_tokens = 16 if args.quick else NEW_TOKENS
     torch.set_num_threads(args.threads)
@@ -105,19 +158,22 @@ def main() -> None:
         transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         theirs_model("sdpa")
 
-    print(f"SmolLM2-135M-Instruct (Q4_1 → float32), {args.threads} threads, minimum of {repeats}")
-    print("| measure | ours | transformers | ratio | target |")
-    print("|---|---:|---:|---:|---|", flush=True)
+    print(
+        f"SmolLM2-135M-Instruct (Q4_1 → float32), {args.threads} threads, minimum of {repeats}, "
+        f"memory: {args.memory}"
+    )
+    print("| measure | ours | transformers | ratio | median of rounds' ratios | target |")
+    print("|---|---:|---:|---:|---:|---|", flush=True)
     rows = Rows()
-    load = best_seconds([("ours", SMOLLM2.load), ("theirs", theirs_load)], max(1, repeats // 2))
-    rows.append(("load the GGUF (s)", load["ours"], load["theirs"], "s"))
+    load = timed([("ours", SMOLLM2.load), ("theirs", theirs_load)], max(1, repeats // 2))
+    rows.append("load the GGUF (s)", load["ours"], load["theirs"], 1)
 
     ours = SMOLLM2.load().model.eval()
     eager, sdpa = theirs_model("eager"), theirs_model("sdpa")
     generator = torch.Generator().manual_seed(0)
     with torch.inference_mode():
         prompt = torch.randint(100, 40000, (1, PROMPT), generator=generator)
-        decode = best_seconds(
+        decode = timed(
             [
                 (
                     "ours",
@@ -136,14 +192,14 @@ def main() -> None:
                 ),
             ],
             repeats,
+            before,
         )
-        per_token = {name: 1000 * seconds / new_tokens for name, seconds in decode.items()}
         rows.append(
-            ("decode, ms/token (greedy, cached)", per_token["ours"], per_token["theirs"], "ms")
+            "decode, ms/token (greedy, cached)", decode["ours"], decode["theirs"], 1000 / new_tokens
         )
         for length in LENGTHS:
             ids = torch.randint(100, 40000, (1, length), generator=generator)
-            times = best_seconds(
+            times = timed(
                 [
                     ("capture", lambda ids=ids: _with_logits(ours(tgt=ids, capture=True))),
                     ("eager", lambda ids=ids: eager(ids, output_attentions=True)),
@@ -151,22 +207,16 @@ def main() -> None:
                     ("sdpa", lambda ids=ids: sdpa(ids)),
                 ],
                 repeats,
+                before,
             )
             rows.append(
-                (
-                    f"prefill {length}, capture vs eager+attentions (ms)",
-                    1000 * times["capture"],
-                    1000 * times["eager"],
-                    "ms",
-                )
+                f"prefill {length}, capture vs eager+attentions (ms)",
+                times["capture"],
+                times["eager"],
+                1000,
             )
             rows.append(
-                (
-                    f"prefill {length}, fast path vs sdpa (ms)",
-                    1000 * times["fast"],
-                    1000 * times["sdpa"],
-                    "ms",
-                )
+                f"prefill {length}, fast path vs sdpa (ms)", times["fast"], times["sdpa"], 1000
             )
 
 
