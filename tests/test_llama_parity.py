@@ -13,6 +13,7 @@ from conftest import llama_folder
 
 from transformer import rotary as rotary_module
 from transformer.generation import DecodingSession, DecodingSettings, generate
+from transformer.generation.loop import DecodingLoop
 from transformer.operations import PAPER, Operations
 from transformer.pretrained import load_pretrained
 from transformer.pretrained.shipped import SMOLLM2
@@ -128,6 +129,21 @@ def test_cached_decoding_gives_the_uncached_logits(pair) -> None:
             steps.append(model.decode(ids[:, t : t + 1], cache=cache).logits)
     assert cache.layers[0].self_attention.keys.shape[1] == model.config.kv_heads
     assert_close(torch.cat(steps, dim=1), full, "cached logits")
+
+
+def test_a_decoding_step_projects_only_its_last_position_as_transformers_does(pair) -> None:
+    """A step reads the next-token logits only: like ``generate()`` (``logits_to_keep=1``), the
+    loop projects one row of the prompt onto the vocabulary, not all of them."""
+    model, reference = pair
+    ids = torch.tensor(PROMPT)
+    with torch.no_grad():
+        expected = reference(ids, logits_to_keep=1).logits  # (1, 1, V)
+        loop = DecodingLoop(model, ids, None, eos_id=None)
+        decoded, _ = loop.forward(check_ids=True)
+        uncached, _ = DecodingLoop(model, ids, None, eos_id=None, use_cache=False).forward()
+    assert decoded.logits.shape == uncached.logits.shape == expected.shape == (1, 1, VOCAB)
+    assert_close(decoded.logits, expected, "a step's logits")
+    assert_close(uncached.logits, expected, "an uncached step's logits")
 
 
 # -- wrong choices fail ------------------------------------------------------------------------

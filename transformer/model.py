@@ -104,8 +104,9 @@ class _LaterProjection:
 
 @dataclass
 class Decoded:
-    """The decoder's output: ``hidden`` ``(B, Tq, d_model)``, ``logits`` ``(B, Tq, V)``, and,
-    when captured, the layer traces, the input record and the ``(Tq, Tk)`` causal mask."""
+    """The decoder's output: ``hidden`` ``(B, Tq, d_model)``, ``logits`` ``(B, Tq, V)`` (``(B, 1,
+    V)`` when decoded ``last_only``), and, when captured, the layer traces, the input record and
+    the ``(Tq, Tk)`` causal mask."""
 
     hidden: Tensor
     logits: Tensor
@@ -301,20 +302,23 @@ class Transformer(nn.Module):
         intervention: HasOperations | None = None,
         ops: Operations = PAPER,
         check_ids: bool = True,
+        last_only: bool = False,
     ) -> Decoded:
         """Run the decoder on ``(B, Tq)`` target ids and return hidden states and logits.
 
         With a ``cache``, ``tgt`` holds only the *new* positions: their keys and values are
         appended to the cache, and the cross-attention keys/values over ``encoded.memory`` are
         computed on the first call and reused after. ``check_ids`` validates the ids of a whole
-        sequence or of a cache's first call (one device sync).
+        sequence or of a cache's first call (one device sync). ``last_only``: the logits are
+        ``(B, 1, V)``, the last position's only, which is all a decoding step reads (a prompt of
+        T tokens then projects one row onto the vocabulary, not T: SmolLM2's 49,152 × 576
+        products per row).
         """
         hidden, record, layers, causal = self._run_decoder(
             tgt, encoded, cache, capture, operations_for(intervention, ops), check_ids
         )
-        return Decoded(
-            hidden=hidden, logits=self.generator(hidden), input=record, layers=layers, causal=causal
-        )
+        logits = self.generator(hidden[:, -1:] if last_only else hidden)
+        return Decoded(hidden=hidden, logits=logits, input=record, layers=layers, causal=causal)
 
     def _run_decoder(
         self,

@@ -142,7 +142,8 @@ def check_next_step(
 
     Returns:
         A :class:`CacheCheck` of the step that predicts token T + 1: the cached pass feeds the
-        positions the cache lacks, the uncached one all T.
+        positions the cache lacks, the uncached one all T (each projects only its last
+        position onto the vocabulary, as a decoding step does).
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
@@ -153,21 +154,21 @@ def check_next_step(
         if cache is None:
             cache = model.new_cache()
             if tokens.size(1) > 1:
-                model.decode(tokens[:, :-1], encoded, cache=cache, ops=ops)
+                model.decode(tokens[:, :-1], encoded, cache=cache, ops=ops, last_only=True)
         pending = tokens[:, cache.length :]
         cached_s = uncached_s = float("inf")
         for _ in range(repeats):
             fed = _copy(cache)
             _sync(device)
             start = time.perf_counter()
-            cached = model.decode(pending, encoded, cache=fed, ops=ops).logits[:, -1]
+            cached = model.decode(pending, encoded, cache=fed, ops=ops, last_only=True)
             _sync(device)
             middle = time.perf_counter()
-            uncached = model.decode(tokens, encoded, ops=ops).logits[:, -1]
+            uncached = model.decode(tokens, encoded, ops=ops, last_only=True)
             _sync(device)
             end = time.perf_counter()
             cached_s, uncached_s = min(cached_s, middle - start), min(uncached_s, end - middle)
-        difference = float((cached.float() - uncached.float()).abs().max())
+        difference = float((cached.logits.float() - uncached.logits.float()).abs().max())
     return CacheCheck(
         cached_s=cached_s,
         uncached_s=uncached_s,

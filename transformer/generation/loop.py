@@ -184,13 +184,19 @@ class DecodingLoop:
         enter (``check_ids`` on the first step), not per step.
 
         Returns:
-            The decoder's output (its layer traces when ``capture``) and the ``(K, V)``
-            next-token logits with [PAD] excluded (:func:`never_generated`).
+            The decoder's output (its layer traces when ``capture``; its logits the last
+            position's only, ``(K, 1, V)``) and the ``(K, V)`` next-token logits with [PAD]
+            excluded (:func:`never_generated`).
         """
         tokens = self.state.tokens
         if self.cache is None:
             decoded = self.model.decode(
-                tokens, self.encoded, capture=capture, check_ids=check_ids, ops=self.ops
+                tokens,
+                self.encoded,
+                capture=capture,
+                check_ids=check_ids,
+                ops=self.ops,
+                last_only=True,
             )
         else:
             pending = tokens[:, self.cache.length :]  # (K, T_new): the prefix, then one token
@@ -201,6 +207,7 @@ class DecodingLoop:
                 capture=capture,
                 check_ids=check_ids,
                 ops=self.ops,
+                last_only=True,
             )
         logits = without_padding(decoded.logits[:, -1], never_generated(self.model.config))
         return decoded, logits  # (K, V)

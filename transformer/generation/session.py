@@ -267,7 +267,8 @@ class DecodingSession:
             loop.cache.truncate(0)
             if fed:
                 with torch.inference_mode(), eval_mode(self.model):
-                    self.model.decode(loop.state.tokens[:, :fed], loop.encoded, cache=loop.cache)
+                    tokens = loop.state.tokens[:, :fed]  # only the cache is wanted here
+                    self.model.decode(tokens, loop.encoded, cache=loop.cache, last_only=True)
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -291,8 +292,13 @@ class DecodingSession:
         lens = residual = None
         if settings.capture_lens:
             # The lens and the stream come from this step's own captured pass: its last
-            # position is the one that chose the token.
-            trace = Trace(config=config, logits=decoded.logits, decoder_layers=decoded.layers)
+            # position is the one that chose the token (the only one the step projected).
+            trace = Trace(
+                config=config,
+                decoder_layers=decoded.layers,
+                decoder_output=decoded.hidden,
+                project=self.model.generator,
+            )
             lens = logit_lens(
                 self.model,
                 trace,
@@ -304,7 +310,7 @@ class DecodingSession:
                 exclude=never_generated(config),
             )
             residual = [
-                residual_norms(trace, "decoder", batch=k) for k in range(decoded.logits.size(0))
+                residual_norms(trace, "decoder", batch=k) for k in range(decoded.hidden.size(0))
             ]
         return StepRecord(
             step=len(self.records),
