@@ -196,6 +196,96 @@ def test_expand_kv_heads_refuses_a_group_that_does_not_divide() -> None:
         expand_kv_heads(torch.randn(1, 4, 2, 8), 6)
 
 
+# -- without gradients: the same numbers, written over buffers of their own making ---------------
+
+
+def _mlp_pair(bias: bool = False) -> tuple[GatedFeedForward, LlamaMLP]:
+    theirs = LlamaMLP(hf_config(mlp_bias=bias))
+    ours = GatedFeedForward(48, 80, activation="silu", bias=bias)
+    renames = {"gate_proj": "w_gate", "up_proj": "w_up", "down_proj": "w_down"}
+    state = {}
+    for name, value in theirs.state_dict().items():
+        for old, new in renames.items():
+            name = name.replace(old, new)
+        state[name] = value
+    ours.load_state_dict(state)
+    return ours, theirs
+
+
+def rotate_half_by_hand(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+@pytest.mark.parametrize("no_grad", [torch.no_grad, torch.inference_mode])
+def test_components_without_gradients_give_the_same_bits_and_leave_their_input(
+    no_grad: Any,
+) -> None:
+    """The inference path writes its products over its own intermediate buffers: bit for bit
+    what transformers' Llama classes (and the rotation written here) compute, and the input
+    a trace keeps (the queries before rotation, the stream) is left as it was."""
+    norm, their_norm = RMSNorm(48, 1e-5), LlamaRMSNorm(48, 1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(48))
+        their_norm.weight.copy_(norm.weight)
+    mlp, their_mlp = _mlp_pair()
+    x = torch.randn(2, 9, 48)
+    q, k = torch.randn(2, 6, 9, 16), torch.randn(2, 2, 9, 16)
+    table = RotaryEmbedding(16, 32, 100000.0)
+    cos, sin = table.cos[3:12], table.sin[3:12]
+    kept = x.clone(), q.clone(), k.clone()
+    with no_grad():
+        assert not torch.is_grad_enabled()
+        torch.testing.assert_close(norm(x), their_norm(x), rtol=0, atol=0)
+        torch.testing.assert_close(mlp(x), their_mlp(x), rtol=0, atol=0)
+        rotated_q, rotated_k = table(q, k, offset=3)
+        torch.testing.assert_close(
+            rotated_q, q * cos + rotate_half_by_hand(q) * sin, rtol=0, atol=0
+        )
+        torch.testing.assert_close(
+            rotated_k, k * cos + rotate_half_by_hand(k) * sin, rtol=0, atol=0
+        )
+    for before, after in zip(kept, (x, q, k), strict=True):
+        assert torch.equal(before, after)
+    half = x.bfloat16()  # the float32 gain promotes it, as it does in transformers
+    with no_grad():
+        torch.testing.assert_close(norm(half), their_norm(half), rtol=0, atol=0)
+
+
+def test_components_with_gradients_give_transformers_gradients() -> None:
+    """Training runs the formulas as written (the inference path writes over its buffers): the
+    gradients of the input and of every weight equal those through transformers' classes."""
+    norm, their_norm = RMSNorm(48, 1e-5), LlamaRMSNorm(48, 1e-5)
+    mlp, their_mlp = _mlp_pair(bias=True)
+    x = torch.randn(2, 9, 48)
+    ours_x, theirs_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+    mlp(norm(ours_x)).square().sum().backward()
+    their_mlp(their_norm(theirs_x)).square().sum().backward()
+    assert ours_x.grad is not None and theirs_x.grad is not None
+    torch.testing.assert_close(ours_x.grad, theirs_x.grad, rtol=1e-5, atol=1e-6)
+    pairs = [(norm.weight, their_norm.weight), (mlp.w_gate.weight, their_mlp.gate_proj.weight)]
+    pairs += [
+        (mlp.w_up.bias, their_mlp.up_proj.bias),
+        (mlp.w_down.weight, their_mlp.down_proj.weight),
+    ]
+    for ours, theirs in pairs:
+        assert ours.grad is not None and theirs.grad is not None
+        torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-6)
+    q = torch.randn(2, 6, 9, 16, requires_grad=True)
+    k = torch.randn(2, 2, 9, 16, requires_grad=True)
+    positions = torch.arange(9)[None].expand(2, -1)
+    cos, sin = hf_cos_sin(hf_config(hidden_size=96, rope_theta=10000.0), positions)
+    ours_q, ours_k = apply_rotary(q, k, base=10000.0)
+    (ours_q.sum() + ours_k.square().sum()).backward()
+    expected = [t.grad for t in (q, k)]
+    q.grad = k.grad = None
+    their_q, their_k = apply_rotary_pos_emb(q, k, cos, sin)
+    (their_q.sum() + their_k.square().sum()).backward()
+    for ours_grad, their_grad in zip(expected, (q.grad, k.grad), strict=True):
+        assert ours_grad is not None and their_grad is not None
+        torch.testing.assert_close(ours_grad, their_grad, rtol=1e-5, atol=1e-5)
+
+
 # -- the components together: a Llama forward pass assembled from them ----------------------------
 
 

@@ -50,6 +50,23 @@ ACTIVATION_FUNCTIONS: dict[str, Callable[[Tensor], Tensor]] = {
 with the tanh approximation (GPT-2), SiLU/swish (Marian)."""
 
 
+def _silu_(x: Tensor) -> Tensor:
+    return F.silu(x, inplace=True)
+
+
+_IN_PLACE: dict[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor]] = {
+    F.relu: F.relu_,
+    F.silu: _silu_,
+}
+
+
+def activate_in_place(activation: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+    """``activation(x)``, written over ``x`` where torch has an in-place form of it (ReLU, SiLU;
+    the same kernel, the same numbers), else into a new tensor. Only for a tensor no gradient
+    and no other reader needs: ``x`` itself is lost."""
+    return _IN_PLACE.get(activation, activation)(x)
+
+
 class PositionwiseFeedForward(nn.Module):
     """``FFN(x) = max(0, x W1 + b1) W2 + b2``, applied to each position alone (equation 2).
 

@@ -60,7 +60,11 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate ``x`` ``(B, H, T, d_head)`` by ``cos``/``sin`` ``(T, d_head)`` or ``(B, T, d_head)``."""
     if cos.dim() == 3:  # (B, T, d_head): one table per sequence, broadcast over heads
         cos, sin = cos[:, None], sin[:, None]
-    return x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    if torch.is_grad_enabled():
+        return x * cos + rotate_half(x) * sin
+    # Inference (no gradient): the same sum, written into the products' own buffers.
+    return (x * cos).add_(rotate_half(x).mul_(sin))
 
 
 def apply_rotary(
