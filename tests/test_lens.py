@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -253,3 +254,51 @@ def test_the_residual_figure_puts_stages_on_rows_and_stays_small(pretrained):
     assert len(figure.to_json()) < 20_000 and figure.layout.height
     with pytest.raises(ValueError, match="labels"):
         residual_norms_figure(norms, labels[:-1])
+
+
+def test_residual_norms_that_one_position_dwarfs_are_coloured_by_their_logarithm():
+    """SmolLM2's first position carries a stream about 100 times the others' (22,700 against 2
+    to 900): on a linear scale every other cell would be one colour. Such a panel is coloured
+    by log10 of the norms, ticked in norms, and the hover and cells still give the norms."""
+    from transformer.figures.lens import residual_norms_figure
+    from transformer.lens import ResidualNorms
+
+    rng = np.random.default_rng(0)
+    stream = rng.uniform(2.0, 900.0, size=(5, 6)).astype(np.float32)
+    stream[2:, 0] = 22_700.0  # the first position, after layer 1's attention
+    added = rng.uniform(5.0, 60.0, size=(4, 6)).astype(np.float32)  # one size: stays linear
+    stages = [
+        "input",
+        "L1 self-attention",
+        "L1 feed-forward",
+        "L2 self-attention",
+        "L2 feed-forward",
+    ]
+    norms = ResidualNorms(
+        "decoder", stages, torch.from_numpy(stream), stages[1:], torch.from_numpy(added), "pre"
+    )
+    figure = residual_norms_figure(norms, [f"{i}:w" for i in range(6)], numbers=True)
+    logged, linear = figure.data
+    np.testing.assert_allclose(np.asarray(logged.z, float), np.log10(stream), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(logged.customdata, float), stream)
+    assert "customdata" in logged.hovertemplate and "customdata" in logged.texttemplate
+    axis = figure.layout.coloraxis
+    assert axis.cmin == 0.0 and axis.cmax == pytest.approx(np.log10(22_700.0))
+    assert "log scale" in axis.colorbar.title.text
+    assert list(axis.colorbar.ticktext) == ["1", "10", "100", "1,000", "10,000"]
+    assert list(axis.colorbar.tickvals) == [0.0, 1.0, 2.0, 3.0, 4.0]
+    # The cells a linear scale would have painted alike now span most of the colour scale.
+    others = np.log10(stream[:, 1:])
+    assert (others.max() - others.min()) / (axis.cmax - axis.cmin) > 0.5
+    np.testing.assert_array_equal(np.asarray(linear.z[1:], float), added)
+    assert "%{z" in linear.hovertemplate and linear.customdata is None
+    assert figure.layout.coloraxis2.cmin == 0.0 and figure.layout.coloraxis2.cmax is None
+    assert "log" not in figure.layout.coloraxis2.colorbar.title.text
+    # A norm of 0 (a sub-layer switched off) sits at the bottom of a log scale, not at -inf.
+    stream[1, 3] = 0.0
+    norms = ResidualNorms(
+        "decoder", stages, torch.from_numpy(stream), stages[1:], torch.from_numpy(added), "pre"
+    )
+    zeroed = residual_norms_figure(norms, [f"{i}:w" for i in range(6)])
+    z = np.asarray(zeroed.data[0].z, float)
+    assert np.isfinite(z).all() and z[1, 3] == zeroed.layout.coloraxis.cmin == 0.0

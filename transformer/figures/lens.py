@@ -190,13 +190,52 @@ def _norms_height(n_stages: int, positions: Sequence[str], large_font: bool) -> 
     return int(min(1100, max(300, 150 + labels + (32 if large_font else 20) * n_stages)))
 
 
-def _cell_format(values: np.ndarray) -> str:
+def _cell_format(values: np.ndarray, key: str = "z") -> str:
     """A cell text template with three significant digits for the panel's largest value:
-    ``76.6``, ``4.1`` beside it; ``0.183`` for a panel of small norms."""
+    ``76.6``, ``4.1`` beside it; ``0.183`` for a panel of small norms (read from ``key``)."""
     finite = values[np.isfinite(values)]
     top = float(np.abs(finite).max()) if finite.size else 1.0
     decimals = int(np.clip(2 - np.floor(np.log10(max(top, 1e-12))), 0, 4))
-    return f"%{{z:.{decimals}f}}"
+    return f"%{{{key}:.{decimals}f}}"
+
+
+def _norm_axis(scale: dict[str, Any], note: str, name: str, bar: dict[str, Any]) -> dict[str, Any]:
+    """A colour axis of norms: :func:`norm_scale`'s limits and ticks on the shared colour bar
+    placement ``bar``, titled ``name`` (and the note)."""
+    colorbar = {**bar, "xanchor": "left", "title": {"text": name + note}}
+    colorbar.update(scale.get("colorbar", {}))
+    axis = {k: v for k, v in scale.items() if k != "colorbar"}
+    return {"colorscale": WEIGHTS_COLORSCALE, "colorbar": colorbar, **axis}
+
+
+# Norms this many times their panel's median or more (a pre-norm model's first position, whose
+# stream SmolLM2 carries at about 22,700 against 2 to 900 elsewhere) would paint every other cell
+# one colour on a linear scale: the panel's colours then follow log10 of the norm instead.
+LOG_SPREAD = 30.0
+
+
+def norm_scale(values: np.ndarray) -> tuple[np.ndarray, dict[str, Any], str]:
+    """How one panel of norms (any shape, NaN ignored, positive) is coloured: ``(z, colour
+    axis settings, colour-bar note)``. Linear from 0 (``z`` the norms) unless the largest norm
+    is :data:`LOG_SPREAD` times the median or more; then ``z`` is ``log10`` of the norms, the
+    colour bar is ticked in norms at powers of ten, and the note says "log scale"."""
+    finite = values[np.isfinite(values) & (values > 0)]
+    if not finite.size or float(finite.max()) < LOG_SPREAD * float(np.median(finite)):
+        return values, {"cmin": 0.0}, ""
+    low, high = np.floor(np.log10(finite.min())), np.log10(finite.max())
+    powers = np.arange(low, np.floor(high) + 1)
+    with np.errstate(invalid="ignore"):  # NaN (no update at the input) stays NaN
+        # a norm of 0 (a head switched off) has no logarithm: the bottom of the scale
+        z = np.log10(np.where(values > 0, values, 10**low))
+    ticks = {
+        "tickvals": powers.tolist(),
+        "ticktext": [f"{10**p:,.0f}" if p >= 0 else f"{10**p:g}" for p in powers],
+    }
+    return (
+        z,
+        {"cmin": float(low), "cmax": float(high), "colorbar": ticks},
+        "<br><sup>log scale</sup>",
+    )
 
 
 def residual_norms_figure(
@@ -238,19 +277,33 @@ def residual_norms_figure(
         "hoverongaps": False,
         "textfont": {"size": size - 3},
     }
+    stream_z, stream_axis, stream_note = norm_scale(stream)
+    added_z, added_axis, added_note = norm_scale(added_rows)
+
+    def shown(values: np.ndarray, note: str) -> tuple[dict[str, Any], str]:
+        """The heatmap's norms for hover and cell text: ``z`` itself on a linear scale, else
+        ``customdata`` (``z`` holds their logarithms)."""
+        if not note:
+            return {}, "z"
+        return {"customdata": values}, "customdata"
+
+    stream_data, stream_key = shown(stream, stream_note)
+    added_data, added_key = shown(added_rows, added_note)
     stream_map = go.Heatmap(
-        z=stream,
-        texttemplate=_cell_format(stream) if numbers else "",
+        z=stream_z,
+        texttemplate=_cell_format(stream, stream_key) if numbers else "",
         coloraxis="coloraxis",
-        hovertemplate="position %{x}<br>after %{y}<br>‖x‖ = %{z:.3f}<extra></extra>",
+        hovertemplate=f"position %{{x}}<br>after %{{y}}<br>‖x‖ = %{{{stream_key}:.3f}}<extra></extra>",
+        **stream_data,
         **common,
     )
     added_map = go.Heatmap(
-        z=added_rows,
-        texttemplate=_cell_format(added) if numbers else "",
+        z=added_z,
+        texttemplate=_cell_format(added, added_key) if numbers else "",
         xaxis="x2",
         coloraxis="coloraxis2",
-        hovertemplate="position %{x}<br>%{y} added ‖Δ‖ = %{z:.3f}<extra></extra>",
+        hovertemplate=f"position %{{x}}<br>%{{y}} added ‖Δ‖ = %{{{added_key}:.3f}}<extra></extra>",
+        **added_data,
         **common,
     )
     gap = 0.1
@@ -269,16 +322,8 @@ def residual_norms_figure(
             "anchor": "y",
         },
         yaxis=category_axis("", stages, large_font),
-        coloraxis={
-            "colorscale": WEIGHTS_COLORSCALE,
-            "colorbar": {**bar, "x": left[1] + 0.01, "xanchor": "left", "title": {"text": "‖x‖"}},
-            "cmin": 0.0,
-        },
-        coloraxis2={
-            "colorscale": WEIGHTS_COLORSCALE,
-            "colorbar": {**bar, "x": 1.01, "xanchor": "left", "title": {"text": "‖Δ‖"}},
-            "cmin": 0.0,
-        },
+        coloraxis=_norm_axis(stream_axis, stream_note, "‖x‖", {**bar, "x": left[1] + 0.01}),
+        coloraxis2=_norm_axis(added_axis, added_note, "‖Δ‖", {**bar, "x": 1.01}),
         annotations=[
             panel_title("‖x‖: the stream after each step", left, large_font),
             panel_title("‖Δ‖: what each sub-layer added", right, large_font),

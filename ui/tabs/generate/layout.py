@@ -102,7 +102,9 @@ def build(
             "every sub-layer (attn: self-attention, cross: cross-attention, FFN: feed-forward); "
             "‖Δ‖: what each sub-layer added (hover for values). Post-LN models "
             "(the bundled ones, Marian) end every sub-layer in a LayerNorm, so ‖x‖ stays near "
-            "one size; in pre-LN models (GPT-2) x is the running sum of the Δs."
+            "one size; in pre-LN models (GPT-2, SmolLM2) x is the running sum of the Δs. Where "
+            "a few norms dwarf the rest (from layer 12 on, SmolLM2's first position carries tens "
+            "of times the others'), the colours follow the norm's logarithm; the colour bar says so."
         )
         norms_plot = gr.Plot(label="Residual stream norms per position", show_label=False)
     silent = build_silent(registry, source, model_name, session)
