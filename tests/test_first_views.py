@@ -155,6 +155,36 @@ def test_after_the_link_one_event_draws_the_other_tabs(demo: gr.Blocks) -> None:
                 assert _comparable(drawn[component]) == _comparable(expected), component.label
 
 
+def test_a_link_to_generate_fits_its_sliders_and_chat_switch(demo: gr.Blocks) -> None:
+    """A link naming Generate's default model (SmolLM2 where installed) changes no model, so
+    the ``.change`` that fits the sliders and shows the chat switch never fires: the event after
+    the link's fits them (30 layers and 9 heads, not the API's 48 and 64), without touching the
+    values the link set or redrawing what it drew."""
+    first_views, views = demo.first_views, demo.views
+    values = [getattr(c, "value", None) for c in first_views.inputs]
+    view = views.view_of("generate", {"layer": 2, "head": 3})
+    link = _Request({"tab": "generate", "layer": "2"})
+    drawn = dict(zip(first_views.outputs, first_views.draw(link, view, *values), strict=True))
+    controls = views.tabs["generate"].controls
+    name = view["values"]["model"]
+    registry = demo.model_registry  # type: ignore[attr-defined]
+    config = registry.checkpoint(name, None).config
+    by_label = {getattr(c, "label", None): c for c in first_views.outputs}
+    for key, count in (("layer", config.n_decoder_layers), ("head", config.n_heads)):
+        update = drawn[controls[key]]
+        assert update["maximum"] == max(count, 2), (key, update)
+        assert "value" not in update  # the link's layer and head stay
+    template = registry.checkpoint(name, None).info.get("chat_template")
+    chat = drawn[by_label["chat: wrap the prompt in the model's own chat template"]]
+    assert chat["visible"] is bool(template)
+    # The figures the link drew are not drawn again.
+    generate = {c._id for _, _, outs, slug in _handlers(demo) if slug == "generate" for c in outs}
+    for component in views.drawn:
+        if component._id in generate:
+            out = drawn[component]
+            assert isinstance(out, dict) and "value" not in out, component.label
+
+
 def test_the_settling_pass_reapplies_only_a_changed_view(demo: gr.Blocks) -> None:
     views = demo.views
     view = views.view_of("attention", {"layer": 3, "head": 2})

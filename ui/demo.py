@@ -307,7 +307,7 @@ def _wire_views(
         restore, views.draw_inputs, [views.view, status, *views.outputs], api_visibility="private"
     )
     # On a page opened with a link the tabs' first views wait until the link's is drawn.
-    first_views = FirstViews(demo, tab_list)
+    first_views = FirstViews(demo, tab_list, linked=views.outputs)
     quiet: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
     loaded.then(None, None, None, js=REVEAL_LINK_JS, **quiet)  # the linked tab, set: shown
     views.follow(loaded, applied=True).then(

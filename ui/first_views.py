@@ -22,7 +22,7 @@ import gradio as gr
 
 from .errors import describe
 from .plotly_bundle import plotly_chunk
-from .views import _merge, _usable, union
+from .views import _as_update, _is_update, _merge, _usable, union
 
 log = logging.getLogger("visualiser")
 
@@ -165,9 +165,18 @@ class FirstViews:
     API where it was, and on its other events where it is also a control's live redraw) but no
     longer runs on page load; :meth:`open`, one page-load event, calls them, and their ``.then``
     followers follow it. Chain ``draw`` (inputs ``[view, *self.inputs]``, outputs
-    ``self.outputs``) after the link's event."""
+    ``self.outputs``) after the link's event.
 
-    def __init__(self, demo: gr.Blocks, tabs: Iterable[gr.Tab]) -> None:
+    ``linked``: what a link's event writes (its tab's controls and figures). On the linked
+    tab ``draw`` runs only the handlers that also set something else (Generate's sliders fitted
+    to the model, its chat switch, shown for a model with a chat template: a ``.change`` that a
+    link naming the model already chosen never fires), and keeps everything of their updates to
+    those components but the value the link set."""
+
+    def __init__(
+        self, demo: gr.Blocks, tabs: Iterable[gr.Tab], linked: Iterable[gr.blocks.Block] = ()
+    ) -> None:
+        self.linked = {component._id for component in linked}
         inside = {str(tab.id): _descendants(tab) for tab in tabs}
         first_tab = next(iter(inside), None)  # the tab a page without a link shows
         # (the page-load handler, its inputs, its outputs, the tab it draws)
@@ -222,13 +231,16 @@ class FirstViews:
         return self._first_views(values, drawn=view.get("tab") if view else None)
 
     def _first_views(self, values: tuple, drawn: str | None) -> tuple:
-        """Each page-load handler called with ``values`` (those of ``self.inputs``), but that
-        of the tab ``drawn``; their outputs merged in the order the handlers were registered.
-        A handler that fails leaves its outputs as they are, with a message."""
+        """Each page-load handler called with ``values`` (those of ``self.inputs``); of the tab
+        ``drawn`` (by a link), only those that set more than the link wrote, and of their
+        outputs to what it wrote, all but the values. Their outputs merged in the order the
+        handlers were registered. A handler that fails leaves its outputs as they are, with a
+        message."""
         known = {c._id: v for c, v in zip(self.inputs, values, strict=True)}
         outputs: dict[int, Any] = {}
         for fn, inputs, function_outputs, slug in self.functions:
-            if slug == drawn:
+            linked = slug == drawn
+            if linked and all(c._id in self.linked for c in function_outputs):
                 continue
             try:
                 result = fn(*[known.get(c._id) for c in inputs])
@@ -238,5 +250,18 @@ class FirstViews:
             if len(function_outputs) == 1:
                 result = (result,)
             for component, out in zip(function_outputs, result, strict=True):
+                if linked and component._id in self.linked:
+                    out = _without_value(out)
+                    if out is None:
+                        continue
                 outputs[component._id] = _merge(outputs.get(component._id), out)
         return tuple(outputs.get(c._id, gr.skip()) for c in self.outputs)
+
+
+def _without_value(out: Any) -> dict | None:
+    """A handler's output to a component whose value a link set: its update without the value
+    (its range, visibility, interactivity), or ``None`` when it sets nothing else."""
+    if not _is_update(out):
+        return None
+    update = {k: v for k, v in _as_update(out).items() if k != "value"}
+    return update if len(update) > 1 else None
