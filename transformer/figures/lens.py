@@ -249,6 +249,8 @@ def residual_norms_figure(
     """Two heatmaps over (stage, position): left, the norm ``‖x‖`` of the residual stream at
     the stack's input and after every sub-layer; right, the norm ``‖Δ‖`` of what each
     sub-layer added (its output before the residual add). Stages go up the stack (the embeddings at the bottom).
+    Each panel is coloured linearly from 0, or by log10 of the norm where a few norms dwarf the
+    rest (:func:`norm_scale`); hover and cell text give the norms either way.
 
     Args:
         norms: a :class:`~transformer.lens.ResidualNorms` (``stream`` ``(S, T)``, ``added``
