@@ -9,7 +9,7 @@ from torch import nn
 
 from transformer.attention import MultiHeadAttention
 from transformer.config import ModelConfig, base_config
-from transformer.layers import LayerNorm
+from transformer.layers import Dropout, LayerNorm
 from transformer.masks import causal_mask, padding_mask, to_torch_nn_mask
 from transformer.model import Transformer
 from transformer.torch_parity import (
@@ -128,6 +128,26 @@ def test_layer_norm_matches_nn_layer_norm(dtype):
     copy_layer_norm(ours, ref)
     x = torch.randn(3, 5, 48, dtype=dtype) * 4 + 2
     assert max_diff(ours(x), ref(x)) <= TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_dropout_drops_as_nn_dropout_and_hands_back_its_input_where_it_drops_nothing(p):
+    x = torch.randn(4, 6, 32, requires_grad=True)
+    ours, ref = Dropout(p), nn.Dropout(p)
+    torch.manual_seed(7)
+    dropped = ours(x)
+    torch.manual_seed(7)
+    assert torch.equal(dropped, ref(x))  # training: the same cells dropped, the same scale
+    assert (dropped is x) == (p == 0.0)  # p = 0 drops nothing: the input itself
+    dropped.sum().backward()
+    grad = x.grad.clone()
+    x.grad = None
+    torch.manual_seed(7)
+    ref(x).sum().backward()
+    assert torch.equal(grad, x.grad)
+    ours.eval()
+    assert ours(x) is x  # evaluation: nothing dropped, nothing copied
+    assert ours.extra_repr() == ref.extra_repr()
 
 
 def test_mask_polarity_conversion_is_the_inverse():

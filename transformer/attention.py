@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .layers import Dropout
 from .masks import is_causal, remembered
 from .modern import expand_kv_heads, kv_head_of
 from .operations import PAPER, Operations
@@ -282,7 +283,7 @@ class MultiHeadAttention(nn.Module):
         self.w_k = nn.Linear(d_model, d_kv, bias=qkv_bias)
         self.w_v = nn.Linear(d_model, d_kv, bias=qkv_bias)
         self.w_o = nn.Linear(d_model, d_model, bias=output_bias)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.rotary = rotary  # shared by every layer (its table is computed, not learned)
 
     def forward(

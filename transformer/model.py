@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from .config import ModelConfig
 from .embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
-from .layers import LayerNorm
+from .layers import Dropout, LayerNorm
 from .masks import causal_mask, combine_masks, padding_mask
 from .operations import PAPER, HasOperations, Operations
 from .stacks import (
@@ -154,7 +154,7 @@ class Transformer(nn.Module):
             return LayerNorm(d, config.layer_norm_eps) if config.embedding_norm else None
 
         scale = config.scale_embeddings
-        self.embedding_dropout = nn.Dropout(config.dropout)
+        self.embedding_dropout = Dropout(config.dropout)
         self.src_embedding: TokenEmbedding | None = None
         self.tgt_embedding: TokenEmbedding | None = None
         # Token-type (segment) embeddings, added to the encoder's input (BERT).

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .layers import ACTIVATION_FUNCTIONS, activate_in_place
+from .layers import ACTIVATION_FUNCTIONS, Dropout, activate_in_place
 
 
 class RMSNorm(nn.Module):
@@ -64,7 +64,7 @@ class GatedFeedForward(nn.Module):
         self.w_gate = nn.Linear(d_model, d_ff, bias=bias)
         self.w_up = nn.Linear(d_model, d_ff, bias=bias)
         self.w_down = nn.Linear(d_ff, d_model, bias=bias)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def hidden(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The gate ``act(W_gate x)``, the up projection ``W_up x`` and their product: each

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from .attention import AttentionProbe, KeyValueCache, MultiHeadAttention
 from .config import ModelConfig
-from .layers import LayerNorm, PositionwiseFeedForward
+from .layers import Dropout, LayerNorm, PositionwiseFeedForward
 from .masks import one_pass
 from .modern import GatedFeedForward, RMSNorm
 from .operations import PAPER, Operations
@@ -30,7 +30,7 @@ class _Residual(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.norm = _norm(config)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.pre_norm = config.norm == "pre"
 
     def sublayer_input(self, x: Tensor, ops: Operations = PAPER) -> Tensor:
