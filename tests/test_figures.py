@@ -236,6 +236,16 @@ def test_masks_figure_draws_padding_causal_and_combined(trace):
         combined.astype(bool), trace.attention("decoder_self", 0).mask[1, 0].numpy()
     )
     assert {t.coloraxis for t in fig.data} == {"coloraxis"}
+    assert not real.all()  # the row drawn above is padded: its combination differs from both
+    # An unpadded row: padding masks nothing, so the combination is the causal mask, drawn once.
+    unpadded = torch.ones(TGT_LEN, dtype=torch.bool)
+    fig = masks_figure(unpadded, TGT_LABELS, TGT_LABELS, causal=trace.causal)
+    pad, causal = (np.asarray(t.z) for t in fig.data)
+    assert pad.all() and np.array_equal(causal, trace.causal.numpy())
+    assert [a.text for a in fig.layout.annotations] == [
+        "padding (keys only)",
+        "causal = combined (nothing is padded)",
+    ]
     only_padding = masks_figure(trace.source.real_tokens[1], SRC_LABELS, SRC_LABELS)
     assert len(only_padding.data) == 1
 

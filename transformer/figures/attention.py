@@ -853,7 +853,8 @@ def masks_figure(
     large_font: bool = False,
     height: int | None = None,
 ) -> go.Figure:
-    """The masks themselves: padding, causal (if any) and their combination, side by side.
+    """The masks themselves: padding, causal (if any) and their combination, side by side (the
+    combination only where padding masks a key; else it is the causal mask, drawn once).
 
     Args:
         real_keys: ``(Tk,)`` bool, ``True`` for real tokens (``StackInput.real_tokens[b]``).
@@ -868,15 +869,17 @@ def masks_figure(
     real = to_numpy(real_keys, bool).reshape(-1)
     n_keys = real.size
     n_queries = n_keys if query_labels is None else len(query_labels)
-    panels = {"padding (keys only)": np.broadcast_to(real[None, :], (n_queries, n_keys))}
-    combined = panels["padding (keys only)"]
+    padding = np.broadcast_to(real[None, :], (n_queries, n_keys))
+    panels = {"padding (keys only)": padding}
     if causal is not None:
         causal = to_numpy(causal, bool)
         if causal.shape != (n_queries, n_keys):
             raise ValueError(f"causal mask {causal.shape} ≠ (queries, keys) {(n_queries, n_keys)}")
-        panels["causal (no future)"] = causal
-        combined = combined & causal
-        panels["combined = padding AND causal"] = combined
+        if real.all():  # padding masks nothing: the combination is the causal mask itself
+            panels["causal = combined (nothing is padded)"] = causal
+        else:
+            panels["causal (no future)"] = causal
+            panels["combined = padding AND causal"] = padding & causal
     if changed is not None:
         changed = np.broadcast_to(to_numpy(changed, bool), (n_queries, n_keys))
         panels[changed_title] = changed
