@@ -8,6 +8,7 @@ no file path in it, and the server must go on serving: a cheap request follows e
 from __future__ import annotations
 
 import functools
+import html
 import io
 import itertools
 import json
@@ -1118,3 +1119,46 @@ def test_user_text_in_markdown_stays_text():
             assert "<b>" not in html_text, (name, html_text[:400])
     span = _rendered(errors.code_span("a`b ``c"))
     assert "<code>a`b ``c</code>" in span
+
+
+def test_model_text_in_generate_and_mistake_summaries_stays_text():
+    """What a model writes reaches Markdown too, and a real one writes backticks and links
+    (SmolLM2 in chat writes code): Generate's output, pieces, chosen token and beams, and a
+    seeds' mistake's predictions, are each one code span that nothing in them can close."""
+    from types import SimpleNamespace
+
+    from transformer.mistakes import MISTAKES
+    from ui.mistakes import describe
+    from ui.tabs.generate.drawing import _summary
+
+    record = SimpleNamespace(
+        step=0,
+        chosen_label=HOSTILE,
+        chosen_id=5,
+        chosen_prob=0.5,
+        chosen_sampling_prob=None,
+        method="beam",
+        entropy=1.0,
+        beams=[SimpleNamespace(tokens=[1], score=-1.0)],
+    )
+    decoding = SimpleNamespace(records=[record], output_ids=[1, 2], done=False)
+    tokenizer = SimpleNamespace(decode=lambda ids: HOSTILE, id_to_token=lambda i: HOSTILE)
+    effect = SimpleNamespace(
+        broken=SimpleNamespace(trace=SimpleNamespace(logits=torch.zeros(1))),
+        correct=SimpleNamespace(target_pieces=[[HOSTILE]]),
+        sentence=0,
+        position=0,
+        largest_change=1.0,
+        predicted_before=[HOSTILE],
+        predicted_after=[HOSTILE],
+        changed=[True],
+    )
+    broken = SimpleNamespace(mistake=next(iter(MISTAKES)), error=None, effect=effect)
+    shown = html.escape(HOSTILE, quote=False).replace('"', "&quot;")
+    for markdown, spans in (
+        (_summary(decoding, tokenizer, [], HOSTILE), 6),  # output, 2 pieces, query, chosen, beam
+        (describe(broken, SimpleNamespace(architecture="decoder-only"), 0), 3),
+    ):
+        rendered = _rendered(markdown)
+        assert "<a " not in rendered and "<img" not in rendered and "<b>" not in rendered
+        assert rendered.count(f"<code>{shown}</code>") == spans, rendered

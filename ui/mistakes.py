@@ -29,7 +29,7 @@ from transformer.mistakes import (
     compare_passes,
 )
 
-from .errors import InputError, friendly, gpu, readable_list
+from .errors import InputError, code_span, friendly, gpu, readable_list
 from .state import ModelRegistry, SessionModels, bind
 
 NONE = "none (the correct pass)"
@@ -153,7 +153,7 @@ def describe(result: BrokenPass, config: ModelConfig, row: int, also: str = "") 
             f"**What it did here{with_also}:** largest change of any encoder output "
             f"{effect.largest_hidden_change:.3f}; of the tied read-out's logits "
             f"{effect.largest_change:.3f} (sentence {effect.sentence + 1}, token "
-            f"{effect.position}: `{pieces[effect.position]}`)."
+            f"{effect.position}: {code_span(pieces[effect.position])})."
         )
         before, after = effect.tokens_before[row], effect.tokens_after[row]
         n = sum(b != a for b, a in zip(before, after, strict=True))
@@ -167,11 +167,14 @@ def describe(result: BrokenPass, config: ModelConfig, row: int, also: str = "") 
         lines.append(
             f"**What it did here{with_also}:** largest change of any output logit "
             f"{effect.largest_change:.3f} (sentence {effect.sentence + 1}, decoder position "
-            f"{effect.position}, input `{reads}`); {_changed_count(effect)}."
+            f"{effect.position}, input {code_span(reads)}); {_changed_count(effect)}."
         )
         said, says = effect.predicted_before[row], effect.predicted_after[row]
         arrow = "→" if effect.changed[row] else "→ (unchanged)"
-        lines.append(f"Next-token predictions of sentence {row + 1}: `{said}` {arrow} `{says}`")
+        lines.append(
+            f"Next-token predictions of sentence {row + 1}: {code_span(said)} {arrow} "
+            f"{code_span(says)}"
+        )
     if broken_trace.logits.isnan().any():
         lines.append("⚠️ The broken pass produced NaN somewhere.")
     return "\n\n".join(lines)

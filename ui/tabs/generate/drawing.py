@@ -13,6 +13,7 @@ from transformer.figures.generation import next_token_figure
 from transformer.figures.lens import logit_lens_figure, residual_norms_figure
 from transformer.generation import DecodingSession, StepRecord
 
+from ...errors import code_span
 from ...state import GenerationState, ModelRegistry, SessionModels
 from .decoding import unreadable_note
 from .request import GenerateRequest
@@ -150,9 +151,11 @@ def _summary(decoding: DecodingSession, tokenizer: Any, lead: list[str], query: 
     n = len(records)
     lines = [
         *lead,
-        f"**Output so far** ({n} step{'s' if n != 1 else ''}): `{output}`",
-        "Pieces: " + " ".join(f"`{tokenizer.id_to_token(i)}`" for i in decoding.output_ids),
-        f"Chosen at step {last.step + 1} from position `{query}`: `{last.chosen_label}`, "
+        f"**Output so far** ({n} step{'s' if n != 1 else ''}): {code_span(output)}",
+        "Pieces: "
+        + " ".join(code_span(tokenizer.id_to_token(i) or "?") for i in decoding.output_ids),
+        f"Chosen at step {last.step + 1} from position {code_span(query)}: "
+        f"{code_span(last.chosen_label or f'#{last.chosen_id}')}, "
         f"probability {last.chosen_prob:.3f} under the model"
         + (
             f", {last.chosen_sampling_prob:.3f} in the distribution sampled from"
@@ -165,7 +168,8 @@ def _summary(decoding: DecodingSession, tokenizer: Any, lead: list[str], query: 
         lines.append(
             "Beams: "
             + "; ".join(
-                f"`{tokenizer.decode(b.tokens)}` (log-prob {b.score:.2f})" for b in last.beams[:4]
+                f"{code_span(tokenizer.decode(b.tokens))} (log-prob {b.score:.2f})"
+                for b in last.beams[:4]
             )
         )
     if decoding.done:
