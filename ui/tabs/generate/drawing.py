@@ -12,6 +12,7 @@ from transformer import figures
 from transformer.figures.generation import next_token_figure
 from transformer.figures.lens import logit_lens_figure, residual_norms_figure
 from transformer.generation import DecodingSession, StepRecord
+from transformer.text import readable_piece
 
 from ...errors import code_span
 from ...state import GenerationState, ModelRegistry, SessionModels
@@ -143,6 +144,23 @@ def draw(
     return text, top, cross, triangle, lens_plot, norms_plot, state
 
 
+def _byte_notes(tokenizer: Any, ids: list[int], most: int = 3) -> str:
+    """What the marks of a byte-level tokenizer's pieces stand for (``" (Ġ is a space; Ċ is a
+    newline)"``), at most ``most`` of them, from the pieces ``ids``; ``""`` for other
+    tokenizers or pieces without such marks."""
+    if getattr(tokenizer, "algorithm", None) != "byte_bpe":
+        return ""
+    notes: list[str] = []
+    for i in ids:
+        notes.extend(
+            n for n in readable_piece(tokenizer.id_to_token(i) or "").notes if n not in notes
+        )
+    if not notes:
+        return ""
+    shown = "; ".join(notes[:most]) + ("; …" if len(notes) > most else "")
+    return f" (byte-level pieces, as the vocabulary writes them: {shown})"
+
+
 def _summary(decoding: DecodingSession, tokenizer: Any, lead: list[str], query: str) -> str:
     """The summary markdown of a decoding: output so far, the last choice, beams, the end."""
     records = decoding.records
@@ -153,7 +171,8 @@ def _summary(decoding: DecodingSession, tokenizer: Any, lead: list[str], query: 
         *lead,
         f"**Output so far** ({n} step{'s' if n != 1 else ''}): {code_span(output)}",
         "Pieces: "
-        + " ".join(code_span(tokenizer.id_to_token(i) or "?") for i in decoding.output_ids),
+        + " ".join(code_span(tokenizer.id_to_token(i) or "?") for i in decoding.output_ids)
+        + _byte_notes(tokenizer, decoding.output_ids),
         f"Chosen at step {last.step + 1} from position {code_span(query)}: "
         f"{code_span(last.chosen_label or f'#{last.chosen_id}')}, "
         f"probability {last.chosen_prob:.3f} under the model"
