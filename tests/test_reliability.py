@@ -1162,3 +1162,40 @@ def test_model_text_in_generate_and_mistake_summaries_stays_text():
         rendered = _rendered(markdown)
         assert "<a " not in rendered and "<img" not in rendered and "<b>" not in rendered
         assert rendered.count(f"<code>{shown}</code>") == spans, rendered
+
+
+def test_a_model_output_of_several_lines_keeps_its_lines_and_stays_text():
+    """A model writing code writes lines and fences of its own: Generate shows its output as one
+    code block with those lines, closed by nothing in it."""
+    from types import SimpleNamespace
+
+    from ui.tabs.generate.drawing import _summary
+
+    output = (
+        "```python\nprint('[x](https://evil.example)')\n```\n<img src=x onerror=alert(1)>\n````"
+    )
+    record = SimpleNamespace(
+        step=0,
+        chosen_label="`",
+        chosen_id=5,
+        chosen_prob=0.5,
+        chosen_sampling_prob=None,
+        method="greedy",
+        entropy=1.0,
+        beams=[],
+    )
+    decoding = SimpleNamespace(records=[record], output_ids=[1], done=False)
+    tokenizer = SimpleNamespace(decode=lambda ids: output, id_to_token=lambda i: "`")
+    rendered = _rendered(_summary(decoding, tokenizer, [], "3:x"))
+    assert "<a " not in rendered and "<img" not in rendered
+    blocks = re.findall(r"<pre><code[^>]*>(.*?)</code></pre>", rendered, flags=re.S)
+    assert [html.unescape(b) for b in blocks] == [output + "\n"]  # whole, every line kept
+    one_line = _rendered(
+        _summary(
+            decoding,
+            SimpleNamespace(decode=lambda ids: " Paris.", id_to_token=lambda i: "`"),
+            [],
+            "3:x",
+        )
+    )
+    assert "<pre>" not in one_line and "<code> Paris.</code>" in one_line  # one line stays inline

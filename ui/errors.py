@@ -109,6 +109,15 @@ def code_span(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+def code_block(text: str) -> str:
+    """``text`` as one fenced Markdown code block, its lines kept: the fence is longer than
+    any run of backticks in it (and at least three), so no line of it can close the block."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
 def _device_trouble(error: BaseException) -> str | None:
     """What to tell the user about an out-of-memory or accelerator error, or None."""
     text = str(error)

@@ -14,7 +14,7 @@ from transformer.figures.lens import logit_lens_figure, residual_norms_figure
 from transformer.generation import DecodingSession, StepRecord
 from transformer.text import readable_piece
 
-from ...errors import code_span
+from ...errors import code_block, code_span
 from ...state import GenerationState, ModelRegistry, SessionModels
 from .decoding import unreadable_note
 from .request import GenerateRequest
@@ -169,7 +169,9 @@ def _summary(decoding: DecodingSession, tokenizer: Any, lead: list[str], query: 
     n = len(records)
     lines = [
         *lead,
-        f"**Output so far** ({n} step{'s' if n != 1 else ''}): {code_span(output)}",
+        f"**Output so far** ({n} step{'s' if n != 1 else ''}): "
+        # An output of several lines (a model writing code, a list) keeps its lines.
+        + (f"\n\n{code_block(output)}" if "\n" in output.strip("\n") else code_span(output)),
         "Pieces: "
         + " ".join(code_span(tokenizer.id_to_token(i) or "?") for i in decoding.output_ids)
         + _byte_notes(tokenizer, decoding.output_ids),
