@@ -4,6 +4,7 @@ and tokenizers trained once per test session on the bundled corpus."""
 from __future__ import annotations
 
 import hashlib
+import html
 import importlib.metadata
 import os
 import shutil
@@ -61,6 +62,13 @@ def trained(corpus: list[str]) -> dict[str, Tokenizer]:
 HF_VOCAB = 99
 MARIAN_OPUS = {"activation_function": "swish", "scale_embedding": True}
 """What the shipped opus-mt checkpoints use where MarianConfig's defaults differ."""
+
+
+def shown(texts: Any) -> list[str]:
+    """What plotly draws for each of ``texts`` (a figure's labels, as sent): its HTML entities
+    decoded, as plotly.js decodes ``&lt;``, ``&gt;``, ``&amp;`` and numeric ones in any text it
+    draws."""
+    return [html.unescape(str(text)) for text in texts]
 
 
 def _bert_vocab_txt(folder: Path, vocab: int, words: Sequence[str]) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 import torch
-from conftest import TINY_CONFIG
+from conftest import TINY_CONFIG, shown
 
 from transformer.embeddings import sinusoidal_table
 from transformer.figures import (
@@ -103,7 +103,7 @@ def test_head_figure_shows_that_heads_weights_with_masked_cells_blank(
     assert np.allclose(z[~masked], expected[~masked], atol=1e-7)
     assert hm.z.dtype == np.float32
     assert hm.hoverongaps is False and hm.text is None and "query" in hm.hovertemplate
-    assert list(hm.y) == queries and list(hm.x) == keys
+    assert shown(hm.y) == queries and shown(hm.x) == keys
     assert fig.layout.yaxis.title.text == "query" and fig.layout.xaxis.title.text == "key"
     assert fig.layout.plot_bgcolor == "#b0b0b0"  # the grey that masked (NaN) cells show
     # Each query row gets 18 px for its label, plus 120 px of margins, within 320..900 px.
@@ -306,7 +306,7 @@ def test_embedding_sum_and_norms(trace):
         by_name["embedding (unscaled)"] * math.sqrt(CONFIG.d_model), scaled, rtol=1e-5
     )
     assert np.allclose(by_name["positional encoding"], math.sqrt(CONFIG.d_model / 2), atol=1e-4)
-    assert list(norms.data[0].x) == SRC_LABELS
+    assert shown(norms.data[0].x) == SRC_LABELS
 
 
 def test_top_k_bars_are_sorted_and_the_chosen_one_highlighted():
@@ -352,7 +352,7 @@ def test_causal_growth_stacks_cached_steps_into_a_lower_triangle(model):
     z = z_of(heatmap(fig))
     assert np.isnan(z[np.triu_indices(4, 1)]).all()
     assert np.allclose(z[np.tril_indices(4)], full.numpy()[np.tril_indices(4)], atol=1e-5)
-    assert list(heatmap(fig).y) == labels
+    assert shown(heatmap(fig).y) == labels
     partial = z_of(heatmap(causal_growth_figure(rows[:2], labels)))  # mid-generation
     assert partial.shape == (2, 4) and np.isnan(partial[:, 2:]).all()
     with pytest.raises(ValueError):

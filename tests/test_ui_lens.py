@@ -5,12 +5,12 @@ GPT-2, ``transformers``' hidden states through its own final norm and head)."""
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import shown
 
 from ui.state import GenerationState, ModelRegistry, SessionModels
 from ui.tabs import generate
@@ -97,9 +97,9 @@ def _check_step(registry, name: str, drawn) -> None:
         rank = int((expected[row] > expected[row, record.chosen_id]).sum()) + 1
         assert lens.data[0].y[len(ids) - len(expected) + row].endswith(f"chosen #{rank}")
     last = f"{len(record.tokens) - 1}:{tokenizer.id_to_token(record.tokens[-1])}"
-    assert f"layer at {html.escape(last, quote=False)} would predict" in lens.layout.title.text
+    assert f"layer at {last} would predict" in shown([lens.layout.title.text])[0]
     # The residual stream has one column per position read, labelled as the attention rows.
-    assert list(norms.data[0].x) == [
+    assert shown(norms.data[0].x) == [
         f"{i}:{tokenizer.id_to_token(t)}" for i, t in enumerate(record.tokens)
     ]
 

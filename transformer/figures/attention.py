@@ -27,6 +27,8 @@ from .common import (
     heatmap_height,
     panel_domains,
     panel_title,
+    plain_text,
+    plot_text,
     robust_limit,
     to_numpy,
     weight_limit,
@@ -705,8 +707,10 @@ def _grid_tick_labels(
 
 
 def _short(label: str, width: int = 9) -> str:
-    """A tick label cut to ``width`` characters (the full one is in the hover)."""
-    return label if len(label) <= width else label[: width - 1] + "…"
+    """A tick label (:func:`plot_text`) cut to ``width`` characters as shown (the full one is in
+    the hover)."""
+    text = plain_text(label)
+    return label if len(text) <= width else plot_text(text[: width - 1] + "…")
 
 
 def _padded_row_marks(padded: np.ndarray, n_layers: int, tile_h: int) -> list[dict[str, Any]]:

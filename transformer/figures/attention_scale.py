@@ -15,6 +15,7 @@ from .common import (
     WEIGHTS_COLORSCALE,
     base_layout,
     font_size,
+    plot_text,
     to_numpy,
 )
 
@@ -219,7 +220,7 @@ def window_figure(
             **(
                 {
                     "tickvals": queries.tolist(),
-                    "ticktext": [f"{q}:{pieces[q]}" for q in queries.tolist()],
+                    "ticktext": [plot_text(f"{q}:{pieces[q]}") for q in queries.tolist()],
                 }
                 if n <= 40
                 else {}
@@ -251,7 +252,7 @@ def rollout_figure(
     ``token``'s final representation draws on."""
     values = to_numpy(row)
     positions = np.arange(values.shape[0])
-    labels = [f"{i}:{p}" for i, p in enumerate(pieces)]
+    labels = [plot_text(f"{i}:{p}") for i, p in enumerate(pieces)]
     bar = go.Bar(
         x=positions,
         y=values,

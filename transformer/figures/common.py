@@ -2,10 +2,15 @@
 
 Figure builders are pure functions (arrays or trace records in, ``plotly`` figures out); they
 import plotly and numpy, torch only to accept tensors, and never the UI.
+
+Text given to a builder (labels, titles, token pieces) is plain text: the builder passes it
+through :func:`plot_text` before plotly sees it, and only markup the builder writes itself
+(``<b>``, ``<br>``) is read as markup.
 """
 
 from __future__ import annotations
 
+import html
 import math
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -25,6 +30,23 @@ BASE_COLOR, HIGHLIGHT_COLOR, GREEN = PALETTE[0], PALETTE[1], PALETTE[2]
 MUTED_COLOR = "#bab0ac"  # Tableau 10's grey: a series shown for reference only
 
 _FONT_SIZE = {False: 13, True: 20}
+
+
+def plot_text(text: str) -> str:
+    """``text`` as plotly shows it literally: ``&``, ``<`` and ``>`` as entities.
+
+    Plotly reads a subset of HTML in every text it draws (titles, tick labels, hovers, cells):
+    ``<b>``, ``<i>``, ``<s>``, ``<u>``, ``<br>``, ``<a href>``... A piece ``"</s>"`` (Marian's end
+    of sentence) or ``"<s>"`` (Llama's start) drew as nothing, ``"<b>x</b>"`` as a bold x and
+    ``"&amp;"`` as ``&``. Plotly decodes the entities back, so the label reads as written.
+    """
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def plain_text(text: str) -> str:
+    """The text a :func:`plot_text` label shows (its entities decoded): for measuring it and
+    cutting it short without splitting an entity."""
+    return html.unescape(text)
 
 
 def token_labels(pieces: Sequence[str]) -> list[str]:
@@ -56,6 +78,7 @@ def font_size(large_font: bool) -> int:
 
 def base_layout(title: str, height: int, large_font: bool, **extra: Any) -> dict[str, Any]:
     """The project's layout as a plain dict: title, fixed height (``gr.Plot`` has none), font.
+    ``title`` is plain text (see :func:`plot_text`).
 
     Builders pass the whole layout to ``go.Figure`` once: plotly validates on every
     ``update_*``/``add_*`` call, and building piece by piece is several times slower.
@@ -64,7 +87,7 @@ def base_layout(title: str, height: int, large_font: bool, **extra: Any) -> dict
     size = font_size(large_font)
     layout: dict[str, Any] = {
         "template": "none",
-        "title": {"text": title, "font": {"size": round(size * 1.25)}, "x": 0.01},
+        "title": {"text": plot_text(title), "font": {"size": round(size * 1.25)}, "x": 0.01},
         "height": height,
         "font": {"size": size},
         "margin": {"l": 70, "r": 20, "t": 60 + (20 if large_font else 0), "b": 60},
@@ -90,7 +113,7 @@ def panel_domains(n: int, gap: float = 0.08) -> list[list[float]]:
 def panel_title(text: str, domain: Sequence[float], large_font: bool) -> dict[str, Any]:
     """An annotation above a panel, like ``make_subplots``' subplot titles."""
     return {
-        "text": text,
+        "text": plot_text(text),
         "x": (domain[0] + domain[1]) / 2,
         "y": 1.0,
         "xref": "paper",
@@ -131,7 +154,7 @@ def text_width(text: str, size: float) -> float:
     character, 0.92 em ``m``/``w``/``@``/``%``, 0.7 em a capital, digit or ``#``, 0.6 em
     anything else."""
     width = 0.0
-    for ch in text:
+    for ch in plain_text(text):
         if unicodedata.east_asian_width(ch) in "WF":
             em = 1.0
         elif ch in "mwMW@%":
@@ -165,7 +188,8 @@ def steady_left_margin(
 
 
 def check_labels(labels: Sequence[str] | None, n: int, what: str) -> list[str]:
-    """``labels`` as a list (``"0".."n-1"`` if None), checked for length and uniqueness."""
+    """``labels`` as a list (``"0".."n-1"`` if None), checked for length and uniqueness, each
+    passed through :func:`plot_text` (the builder draws them as they are written)."""
     if labels is None:
         return [str(i) for i in range(n)]
     labels = [str(label) for label in labels]
@@ -176,7 +200,7 @@ def check_labels(labels: Sequence[str] | None, n: int, what: str) -> list[str]:
             f"{what} labels must be unique (plotly merges repeated categories); "
             "use token_labels(pieces)"
         )
-    return labels
+    return [plot_text(label) for label in labels]
 
 
 def heatmap_height(n_rows: int, large_font: bool, minimum: int = 320, maximum: int = 900) -> int:

@@ -19,6 +19,8 @@ from .common import (
     category_axis,
     check_labels,
     heatmap_height,
+    plain_text,
+    plot_text,
     steady_left_margin,
     to_numpy,
 )
@@ -61,6 +63,7 @@ def top_k_figure(
         ids.append(chosen)
         labels.append(f"{vocabulary_label(chosen, vocab)} (rank {rank})")
     colors = [HIGHLIGHT_COLOR if i == chosen else BASE_COLOR for i in ids]
+    labels = [plot_text(label) for label in labels]
     trace = go.Bar(
         x=p[ids],
         y=labels,
@@ -182,7 +185,7 @@ def causal_growth_figure(
     cell = 30 if large_font else 22
     domain_end = min(1.0, max(0.3, width * cell / 900))
     area = max(240 if large_font else 180, (cell + 4) * len(arrays))
-    label_room = (8 if large_font else 6) * max((len(k) for k in keys), default=1)
+    label_room = (8 if large_font else 6) * max((len(plain_text(k)) for k in keys), default=1)
     trace = go.Heatmap(
         z=z,
         x=keys,
@@ -245,7 +248,7 @@ def next_token_figure(
         raise ValueError("labels, model_probs and sampled_probs must have one value per bar")
     if chosen is not None and not 0 <= chosen < n:
         raise ValueError(f"chosen index {chosen} is outside the {n} bars")
-    names = list(labels)
+    names = [plot_text(label) for label in labels]
     model = np.asarray(model_probs, np.float32)
     edge = ["#222" if i == chosen else "rgba(0,0,0,0)" for i in range(n)]
     traces = [

@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import HIGHLIGHT_COLOR, MASKED_GREY, SIGNED_COLORSCALE, font_size, to_numpy
+from .common import (
+    HIGHLIGHT_COLOR,
+    MASKED_GREY,
+    SIGNED_COLORSCALE,
+    font_size,
+    plot_text,
+    to_numpy,
+)
 
 _GREY_SCALE = [[0.0, MASKED_GREY], [1.0, MASKED_GREY]]
 _GAP = 8  # pixels between blocks
@@ -77,9 +84,11 @@ def _caption(number: int, steps: Sequence[Any]) -> str:
         names = " → ".join(step.name for step in steps)
         head, formula = f"{number}–{number + len(steps) - 1}. {names}", ""
         tail = steps[0].shown.split(";")[0]
-    text = f"<b>{head}</b>" + (f"   {formula}" if formula else "")
     wraps = len(head) + len(formula) + len(tail) > _ONE_LINE
-    return text + ("<br>" if wraps else "   ") + f"<span style='color:#777'>{tail}</span>"
+    text = f"<b>{plot_text(head)}</b>" + (f"   {plot_text(formula)}" if formula else "")
+    return (
+        text + ("<br>" if wraps else "   ") + f"<span style='color:#777'>{plot_text(tail)}</span>"
+    )
 
 
 def section_figure(
@@ -199,7 +208,7 @@ def _heatmap_block(
         limit if limit > 0 else (float(finite.max()) if finite.size and finite.max() > 0 else 1.0)
     )
     columns = np.arange(z.shape[1])
-    rows = list(step.labels) if matrix and step.labels else [step.name]
+    rows = [plot_text(label) for label in (step.labels if matrix and step.labels else [step.name])]
     if matrix:
         hover = "key %{y}, dim %{x}: %{z:.4f}<extra></extra>"
     else:
@@ -286,7 +295,7 @@ def _per_key_block(
     x_ref, y_ref, x_key, y_key = _axis_names(index)
     size = _sizes(large_font)
     font = font_size(large_font)
-    labels = list(steps[0].labels)
+    labels = [plot_text(label) for label in steps[0].labels]
     off = next((s.off for s in steps if s.off is not None), None)
     off_list = [False] * len(labels) if off is None else [bool(v) for v in off]
     notes = next((s.notes for s in steps if s.notes is not None), None) or [""] * len(labels)

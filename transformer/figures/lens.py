@@ -22,6 +22,7 @@ from .common import (
     check_labels,
     font_size,
     panel_title,
+    plot_text,
     steady_left_margin,
     to_numpy,
 )
@@ -32,11 +33,6 @@ MAX_PIECE_CHARS = 10  # a cell shows at most this much of a token's text (hover 
 def _short(piece: str) -> str:
     piece = piece.replace("\n", "⏎")
     return piece if len(piece) <= MAX_PIECE_CHARS else piece[: MAX_PIECE_CHARS - 1] + "…"
-
-
-def _escape(text: str) -> str:
-    """Plotly renders a subset of HTML in text: show ``<`` and ``&`` as themselves."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def layer_name(number: int) -> str:
@@ -61,7 +57,7 @@ def logit_lens_figure(
     Args:
         lens: a :class:`~transformer.lens.LogitLens` (``top_ids``/``top_probs`` ``(L, k)``).
         piece: ``id -> text`` to name the tokens (None: ``"#id"``).
-        position_label: the position read, e.g. ``"5:sees"``, for the title (escaped).
+        position_label: the position read, e.g. ``"5:sees"``, for the title.
         chosen_label: the chosen token's text, for the title.
     """
     ids = to_numpy(lens.top_ids, np.int64)
@@ -84,12 +80,12 @@ def logit_lens_figure(
     for r in range(n_rows):
         for j in range(k):
             token = name(int(ids[r, j]))
-            cell = _escape(_short(token))
+            cell = plot_text(_short(token))
             if chosen is not None and int(ids[r, j]) == chosen:
                 cell = f"<b>{cell}</b>"
                 outline.append((r, j))
             texts[r, j] = f"{cell}<br>{probs[r, j]:.0%}"
-            hover[r, j] = f"{_escape(token)} #{int(ids[r, j])}"
+            hover[r, j] = f"{plot_text(token)} #{int(ids[r, j])}"
     size = font_size(large_font)
     heatmap = go.Heatmap(
         z=probs,
@@ -146,8 +142,8 @@ def logit_lens_figure(
         }
         for r, j in outline
     ]
-    where = f" at {_escape(position_label)}" if position_label else ""
-    what = f" · chosen: {_escape(chosen_label)}" if chosen_label else ""
+    where = f" at {position_label}" if position_label else ""
+    what = f" · chosen: {chosen_label}" if chosen_label else ""
     row_height = 58 if large_font else 36
     layout = base_layout(
         f"Logit lens: what each layer{where} would predict next{what}",
