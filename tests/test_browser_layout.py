@@ -93,6 +93,32 @@ def test_the_feed_forward_and_residual_stops_scroll_to_their_section(
         context.close()
 
 
+HEADER_SWITCH_JS = """
+() => {
+  const label = document.querySelector('#large-font label .label-text');
+  const text = label.getBoundingClientRect();
+  const bar = document.getElementById('top-bar').getBoundingClientRect();
+  return {lines: Math.round(text.height / parseFloat(getComputedStyle(label).lineHeight)),
+          right: text.right, edge: bar.right};
+}
+"""
+
+
+@pytest.mark.parametrize("viewport", [PROJECTOR, LAPTOP], ids=["1920", "1280"])
+def test_the_large_font_switch_reads_on_one_line_once_on(
+    browser: Any, app_url: str, viewport: dict
+) -> None:
+    """Once on, the switch's label grew with the font it turns on, wrapped onto two lines in
+    the 260 px gradio gave it, and (when given more room) ran past the header's right edge."""
+    context, page = _open(browser, app_url, viewport, large=True)
+    try:
+        page.wait_for_timeout(500)
+        switch = page.evaluate(HEADER_SWITCH_JS)
+        assert switch["lines"] == 1 and switch["right"] <= switch["edge"] + 1, switch
+    finally:
+        context.close()
+
+
 # Tables (gradio's dataframes and example tables) and the code panel, per tab to look at.
 FITS = "table, .cm-editor"
 OVERFLOW_JS = """

@@ -116,6 +116,10 @@ body.large-font .min_value, body.large-font .max_value { font-size: 18px !import
 /* The top bar's buttons keep to one line, also in Large font. */
 #top-bar button { white-space: nowrap; }
 #top-bar { padding-left: 1.75rem; }  /* clear of the closed tour sidebar's toggle */
+/* ...and so does the Large font switch's label, which grows with the font it switches on
+   (gradio wraps the checkbox in a form that keeps the 260 px it was given). */
+body.large-font #top-bar > :has(#large-font), body.large-font #large-font {
+  min-width: max-content !important; }
 /* With the tour's sidebar open a 1280 px page keeps about 860 px: tables and code wrap within
    the width left (or scroll inside it), never past its right edge. */
 .gradio-container table { max-width: 100%; }
@@ -168,7 +172,11 @@ def build_demo(
             start = gr.Button("▶ Guided tour", size="sm", scale=0, min_width=150)
             make_link = gr.Button("Link to this view", size="sm", scale=0, min_width=170)
             large = gr.Checkbox(
-                label="Large font (for projecting)", value=False, scale=0, min_width=260
+                label="Large font (for projecting)",
+                value=False,
+                scale=0,
+                min_width=260,
+                elem_id="large-font",
             )
         link = gr.Textbox(
             label="Link to this view (opens the app as it is now)",
