@@ -1,7 +1,9 @@
 """Token pieces are drawn as they are written: plotly reads a subset of HTML in every text it
 draws (titles, tick labels, hovers, table cells), so a piece ``"</s>"`` (Marian's end of
 sentence) or ``"<s>"`` (Llama's start) drew as nothing, ``"<b>bold</b>"`` as a bold "bold" and
-``"a&amp;b"`` as "a&b".
+``"a&amp;b"`` as "a&b". And a long piece (SmolLM2 has runs of 64 dashes, 80 "#", 80 spaces) is
+cut where it labels a figure: in a sentence of code, one whole label widened the axis margin
+until the heatmaps beside it were slivers.
 
 Tiny random Marian and GPT-2 folders whose vocabularies hold such pieces go through every tab's
 handlers. The fast test reads the figures as sent; the browser test draws them with plotly.js
@@ -27,7 +29,8 @@ pytest.importorskip("transformers")
 
 # Pieces plotly would read as markup or entities; every one is a word of the tiny vocabularies.
 HOSTILE = ("<s>", "<b>bold</b>", "a&amp;b", "<i>it</i>", "x<br>y", "<u>u</u>", "m<sub>2</sub>")
-SENTENCE = " ".join(["the", *HOSTILE, "cat"])
+LONG = "=" * 64  # one piece of GPT-2's vocabulary
+SENTENCE = " ".join(["the", *HOSTILE, LONG, "cat"])
 KINDS = (
     "encoder self-attention",
     "decoder masked self-attention",
@@ -48,8 +51,8 @@ def _favour_bold(model: torch.nn.Module) -> None:
 
 @pytest.fixture(scope="module")
 def folders(tiny_hf_model) -> dict[str, str]:
-    marian = tiny_hf_model("marian", words=("the", "cat", *HOSTILE), perturb=5)
-    gpt2 = tiny_hf_model("gpt2", words=(*HOSTILE, "the", "cat"), prepare=_favour_bold)
+    marian = tiny_hf_model("marian", words=("the", "cat", *HOSTILE, LONG), perturb=5)
+    gpt2 = tiny_hf_model("gpt2", words=(*HOSTILE, "the", "cat", LONG), prepare=_favour_bold)
     return {"marian": str(marian), "gpt2": str(gpt2)}
 
 
@@ -175,3 +178,13 @@ def test_plotly_draws_every_piece_as_it_is_written(drawn: dict[str, go.Figure]) 
         where for where, text in texts.items() if "gpt2 step 2" in where and "<b>bold</b>" in text
     ]
     assert len(chosen) >= 3, "the chosen token names the bars, the lens and a title"
+
+
+def test_a_long_piece_is_cut_where_it_labels_a_figure(drawn: dict[str, go.Figure]) -> None:
+    cut = LONG[:19] + "…"  # 20 characters shown, the cut marked
+    texts = {where: shown(_strings(json.loads(fig.to_json()))) for where, fig in drawn.items()}
+    whole = [where for where, strings in texts.items() if any(LONG[:20] in s for s in strings)]
+    assert not whole, f"a label holds more than 20 characters of the piece: {whole}"
+    named = [where for where, strings in texts.items() if any(cut in s for s in strings)]
+    # The head views, the masks, Inside's keys, the positions, the rollout and Generate's rows.
+    assert len(named) >= 10, named

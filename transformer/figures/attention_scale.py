@@ -16,7 +16,9 @@ from .common import (
     base_layout,
     font_size,
     plot_text,
+    short_piece,
     to_numpy,
+    token_labels,
 )
 
 PATTERN_MARKS = {
@@ -220,7 +222,9 @@ def window_figure(
             **(
                 {
                     "tickvals": queries.tolist(),
-                    "ticktext": [plot_text(f"{q}:{pieces[q]}") for q in queries.tolist()],
+                    "ticktext": [
+                        plot_text(f"{q}:{short_piece(pieces[q])}") for q in queries.tolist()
+                    ],
                 }
                 if n <= 40
                 else {}
@@ -252,7 +256,7 @@ def rollout_figure(
     ``token``'s final representation draws on."""
     values = to_numpy(row)
     positions = np.arange(values.shape[0])
-    labels = [plot_text(f"{i}:{p}") for i, p in enumerate(pieces)]
+    labels = [plot_text(label) for label in token_labels(pieces)]
     bar = go.Bar(
         x=positions,
         y=values,
@@ -261,7 +265,8 @@ def rollout_figure(
         marker={"color": "#1f77b4"},
     )
     layout = base_layout(
-        f"Attention rollout of token {token}:{pieces[token]!r}: which input tokens it draws on",
+        f"Attention rollout of token {token}:{short_piece(pieces[token])!r}: "
+        "which input tokens it draws on",
         380 if large_font else 320,
         large_font,
         xaxis={"title": {"text": "input position"}},

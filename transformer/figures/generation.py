@@ -21,14 +21,16 @@ from .common import (
     heatmap_height,
     plain_text,
     plot_text,
+    short_piece,
     steady_left_margin,
     to_numpy,
 )
 
 
 def vocabulary_label(token_id: int, vocab: Sequence[str] | None) -> str:
-    """``"piece #id"``: the id keeps labels unique even when two ids decode to the same text."""
-    return f"#{token_id}" if vocab is None else f"{vocab[token_id]} #{token_id}"
+    """``"piece #id"``: the id keeps labels unique even when two ids decode to the same text
+    (a long piece cut, see :func:`short_piece`)."""
+    return f"#{token_id}" if vocab is None else f"{short_piece(vocab[token_id])} #{token_id}"
 
 
 def top_k_figure(

@@ -23,6 +23,7 @@ from .common import (
     SIGNED_COLORSCALE,
     font_size,
     plot_text,
+    short_label,
     to_numpy,
 )
 
@@ -208,7 +209,10 @@ def _heatmap_block(
         limit if limit > 0 else (float(finite.max()) if finite.size and finite.max() > 0 else 1.0)
     )
     columns = np.arange(z.shape[1])
-    rows = [plot_text(label) for label in (step.labels if matrix and step.labels else [step.name])]
+    if matrix and step.labels:
+        rows = [plot_text(short_label(label)) for label in step.labels]
+    else:
+        rows = [plot_text(step.name)]
     if matrix:
         hover = "key %{y}, dim %{x}: %{z:.4f}<extra></extra>"
     else:
@@ -295,7 +299,7 @@ def _per_key_block(
     x_ref, y_ref, x_key, y_key = _axis_names(index)
     size = _sizes(large_font)
     font = font_size(large_font)
-    labels = [plot_text(label) for label in steps[0].labels]
+    labels = [plot_text(short_label(label)) for label in steps[0].labels]
     off = next((s.off for s in steps if s.off is not None), None)
     off_list = [False] * len(labels) if off is None else [bool(v) for v in off]
     notes = next((s.notes for s in steps if s.notes is not None), None) or [""] * len(labels)

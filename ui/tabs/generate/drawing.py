@@ -9,6 +9,7 @@ from typing import Any
 import gradio as gr
 
 from transformer import figures
+from transformer.figures.common import short_piece
 from transformer.figures.generation import next_token_figure
 from transformer.figures.lens import logit_lens_figure, residual_norms_figure
 from transformer.generation import DecodingSession, StepRecord
@@ -31,7 +32,7 @@ def _chart(record: StepRecord, tokenizer: Any, large: bool) -> Any:
     sampled = list(record.sampling_probs) if record.sampling_probs is not None else None
 
     def label(i: int) -> str:
-        return f"{tokenizer.id_to_token(i) or '?'} #{i}"
+        return f"{short_piece(tokenizer.id_to_token(i) or '?')} #{i}"
 
     labels = [label(i) for i in ids]
     if record.chosen_id not in ids:
