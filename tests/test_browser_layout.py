@@ -108,8 +108,9 @@ HEADER_SWITCH_JS = """
 def test_the_large_font_switch_reads_on_one_line_once_on(
     browser: Any, app_url: str, viewport: dict
 ) -> None:
-    """Once on, the switch's label grew with the font it turns on, wrapped onto two lines in
-    the 260 px gradio gave it, and (when given more room) ran past the header's right edge."""
+    """Once on, the switch's label grew with the font it turns on and wrapped onto two lines in
+    the 260 px gradio gave it. Widening the switch alone let the label run past the header's
+    right edge (gradio's form around it kept 260 px), so both are checked."""
     context, page = _open(browser, app_url, viewport, large=True)
     try:
         page.wait_for_timeout(500)
