@@ -752,3 +752,56 @@ def test_links_open_the_lens_and_a_seed_mistake_as_the_readme_shows_them(
         page.screenshot(path=str(screenshots / "mistakes.png"), full_page=True, clip=clip)
     finally:
         context.close()
+
+
+def test_an_older_redraw_never_draws_over_a_newer_one(
+    browser: Any, app_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A student ticks a what-if and types a new sentence at once: two redraws run side by
+    side, the what-if's (of the old sentence) slower here. It landed last and drew the old
+    sentence's view under the new text, the figures no longer what the controls say."""
+    import threading
+
+    from ui.tabs.attention import handlers
+
+    context, page = _open(browser, app_url)
+    try:
+        page.get_by_role("tab", name="Attention", exact=True).click()
+        _drawn(page, "Attention", PLOTS_ON_OPEN["Attention"])
+        panel = page.get_by_role("tabpanel")
+        box = panel.get_by_label("One to three sentences", exact=False)
+        old = box.input_value()
+        panel.get_by_label("encoder self-attention", exact=True).check()
+        head_view = panel.locator(PLOT).filter(has_text="Encoder self-attention").first
+
+        def labels() -> list[str]:
+            return head_view.locator(".yaxislayer-above .ytick text").all_text_contents()
+
+        _poll(page, "the encoder's view", lambda: any(":" in label for label in labels()))
+        page.wait_for_timeout(500)
+        _poll(page, "the page settled", lambda: not page.locator(BUSY).count())
+        original = handlers._panels
+        finished = threading.Event()
+
+        def slow_for_the_old_text(registry: Any, request: Any) -> Any:
+            if request.text != old:
+                return original(registry, request)
+            time.sleep(3.0)
+            try:
+                return original(registry, request)
+            finally:
+                finished.set()
+
+        monkeypatch.setattr(handlers, "_panels", slow_for_the_old_text)
+        panel.get_by_label("no √d scaling", exact=True).check()  # redraws the old sentence
+        box.click()  # typed as a student types: each key redraws the new text, quickly
+        page.keyboard.press("ControlOrMeta+A")
+        page.keyboard.type("a big dog sleeps")
+        _poll(page, "the new sentence's view", lambda: "0:▁a" in labels())
+        assert finished.wait(30), "the what-if's redraw never ran"
+        page.wait_for_timeout(1500)
+        _poll(page, "the page settled", lambda: not page.locator(BUSY).count())
+        assert box.input_value() == "a big dog sleeps"
+        assert "0:▁a" in labels(), f"the old sentence's view came back: {labels()}"
+    finally:
+        context.close()

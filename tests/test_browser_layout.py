@@ -191,11 +191,8 @@ def test_every_row_of_a_short_head_view_keeps_its_label_in_large_font(projector:
     labels) and plotly left out every other query label; each row is labelled now."""
     projector.get_by_role("tab", name="Attention", exact=True).click()
     _drawn(projector, "Attention", 4)
-    # Large font's redraw of the first view (queued when the fixture turned it on) must land
-    # before the new sentence's: landing after it, it drew the first view over the new one
-    # (the app does not drop a redraw that a newer one supersedes).
-    projector.wait_for_timeout(1000)
-    _poll(projector, "Large font's redraw", lambda: not projector.locator(BUSY).count())
+    # Large font's redraw of the first view (started when the fixture turned it on) may still
+    # be running: it must not draw the first view over the new sentence's (ui.ordering).
     panel = _visible_panel(projector)
     panel.get_by_label("One to three sentences", exact=False).fill("the small cat sees a red ball")
     panel.get_by_label("encoder self-attention", exact=True).check()

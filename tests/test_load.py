@@ -8,6 +8,7 @@ request has a timeout, the whole run a deadline).
 
 from __future__ import annotations
 
+import inspect
 import re
 import time
 import uuid
@@ -198,10 +199,10 @@ def test_exports_asked_for_by_many_clients_stay_bounded_on_disk(monkeypatch):
             f
             for f in demo.fns.values()
             if getattr(f.fn, "__name__", "") == "html"
-            and getattr(f.fn, "__self__", None) is not None
-            and f.fn.__self__.slug == "tokenize"
+            and getattr(inspect.unwrap(f.fn), "__self__", None) is not None
+            and inspect.unwrap(f.fn).__self__.slug == "tokenize"
         ]
-        controls = len(html_export.fn.__self__.controls)
+        controls = len(inspect.unwrap(html_export.fn).__self__.controls)
         data = [c.value for c in html_export.inputs[:controls]]
         # Each client's own caption, so that every export is a different file.
         texts = [f"export {i}" for i in range(12)]

@@ -8,12 +8,14 @@ from __future__ import annotations
 import functools
 import gc
 import importlib.util
+import inspect
 import shutil
 import sys
 import time
 import types
 import weakref
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -228,15 +230,21 @@ def _broken(tmp_path: Path, hf_models: dict[str, Path]) -> dict[str, tuple[Path,
     }
 
 
+def _bound_registry(demo: Any) -> ModelRegistry:
+    """The registry the app's handlers are bound to (under the wrapper that orders them)."""
+    handlers = [inspect.unwrap(function.fn) for function in demo.fns.values() if function.fn]
+    return next(
+        fn.args[0]
+        for fn in handlers
+        if isinstance(fn, functools.partial) and isinstance(fn.args[0], ModelRegistry)
+    )
+
+
 def test_broken_folders_are_reported_by_name_and_the_app_serves_the_rest(tmp_path, hf_models):
     broken = _broken(tmp_path, hf_models)
     specs = [str(path) for path, _ in broken.values()] + [str(hf_models["bert"])]
     with serve(models=tuple(specs)) as (demo, url):
-        registry = next(
-            fn.fn.args[0]
-            for fn in demo.fns.values()
-            if isinstance(fn.fn, functools.partial) and isinstance(fn.fn.args[0], ModelRegistry)
-        )
+        registry = _bound_registry(demo)
         _wait_for_preload(registry)
         client = Client(url, verbose=False)
         assert set(registry.pretrained_errors) == {
@@ -296,11 +304,7 @@ def test_build_demo_does_not_wait_for_pretrained_weights(monkeypatch, hf_models)
         built = visualiser.build_demo("cpu", [str(hf_models["bert"])])
         elapsed = time.monotonic() - start
         assert elapsed < 25, elapsed
-        registry = next(
-            fn.fn.args[0]
-            for fn in built.fns.values()
-            if isinstance(fn.fn, functools.partial) and isinstance(fn.fn.args[0], ModelRegistry)
-        )
+        registry = _bound_registry(built)
         assert registry.preloading and "bert" not in registry.pretrained
     finally:
         release.set()

@@ -24,6 +24,7 @@ from . import limits
 from .errors import guard_preprocessing, scrub
 from .export import PLOT_TOOLBAR_JS, ViewExport
 from .first_views import PRELOAD_PLOTLY_JS, REVEAL_LINK_JS, FirstViews, OpenOnLinkedTab
+from .ordering import newest_wins
 from .plotly_bundle import ServePrunedPlotly, start_pruning
 from .share import MAX_QUERY, TabView
 from .sliders import SLIDER_ENTER_JS
@@ -205,6 +206,7 @@ def build_demo(
         narrow_progress(demo)
     _configure_queue(demo, default_concurrency_limit=4, max_size=limits.QUEUE_SIZE)
     guard_preprocessing(demo)  # gradio's own refusals: a message and one log line
+    newest_wins(demo)  # an older redraw that ends last does not draw over a newer one
     demo.model_registry = registry  # for preload_models
     threading.Thread(
         target=_sweep_sessions, args=(weakref.ref(demo),), name="session-sweeper", daemon=True

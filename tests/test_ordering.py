@@ -1,0 +1,183 @@
+"""A redraw never draws over a newer one (ui.ordering): two calls of one session run side by
+side, the older ends last, and what the newer wrote stays on the page.
+
+The calls run in threads, with gradio's per-call request set as gradio sets it; which call
+starts first and which ends last is fixed by events, not by timing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import gradio as gr
+import pytest
+from gradio.context import LocalContext
+
+from ui.ordering import WriteOrder, newest_wins, ordered
+
+SKIP = {"__type__": "update"}
+
+
+def _in_session(session: str, fn: Callable[..., Any], *args: Any) -> Any:
+    LocalContext.request.set(SimpleNamespace(session_hash=session))  # type: ignore[arg-type]
+    try:
+        return fn(*args)
+    finally:
+        LocalContext.request.set(None)
+
+
+@pytest.fixture
+def blocks() -> Iterator[SimpleNamespace]:
+    with gr.Blocks() as demo:
+        figure = gr.Markdown()
+        caption = gr.Markdown()
+        slider = gr.Slider(1, 4)
+        state = gr.State(0)
+    yield SimpleNamespace(demo=demo, figure=figure, caption=caption, slider=slider, state=state)
+
+
+def _race(
+    order: WriteOrder,
+    first: tuple[list[Any], Callable[[], Any]],
+    second: tuple[list[Any], Callable[[], Any]],
+    sessions: tuple[str, str] = ("s", "s"),
+) -> tuple[Any, Any]:
+    """Calls ``first`` and then ``second`` (each: its event's outputs, its function), of the
+    given sessions: ``first`` starts first and ends after ``second`` has ended. Returns what
+    each delivers."""
+    started, second_done = threading.Event(), threading.Event()
+
+    def slow() -> Any:
+        started.set()
+        assert second_done.wait(10)
+        return first[1]()
+
+    older, newer = ordered(slow, order, first[0]), ordered(second[1], order, second[0])
+    results: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: results.update(first=_in_session(sessions[0], older)))
+    thread.start()
+    assert started.wait(10)
+    results["second"] = _in_session(sessions[1], newer)
+    second_done.set()
+    thread.join(10)
+    return results["first"], results["second"]
+
+
+def test_an_older_call_ending_last_leaves_what_the_newer_one_drew(blocks: Any) -> None:
+    order = WriteOrder()
+    older, newer = _race(
+        order,
+        ([blocks.figure, blocks.caption], lambda: ("old figure", "old caption")),
+        ([blocks.figure], lambda: "new figure"),
+    )
+    assert newer == "new figure"
+    # The figure stays the newer one's; the caption, which the newer call did not write, is
+    # the older call's, the latest value it has.
+    assert older == (SKIP, "old caption")
+
+
+def test_a_newer_call_that_wrote_nothing_holds_nothing_back(blocks: Any) -> None:
+    order = WriteOrder()
+    older, _ = _race(
+        order,
+        ([blocks.figure], lambda: "old figure"),
+        ([blocks.figure], lambda: gr.skip()),  # an error beside the input: figures kept
+    )
+    assert older == "old figure"
+
+
+def test_the_order_is_per_session(blocks: Any) -> None:
+    order = WriteOrder()
+    older, _ = _race(
+        order,
+        ([blocks.figure], lambda: "mine"),
+        ([blocks.figure], lambda: "another student's"),
+        sessions=("one", "two"),
+    )
+    assert older == "mine"
+
+
+def test_only_the_properties_a_newer_call_set_are_held_back(blocks: Any) -> None:
+    order = WriteOrder()
+    older, _ = _race(
+        order,
+        ([blocks.slider], lambda: gr.update(maximum=3, value=2, visible=True)),
+        ([blocks.slider], lambda: gr.update(value=4)),
+    )
+    assert older == {"__type__": "update", "maximum": 3, "visible": True}
+    # A component returned whole is held back where the newer call set its value.
+    older, _ = _race(
+        WriteOrder(),
+        ([blocks.slider], lambda: gr.Slider(1, 3, value=2)),
+        ([blocks.slider], lambda: 4),
+    )
+    assert older == SKIP
+
+
+def test_a_call_that_keeps_state_delivers_everything_and_its_writes_count(blocks: Any) -> None:
+    order = WriteOrder()
+    older, _ = _race(
+        order,
+        ([blocks.figure, blocks.state], lambda: ("step 2's figure", 2)),
+        ([blocks.figure], lambda: "a redraw"),
+    )
+    assert older == ("step 2's figure", 2)  # the page follows the state it keeps
+    older, _ = _race(
+        order,
+        ([blocks.figure], lambda: "a redraw of the old values"),
+        ([blocks.figure, blocks.state], lambda: ("step 3's figure", 3)),
+    )
+    assert older == SKIP
+
+
+def test_a_stream_delivers_every_result_and_holds_back_older_redraws(blocks: Any) -> None:
+    order = WriteOrder()
+
+    def run() -> Iterator[str]:
+        yield "token 1"
+        yield "token 2"
+
+    stream = ordered(run, order, [blocks.figure])
+    older = ordered(lambda: "the view before Run", order, [blocks.figure])
+    started, streamed = threading.Event(), threading.Event()
+    results: list[Any] = []
+
+    def before_run() -> Any:
+        started.set()
+        assert streamed.wait(10)
+        return "the view before Run"
+
+    slow = ordered(before_run, order, [blocks.figure])
+    thread = threading.Thread(target=lambda: results.append(_in_session("s", slow)))
+    thread.start()
+    assert started.wait(10)
+    assert _in_session("s", lambda: list(stream())) == ["token 1", "token 2"]
+    streamed.set()
+    thread.join(10)
+    assert results == [SKIP]
+    assert _in_session("s", older) == "the view before Run"  # started after the stream
+
+
+def test_a_handler_called_inside_another_is_part_of_it(blocks: Any) -> None:
+    """A link's view is one event that calls the tabs' redraws in this process: the redraws
+    started after it, but their results are the event's own."""
+    order = WriteOrder()
+    inner = ordered(lambda: "the link's figure", order, [blocks.figure])
+    outer = ordered(lambda: (inner(), "the link's caption"), order, [blocks.figure, blocks.caption])
+    assert _in_session("s", outer) == ("the link's figure", "the link's caption")
+
+
+def test_every_handler_of_the_app_is_ordered_and_redraws_are_held_back() -> None:
+    from ui.demo import build_demo
+
+    demo = build_demo(preload=False)
+    handlers = [f for f in demo.fns.values() if f.fn is not None and f.outputs]
+    assert handlers
+    assert all(getattr(f.fn, "_newest_wins", False) for f in handlers)
+    # Wrapping twice would number each call twice; the second pass leaves them as they are.
+    before = {f._id: f.fn for f in handlers}
+    newest_wins(demo)
+    assert {f._id: f.fn for f in handlers} == before
