@@ -1,7 +1,8 @@
 # ruff: noqa: F811  (test_browser's fixtures are imported by name, and used as arguments)
-"""Typing into a control in a real browser (issue 23, item 13): a number typed into a slider's
-box and confirmed with Enter redraws, as a drag of its handle does. Reuses ``test_browser``'s
-browser, app and helpers."""
+"""Typing into a control in a real browser: a number typed into a slider's box and confirmed
+with Enter redraws, as a drag of its handle does (issue 23, item 13); text pasted into a
+textbox or erased from it redraws, as typed text does. Reuses ``test_browser``'s browser, app
+and helpers."""
 
 from __future__ import annotations
 
@@ -43,5 +44,45 @@ def test_enter_in_a_sliders_number_box_redraws(browser: Any, app_url: str) -> No
             assert box.input_value() == value
         # The other slider kept its value: the heading names both.
         assert "layer 3" in _titles(panel) and "head 3" in _titles(panel)
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("how", ["paste", "backspace"])
+def test_text_changed_without_a_key_press_redraws(browser: Any, app_url: str, how: str) -> None:
+    """Gradio's textbox fires ``.input`` on a key press only: a sentence pasted in (with the
+    menu, Ctrl+V or a phone's keyboard) and characters erased with Backspace changed the text
+    and redrew nothing, the figures still those of the text before."""
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    try:
+        page.goto(app_url)
+        page.get_by_role("tab", name="Attention", exact=True).click()
+        _drawn(page, "Attention", 4)
+        panel = page.get_by_role("tabpanel")
+        panel.get_by_label("encoder self-attention", exact=True).check()
+        _poll(page, "the encoder's view", lambda: "Encoder self-attention" in _titles(panel))
+        _drawn(page, "Attention", 4)
+        box = panel.get_by_label("One to three sentences", exact=False)
+        head_view = panel.locator(".js-plotly-plot").filter(has_text="Encoder self-attention")
+
+        def labels() -> list[str]:
+            return head_view.first.locator(".yaxislayer-above .ytick text").all_text_contents()
+
+        box.click()
+        page.keyboard.press("ControlOrMeta+A")
+        if how == "paste":  # text inserted as a paste or an on-screen keyboard inserts it
+            page.keyboard.insert_text("a big dog sleeps")
+            _poll(page, "the pasted sentence drawn", lambda: "0:▁a" in labels())
+        else:
+            page.keyboard.type("a big dog sleeps")
+            _poll(page, "the typed sentence drawn", lambda: "0:▁a" in labels())
+            _drawn(page, "Attention", 4)
+            typed = len(labels())
+            for _ in range(len(" sleeps")):
+                page.keyboard.press("Backspace")
+            assert box.input_value() == "a big dog"
+            _poll(page, "the shorter sentence drawn", lambda: 0 < len(labels()) < typed)
     finally:
         context.close()

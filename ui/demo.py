@@ -30,6 +30,7 @@ from .share import MAX_QUERY, TabView
 from .sliders import SLIDER_ENTER_JS
 from .state import ModelRegistry, SessionModels
 from .tabs import attention, generate, inside, positions, tokenize, training
+from .textboxes import TEXT_EDIT_JS
 from .tour import KEYS_JS, Tour
 from .views import Views
 
@@ -138,9 +139,12 @@ body.large-font .block:has(> label[data-testid="block-label"].float) > .js-plotl
 """
 )
 LARGE_FONT_JS = "(on) => { document.body.classList.toggle('large-font', on); }"
-# Run once when the page opens: the plots' export buttons, the tour's arrow keys.
+# Run once when the page opens: the plots' export buttons, the tour's arrow keys, Enter in a
+# slider's box, every edit of a textbox.
 PAGE_JS = (
-    "() => {\n" + "\n".join([PLOT_TOOLBAR_JS, KEYS_JS, SLIDER_ENTER_JS, PRELOAD_PLOTLY_JS]) + "\n}"
+    "() => {\n"
+    + "\n".join([PLOT_TOOLBAR_JS, KEYS_JS, SLIDER_ENTER_JS, TEXT_EDIT_JS, PRELOAD_PLOTLY_JS])
+    + "\n}"
 )
 
 
