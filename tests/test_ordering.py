@@ -181,3 +181,31 @@ def test_every_handler_of_the_app_is_ordered_and_redraws_are_held_back() -> None
     before = {f._id: f.fn for f in handlers}
     newest_wins(demo)
     assert {f._id: f.fn for f in handlers} == before
+
+
+def test_an_api_client_gets_every_answer_it_asked_for() -> None:
+    """Calls from gradio_client share one session too, but each is a question of its own:
+    an older call that ends last still answers with its own result."""
+    from gradio_client import Client
+
+    from ui.testing import launched
+
+    started, release = threading.Event(), threading.Event()
+
+    def slow(text: str) -> str:
+        started.set()
+        assert release.wait(20)
+        return f"slow {text}"
+
+    with gr.Blocks() as demo:
+        box, out = gr.Textbox(), gr.Textbox()
+        gr.Button().click(slow, box, out, api_name="slow")
+        gr.Button().click(lambda text: f"fast {text}", box, out, api_name="fast")
+    newest_wins(demo)
+    with launched(demo) as url:
+        client = Client(url, verbose=False)
+        older = client.submit("a", api_name="/slow")
+        assert started.wait(20)
+        assert client.predict("b", api_name="/fast") == "fast b"
+        release.set()
+        assert older.result(timeout=30) == "slow a"

@@ -14,6 +14,7 @@ Only handlers that are functions of their inputs are held back: none of their ou
 ``gr.State``, and they return once. A handler that keeps state (Generate's Step, run in turn
 under the session's lock) or streams (Run, training) must deliver what it did, or the page and
 the state would part; its writes still count, so an older redraw does not draw over them.
+An API client's calls (gradio_client) share a session but no page: each gets its own answer.
 """
 
 from __future__ import annotations
@@ -106,9 +107,16 @@ class WriteOrder:
         return {"__type__": "update", **{prop: value[prop] for prop in kept}}
 
 
-def _session() -> str | None:
+def _page_session() -> str | None:
+    """The session of the page this call came from; None for an API client's call, which
+    gets its own answer whatever else its session runs (gradio_client marks its requests)."""
     request = LocalContext.request.get(None)
-    return getattr(request, "session_hash", None) if request is not None else None
+    if request is None:
+        return None
+    headers = getattr(request, "headers", None) or {}
+    if headers.get("x-gradio-user") == "api":
+        return None
+    return getattr(request, "session_hash", None)
 
 
 def _as_list(result: Any, outputs: Sequence[gr.blocks.Block]) -> list[Any] | None:
@@ -143,7 +151,7 @@ def ordered(
 
         @functools.wraps(fn)
         def stream(*args: Any, **kwargs: Any) -> Iterator[Any]:
-            session, number = _session(), order.start()
+            session, number = _page_session(), order.start()
             results = fn(*args, **kwargs)
             try:
                 for result in results:
@@ -157,7 +165,7 @@ def ordered(
     def call(*args: Any, **kwargs: Any) -> Any:
         if getattr(_calls, "inside", False):
             return fn(*args, **kwargs)
-        session, number = _session(), order.start()
+        session, number = _page_session(), order.start()
         _calls.inside = True
         try:
             result = fn(*args, **kwargs)
