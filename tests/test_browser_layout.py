@@ -120,6 +120,33 @@ def test_the_large_font_switch_reads_on_one_line_once_on(
         context.close()
 
 
+LABEL_LINES_JS = """
+(id) => {
+  const label = document.querySelector(`#${id} label .label-text`);
+  return Math.round(label.getBoundingClientRect().height
+                    / parseFloat(getComputedStyle(label).lineHeight));
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "viewport, large", [(LAPTOP, False), (PROJECTOR, True)], ids=["laptop", "projector"]
+)
+def test_the_compare_switch_reads_on_one_line(
+    browser: Any, app_url: str, viewport: dict, large: bool
+) -> None:
+    """Inside a layer's compare switch wrapped at 1280 px ("… (2017 ↔" over "today)") once
+    the model menu beside it was widened."""
+    context, page = _open(browser, app_url, viewport, large=large)
+    try:
+        page.get_by_role("tab", name="Inside a layer", exact=True).click()
+        page.locator("#inside-compare label .label-text").wait_for()
+        page.wait_for_timeout(500)
+        assert page.evaluate(LABEL_LINES_JS, "inside-compare") == 1
+    finally:
+        context.close()
+
+
 # Tables (gradio's dataframes and example tables) and the code panel, per tab to look at.
 FITS = "table, .cm-editor"
 OVERFLOW_JS = """

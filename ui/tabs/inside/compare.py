@@ -30,7 +30,7 @@ from ...state import PRELOAD_FIRST, ModelRegistry, SessionModels
 from .handlers import fit
 from .view import InsideRequest, default_query, query_choices
 
-LABEL = "Compare with the modern block (2017 ↔ today)"
+LABEL = "Compare 2017 ↔ the modern block"
 MODERN_DEFAULT = PRELOAD_FIRST  # SmolLM2, shipped
 ORIGINAL_DEFAULT = "continue"  # bundled: decoder-only, post-LN, sinusoids, ReLU, 4 full heads
 STRIP = 32  # cells of a value strip
