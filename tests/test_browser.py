@@ -805,3 +805,25 @@ def test_an_older_redraw_never_draws_over_a_newer_one(
         assert "0:▁a" in labels(), f"the old sentence's view came back: {labels()}"
     finally:
         context.close()
+
+
+SAVED_NAME_JS = """
+async (title) => {
+  const gd = document.createElement('div');
+  document.getElementById('view-attention').appendChild(gd);
+  await window.Plotly.react(gd, [], {title: {text: title}});
+  const name = gd._context.toImageButtonOptions.filename;
+  gd.remove();
+  return name;
+}
+"""
+
+
+def test_a_saved_figure_is_named_after_its_title_as_read(page: PageRecord) -> None:
+    """A title holds a piece escaped for plotly (Marian's last step: ``</s>``): the PNG and
+    SVG were named ``…-lt-s-gt``, after the escape, not the text."""
+    browser_page = page.page
+    browser_page.get_by_role("tab", name="Attention", exact=True).click()
+    _drawn(browser_page, "Attention", 4)
+    title = "step 9 · &lt;/s&gt; · a&amp;b · <b>bold</b>"
+    assert browser_page.evaluate(SAVED_NAME_JS, title) == "attention-step-9-s-a-b-bold"

@@ -32,8 +32,10 @@ from transformer.figures.export import slug, standalone_html, table_csv
 
 PLOT_TOOLBAR_JS = """
 (() => {
+  // A title is plotly's text: its tags and entities (a piece's < > & escaped) are not words.
   const slug = (text) => (text || '').normalize('NFKD').replace(/<[^>]*>/g, ' ')
-    .replace(/[^\\x00-\\x7f]/g, '').toLowerCase().replace(/[^a-z0-9]+/g, '-')
+    .replace(/&(#?[a-z0-9]+);/gi, ' ').replace(/[^\\x00-\\x7f]/g, '').toLowerCase()
+    .replace(/[^a-z0-9]+/g, '-')
     .replace(/^-+|-+$/g, '').slice(0, 80).replace(/-+$/, '');
   const name = (gd) => {
     const panel = gd.closest('[id^="view-"]');
