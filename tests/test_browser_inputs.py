@@ -6,6 +6,8 @@ and helpers."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,15 +28,23 @@ def _titles(panel: Any) -> str:
     return " | ".join(t or "" for t in panel.locator(".gtitle").all_text_contents())
 
 
-def test_enter_in_a_sliders_number_box_redraws(browser: Any, app_url: str) -> None:
+@contextlib.contextmanager
+def _attention(browser: Any, url: str, *titles: str) -> Iterator[tuple[Any, Any]]:
+    """A fresh page on the Attention tab, its first view drawn: (page, the tab's panel)."""
     context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
     try:
-        page.goto(app_url)
+        page.goto(url)
         page.get_by_role("tab", name="Attention", exact=True).click()
-        _drawn(page, "Attention", 4, ("head 1",))
-        panel = page.get_by_role("tabpanel")
+        _drawn(page, "Attention", 4, titles)
+        yield page, page.get_by_role("tabpanel")
+    finally:
+        context.close()
+
+
+def test_enter_in_a_sliders_number_box_redraws(browser: Any, app_url: str) -> None:
+    with _attention(browser, app_url, "head 1") as (page, panel):
         for label, value, title in [("Head", "3", "head 3"), ("Layer", "3", "layer 3")]:
             box = panel.get_by_label(f"number input for {label}", exact=True)
             box.fill(value)  # typing fires .input per keystroke: nothing redraws yet
@@ -44,8 +54,6 @@ def test_enter_in_a_sliders_number_box_redraws(browser: Any, app_url: str) -> No
             assert box.input_value() == value
         # The other slider kept its value: the heading names both.
         assert "layer 3" in _titles(panel) and "head 3" in _titles(panel)
-    finally:
-        context.close()
 
 
 @pytest.mark.parametrize("how", ["paste", "backspace"])
@@ -53,14 +61,7 @@ def test_text_changed_without_a_key_press_redraws(browser: Any, app_url: str, ho
     """Gradio's textbox fires ``.input`` on a key press only: a sentence pasted in (with the
     menu, Ctrl+V or a phone's keyboard) and characters erased with Backspace changed the text
     and redrew nothing, the figures still those of the text before."""
-    context = browser.new_context(viewport=VIEWPORT)
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    try:
-        page.goto(app_url)
-        page.get_by_role("tab", name="Attention", exact=True).click()
-        _drawn(page, "Attention", 4)
-        panel = page.get_by_role("tabpanel")
+    with _attention(browser, app_url) as (page, panel):
         panel.get_by_label("encoder self-attention", exact=True).check()
         _poll(page, "the encoder's view", lambda: "Encoder self-attention" in _titles(panel))
         _drawn(page, "Attention", 4)
@@ -84,5 +85,3 @@ def test_text_changed_without_a_key_press_redraws(browser: Any, app_url: str, ho
                 page.keyboard.press("Backspace")
             assert box.input_value() == "a big dog"
             _poll(page, "the shorter sentence drawn", lambda: 0 < len(labels()) < typed)
-    finally:
-        context.close()
