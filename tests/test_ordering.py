@@ -170,7 +170,7 @@ def test_a_handler_called_inside_another_is_part_of_it(blocks: Any) -> None:
     assert _in_session("s", outer) == ("the link's figure", "the link's caption")
 
 
-def test_every_handler_of_the_app_is_ordered_and_redraws_are_held_back() -> None:
+def test_every_handler_of_the_app_is_ordered_once() -> None:
     from ui.demo import build_demo
 
     demo = build_demo(preload=False)
