@@ -15,8 +15,8 @@ import logging
 import os
 
 from ui import build_demo, launch_options, preload_models
-from ui.memory import return_memory_when_idle
-from ui.space import install_shipped_models
+from ui.serving.memory import return_memory_when_idle
+from ui.serving.space import install_shipped_models
 
 __all__ = ["build_demo", "launch_options", "main", "preload_models"]
 

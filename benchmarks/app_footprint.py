@@ -35,7 +35,7 @@ COLD_START_TARGET = 1.5
 LOAD_BOTH = """
 import app
 from transformer.pretrained import shipped_models
-from ui.memory import return_memory_when_idle
+from ui.serving.memory import return_memory_when_idle
 return_memory_when_idle()
 demo = app.build_demo("cpu", preload=False)
 app.preload_models(demo)

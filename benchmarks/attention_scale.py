@@ -23,7 +23,7 @@ import torch
 import transformers
 
 from transformer.pretrained.shipped import SMOLLM2, shipped_models
-from ui.state import ModelRegistry, SessionModels
+from ui.serving.state import ModelRegistry, SessionModels
 from ui.tabs.attention import scale
 
 PAGE = 4096

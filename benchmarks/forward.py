@@ -1,6 +1,6 @@
 """Forward-pass speed: our Transformer (fast path, and with capture) against torch.nn.Transformer.
 
-Both run the same configuration with the same weights (copied with transformer.torch_parity) on
+Both run the same configuration with the same weights (copied with transformer.core.torch_parity) on
 the same padded batch, in eval mode under inference_mode, from token ids to vocabulary logits:
 torch.nn's stacks run on our embedded inputs (``reference_forward``) and our generator, so both
 include the embeddings, the mask construction and the output projection.
@@ -16,9 +16,9 @@ import statistics
 import torch
 
 from benchmarks._timing import elapsed_ms
-from transformer.config import ModelConfig, base_config
-from transformer.model import Transformer
-from transformer.torch_parity import copy_from_torch, reference_forward, torch_reference
+from transformer.core.config import ModelConfig, base_config
+from transformer.core.model import Transformer
+from transformer.core.torch_parity import copy_from_torch, reference_forward, torch_reference
 
 SMALL = ModelConfig(src_vocab_size=1000, tgt_vocab_size=1000, d_model=64, n_heads=4, d_ff=256)
 MEDIUM = SMALL.replace(src_vocab_size=8000, tgt_vocab_size=8000, d_model=256, n_heads=8, d_ff=1024)

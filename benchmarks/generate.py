@@ -31,9 +31,9 @@ from pathlib import Path
 
 import torch
 
-from transformer.config import base_config
+from transformer.core.config import base_config
+from transformer.core.model import Transformer
 from transformer.generation import DecodingSession, DecodingSettings
-from transformer.model import Transformer
 
 LENGTHS = (16, 32, 64, 128, 256, 512)
 QUICK_LENGTHS = (16, 64, 512)
@@ -158,7 +158,7 @@ def main() -> None:
     elif not args.model.is_dir():
         print(f"\n## bundled model: skipped ({args.model} does not exist yet)")
     else:
-        from transformer.checkpoint import load_checkpoint
+        from transformer.pretrained.checkpoint import load_checkpoint
 
         model = load_checkpoint(args.model).model.eval()
         source = random_source(model, min(12, model.config.max_len), generator)

@@ -5,7 +5,7 @@ tensor to float32, un-permute W_q / W_k, build the tokenizer). Theirs: ``AutoTok
 ``AutoModelForCausalLM.from_pretrained(folder, gguf_file=...)`` (they need ``gguf`` and
 ``accelerate``). Building our model from the weights is not included yet: that waits for the
 modern block in the core. Runs alternate (ours, theirs, ...) and the best of each is reported;
-the ratio is ours / transformers. The issue's target: ours ≤ 10 s on a 2-core machine.
+the ratio is ours / transformers. The target: ours ≤ 10 s on a 2-core machine.
 
 Usage: python -m benchmarks.gguf_load [--repeats N] [--threads N]
 """

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     import app as visualiser
     from ui import demo as demo_module
-    from ui.memory import return_memory_when_idle
+    from ui.serving.memory import return_memory_when_idle
     from ui.testing import launched
 
     if args.capacity is not None:

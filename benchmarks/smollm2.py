@@ -20,7 +20,7 @@ The machine is shared, so each figure is the *minimum* of ``--repeats`` runs, ou
 alternated; ratios are ours / transformers (≤ 1.0 means ours is as fast or faster), and the
 verdict is the minima's. Beside it, the median of the ratios of each round's two calls shows
 how far a single round strays (page faults, which depend on which call freed memory just
-before, move a capture by 10–30 % on this machine). Targets (issue 20): decode, prefill with
+before, move a capture by 10–30 % on this machine). Targets: decode, prefill with
 capture and the fast path ≤ 1.0×; load ≤ 10 s on 2 cores.
 
 ``--memory`` sets the allocator's state each call starts from, the same for both sides (glibc):
@@ -45,9 +45,9 @@ from collections.abc import Callable
 
 import torch
 
+from transformer.core.trace import Trace
 from transformer.generation.loop import greedy_batch
 from transformer.pretrained.shipped import SMOLLM2
-from transformer.trace import Trace
 
 PROMPT, NEW_TOKENS = 8, 64
 LENGTHS = (128, 512)

@@ -19,10 +19,10 @@ import time
 import torch
 from torch import Tensor, nn
 
-from transformer.config import ModelConfig
-from transformer.embeddings import sinusoidal_table
-from transformer.masks import causal_mask, to_torch_nn_mask
-from transformer.torch_parity import torch_reference
+from transformer.core.config import ModelConfig
+from transformer.core.embeddings import sinusoidal_table
+from transformer.core.masks import causal_mask, to_torch_nn_mask
+from transformer.core.torch_parity import torch_reference
 from transformer.training.data import Batch, batches, encode_examples
 from transformer.training.evaluation import exact_match, sequence_loss
 from transformer.training.loop import Progress, train

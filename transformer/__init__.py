@@ -16,46 +16,46 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from .attention import KeyValueCache, MultiHeadAttention, scaled_dot_product_attention
-from .config import ConfigError, ModelConfig, base_config
-from .embeddings import (
+from .core.attention import KeyValueCache, MultiHeadAttention, scaled_dot_product_attention
+from .core.config import ConfigError, ModelConfig, base_config
+from .core.embeddings import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
     TokenEmbedding,
     sinusoidal_table,
 )
-from .layers import LayerNorm, PositionwiseFeedForward
-from .masks import causal_mask, combine_masks, padding_mask, to_torch_nn_mask
-from .model import (
+from .core.layers import LayerNorm, PositionwiseFeedForward
+from .core.masks import causal_mask, combine_masks, padding_mask, to_torch_nn_mask
+from .core.model import (
     DecoderCache,
     DecoderLayer,
     EncoderLayer,
     Transformer,
     count_parameters,
 )
-from .operations import PAPER, Operations
-from .special import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
-from .trace import AttentionRecord, LayerTrace, StackInput, Trace
+from .core.operations import PAPER, Operations
+from .core.special import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
+from .core.trace import AttentionRecord, LayerTrace, StackInput, Trace
 
 # Everything outside the paper's components, by the module that defines it: imported on first
 # use, so that the core loads neither `tokenizers`, `safetensors` nor the pretrained loaders.
 _LAZY: dict[str, str] = {
     # Checkpoints (safetensors + tokenizer files).
-    "Checkpoint": ".checkpoint",
-    "CheckpointError": ".checkpoint",
-    "load_checkpoint": ".checkpoint",
-    "save_checkpoint": ".checkpoint",
+    "Checkpoint": ".pretrained.checkpoint",
+    "CheckpointError": ".pretrained.checkpoint",
+    "load_checkpoint": ".pretrained.checkpoint",
+    "save_checkpoint": ".pretrained.checkpoint",
     # One input's analysis, and reading it.
-    "Analysis": ".inspection",
-    "analyse": ".inspection",
-    "WHAT_IF_SWITCHES": ".analysis",
-    "axis_pieces": ".analysis",
-    "parameter_groups": ".analysis",
-    "prompt_ids": ".analysis",
-    "real_keys": ".analysis",
-    "reference_targets": ".analysis",
-    "start_decoding": ".analysis",
-    "what_if": ".analysis",
+    "Analysis": ".lab.inspection",
+    "analyse": ".lab.inspection",
+    "WHAT_IF_SWITCHES": ".lab.analysis",
+    "axis_pieces": ".lab.analysis",
+    "parameter_groups": ".lab.analysis",
+    "prompt_ids": ".lab.analysis",
+    "real_keys": ".lab.analysis",
+    "reference_targets": ".lab.analysis",
+    "start_decoding": ".lab.analysis",
+    "what_if": ".lab.analysis",
     # Tokenizers (Hugging Face `tokenizers`) and how they arrive at their tokens.
     "Tokenizer": ".text.tokenization",
     "TokenizerError": ".text.tokenization",
@@ -68,11 +68,11 @@ _LAZY: dict[str, str] = {
     "WordReplay": ".text.replay",
     "replay": ".text.replay",
     # What-ifs by name, and the seeds' mistakes, as operations of the forward pass.
-    "Intervention": ".interventions",
-    "MISTAKES": ".mistakes",
-    "Mistake": ".mistakes",
-    "MistakeEffect": ".mistakes",
-    "mistake_effect": ".mistakes",
+    "Intervention": ".lab.interventions",
+    "MISTAKES": ".lab.mistakes",
+    "Mistake": ".lab.mistakes",
+    "MistakeEffect": ".lab.effects",
+    "mistake_effect": ".lab.effects",
     # Pretrained Hugging Face models (BERT, GPT-2 and Marian families) on our own Transformer.
     "PretrainedError": ".pretrained",
     "load_pretrained": ".pretrained",
@@ -86,7 +86,7 @@ _LAZY: dict[str, str] = {
 }
 
 if TYPE_CHECKING:  # what a type checker and an editor see; at run time `__getattr__` loads these
-    from .analysis import (
+    from .lab.analysis import (
         WHAT_IF_SWITCHES,
         axis_pieces,
         parameter_groups,
@@ -96,11 +96,12 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time `__getat
         start_decoding,
         what_if,
     )
-    from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
-    from .inspection import Analysis, analyse
-    from .interventions import Intervention
-    from .mistakes import MISTAKES, Mistake, MistakeEffect, mistake_effect
+    from .lab.effects import MistakeEffect, mistake_effect
+    from .lab.inspection import Analysis, analyse
+    from .lab.interventions import Intervention
+    from .lab.mistakes import MISTAKES, Mistake
     from .pretrained import PretrainedError, load_pretrained, load_shipped, shipped_models
+    from .pretrained.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
     from .text.bpe_learning import BPELearningTrace, MergeStep, learn_bpe
     from .text.corpus import bundled_corpus
     from .text.replay import WordReplay, replay

@@ -14,8 +14,8 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from .checkpoint import CheckpointError, load_checkpoint
-from .device import DEVICE_CHOICES, pick_device
+from .core.device import DEVICE_CHOICES, pick_device
+from .pretrained.checkpoint import CheckpointError, load_checkpoint
 from .training.evaluation import evaluate_model
 from .training.recipes import RECIPES, run_recipe
 from .training.tasks import make_task

@@ -18,25 +18,25 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr
 from starlette.middleware import Middleware
 
-from transformer.device import pick_device
+from transformer.core.device import pick_device
 
-from . import limits
-from .errors import guard_preprocessing, scrub
-from .export import PLOT_TOOLBAR_JS, ViewExport
-from .first_views import PRELOAD_PLOTLY_JS, REVEAL_LINK_JS, FirstViews, OpenOnLinkedTab
-from .ordering import newest_wins
-from .plotly_bundle import ServePrunedPlotly, start_pruning
-from .share import MAX_QUERY, TabView
-from .sliders import SLIDER_ENTER_JS
-from .state import ModelRegistry, SessionModels
+from .links.first_views import PRELOAD_PLOTLY_JS, REVEAL_LINK_JS, FirstViews, OpenOnLinkedTab
+from .links.share import MAX_QUERY, TabView
+from .links.views import Views
+from .serving import limits
+from .serving.errors import guard_preprocessing, scrub
+from .serving.export import PLOT_TOOLBAR_JS, ViewExport
+from .serving.ordering import newest_wins
+from .serving.plotly_bundle import ServePrunedPlotly, start_pruning
+from .serving.sliders import SLIDER_ENTER_JS
+from .serving.state import ModelRegistry, SessionModels
+from .serving.textboxes import TEXT_EDIT_JS
 from .tabs import attention, generate, inside, positions, tokenize, training
-from .textboxes import TEXT_EDIT_JS
 from .tour import KEYS_JS, Tour
-from .views import Views
 
 log = logging.getLogger("visualiser")
 
-# Per-session memory is bounded (issue 24): gradio keeps what each session has set (its copy of
+# Per-session memory is bounded: gradio keeps what each session has set (its copy of
 # every changed component's config, its gr.State values: about 0.5 MB, more with a trained model)
 # for up to 10,000 sessions, reachable with plain API calls. The app keeps MAX_SESSIONS, the least
 # recently used evicted first, and drops a session idle for SESSION_IDLE_S (checked every
@@ -45,13 +45,13 @@ MAX_SESSIONS = 200
 SESSION_IDLE_S = 3600.0
 SESSION_SWEEP_S = 60.0
 # Files gradio caches for this app (uploads, the exports it serves) are removed after this age,
-# checked every CACHE_SWEEP_S; ui/export.py bounds the exports' own folder by count and size.
+# checked every CACHE_SWEEP_S; ui/serving/export.py bounds the exports' own folder by count and size.
 CACHE_MAX_AGE_S = 3600
 CACHE_SWEEP_S = 600
 # A request whose address (path and query) is longer is answered 414 with a page that says why:
 # gradio reads the page's address with httpx, which raises on one over 65,536 characters, and a
 # 64 KB link answered 500. Links longer than MAX_QUERY (8,000) and shorter than this open the app
-# with a message in the page (ui/views.py).
+# with a message in the page (ui/links/views.py).
 MAX_URL_CHARS = 16_384
 
 # The tabs in the paper's order: (label, id used by links and the tour, build). Each build takes

@@ -72,7 +72,7 @@ def launched(demo: Any) -> Iterator[str]:
     and giving the freed memory back to the system (glibc), so that a process that launches
     one app after another holds one app's memory, not the sum."""
     from .demo import launch_options
-    from .memory import glibc_trim
+    from .serving.memory import glibc_trim
 
     port = free_port()
     try:

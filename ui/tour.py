@@ -4,7 +4,7 @@ is started) move through it; the menu starts it at any stop. Everything is in th
 offline.
 
 A stop names its tab by label and its controls by the keys that the tab's ``build(...)``
-returns; a stop whose tab this app lacks is left out (logged). ``tests/test_tour.py`` checks
+returns; a stop whose tab this app lacks is left out (logged). ``tests/handlers/test_tour.py`` checks
 every stop against the built app.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import gradio as gr
 
-from .views import SCROLL_JS
+from .links.views import SCROLL_JS
 
 log = logging.getLogger("visualiser")
 

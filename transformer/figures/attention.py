@@ -14,7 +14,7 @@ from typing import Any, Literal
 import numpy as np
 import plotly.graph_objects as go
 
-from ..trace import AttentionRecord
+from ..core.trace import AttentionRecord
 from .common import (
     BASE_COLOR,
     MASKED_GREY,

@@ -1,4 +1,4 @@
-"""Figures of one layer's steps (``transformer.inside``): one figure per section of the layer.
+"""Figures of one layer's steps (``transformer.lab.inside``): one figure per section of the layer.
 
 Vectors (d_model, d_head, d_ff wide) are one-row heatmap strips with hover values, never walls
 of numbers; keys × d_head matrices are small heatmaps with the key tokens on their rows; the
@@ -99,7 +99,7 @@ def section_figure(
     *,
     large_font: bool = False,
 ) -> go.Figure:
-    """The steps of one section (``transformer.inside.Step``), stacked top to bottom.
+    """The steps of one section (``transformer.lab.inside.Step``), stacked top to bottom.
 
     Args:
         steps: the section's steps in order; vectors ``(n,)``, matrices ``(rows, n)`` with

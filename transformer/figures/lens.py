@@ -1,6 +1,6 @@
 """The logit lens (each layer read through the generator) and the residual stream's norms.
 
-Pure plotly: records of :mod:`transformer.lens` in, figures out. Layers are numbered from 1
+Pure plotly: records of :mod:`transformer.generation.lens` in, figures out. Layers are numbered from 1
 (0 = the embedding input); rows go up through the stack, the last layer on top.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from ..lens import LogitLens, ResidualNorms
+from ..generation.lens import LogitLens, ResidualNorms
 from .common import (
     HIGHLIGHT_COLOR,
     MASKED_GREY,
@@ -55,7 +55,7 @@ def logit_lens_figure(
     (``"layer 3 · chosen #2"``). The chosen token's cells are outlined.
 
     Args:
-        lens: a :class:`~transformer.lens.LogitLens` (``top_ids``/``top_probs`` ``(L, k)``).
+        lens: a :class:`~transformer.generation.lens.LogitLens` (``top_ids``/``top_probs`` ``(L, k)``).
         piece: ``id -> text`` to name the tokens (None: ``"#id"``).
         position_label: the position read, e.g. ``"5:sees"``, for the title.
         chosen_label: the chosen token's text, for the title.
@@ -249,7 +249,7 @@ def residual_norms_figure(
     rest (:func:`norm_scale`); hover and cell text give the norms either way.
 
     Args:
-        norms: a :class:`~transformer.lens.ResidualNorms` (``stream`` ``(S, T)``, ``added``
+        norms: a :class:`~transformer.generation.lens.ResidualNorms` (``stream`` ``(S, T)``, ``added``
             ``(S - 1, T)``).
         position_labels: ``T`` unique labels, e.g. ``token_labels(pieces)``.
         numbers: write each value in its cell (default: when the cells are wide enough for

@@ -451,12 +451,12 @@ def rotary_scores(
 
     Returns:
         ``(P, K)`` float64 dot products ``R(m)q · R(n)k``, computed with the rotate-half
-        convention of Hugging Face Llama (``transformer.rotary``), not from a formula for the
+        convention of Hugging Face Llama (``transformer.core.rotary``), not from a formula for the
         result: that each value depends only on ``m − n`` is for a reader to check.
     """
     import torch
 
-    from ..rotary import rotary_cos_sin, rotate
+    from ..core.rotary import rotary_cos_sin, rotate
 
     q_t = torch.as_tensor(np.asarray(q), dtype=torch.float64).reshape(1, 1, 1, -1)
     k_t = torch.as_tensor(np.asarray(k), dtype=torch.float64).reshape(1, 1, 1, -1)
@@ -479,7 +479,7 @@ def rotary_angle_figure(
 
     Args:
         angles: ``(T, d_head/2)`` angles in radians, ``position · θ_i``
-            (:func:`transformer.rotary.rotary_angles`); column i turns dimensions i and
+            (:func:`transformer.core.rotary.rotary_angles`); column i turns dimensions i and
             i + d_head/2. The first pairs spin fast, the last barely move.
     """
     z = _table(angles)
@@ -548,13 +548,13 @@ def rotary_pair_figure(
         base: RoPE's base; the pair turns by ``position · θ_i``, ``θ_i = base^(−2i/d_head)``.
         what: where q and k come from, for the title.
 
-    The rotation is the model's own (:func:`transformer.rotary.rotate`, rotate-half), so each
+    The rotation is the model's own (:func:`transformer.core.rotary.rotate`, rotate-half), so each
     arrow is what attention reads. Traces ``"q"`` and ``"k"`` hold the arrow tips (x: dimension
     i, y: dimension i + d_head/2) in the order of ``positions``.
     """
     import torch
 
-    from ..rotary import rotary_cos_sin, rotary_frequencies, rotate
+    from ..core.rotary import rotary_cos_sin, rotary_frequencies, rotate
 
     vectors = torch.as_tensor(np.stack([np.asarray(q), np.asarray(k)]), dtype=torch.float32)
     d_head = vectors.shape[-1]

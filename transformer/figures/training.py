@@ -7,7 +7,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from ..util import is_number
+from ..core.util import is_number
 from .common import PALETTE, panel_domains, panelled_layout
 
 

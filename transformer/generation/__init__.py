@@ -36,7 +36,7 @@ ends, ``greedy_batch``), ``session`` (step, run, back), ``forcing`` (teacher for
 
 from __future__ import annotations
 
-from ..special import BOS_ID, EOS_ID, PAD_ID
+from ..core.special import BOS_ID, EOS_ID, PAD_ID
 from .forcing import ForcedPosition, TeacherForcing, teacher_force
 from .loop import DecodingLoop, decoding_ends, greedy_batch, greedy_choice, source_ends_with_eos
 from .records import Beam, StepRecord

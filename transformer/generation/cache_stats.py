@@ -18,11 +18,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..attention import KeyValueCache
-from ..config import ModelConfig
-from ..model import DecoderCache, Encoded, LayerCache, Transformer
-from ..operations import PAPER, Operations
-from ..util import eval_mode
+from ..core.attention import KeyValueCache
+from ..core.config import ModelConfig
+from ..core.model import DecoderCache, Encoded, LayerCache, Transformer
+from ..core.operations import PAPER, Operations
+from ..core.util import eval_mode
 from .session import DecodingSession
 
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..model import Transformer
-from ..special import BOS_ID
-from ..util import eval_mode, is_int
+from ..core.model import Transformer
+from ..core.special import BOS_ID
+from ..core.util import eval_mode, is_int
 from .loop import check_ids, check_model_and_source, decoder_prefix, labels
 from .sampling import never_generated, without_padding
 from .settings import MAX_TOP_K_SHOWN

@@ -22,11 +22,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..config import ModelConfig
-from ..model import Decoded, DecoderCache, Encoded, Transformer
-from ..operations import PAPER, Operations
-from ..special import BOS_ID, EOS_ID
-from ..util import eval_mode, is_int
+from ..core.config import ModelConfig
+from ..core.model import Decoded, DecoderCache, Encoded, Transformer
+from ..core.operations import PAPER, Operations
+from ..core.special import BOS_ID, EOS_ID
+from ..core.util import eval_mode, is_int
 from .sampling import never_generated, without_padding
 
 # -- where decoding starts and ends ---------------------------------------------------------------

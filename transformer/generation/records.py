@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..lens import LogitLens, ResidualNorms
+from .lens import LogitLens, ResidualNorms
 
 
 @dataclass

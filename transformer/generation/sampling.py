@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..config import ModelConfig
+from ..core.config import ModelConfig
 from .settings import MIN_TEMPERATURE
 
 

@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 from torch import Tensor
 
-from ..lens import ResidualNorms, input_is_comparable, logit_lens, residual_norms
-from ..model import Decoded, DecoderCache, Encoded, Transformer
-from ..special import BOS_ID, EOS_ID
-from ..trace import Trace, check_capture_size
-from ..util import eval_mode, is_int
+from ..core.model import Decoded, DecoderCache, Encoded, Transformer
+from ..core.special import BOS_ID, EOS_ID
+from ..core.trace import Trace, check_capture_size
+from ..core.util import eval_mode, is_int
+from .lens import ResidualNorms, input_is_comparable, logit_lens, residual_norms
 from .loop import (
     DecodingLoop,
     LoopState,

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from ..util import is_int, is_number
+from ..core.util import is_int, is_number
 
 MAX_NEW_TOKENS = 512
 """``max_new_tokens`` must lie in ``1..MAX_NEW_TOKENS`` (and the model's max_len bounds it too)."""

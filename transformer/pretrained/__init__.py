@@ -1,6 +1,6 @@
-"""Real pretrained models on our own :class:`~transformer.model.Transformer`.
+"""Real pretrained models on our own :class:`~transformer.core.model.Transformer`.
 
-Hugging Face model folders of three families map onto :class:`~transformer.config.ModelConfig`
+Hugging Face model folders of three families map onto :class:`~transformer.core.config.ModelConfig`
 options named for what they do (one module per family: :mod:`.bert`, :mod:`.gpt2`,
 :mod:`.marian`); only safetensors are read, never pickles.
 

@@ -12,9 +12,9 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
-from ..checkpoint import CheckpointError, unique_state_dict
-from ..config import ConfigError, ModelConfig
+from ..core.config import ConfigError, ModelConfig
 from ..text.tokenization import Tokenizer, TokenizerError
+from .checkpoint import CheckpointError, unique_state_dict
 
 MAX_PRETRAINED_BYTES = 4 * 1024**3
 """Largest ``model.safetensors`` read: 4 GiB (GPT-2 small is 0.55 GB, MiniLM 0.09 GB)."""

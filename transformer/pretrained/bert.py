@@ -31,7 +31,7 @@ import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 from torch import Tensor
 
-from ..config import ModelConfig
+from ..core.config import ModelConfig
 from ..text.tokenization import Tokenizer
 from ._common import (
     PretrainedError,

@@ -28,7 +28,7 @@ import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, processors
 from torch import Tensor
 
-from ..config import ModelConfig
+from ..core.config import ModelConfig
 from ..text.tokenization import Tokenizer
 from ._common import (
     PretrainedError,

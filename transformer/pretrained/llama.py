@@ -8,7 +8,7 @@ Two sources describe the same models:
   ``general.architecture`` is ``"llama"``: its ``llama.*`` metadata, its ``blk.{i}.*`` tensors and
   its ``tokenizer.ggml.*`` vocabulary.
 
-Both map onto one :class:`~transformer.config.ModelConfig`: a decoder-only, pre-norm stack with
+Both map onto one :class:`~transformer.core.config.ModelConfig`: a decoder-only, pre-norm stack with
 RMSNorm, rotary positions, a gated SiLU feed-forward and grouped-query attention, no √d_model
 scaling. Our parameter names (state-dict keys)::
 
@@ -36,7 +36,7 @@ import tokenizers
 from tokenizers import models, pre_tokenizers, processors
 from torch import Tensor
 
-from ..config import ModelConfig
+from ..core.config import ModelConfig
 from ..text.tokenization import Tokenizer
 from ._common import (
     PretrainedError,

@@ -11,12 +11,12 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..checkpoint import Checkpoint
-from ..config import ModelConfig
-from ..model import Transformer
-from ..rotary import RotaryEmbedding, rotary_cos_sin
+from ..core.config import ModelConfig
+from ..core.model import Transformer
+from ..core.rotary import RotaryEmbedding, rotary_cos_sin
 from . import bert, gpt2, llama, marian
 from ._common import PretrainedError, TensorReader, load_weights, read_json
+from .checkpoint import Checkpoint
 
 FAMILIES: dict[str, ModuleType] = {"bert": bert, "gpt2": gpt2, "marian": marian, "llama": llama}
 """Supported families by name; each module maps one ``model_type``'s config, weights, tokenizer."""

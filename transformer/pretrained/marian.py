@@ -34,8 +34,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..config import ModelConfig
-from ..embeddings import sinusoidal_table
+from ..core.config import ModelConfig
+from ..core.embeddings import sinusoidal_table
 from ..text.tokenization import Tokenizer
 from ._common import (
     PretrainedError,

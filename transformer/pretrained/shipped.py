@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import Checkpoint
 from ._common import PretrainedError
+from .checkpoint import Checkpoint
 from .loading import load_pretrained
 
 

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from ..util import is_int
+from ..core.util import is_int
 from .tokenization import METASPACE, TokenizerError, clean_text
 
 MAX_LEARNING_CHARS = 2_000_000

@@ -12,7 +12,7 @@
 - ``unigram``: Unigram; NFKC; Metaspace, as SentencePiece's Unigram.
 
 Every tokenizer we train starts its vocabulary with the same special tokens at fixed ids
-(`SPECIAL_TOKENS`, defined in `transformer.special`): ``[PAD]``=0, ``[UNK]``=1, ``[BOS]``=2, ``[EOS]``=3, ``[CLS]``=4, ``[SEP]``=5,
+(`SPECIAL_TOKENS`, defined in `transformer.core.special`): ``[PAD]``=0, ``[UNK]``=1, ``[BOS]``=2, ``[EOS]``=3, ``[CLS]``=4, ``[SEP]``=5,
 ``[MASK]``=6. They are added tokens: typed in a text, they are recognised whole.
 
 `Tokenizer` wraps a `tokenizers.Tokenizer`, ours or any ``tokenizer.json`` a user brings (BERT's,
@@ -33,7 +33,7 @@ from typing import Any, Literal
 import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
-from ..special import (  # the ids are re-exported: ``from transformer.text.tokenization import PAD_ID``
+from ..core.special import (  # the ids are re-exported: ``from transformer.text.tokenization import PAD_ID``
     BOS_ID,  # noqa: F401
     BOS_TOKEN,
     CLS_ID,  # noqa: F401
@@ -50,7 +50,7 @@ from ..special import (  # the ids are re-exported: ``from transformer.text.toke
     UNK_ID,  # noqa: F401
     UNK_TOKEN,
 )
-from ..util import is_int
+from ..core.util import is_int
 
 Algorithm = Literal["bpe", "byte_bpe", "wordpiece", "unigram"]
 ALGORITHMS: tuple[str, ...] = ("bpe", "byte_bpe", "wordpiece", "unigram")

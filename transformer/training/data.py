@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..core.util import pad
 from ..text.tokenization import Tokenizer
-from ..util import pad
 from .tasks import Example, decoder_only_text
 
 

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from ..core.model import Transformer
+from ..core.util import eval_mode
 from ..generation import decoding_ends, greedy_batch, without_padding
-from ..model import Transformer
 from ..text.tokenization import Tokenizer
-from ..util import eval_mode
 from .data import Batch, EncodedPair, batches, encode_examples
 from .tasks import Example, is_toy_english
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from torch import Tensor
 
-from ..checkpoint import Checkpoint
-from ..model import Transformer
+from ..core.model import Transformer
+from ..pretrained.checkpoint import Checkpoint
 from ..text.tokenization import Tokenizer
 from .data import EncodedPair, encode_examples
 from .loop import Progress, TrainingConfig, TrainingResult, train

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import Tensor
 
-from ..device import pick_device
-from ..model import Transformer
+from ..core.device import pick_device
+from ..core.model import Transformer
 from .data import Batch, EncodedPair, batches
 from .evaluation import evaluate_batches, forward_batch, sequence_loss
 from .rng import PrivateRng

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from ..checkpoint import save_checkpoint
-from ..config import ModelConfig
-from ..model import Transformer, count_parameters
+from ..core.config import ModelConfig
+from ..core.model import Transformer, count_parameters
+from ..pretrained.checkpoint import save_checkpoint
 from ..text.tokenization import Algorithm, Tokenizer, train_tokenizer
 from .data import encode_examples
 from .evaluation import evaluate_model

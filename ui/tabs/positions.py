@@ -16,17 +16,17 @@ import torch
 from gradio.context import Context
 
 from transformer import figures
-from transformer.embeddings import (
+from transformer.core.embeddings import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
     sinusoidal_table,
 )
+from transformer.core.rotary import rotary_angles
 from transformer.figures.positional import readable_number
-from transformer.rotary import rotary_angles
 
-from ..errors import InputError, beside_input, friendly
-from ..inputs import as_float, as_int, as_int_list
-from ..state import TRAINED_HERE, ModelRegistry, SessionModels, bind
+from ..serving.errors import InputError, beside_input, friendly
+from ..serving.inputs import as_float, as_int, as_int_list
+from ..serving.state import TRAINED_HERE, ModelRegistry, SessionModels, bind
 
 MAX_CURVES = 12  # dimensions drawn as curves at once
 MAX_BASE = 1e9

@@ -10,9 +10,9 @@ from typing import Any
 
 import gradio as gr
 
-from ... import mistakes as seed_mistakes
-from ...errors import friendly, gpu
-from ...state import ModelRegistry, SessionModels
+from ...serving.errors import friendly, gpu
+from ...serving.state import ModelRegistry, SessionModels
+from . import mistakes as seed_mistakes
 from .panels import _head_panels
 from .view import (
     ATTENTION_KINDS,

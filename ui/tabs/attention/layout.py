@@ -7,14 +7,14 @@ from typing import Any
 
 import gradio as gr
 
-from transformer.analysis import (
+from transformer.lab.analysis import (
     WHAT_IF_SWITCHES,
 )
 
-from ... import limits
-from ... import mistakes as seed_mistakes
-from ...errors import beside_input
-from ...state import ModelRegistry, bind, once
+from ...serving import limits
+from ...serving.errors import beside_input
+from ...serving.state import ModelRegistry, bind, once
+from . import mistakes as seed_mistakes
 from .handlers import _first_view, attention, controls, everything, grid, refit_everything
 from .overview import build_scale
 from .view import ATTENTION_KINDS, EXAMPLE_SENTENCES, kinds_for, layers_of, sentence_count

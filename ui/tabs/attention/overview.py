@@ -7,11 +7,11 @@ from typing import Any
 
 import gradio as gr
 
-from transformer.attention_stats import STATISTICS
+from transformer.lab.attention_stats import STATISTICS
 
-from ... import limits
-from ...errors import beside_input
-from ...state import ModelRegistry, bind
+from ...serving import limits
+from ...serving.errors import beside_input
+from ...serving.state import ModelRegistry, bind
 from .scale import (
     CAVEAT,
     GENERAL_LIMIT,

@@ -6,20 +6,20 @@ from __future__ import annotations
 from typing import Any
 
 from transformer import figures
-from transformer.analysis import (
+from transformer.core.trace import largest_logit_change
+from transformer.figures.attention import PAD_ROW_MARK, weights_beside_figure
+from transformer.lab.analysis import (
     real_keys,
 )
-from transformer.analysis import what_if as what_if_intervention
-from transformer.checkpoint import Checkpoint
-from transformer.figures.attention import PAD_ROW_MARK, weights_beside_figure
-from transformer.interventions import NO_INTERVENTION
-from transformer.mistakes import MISTAKES
-from transformer.trace import largest_logit_change
+from transformer.lab.analysis import what_if as what_if_intervention
+from transformer.lab.interventions import NO_INTERVENTION
+from transformer.lab.mistakes import MISTAKES
+from transformer.pretrained.checkpoint import Checkpoint
 
-from ... import mistakes as seed_mistakes
-from ...errors import code_span
-from ...inputs import unreadable_note
-from ...state import ModelRegistry
+from ...serving.errors import code_span
+from ...serving.inputs import unreadable_note
+from ...serving.state import ModelRegistry
+from . import mistakes as seed_mistakes
 from .view import AttentionView, _describe, _plural, padded_query_rows
 
 

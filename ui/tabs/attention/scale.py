@@ -1,7 +1,7 @@
 """Attention at scale: one long text, every head summarised, one head zoomed, rollout.
 
 The ``/attention_scale`` endpoint runs one reduced pass per (model, text)
-(:func:`transformer.attention_stats.long_pass`, cached here) and draws from it: a control that
+(:func:`transformer.lab.attention_stats.long_pass`, cached here) and draws from it: a control that
 only changes what is drawn does not run the model again."""
 
 from __future__ import annotations
@@ -14,14 +14,6 @@ import gradio as gr
 import torch
 
 from transformer import figures
-from transformer.attention_stats import (
-    PATTERN_RULES,
-    STATISTICS,
-    LongPass,
-    block_average,
-    long_pass,
-)
-from transformer.checkpoint import Checkpoint
 from transformer.figures.attention_scale import (
     PATTERN_MARKS,
     downsampled_head_figure,
@@ -29,11 +21,19 @@ from transformer.figures.attention_scale import (
     rollout_figure,
     window_figure,
 )
+from transformer.lab.attention_stats import (
+    PATTERN_RULES,
+    STATISTICS,
+    LongPass,
+    block_average,
+    long_pass,
+)
+from transformer.pretrained.checkpoint import Checkpoint
 
-from ... import limits
-from ...errors import InputError, friendly, gpu, readable_list
-from ...inputs import as_int, as_text
-from ...state import ModelRegistry, SessionModels
+from ...serving import limits
+from ...serving.errors import InputError, friendly, gpu, readable_list
+from ...serving.inputs import as_int, as_text
+from ...serving.state import ModelRegistry, SessionModels
 
 SCALE_EXAMPLE = (
     "The cat sat on the mat because it was tired. It slept until the sun rose over the hills, "

@@ -9,19 +9,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from transformer import figures
-from transformer.analysis import (
+from transformer.core.trace import AttentionKind, CaptureTooLarge
+from transformer.figures.attention import GRID_MAX_CELLS
+from transformer.lab.analysis import (
     axis_pieces,
     reference_targets,
 )
-from transformer.checkpoint import Checkpoint
-from transformer.figures.attention import GRID_MAX_CELLS
-from transformer.inspection import MAX_SENTENCES, Analysis, check_sentences
-from transformer.trace import AttentionKind, CaptureTooLarge
+from transformer.lab.inspection import MAX_SENTENCES, Analysis, check_sentences
+from transformer.pretrained.checkpoint import Checkpoint
 
-from ... import limits
-from ...errors import InputError, readable_list, user_input
-from ...inputs import as_int, as_text
-from ...state import ModelRegistry, SessionModels
+from ...serving import limits
+from ...serving.errors import InputError, readable_list, user_input
+from ...serving.inputs import as_int, as_text
+from ...serving.state import ModelRegistry, SessionModels
 
 ATTENTION_KINDS: dict[str, AttentionKind] = {
     "encoder self-attention": "encoder_self",

@@ -23,8 +23,8 @@ from transformer.generation.cache_stats import (
     step_costs,
 )
 
-from ...errors import InputError, friendly, gpu, markdown_text
-from ...state import ModelRegistry, bind
+from ...serving.errors import InputError, friendly, gpu, markdown_text
+from ...serving.state import ModelRegistry, bind
 from .decoding import current
 from .request import read_inputs
 from .shown import PRIVATE, if_shown, open_flag

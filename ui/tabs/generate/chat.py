@@ -9,8 +9,8 @@ from typing import Any
 
 import gradio as gr
 
-from ...errors import code_span
-from ...state import ModelRegistry, SessionModels
+from ...serving.errors import code_span
+from ...serving.state import ModelRegistry, SessionModels
 
 CHATML_USER = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 """The minimal ChatML form, used when a template cannot be rendered with jinja2."""

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from transformer.analysis import decoding_ids, start_decoding, unreadable_characters
-from transformer.checkpoint import Checkpoint
+from transformer.lab.analysis import decoding_ids, start_decoding, unreadable_characters
 from transformer.pretrained import FAMILIES, PretrainedError, family_of, shipped_models
+from transformer.pretrained.checkpoint import Checkpoint
 from transformer.training.tasks import reference_target
 
-from ... import inputs
-from ...errors import InputError, user_input
-from ...state import TRAINED_HERE, GenerationState, ModelRegistry, SessionModels
+from ...serving import inputs
+from ...serving.errors import InputError, user_input
+from ...serving.state import TRAINED_HERE, GenerationState, ModelRegistry, SessionModels
 from .request import GenerateRequest
 
 RESTARTED = "settings changed — restarted"
@@ -132,20 +132,20 @@ def generating_models(registry: ModelRegistry, session: SessionModels | None = N
 
 def start_ids(checkpoint: Checkpoint, text: str) -> tuple[list[int], int | None, int | None]:
     """(source or prompt ids, the decoder's first id, the end id) for a decoding from ``text``:
-    the library's :func:`transformer.analysis.decoding_ids`, its refusals the user's input."""
+    the library's :func:`transformer.lab.analysis.decoding_ids`, its refusals the user's input."""
     with user_input():  # the library checks the text it is given
         return decoding_ids(checkpoint.model, checkpoint.tokenizer, text)
 
 
 def unreadable(checkpoint: Checkpoint, text: str) -> list[str]:
     """The characters of ``text`` that the model's tokenizer maps to its unknown token (the
-    library's :func:`transformer.analysis.unreadable_characters`)."""
+    library's :func:`transformer.lab.analysis.unreadable_characters`)."""
     return unreadable_characters(checkpoint.tokenizer, text or "")
 
 
 def unreadable_note(checkpoint: Checkpoint, text: str) -> str:
     """The sentence the other tabs write about what the model cannot read in ``text``
-    (:func:`ui.inputs.unreadable_note`), or ``""``."""
+    (:func:`ui.serving.inputs.unreadable_note`), or ``""``."""
     return inputs.unreadable_note(checkpoint.tokenizer, text or "")
 
 
@@ -156,7 +156,7 @@ def _restart(
     request: GenerateRequest,
 ) -> None:
     """Start ``state`` afresh from ``request``, in place (the session keeps one state object,
-    and with it its lock): the library's :func:`transformer.analysis.start_decoding`."""
+    and with it its lock): the library's :func:`transformer.lab.analysis.start_decoding`."""
     checkpoint = registry.checkpoint(request.model, session)
     reason = cannot_generate(request.model, checkpoint)
     if reason is not None:

@@ -15,8 +15,8 @@ from transformer.figures.lens import logit_lens_figure, residual_norms_figure
 from transformer.generation import DecodingSession, StepRecord
 from transformer.text import readable_piece
 
-from ...errors import code_block, code_span
-from ...state import GenerationState, ModelRegistry, SessionModels
+from ...serving.errors import code_block, code_span
+from ...serving.state import GenerationState, ModelRegistry, SessionModels
 from .decoding import unreadable_note
 from .request import GenerateRequest
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import gradio as gr
 
-from transformer.checkpoint import Checkpoint
 from transformer.generation import teacher_force
+from transformer.pretrained.checkpoint import Checkpoint
 
-from ... import limits
-from ...errors import InputError, friendly, gpu, user_input
-from ...state import GenerationState, ModelRegistry, SessionModels
+from ...serving import limits
+from ...serving.errors import InputError, friendly, gpu, user_input
+from ...serving.state import GenerationState, ModelRegistry, SessionModels
 from .decoding import (
     RESTARTED,
     _restart,

@@ -6,8 +6,8 @@ from typing import Any
 
 import gradio as gr
 
-from ... import limits
-from ...state import GenerationState, ModelRegistry, bind
+from ...serving import limits
+from ...serving.state import GenerationState, ModelRegistry, bind
 from . import handlers
 from .cache_view import build_cache_view
 from .chat import chat_control, toggle_chat

@@ -13,9 +13,9 @@ from typing import Any, cast
 from transformer.generation import MAX_NEW_TOKENS, DecodingSettings
 from transformer.generation.settings import Strategy
 
-from ...errors import user_input
-from ...inputs import as_float, as_int
-from ...state import GenerationState, SessionModels
+from ...serving.errors import user_input
+from ...serving.inputs import as_float, as_int
+from ...serving.state import GenerationState, SessionModels
 
 TOP_K_SHOWN = 10  # bars in the next-token chart
 LENS_TOP_K = 5  # columns of the logit lens

@@ -1,7 +1,7 @@
 """Generate's "Silent mistakes (modern models)": one of the modern block's silent mistakes
 switched on, the prompt's greedy continuation correct and broken side by side, and the meter
 that gives the mistake away (mean negative log-likelihood and perplexity on a reference
-paragraph, :mod:`transformer.perplexity`).
+paragraph, :mod:`transformer.lab.perplexity`).
 
 Offered for models with the modern block (rotary positions, RMSNorm or grouped-query
 attention: SmolLM2); for the others the panel says why it does not apply. The meter's figures
@@ -18,16 +18,16 @@ from typing import Any
 import gradio as gr
 import torch
 
-from transformer.analysis import prompt_ids
-from transformer.config import ModelConfig
+from transformer.core.config import ModelConfig
+from transformer.core.model import Transformer
+from transformer.core.operations import PAPER
 from transformer.generation import decoding_ends, greedy_batch
-from transformer.model import Transformer
-from transformer.operations import PAPER
-from transformer.perplexity import METER_CHUNK, Reading, read_text, reference_paragraph
-from transformer.silent_mistakes import SILENT_MISTAKES, silent_operations
+from transformer.lab.analysis import prompt_ids
+from transformer.lab.perplexity import METER_CHUNK, Reading, read_text, reference_paragraph
+from transformer.lab.silent_mistakes import SILENT_MISTAKES, silent_operations
 
-from ...errors import InputError, friendly, gpu, markdown_text, user_input
-from ...state import ModelRegistry, SessionModels, bind
+from ...serving.errors import InputError, friendly, gpu, markdown_text, user_input
+from ...serving.state import ModelRegistry, SessionModels, bind
 from .shown import PRIVATE, if_shown, open_flag
 
 CHOICES = list(SILENT_MISTAKES)

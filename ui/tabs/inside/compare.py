@@ -3,7 +3,7 @@
 The model in the tab's menu stands on its own side: a paper-style model (a bundled one, GPT-2,
 MiniLM) is the original, and SmolLM2 the modern block; SmolLM2 (or another Llama-family model)
 is the modern block, and a loaded GPT-2 or else the bundled ``continue`` model the original.
-The alignment is ``transformer.block_diff``'s; this module only picks the models and draws
+The alignment is ``transformer.lab.block_diff``'s; this module only picks the models and draws
 the rows as HTML (two columns, stacked where the page is narrow).
 """
 
@@ -15,18 +15,18 @@ from typing import Any
 import gradio as gr
 from torch import Tensor
 
-from transformer.block_diff import (
+from transformer.lab.block_diff import (
     BlockCosts,
     BlockDiff,
     Side,
     compare_analyses,
     is_modern,
 )
-from transformer.inside import LayerWalkthrough, Step
+from transformer.lab.inside import LayerWalkthrough, Step
 
-from ... import endpoints
-from ...errors import InputError, friendly, gpu, user_input
-from ...state import PRELOAD_FIRST, ModelRegistry, SessionModels
+from ...serving import endpoints
+from ...serving.errors import InputError, friendly, gpu, user_input
+from ...serving.state import PRELOAD_FIRST, ModelRegistry, SessionModels
 from .handlers import fit
 from .view import InsideRequest, default_query, query_choices
 

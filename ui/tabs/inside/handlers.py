@@ -9,9 +9,9 @@ from typing import Any
 
 import gradio as gr
 
-from ... import endpoints
-from ...errors import friendly, gpu
-from ...state import ModelRegistry, SessionModels
+from ...serving import endpoints
+from ...serving.errors import friendly, gpu
+from ...serving.state import ModelRegistry, SessionModels
 from .view import (
     EXAMPLE_TEXT,
     SECTIONS,

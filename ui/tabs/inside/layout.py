@@ -7,9 +7,10 @@ from typing import Any
 
 import gradio as gr
 
-from ... import limits, mistakes
-from ...errors import beside_input
-from ...state import ModelRegistry, bind, once
+from ...serving import limits
+from ...serving.errors import beside_input
+from ...serving.state import ModelRegistry, bind, once
+from ..attention import mistakes
 from .compare import LABEL as COMPARE_LABEL
 from .compare import inside_compare
 from .handlers import controls, first_view, inside_layer, refresh
@@ -46,7 +47,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             text = gr.Textbox(value=EXAMPLE_TEXT, lines=1, max_lines=2, label="Sentence")
             # A refused input is said here; the controls and figures stay as they were.
             status = gr.Markdown(elem_classes=["input-status"])
-            # Compare mode (issue 21): this layer of the paper's block beside the modern block's.
+            # Compare mode: this layer of the paper's block beside the modern block's.
             # In the controls' row, so the first figure stays above the fold on a projector.
             compare = gr.Checkbox(value=False, label=COMPARE_LABEL, elem_id="inside-compare")
         # Wide enough for "SmolLM2-135M-Instruct" at 1280 px (it was cut to "SmolLM2-135M").

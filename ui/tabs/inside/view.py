@@ -7,14 +7,14 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from transformer.checkpoint import Checkpoint
 from transformer.figures.inside import section_figure
-from transformer.inside import LayerWalkthrough, Step, check_sentence, walkthrough
-from transformer.inspection import Analysis
+from transformer.lab.inside import LayerWalkthrough, Step, check_sentence, walkthrough
+from transformer.lab.inspection import Analysis
+from transformer.pretrained.checkpoint import Checkpoint
 
-from ...errors import InputError, code_span, user_input
-from ...inputs import as_int, as_text, shown, unreadable_note
-from ...state import ModelRegistry, SessionModels
+from ...serving.errors import InputError, code_span, user_input
+from ...serving.inputs import as_int, as_text, shown, unreadable_note
+from ...serving.state import ModelRegistry, SessionModels
 
 EXAMPLE_TEXT = "the small cat sees a red ball"
 # The sections as the tab shows them: (library name, accordion title).

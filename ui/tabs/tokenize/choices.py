@@ -20,10 +20,10 @@ from transformer.text.tokenization import (
     train_tokenizer,
 )
 
-from ... import limits
-from ...errors import InputError, readable_list
-from ...inputs import as_int, shown, size_text
-from ...state import TRAINED_HERE, ModelRegistry
+from ...serving import limits
+from ...serving.errors import InputError, readable_list
+from ...serving.inputs import as_int, shown, size_text
+from ...serving.state import TRAINED_HERE, ModelRegistry
 
 TOKENIZER_CHOICES = {
     "translate model's tokenizer (BPE)": ("bundled", "translate"),

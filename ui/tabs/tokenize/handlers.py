@@ -20,10 +20,10 @@ from transformer.text.replay import (
 )
 from transformer.text.tokenization import Tokenizer, TokenizerError
 
-from ... import endpoints, limits
-from ...errors import InputError, clean, code_span, describe, friendly, markdown_text, stale
-from ...inputs import as_int, as_text
-from ...state import ModelRegistry
+from ...serving import endpoints, limits
+from ...serving.errors import InputError, clean, code_span, describe, friendly, markdown_text, stale
+from ...serving.inputs import as_int, as_text
+from ...serving.state import ModelRegistry
 from .choices import DEFAULT_VOCAB, VOCAB_INFO, VOCAB_RANGE, _pick, tokenizer_choices
 from .replay_view import replay_markdown, replay_steps
 from .views import highlighted, plural

@@ -7,7 +7,7 @@ from gradio.context import Context
 
 from transformer.text.real_tokenizers import REAL_TOKENIZERS
 
-from ...state import ModelRegistry, bind
+from ...serving.state import ModelRegistry, bind
 from .choices import DEFAULT_VOCAB, VOCAB_INFO, VOCAB_RANGE, tokenizer_choices
 from .handlers import learn, run_example, tokenize, tokenize_step, tokenize_view
 

@@ -14,7 +14,7 @@ from transformer.text.replay import (
     readable_piece,
 )
 
-from ...errors import code_span, markdown_text
+from ...serving.errors import code_span, markdown_text
 from .views import plural, visible
 
 REPLAY_WORDS = 60  # words drawn in the replay (the rest are counted)

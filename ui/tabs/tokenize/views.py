@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from transformer.analysis import unreadable_characters
+from transformer.lab.analysis import unreadable_characters
 from transformer.text.replay import (
     readable_piece,
 )
 from transformer.text.tokenization import Tokenizer
 
-from ...errors import code_span
+from ...serving.errors import code_span
 
 METASPACE = "▁"  # SentencePiece's word-start marker (Metaspace pre-tokenizer)
 # Tokens drawn as chips (the rest are counted in a last chip): gradio sends each chip as an

@@ -9,13 +9,13 @@ from typing import Any
 
 import torch
 
-from transformer.analysis import kv_cache_bytes_per_token, layer_parameter_groups
-from transformer.checkpoint import Checkpoint
-from transformer.config import base_config
-from transformer.model import Transformer, count_parameters
+from transformer.core.config import base_config
+from transformer.core.model import Transformer, count_parameters
+from transformer.lab.analysis import kv_cache_bytes_per_token, layer_parameter_groups
+from transformer.pretrained.checkpoint import Checkpoint
 
-from ...errors import code_span, friendly
-from ...state import TRAINED_HERE, ModelRegistry, SessionModels
+from ...serving.errors import code_span, friendly
+from ...serving.state import TRAINED_HERE, ModelRegistry, SessionModels
 
 FAMILIES = {
     "bert": "BERT family (encoder-only)",
@@ -79,7 +79,7 @@ _COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
 def parameter_counts(model: Transformer) -> dict[str, int]:
     """Parameters per component in the model's order (a tied tensor counted once, where it
     first appears: a shared embedding under "token embeddings"); empty components left out;
-    ``"total"`` last, equal to :func:`~transformer.model.count_parameters`."""
+    ``"total"`` last, equal to :func:`~transformer.core.model.count_parameters`."""
     counts: dict[str, int] = {}
     for name, parameter in model.named_parameters():  # each shared tensor once
         parts = name.split(".")

@@ -9,7 +9,7 @@ import gradio as gr
 
 from transformer.training.recipes import RECIPES
 
-from ...state import TRAINED_HERE, ModelRegistry, SessionModels, bind
+from ...serving.state import TRAINED_HERE, ModelRegistry, SessionModels, bind
 from . import snapshots
 from .description import model_info
 from .running import cancel_training, redraw_curves, run_training, training_curves

@@ -15,10 +15,10 @@ from transformer import figures
 from transformer.training.live import LiveTraining, history_row
 from transformer.training.recipes import RECIPES
 
-from ... import limits
-from ...errors import InputError, friendly, gpu, readable_list
-from ...inputs import as_int, shown
-from ...state import TRAINED_HERE, ModelRegistry, SessionModels
+from ...serving import limits
+from ...serving.errors import InputError, friendly, gpu, readable_list
+from ...serving.inputs import as_int, shown
+from ...serving.state import TRAINED_HERE, ModelRegistry, SessionModels
 from .description import plural
 
 ACCURACY_KEYS = ["val_token_accuracy", "val_exact_match", "val_next_token_accuracy"]

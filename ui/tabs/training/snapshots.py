@@ -8,12 +8,12 @@ from typing import Any
 import gradio as gr
 
 from transformer import figures
-from transformer.checkpoint import Checkpoint
+from transformer.pretrained.checkpoint import Checkpoint
 from transformer.training.live import snapshot_checkpoint
 
-from ...errors import InputError, friendly, gpu
-from ...inputs import as_int
-from ...state import TRAINED_HERE, ModelRegistry, SessionModels
+from ...serving.errors import InputError, friendly, gpu
+from ...serving.inputs import as_int
+from ...serving.state import TRAINED_HERE, ModelRegistry, SessionModels
 from ..attention import attention_grid
 from .running import _remember, _running_lock
 

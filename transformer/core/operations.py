@@ -1,0 +1,167 @@
+"""The operations a forward pass is made of, where a what-if may swap one for another.
+
+:data:`PAPER` computes exactly the paper. A forward pass takes an :class:`Operations` per call
+(``model(src, tgt, ops=...)``) and hands it down to every stack, layer and attention; it is
+never stored on a module, so requests that share one model cannot see each other's choice.
+
+    >>> from dataclasses import replace
+    >>> leaky = replace(PAPER, causal_mask=False)  # let the decoder see the future
+    >>> logits = model(tgt=tgt, ops=leaky)
+
+:class:`~transformer.lab.interventions.Intervention` builds these from named switches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+from torch import Tensor, nn
+
+from .modern import expand_kv_heads
+
+if TYPE_CHECKING:
+    from .attention import AttentionProbe, KeyValueCache, MultiHeadAttention
+    from .layers import LayerNorm
+    from .modern import RMSNorm
+    from .rotary import RotaryEmbedding
+    from .trace import AttentionKind
+
+# -- the paper's operations ------------------------------------------------------------------
+
+
+def positions(positional: nn.Module, length: int, offset: int) -> Tensor:
+    """``(length, d_model)`` encodings of positions ``offset .. offset+length-1`` (section 3.5)."""
+    return positional(length, offset)
+
+
+def layer_norm(norm: LayerNorm | RMSNorm, x: Tensor) -> Tensor:
+    """``(..., d_model)`` → ``(..., d_model)``: ``γ · (x − mean) / sqrt(var + eps) + β``."""
+    return norm(x)
+
+
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """``(B, T, d_model)`` → ``(B, H, T, d_head)``: view the last axis as heads, then move them."""
+    batch, length, d_model = x.shape
+    return x.view(batch, length, n_heads, d_model // n_heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """``(B, H, T, d_head)`` → ``(B, T, d_model)``: the inverse of :func:`split_heads`."""
+    batch, n_heads, length, d_head = x.shape
+    return x.transpose(1, 2).reshape(batch, length, n_heads * d_head)
+
+
+def score_scale(d_head: int, n_heads: int) -> float:
+    """The multiplier of the attention scores: ``1/√d_k``, d_k the width of one head."""
+    return 1.0 / math.sqrt(d_head)
+
+
+def rotary_positions(
+    rotary: RotaryEmbedding, q: Tensor, k: Tensor, offset: int
+) -> tuple[Tensor, Tensor]:
+    """Rotate ``(B, H, T, d_head)`` queries and ``(B, H_kv, T, d_head)`` keys by positions
+    ``offset .. offset+T-1`` (a cached step's positions start at the cache length), each
+    dimension i turned with dimension i + d_head/2 (Hugging Face's "rotate half")."""
+    return rotary(q, k, offset=offset)
+
+
+def cross_attention(
+    attention: MultiHeadAttention,
+    x: Tensor,
+    memory: Tensor | None,
+    mask: Tensor | None,
+    cache: KeyValueCache | None,
+    *,
+    capture: bool,
+    ops: Operations,
+) -> tuple[Tensor, AttentionProbe | None]:
+    """Encoder-decoder attention (section 3.2.3): queries from the decoder's ``(B, Tq,
+    d_model)`` ``x``, keys and values from the ``(B, Ts, d_model)`` encoder ``memory``."""
+    return attention(x, memory, mask, cache, capture=capture, ops=ops)
+
+
+def attention_mask(
+    mask: Tensor | None, shape: tuple[int, ...], device: torch.device
+) -> Tensor | None:
+    """The mask attention reads, from the one the model built (``True`` = may attend, both;
+    ``shape`` is the ``(B, 1, Tq, Tk)`` it broadcasts to)."""
+    return mask
+
+
+@dataclass(frozen=True)
+class Operations:
+    """One forward pass's operations; the defaults (:data:`PAPER`) are the paper's.
+
+    Attributes:
+        positions: ``(positional module, length, offset)`` → ``(T, d_model)`` table.
+        layer_norm: ``(LayerNorm module, x)`` → normalised ``x``, for every norm of the model.
+        split_heads: ``(x, n_heads)``: ``(B, T, d_model)`` → ``(B, H, T, d_head)``.
+        merge_heads: ``(B, H, T, d_head)`` → ``(B, T, d_model)``.
+        score_scale: ``(d_head, n_heads)`` → the multiplier of the attention scores.
+        cross_attention: how a decoder layer calls its cross-attention (which inputs it takes).
+        attention_mask: ``(mask, shape, device)`` → the mask attention reads.
+        rotary_positions: ``(rotary table, q, k, offset)`` → rotated ``(q, k)`` (rotary
+            models only).
+        expand_kv_heads: ``(B, H_kv, T, d_head)`` keys or values, ``n_heads`` → ``(B, H, T,
+            d_head)``: which key/value head each query head reads (grouped-query attention).
+        causal_mask: ``False`` lets the decoder see the future.
+        padding_mask: ``False`` lets queries attend to padding.
+        zero_heads: ``(kind, layer, head)`` triples whose output is switched off.
+        observe_attention: ``(probe, kind, layer)`` called with every attention call's
+            :class:`~transformer.core.attention.AttentionProbe` as the pass goes, so that a reader
+            can reduce each layer's ``(B, H, Tq, Tk)`` weights (to statistics, one head) before
+            the next layer computes its own; the pass then writes attention out even without
+            ``capture`` (and keeps no trace unless captured). ``None``: nobody observes.
+        keep_attention_weights: whether a captured pass keeps every layer's ``(B, H, Tq,
+            Tk)`` weights (``True``: what ``output_attentions`` returns) or lets its trace
+            compute them again when read, the same numbers from the kept queries and keys
+            (``False``: the app's analyses; SmolLM2's trace at 512 tokens then holds 283 MB
+            less, and its pass frees each layer's weights once the layer has used them).
+    """
+
+    positions: Callable[[nn.Module, int, int], Tensor] = positions
+    layer_norm: Callable[[LayerNorm | RMSNorm, Tensor], Tensor] = layer_norm
+    split_heads: Callable[[Tensor, int], Tensor] = split_heads
+    merge_heads: Callable[[Tensor], Tensor] = merge_heads
+    score_scale: Callable[[int, int], float] = score_scale
+    cross_attention: Callable[..., tuple[Tensor, AttentionProbe | None]] = cross_attention
+    attention_mask: Callable[[Tensor | None, tuple[int, ...], torch.device], Tensor | None] = (
+        attention_mask
+    )
+    rotary_positions: Callable[[RotaryEmbedding, Tensor, Tensor, int], tuple[Tensor, Tensor]] = (
+        rotary_positions
+    )
+    expand_kv_heads: Callable[[Tensor, int], Tensor] = expand_kv_heads
+    causal_mask: bool = True
+    padding_mask: bool = True
+    zero_heads: frozenset[tuple[AttentionKind, int, int]] = frozenset()
+    observe_attention: Callable[[AttentionProbe, AttentionKind | None, int], None] | None = None
+    keep_attention_weights: bool = True
+
+    def gate_heads(self, out: Tensor, kind: AttentionKind, layer: int) -> Tensor:
+        """``(B, H, T, d_head)`` heads of one attention sub-layer, those in :attr:`zero_heads`
+        set to 0."""
+        off = [h for (k, lay, h) in self.zero_heads if k == kind and lay == layer]
+        if not off:
+            return out
+        gate = torch.ones(out.size(1), dtype=out.dtype, device=out.device)
+        gate[off] = 0.0
+        return out * gate.view(1, -1, 1, 1)
+
+
+PAPER = Operations()
+"""The paper's operations: what a forward pass runs unless told otherwise."""
+
+
+class HasOperations(Protocol):
+    """What a forward pass's ``intervention=`` takes: anything that names the operations of
+    a pass (an :class:`~transformer.lab.interventions.Intervention`)."""
+
+    @property
+    def operations(self) -> Operations:
+        """The operations to run."""
+        ...

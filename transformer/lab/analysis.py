@@ -1,0 +1,286 @@
+"""Helpers for reading an analysis, shared by the app and a notebook: which tokens label the
+axes of an attention view, which keys are real, what the decoder reads when teacher-forced, the
+what-if switches by name, where a decoding from text starts and stops (and starting one), and
+where a model's parameters are.
+
+    >>> pieces_q, pieces_k = axis_pieces(analysis, "cross")
+    >>> intervention = what_if(["causal mask off"])
+    >>> session, source_pieces = start_decoding(model, tokenizer, "the cat", DecodingSettings())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from torch import Tensor
+
+from ..core.config import ModelConfig
+from ..core.model import Transformer, count_parameters
+from ..core.trace import AttentionKind, Trace
+from ..core.util import pad
+from ..generation import DecodingSession, DecodingSettings, decoding_ends, source_ends_with_eos
+from ..text.tokenization import Tokenizer, check_text
+from .inspection import Analysis
+from .interventions import Intervention
+
+# The what-if switches by the name a learner reads, and the Intervention field each turns off.
+# "zero this head" is the one switch that needs to know which head: see ``what_if``.
+WHAT_IF_SWITCHES: dict[str, str] = {
+    "causal mask off": "causal_mask",
+    "padding mask off": "padding_mask",
+    "no √d scaling": "scale_scores",
+    "no positional encoding": "positional_encoding",
+    "zero this head": "zero_heads",
+}
+
+
+def what_if(
+    switches: Iterable[str], head: tuple[AttentionKind, int, int] | None = None
+) -> Intervention:
+    """The :class:`Intervention` that the named switches (keys of ``WHAT_IF_SWITCHES``) ask for.
+
+    ``head`` is the ``(kind, layer, head)`` (0-based) that "zero this head" switches off.
+    """
+    chosen = set(switches)
+    unknown = chosen - set(WHAT_IF_SWITCHES)
+    if unknown:
+        raise ValueError(f"unknown what-if {sorted(unknown)}; choose from {list(WHAT_IF_SWITCHES)}")
+    off = {WHAT_IF_SWITCHES[name] for name in chosen}
+    if "zero_heads" in off and head is None:
+        raise ValueError("'zero this head' needs the (kind, layer, head) to switch off")
+    return Intervention(
+        causal_mask="causal_mask" not in off,
+        padding_mask="padding_mask" not in off,
+        scale_scores="scale_scores" not in off,
+        positional_encoding="positional_encoding" not in off,
+        zero_heads=frozenset({head}) if "zero_heads" in off and head else frozenset(),
+    )
+
+
+def axis_pieces(analysis: Analysis, kind: AttentionKind) -> tuple[list[list[str]], list[list[str]]]:
+    """Per sentence, the token pieces on the query axis and on the key axis of ``kind``.
+
+    Encoder self-attention: source × source; decoder self-attention: target × target;
+    cross-attention: target (queries) × source (keys). A decoder-only model has no source,
+    so its keys are target pieces.
+    """
+    queries = analysis.source_pieces if kind == "encoder_self" else analysis.target_pieces
+    if kind == "decoder_self":
+        keys = analysis.target_pieces
+    else:
+        keys = analysis.source_pieces or analysis.target_pieces
+    return queries, keys
+
+
+def real_keys(trace: Trace, kind: AttentionKind, row: int) -> Tensor:
+    """``(Tk,)`` bool, ``True`` for the real (not padding) keys of ``kind`` in sentence ``row``."""
+    stack = (trace.source if kind != "decoder_self" else trace.target) or trace.target
+    if stack is None:
+        raise ValueError("the trace has no inputs: run the pass with capture=True")
+    return stack.real_tokens[row]
+
+
+def unreadable_characters(tokenizer: Tokenizer, text: str) -> list[str]:
+    """The characters of ``text`` the tokenizer cannot read: each one that it maps to its
+    unknown token (``[UNK]``), in order of first appearance; ``[]`` if it reads everything or has
+    no unknown token (byte-level BPE reads every byte).
+
+    When an unknown piece is a whole word whose characters are each known alone (a word-level
+    vocabulary), the word itself is reported.
+    """
+    unk = tokenizer.unk_id
+    if unk is None or not (text or "").strip():
+        return []
+    text = check_text(text)
+    encoding = tokenizer.encoding(text, add_special_tokens=False)
+    found: list[str] = []
+    for token_id, (start, end) in zip(encoding.ids, encoding.offsets, strict=True):
+        if token_id != unk:
+            continue
+        span = text[start:end]
+        chars = [
+            c
+            for c in dict.fromkeys(span)
+            if not c.isspace() and unk in tokenizer.encoding(c, add_special_tokens=False).ids
+        ]
+        for item in chars or ([span] if span.strip() else []):
+            if item not in found:
+                found.append(item)
+    return found
+
+
+def reference_targets(
+    tokenizer: Tokenizer, model_task: str | None, sentences: Sequence[str], pad_id: int
+) -> Tensor | None:
+    """``(B, T)`` decoder inputs ``[BOS] + reference answer`` for teacher-forced analysis, padded
+    with ``pad_id``; ``None`` when the task has no known answer for some sentence."""
+    # The toy tasks know the answers; imported here so that importing this module does not
+    # load their grammar.
+    from ..training.tasks import reference_target
+
+    answers = [reference_target(model_task or "", sentence) for sentence in sentences]
+    known = [answer for answer in answers if answer is not None]
+    if len(known) < len(answers):
+        return None
+    bos = tokenizer.bos_id
+    if bos is None:
+        raise ValueError("the tokenizer has no begin-of-sequence token to start the answers")
+    rows = [[bos, *tokenizer.encode_ids(answer)] for answer in known]
+    return pad(rows, pad_id)
+
+
+def prompt_ids(model: Transformer, tokenizer: Tokenizer, text: str) -> list[int]:
+    """The ids a decoding starts from, as each family was trained to read them: the source
+    sentence of an encoder-decoder model (ending with the model's own end id where its
+    configuration names one: Marian's ``</s>``), or the prompt of a decoder-only model (which
+    begins with the tokenizer's ``[BOS]`` when it has one, as in training; GPT-2's is
+    ``<|endoftext|>``; none where the model's ``prompt_bos`` says no, as SmolLM2's file does).
+    A prompt that already opens with a special token gets no ``[BOS]`` in front: a chat
+    template's ``<|im_start|>`` is where the model's chat format begins, exactly as
+    ``transformers``' ``apply_chat_template`` tokenizes it."""
+    if not (text or "").strip():
+        raise ValueError("enter a source sentence (or a prompt) first")
+    config = model.config
+    if not config.has_decoder:
+        raise ValueError(f"a {config.architecture} model has no decoder, so it cannot generate")
+    ids = tokenizer.encode_ids(text)
+    first = tokenizer.id_to_token(ids[0]) if ids and ids[0] in tokenizer.special_ids else None
+    opens_special = first is not None and text.startswith(first)  # not an unknown word's [UNK]
+    decoder_only = config.architecture == "decoder-only"
+    if decoder_only and config.prompt_bos and tokenizer.bos_id is not None and not opens_special:
+        ids.insert(0, tokenizer.bos_id)
+    _start, end = decoding_ends(config, tokenizer.bos_id, tokenizer.eos_id)
+    if source_ends_with_eos(config) and end is not None and ids[-1:] != [end]:
+        ids.append(end)
+    if not ids:
+        raise ValueError("the text gives no tokens: enter a source sentence (or a prompt)")
+    return ids
+
+
+def decoding_ids(
+    model: Transformer, tokenizer: Tokenizer, text: str
+) -> tuple[list[int], int | None, int | None]:
+    """``(source or prompt ids, first decoder id, end id)`` of a decoding from ``text``: where
+    each family starts and stops (:func:`prompt_ids`, and
+    :func:`~transformer.generation.decoding_ends`: Marian's own start id and ``</s>``, else the
+    tokenizer's [BOS]/[EOS]; GPT-2's ``<|endoftext|>``). The first id is ``None`` only for a
+    decoder-only model, which continues its prompt and never reads one; the end id is ``None``
+    where neither the model nor its tokenizer names one (the decoding then stops at its length).
+    """
+    ids = prompt_ids(model, tokenizer, text)
+    start, end = decoding_ends(model.config, tokenizer.bos_id, tokenizer.eos_id)
+    if model.config.has_encoder and start is None:
+        raise ValueError(
+            "neither the model nor its tokenizer names the decoder's first id: give the model "
+            "a decoder_start_id or the tokenizer a [BOS] token"
+        )
+    return ids, start, end
+
+
+def start_decoding(
+    model: Transformer, tokenizer: Tokenizer, text: str, settings: DecodingSettings
+) -> tuple[DecodingSession, list[str]]:
+    """A step-by-step :class:`DecodingSession` from text, and the pieces of its source/prompt.
+
+    Works for every model with a decoder: it starts and stops where :func:`decoding_ids` says.
+    """
+    ids, start, end = decoding_ids(model, tokenizer, text)
+    session = DecodingSession(
+        model,
+        ids,
+        settings,
+        bos_id=start,
+        eos_id=end,
+        decode_token=lambda i: tokenizer.id_to_token(i) or "?",
+    )
+    return session, [tokenizer.id_to_token(i) or "?" for i in ids]
+
+
+def parameter_groups(model: Transformer) -> dict[str, int]:
+    """Parameters per component (in the paper's order), each tied tensor counted once, in the
+    first component that holds it; components without parameters are left out, and the last
+    entry, ``"total"``, is :func:`~transformer.core.model.count_parameters`."""
+    tied = model.config.tie_embeddings
+    groups = {
+        "token embeddings (shared)" if tied else "token embeddings": (
+            "src_embedding",
+            "tgt_embedding",
+        ),
+        "positional (learned only)": ("src_positional", "tgt_positional"),
+        "encoder layers": ("encoder",),
+        "decoder layers": ("decoder",),
+        "generator": ("generator",),
+    }
+    counts = dict.fromkeys(groups, 0)
+    # named_parameters() yields each shared tensor once, under the first name that holds it,
+    # which is how count_parameters counts too.
+    for name, parameter in model.named_parameters():
+        top = name.split(".")[0]
+        label = next((label for label, owners in groups.items() if top in owners), "other")
+        counts[label] = counts.get(label, 0) + parameter.numel()
+    result = {label: n for label, n in counts.items() if n}
+    result["total"] = count_parameters(model)
+    return result
+
+
+# Within a layer of a modern (Llama-family) block: sublayer module → matrix → label.
+_MATRIX_LABELS: dict[str, str] = {
+    "w_q": "attention W_q",
+    "w_k": "attention W_k",
+    "w_v": "attention W_v",
+    "w_o": "attention W_o",
+    "w_gate": "feed-forward W_gate",
+    "w_up": "feed-forward W_up",
+    "w_down": "feed-forward W_down",
+    "w_1": "feed-forward W_1",
+    "w_2": "feed-forward W_2",
+}
+
+
+def layer_parameter_groups(model: Transformer) -> dict[str, int]:
+    """Parameters of every layer of each stack, per matrix (summed over the layers): for a
+    decoder ``"decoder attention W_q"``, ``W_k``, ``W_v``, ``W_o`` (biases with their matrix),
+    ``"decoder feed-forward W_gate"``/``W_up``/``W_down`` (``W_1``/``W_2`` ungated), and
+    ``"decoder norms"`` (the norms around each sublayer); the stack's final norm is not a layer.
+    Cross-attention matrices are labelled ``cross-attention``."""
+    counts: dict[str, int] = {}
+    for name, parameter in model.named_parameters():
+        parts = name.split(".")
+        if len(parts) < 5 or parts[1] != "layers":
+            continue
+        stack, sublayer, leaf = parts[0], parts[3], parts[4]
+        if sublayer.endswith("_residual") or "norm" in sublayer:
+            label = f"{stack} norms"
+        elif leaf in _MATRIX_LABELS:
+            what = _MATRIX_LABELS[leaf]
+            if sublayer.startswith("cross"):
+                what = what.replace("attention", "cross-attention")
+            label = f"{stack} {what}"
+        else:
+            label = f"{stack} other"
+        counts[label] = counts.get(label, 0) + parameter.numel()
+    return counts
+
+
+def kv_cache_bytes_per_token(config: ModelConfig, grouped: bool = True, bytes_per: int = 4) -> int:
+    """Bytes the key/value cache grows by per generated token: ``2 (k and v) × decoder layers ×
+    heads × d_head × bytes_per`` (float32: 4), with the config's key/value heads
+    (``kv_heads``, grouped-query) or, ``grouped=False``, one per query head (``n_heads``)."""
+    heads = config.kv_heads if grouped else config.n_heads
+    return 2 * config.n_decoder_layers * heads * config.d_head * bytes_per
+
+
+__all__ = [
+    "WHAT_IF_SWITCHES",
+    "axis_pieces",
+    "decoding_ids",
+    "kv_cache_bytes_per_token",
+    "layer_parameter_groups",
+    "parameter_groups",
+    "prompt_ids",
+    "real_keys",
+    "reference_targets",
+    "start_decoding",
+    "unreadable_characters",
+    "what_if",
+]

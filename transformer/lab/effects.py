@@ -1,0 +1,146 @@
+"""What a seed's mistake does to a model's output: the broken pass beside the correct one.
+
+    >>> from transformer.lab.effects import mistake_effect
+    >>> effect = mistake_effect(model, tokenizer, ["the cat sees a dog"], "scores × √d_head")
+    >>> effect.largest_change, effect.predicted_before, effect.predicted_after
+
+The mistakes themselves are in :mod:`transformer.lab.mistakes`; this module runs two passes
+(:func:`~transformer.lab.inspection.analyse`) and compares them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..core.model import Transformer
+from ..generation import best_without_padding, never_generated
+from ..text.tokenization import Tokenizer
+from .inspection import Analysis, analyse
+from .interventions import Intervention
+from .mistakes import MISTAKES, Mistake, check_mistakes
+
+
+@dataclass
+class MistakeEffect:
+    """What one mistake did to a model's output on the same input (teacher-forced: the broken
+    pass reads the correct pass's decoder input, so positions line up).
+
+    Attributes:
+        mistake: the :class:`Mistake`.
+        correct, broken: the two analyses (traces and token pieces) for figures.
+        largest_change: the largest ``|Δ logit|`` over every real position and class.
+        sentence, position: where it is (0-based; the decoder input's position, or the
+            source's for an encoder-only model).
+        largest_hidden_change: the largest ``|Δ|`` of the final hidden states (the decoder's
+            output, or the encoder's memory for an encoder-only model).
+        tokens_before, tokens_after: per sentence, the argmax token piece at each real position.
+        predicted_before, predicted_after: the same ids decoded to text, per sentence.
+        changed: per sentence, whether any argmax changed.
+    """
+
+    mistake: Mistake
+    correct: Analysis
+    broken: Analysis
+    largest_change: float
+    sentence: int
+    position: int
+    largest_hidden_change: float
+    tokens_before: list[list[str]]
+    tokens_after: list[list[str]]
+    predicted_before: list[str]
+    predicted_after: list[str]
+    changed: list[bool]
+
+    @property
+    def any_changed(self) -> bool:
+        """Whether the mistake changed any prediction of any sentence."""
+        return any(self.changed)
+
+
+def real_positions(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """``(B, T)`` bool: every position but the run of ``pad_id`` that right-pads each row
+    (position 0 always counts: Marian and GPT-2 start their decoder input with the pad id)."""
+    is_pad = tokens == pad_id
+    trailing = is_pad.flip(1).cumprod(1).flip(1).bool()
+    trailing[:, 0] = False
+    return ~trailing
+
+
+def _hidden(analysis: Analysis) -> torch.Tensor:
+    trace = analysis.trace
+    hidden = trace.decoder_output if trace.decoder_output is not None else trace.memory
+    assert hidden is not None  # every pass ends in a decoder or an encoder output
+    return hidden
+
+
+def compare_passes(
+    correct: Analysis, broken: Analysis, tokenizer: Tokenizer, name: str
+) -> MistakeEffect:
+    """The :class:`MistakeEffect` of two analyses of the same input and decoder input (the
+    correct one and the one with mistake ``name`` switched on)."""
+    check_mistakes([name])
+    config = correct.trace.config
+    stack = correct.trace.target if correct.trace.target is not None else correct.trace.source
+    other = broken.trace.target if broken.trace.target is not None else broken.trace.source
+    assert stack is not None and other is not None  # every pass reads a source or a target
+    if not torch.equal(stack.tokens, other.tokens):
+        raise ValueError("the two passes read different inputs: pass the same decoder input")
+    logits_before, logits_after = correct.trace.logits, broken.trace.logits  # each read once
+    real = real_positions(stack.tokens, config.pad_id).to(logits_before.device)  # (B, T)
+    delta = (logits_after - logits_before).abs().amax(-1)  # (B, T)
+    delta = torch.nan_to_num(delta, nan=float("inf"))  # a NaN is the largest change there is
+    delta = delta.masked_fill(~real, -1.0)
+    flat = int(delta.argmax())
+    sentence, position = divmod(flat, delta.size(1))
+    hidden = (_hidden(broken) - _hidden(correct)).abs().amax(-1)
+    hidden = torch.nan_to_num(hidden, nan=float("inf")).masked_fill(~real, 0.0)
+    pad = never_generated(config)
+    best_before = best_without_padding(logits_before, pad).cpu()
+    best_after = best_without_padding(logits_after, pad).cpu()
+    real = real.cpu()
+    before = [best_before[b][real[b]].tolist() for b in range(real.size(0))]
+    after = [best_after[b][real[b]].tolist() for b in range(real.size(0))]
+
+    def pieces(rows: list[list[int]]) -> list[list[str]]:
+        return [[tokenizer.id_to_token(i) or "?" for i in row] for row in rows]
+
+    return MistakeEffect(
+        mistake=MISTAKES[name],
+        correct=correct,
+        broken=broken,
+        largest_change=float(delta.max()),
+        sentence=sentence,
+        position=position,
+        largest_hidden_change=float(hidden.max()),
+        tokens_before=pieces(before),
+        tokens_after=pieces(after),
+        predicted_before=[tokenizer.decode(row) for row in before],
+        predicted_after=[tokenizer.decode(row) for row in after],
+        changed=[b != a for b, a in zip(before, after, strict=True)],
+    )
+
+
+def mistake_effect(
+    model: Transformer, tokenizer: Tokenizer, sentences: Sequence[str], name: str
+) -> MistakeEffect:
+    """Run ``sentences`` through ``model`` correctly and with mistake ``name`` switched on, on
+    the same decoder input (the correct pass's greedy output, teacher-forced), and compare.
+
+    Raises ``ValueError`` for an unknown name, a mistake that does not apply to this model, or
+    (cross-attention from the memory) source and target lengths that cannot work.
+    """
+
+    check_mistakes([name], model.config)
+    correct = analyse(model, tokenizer, sentences)
+    # The broken pass reads the correct pass's decoder input (an encoder-decoder model's).
+    target = correct.trace.target
+    has_both = model.config.has_encoder and model.config.has_decoder
+    targets = target.tokens if has_both and target is not None else None
+    broken = analyse(model, tokenizer, sentences, Intervention(mistakes=frozenset({name})), targets)
+    return compare_passes(correct, broken, tokenizer, name)
+
+
+__all__ = ["MistakeEffect", "compare_passes", "mistake_effect", "real_positions"]

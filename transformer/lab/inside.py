@@ -1,0 +1,1106 @@
+"""Inside one layer, one query token at a time: every computation, its shape and its code line.
+
+``walkthrough(model, analysis, stack, layer, head, query)`` runs one layer of a captured pass
+again, step by step in the model's own order, from the trace's layer input and with the model's
+own modules (so every number is the model's), and keeps for one query token and one head what
+each step computed: the formula, the tensor's shape as the model computes it, the values, a short
+explanation, and the line of ``transformer/`` that computes it (found in the source at run time,
+so edits elsewhere in a file do not move it). ``inside_layer(model, tokenizer, text, ...)`` does
+the analysis of one sentence first::
+
+    walk = inside_layer(model, tokenizer, "the cat sees a dog", "encoder", 0, 1, 2)
+    for step in walk.steps:
+        print(step.name, step.shape, step.code)
+
+A Llama-family layer (``norm_kind="rms"``, ``positional="rotary"``, ``n_kv_heads``,
+``feed_forward_kind="gated"``) shows its own steps: RMSNorm (``self.norm_in``, ``ff.norm_in``),
+q and K before rotation (``self.q``, ``self.k``: K of the key/value head this query head
+shares with its group), the rotation angles of the query's position (``self.angles``), q and K
+after rotation (``self.q_rotated``, ``self.k_rotated``), then ``ff.gate_in``, the activated gate
+(``ff.activation``), ``ff.up``, the unit activity SiLU(gate) ⊙ up (``ff.product``) and
+``ff.project`` (W_down). A paper layer's steps are unchanged.
+
+Layers, heads and tokens are counted from 0 here.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+from torch import Tensor
+
+from ..core import attention as attention_module
+from ..core import operations
+from ..core import rotary as rotary_module
+from ..core.attention import MultiHeadAttention
+from ..core.config import ModelConfig
+from ..core.layers import LayerNorm
+from ..core.model import Transformer
+from ..core.modern import GatedFeedForward, RMSNorm, expand_kv_heads
+from ..core.stacks import DecoderLayer, EncoderLayer, _Residual
+from ..core.trace import LayerTrace, StackInput
+from ..core.util import eval_mode
+from ..text.tokenization import Tokenizer
+from .inspection import Analysis, analyse
+
+_ROOT = Path(__file__).resolve().parents[2]  # the repository (paths shown as transformer/...)
+SECTIONS: tuple[str, ...] = ("input", "self-attention", "cross-attention", "feed-forward")
+_ACTIVATIONS = {
+    "relu": ("ReLU(u) = max(0, u)", "sets every negative unit to exactly 0"),
+    "gelu": ("GELU(u) = u·Φ(u)", "squashes every negative unit to between −0.17 and 0"),
+    "gelu_tanh": (
+        "GELU(u) ≈ ½u·(1 + tanh(√(2/π)·(u + 0.044715u³)))",
+        "squashes every negative unit to between −0.17 and 0",
+    ),
+    "silu": ("SiLU(u) = u·σ(u)", "squashes every negative unit to between −0.28 and 0"),
+}
+
+
+@dataclass(frozen=True)
+class CodeLine:
+    """One line of ``transformer/``: ``path`` relative to the repository, ``line`` from 1, the
+    line's ``text`` (stripped). ``found`` is False when no marker matched (then ``line`` is the
+    function's first line)."""
+
+    path: str
+    line: int
+    text: str
+    found: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@functools.cache
+def code_line(obj: Callable[..., Any], markers: tuple[str, ...]) -> CodeLine:
+    """The first line of ``obj``'s source that holds one of ``markers`` (tried in order)."""
+    lines, start = inspect.getsourcelines(obj)
+    source = Path(inspect.getsourcefile(obj) or "").resolve()
+    try:
+        path = source.relative_to(_ROOT).as_posix()
+    except ValueError:
+        path = source.name
+    for marker in markers:
+        for offset, text in enumerate(lines):
+            if marker in text:
+                return CodeLine(path, start + offset, text.strip())
+    return CodeLine(path, start, lines[0].strip(), found=False)
+
+
+@dataclass
+class Step:
+    """One computation of the layer, for the chosen query token (and head).
+
+    Attributes:
+        key: a stable id (``"self.q"``, ``"ff.hidden"``, ...).
+        name: what it is, for a heading.
+        section: one of :data:`SECTIONS`.
+        formula: plain text with unicode math.
+        shape: the whole tensor as the model computes it, e.g. ``"(B, H, T, d_head) = (1, 4, 9,
+            16)"``.
+        shown: which slice of it ``values`` are, with their shape.
+        values: ``(n,)`` vector or ``(rows, n)`` matrix, float32 on the CPU.
+        explanation: one or two sentences.
+        code: the line that computes it.
+        labels: key tokens of a per-key vector, or row labels of a matrix.
+        off: ``(n,)`` bool, True where the step removed a cell: masked keys, switched-off units.
+        notes: per-key reasons a key is masked (``""`` for an allowed key).
+        highlight: ``(start, stop)`` columns of the chosen head in a concatenation.
+    """
+
+    key: str
+    name: str
+    section: str
+    formula: str
+    shape: str
+    shown: str
+    values: Tensor
+    explanation: str
+    code: CodeLine
+    labels: list[str] | None = None
+    off: Tensor | None = None
+    notes: list[str] | None = None
+    highlight: tuple[int, int] | None = None
+
+    @property
+    def per_key(self) -> bool:
+        """Whether ``values`` has one number per key (drawn as a labelled row)."""
+        return self.labels is not None and self.values.dim() == 1
+
+
+@dataclass
+class LayerWalkthrough:
+    """Every step of one layer for one query token and one head, in the model's order."""
+
+    config: ModelConfig
+    stack: str
+    layer: int
+    head: int
+    query: int
+    row: int
+    query_labels: list[str]
+    key_labels: list[str]
+    memory_labels: list[str] | None
+    steps: list[Step] = field(default_factory=list)
+
+    def step(self, key: str) -> Step:
+        """The step called ``key``; ``KeyError`` naming the keys there are."""
+        for step in self.steps:
+            if step.key == key:
+                return step
+        raise KeyError(f"no step {key!r}; steps: {[s.key for s in self.steps]}")
+
+    def section(self, name: str) -> list[Step]:
+        """The steps of one section (``[]`` where the layer has none, e.g. cross-attention)."""
+        return [step for step in self.steps if step.section == name]
+
+    def has(self, key: str) -> bool:
+        """Whether the walkthrough has a step called ``key``."""
+        return any(step.key == key for step in self.steps)
+
+
+def _dims(names: str, tensor: Tensor) -> str:
+    return f"({names}) = ({', '.join(str(n) for n in tensor.shape)})"
+
+
+def _cpu(values: Tensor) -> Tensor:
+    return values.detach().float().cpu().clone()
+
+
+def _list(indices: Tensor, limit: int = 12) -> str:
+    items = [str(int(i)) for i in indices[:limit]]
+    return ", ".join(items) + (", …" if indices.numel() > limit else "")
+
+
+def _norm_explanation(x: Tensor, norm: LayerNorm | RMSNorm) -> str:
+    if isinstance(norm, RMSNorm):
+        rms = x.float().pow(2).mean().add(norm.eps).sqrt().item()
+        return (
+            f"RMSNorm over this token's d_model numbers: no mean is subtracted and there is no "
+            f"bias; divide by their root mean square √(mean(x²) + ε) = {rms:.3g}, then scale by "
+            "the learned gain w."
+        )
+    mean = x.mean().item()
+    std = x.var(unbiased=False).add(norm.eps).sqrt().item()
+    return (
+        f"LayerNorm over this token's d_model numbers: subtract their mean μ = {mean:.3g}, "
+        f"divide by √(σ² + ε) = {std:.3g}, then scale by γ and shift by β (both learned)."
+    )
+
+
+class _Walker:
+    """Builds the steps of one walkthrough (the shared indices and labels in one place)."""
+
+    def __init__(self, walk: LayerWalkthrough, model: Transformer) -> None:
+        self.walk = walk
+        self.model = model
+        self.steps = walk.steps
+        self.b, self.i, self.h = walk.row, walk.query, walk.head
+        self.d_head = walk.config.d_head
+        self.offset = 0  # the position of the stack's first token (rotary angles)
+
+    def add(
+        self,
+        key: str,
+        section: str,
+        name: str,
+        formula: str,
+        full: Tensor | None = None,
+        dims: str = "B, T, d_model",
+        per_head: Tensor | None = None,
+        **rest: Any,
+    ) -> None:
+        """Append a step; with ``full``, a ``(B, T, n)`` tensor, the step shows this token's row
+        of it, with ``per_head``, a ``(B, H, Tq, n)`` tensor, this head's row for this query (its
+        shape, the slice and the values follow from it unless given)."""
+        label = self.walk.query_labels[self.i]
+        if full is not None:
+            rest.setdefault("shape", _dims(dims, full))
+            rest.setdefault("shown", f"token {label}: ({full.size(-1)},)")
+            rest["values"] = _cpu(full[self.b, self.i])
+        if per_head is not None:
+            rest.setdefault("shape", _dims(dims, per_head))
+            rest.setdefault("shown", f"head {self.h + 1}, query {label}: ({per_head.size(-1)},)")
+            rest.setdefault("values", _cpu(per_head[self.b, self.h, self.i]))
+        self.steps.append(Step(key=key, name=name, section=section, formula=formula, **rest))
+
+    # -- the input -------------------------------------------------------------------------
+
+    def embedding(self, record: StackInput, x: Tensor, decoder: bool) -> None:
+        model, b, i = self.model, self.b, self.i
+        embedding = model.tgt_embedding if decoder else model.src_embedding
+        norm = model.tgt_embedding_norm if decoder else model.src_embedding_norm
+        embed = type(model)._embed
+        assert embedding is not None  # the stack this record entered exists
+        token_id = int(record.tokens[b, i])
+        scale = "·√d_model" if embedding.scale != 1.0 else ""
+        self.add(
+            "embedding.token",
+            "input",
+            "token embedding",
+            f"e = E[{token_id}]{scale}",
+            shape=_dims("B, T, d_model", record.token_embedding),
+            shown=f"token {self.walk.query_labels[i]}: ({record.token_embedding.size(-1)},)",
+            values=_cpu(record.token_embedding[b, i]),
+            explanation=f"Row {token_id} of the learned embedding matrix"
+            + (
+                f", multiplied by √d_model = {embedding.scale:.3g} (paper section 3.4)."
+                if scale
+                else " (this model does not scale it)."
+            ),
+            code=code_line(embed, ("token_vectors = parts.embedding(tokens)",)),
+        )
+        if self.walk.config.positional == "rotary":
+            self.layer_input(x, first=True)  # nothing is added: q and k are rotated instead
+            return
+        sinusoidal = self.walk.config.positional == "sinusoidal"
+        position = i + record.position_offset
+        self.add(
+            "embedding.position",
+            "input",
+            "position",
+            f"p = PE({position})" if sinusoidal else f"p = P[{position}]",
+            shape=_dims("T, d_model", record.positional),
+            shown=f"position {position}: ({record.positional.size(-1)},)",
+            values=_cpu(record.positional[i]),
+            explanation=(
+                "Sines and cosines of the position at falling frequencies (section 3.5): fixed, "
+                "not learned."
+                if sinusoidal
+                else "A learned vector for this position (row of the position table)."
+            ),
+            code=code_line(embed, ("pe = ops.positions(",)),
+        )
+        total = record.token_embedding + record.positional
+        formula = "x = e + p"
+        code = code_line(embed, ("x = token_vectors + pe",))
+        if record.token_type_embedding is not None:
+            self.add(
+                "embedding.token_type",
+                "input",
+                "token type",
+                "t = T[type]",
+                shape=_dims("B, T, d_model", record.token_type_embedding),
+                shown=f"token {self.walk.query_labels[i]}: "
+                f"({record.token_type_embedding.size(-1)},)",
+                values=_cpu(record.token_type_embedding[b, i]),
+                explanation="BERT adds a learned vector for the segment (sentence A = type 0).",
+                code=code_line(
+                    type(model)._source_parts, ("type_vectors = self.token_type_embedding(",)
+                ),
+            )
+            total = total + record.token_type_embedding
+            formula = "x = e + p + t"
+            code = code_line(embed, ("x = x + parts.token_types",))
+        self.add(
+            "embedding.sum",
+            "input",
+            "sum",
+            formula,
+            full=total,
+            explanation="The pieces are added, number by number: one vector per token.",
+            code=code,
+        )
+        if norm is not None:
+            normed = norm(total)
+            self.add(
+                "embedding.norm",
+                "input",
+                "embedding LayerNorm",
+                f"{formula[4:]} → LayerNorm",
+                full=normed,
+                explanation=_norm_explanation(total[b, i], norm),
+                code=code_line(embed, ("x = ops.layer_norm(parts.norm, x)",)),
+            )
+        self.layer_input(x, first=True)
+
+    def layer_input(self, x: Tensor, first: bool) -> None:
+        walk = self.walk
+        stack_module = self.model.decoder if walk.stack == "decoder" else self.model.encoder
+        self.add(
+            "input",
+            "input",
+            f"x: the input of layer {walk.layer + 1}",
+            ("x = the step above" if first else f"x = output of layer {walk.layer}"),
+            full=x,
+            explanation=(
+                (
+                    "What the first layer reads: the token's embedding alone. Rotary positions "
+                    "add no position vector here; the attention rotates q and k by the position."
+                    if walk.config.positional == "rotary"
+                    else "What the first layer reads: the embedded tokens (dropout is off at "
+                    "inference)."
+                )
+                if first
+                else f"What layer {walk.layer} wrote into the residual stream at this token."
+            ),
+            code=code_line(type(stack_module).forward, ("x, trace = layer(",)),
+        )
+
+    # -- one attention sub-layer -----------------------------------------------------------
+
+    def attention(
+        self,
+        prefix: str,
+        section: str,
+        module: MultiHeadAttention,
+        residual: _Residual,
+        x: Tensor,
+        memory: Tensor | None,
+        mask: Tensor,
+        key_labels: list[str],
+        reasons: list[str],
+    ) -> Tensor:
+        """Steps of one attention sub-layer; returns the ``(B, T, d_model)`` stream after it."""
+        b, i, h, dh = self.b, self.i, self.h, self.d_head
+        pre = residual.pre_norm
+        sdpa = attention_module.scaled_dot_product_attention
+        scores_code = attention_module.attention_scores
+        token = self.walk.query_labels[i]
+        hs = residual.sublayer_input(x)
+        if pre and isinstance(residual.norm, RMSNorm):
+            self.rms_norm(
+                f"{prefix}.norm_in",
+                section,
+                x,
+                hs,
+                residual.norm,
+                "A pre-norm model normalises what a sub-layer reads and adds the sub-layer's "
+                "output to the un-normalised stream. ",
+            )
+        elif pre:
+            self.add(
+                f"{prefix}.norm_in",
+                section,
+                "LayerNorm first (pre-LN)",
+                "LN(x) = γ·(x − μ)/√(σ² + ε) + β",
+                full=hs,
+                explanation="A pre-LN model normalises what a sub-layer reads and adds the "
+                "sub-layer's output to the un-normalised stream. "
+                + _norm_explanation(x[b, i], residual.norm),
+                code=code_line(
+                    type(residual).sublayer_input, ("return ops.layer_norm(self.norm, x)",)
+                ),
+            )
+        source = hs if memory is None else memory
+        q, k, v = self.qkv(prefix, section, module, hs, source, memory, key_labels)
+
+        cols = f"columns {h * dh}…{(h + 1) * dh - 1}"
+        dot = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
+        self.add(
+            f"{prefix}.dot",
+            section,
+            "q·k for each key",
+            "s_j = q·k_j",
+            per_head=dot,
+            dims="B, H, Tq, Tk",
+            explanation="One number per key: how well the key matches the query.",
+            code=code_line(scores_code, ("queries @ keys.transpose(-2, -1)", "@ keys.transpose")),
+            labels=key_labels,
+        )
+        scale = 1.0 / math.sqrt(dh)
+        scaled = dot.clone().mul_(scale)
+        self.add(
+            f"{prefix}.scaled",
+            section,
+            "÷ √d_k",
+            f"s_j / √d_k = s_j / √{dh} = s_j × {scale:.4g}",
+            per_head=scaled,
+            dims="B, H, Tq, Tk",
+            explanation=f"Divided by √d_k = √{dh} (the head's width, not d_model), so that wide "
+            "heads do not push softmax into a one-hot corner.",
+            code=code_line(sdpa, ("queries = q * scale", "* scale")),
+            labels=key_labels,
+        )
+        allowed = mask.expand(dot.size(0), 1, dot.size(2), dot.size(3))
+        masked = scaled.masked_fill(~allowed, float("-inf"))
+        off = ~allowed[b, 0, i].cpu()
+        n_off = int(off.sum())
+        if n_off:
+            counts: dict[str, int] = {}
+            for reason in reasons:
+                if reason:
+                    counts[reason] = counts.get(reason, 0) + 1
+            why = "; ".join(f"{n} {r}" for r, n in counts.items())
+            text = f"{n_off} of {off.numel()} keys are set to −∞ ({why}): softmax gives them 0."
+        else:
+            text = f"No key is masked: all {off.numel()} keys are real tokens" + (
+                ", and this attention may look both ways." if prefix != "self" else "."
+            )
+        if prefix == "self" and self.walk.stack == "encoder" and not n_off:
+            text = f"No key is masked: all {off.numel()} keys are real tokens, and an encoder "
+            text += "looks both ways (no causal mask)."
+        self.add(
+            f"{prefix}.masked",
+            section,
+            "the mask",
+            "s_j = −∞ where key j may not be attended to",
+            shape=_dims("B, 1, Tq, Tk", allowed),
+            shown=f"query {token}: ({dot.size(-1)},); grey = masked",
+            values=_cpu(masked[b, h, i]),
+            explanation=text,
+            code=code_line(scores_code, ("scores.masked_fill_(~mask", "masked_fill")),
+            labels=key_labels,
+            off=off,
+            notes=reasons,
+        )
+        weights = torch.softmax(masked, dim=-1)
+        has_key = allowed.any(dim=-1, keepdim=True)
+        weights = weights.masked_fill(~has_key, 0.0)
+        row = masked[b, h, i]
+        finite = row[torch.isfinite(row)]
+        top = finite.max() if finite.numel() else row.new_zeros(())
+        exp = torch.exp(row - top).masked_fill(off.to(row.device), 0.0)
+        softmax_code = code_line(sdpa, ("weights = torch.softmax(scores", "softmax("))
+        self.add(
+            f"{prefix}.exp",
+            section,
+            "softmax: exp",
+            "e_j = exp(s_j − max s)",
+            per_head=weights,
+            dims="B, H, Tq, Tk",
+            values=_cpu(exp),
+            explanation=f"Every score made positive (exp(−∞) = 0); subtracting the largest "
+            f"score ({top.item():.3g}) keeps exp from overflowing. Σ e = {exp.sum().item():.4g}.",
+            code=softmax_code,
+            labels=key_labels,
+            off=off,
+        )
+        self.add(
+            f"{prefix}.weights",
+            section,
+            "the weights",
+            "a_j = e_j / Σ e   (softmax)",
+            per_head=weights,
+            dims="B, H, Tq, Tk",
+            explanation=f"The attention weights: they sum to 1. The largest, "
+            f"{weights[b, h, i].max().item():.3f}, goes to key "
+            f"{key_labels[int(weights[b, h, i].argmax())]}.",
+            code=softmax_code,
+            labels=key_labels,
+            off=off,
+        )
+        heads = weights @ v  # (B, H, Tq, d_head)
+        self.add(
+            f"{prefix}.head",
+            section,
+            f"head {h + 1}'s output",
+            "head = Σ_j a_j·v_j",
+            per_head=heads,
+            dims="B, H, Tq, d_head",
+            explanation="The values, mixed by the weights: what this head brings to the token.",
+            code=code_line(sdpa, ("return attended @ v", "@ v")),
+        )
+        batch, n_heads, length, _ = heads.shape
+        concat = heads.transpose(1, 2).reshape(batch, length, n_heads * dh)
+        self.add(
+            f"{prefix}.concat",
+            section,
+            "all heads concatenated",
+            f"Concat(head_1, …, head_{n_heads})",
+            shape=_dims("B, T, d_model", concat),
+            shown=f"query {token}: ({concat.size(-1)},); head {h + 1} is {cols}",
+            values=_cpu(concat[b, i]),
+            explanation=f"The {n_heads} heads' outputs side by side (each head computed its "
+            "own weights the same way).",
+            code=code_line(
+                operations.merge_heads, ("x.transpose(1, 2).reshape(", ".reshape(", "return")
+            ),
+            highlight=(h * dh, (h + 1) * dh),
+        )
+        update = module.w_o(concat)
+        self.add(
+            f"{prefix}.project",
+            section,
+            "·W_O",
+            "Concat(…)·W_O" + (" + b_O" if module.w_o.bias is not None else ""),
+            shape=_dims("B, T, d_model", update),
+            shown=f"query {token}: ({update.size(-1)},)",
+            values=_cpu(update[b, i]),
+            explanation="The output projection mixes the heads: what this sub-layer adds to the "
+            "stream.",
+            code=code_line(type(module).attend, ("return self.w_o(", "self.w_o(")),
+        )
+        return self.residual(prefix, section, residual, x, update, "Attention")
+
+    def qkv(
+        self,
+        prefix: str,
+        section: str,
+        module: MultiHeadAttention,
+        hs: Tensor,
+        source: Tensor,
+        memory: Tensor | None,
+        key_labels: list[str],
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The q, K and V steps: the paper's, or with grouped key/value heads the one this query
+        head reads, and with rotary positions q and K before and after their rotation. Returns
+        q ``(B, H, Tq, d_head)`` and K, V expanded to ``(B, H, Tk, d_head)`` (each query head's
+        own key/value head)."""
+        b, i, h, dh = self.b, self.i, self.h, self.d_head
+        forward = type(module).forward
+        token = self.walk.query_labels[i]
+        n_heads, n_kv = module.n_heads, module.n_kv_heads
+        g = module.kv_head_of[h]  # the key/value head query head h reads (h without grouping)
+        q = operations.split_heads(module.w_q(hs), n_heads)  # (B, H, Tq, d_head)
+        k = operations.split_heads(module.w_k(source), n_kv)  # (B, H_kv, Tk, d_head)
+        v = operations.split_heads(module.w_v(source), n_kv)
+        bias = {
+            name: f" + b_{name[-1].upper()}" if getattr(module, name).bias is not None else ""
+            for name in ("w_q", "w_k", "w_v")
+        }
+        where = "this token" if memory is None else "this target token"
+        kv_input = "X" if memory is None else "memory"
+        paper = module.rotary is None and n_kv == n_heads
+        before = " (before rotation)" if module.rotary is not None else ""
+        cols = f"columns {h * dh}…{(h + 1) * dh - 1}"
+        self.add(
+            f"{prefix}.q",
+            section,
+            "query q" + before,
+            f"q = x·W_Q{bias['w_q']}   (head {h + 1}: {cols})",
+            per_head=q,
+            dims="B, H, Tq, d_head",
+            shown=f"head {h + 1}, {where} {token}: ({dh},)",
+            explanation=f"What {where} looks for: its vector times the query matrix, cut into "
+            f"{n_heads} {'heads' if paper else 'query heads'} of d_head = {dh}.",
+            code=code_line(forward, ("q = ops.split_heads(self.w_q(query)", "self.w_q(")),
+        )
+        kv = self._kv_texts(module, g, memory, paper)
+
+        def kv_step(which: str, tensor: Tensor, name: str, cols: str, explanation: str) -> None:
+            """K or V (``which``): every key's vector in key/value head ``g``."""
+            w, n = f"W_{which.upper()}", tensor.size(2)
+            self.add(
+                f"{prefix}.{which}",
+                section,
+                name,
+                f"{which.upper()} = {kv_input}·{w}{bias['w_' + which]}{cols}",
+                shape=_dims(kv["dims"], tensor),
+                shown=f"{kv['head']}, all {n} keys: ({n}, {dh})",
+                values=_cpu(tensor[b, g]),
+                explanation=explanation,
+                code=code_line(
+                    forward,
+                    (f"{which} = ops.split_heads(self.w_{which}(key_value)", f"self.w_{which}("),
+                ),
+                labels=key_labels,
+            )
+
+        kv_step("k", k, f"keys K{before}{kv['name']}", kv["k_cols"], kv["k_explanation"])
+        if module.rotary is not None:
+            q, k = self.rotation(prefix, section, module.rotary, q, k, g, key_labels)
+        kv_step("v", v, f"values V{kv['name']}", kv["v_cols"], kv["v_explanation"])
+        return q, expand_kv_heads(k, n_heads), expand_kv_heads(v, n_heads)
+
+    def _kv_texts(
+        self, module: MultiHeadAttention, g: int, memory: Tensor | None, paper: bool
+    ) -> dict[str, str]:
+        """What the K and V steps say: the paper's heads, or key/value head ``g`` of a grouped
+        or rotating attention."""
+        h, dh, n_heads, n_kv = self.h, self.d_head, module.n_heads, module.n_kv_heads
+        passes = "What each key passes on if it is attended to"
+        if paper:
+            kv_from = (
+                "every token of the layer's input" if memory is None else "the encoder's memory"
+            )
+            return {
+                "name": " (every key)",
+                "dims": "B, H, Tk, d_head",
+                "head": f"head {h + 1}",
+                "k_cols": "",
+                "v_cols": "",
+                "k_explanation": f"What each key offers to be matched on, from {kv_from}.",
+                "v_explanation": passes + ".",
+            }
+        group = [str(n + 1) for n, kv in enumerate(module.kv_head_of) if kv == g]
+        grouped = n_kv != n_heads
+        return {
+            "name": f": key/value head {g + 1}",
+            "dims": "B, H_kv, Tk, d_head",
+            "head": f"key/value head {g + 1}",
+            "k_cols": f"   (key/value head {g + 1}: columns {g * dh}…{(g + 1) * dh - 1})",
+            "v_cols": f"   (key/value head {g + 1}; not rotated)",
+            "k_explanation": (
+                f"Grouped-query attention: W_K makes only {n_kv} key/value heads for "
+                f"{n_heads} query heads, and query head h reads key/value head "
+                f"h // {n_heads // n_kv}. Query head {h + 1} reads key/value head {g + 1}, "
+                f"shared with query heads {', '.join(group)}."
+                if grouped
+                else f"One key/value head per query head: query head {h + 1} reads its own."
+            ),
+            "v_explanation": passes
+            + (f", shared by query heads {', '.join(group)}." if grouped else "."),
+        }
+
+    def rms_norm(
+        self, key: str, section: str, x: Tensor, hs: Tensor, norm: RMSNorm, lead: str
+    ) -> None:
+        """The RMSNorm step before a sub-layer of a pre-norm model (``hs = norm(x)``)."""
+        self.add(
+            key,
+            section,
+            "RMSNorm first (pre-norm)",
+            "RMSNorm(x) = x / √(mean(x²) + ε) · w",
+            full=hs,
+            explanation=lead + _norm_explanation(x[self.b, self.i], norm),
+            code=code_line(type(norm).forward, ("torch.rsqrt(mean_square + self.eps)",)),
+        )
+
+    def rotation(
+        self,
+        prefix: str,
+        section: str,
+        rotary: rotary_module.RotaryEmbedding,
+        q: Tensor,
+        k: Tensor,
+        g: int,
+        key_labels: list[str],
+    ) -> tuple[Tensor, Tensor]:
+        """The rotary steps: this position's angles, then q and key/value head ``g``'s K turned
+        by them; returns q and K rotated."""
+        b, i, h, dh = self.b, self.i, self.h, self.d_head
+        token = self.walk.query_labels[i]
+        position = i + self.offset
+        angles = rotary_module.rotary_angles(
+            torch.tensor([position], device=q.device), dh, rotary.base
+        )[0]  # (d_head/2,)
+        self.add(
+            f"{prefix}.angles",
+            section,
+            f"rotation angles at position {position}",
+            f"angle_i = {position} · θ_i,   θ_i = {rotary.base:g}^(−2i/{dh})",
+            shape=f"(d_head/2,) = ({angles.numel()},)",
+            shown=f"position {position}: ({angles.numel()},) radians",
+            values=_cpu(angles),
+            explanation=f"Rotary positions: dimension i and i + {dh // 2} of every query "
+            f"and key head turn together by position · θ_i. The first pair turns "
+            f"{angles[0].item():.3g} rad here, the last {angles[-1].item():.3g}: the first "
+            "pairs spin fast, the last barely move. Nothing was added to the embedding.",
+            code=code_line(rotary_module.rotary_angles, ("positions.float()[..., None]",)),
+        )
+        q_rot, k_rot = rotary(q, k, offset=self.offset)
+        rotate_code = code_line(rotary_module.rotate, ("rotate_half(x) * sin",))
+        self.add(
+            f"{prefix}.q_rotated",
+            section,
+            "query q after rotation",
+            "q' = q·cos(angle) + rotate_half(q)·sin(angle),  rotate_half([a, b]) = [−b, a]",
+            per_head=q_rot,
+            dims="B, H, Tq, d_head",
+            shown=f"head {h + 1}, this token {token}: ({dh},)",
+            explanation="The query turned by this position's angles, pair by pair: its "
+            f"length stays {q[b, h, i].norm().item():.4g}, only its direction changes.",
+            code=rotate_code,
+        )
+        self.add(
+            f"{prefix}.k_rotated",
+            section,
+            f"keys K after rotation: key/value head {g + 1}",
+            "k'_j = k_j·cos(angle_j) + rotate_half(k_j)·sin(angle_j)",
+            shape=_dims("B, H_kv, Tk, d_head", k_rot),
+            shown=f"key/value head {g + 1}, all {k.size(2)} keys: ({k.size(2)}, {dh})",
+            values=_cpu(k_rot[b, g]),
+            explanation="Each key turned by its own position's angles; so q'·k'_j depends "
+            "on the distance between the query and key j, not on where they are.",
+            code=rotate_code,
+            labels=key_labels,
+        )
+        return q_rot, k_rot
+
+    def residual(
+        self, prefix: str, section: str, residual: _Residual, x: Tensor, update: Tensor, what: str
+    ) -> Tensor:
+        """The residual add and, in post-LN, the norm after it; returns the new stream."""
+        b, i = self.b, self.i
+        added = x + update
+        self.add(
+            f"{prefix}.residual",
+            section,
+            "residual add",
+            f"x + {what}(…)",
+            full=added,
+            explanation="The sub-layer's output is added to its input: the residual stream "
+            "keeps what was there (dropout is off at inference).",
+            code=code_line(type(residual).forward, ("x = x + self.dropout(", "x = x +")),
+        )
+        if residual.pre_norm:
+            return added
+        normed = residual.norm(added)
+        self.add(
+            f"{prefix}.norm_out",
+            section,
+            "LayerNorm (post-LN)",
+            f"LN(x + {what}(…))",
+            full=normed,
+            explanation="A post-LN model (the paper, BERT, Marian) normalises after the add. "
+            + _norm_explanation(added[b, i], residual.norm),
+            code=code_line(type(residual).forward, ("return ops.layer_norm(self.norm, x)",)),
+        )
+        return normed
+
+    # -- the feed-forward sub-layer --------------------------------------------------------
+
+    def feed_forward(self, layer: EncoderLayer | DecoderLayer, x: Tensor) -> Tensor:
+        b, i = self.b, self.i
+        ff, residual = layer.feed_forward, layer.feed_forward_residual
+        section = "feed-forward"
+        ff_code = type(ff).forward
+        hs = residual.sublayer_input(x)
+        if residual.pre_norm and isinstance(residual.norm, RMSNorm):
+            self.rms_norm("ff.norm_in", section, x, hs, residual.norm, "")
+        elif residual.pre_norm:
+            self.add(
+                "ff.norm_in",
+                section,
+                "LayerNorm first (pre-LN)",
+                "LN(x) = γ·(x − μ)/√(σ² + ε) + β",
+                full=hs,
+                explanation=_norm_explanation(x[b, i], residual.norm),
+                code=code_line(
+                    type(residual).sublayer_input, ("return ops.layer_norm(self.norm, x)",)
+                ),
+            )
+        if isinstance(ff, GatedFeedForward):
+            update = self.gated(ff, hs)
+            return self.residual("ff", section, residual, x, update, "FFN")
+        hidden = ff.linear1(hs)  # (B, T, d_ff)
+        d_ff = hidden.size(-1)
+        self.add(
+            "ff.hidden",
+            section,
+            "·W₁ + b₁",
+            "u = x·W₁ + b₁",
+            full=hidden,
+            dims="B, T, d_ff",
+            explanation=f"Widened from d_model = {hs.size(-1)} to d_ff = {d_ff} hidden units, "
+            "each token on its own.",
+            code=code_line(ff_code, ("self.linear1(x)", "linear1(")),
+        )
+        activated = ff.activation(hidden)
+        self.activation(
+            hidden, activated, gate=False, code=code_line(ff_code, ("self.activation(",))
+        )
+        update = ff.linear2(activated)
+        self.add(
+            "ff.project",
+            section,
+            "·W₂ + b₂",
+            "FFN(x) = act(u)·W₂ + b₂",
+            full=update,
+            explanation=f"Back from {d_ff} to d_model = {update.size(-1)}: what the "
+            "feed-forward network adds to the stream.",
+            code=code_line(ff_code, ("self.linear2(", "linear2(")),
+        )
+        return self.residual("ff", section, residual, x, update, "FFN")
+
+    def activation(self, pre: Tensor, post: Tensor, gate: bool, code: CodeLine) -> str:
+        """The activation step, ``post = act(pre)`` (both ``(B, T, d_ff)``), greying the units
+        it switches off (``pre`` ≤ 0): the hidden units, or with ``gate`` the gated
+        feed-forward's gates. Returns the activation's formula."""
+        formula, effect = _ACTIVATIONS.get(
+            self.walk.config.activation, ("act(u)", "changes each unit")
+        )
+        off = (pre[self.b, self.i] <= 0).cpu()
+        n_off, d_ff = int(off.sum()), off.numel()
+        act = formula.split("(")[0]
+        if gate:
+            explanation = (
+                f"{act} {effect}: {n_off} of {d_ff} gates are nearly closed (g ≤ 0; grey); a "
+                "large positive g lets its unit through almost unchanged."
+            )
+        elif n_off <= d_ff // 2:
+            explanation = f"{act} {effect}: it switched off {n_off} of {d_ff} units (u ≤ 0; grey): "
+            explanation += f"{_list(off.nonzero().flatten())}."
+        else:
+            explanation = f"{act} {effect}: it switched off {n_off} of {d_ff} units (u ≤ 0; grey); "
+            explanation += f"the {d_ff - n_off} still on: {_list((~off).nonzero().flatten())}."
+        token = self.walk.query_labels[self.i]
+        self.add(
+            "ff.activation",
+            "feed-forward",
+            "activation of the gate" if gate else "activation",
+            formula.replace("u", "g") if gate else formula,
+            full=post,
+            dims="B, T, d_ff",
+            shown=f"token {token}: ({d_ff},); "
+            + ("grey = gate nearly closed, g ≤ 0" if gate else "grey = switched off"),
+            explanation=explanation,
+            code=code,
+            off=off,
+        )
+        return formula
+
+    def gated(self, ff: GatedFeedForward, hs: Tensor) -> Tensor:
+        """The gated feed-forward's steps (SwiGLU with SiLU); returns ``(B, T, d_model)``."""
+        b, i = self.b, self.i
+        section = "feed-forward"
+        code = code_line(type(ff).forward, ("self.activation(self.w_gate(x)) * self.w_up(x)",))
+        pre_gate = ff.w_gate(hs)  # (B, T, d_ff)
+        up = ff.w_up(hs)
+        d_ff = up.size(-1)
+        self.add(
+            "ff.gate_in",
+            section,
+            "·W_gate",
+            "g = x·W_gate",
+            full=pre_gate,
+            dims="B, T, d_ff",
+            explanation=f"Widened from d_model = {hs.size(-1)} to d_ff = {d_ff}: the gate, "
+            "which will decide how much of each unit passes.",
+            code=code,
+        )
+        gate = ff.activation(pre_gate)
+        formula = self.activation(pre_gate, gate, gate=True, code=code)
+        self.add(
+            "ff.up",
+            section,
+            "·W_up",
+            "u = x·W_up",
+            full=up,
+            dims="B, T, d_ff",
+            explanation="A second projection to d_ff, of the same token: what the units carry.",
+            code=code,
+        )
+        product = gate * up
+        strongest = product[b, i].abs().topk(min(5, d_ff)).indices
+        self.add(
+            "ff.product",
+            section,
+            "gate ⊙ up: the unit activity",
+            f"a = {formula.split('(')[0]}(g) ⊙ u",
+            full=product,
+            dims="B, T, d_ff",
+            explanation="Each unit's carried value times its gate, number by number (SwiGLU): "
+            f"the most active units here are {_list(strongest.cpu())}.",
+            code=code,
+        )
+        update = ff.w_down(product)
+        self.add(
+            "ff.project",
+            section,
+            "·W_down",
+            "FFN(x) = a·W_down",
+            full=update,
+            explanation=f"Back from {d_ff} to d_model = {update.size(-1)}: what the "
+            "feed-forward network adds to the stream.",
+            code=code_line(type(ff).forward, ("return self.w_down(",)),
+        )
+        return update
+
+
+def _mask_reasons(
+    allowed: Tensor, real_keys: Tensor, causal: Tensor | None, query: int
+) -> list[str]:
+    """Per key, why the mask removed it: ``"padding"``, ``"causal: a later position"``, both,
+    or ``""`` for an allowed key. ``allowed`` and ``real_keys`` are ``(Tk,)`` bool."""
+    reasons = []
+    for j in range(allowed.numel()):
+        if bool(allowed[j]):
+            reasons.append("")
+            continue
+        why = []
+        if not bool(real_keys[j]):
+            why.append("padding")
+        if causal is not None and not bool(causal[query, j]):
+            why.append("causal: a later position")
+        reasons.append(" and ".join(why) or "masked")
+    return reasons
+
+
+def _check_index(value: int, name: str, n: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    if not 0 <= value < n:
+        raise ValueError(f"{name} must be between 0 and {n - 1} (counted from 0), got {value}")
+    return value
+
+
+@torch.no_grad()
+def walkthrough(
+    model: Transformer,
+    analysis: Analysis,
+    stack: str,
+    layer: int,
+    head: int,
+    query: int,
+    row: int = 0,
+) -> LayerWalkthrough:
+    """Every step of one layer for one query token and one head (all counted from 0).
+
+    Args:
+        model: the model whose pass ``analysis`` captured (its own weights recompute each step).
+        analysis: a captured pass (``transformer.lab.inspection.analyse``) without an intervention.
+        stack: ``"encoder"`` or ``"decoder"`` (the model must have it).
+        layer: the layer in that stack.
+        head: the head whose attention arithmetic is shown (the concatenation shows them all).
+        query: the position of the query token in the stack's input; a real token, not padding.
+        row: the sentence of the batch.
+
+    Returns:
+        A :class:`LayerWalkthrough` whose steps follow the model's order: the input (the
+        embedding pieces in layer 0), self-attention, cross-attention in a decoder layer of an
+        encoder-decoder model, the feed-forward network, the layer's output.
+    """
+    config = model.config
+    trace = analysis.trace
+    if stack not in ("encoder", "decoder"):
+        raise ValueError(f"stack must be 'encoder' or 'decoder', got {stack!r}")
+    if (stack == "encoder" and not config.has_encoder) or (
+        stack == "decoder" and not config.has_decoder
+    ):
+        other = "decoder" if stack == "encoder" else "encoder"
+        raise ValueError(f"a {config.architecture} model has no {stack}: choose the {other}")
+    layers = trace.encoder_layers if stack == "encoder" else trace.decoder_layers
+    record = trace.source if stack == "encoder" else trace.target
+    if record is None:
+        raise ValueError("the analysis holds no inputs: it was run without capture")
+    pieces = analysis.source_pieces if stack == "encoder" else analysis.target_pieces
+    _check_index(row, "row", analysis.batch_size)
+    _check_index(layer, "layer", len(layers))
+    _check_index(head, "head", config.n_heads)
+    _check_index(query, "query", record.tokens.size(1))
+    real = record.real_tokens[row].cpu()
+    token_is_pad = int(record.tokens[row, query]) == config.pad_id
+    trailing_pad = token_is_pad and bool(
+        (record.tokens[row, query:] == config.pad_id).all() and query > 0
+    )
+    if not bool(real[query]) or trailing_pad:
+        n_real = int(real.sum()) if not trailing_pad else query
+        raise ValueError(f"token {query} is padding: choose a real token (0..{max(n_real - 1, 0)})")
+    labels = [f"{n}:{piece}" for n, piece in enumerate(pieces[row])]
+    memory_labels = None
+    if stack == "decoder" and config.has_encoder:
+        memory_labels = [f"{n}:{piece}" for n, piece in enumerate(analysis.source_pieces[row])]
+    walk = LayerWalkthrough(
+        config=config,
+        stack=stack,
+        layer=layer,
+        head=head,
+        query=query,
+        row=row,
+        query_labels=labels,
+        key_labels=labels,
+        memory_labels=memory_labels,
+    )
+    traced: LayerTrace = layers[layer]
+    module = cast(
+        EncoderLayer | DecoderLayer,
+        (model.encoder if stack == "encoder" else model.decoder).layers[layer],
+    )
+    with eval_mode(model):
+        walker = _Walker(walk, model)
+        walker.offset = record.position_offset
+        x = traced.input
+        if layer == 0:
+            walker.embedding(record, x, decoder=stack == "decoder")
+        else:
+            walker.layer_input(x, first=False)
+        self_record = traced.self_attention
+        causal = trace.causal if stack == "decoder" else None
+        reasons = _mask_reasons(
+            self_record.mask[row, 0, query].cpu(), real, _cpu_or_none(causal), query
+        )
+        residual = (
+            module.attention_residual
+            if isinstance(module, EncoderLayer)
+            else module.self_attention_residual
+        )
+        x = walker.attention(
+            "self",
+            "self-attention",
+            module.self_attention,
+            residual,
+            x,
+            None,
+            self_record.mask,
+            labels,
+            reasons,
+        )
+        if isinstance(module, DecoderLayer) and module.cross_attention is not None:
+            cross = traced.cross_attention
+            # A layer with cross-attention records it; its memory and labels come from the source.
+            assert cross is not None and trace.source is not None and memory_labels is not None
+            reasons = _mask_reasons(
+                cross.mask[row, 0, query].cpu(), trace.source.real_tokens[row].cpu(), None, query
+            )
+            x = walker.attention(
+                "cross",
+                "cross-attention",
+                module.cross_attention,
+                module.cross_attention_residual,
+                x,
+                trace.memory,
+                cross.mask,
+                memory_labels,
+                reasons,
+            )
+        x = walker.feed_forward(module, x)
+        walker.add(
+            "output",
+            "feed-forward",
+            f"the output of layer {layer + 1}",
+            "x' = the stream after the feed-forward sub-layer",
+            full=x,
+            explanation=(
+                "What the next layer reads at this token."
+                if layer + 1 < len(layers)
+                else "The last layer's output"
+                + (
+                    (
+                        ": the stack's final RMSNorm comes next (pre-norm)."
+                        if config.norm_kind == "rms"
+                        else ": the stack's final LayerNorm comes next (pre-LN)."
+                    )
+                    if config.norm == "pre"
+                    else (
+                        ": the encoder's memory, which the decoder's cross-attention reads."
+                        if stack == "encoder" and config.has_decoder
+                        else ": what the generator turns into logits."
+                    )
+                )
+            ),
+            code=code_line(type(module).forward, ("= self.feed_forward_residual(", "return x")),
+        )
+    return walk
+
+
+def _cpu_or_none(tensor: Tensor | None) -> Tensor | None:
+    return None if tensor is None else tensor.cpu()
+
+
+def check_sentence(text: str | None) -> str:
+    """The one sentence a walkthrough reads, stripped; ``ValueError`` saying what to fix."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        raise ValueError("enter a sentence to look inside the layer with")
+    if len(lines) > 1:
+        raise ValueError("one sentence at a time: put it on one line")
+    return lines[0]
+
+
+def inside_layer(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    text: str,
+    stack: str,
+    layer: int,
+    head: int,
+    query: int,
+) -> LayerWalkthrough:
+    """Analyse one sentence and walk through one layer for one query token and one head.
+
+    For an encoder-decoder model the decoder reads the model's own greedy output, so the query
+    of the ``"decoder"`` stack is a position of that output (0 is the start token). Layer,
+    head and query are counted from 0. See :func:`walkthrough`.
+    """
+    sentence = check_sentence(text)
+    analysis = analyse(model, tokenizer, [sentence])
+    return walkthrough(model, analysis, stack, layer, head, query)

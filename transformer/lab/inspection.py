@@ -1,0 +1,209 @@
+"""Inspecting a model on a few sentences: one call from text to a labelled trace.
+
+This is what the app's attention and embedding views compute, kept here so a notebook can do the
+same: ``analyse(model, tokenizer, ["the cat sees a dog", "a bird"])``.
+
+For an encoder-decoder model the decoder needs a target: unless one is given, it is the model's
+own greedy output, fed back teacher-forced, so decoder self-attention and cross-attention show
+what the model attends to while producing its answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..core.model import Transformer
+from ..core.operations import Operations
+from ..core.special import PAD_ID
+from ..core.trace import Trace, captured_weight_bytes, check_capture_size
+from ..core.util import eval_mode, pad
+from ..generation import best_without_padding, decoding_ends, greedy_batch, never_generated
+from ..text.tokenization import Tokenizer
+from .interventions import NO_INTERVENTION, Intervention
+
+MAX_SENTENCES = 3
+
+
+@dataclass
+class Analysis:
+    """A captured forward pass over a padded batch, with token pieces for labelling figures.
+
+    ``source_pieces[b]`` and ``target_pieces[b]`` have one piece per position of the padded batch
+    (``"[PAD]"`` where sequence ``b`` is padding), so they line up with the trace's axes.
+    ``outputs[b]`` is the decoded target text, ``predicted[b]`` the teacher-forced argmax text.
+    """
+
+    trace: Trace
+    source_pieces: list[list[str]]
+    target_pieces: list[list[str]]
+    outputs: list[str]
+    predicted: list[str]
+
+    @property
+    def batch_size(self) -> int:
+        """Number of sentences in the batch."""
+        return len(self.outputs)
+
+
+def least_captured_bytes(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: Sequence[str],
+    targets: torch.Tensor | None = None,
+) -> int:
+    """A lower bound of the attention weights :func:`analyse` will compute for these sentences
+    (and that its views read; it does not keep them:
+    :func:`~transformer.core.trace.captured_weight_bytes`; a translation's own answer, not known
+    before it is decoded, counted as one token). 0 for input :func:`analyse` refuses."""
+    config = model.config
+    try:
+        cleaned = check_sentences(sentences)
+        if config.architecture == "decoder-only":
+            ids = encode_batch(tokenizer, cleaned, config.max_len, config.prompt_bos)
+            return captured_weight_bytes(config, ids.size(0), 0, ids.size(1))
+        src = encode_batch(tokenizer, cleaned, config.max_len)
+    except ValueError:
+        return 0
+    answer = 1 if targets is None else targets.size(1)
+    return captured_weight_bytes(config, src.size(0), src.size(1), answer)
+
+
+def _pieces(tokenizer: Tokenizer, ids: torch.Tensor) -> list[list[str]]:
+    return [[tokenizer.id_to_token(int(i)) or "?" for i in row] for row in ids]
+
+
+def check_sentences(sentences: Sequence[str], limit: int = MAX_SENTENCES) -> list[str]:
+    """Strip the sentences and drop empty ones; a clear ``ValueError`` if none or too many."""
+    cleaned = [s.strip() for s in sentences if s and s.strip()]
+    if not cleaned:
+        raise ValueError("enter at least one sentence")
+    if len(cleaned) > limit:
+        raise ValueError(f"at most {limit} sentences at a time (got {len(cleaned)})")
+    return cleaned
+
+
+def encode_batch(
+    tokenizer: Tokenizer,
+    sentences: Sequence[str],
+    max_len: int,
+    add_bos: bool = False,
+    pad_id: int | None = None,
+) -> torch.Tensor:
+    """``(B, T)`` right-padded ids; ``ValueError`` naming the sentence that is too long.
+
+    Without ``add_bos`` (an encoder's input) the tokenizer's post-processor adds its special
+    tokens, if it has one (pretrained tokenizers do; the bundled ones have none). Padding is
+    ``pad_id`` (the model's own, e.g. GPT-2's ``<|endoftext|>``, whose tokenizer names no pad
+    token), else the tokenizer's."""
+    rows = []
+    for number, sentence in enumerate(sentences, 1):
+        if add_bos:
+            ids = tokenizer.encode_ids(sentence, add_bos=True)
+        else:  # the tokenizer's own post-processor: BERT's [CLS] … [SEP], Marian's … </s>
+            ids = tokenizer.encoding(sentence).ids
+        if not ids:
+            raise ValueError(f"sentence {number} has no tokens")
+        if len(ids) > max_len:
+            raise ValueError(
+                f"sentence {number} is {len(ids)} tokens long; this model reads at most {max_len}"
+            )
+        rows.append(ids)
+    if pad_id is None:
+        pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else PAD_ID
+    return pad(rows, pad_id)
+
+
+@torch.no_grad()
+def analyse(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: Sequence[str],
+    intervention: Intervention = NO_INTERVENTION,
+    targets: torch.Tensor | None = None,
+) -> Analysis:
+    """Capture a forward pass over 1..3 sentences (padded into one batch).
+
+    Args:
+        model: any architecture (run in eval mode, its training flag restored after).
+        tokenizer: the model's tokenizer (needs [BOS]/[EOS] for encoder-decoder and decoder-only).
+        sentences: the inputs; for a decoder-only model, its prompt texts.
+        intervention: what-if switches applied to the captured pass.
+        targets: ``(B, Tt)`` decoder input ids to use instead of the model's greedy output (to
+            compare two interventions on the same target).
+    """
+    with eval_mode(model):
+        return _analyse(model, tokenizer, check_sentences(sentences), intervention, targets)
+
+
+def _captured(intervention: Intervention) -> Operations:
+    """The operations of an analysis's pass: the intervention's, its attention weights not
+    kept (its trace computes them again, layer by layer, when a view reads them)."""
+    return dataclasses.replace(intervention.operations, keep_attention_weights=False)
+
+
+def _analyse(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: list[str],
+    intervention: Intervention,
+    targets: torch.Tensor | None,
+) -> Analysis:
+    config = model.config
+    device = model.device
+    if config.architecture == "decoder-only":
+        # Each sentence begins with [BOS] where the model's prompts do (config.prompt_bos).
+        tgt = encode_batch(
+            tokenizer, sentences, config.max_len, add_bos=config.prompt_bos, pad_id=config.pad_id
+        ).to(device)
+        check_capture_size(config, tgt.size(0), 0, tgt.size(1))
+        trace = model(tgt=tgt, capture=True, ops=_captured(intervention))
+        return Analysis(
+            trace=trace,
+            source_pieces=[],
+            target_pieces=_pieces(tokenizer, tgt.cpu()),
+            outputs=list(sentences),
+            predicted=_predicted(tokenizer, trace, tgt),
+        )
+    src = encode_batch(tokenizer, sentences, config.max_len).to(device)
+    check_capture_size(config, src.size(0), src.size(1), 0)
+    if config.architecture == "encoder-only":
+        trace = model(src=src, capture=True, ops=_captured(intervention))
+        return Analysis(trace, _pieces(tokenizer, src.cpu()), [], list(sentences), [])
+    if targets is None:
+        # An answer much longer than its source is babble: stop it early (each step costs time).
+        limit = min(config.max_len - 1, 2 * src.size(1) + 8)
+        # Pretrained models name their own start and end ids (Marian starts from <pad>).
+        bos, eos = decoding_ends(config, tokenizer.bos_id, tokenizer.eos_id)
+        generated = greedy_batch(model, src, bos_id=bos, eos_id=eos, max_new_tokens=limit)
+        assert bos is not None  # greedy_batch starts a source's answer from it, or raises
+        targets = pad([[bos, *row] for row in generated], config.pad_id)
+    targets = targets.to(device)
+    check_capture_size(config, src.size(0), src.size(1), targets.size(1))
+    trace = model(src, targets, capture=True, ops=_captured(intervention))
+    outputs = [tokenizer.decode(row.tolist()) for row in targets]
+    return Analysis(
+        trace=trace,
+        source_pieces=_pieces(tokenizer, src.cpu()),
+        target_pieces=_pieces(tokenizer, targets.cpu()),
+        outputs=outputs,
+        predicted=_predicted(tokenizer, trace, targets),
+    )
+
+
+def _predicted(tokenizer: Tokenizer, trace: Trace, inputs: torch.Tensor) -> list[str]:
+    """Teacher-forced argmax at every real position, decoded (the logits read a few positions
+    at a time: a long text's are never all held)."""
+    excluded = never_generated(trace.config)  # never [PAD]
+    best = torch.cat(
+        [
+            best_without_padding(trace.logits_at(start, stop), excluded).cpu()
+            for start, stop in trace.chunks()
+        ],
+        dim=1,
+    )
+    real = (inputs != trace.config.pad_id).cpu()
+    return [tokenizer.decode(best[b][real[b]].tolist()) for b in range(best.size(0))]

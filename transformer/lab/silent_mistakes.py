@@ -1,0 +1,236 @@
+"""Mistakes of the modern block that still write fluent text, as broken operations.
+
+The seeds' mistakes (:mod:`transformer.lab.mistakes`) break a model visibly. A Llama-family model
+fails more quietly: each mistake here keeps the text fluent (or nearly), and only a number such
+as the model's perplexity on a reference text (:mod:`transformer.lab.perplexity`) or a parity test
+gives it away. Each is one operation of :class:`~transformer.core.operations.Operations` written the
+wrong way, made by :func:`silent_operations`:
+
+    >>> from transformer.lab.silent_mistakes import KV_TILED, silent_operations
+    >>> logits = model(tgt=ids, ops=silent_operations(KV_TILED))
+
+The forward pass (``attention.py``, ``stacks.py``, ``modern.py``, ``rotary.py``) knows nothing
+of them: it runs the operations it is handed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from ..core.config import ModelConfig
+from ..core.modern import RMSNorm
+from ..core.operations import PAPER, Operations
+
+if TYPE_CHECKING:
+    from ..core.layers import LayerNorm
+    from ..core.rotary import RotaryEmbedding
+
+ROTARY_NEIGHBOURS = "rotary: neighbour pairs on rotate-half weights"
+KV_TILED = "key/value heads tiled with repeat"
+ROTARY_NO_OFFSET = "rotary positions not offset by the cache"
+RMS_MEAN_SUBTRACTED = "RMSNorm with the mean subtracted"
+RMS_EPS_OUTSIDE = "RMSNorm: eps outside the root"
+NO_SCALE = "no 1/√d_head scaling"
+CAUSAL_OFF_PREFILL = "causal mask off during prefill"
+
+
+# -- the broken operations -------------------------------------------------------------------
+
+
+def rotate_neighbours(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate ``x`` ``(B, H, T, d_head)`` pairing neighbours ``(2i, 2i+1)`` (the RoPE paper's
+    and llama.cpp's layout), pair i by the angle whose ``cos``/``sin`` ``(T, d_head)`` sit in
+    column i of the rotate-half table (its first half)."""
+    half = x.shape[-1] // 2
+    c, s = cos[..., :half].to(x.dtype), sin[..., :half].to(x.dtype)  # (T, d_head/2)
+    even, odd = x[..., 0::2], x[..., 1::2]  # (B, H, T, d_head/2) each
+    return torch.stack([even * c - odd * s, even * s + odd * c], dim=-1).flatten(-2)
+
+
+def neighbour_pairs(
+    rotary: RotaryEmbedding, q: Tensor, k: Tensor, offset: int
+) -> tuple[Tensor, Tensor]:
+    """Rotary positions with neighbour pairs, on weights trained (and converted) for rotate
+    half: the same angles, applied to the wrong pairs of dimensions."""
+    positions = torch.arange(offset, offset + q.shape[-2], device=q.device)
+    cos, sin = rotary.cos_sin(positions)  # (T, d_head)
+    return rotate_neighbours(q, cos, sin), rotate_neighbours(k, cos, sin)
+
+
+def positions_from_zero(
+    rotary: RotaryEmbedding, q: Tensor, k: Tensor, offset: int
+) -> tuple[Tensor, Tensor]:
+    """Rotary positions that forget the cache: every call starts at position 0, so a cached
+    step's new token is rotated as if it came first (an uncached pass is unchanged)."""
+    return rotary(q, k, offset=0)
+
+
+def tiled_kv_heads(x: Tensor, n_heads: int) -> Tensor:
+    """``(B, H_kv, T, d_head)`` → ``(B, H, T, d_head)`` with ``repeat`` (the heads tiled: query
+    head h reads key/value head ``h % H_kv``) instead of ``repeat_interleave`` (``h // (H /
+    H_kv)``)."""
+    n_kv_heads = x.shape[1]
+    if n_kv_heads == n_heads:
+        return x
+    return x.repeat(1, n_heads // n_kv_heads, 1, 1)
+
+
+def rms_mean_subtracted(norm: LayerNorm | RMSNorm, x: Tensor) -> Tensor:
+    """RMSNorm that subtracts the mean first (a LayerNorm without β): ``w · (x − mean) /
+    sqrt(mean((x − mean)²) + eps)``; ``(..., d)`` → ``(..., d)``. A LayerNorm is unchanged."""
+    if not isinstance(norm, RMSNorm):
+        return norm(x)
+    x32 = x.float()
+    centred = x32 - x32.mean(dim=-1, keepdim=True)
+    normed = centred * torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + norm.eps)
+    return norm.weight * normed.to(x.dtype)
+
+
+def rms_eps_outside(norm: LayerNorm | RMSNorm, x: Tensor) -> Tensor:
+    """RMSNorm with ``eps`` added after the root: ``w · x / (sqrt(mean(x²)) + eps)``; ``(...,
+    d)`` → ``(..., d)``. A LayerNorm is unchanged."""
+    if not isinstance(norm, RMSNorm):
+        return norm(x)
+    x32 = x.float()
+    root = x32.pow(2).mean(dim=-1, keepdim=True).sqrt()
+    return norm.weight * (x32 / (root + norm.eps)).to(x.dtype)
+
+
+def unscaled(d_head: int, n_heads: int) -> float:
+    """No scale at all: the scores are the bare ``q · k``."""
+    return 1.0
+
+
+# -- the catalogue -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SilentMistake:
+    """One silent mistake: its ``name``, ``why`` it is wrong (a sentence), ``requires`` (what
+    a model needs for it to change anything) and the operations it changes."""
+
+    name: str
+    why: str
+    requires: str
+    changes: dict[str, object]
+    _applies: Callable[[ModelConfig], bool]
+
+    def applies(self, config: ModelConfig) -> bool:
+        """Whether switching this mistake on changes a model of this configuration."""
+        return config.has_decoder and self._applies(config)
+
+
+def _rotary(config: ModelConfig) -> bool:
+    return config.positional == "rotary"
+
+
+def _grouped(config: ModelConfig) -> bool:
+    # with one key/value head (multi-query), tiling and repeating in place are the same
+    return 1 < config.kv_heads < config.n_heads
+
+
+def _rms(config: ModelConfig) -> bool:
+    return config.norm_kind == "rms"
+
+
+SILENT_MISTAKES: dict[str, SilentMistake] = {
+    m.name: m
+    for m in (
+        SilentMistake(
+            ROTARY_NEIGHBOURS,
+            "Hugging Face's weights pair dimension i with i + d_head/2; rotating neighbours "
+            "(2i, 2i+1) turns the wrong pairs, so q·k no longer depends on the distance alone.",
+            "rotary positions",
+            {"rotary_positions": neighbour_pairs},
+            _rotary,
+        ),
+        SilentMistake(
+            KV_TILED,
+            "query head h must read key/value head h // (H / H_kv); repeat tiles the heads, so "
+            "most query heads read another group's keys and values.",
+            "grouped-query attention with more than one key/value head",
+            {"expand_kv_heads": tiled_kv_heads},
+            _grouped,
+        ),
+        SilentMistake(
+            ROTARY_NO_OFFSET,
+            "a cached step's token sits at position = cache length; rotated as position 0 it "
+            "looks like the first token, and cached decoding drifts from an uncached pass.",
+            "rotary positions",
+            {"rotary_positions": positions_from_zero},
+            _rotary,
+        ),
+        SilentMistake(
+            RMS_MEAN_SUBTRACTED,
+            "RMSNorm divides by the root mean square and keeps the mean; subtracting it throws "
+            "away a direction the weights rely on.",
+            "RMSNorm",
+            {"layer_norm": rms_mean_subtracted},
+            _rms,
+        ),
+        SilentMistake(
+            RMS_EPS_OUTSIDE,
+            "eps belongs under the root, sqrt(mean(x²) + eps); outside it changes little, "
+            "except for small vectors.",
+            "RMSNorm",
+            {"layer_norm": rms_eps_outside},
+            _rms,
+        ),
+        SilentMistake(
+            NO_SCALE,
+            "without 1/√d_head the scores grow with the head width, so softmax turns almost "
+            "one-hot and every head attends more sharply than it was trained to.",
+            "",
+            {"score_scale": unscaled},
+            lambda config: True,
+        ),
+        SilentMistake(
+            CAUSAL_OFF_PREFILL,
+            "without the causal mask the prompt's positions read the tokens after them; one "
+            "new token at a time has no future to see, so only the prompt's pass changes.",
+            "",
+            {"causal_mask": False},
+            lambda config: True,
+        ),
+    )
+}
+
+
+def silent_operations(name: str, base: Operations = PAPER) -> Operations:
+    """``base`` with the silent mistake ``name`` made; ``ValueError`` naming the valid ones
+    for an unknown name."""
+    if name not in SILENT_MISTAKES:
+        raise ValueError(f"unknown silent mistake {name!r}; choose from {list(SILENT_MISTAKES)}")
+    return replace(base, **SILENT_MISTAKES[name].changes)  # type: ignore[arg-type]
+
+
+def applicable_silent(config: ModelConfig) -> list[str]:
+    """The silent mistakes that change a model of this configuration, in catalogue order."""
+    return [name for name, m in SILENT_MISTAKES.items() if m.applies(config)]
+
+
+__all__ = [
+    "CAUSAL_OFF_PREFILL",
+    "KV_TILED",
+    "NO_SCALE",
+    "RMS_EPS_OUTSIDE",
+    "RMS_MEAN_SUBTRACTED",
+    "ROTARY_NEIGHBOURS",
+    "ROTARY_NO_OFFSET",
+    "SILENT_MISTAKES",
+    "SilentMistake",
+    "applicable_silent",
+    "neighbour_pairs",
+    "positions_from_zero",
+    "rms_eps_outside",
+    "rms_mean_subtracted",
+    "rotate_neighbours",
+    "silent_operations",
+    "tiled_kv_heads",
+    "unscaled",
+]

@@ -1,0 +1,86 @@
+"""Coercing what the UI (or an API caller, who can send anything) gives a handler: numbers in
+range, lists of dimensions, sizes for messages. Bad values raise `InputError` naming the input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformer.lab.analysis import unreadable_characters
+from transformer.text.tokenization import Tokenizer
+
+from .errors import InputError, code_span
+
+
+def shown(value: Any, most: int = 40) -> str:
+    """A value as a message quotes it: short, and a string without Python's quotes' escapes."""
+    text = repr(value) if not isinstance(value, str) else f"'{value}'"
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def as_int(value: Any, name: str, low: int, high: int) -> int:
+    """A slider or number input as an int in ``low..high`` (API callers can send anything)."""
+    try:
+        number = int(float(value))
+    except (TypeError, ValueError, OverflowError):  # None, "x", NaN, ±infinity
+        raise InputError(f"{name} must be a number, got {shown(value)}") from None
+    if not low <= number <= high:
+        raise InputError(f"{name} must be between {low:,} and {high:,}, got {number:,}")
+    return number
+
+
+def as_float(value: Any, name: str, low: float, high: float) -> float:
+    """A slider or number input as a finite float in ``low..high`` (NaN and infinity rejected)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(f"{name} must be a number, got {shown(value)}") from None
+    if not low <= number <= high:  # False for NaN too
+        raise InputError(f"{name} must be between {low:g} and {high:g}, got {number:g}")
+    return number
+
+
+def as_int_list(text: str | None, name: str, default: str = "0") -> list[int]:
+    """Whole numbers separated by commas (or semicolons), sorted, each once."""
+    if text is not None and not isinstance(text, str):
+        raise InputError(f"{name} must be whole numbers separated by commas")
+    parts = [x.strip() for x in (text or default).replace(";", ",").split(",") if x.strip()]
+    wrong = []
+    numbers = set()
+    for part in parts:
+        try:
+            numbers.add(int(part))
+        except ValueError:
+            wrong.append(part)
+    if wrong:
+        raise InputError(
+            f"{name} must be whole numbers separated by commas ({shown(wrong[0])} is not one)"
+        )
+    return sorted(numbers)
+
+
+def as_text(value: Any, name: str) -> str:
+    """A text input as a string (an API caller may send a list or a number)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InputError(f"{name} must be text, got {type(value).__name__}")
+    return value
+
+
+def size_text(n_bytes: int) -> str:
+    """A byte count for a message: ``"20 MB"`` or ``"1,000 bytes"``."""
+    return f"{n_bytes / 2**20:g} MB" if n_bytes >= 2**20 else f"{n_bytes:,} bytes"
+
+
+def unreadable_note(tokenizer: Tokenizer, text: str, subject: str = "This model") -> str:
+    """One sentence naming what ``tokenizer`` cannot read in ``text`` (each character it maps
+    to its unknown token; a whole word where each character alone is known), or ``""``.
+    The characters come from the library's one `unreadable_characters`."""
+    found = unreadable_characters(tokenizer, text)
+    unk = tokenizer.unk_id
+    if not found or unk is None:  # without an unknown token every character is readable
+        return ""
+    listed = ", ".join(code_span(item) for item in found)
+    unknown = code_span(str(tokenizer.id_to_token(unk)))
+    reads = "it reads" if len(found) == 1 else "each reads"
+    return f"⚠️ {subject} cannot read {listed}: {reads} as {unknown}."

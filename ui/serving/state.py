@@ -1,0 +1,373 @@
+"""Shared state: the model registry (the bundled models; the pretrained ones, shipped in a pip
+package or named with ``--model``, loaded lazily; each session's "trained here" model), the
+byte-bounded cache of analyses with its lock, and the dataclasses that one browser session keeps
+in ``gr.State``."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import functools
+import logging
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from transformer.core.trace import Trace
+from transformer.generation import DecodingSession
+from transformer.lab.inspection import Analysis, analyse, least_captured_bytes
+from transformer.lab.interventions import NO_INTERVENTION, Intervention
+from transformer.pretrained import PretrainedError, load_pretrained, shipped_models
+from transformer.pretrained.checkpoint import Checkpoint
+from transformer.training.bundled import load_bundled
+
+from . import limits
+from .errors import InputError, readable_list, user_input
+
+log = logging.getLogger("visualiser")
+
+TRAINED_HERE = "trained here (this session)"
+
+
+@dataclass
+class SessionModels:
+    """What one browser session owns: the model it trained (never shared with other sessions)."""
+
+    trained: Checkpoint | None = None
+    snapshots: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+
+
+@dataclass
+class GenerationState:
+    """One browser session's generation: the decoding session and the inputs it was made from
+    (a change of any input starts a new one)."""
+
+    key: tuple = ()
+    decoding: DecodingSession | None = None
+    source_pieces: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Step and Run to the end may arrive at once for one session: each step holds this
+        # lock. Not a field: gradio turns a State's dataclass fields into its config.
+        self.lock = threading.Lock()
+
+    def __deepcopy__(self, memo: dict) -> GenerationState:
+        """gr.State copies its initial value per session; a lock is not copied but made anew."""
+        import copy
+
+        return GenerationState(
+            copy.deepcopy(self.key, memo),
+            copy.deepcopy(self.decoding, memo),
+            list(self.source_pieces),
+        )
+
+
+def _tensor_bytes(value: Any, seen: set[int]) -> int:
+    """Bytes of every tensor reachable from ``value`` (dataclasses, lists, tuples, dicts),
+    each storage counted once."""
+    if isinstance(value, torch.Tensor):
+        storage = value.untyped_storage()
+        if storage.data_ptr() in seen:
+            return 0
+        seen.add(storage.data_ptr())
+        return storage.nbytes()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return sum(_tensor_bytes(getattr(value, f.name), seen) for f in dataclasses.fields(value))
+    if isinstance(value, list | tuple):
+        return sum(_tensor_bytes(item, seen) for item in value)
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(item, seen) for item in value.values())
+    return 0
+
+
+def _trace_bytes(trace: Trace) -> int:
+    """Bytes a cached trace holds: every tensor (an analysis computes its attention weights
+    again when a view reads them: SmolLM2's at 511 tokens holds 135 MB, the residual stream,
+    queries and keys, not the 283 MB of weights its views draw)."""
+    return _tensor_bytes(trace, set())
+
+
+PRELOAD_FIRST = "SmolLM2-135M-Instruct"
+"""The pretrained model the background thread reads first: the Generate tab's opening model."""
+
+
+_EXITING = threading.Event()
+_PRELOADS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_preloads() -> None:
+    """At exit, let a model being read finish (and start no other): a daemon thread still inside
+    torch while the interpreter shuts down aborts the process ("terminate called without an
+    active exception"), which turned a passing test run's exit status into 134."""
+    _EXITING.set()
+    for thread in list(_PRELOADS):
+        thread.join(timeout=60)
+
+
+class ModelRegistry:
+    """The models the app offers, by name, and a cache of their analyses, so that changing
+    layer, head or view does not recompute the trace.
+
+    Bundled models are loaded at start (they are small); pretrained models (the shipped
+    all-MiniLM-L6-v2 and any ``--model`` folder or hub id) are listed at once but read on first
+    use or by :meth:`preload` in the background, so the app starts as fast without them. All of
+    them are shared by every session, read-only; ``TRAINED_HERE`` names the model a session
+    trained (found in its ``SessionModels``).
+    """
+
+    def __init__(
+        self,
+        device: torch.device,
+        extra_models: Sequence[str] = (),
+        allow_download: bool = False,
+    ) -> None:
+        self.device = device
+        self.bundled = load_bundled(device)
+        for name, reason in self.bundled.errors.items():
+            log.warning("bundled model %s could not be loaded: %s", name, reason)
+        # name -> loader; the loaded checkpoints and load errors fill in as they are read.
+        self._loaders: dict[str, Callable[[], Checkpoint]] = {}
+        for shipped in shipped_models():
+            if shipped.available:
+                self._loaders[shipped.name] = functools.partial(shipped.load, device)
+        # What each --model name stands for (a folder path or a hub id), for messages.
+        self.sources: dict[str, str] = {}
+        for spec in extra_models:
+            name = self._name_for(spec)
+            self.sources[name] = spec
+            self._loaders[name] = functools.partial(
+                load_pretrained, spec, device=device, allow_download=allow_download
+            )
+        self.pretrained: dict[str, Checkpoint] = {}
+        self.pretrained_errors: dict[str, str] = {}
+        self._load_lock = threading.Lock()
+        self._preloading: threading.Thread | None = None
+        self._released = threading.Event()
+        self._analyses: OrderedDict[tuple, tuple[Analysis, int]] = OrderedDict()
+        self._cache_lock = threading.Lock()
+
+    def _name_for(self, spec: str) -> str:
+        """The menu name of a ``--model`` argument: a hub id as given, a folder by its own name
+        (a menu never shows where this machine keeps files), made unique with " (2)", " (3)"."""
+        path = Path(spec).expanduser()
+        path_like = (
+            path.exists()
+            or path.is_absolute()
+            or spec.startswith((".", "~"))
+            or spec.replace("\\", "/").strip("/").count("/") > 1  # a hub id has one at most
+        )
+        base = (path.resolve().name or spec) if path_like else spec
+        taken = {*self.bundled.models, *self.bundled.errors, *self._loaders, TRAINED_HERE}
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base} ({n})"
+        return name
+
+    @property
+    def preloading(self) -> bool:
+        """Whether the background thread is still reading pretrained models."""
+        return self._preloading is not None and self._preloading.is_alive()
+
+    @property
+    def model_names(self) -> list[str]:
+        """Every model a menu offers: bundled, pretrained, then the session's own."""
+        return [*self.bundled.models, *self._loaders, TRAINED_HERE]
+
+    def menu(self, session: SessionModels | None) -> list[str]:
+        """The models a session's menus offer: ``TRAINED_HERE`` only once it has trained one
+        (before that it is an option that does not apply)."""
+        if session is not None and session.trained is not None:
+            return self.model_names
+        return [name for name in self.model_names if name != TRAINED_HERE]
+
+    @property
+    def errors(self) -> dict[str, str]:
+        """Models that could not be loaded, with the reason (bundled and pretrained)."""
+        return {**self.bundled.errors, **self.pretrained_errors}
+
+    def _pretrained(self, name: str) -> Checkpoint:
+        """A pretrained model, read on first use (one thread reads it; others wait for it)."""
+        with self._load_lock:
+            if name in self.pretrained:
+                return self.pretrained[name]
+            if name in self.pretrained_errors:
+                raise InputError(
+                    f"the model '{name}' could not be loaded: {self.pretrained_errors[name]}"
+                )
+            try:
+                checkpoint = self._loaders[name]()
+            except Exception as error:  # any failure leaves the other models serving
+                reason = (
+                    str(error)
+                    if isinstance(error, PretrainedError | OSError | ValueError)
+                    else (f"{type(error).__name__}: {error}")
+                )
+                # The library names its own argument; a user of the app meets the flag.
+                reason = reason.replace(
+                    "allow_download=True", "start the app with --allow-download"
+                )
+                self.pretrained_errors[name] = reason
+                log.warning("pretrained model %s could not be loaded: %s", name, reason)
+                raise InputError(f"the model '{name}' could not be loaded: {reason}") from None
+            self.pretrained[name] = checkpoint
+            return checkpoint
+
+    def preload(self) -> threading.Thread:
+        """Read every pretrained model in a background thread (errors are kept by name)."""
+
+        def work() -> None:
+            # The Generate tab opens on SmolLM2: read it first, so its first step waits least.
+            for name in sorted(self._loaders, key=lambda n: n != PRELOAD_FIRST):
+                if _EXITING.is_set() or self._released.is_set():  # start no other model
+                    return
+                # A failure is recorded in pretrained_errors; choosing the model reports it.
+                with contextlib.suppress(ValueError):
+                    self._pretrained(name)
+
+        thread = threading.Thread(target=work, daemon=True, name="preload-models")
+        self._preloading = thread
+        _PRELOADS.add(thread)
+        thread.start()
+        return thread
+
+    def release(self) -> None:
+        """Drop the pretrained models read so far and every cached analysis, once the app that
+        served them is closed. Gradio and FastAPI keep a closed app reachable (FastAPI caches
+        its routes' dependencies), and with it this registry: a process that launches one app
+        after another, as the tests do, held every one's models (about 0.7 GB each). A model
+        asked for again is read again."""
+        self._released.set()
+        if self._preloading is not None:
+            self._preloading.join()  # the model being read, if any, then no other
+        with self._load_lock:
+            self.pretrained.clear()
+        with self._cache_lock:
+            self._analyses.clear()
+
+    def menu_name(self, name: str) -> str:
+        """The menu name of a model: ``name`` itself, or the name given to the ``--model``
+        folder or hub id ``name`` (so a notebook or API caller may name it as it was given)."""
+        if name in self._loaders or name in self.bundled.models:
+            return name
+        return next((menu for menu, spec in self.sources.items() if spec == name), name)
+
+    def checkpoint(self, name: str, session: SessionModels | None) -> Checkpoint:
+        """The model called ``name`` (``session`` holds the one trained here)."""
+        if not isinstance(name, str):
+            raise InputError(f"model must be a model's name, such as {self.model_names[0]!r}")
+        name = self.menu_name(name)
+        if name == TRAINED_HERE:
+            if session is None or session.trained is None:
+                raise InputError(
+                    "no model has been trained in this session yet: use the Model & training tab"
+                )
+            return session.trained
+        if name in self.bundled.errors:
+            raise InputError(
+                f"the bundled model '{name}' could not be loaded: {self.bundled.errors[name]}"
+            )
+        if name in self._loaders:
+            return self._pretrained(name)
+        if name not in self.bundled.models:
+            shown = name if len(name) <= 60 else name[:59] + "…"
+            raise InputError(
+                f"there is no model called '{shown}': choose {readable_list(self.model_names)}"
+            )
+        return self.bundled.models[name]
+
+    def is_shared(self, name: str, checkpoint: Checkpoint) -> bool:
+        """Whether ``checkpoint`` is the registry's own (bundled or pretrained), whose analyses
+        may be cached for everyone; a model trained in a session is that session's alone."""
+        name = self.menu_name(name)
+        return (
+            self.bundled.models.get(name) is checkpoint or self.pretrained.get(name) is checkpoint
+        )
+
+    def analysis(
+        self,
+        name: str,
+        checkpoint: Checkpoint,
+        sentences: list[str],
+        intervention: Intervention = NO_INTERVENTION,
+        targets: torch.Tensor | None = None,
+    ) -> Analysis:
+        """``analyse`` through an LRU cache bounded by bytes (``limits.CACHE_BYTES``). Only
+        shared models are cached: a model trained in a session is that session's alone."""
+        if not self.is_shared(name, checkpoint):
+            with user_input():  # the library checks the sentences' count and lengths
+                return analyse(
+                    checkpoint.model, checkpoint.tokenizer, sentences, intervention, targets
+                )
+        key = (
+            name,
+            tuple(sentences),
+            intervention,
+            None if targets is None else str(targets.tolist()),
+        )
+        with self._cache_lock:
+            if key in self._analyses:
+                self._analyses.move_to_end(key)
+                return self._analyses[key][0]
+        # What would be dropped once this analysis is kept is dropped before it is computed,
+        # so that both are never held at once: an analysis over the bound alone, and every
+        # other one when this one's attention weights alone pass the bound (its pass computes
+        # them layer by layer, and the grid reads them all: the app's largest moment).
+        least = least_captured_bytes(checkpoint.model, checkpoint.tokenizer, sentences, targets)
+        with self._cache_lock:
+            # Keys only: a loop variable bound to a dropped analysis would hold it all along.
+            bound = limits.CACHE_BYTES
+            for old in [k for k, (_, n) in self._analyses.items() if n > bound or least > bound]:
+                del self._analyses[old]
+        with user_input():  # the library checks the sentences' count and lengths
+            result = analyse(
+                checkpoint.model, checkpoint.tokenizer, sentences, intervention, targets
+            )
+        size = _trace_bytes(result.trace)
+        with self._cache_lock:
+            self._analyses[key] = (result, size)
+            while (
+                sum(n for _, n in self._analyses.values()) > limits.CACHE_BYTES
+                and len(self._analyses) > 1
+            ):
+                self._analyses.popitem(last=False)
+        return result
+
+
+def once(compute: Callable[[], Any]) -> Callable[[], Any]:
+    """``compute()``, run at the first call and kept (one run even when pages load at once).
+
+    A tab's first view goes through this into a page-load event: drawn when the first page
+    loads rather than while the app starts (start-up is what a user waits for), then the
+    same figures for every page."""
+    lock = threading.Lock()
+    kept: list[Any] = []
+
+    def first() -> Any:
+        with lock:
+            if not kept:
+                kept.append(compute())
+            return kept[0]
+
+    first.__name__ = getattr(compute, "__name__", "first_view")
+    return first
+
+
+def bind(handler: Callable, *shared: Any) -> Callable:
+    """``handler`` with its leading shared arguments (the registry) filled in, for an event.
+
+    A ``functools.partial`` keeps the signature gradio needs (the remaining inputs); its name
+    and docstring are the handler's, so the API page describes the endpoint, not ``partial``.
+    """
+    bound = functools.partial(handler, *shared)
+    bound.__name__ = handler.__name__  # type: ignore[attr-defined]
+    bound.__doc__ = handler.__doc__
+    return bound

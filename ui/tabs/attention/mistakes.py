@@ -1,0 +1,335 @@
+"""The seeds' mistakes, as a control any tab can hold: choose one mistake of the teaching texts
+this project started from, and see the broken pass beside the correct one.
+
+Used by the Attention tab (whose what-if panels draw the broken pass) and, standalone, through
+:func:`build` and the module-level handlers :func:`choices` and :func:`panel`:
+
+    mistakes.build(registry, model_name, sentences, kind, layer, head, large, session)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import gradio as gr
+
+from transformer import figures
+from transformer.core.config import ModelConfig
+from transformer.figures.attention import weights_beside_figure
+from transformer.lab.effects import MistakeEffect, compare_passes
+from transformer.lab.inspection import Analysis, check_sentences
+from transformer.lab.interventions import NO_INTERVENTION, Intervention
+from transformer.lab.mistakes import (
+    CROSS_QUERIES_FROM_MEMORY,
+    MISTAKES,
+    SPLIT_BARE_VIEW,
+    applicable,
+)
+from transformer.pretrained.checkpoint import Checkpoint
+
+from ...serving.errors import InputError, code_span, friendly, gpu, readable_list
+from ...serving.state import ModelRegistry, SessionModels, bind
+
+NONE = "none (the correct pass)"
+LABEL = "The seeds' mistakes (recomputed live)"
+
+
+def choices_for(config: ModelConfig | None) -> list[str]:
+    """The menu for a model: "none", then each mistake that changes this model."""
+    return [NONE, *(applicable(config) if config is not None else MISTAKES)]
+
+
+def _info(config: ModelConfig | None) -> str:
+    """The dropdown's line under its label: which mistakes do not apply here, and why."""
+    if config is None:
+        return "One mistake of the texts this project started from, made in the forward pass."
+    missing = [m for m in MISTAKES.values() if not m.applies(config)]
+    if not missing:
+        return "One mistake of the texts this project started from, made in the forward pass."
+    listed = "; ".join(f"{m.name} (needs {m.requires})" for m in missing)
+    return f"Not offered for this model: {listed}."
+
+
+def chosen(mistake: str | None) -> str | None:
+    """The mistake a menu value names, or ``None`` for "none" (and empty values)."""
+    if not mistake or mistake == NONE:
+        return None
+    if not isinstance(mistake, str) or mistake not in MISTAKES:
+        raise InputError(f"unknown mistake: choose {readable_list(choices_for(None), most=3)}")
+    return mistake
+
+
+def control(config: ModelConfig | None) -> gr.Dropdown:
+    """The "The seeds' mistakes" dropdown, offering what applies to ``config``'s model."""
+    return gr.Dropdown(choices_for(config), value=NONE, label=LABEL, info=_info(config))
+
+
+@friendly
+def choices(registry: ModelRegistry, name: str, mistake: str | None, session: SessionModels) -> Any:
+    """The dropdown for this model: only the mistakes that apply to it, the choice kept where it
+    still applies (else "none")."""
+    config = registry.checkpoint(name, session).config
+    offered = choices_for(config)
+    return gr.Dropdown(
+        choices=offered, value=mistake if mistake in offered else NONE, info=_info(config)
+    )
+
+
+@dataclasses.dataclass
+class BrokenPass:
+    """The pass with one mistake made, and what it did; or, when the mistake cannot run on this
+    input (cross-attention from the memory on unequal lengths), the reason as ``error``."""
+
+    mistake: str
+    analysis: Analysis | None = None
+    effect: MistakeEffect | None = None
+    error: str | None = None
+
+
+def broken_pass(
+    registry: ModelRegistry,
+    name: str,
+    checkpoint: Checkpoint,
+    sentences: list[str],
+    correct: Analysis,
+    mistake: str,
+    base: Intervention = NO_INTERVENTION,
+) -> BrokenPass:
+    """The pass over ``sentences`` with ``mistake`` made (on top of ``base``'s what-ifs), on the
+    correct pass's decoder input, compared with ``correct``."""
+    config = checkpoint.config
+    intervention = dataclasses.replace(base, mistakes=frozenset({mistake}))
+    targets = None
+    if config.has_encoder and config.has_decoder:
+        assert correct.trace.target is not None  # an encoder-decoder pass reads a decoder input
+        targets = correct.trace.target.tokens
+    try:
+        analysis = registry.analysis(name, checkpoint, sentences, intervention, targets)
+    except ValueError as error:
+        if mistake != CROSS_QUERIES_FROM_MEMORY:
+            raise
+        # The shapes cannot work: that is what this mistake does here, not a bad input.
+        return BrokenPass(mistake, error=str(error))
+    effect = compare_passes(correct, analysis, checkpoint.tokenizer, mistake)
+    return BrokenPass(mistake, analysis=analysis, effect=effect)
+
+
+def _seeds(seed: str) -> str:
+    """``"004"`` → "seed 004"; ``"003, 004"`` → "seeds 003 and 004"."""
+    numbers = [n.strip() for n in seed.split(",")]
+    if len(numbers) == 1:
+        return f"seed {numbers[0]}"
+    return f"seeds {', '.join(numbers[:-1])} and {numbers[-1]}"
+
+
+def _changed_count(effect: MistakeEffect) -> str:
+    n, total = sum(effect.changed), len(effect.changed)
+    if total == 1:
+        return "the prediction changed" if n else "no prediction changed"
+    return f"predictions changed in {n} of {total} sentences"
+
+
+def describe(result: BrokenPass, config: ModelConfig, row: int, also: str = "") -> str:
+    """Markdown: where the mistake came from, why it is wrong, and what it did here (the
+    largest logit change, where, and sentence ``row``'s predictions before → after).
+    ``also`` names other what-ifs that were on in the same pass."""
+    mistake = MISTAKES[result.mistake]
+    lines = [
+        f"**Mistake of {_seeds(mistake.seed)}: {mistake.name}.** {mistake.origin}",
+        f"*Why it is wrong:* {mistake.why}",
+    ]
+    if result.error is not None:
+        lines.append(f"**What it does here:** {result.error}")
+        return "\n\n".join(lines)
+    effect = result.effect
+    assert effect is not None
+    with_also = f" (with {also})" if also else ""
+    broken_trace = effect.broken.trace
+    if config.architecture == "encoder-only":
+        pieces = effect.correct.source_pieces[effect.sentence]
+        lines.append(
+            f"**What it did here{with_also}:** largest change of any encoder output "
+            f"{effect.largest_hidden_change:.3f}; of the tied read-out's logits "
+            f"{effect.largest_change:.3f} (sentence {effect.sentence + 1}, token "
+            f"{effect.position}: {code_span(pieces[effect.position])})."
+        )
+        before, after = effect.tokens_before[row], effect.tokens_after[row]
+        n = sum(b != a for b, a in zip(before, after, strict=True))
+        lines.append(
+            f"Read out through the tied embedding, {n} of {len(before)} output vectors of "
+            f"sentence {row + 1} now read as another token."
+        )
+    else:
+        pieces = effect.correct.target_pieces[effect.sentence]
+        reads = pieces[effect.position]
+        lines.append(
+            f"**What it did here{with_also}:** largest change of any output logit "
+            f"{effect.largest_change:.3f} (sentence {effect.sentence + 1}, decoder position "
+            f"{effect.position}, input {code_span(reads)}); {_changed_count(effect)}."
+        )
+        said, says = effect.predicted_before[row], effect.predicted_after[row]
+        arrow = "→" if effect.changed[row] else "→ (unchanged)"
+        lines.append(
+            f"Next-token predictions of sentence {row + 1}: {code_span(said)} {arrow} "
+            f"{code_span(says)}"
+        )
+    if broken_trace.logits.isnan().any():
+        lines.append("⚠️ The broken pass produced NaN somewhere.")
+    return "\n\n".join(lines)
+
+
+def beside(
+    correct: Any,
+    broken: Any,
+    masked_correct: Any,
+    masked_broken: Any,
+    query_labels: list[str],
+    key_labels: list[str],
+    padded: Any,
+    where: str,
+    kind_title: str,
+    mistake: str,
+    large: bool,
+) -> tuple[Any, Any]:
+    """One head's weights, correct beside broken, and their difference: two figures."""
+    note = ""
+    if mistake == CROSS_QUERIES_FROM_MEMORY and kind_title.startswith("Cross"):
+        note = " (rows: source positions)"
+    elif mistake == SPLIT_BARE_VIEW:
+        note = " (rows, columns: pieces of tokens)"
+    right = f"with “{mistake}”{note}"
+    single = weights_beside_figure(
+        correct,
+        broken,
+        query_labels,
+        key_labels,
+        masked_before=masked_correct,
+        masked_after=masked_broken,
+        panel_titles=("correct", right),
+        title=f"{kind_title} · {where} · weights, correct | with the mistake",
+        padded_queries=padded,
+        large_font=large,
+    )
+    diff = figures.attention_difference_figure(
+        correct,
+        broken,
+        query_labels,
+        key_labels,
+        masked=masked_correct & masked_broken,
+        title=f"What the mistake changed (broken − correct), {where}",
+        large_font=large,
+    )
+    return single, diff
+
+
+def cannot_run(result: BrokenPass, large: bool) -> Any:
+    """The change panel when the broken pass cannot run: no output, and where to read why."""
+    return figures.placeholder_figure(
+        f"With “{result.mistake}”: no output",
+        "The shapes clash, so the broken pass stops here: the text above says why.",
+        large_font=large,
+    )
+
+
+@friendly
+@gpu
+def panel(
+    registry: ModelRegistry,
+    name: str,
+    sentences: str,
+    kind: str,
+    layer: Any,
+    head: Any,
+    mistake: str | None,
+    large: bool,
+    session: SessionModels,
+) -> tuple[Any, Any, str]:
+    """One head under the broken pass beside the correct one, the change, and what the mistake
+    did (figures for the sentence where it changed the output most)."""
+    # The Attention tab's view: the same validation, labels and cached analysis.
+    from .view import ATTENTION_KINDS, _describe, attention_view, padded_query_rows
+
+    # The tab may name the kind by its menu label, by the trace's name ("encoder_self"), or by
+    # the stack whose self-attention it shows ("encoder", "decoder": Inside a layer).
+    kind = {"encoder": "encoder_self", "decoder": "decoder_self"}.get(kind, kind)
+    label_of: dict[str, str] = {k: label for label, k in ATTENTION_KINDS.items()}
+    kind = label_of.get(kind, kind)
+    checkpoint = registry.checkpoint(name, session)
+    config = checkpoint.config
+    view = attention_view(registry, session, sentences, name, kind, layer, head, 1, checkpoint)
+    name_of = chosen(mistake)
+    if name_of is None:
+        note = "Choose one of the seeds' mistakes to see the broken pass beside the correct one."
+        fig = figures.placeholder_figure("The seeds' mistakes", note, large_font=large)
+        return fig, figures.placeholder_figure("", "", large_font=large), note
+    if not MISTAKES[name_of].applies(config):
+        raise InputError(
+            f"“{name_of}” does not apply to this {config.architecture} model: it needs "
+            f"{MISTAKES[name_of].requires}"
+        )
+    lines = check_sentences((sentences or "").splitlines())
+    result = broken_pass(registry, name, checkpoint, lines, view.analysis, name_of)
+    if result.effect is None:
+        record = view.records[view.layer]
+        single = figures.scores_and_weights_figure(
+            record, 0, view.head, view.query_labels, view.key_labels, large_font=large
+        )
+        return single, cannot_run(result, large), describe(result, config, 0)
+    row = result.effect.sentence
+    view = attention_view(
+        registry, session, sentences, name, kind, layer, head, row + 1, checkpoint
+    )
+    record = view.records[view.layer]
+    assert result.analysis is not None  # it has an effect, so it ran
+    broken_record = result.analysis.trace.attention_records(view.kind)[view.layer]
+    single, diff = beside(
+        record.weights[row, view.head],
+        broken_record.weights[row, view.head],
+        ~record.mask[row, 0],
+        ~broken_record.mask[row, 0],
+        view.query_labels,
+        view.key_labels,
+        padded_query_rows(view.analysis, view.kind, row),
+        f"sentence {row + 1}, layer {view.layer + 1}, head {view.head + 1}",
+        _describe(view.kind),
+        name_of,
+        large,
+    )
+    return single, diff, describe(result, config, row)
+
+
+def build(
+    registry: ModelRegistry,
+    model_name: Any,
+    sentences: Any,
+    kind: Any,
+    layer: Any,
+    head: Any,
+    large: Any,
+    session: Any,
+) -> dict[str, Any]:
+    """Lay out the panel (the dropdown, the text, the head correct | broken, the change) under
+    a tab's own inputs and wire it: a change of the model refits the menu, any input redraws.
+
+    Returns the components by name: ``mistake``, ``text``, ``single``, ``diff``.
+    """
+    try:
+        config = registry.checkpoint(registry.model_names[0], None).config
+    except ValueError:
+        config = None
+    mistake = control(config)
+    text = gr.Markdown()
+    single = gr.Plot(label="One head: correct | with the mistake", show_label=False)
+    diff = gr.Plot(label="What the mistake changed", show_label=False)
+    inputs = [model_name, sentences, kind, layer, head, mistake, large, session]
+    outputs = [single, diff, text]
+    draw = bind(panel, registry)
+    private: dict[str, Any] = {"api_visibility": "private"}
+    model_name.change(
+        bind(choices, registry), [model_name, mistake, session], [mistake], **private
+    ).success(draw, inputs, outputs, **private)
+    for trigger in (mistake.select, sentences.change, kind.change, layer.change, head.change):
+        trigger(draw, inputs, outputs, trigger_mode="always_last", **private)
+    large.change(draw, inputs, outputs, **private)
+    return {"mistake": mistake, "text": text, "single": single, "diff": diff}
