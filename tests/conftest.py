@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import torch
 
-from transformer.config import ModelConfig
-from transformer.model import Transformer
+from transformer.core.config import ModelConfig
+from transformer.core.model import Transformer
 from transformer.text.corpus import bundled_corpus
 from transformer.text.replay import BPEReplay, UnigramReplay, WordPieceReplay
 from transformer.text.tokenization import ALGORITHMS, Tokenizer, train_tokenizer

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from transformer.config import ModelConfig
-from transformer.modern import GatedFeedForward, RMSNorm, expand_kv_heads
-from transformer.rotary import RotaryEmbedding
+from transformer.core.config import ModelConfig
+from transformer.core.modern import GatedFeedForward, RMSNorm, expand_kv_heads
+from transformer.core.rotary import RotaryEmbedding
 
 
 def assembled_llama_logits(

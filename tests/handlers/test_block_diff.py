@@ -1,4 +1,4 @@
-"""The block diff (issue 21.1): the paper's block beside the modern block, row by row.
+"""The block diff: the paper's block beside the modern block, row by row.
 
 The rows must pair the right steps; the costs (parameters per layer, key/value cache bytes per
 token) must equal counts taken from the models' own parameters; every value a side shows must
@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from conftest import hf_llama_config, llama_folder
 
-from transformer.block_diff import (
+from transformer.core.model import Transformer
+from transformer.lab.block_diff import (
     ROWS,
     block_costs,
     char_starts,
@@ -22,17 +23,16 @@ from transformer.block_diff import (
     is_modern,
     matching_query,
 )
-from transformer.bundled import load_bundled
-from transformer.inside import inside_layer
-from transformer.model import Transformer
+from transformer.lab.inside import inside_layer
 from transformer.pretrained.llama import config_from_hf
 from transformer.pretrained.shipped import SMOLLM2
-from ui.export import view_html
-from ui.state import ModelRegistry, SessionModels
+from transformer.training.bundled import load_bundled
+from ui.serving.export import view_html
+from ui.serving.state import ModelRegistry, SessionModels
 from ui.tabs.inside.compare import compare_html, inside_compare
 
 SENTENCE = "the small cat sees a red ball"
-# The pairs the issue names, and the rest of the layer, written out: row → (original, modern).
+# The pairs that differ between the two blocks, and the rest of the layer, written out: row → (original, modern).
 EXPECTED_PAIRS = {
     "input": ("input", "input"),
     "positions": ("embedding.position", "self.angles"),
@@ -234,7 +234,7 @@ def test_the_norm_rows_are_the_formulas(bundled, modern) -> None:
 
 
 def test_the_query_is_the_same_word_in_both_tokenizations(bundled) -> None:
-    from transformer.inspection import analyse
+    from transformer.lab.inspection import analyse
 
     a, b = bundled.models["continue"], bundled.models["translate"]
     pieces_a = analyse(a.model, a.tokenizer, [SENTENCE]).target_pieces[0]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from transformer import prompt_ids
-from transformer.bundled import load_bundled
 from transformer.pretrained.shipped import SMOLLM2
+from transformer.training.bundled import load_bundled
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_an_unknown_first_word_still_gets_the_bos(continuation, trained) -> None
 def test_smollm2_chat_prompt_ids_equal_transformers_apply_chat_template() -> None:
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("gguf")
-    from ui.state import ModelRegistry, SessionModels
+    from ui.serving.state import ModelRegistry, SessionModels
     from ui.tabs.generate.chat import toggle_chat
     from ui.tabs.generate.decoding import start_ids
 

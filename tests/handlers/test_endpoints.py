@@ -1,4 +1,4 @@
-"""ui.endpoints.takes_request: the event handlers built from a request's constructor take the
+"""ui.serving.endpoints.takes_request: the event handlers built from a request's constructor take the
 components' values under the names and in the order the APIs have always had (written out here),
 build the request once, and a switched-off view reads nothing."""
 
@@ -8,7 +8,7 @@ import inspect
 
 import gradio as gr
 
-from ui.endpoints import takes_request
+from ui.serving.endpoints import takes_request
 from ui.tabs import inside, tokenize
 from ui.tabs.inside.compare import inside_compare
 

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import pytest
 
 from transformer.figures.export import slug, standalone_html, table_csv
-from ui.export import ViewExport, components_of, view_file_name, view_html
+from ui.serving.export import ViewExport, components_of, view_file_name, view_html
 
 
 class Scripts(HTMLParser):
@@ -159,7 +159,7 @@ def test_file_names_say_what_they_show() -> None:
 def test_exports_on_disk_are_bounded_in_count_bytes_and_age(monkeypatch) -> None:
     """Every export used to go to a new temporary folder that was never removed (~4.6 MB an
     HTML view, for any client through the queue): the newest are kept, the rest removed."""
-    from ui import export as export_module
+    from ui.serving import export as export_module
 
     monkeypatch.setattr(export_module, "EXPORTS", export_module.ExportStore())
     monkeypatch.setattr(export_module, "EXPORT_MAX_FILES", 3)

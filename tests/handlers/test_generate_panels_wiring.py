@@ -10,9 +10,9 @@ import gradio as gr
 import pytest
 
 import app as visualiser
-from transformer.silent_mistakes import KV_TILED
-from ui.export import components_of
-from ui.share import decode_view, encode_view
+from transformer.lab.silent_mistakes import KV_TILED
+from ui.links.share import decode_view, encode_view
+from ui.serving.export import components_of
 
 
 @pytest.fixture(scope="module")

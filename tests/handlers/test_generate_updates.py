@@ -1,5 +1,5 @@
-"""What the Generate tab sends the page at a step (issue 23.8: the browser, not the model, was
-the slow part of a step): the model menu's update is a value gradio can apply, and the figure
+"""What the Generate tab sends the page at a step (the browser, not the model, was the slow
+part of a step): the model menu's update is a value gradio can apply, and the figure
 redrawn at every step carries no per-cell text, its values still in the hover and equal to the
 full figure's."""
 
@@ -12,7 +12,7 @@ import torch
 
 import app as visualiser
 from transformer.figures.lens import residual_norms_figure
-from ui.state import GenerationState, ModelRegistry, SessionModels
+from ui.serving.state import GenerationState, ModelRegistry, SessionModels
 from ui.tabs import generate
 
 GREEDY = ["the small cat sees a red ball", "translate", "greedy", 1.0, 0, 1.0, 3, 40, 0]

@@ -22,9 +22,9 @@ from transformer.generation.cache_stats import (
     layer_sizes,
     step_costs,
 )
+from transformer.lab.silent_mistakes import KV_TILED, ROTARY_NO_OFFSET, silent_operations
 from transformer.pretrained import load_pretrained
-from transformer.silent_mistakes import KV_TILED, ROTARY_NO_OFFSET, silent_operations
-from ui.state import GenerationState, ModelRegistry, SessionModels
+from ui.serving.state import GenerationState, ModelRegistry, SessionModels
 from ui.tabs.generate import silent
 from ui.tabs.generate.cache_view import kv_cache, size
 
@@ -179,7 +179,7 @@ def test_the_cache_view_follows_the_session(registry, folder) -> None:
 
 
 def test_the_follower_draws_the_same_view_while_shown(registry, folder) -> None:
-    from ui.state import bind
+    from ui.serving.state import bind
     from ui.tabs.generate.shown import if_shown
 
     name, session, state = str(folder), SessionModels(), GenerationState()

@@ -1,4 +1,4 @@
-"""The server gives freed memory back once it stops working (``ui/memory.py``): when the idle
+"""The server gives freed memory back once it stops working (``ui/serving/memory.py``): when the idle
 trimmer trims, and that glibc's ``malloc_trim`` does give memory back (measured in the process's
 own resident set, not taken on trust)."""
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from ui.memory import IdleTrimmer, glibc_trim
+from ui.serving.memory import IdleTrimmer, glibc_trim
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 

@@ -11,9 +11,9 @@ import torch
 from conftest import llama_folder
 
 from transformer import figures
-from transformer.analysis import kv_cache_bytes_per_token
+from transformer.lab.analysis import kv_cache_bytes_per_token
 from transformer.pretrained.shipped import SMOLLM2
-from ui.state import ModelRegistry, SessionModels
+from ui.serving.state import ModelRegistry, SessionModels
 from ui.tabs import positions
 from ui.tabs.attention import handlers as attention_handlers
 from ui.tabs.training import description

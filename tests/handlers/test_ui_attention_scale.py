@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from ui import limits
-from ui.state import ModelRegistry, SessionModels
+from ui.serving import limits
+from ui.serving.state import ModelRegistry, SessionModels
 from ui.tabs.attention import scale
 
 
@@ -75,7 +75,7 @@ def test_statistic_names_are_checked(registry: ModelRegistry) -> None:
 def test_a_link_carries_the_long_input_controls(registry: ModelRegistry) -> None:
     from urllib.parse import parse_qs
 
-    from ui.share import TabView, decode_view, encode_view
+    from ui.links.share import TabView, decode_view, encode_view
     from ui.tabs import attention
 
     with gr.Blocks():

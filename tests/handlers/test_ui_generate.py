@@ -18,7 +18,7 @@ from conftest import MARIAN_OPUS, hf_greedy
 from conftest import load_hf_reference as _hf
 
 from transformer.generation import DecodingSession
-from ui.state import TRAINED_HERE, GenerationState, ModelRegistry, SessionModels
+from ui.serving.state import TRAINED_HERE, GenerationState, ModelRegistry, SessionModels
 from ui.tabs import generate
 
 transformers = pytest.importorskip("transformers")
@@ -480,7 +480,7 @@ def test_run_sends_every_steps_summary_but_throttles_the_figures(registry, monke
 
 def test_the_tab_opens_on_smollm2_where_installed_and_labels_its_weights(registry):
     from transformer.pretrained.shipped import SMOLLM2
-    from ui.state import PRELOAD_FIRST
+    from ui.serving.state import PRELOAD_FIRST
     from ui.tabs.generate.decoding import opening, weights_note
 
     names = generate.generating_models(registry)

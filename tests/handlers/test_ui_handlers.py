@@ -13,9 +13,9 @@ import pytest
 import tokenizers
 import torch
 
-from transformer.bundled import BUNDLED_DIR
-from ui import limits
-from ui.state import TRAINED_HERE, GenerationState, ModelRegistry, SessionModels
+from transformer.training.bundled import BUNDLED_DIR
+from ui.serving import limits
+from ui.serving.state import TRAINED_HERE, GenerationState, ModelRegistry, SessionModels
 from ui.tabs import attention, generate, positions, tokenize, training
 
 CROSS = "cross-attention (decoder → encoder)"

@@ -3,7 +3,7 @@
 
 Ranges are checked against the model's own modules, the query menu against an independent
 tokenization, the drawn numbers against the library's walkthrough (itself checked against the
-trace in tests/test_inside.py), and bad input against the message a student should read.
+trace in tests/library/test_inside.py), and bad input against the message a student should read.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from transformer.inside import walkthrough
-from transformer.inspection import analyse
-from ui.state import TRAINED_HERE, ModelRegistry, SessionModels
+from transformer.lab.inside import walkthrough
+from transformer.lab.inspection import analyse
+from ui.serving.state import TRAINED_HERE, ModelRegistry, SessionModels
 from ui.tabs import inside
 from ui.tabs.inside.handlers import N_OUTPUTS
 
@@ -191,8 +191,8 @@ def test_a_change_of_model_fits_the_controls_and_draws_with_them_in_one_event(re
 def _check_modern_view(registry, name, text, layer, head, query) -> None:
     """The handler draws every step of a Llama-family layer with the walkthrough's numbers, and
     the mistakes panel offers (and runs) only what applies to RMSNorm and rotary positions."""
-    from transformer.mistakes import MISTAKES
-    from ui import mistakes
+    from transformer.lab.mistakes import MISTAKES
+    from ui.tabs import mistakes
 
     session = SessionModels()
     checkpoint = registry.checkpoint(name, session)

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from conftest import shown
 
-from ui.state import GenerationState, ModelRegistry, SessionModels
+from ui.serving.state import GenerationState, ModelRegistry, SessionModels
 from ui.tabs import generate
 
 # source, model, strategy, temperature, top-k, top-p, beam, max tokens, seed

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from transformer.embeddings import SinusoidalPositionalEncoding
-from transformer.interventions import Intervention
-from ui import mistakes
-from ui.state import ModelRegistry, SessionModels
-from ui.tabs import attention
+from transformer.core.embeddings import SinusoidalPositionalEncoding
+from transformer.lab.interventions import Intervention
+from ui.serving.state import ModelRegistry, SessionModels
+from ui.tabs import attention, mistakes
 
 CROSS = "cross-attention (decoder → encoder)"
 ENCODER_SELF = "encoder self-attention"

@@ -15,7 +15,7 @@ import torch
 import transformers
 from safetensors.numpy import load_file
 
-from ui.state import ModelRegistry, SessionModels
+from ui.serving.state import ModelRegistry, SessionModels
 from ui.tabs import positions
 
 MINILM = "all-MiniLM-L6-v2"
@@ -182,7 +182,7 @@ def test_every_control_and_large_font_redraw_the_tab_on_open(demo_config):
         dependency = _dependency(demo, config, name)
         targets = {tuple(t) for t in dependency["targets"]}
         # Drawn on open: by its own page-load event, or by the one that draws every tab's
-        # first view (ui.first_views), whose handlers are these functions.
+        # first view (ui.links.first_views), whose handlers are these functions.
         on_open = [fn for fn, *_ in demo.first_views.functions if fn.__name__ == name]
         assert on_open or any(t[1] == "load" for t in targets)
         assert (large, "change") in targets  # Large font redraws the plots

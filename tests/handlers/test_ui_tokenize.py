@@ -15,11 +15,11 @@ import tokenizers
 import torch
 from conftest import reference_file
 
-from transformer.bundled import BUNDLED_DIR
 from transformer.text.corpus import bundled_corpus
 from transformer.text.real_tokenizers import REAL_TOKENIZERS
 from transformer.text.tokenization import TokenizerError, train_tokenizer
-from ui.state import ModelRegistry
+from transformer.training.bundled import BUNDLED_DIR
+from ui.serving.state import ModelRegistry
 from ui.tabs import tokenize
 
 GPT2 = REAL_TOKENIZERS["gpt2"].label

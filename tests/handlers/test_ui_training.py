@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from transformer import figures
-from transformer.checkpoint import load_snapshot
-from ui.state import TRAINED_HERE, ModelRegistry, SessionModels
+from transformer.pretrained.checkpoint import load_snapshot
+from ui.serving.state import TRAINED_HERE, ModelRegistry, SessionModels
 from ui.tabs import training
 
 transformers = pytest.importorskip("transformers")

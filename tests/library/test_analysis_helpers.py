@@ -1,4 +1,4 @@
-"""transformer.analysis: the what-if switches by name, axis labels and key padding of a view,
+"""transformer.lab.analysis: the what-if switches by name, axis labels and key padding of a view,
 reference targets, decoding from text and parameters per component."""
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from transformer import (
     start_decoding,
     what_if,
 )
-from transformer.analysis import decoding_ids
-from transformer.bundled import load_bundled
 from transformer.generation import DecodingSettings, teacher_force
+from transformer.lab.analysis import decoding_ids
+from transformer.training.bundled import load_bundled
 
 
 @pytest.fixture(scope="module")

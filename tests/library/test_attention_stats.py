@@ -1,4 +1,4 @@
-"""Per-head statistics and pattern names (transformer.attention_stats) against direct
+"""Per-head statistics and pattern names (transformer.lab.attention_stats) against direct
 re-implementations written out here, and the reduced long pass against a full capture."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
+from conftest import tiny_transformer
 
-from tests.conftest import tiny_transformer
-from transformer.attention_stats import (
+from transformer.lab.attention_stats import (
     block_average,
     head_statistics,
     long_pass,

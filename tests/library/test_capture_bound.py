@@ -12,13 +12,13 @@ import contextlib
 import pytest
 import torch
 
-from transformer import trace as trace_module
-from transformer.bundled import load_bundled
-from transformer.config import ModelConfig
+from transformer.core import trace as trace_module
+from transformer.core.config import ModelConfig
+from transformer.core.model import Transformer
+from transformer.core.trace import Trace, captured_weight_bytes
 from transformer.generation import DecodingSession, DecodingSettings
-from transformer.inspection import analyse, least_captured_bytes
-from transformer.model import Transformer
-from transformer.trace import Trace, captured_weight_bytes
+from transformer.lab.inspection import analyse, least_captured_bytes
+from transformer.training.bundled import load_bundled
 
 SENTENCE = "the small cat sees a red ball and a big dog sleeps under the old table"
 WORDS = SENTENCE.split(" ")

@@ -9,8 +9,8 @@ import pytest
 import torch
 from conftest import TINY_CONFIG
 
-from transformer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from transformer.model import Transformer
+from transformer.core.model import Transformer
+from transformer.pretrained.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from transformer.text.tokenization import train_tokenizer
 
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from transformer.config import ConfigError, ModelConfig, base_config
-from transformer.model import Transformer, count_parameters
+from transformer.core.config import ConfigError, ModelConfig, base_config
+from transformer.core.model import Transformer, count_parameters
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Colour scales that show the data, and one unit for attention weights (issue 23, items 10, 15).
+"""Colour scales that show the data, and one unit for attention weights.
 
 A long input spreads attention thin (403 tokens: most weights near 1/403), a learned position
 table has one position with a huge norm, and a few embedding dimensions of MiniLM are outliers:
@@ -13,7 +13,8 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from transformer.embeddings import sinusoidal_table
+from transformer.core.embeddings import sinusoidal_table
+from transformer.core.trace import AttentionRecord
 from transformer.figures import (
     attention_grid,
     attention_heatmap,
@@ -24,9 +25,8 @@ from transformer.figures import (
     scores_and_weights_figure,
 )
 from transformer.figures.attention import weights_beside_figure
-from transformer.trace import AttentionRecord
 
-LONG = 403  # the issue's input
+LONG = 403  # a long input that a student pasted
 
 
 def colour_spread(z: np.ndarray, low: float, high: float) -> float:

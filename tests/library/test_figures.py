@@ -11,7 +11,9 @@ import pytest
 import torch
 from conftest import TINY_CONFIG, shown
 
-from transformer.embeddings import sinusoidal_table
+from transformer.core.embeddings import sinusoidal_table
+from transformer.core.model import Transformer
+from transformer.core.trace import AttentionRecord
 from transformer.figures import (
     attention_difference_figure,
     attention_grid,
@@ -33,9 +35,7 @@ from transformer.figures import (
     top_k_figure,
     training_curves_figure,
 )
-from transformer.interventions import Intervention
-from transformer.model import Transformer
-from transformer.trace import AttentionRecord
+from transformer.lab.interventions import Intervention
 
 CONFIG = TINY_CONFIG.replace(d_model=16, d_ff=32)
 SRC_LEN, TGT_LEN = 7, 5

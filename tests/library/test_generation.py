@@ -12,7 +12,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer.config import ModelConfig
+from transformer.core.config import ModelConfig
+from transformer.core.model import Transformer
+from transformer.core.special import BOS_ID, PAD_ID
 from transformer.generation import (
     MAX_NEW_TOKENS,
     DecodingSession,
@@ -23,8 +25,6 @@ from transformer.generation import (
     sampling_distribution,
     teacher_force,
 )
-from transformer.model import Transformer
-from transformer.special import BOS_ID, PAD_ID
 
 CONFIG = ModelConfig(
     src_vocab_size=30, tgt_vocab_size=30, d_model=32, n_heads=4, d_ff=64, dropout=0.0
@@ -627,7 +627,7 @@ def test_a_bad_token_id_is_named_with_the_valid_range(bad):
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_ids_are_checked_once_per_sequence_not_once_per_step(architecture, use_cache):
-    import transformer.model as model_module
+    import transformer.core.model as model_module
 
     model = model_for(architecture)
     with mock.patch.object(

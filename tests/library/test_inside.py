@@ -19,11 +19,11 @@ import torch.nn.functional as F
 from conftest import llama_folder
 
 from transformer import load_pretrained
-from transformer.bundled import load_bundled
-from transformer.inside import SECTIONS, inside_layer, walkthrough
-from transformer.inspection import analyse
+from transformer.lab.inside import SECTIONS, inside_layer, walkthrough
+from transformer.lab.inspection import analyse
+from transformer.training.bundled import load_bundled
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = 1e-6
 ACTIVATIONS = {
     "relu": F.relu,

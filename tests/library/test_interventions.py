@@ -1,4 +1,4 @@
-"""What-if switches at the model level (:class:`transformer.interventions.Intervention`): each changes
+"""What-if switches at the model level (:class:`transformer.lab.interventions.Intervention`): each changes
 exactly what it says and nothing else, checked against direct re-computations."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 import torch
 from conftest import TINY_CONFIG, tiny_transformer
 
-from transformer.interventions import Intervention
-from transformer.model import Transformer
-from transformer.operations import PAPER
+from transformer.core.model import Transformer
+from transformer.core.operations import PAPER
+from transformer.lab.interventions import Intervention
 
 CONFIG = TINY_CONFIG.replace(n_encoder_layers=3)
 PAD = CONFIG.pad_id

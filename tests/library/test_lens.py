@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from transformer import load_pretrained
-from transformer.bundled import load_bundled
-from transformer.checkpoint import Checkpoint
-from transformer.lens import input_is_comparable, logit_lens, residual_norms
+from transformer.generation.lens import input_is_comparable, logit_lens, residual_norms
+from transformer.pretrained.checkpoint import Checkpoint
+from transformer.training.bundled import load_bundled
 
 BUNDLED = ("reverse", "translate", "continue")
 
@@ -261,7 +261,7 @@ def test_residual_norms_that_one_position_dwarfs_are_coloured_by_their_logarithm
     to 900): on a linear scale every other cell would be one colour. Such a panel is coloured
     by log10 of the norms, ticked in norms, and the hover and cells still give the norms."""
     from transformer.figures.lens import residual_norms_figure
-    from transformer.lens import ResidualNorms
+    from transformer.generation.lens import ResidualNorms
 
     rng = np.random.default_rng(0)
     stream = rng.uniform(2.0, 900.0, size=(5, 6)).astype(np.float32)

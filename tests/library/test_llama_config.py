@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import hf_llama_config, hf_llama_model
 
-from transformer.config import ConfigError, ModelConfig
+from transformer.core.config import ConfigError, ModelConfig
 from transformer.pretrained import PretrainedError
 from transformer.pretrained._common import TensorReader
 from transformer.pretrained.gguf import GGUFError, read_gguf

@@ -11,10 +11,10 @@ import pytest
 import torch
 from conftest import llama_folder
 
-from transformer import rotary as rotary_module
+from transformer.core import rotary as rotary_module
+from transformer.core.operations import PAPER, Operations
 from transformer.generation import DecodingSession, DecodingSettings, generate
 from transformer.generation.loop import DecodingLoop
-from transformer.operations import PAPER, Operations
 from transformer.pretrained import load_pretrained
 from transformer.pretrained.shipped import SMOLLM2
 

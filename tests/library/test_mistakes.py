@@ -10,10 +10,11 @@ import pytest
 import torch
 from conftest import TINY_CONFIG, tiny_transformer
 
-from transformer.bundled import load_bundled
-from transformer.inspection import analyse
-from transformer.interventions import Intervention
-from transformer.mistakes import MISTAKES, applicable, mistake_effect, real_positions
+from transformer.lab.effects import mistake_effect, real_positions
+from transformer.lab.inspection import analyse
+from transformer.lab.interventions import Intervention
+from transformer.lab.mistakes import MISTAKES, applicable
+from transformer.training.bundled import load_bundled
 
 CONFIG = TINY_CONFIG
 PAD = CONFIG.pad_id

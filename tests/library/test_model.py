@@ -9,14 +9,14 @@ from unittest import mock
 import pytest
 import torch
 
-import transformer.attention as attention_module
-import transformer.masks as masks_module
-from transformer.attention import MultiHeadAttention, scaled_dot_product_attention
-from transformer.config import ModelConfig
-from transformer.interventions import Intervention
-from transformer.masks import causal_mask, combine_masks, is_causal, padding_mask
-from transformer.model import Transformer
-from transformer.operations import merge_heads, split_heads
+import transformer.core.attention as attention_module
+import transformer.core.masks as masks_module
+from transformer.core.attention import MultiHeadAttention, scaled_dot_product_attention
+from transformer.core.config import ModelConfig
+from transformer.core.masks import causal_mask, combine_masks, is_causal, padding_mask
+from transformer.core.model import Transformer
+from transformer.core.operations import merge_heads, split_heads
+from transformer.lab.interventions import Intervention
 
 CONFIG = ModelConfig(
     src_vocab_size=40, tgt_vocab_size=45, d_model=32, n_heads=4, d_ff=64, dropout=0.0
@@ -425,7 +425,7 @@ def test_the_paper_components_import_only_each_other():
     import ast
     from pathlib import Path
 
-    package = Path(__file__).resolve().parents[1] / "transformer"
+    package = Path(__file__).resolve().parents[2] / "transformer" / "core"
     for name in CORE:
         tree = ast.parse((package / f"{name}.py").read_text())
         for node in ast.walk(tree):
@@ -487,12 +487,12 @@ def test_recorded_updates_are_what_each_sub_layer_adds_to_the_stream(norm):
 
 
 def test_the_paper_components_name_no_teaching_mistake():
-    """The broken versions live in transformer/mistakes.py; the core only runs the operations
+    """The broken versions live in transformer/lab/mistakes.py; the core only runs the operations
     it is handed."""
     import re
     from pathlib import Path
 
-    package = Path(__file__).resolve().parents[1] / "transformer"
+    package = Path(__file__).resolve().parents[2] / "transformer" / "core"
     for name in CORE:
         text = (package / f"{name}.py").read_text(encoding="utf-8")
         assert not re.search("seed|mistake", text, re.IGNORECASE), name
@@ -504,7 +504,7 @@ def test_every_core_forward_reads_like_the_paper():
     import ast
     from pathlib import Path
 
-    package = Path(__file__).resolve().parents[1] / "transformer"
+    package = Path(__file__).resolve().parents[2] / "transformer" / "core"
     assert len((package / "model.py").read_text().splitlines()) <= 500
     for name in CORE:
         for node in ast.walk(ast.parse((package / f"{name}.py").read_text())):

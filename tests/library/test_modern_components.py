@@ -19,8 +19,8 @@ from transformers.models.llama.modeling_llama import (
     repeat_kv,
 )
 
-from transformer.modern import GatedFeedForward, RMSNorm, expand_kv_heads, kv_head_of
-from transformer.rotary import (
+from transformer.core.modern import GatedFeedForward, RMSNorm, expand_kv_heads, kv_head_of
+from transformer.core.rotary import (
     RotaryEmbedding,
     apply_rotary,
     rotary_angles,

@@ -1,5 +1,5 @@
 """Our Transformer against PyTorch's own modules, weights copied across (mask polarity converted
-at the one boundary in transformer.torch_parity)."""
+at the one boundary in transformer.core.torch_parity)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import pytest
 import torch
 from torch import nn
 
-from transformer.attention import MultiHeadAttention
-from transformer.config import ModelConfig, base_config
-from transformer.layers import Dropout, LayerNorm
-from transformer.masks import causal_mask, padding_mask, to_torch_nn_mask
-from transformer.model import Transformer
-from transformer.torch_parity import (
+from transformer.core.attention import MultiHeadAttention
+from transformer.core.config import ModelConfig, base_config
+from transformer.core.layers import Dropout, LayerNorm
+from transformer.core.masks import causal_mask, padding_mask, to_torch_nn_mask
+from transformer.core.model import Transformer
+from transformer.core.torch_parity import (
     copy_from_torch,
     copy_layer_norm,
     copy_multihead_attention,

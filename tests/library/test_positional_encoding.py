@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from transformer.embeddings import (
+from transformer.core.embeddings import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
     sinusoidal_table,

@@ -243,7 +243,7 @@ def test_marian_sentencepiece_files_are_read_without_sentencepiece(tmp_path: Pat
 
 
 def test_analyse_runs_on_the_decoding_families(gpt2_folder: Path, marian_folder: Path) -> None:
-    from transformer.inspection import analyse
+    from transformer.lab.inspection import analyse
 
     gpt2 = load_pretrained(gpt2_folder)
     analysis = analyse(gpt2.model, gpt2.tokenizer, ["w5 w7 w9", "w11"])
@@ -378,7 +378,7 @@ def test_missing_folder_is_reported(tmp_path: Path) -> None:
 
 
 def test_fused_layer_norm_equals_the_written_out_formula_and_torch() -> None:
-    from transformer.layers import LayerNorm
+    from transformer.core.layers import LayerNorm
 
     ours = LayerNorm(48, eps=1e-12)
     reference = torch.nn.LayerNorm(48, eps=1e-12)
@@ -396,7 +396,7 @@ def test_fused_layer_norm_equals_the_written_out_formula_and_torch() -> None:
 
 
 def test_new_options_round_trip_and_old_configs_load_with_paper_defaults() -> None:
-    from transformer.config import ModelConfig
+    from transformer.core.config import ModelConfig
 
     config = ModelConfig(
         architecture="encoder-decoder",
@@ -442,14 +442,14 @@ def test_new_options_round_trip_and_old_configs_load_with_paper_defaults() -> No
     ],
 )
 def test_new_options_are_validated(changes: dict, message: str) -> None:
-    from transformer.config import ConfigError, ModelConfig
+    from transformer.core.config import ConfigError, ModelConfig
 
     with pytest.raises(ConfigError, match=message):
         ModelConfig(**changes)
 
 
 def test_halves_layout_holds_the_interleaved_values_reordered() -> None:
-    from transformer.embeddings import sinusoidal_table
+    from transformer.core.embeddings import sinusoidal_table
 
     interleaved = sinusoidal_table(50, 16)
     halves = sinusoidal_table(50, 16, layout="halves")

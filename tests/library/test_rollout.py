@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import tiny_transformer
 
-from tests.conftest import tiny_transformer
-from transformer.attention_stats import long_pass, rollout, rollout_row
+from transformer.lab.attention_stats import long_pass, rollout, rollout_row
 
 
 def _reference(weights: list[torch.Tensor]) -> torch.Tensor:

@@ -11,13 +11,12 @@ import torch
 import torch.nn.functional as F
 from conftest import llama_folder
 
-from transformer.config import ModelConfig
+from transformer.core.config import ModelConfig
+from transformer.core.model import Transformer
+from transformer.core.operations import PAPER
 from transformer.generation import greedy_batch
-from transformer.model import Transformer
-from transformer.operations import PAPER
-from transformer.perplexity import read_logits, read_text, reference_paragraph
-from transformer.pretrained import load_pretrained
-from transformer.silent_mistakes import (
+from transformer.lab.perplexity import read_logits, read_text, reference_paragraph
+from transformer.lab.silent_mistakes import (
     CAUSAL_OFF_PREFILL,
     KV_TILED,
     NO_SCALE,
@@ -29,6 +28,7 @@ from transformer.silent_mistakes import (
     applicable_silent,
     silent_operations,
 )
+from transformer.pretrained import load_pretrained
 
 transformers = pytest.importorskip("transformers")
 llama = pytest.importorskip("transformers.models.llama.modeling_llama")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer.bundled import BUNDLED_NAMES
+from transformer.training.bundled import BUNDLED_NAMES
 from transformer.training.recipes import RECIPES, Recipe
 from transformer.training.tasks import (
     ANIMATE_NOUNS,

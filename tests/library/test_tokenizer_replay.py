@@ -513,7 +513,7 @@ def test_replay_equals_library_for_model_like_pipelines(model_like, name, text):
     assert_replay_matches_library(model_like[name], text)
 
 
-# -- issue 12's bugs -----------------------------------------------------------------------------
+# -- replays that once went wrong --------------------------------------------------------------
 
 
 def test_a_vocabulary_holding_first_replays_with_prepend_scheme_first():

@@ -11,11 +11,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from transformer.attention import AttentionProbe
-from transformer.config import ModelConfig
-from transformer.model import Transformer
-from transformer.operations import PAPER
-from transformer.silent_mistakes import tiled_kv_heads
+from transformer.core.attention import AttentionProbe
+from transformer.core.config import ModelConfig
+from transformer.core.model import Transformer
+from transformer.core.operations import PAPER
+from transformer.lab.silent_mistakes import tiled_kv_heads
 
 CONFIG = ModelConfig(
     architecture="decoder-only",
@@ -188,8 +188,8 @@ def test_a_trace_refuses_its_logits_once_the_model_changed():
 def test_predictions_read_in_pieces_are_the_whole_logits_argmax(monkeypatch):
     """The Attention view's predicted tokens, the logits read one position at a time, are the
     argmax of the whole logits without [PAD] (computed here from the plain pass)."""
-    from transformer import inspection
-    from transformer import trace as trace_module
+    from transformer.core import trace as trace_module
+    from transformer.lab import inspection
     from transformer.text.tokenization import train_tokenizer
 
     monkeypatch.setattr(trace_module, "LOGIT_CHUNK_BYTES", 1)
@@ -211,8 +211,8 @@ def test_predictions_read_in_pieces_are_the_whole_logits_argmax(monkeypatch):
 
 
 def test_the_largest_logit_change_is_the_whole_difference():
-    from transformer.interventions import Intervention
-    from transformer.trace import largest_logit_change
+    from transformer.core.trace import largest_logit_change
+    from transformer.lab.interventions import Intervention
 
     torch.manual_seed(0)
     model = Transformer(CONFIG).eval()
@@ -236,7 +236,7 @@ def _storages(obj) -> set[int]:
 def test_a_rotary_pair_rotates_again_exactly_what_the_pass_rotated(rotation):
     """The rotated queries and keys a trace gives back are the pass's own, bit for bit, with
     the pass's own rotation (the seeds' neighbour-pairs mistake included), and not kept."""
-    from transformer.silent_mistakes import neighbour_pairs
+    from transformer.lab.silent_mistakes import neighbour_pairs
 
     base = PAPER if rotation == "standard" else replace(PAPER, rotary_positions=neighbour_pairs)
     own: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -310,7 +310,7 @@ def test_attention_weights_not_kept_are_the_passes_own(config, mask):
     positions and the seeds' inverted mask, whose rows have no key, included); the pass's own
     tensors are not held; and they equal softmax(q·kᵀ/√d) over the allowed keys, computed
     here."""
-    from transformer.mistakes import inverted
+    from transformer.lab.mistakes import inverted
 
     torch.manual_seed(0)
     model = Transformer(config).eval()
@@ -359,8 +359,8 @@ def test_an_analysis_holds_no_attention_weights_and_draws_the_same_grid():
     """The app's analyses keep no (B, H, T, T) tensor, not even once their weights and scores
     were read; the grid drawn from them is the one drawn from a pass that kept its weights."""
     from transformer import figures
-    from transformer.bundled import load_bundled
-    from transformer.inspection import analyse
+    from transformer.lab.inspection import analyse
+    from transformer.training.bundled import load_bundled
 
     checkpoint = load_bundled("cpu").models["translate"]
     model, tokenizer = checkpoint.model, checkpoint.tokenizer

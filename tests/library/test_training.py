@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from transformer.config import ModelConfig
-from transformer.model import Transformer
+from transformer.core.config import ModelConfig
+from transformer.core.model import Transformer
 from transformer.text.tokenization import train_tokenizer
 from transformer.training.data import batches, encode_examples
 from transformer.training.loop import TrainingConfig, noam_learning_rate, train
@@ -133,7 +133,7 @@ def test_batches_pad_and_shift(reverse_data):
 
 
 def test_evaluation_and_inspection_leave_a_training_model_in_training_mode(reverse_data):
-    from transformer.inspection import analyse
+    from transformer.lab.inspection import analyse
     from transformer.training.evaluation import evaluate_batches, evaluate_model, exact_match
 
     tokenizer, _, validation_pairs = reverse_data

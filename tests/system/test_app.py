@@ -7,7 +7,7 @@ from gradio_client import Client
 from serving import CROSS, GENERATE, launched
 
 import app as visualiser
-from ui.state import TRAINED_HERE
+from ui.serving.state import TRAINED_HERE
 
 DECODER_SELF = "decoder masked self-attention"
 

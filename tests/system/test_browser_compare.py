@@ -1,5 +1,4 @@
-# ruff: noqa: F811  (test_browser's fixtures are imported by name, and used as arguments)
-"""Inside a layer's compare mode in a real browser (issue 21.1): the switch draws the paper's
+"""Inside a layer's compare mode in a real browser: the switch draws the paper's
 block beside SmolLM2's, both columns with their code lines and the differing ones highlighted,
 side by side on a laptop and in Large font at 1920×1080, stacked beside the tour's sidebar; a
 link with ``compare=1`` reopens it. Saves ``block-diff.png`` (``REFRESH_SCREENSHOTS=1`` writes
@@ -11,15 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_browser import (  # noqa: F401  (fixtures, used by name)
+from test_browser import (
     BUSY,
     _drawn,
     _poll,
     _smollm2_or_skip,
-    app,
-    app_url,
-    browser,
-    screenshots,
 )
 from test_browser_layout import LAPTOP, PROJECTOR, _open
 
@@ -82,7 +77,7 @@ def test_compare_mode_draws_both_blocks_side_by_side(
         text = shown["text"]
         assert "2017 · translate" in text and "today · SmolLM2-135M-Instruct" in text
         assert "LayerNorm" in text and "RMSNorm" in text and "gate ⊙ up" in text
-        assert "transformer/modern.py:" in text  # the modern side's code lines
+        assert "transformer/core/modern.py:" in text  # the modern side's code lines
         assert _side_by_side(shown["boxes"]), shown["boxes"]
         # Readable: the columns are wide enough for a code line's words.
         assert min(box["width"] for box in shown["boxes"]) > 350

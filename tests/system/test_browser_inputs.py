@@ -1,6 +1,5 @@
-# ruff: noqa: F811  (test_browser's fixtures are imported by name, and used as arguments)
 """Typing into a control in a real browser: a number typed into a slider's box and confirmed
-with Enter redraws, as a drag of its handle does (issue 23, item 13); text pasted into a
+with Enter redraws, as a drag of its handle does; text pasted into a
 textbox or erased from it redraws, as typed text does. Reuses ``test_browser``'s browser, app
 and helpers."""
 
@@ -11,14 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_browser import (  # noqa: F401  (fixtures, used by name)
+from test_browser import (
     TIMEOUT_MS,
     VIEWPORT,
     _drawn,
     _poll,
-    app,
-    app_url,
-    browser,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -1,5 +1,4 @@
-# ruff: noqa: F811  (test_browser's fixtures are imported by name, and used as arguments)
-"""The page's layout in a real browser (issue 23, items 7, 11, 14): what a lecturer projecting at
+"""The page's layout in a real browser: what a lecturer projecting at
 1920×1080 in Large font sees first, where the tour's stops scroll to, and what fits beside the
 tour's sidebar on a 1280 px laptop. Reuses ``test_browser``'s browser, app and helpers."""
 
@@ -9,15 +8,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_browser import (  # noqa: F401  (fixtures, used by name)
+from test_browser import (
     BUSY,
     PLOT,
     TIMEOUT_MS,
     _drawn,
     _poll,
-    app,
-    app_url,
-    browser,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -219,7 +215,7 @@ def test_every_row_of_a_short_head_view_keeps_its_label_in_large_font(projector:
     projector.get_by_role("tab", name="Attention", exact=True).click()
     _drawn(projector, "Attention", 4)
     # Large font's redraw of the first view (started when the fixture turned it on) may still
-    # be running: it must not draw the first view over the new sentence's (ui.ordering).
+    # be running: it must not draw the first view over the new sentence's (ui.serving.ordering).
     panel = _visible_panel(projector)
     panel.get_by_label("One to three sentences", exact=False).fill("the small cat sees a red ball")
     panel.get_by_label("encoder self-attention", exact=True).check()

@@ -4,7 +4,7 @@ and rollout; moving the window redraws it from the cached pass.
 
 To refresh the README's screenshot (``docs/screenshots/attention-scale.png``), run
 
-    REFRESH_SCREENSHOTS=1 python -m pytest tests/test_browser_scale.py
+    REFRESH_SCREENSHOTS=1 python -m pytest tests/system/test_browser_scale.py
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests import test_browser as base
-from tests.test_browser import BUSY, ROOT, SMOLLM2, _error_toasts, _open, _poll, _smollm2_or_skip
+import test_browser as base
+from test_browser import BUSY, ROOT, SMOLLM2, _error_toasts, _open, _poll, _smollm2_or_skip
 
 # The browser, the app and the screenshots folder are test_browser's module fixtures.
-browser, app, screenshots = base.browser, base.app, base.screenshots
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -51,13 +49,13 @@ def test_a_long_text_in_smollm2_draws_overview_window_and_head(
     text, length = _long_text(app)
     assert 1_900 <= length <= 2_048
     # Not through a link: a link's settling pass may set the text box back to the link's value
-    # after the text is typed (a known race, still open under issue 23, item 5).
+    # after the text is typed (a known race between the two).
     context, page = _open(browser, app[0])
     try:
         page.get_by_role("tab", name="Attention", exact=True).click()
         panel = page.get_by_role("tabpanel")
         page.get_by_text("Long inputs: every head at once", exact=False).first.click()
-        # The controls' ids are the link keys' (ui.share names them "attention-<key>").
+        # The controls' ids are the link keys' (ui.links.share names them "attention-<key>").
         box = page.locator("#attention-scale_text textarea")
         _poll(page, "the long-input section open", box.is_visible)
         limit = panel.get_by_text("Longest input", exact=False).first

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (test_browser's fixtures are imported by name, and used as arguments)
 """Generate's silent-mistake and key/value-cache panels in a real browser, on SmolLM2: a silent
 mistake switched on shows the continuation correct vs broken and the meter; a Step grows the
 cache view. Saves ``silent-mistakes.png`` and ``kv-cache.png`` (the README's, with
@@ -11,19 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_browser import (  # noqa: F401  (fixtures, used by name)
+from test_browser import (
     BUSY,
     _drawn,
     _open,
     _poll,
     _smollm2_or_skip,
-    app,
-    app_url,
-    browser,
-    screenshots,
 )
 
-from transformer.silent_mistakes import ROTARY_NO_OFFSET
+from transformer.lab.silent_mistakes import ROTARY_NO_OFFSET
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

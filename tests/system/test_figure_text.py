@@ -21,7 +21,7 @@ import pytest
 import torch
 from conftest import shown
 
-from ui.state import GenerationState, ModelRegistry, SessionModels
+from ui.serving.state import GenerationState, ModelRegistry, SessionModels
 from ui.tabs import attention, generate, inside, positions
 from ui.tabs.attention import scale
 

@@ -1,4 +1,4 @@
-"""A page opened with a link draws the link's view first (issue 23, item 5): the tabs' first
+"""A page opened with a link draws the link's view first: the tabs' first
 views are drawn by one page-load event, which sends nothing on such a page, and afterwards by
 one event, all but the linked tab's; and the link's settling pass re-applies the view only
 where a control no longer shows it (a view that arrived whole is not drawn twice)."""
@@ -77,7 +77,7 @@ def _comparable(out: Any) -> Any:
 
 
 def test_merge_keeps_what_an_earlier_update_set() -> None:
-    from ui.views import _merge
+    from ui.links.views import _merge
 
     figure = go.Figure()
     # Generate's model controls hide the cross-attention plot of a decoder-only model, and its
@@ -207,7 +207,7 @@ def _page_app() -> Any:
     from starlette.responses import HTMLResponse, JSONResponse
     from starlette.routing import Route
 
-    from ui.first_views import OpenOnLinkedTab
+    from ui.links.first_views import OpenOnLinkedTab
 
     page = '<html><head><script>window.gradio_config = {};</script><script type="module" src="./assets/index.js"></script></head></html>'
     return Starlette(
@@ -222,7 +222,7 @@ def _page_app() -> Any:
 def test_a_link_page_gets_the_script_that_opens_its_tab() -> None:
     from starlette.testclient import TestClient
 
-    from ui.first_views import LINKED_TAB_JS
+    from ui.links.first_views import LINKED_TAB_JS
 
     client = TestClient(_page_app())
     linked = client.get("/?model=translate&tab=attention")

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from serving import CROSS, Tally, call, leaks, serve, still_serves
 
+from transformer.lab.silent_mistakes import SILENT_MISTAKES
 from transformer.pretrained.shipped import SMOLLM2
-from transformer.silent_mistakes import SILENT_MISTAKES
 from ui.tabs import tokenize as tokenize_tab
 
 # a system test: thousands of requests over HTTP, minutes; `python -m pytest -m "not slow"` leaves it out.
@@ -87,7 +87,7 @@ TEXT_ENDPOINTS = {
     # Inside a layer (the query token left to the default), and a seed's mistake switched on.
     "/inside_layer": lambda t: [t, "translate", "decoder", 2, 3, None, False],
     "/inside_layer MiniLM": lambda t: [t, MINILM, "encoder", 6, 12, None, False],
-    # Compare mode: the bundled translation model's encoder beside SmolLM2 (issue 21).
+    # Compare mode: the bundled translation model's encoder beside SmolLM2.
     "/inside_compare": lambda t: [t, "translate", "encoder", 2, 3, None, False, True],
     "/attention mistake": lambda t: [
         t,
@@ -187,7 +187,7 @@ def test_every_text_endpoint_survives_generated_text(sessions):
     assert min(TALLY.requests[name] for name in TEXT_ENDPOINTS) >= EXAMPLES * 0.9, TALLY.requests
 
 
-# -- hostile links and oversized model configs (issue 24.5, 24.4) -------------------------------
+# -- hostile links and oversized model configs -------------------------------
 # No server: a link is read by one function, a model folder by another; both must answer every
 # input with a result or a named message, never an exception.
 

@@ -21,7 +21,7 @@ from gradio_client import Client
 from serving import BPE, CROSS, GENERATE, Tally, serve, still_serves
 
 from ui import demo as demo_module
-from ui.state import TRAINED_HERE
+from ui.serving.state import TRAINED_HERE
 
 # a system test: 20 concurrent sessions over HTTP; `python -m pytest -m "not slow"` leaves it out.
 pytestmark = pytest.mark.slow
@@ -133,7 +133,7 @@ def test_many_sessions_at_once(url):
     still_serves(Client(url, verbose=False))
 
 
-# -- what anyone can do to a public Space: many anonymous sessions (issue 24.1) ----------------
+# -- what anyone can do to a public Space: many anonymous sessions ----------------
 
 
 def anonymous_call(url: str, api_name: str, data: list, session: str | None = None) -> bool:
@@ -190,7 +190,7 @@ def _queued_call(url: str, fn_index: int, data: list) -> bool:
 def test_exports_asked_for_by_many_clients_stay_bounded_on_disk(monkeypatch):
     """Issue 24.2: every "Whole view as HTML" wrote a new file that was never removed, and
     any client can ask for one through the queue."""
-    from ui import export as export_module
+    from ui.serving import export as export_module
 
     monkeypatch.setattr(export_module, "EXPORTS", export_module.ExportStore())
     monkeypatch.setattr(export_module, "EXPORT_MAX_FILES", 3)

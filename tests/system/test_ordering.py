@@ -1,4 +1,4 @@
-"""A redraw never draws over a newer one (ui.ordering): two calls of one session run side by
+"""A redraw never draws over a newer one (ui.serving.ordering): two calls of one session run side by
 side, the older ends last, and what the newer wrote stays on the page.
 
 The calls run in threads, with gradio's per-call request set as gradio sets it; which call
@@ -16,7 +16,7 @@ import gradio as gr
 import pytest
 from gradio.context import LocalContext
 
-from ui.ordering import WriteOrder, newest_wins, ordered
+from ui.serving.ordering import WriteOrder, newest_wins, ordered
 
 SKIP = {"__type__": "update"}
 

@@ -1,5 +1,5 @@
 # ruff: noqa: F811  (test_browser's fixtures are imported by name, and used as arguments)
-"""The plotly module the page loads registers only the trace types the app draws (issue 23.5):
+"""The plotly module the page loads registers only the trace types the app draws:
 the types the app's code builds, by plotly's own names for them; the cut against gradio's
 installed module and against modules of another shape (served whole); the middleware; and, in
 a real browser, the trace types the page's plotly knows and a check that finds a trace plotly
@@ -22,9 +22,16 @@ from test_browser import (  # noqa: F401  (fixtures, used by name)
     browser,
 )
 
-from ui.plotly_bundle import ASSETS, TRACES, ServePrunedPlotly, plotly_chunk, prune, pruned_chunk
+from ui.serving.plotly_bundle import (
+    ASSETS,
+    TRACES,
+    ServePrunedPlotly,
+    plotly_chunk,
+    prune,
+    pruned_chunk,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Plotly's scatter is part of its core: registered whatever the list holds.
 IN_CORE = {"scatter"}
 

@@ -24,12 +24,12 @@ from serving import CROSS, call, leaks, serve, still_serves
 
 import app as visualiser
 from ui import demo as demo_module
-from ui import errors
-from ui.state import TRAINED_HERE, ModelRegistry
+from ui.serving import errors
+from ui.serving.state import TRAINED_HERE, ModelRegistry
 
 transformers = pytest.importorskip("transformers")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KIND = {
     "bert": "encoder self-attention",
     "gpt2": "decoder masked self-attention",
@@ -298,7 +298,7 @@ def test_build_demo_does_not_wait_for_pretrained_weights(monkeypatch, hf_models)
         release.wait(30)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr("ui.state.load_pretrained", slow)
+    monkeypatch.setattr("ui.serving.state.load_pretrained", slow)
     try:
         start = time.monotonic()
         built = visualiser.build_demo("cpu", [str(hf_models["bert"])])
@@ -316,9 +316,11 @@ def test_build_demo_does_not_wait_for_pretrained_weights(monkeypatch, hf_models)
 
 
 def _fresh_errors_module(monkeypatch, spaces_module):
-    """ui/errors.py imported afresh under another name, with ``spaces`` as given (None: absent)."""
+    """ui/serving/errors.py imported afresh under another name, with ``spaces`` as given (None: absent)."""
     monkeypatch.setitem(sys.modules, "spaces", spaces_module)
-    spec = importlib.util.spec_from_file_location("errors_copy", ROOT / "ui" / "errors.py")
+    spec = importlib.util.spec_from_file_location(
+        "errors_copy", ROOT / "ui" / "serving" / "errors.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -358,7 +360,7 @@ def test_gpu_is_spaces_gpu_under_zerogpu(monkeypatch):
 
 
 def test_the_cache_counts_every_tensor_of_a_trace_and_stays_in_its_bound(monkeypatch):
-    from ui import limits
+    from ui.serving import limits
 
     registry = ModelRegistry(torch.device("cpu"))
     checkpoint = registry.checkpoint("translate", None)
@@ -381,7 +383,7 @@ def test_the_cache_counts_every_tensor_of_a_trace_and_stays_in_its_bound(monkeyp
 
 def _held_while_computing(monkeypatch, registry: ModelRegistry) -> list[int]:
     """How many analyses the cache holds each time ``analyse`` starts (filled as it runs)."""
-    from ui import state as state_module
+    from ui.serving import state as state_module
 
     held: list[int] = []
     real = state_module.analyse
@@ -397,8 +399,8 @@ def _held_while_computing(monkeypatch, registry: ModelRegistry) -> list[int]:
 def test_an_analysis_over_the_bound_is_dropped_before_the_next_is_computed(monkeypatch):
     """Two analyses over the cache's bound (SmolLM2's at 512 tokens: 700 MB each) are never
     held at once: the kept one is dropped when another input's analysis starts."""
-    from ui import limits
-    from ui import state as state_module
+    from ui.serving import limits
+    from ui.serving import state as state_module
 
     registry = ModelRegistry(torch.device("cpu"))
     checkpoint = registry.checkpoint("translate", None)
@@ -428,8 +430,8 @@ def test_an_analysis_whose_weights_pass_the_bound_is_computed_with_nothing_else_
 ):
     """The others would be dropped once it is kept: they are dropped before it is computed.
     One whose weights fit leaves them (and the bound is what it was)."""
-    from transformer.inspection import least_captured_bytes
-    from ui import limits
+    from transformer.lab.inspection import least_captured_bytes
+    from ui.serving import limits
 
     registry = ModelRegistry(torch.device("cpu"))
     checkpoint = registry.checkpoint("continue", None)
@@ -448,7 +450,7 @@ def test_an_analysis_whose_weights_pass_the_bound_is_computed_with_nothing_else_
 
 
 def test_trained_here_is_offered_only_once_the_session_has_trained_a_model():
-    from ui.state import SessionModels
+    from ui.serving.state import SessionModels
 
     registry = ModelRegistry("cpu", (), False)
     fresh = SessionModels()
@@ -505,7 +507,7 @@ def test_an_oversized_config_is_refused_by_name_before_anything_is_allocated(
 def test_the_size_bound_holds_without_a_weights_file_to_compare(monkeypatch):
     """The absolute bound: a header as large as the config still cannot ask for more than
     MAX_PARAMETERS."""
-    from transformer.config import ModelConfig
+    from transformer.core.config import ModelConfig
     from transformer.pretrained import PretrainedError, _common
 
     config = ModelConfig(
@@ -562,7 +564,7 @@ def test_a_released_registry_starts_no_other_model_in_the_background(monkeypatch
             return loader()
 
         registry._loaders[name] = slow
-    monkeypatch.setattr("ui.state.PRELOAD_FIRST", "bert")
+    monkeypatch.setattr("ui.serving.state.PRELOAD_FIRST", "bert")
     registry._loaders = {name: registry._loaders[name] for name in ("bert", "gpt2")}
     registry.preload()
     deadline = time.monotonic() + 30
@@ -573,7 +575,7 @@ def test_a_released_registry_starts_no_other_model_in_the_background(monkeypatch
 
 
 def test_launched_releases_the_registry_of_the_app_it_closes(monkeypatch):
-    from ui import testing
+    from ui.serving import testing
 
     events: list[str] = []
 
@@ -591,7 +593,7 @@ def test_launched_releases_the_registry_of_the_app_it_closes(monkeypatch):
             events.append("close")
 
     # glibc keeps what a process frees: the freed models are given back to the system.
-    monkeypatch.setattr("ui.memory.glibc_trim", lambda: lambda: events.append("trim"))
+    monkeypatch.setattr("ui.serving.memory.glibc_trim", lambda: lambda: events.append("trim"))
     with testing.launched(Demo()):
         events.append("serving")
     assert events == ["launch", "serving", "close", "release", "trim"]

@@ -39,16 +39,16 @@ from serving import (
 )
 
 import app as visualiser
-from transformer import bundled as bundled_module
+from transformer.training import bundled as bundled_module
 from transformer.training.live import TRAINING_THREAD
-from ui import errors, limits, state
+from ui.serving import errors, limits, state
 from ui.tabs import positions
 from ui.tabs import tokenize as tokenize_tab
 
 # A system test: the app over HTTP, over a thousand requests; `-m "not slow"` leaves it out.
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 BAD_TEXTS = {
     "empty": "",
@@ -1127,8 +1127,8 @@ def test_model_text_in_generate_and_mistake_summaries_stays_text():
     seeds' mistake's predictions, are each one code span that nothing in them can close."""
     from types import SimpleNamespace
 
-    from transformer.mistakes import MISTAKES
-    from ui.mistakes import describe
+    from transformer.lab.mistakes import MISTAKES
+    from ui.tabs.attention.mistakes import describe
     from ui.tabs.generate.drawing import _summary
 
     record = SimpleNamespace(

@@ -22,7 +22,7 @@ import pytest
 
 from transformer.pretrained.shipped import shipped_models
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = list(shipped_models())
 pytestmark = [
     pytest.mark.slow,
