@@ -15,15 +15,21 @@ from ..checkpoint import Checkpoint
 from ..config import ModelConfig
 from ..model import Transformer
 from ..rotary import RotaryEmbedding, rotary_cos_sin
-from . import bert, gpt2, llama, marian
+from . import bert, gpt2, llama, marian, qwen3
 from ._common import PretrainedError, TensorReader, load_weights, read_json
 
-FAMILIES: dict[str, ModuleType] = {"bert": bert, "gpt2": gpt2, "marian": marian, "llama": llama}
+FAMILIES: dict[str, ModuleType] = {
+    "bert": bert,
+    "gpt2": gpt2,
+    "marian": marian,
+    "llama": llama,
+    "qwen3": qwen3,
+}
 """Supported families by name; each module maps one ``model_type``'s config, weights, tokenizer."""
 
 SUPPORTED = (
-    "BERT (model_type 'bert', MiniLM included), GPT-2 ('gpt2'), Marian ('marian') and the "
-    "Llama family ('llama', 'qwen2'; or a Llama .gguf file)"
+    "BERT (model_type 'bert', MiniLM included), GPT-2 ('gpt2'), Marian ('marian'), the "
+    "Llama family ('llama', 'qwen2'; or a Llama .gguf file), and Qwen3 ('qwen3')"
 )
 
 HUB_FILES = [
