@@ -8,6 +8,7 @@ from collections.abc import Callable
 import torch
 
 from transformer.generation import DecodingSettings, generate
+from transformer.generation.sampling import never_generated
 from transformer.model import Transformer
 
 PROMPT = [5, 17, 3, 42, 8, 61, 29, 77, 12, 50, 33]
@@ -46,8 +47,10 @@ def check_forward(model: Transformer, reference: torch.nn.Module) -> None:
 
 
 def check_generation(model: Transformer, reference: torch.nn.Module, new: int = 12) -> None:
-    """Greedy decoding, with and without the cache, writes what ``generate()`` writes."""
+    """Greedy decoding, with and without the cache, writes what ``generate()`` writes (told,
+    as our decoding is, never to write the padding id)."""
     ids = torch.tensor([PROMPT])
+    never = never_generated(model.config)
     with torch.no_grad():
         out = reference.generate(
             ids,
@@ -56,6 +59,7 @@ def check_generation(model: Transformer, reference: torch.nn.Module, new: int = 
             do_sample=False,
             num_beams=1,
             pad_token_id=0,
+            suppress_tokens=None if never is None else [never],
         )
     expected = out[0, ids.size(1) :].tolist()
     for use_cache in (True, False):

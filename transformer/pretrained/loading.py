@@ -15,7 +15,7 @@ from ..checkpoint import Checkpoint
 from ..config import ModelConfig
 from ..model import Transformer
 from ..rotary import RotaryEmbedding, rotary_cos_sin
-from . import bert, gpt2, llama, marian, qwen3
+from . import bert, gpt2, llama, marian, mistral, olmo2, qwen3
 from ._common import PretrainedError, TensorReader, load_weights, read_json
 
 FAMILIES: dict[str, ModuleType] = {
@@ -24,12 +24,15 @@ FAMILIES: dict[str, ModuleType] = {
     "marian": marian,
     "llama": llama,
     "qwen3": qwen3,
+    "mistral": mistral,
+    "olmo2": olmo2,
 }
 """Supported families by name; each module maps one ``model_type``'s config, weights, tokenizer."""
 
 SUPPORTED = (
-    "BERT (model_type 'bert', MiniLM included), GPT-2 ('gpt2'), Marian ('marian'), the "
-    "Llama family ('llama', 'qwen2'; or a Llama .gguf file), and Qwen3 ('qwen3')"
+    "BERT (model_type 'bert', MiniLM included), GPT-2 ('gpt2'), Marian ('marian'), the Llama "
+    "family ('llama', 'qwen2'; or a Llama .gguf file), Qwen3 ('qwen3'), Mistral ('mistral') "
+    "and OLMo 2 ('olmo2')"
 )
 
 HUB_FILES = [
