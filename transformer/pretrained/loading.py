@@ -15,7 +15,7 @@ from ..checkpoint import Checkpoint
 from ..config import ModelConfig
 from ..model import Transformer
 from ..rotary import RotaryEmbedding, rotary_cos_sin
-from . import bert, gpt2, gpt_neox, llama, marian, mistral, olmo2, phi3, qwen3
+from . import bert, gemma, gpt2, gpt_neox, llama, marian, mistral, olmo2, phi3, qwen3
 from ._common import PretrainedError, TensorReader, load_weights, read_json
 
 FAMILIES: dict[str, ModuleType] = {
@@ -28,13 +28,15 @@ FAMILIES: dict[str, ModuleType] = {
     "olmo2": olmo2,
     "gpt_neox": gpt_neox,
     "phi3": phi3,
+    "gemma": gemma,
 }
 """Supported families by name; each module maps one ``model_type``'s config, weights, tokenizer."""
 
 SUPPORTED = (
     "BERT (model_type 'bert', MiniLM included), GPT-2 ('gpt2'), Marian ('marian'), the Llama "
     "family ('llama', 'qwen2'; or a Llama .gguf file), Qwen3 ('qwen3'), Mistral ('mistral'), "
-    "OLMo 2 ('olmo2'), GPT-NeoX and Pythia ('gpt_neox') and Phi-3 and Phi-4-mini ('phi3')"
+    "OLMo 2 ('olmo2'), GPT-NeoX and Pythia ('gpt_neox'), Phi-3 and Phi-4-mini ('phi3') and "
+    "Gemma ('gemma', 'gemma2', 'gemma3_text')"
 )
 
 HUB_FILES = [
