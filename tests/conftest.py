@@ -455,3 +455,77 @@ def final_tokens(tok: Tokenizer, words: Sequence[Any]) -> list[str]:
         else:
             raise AssertionError(f"no steps for {w}")
     return out
+
+
+def family_folder(
+    folder: Path,
+    family: str,
+    *,
+    vocab: int = 97,
+    seed: int = 0,
+    perturb: float = 0.1,
+    matrices: float | None = None,
+    dtype: torch.dtype | None = None,
+    **config: Any,
+) -> torch.nn.Module:
+    """A tiny random ``transformers`` causal LM of ``family`` (a name of ``FAMILY_CLASSES``)
+    saved in ``folder`` with a word-level ``tokenizer.json``, as ``python app.py --model
+    FOLDER`` is given one; returns the reference (eager attention, float32, eval mode) that the
+    folder must reproduce.
+
+    ``config`` goes to the ``transformers`` config over ``TINY_FAMILY`` (no special tokens).
+    Every parameter is moved by ``perturb`` × N(0, 1) (norm gains and biases off their
+    initial values, so a wrong norm or a dropped bias shows), and every matrix redrawn from
+    N(0, matrices²) where given (large scores, so that a soft cap bites). ``dtype`` saves the
+    weights in that dtype (``torch.bfloat16``); the reference then holds those values in
+    float32."""
+    transformers = pytest.importorskip("transformers")
+    config_name, model_name = FAMILY_CLASSES[family]
+    torch.manual_seed(seed)
+    hf_config = getattr(transformers, config_name)(**(TINY_FAMILY | {"vocab_size": vocab} | config))
+    hf_config._attn_implementation = "eager"
+    model = getattr(transformers, model_name)(hf_config)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() > 1 and matrices is not None:
+                param.copy_(matrices * torch.randn(param.shape, generator=generator))
+            else:
+                param.add_(perturb * torch.randn(param.shape, generator=generator))
+    folder.mkdir(parents=True, exist_ok=True)
+    if dtype is not None:  # read back in float32 (its rotary tables computed afresh)
+        model.to(dtype).save_pretrained(folder)
+        model = getattr(transformers, model_name).from_pretrained(
+            folder, dtype=torch.float32, attn_implementation="eager"
+        )
+    else:
+        model.save_pretrained(folder)
+    save_word_tokenizer(folder, vocab)
+    return model.eval()
+
+
+TINY_FAMILY: dict[str, Any] = dict(
+    hidden_size=64,
+    intermediate_size=96,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_hidden_layers=3,
+    max_position_embeddings=64,
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
+)
+"""The tiny shape of ``family_folder``'s models (no special tokens: generation runs its length)."""
+
+FAMILY_CLASSES: dict[str, tuple[str, str]] = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM"),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+}
+"""``family_folder``'s families: their ``transformers`` config and model classes."""

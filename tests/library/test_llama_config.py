@@ -143,16 +143,17 @@ def test_qwen2_config_json_has_qkv_bias_only() -> None:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rotary scaling 'llama3'"),
-        ({"head_dim": 16}, "head_dim=16"),
+        ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "needs low_freq_factor"),
+        ({"rope_scaling": {"rope_type": "mrope", "factor": 8.0}}, "rotary scaling 'mrope'"),
+        ({"head_dim": -16}, "head_dim=-16"),
         ({"hidden_act": "tanh"}, "hidden_act='tanh'"),
     ],
 )
 def test_unsupported_llama_configs_are_named(changes: dict[str, object], message: str) -> None:
     hf = hf_llama()
     hf.update(changes)
-    if "rope_scaling" in changes:
-        hf["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 50000.0, "factor": 8.0}
+    if "rope_scaling" in changes:  # transformers 5 writes it as rope_parameters
+        hf["rope_parameters"] = {"rope_theta": 50000.0, **changes["rope_scaling"]}  # type: ignore[dict-item]
     with pytest.raises(PretrainedError, match=message):
         config_from_hf(hf)
 

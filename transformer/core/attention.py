@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from .layers import Dropout
 from .masks import is_causal, remembered
-from .modern import expand_kv_heads, kv_head_of
+from .modern import RMSNorm, expand_kv_heads, kv_head_of, soft_cap
 from .operations import PAPER, Operations
 from .rotary import RotaryEmbedding
 
@@ -21,13 +21,16 @@ if TYPE_CHECKING:
     from .trace import AttentionKind
 
 
-def attention_scores(queries: Tensor, keys: Tensor, mask: Tensor | None = None) -> Tensor:
+def attention_scores(
+    queries: Tensor, keys: Tensor, mask: Tensor | None = None, softcap: float | None = None
+) -> Tensor:
     """``(B, H, Tq, Tk)`` scores from already scaled ``(B, H, Tq, d_k)`` queries and ``(B, H,
-    Tk, d_k)`` keys, masked cells ``-inf`` (``mask`` broadcastable, ``True`` = may attend).
+    Tk, d_k)`` keys, masked cells ``-inf`` (``mask`` broadcastable, ``True`` = may attend),
+    soft-capped to ``softcap · tanh(s / softcap)`` where a cap is given (Gemma 2).
 
     The attention itself and a trace that recomputes its scores run the same product on the
     same tensors, so both give the same numbers bit for bit in every cell that is not masked."""
-    scores = queries @ keys.transpose(-2, -1)  # (B, H, Tq, Tk)
+    scores = soft_cap(queries @ keys.transpose(-2, -1), softcap)  # (B, H, Tq, Tk)
     if mask is not None and not bool(mask.all()):
         scores.masked_fill_(~mask, float("-inf"))
     return scores
@@ -53,10 +56,13 @@ def _empty_rows(mask: Tensor) -> Tensor | None:
     return None if bool(has_key.all()) else ~has_key
 
 
-def attention_weights(queries: Tensor, keys: Tensor, mask: Tensor | None = None) -> Tensor:
+def attention_weights(
+    queries: Tensor, keys: Tensor, mask: Tensor | None = None, softcap: float | None = None
+) -> Tensor:
     """``(B, H, Tq, Tk)`` weights ``softmax(Q Kᵀ)`` from already scaled ``(B, H, Tq, d_k)``
     queries and ``(B, H, Tk, d_k)`` keys, exactly zero in masked cells and in rows with no
-    allowed key (``mask`` bool, broadcastable, ``True`` = may attend).
+    allowed key (``mask`` bool, broadcastable, ``True`` = may attend); the scores soft-capped
+    first where ``softcap`` is given.
 
     The attention runs this, and a trace that did not keep its weights runs it again on the
     same tensors when they are read: the same numbers, bit for bit."""
@@ -64,6 +70,8 @@ def attention_weights(queries: Tensor, keys: Tensor, mask: Tensor | None = None)
     if given is not None and remembered(given, "all", lambda: bool(given.all())):
         mask = None  # nothing is masked (an unpadded batch): skip a pass over the scores
     scores = queries @ keys.transpose(-2, -1)  # (B, H, Tq, Tk), as attention_scores computes them
+    if softcap is not None:
+        scores = soft_cap(scores, softcap)
     if mask is not None:
         # Masked cells far below any score, not -inf; one bias for all layers' scores.
         dtype = scores.dtype
@@ -108,11 +116,12 @@ class AttentionProbe:
     # Recomputes (queries, keys) from the rotary pair when they can be (see
     # MultiHeadAttention._keep_rotary), so that a trace need not keep them twice.
     rebuild: Callable[[], tuple[Tensor, Tensor]] | None = None
+    softcap: float | None = None  # the scores' soft cap (Gemma 2), None: not capped
 
     @property
     def scores(self) -> Tensor:
         """``(B, H, Tq, Tk)`` scores before softmax, masked cells ``-inf``."""
-        return attention_scores(self.queries, self.keys, self.mask)
+        return attention_scores(self.queries, self.keys, self.mask, self.softcap)
 
 
 @dataclass(init=False)
@@ -189,6 +198,7 @@ def scaled_dot_product_attention(
     mask: Tensor | None = None,
     scale: float | None = None,
     dropout: nn.Module | None = None,
+    softcap: float | None = None,
 ) -> tuple[Tensor, AttentionProbe]:
     """``softmax(Q Kᵀ / √d_k) V``, written out so every intermediate can be inspected.
 
@@ -199,6 +209,7 @@ def scaled_dot_product_attention(
         mask: bool, broadcastable to ``(B, H, Tq, Tk)``; ``True`` = may attend.
         scale: multiplier of the scores; ``None`` means ``1/√d_k`` (d_k is the *head* width).
         dropout: applied to the weights (not to the recorded ones).
+        softcap: scores become ``softcap · tanh(scores / softcap)`` before the mask (Gemma 2).
 
     Returns:
         ``(B, H, Tq, d_v)`` output and the :class:`AttentionProbe` of scores and weights.
@@ -210,9 +221,9 @@ def scaled_dot_product_attention(
     # Scaling the (Tq, d_k) queries instead of the (Tq, Tk) scores: the same product, one pass
     # over d_k/Tk as many numbers (at 512 tokens and d_k 32, a sixteenth).
     queries = q * scale
-    weights = attention_weights(queries, k, mask)
+    weights = attention_weights(queries, k, mask, softcap)
     attended = dropout(weights) if dropout is not None else weights
-    probe = AttentionProbe(queries=queries, keys=k, weights=weights, mask=mask)
+    probe = AttentionProbe(queries=queries, keys=k, weights=weights, mask=mask, softcap=softcap)
     return attended @ v, probe
 
 
@@ -222,25 +233,58 @@ class KeyValueCache:
 
     Self-attention (``static=False``) appends the new positions' keys and values each step;
     cross-attention (``static=True``) computes them from the encoder memory once and reuses them.
+    A sliding-window layer's cache (``window``) keeps only the ``window − 1`` latest positions
+    after each call: the next query reads those and itself, never an older one, so the memory
+    stays bounded however long the text grows; ``dropped`` counts the positions let go.
     """
 
     keys: Tensor | None = None  # (B, H_kv, T, d_k): key/value heads, never expanded
     values: Tensor | None = None  # (B, H_kv, T, d_v), set together with the keys
     static: bool = False
+    window: int | None = None
+    dropped: int = 0
+
+    @property
+    def stored(self) -> int:
+        """Number of positions whose keys are held."""
+        return 0 if self.keys is None else self.keys.size(2)
 
     @property
     def length(self) -> int:
-        """Number of cached positions."""
-        return 0 if self.keys is None else self.keys.size(2)
+        """Number of positions seen (held, and let go by a sliding window)."""
+        return self.dropped + self.stored
 
     def update(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
         """Keep the new ``(B, H, T, d_k)`` keys and values (after the cached ones, unless
-        static) and return every key and value so far."""
+        static) and return every key and value this call reads (for a sliding window, those
+        held before the call and the new ones)."""
         if not self.static and self.keys is not None and self.values is not None:
             keys = torch.cat([self.keys, keys], dim=2)
             values = torch.cat([self.values, values], dim=2)
         self.keys, self.values = keys, values
+        if self.window is not None and not self.static:
+            excess = keys.size(2) - (self.window - 1)
+            if excess > 0:
+                self.keys, self.values = keys[:, :, excess:], values[:, :, excess:]
+                self.dropped += excess
         return keys, values
+
+    def can_truncate(self, length: int) -> bool:
+        """Whether :meth:`truncate` to ``length`` keeps every key the next position reads (a
+        sliding window may have let them go)."""
+        needed_from = 0 if self.window is None else max(0, length - (self.window - 1))
+        return self.dropped <= min(needed_from, length)
+
+    def truncate(self, length: int) -> None:
+        """Forget every position from ``length`` on (see :meth:`can_truncate`)."""
+        if not self.can_truncate(length):
+            raise ValueError(
+                f"a sliding-window cache that let go of {self.dropped} positions cannot be "
+                f"truncated to {length}: empty it and compute the text again"
+            )
+        if self.keys is not None and self.values is not None:
+            kept = length - self.dropped
+            self.keys, self.values = self.keys[:, :, :kept], self.values[:, :, :kept]
 
 
 class MultiHeadAttention(nn.Module):
@@ -254,6 +298,12 @@ class MultiHeadAttention(nn.Module):
     attention: W_K and W_V map to ``n_kv_heads · d_head``; query head h reads key/value head
     ``h // (n_heads // n_kv_heads)``), ``rotary`` (q and k rotated by their positions after
     the projection) and the biases of the q/k/v and output projections.
+
+    The later families': ``d_head`` when heads are not ``d_model / n_heads`` wide (W_Q maps
+    d_model to ``n_heads · d_head``, W_O back), ``qk_norm`` (an RMSNorm of q and k before their
+    rotation, over each head's ``"head"`` or the whole ``"projection"``: it keeps the scores
+    from growing with the weights), ``softcap`` (scores capped by ``softcap · tanh(s /
+    softcap)``) and ``scale_dim`` (the d_k of the score scale, when not d_head).
     """
 
     def __init__(
@@ -268,23 +318,39 @@ class MultiHeadAttention(nn.Module):
         rotary: RotaryEmbedding | None = None,
         qkv_bias: bool = True,
         output_bias: bool = True,
+        d_head: int | None = None,
+        qk_norm: str = "none",
+        norm_eps: float = 1e-6,
+        norm_offset: float = 0.0,
+        softcap: float | None = None,
+        scale_dim: float | None = None,
     ) -> None:
         super().__init__()
-        if d_model % n_heads != 0:
+        if d_head is None and d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         self.n_heads = n_heads
         self.n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         self.kv_head_of = tuple(kv_head_of(n_heads, self.n_kv_heads))
-        self.d_head = d_model // n_heads
+        self.d_head = d_model // n_heads if d_head is None else d_head
         self.kind = kind
         self.layer = layer
-        d_kv = self.n_kv_heads * self.d_head
-        self.w_q = nn.Linear(d_model, d_model, bias=qkv_bias)
+        d_q, d_kv = n_heads * self.d_head, self.n_kv_heads * self.d_head
+        self.w_q = nn.Linear(d_model, d_q, bias=qkv_bias)
         self.w_k = nn.Linear(d_model, d_kv, bias=qkv_bias)
         self.w_v = nn.Linear(d_model, d_kv, bias=qkv_bias)
-        self.w_o = nn.Linear(d_model, d_model, bias=output_bias)
+        self.w_o = nn.Linear(d_q, d_model, bias=output_bias)
         self.dropout = Dropout(dropout)
         self.rotary = rotary  # shared by every layer (its table is computed, not learned)
+        self.qk_norm = qk_norm
+        self.q_norm: RMSNorm | None = None
+        self.k_norm: RMSNorm | None = None
+        if qk_norm != "none":
+            per_head = qk_norm == "head"
+            widths = (self.d_head, self.d_head) if per_head else (d_q, d_kv)
+            self.q_norm = RMSNorm(widths[0], norm_eps, norm_offset)
+            self.k_norm = RMSNorm(widths[1], norm_eps, norm_offset)
+        self.softcap = softcap
+        self.scale_dim = scale_dim
 
     def forward(
         self,
@@ -311,13 +377,13 @@ class MultiHeadAttention(nn.Module):
         Returns:
             ``(B, Tq, d_model)`` output and, with ``capture``, the :class:`AttentionProbe`.
         """
-        q = ops.split_heads(self.w_q(query), self.n_heads)  # (B, H, Tq, d_head)
+        q = self._heads(self.w_q(query), self.q_norm, self.n_heads, ops)  # (B, H, Tq, d_head)
         if cache is not None and cache.static and cache.keys is not None:
             k, v, rotated = cache.keys, cast(Tensor, cache.values), None  # from the memory, once
         else:
             if key_value is None:
                 raise ValueError("key_value is required unless a filled static cache is given")
-            k = ops.split_heads(self.w_k(key_value), self.n_kv_heads)  # (B, H_kv, Tk, d_head)
+            k = self._heads(self.w_k(key_value), self.k_norm, self.n_kv_heads, ops)
             v = ops.split_heads(self.w_v(key_value), self.n_kv_heads)  # (B, H_kv, Tk, d_head)
             q, k, rotated = self._rotate(q, k, cache, ops)
             if cache is not None:
@@ -326,6 +392,21 @@ class MultiHeadAttention(nn.Module):
         if probe is not None and rotated is not None:
             self._keep_rotary(probe, rotated, ops, uncached=k is rotated.keys_after)
         return out, probe
+
+    def _heads(self, y: Tensor, norm: RMSNorm | None, n_heads: int, ops: Operations) -> Tensor:
+        """``(B, T, n_heads · d_head)`` projected queries or keys → ``(B, n_heads, T, d_head)``,
+        normed before the split (``qk_norm="projection"``) or each head after (``"head"``)."""
+        if norm is not None and self.qk_norm == "projection":
+            y = ops.layer_norm(norm, y)
+        y = ops.split_heads(y, n_heads)
+        if norm is not None and self.qk_norm == "head":
+            y = ops.layer_norm(norm, y)
+        return y
+
+    def score_scale(self, ops: Operations = PAPER) -> float:
+        """The multiplier of the scores: ``ops.score_scale`` of d_head, or of ``scale_dim``."""
+        width = self.d_head if self.scale_dim is None else self.scale_dim
+        return ops.score_scale(width, self.n_heads)  # type: ignore[arg-type]
 
     def _keep_rotary(
         self, probe: AttentionProbe, rotated: Rotated, ops: Operations, uncached: bool
@@ -338,7 +419,7 @@ class MultiHeadAttention(nn.Module):
         assert rotary is not None  # a rotated pair comes from a rotary module
         probe.rotary = kept = rotated.detached(lambda q, k: rotate(rotary, q, k, offset))
         if uncached:
-            scale = ops.score_scale(self.d_head, self.n_heads)
+            scale = self.score_scale(ops)
             n_heads, expand = self.n_heads, ops.expand_kv_heads
             probe.rebuild = lambda: (kept.queries_after * scale, expand(kept.keys_after, n_heads))
 
@@ -366,16 +447,19 @@ class MultiHeadAttention(nn.Module):
         """Every head's attention over ``(B, H, Tq, d_head)`` queries and ``(B, H_kv, Tk,
         d_head)`` keys and values, heads merged and projected: ``(B, Tq, d_model)`` and the
         probe. Key/value head ``h // (H / H_kv)`` serves query head h."""
-        scale = ops.score_scale(self.d_head, self.n_heads)
+        scale = self.score_scale(ops)
         probe = None
         grouped = self.n_kv_heads != self.n_heads
-        observed = capture or ops.observe_attention is not None
+        # sdpa cannot soft-cap its scores: a capped model attends written out, keeping nothing.
+        observed = capture or ops.observe_attention is not None or self.softcap is not None
         if observed or (grouped and ops.expand_kv_heads is not expand_kv_heads):
             # sdpa's enable_gqa groups heads the standard way only: another grouping expands here
             k, v = ops.expand_kv_heads(k, self.n_heads), ops.expand_kv_heads(v, self.n_heads)
             grouped = False
         if observed:
-            out, probe = scaled_dot_product_attention(q, k, v, mask, scale, self.dropout)
+            out, probe = scaled_dot_product_attention(
+                q, k, v, mask, scale, self.dropout, self.softcap
+            )
             probe.kv_head_of = self.kv_head_of
             if ops.observe_attention is not None:
                 ops.observe_attention(probe, self.kind, self.layer)

@@ -17,19 +17,31 @@ from .util import is_int
 
 Architecture = Literal["encoder-decoder", "encoder-only", "decoder-only"]
 Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
-NormPlacement = Literal["post", "pre"]
+NormPlacement = Literal["post", "pre", "output"]
 PositionalKind = Literal["sinusoidal", "learned", "rotary"]
 SinusoidalLayout = Literal["interleaved", "halves"]
 NormKind = Literal["layer", "rms"]
 FeedForwardKind = Literal["standard", "gated"]
+QKNorm = Literal["none", "head", "projection"]
 
 ARCHITECTURES: tuple[str, ...] = ("encoder-decoder", "encoder-only", "decoder-only")
 ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "gelu_tanh", "silu")
-NORM_PLACEMENTS: tuple[str, ...] = ("post", "pre")
+NORM_PLACEMENTS: tuple[str, ...] = ("post", "pre", "output")
 POSITIONAL_KINDS: tuple[str, ...] = ("sinusoidal", "learned", "rotary")
 SINUSOIDAL_LAYOUTS: tuple[str, ...] = ("interleaved", "halves")
 NORM_KINDS: tuple[str, ...] = ("layer", "rms")
 FEED_FORWARD_KINDS: tuple[str, ...] = ("standard", "gated")
+QK_NORMS: tuple[str, ...] = ("none", "head", "projection")
+LAYER_TYPES: tuple[str, ...] = ("full_attention", "sliding_attention")
+ROPE_SCALINGS: tuple[str, ...] = ("linear", "dynamic", "llama3", "yarn", "longrope")
+_ORIGINAL = "original_max_position_embeddings"
+_ROPE_SCALING_KEYS: dict[str, tuple[str, ...]] = {
+    "linear": ("factor",),
+    "dynamic": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", _ORIGINAL),
+    "yarn": ("factor", _ORIGINAL),
+    "longrope": ("short_factor", _ORIGINAL),
+}
 
 
 class ConfigError(ValueError):
@@ -86,6 +98,41 @@ class ModelConfig:
     - ``attention_qkv_bias`` / ``attention_output_bias`` / ``mlp_bias``: whether the q, k, v
       projections, the attention output projection and the feed-forward's linear layers have
       a bias (Llama: none; Qwen2: q, k and v only).
+
+    The fields after ``mlp_bias`` are the later families' differences, one field each, their
+    defaults again the paper's (or Llama's, where the paper has no such thing):
+
+    - ``head_dim``: the width of one head when it is not ``d_model / n_heads`` (Qwen3, Gemma:
+      W_Q maps d_model to ``n_heads · head_dim`` and W_O back); ``None``: d_model / n_heads.
+    - ``rotary_fraction``: the share of each head's dimensions that rotary positions turn (the
+      first ``rotary_fraction · d_head``, paired rotate-half among themselves; the rest pass
+      unturned): 1 (Llama), 0.25 (Pythia's ``rotary_pct``), 0.75 (Phi-4-mini).
+    - ``rope_scaling``: how the rotary frequencies are stretched for contexts longer than
+      training's, as ``config.json``'s ``rope_scaling`` dict (``rope_type`` one of
+      ``linear``, ``dynamic``, ``llama3``, ``yarn``, ``longrope``, and its numbers), kept as
+      sorted ``(key, value)`` pairs; ``None``: plain RoPE.
+    - ``local_rope_base``: the rotary base of the sliding-window layers, which then turn
+      without ``rope_scaling`` (Gemma 3: 10,000 locally, 1,000,000 globally); ``None``: every
+      layer uses ``rope_base``.
+    - ``qk_norm``: an RMSNorm on the queries and keys before their rotation: ``"head"`` (each
+      head's d_head values alone: Qwen3, Gemma 3), ``"projection"`` (the whole projection at
+      once: OLMo 2) or ``"none"``.
+    - ``sliding_window``: the number of positions a sliding-window layer's query reads (itself
+      and the ``sliding_window − 1`` before it); its cache keeps no more. ``layer_types`` says
+      which layers slide (``"sliding_attention"``) and which read everything
+      (``"full_attention"``), one entry per decoder layer; ``None`` with a window: every layer
+      slides (Mistral).
+    - ``attention_softcap`` / ``final_logit_softcap``: scores (after scaling, before the mask)
+      and logits squashed to ``cap · tanh(x / cap)`` (Gemma 2); ``None``: not capped.
+    - ``norm_offset``: the norms multiply by ``norm_offset + w`` (Gemma stores ``w`` around 0
+      and adds 1); 0 for everyone else.
+    - ``norm="output"``: a norm on each sub-layer's output before it joins the stream,
+      ``x + Norm(Sublayer(x))``, none on its input (OLMo 2); ``post_sublayer_norm`` adds that
+      output norm to the pre-norm (``x + Norm₂(Sublayer(Norm₁(x)))``: Gemma 2 and 3).
+    - ``parallel_residual``: attention and feed-forward both read the layer's input, ``x +
+      Attn(LN₁(x)) + FF(LN₂(x))`` (GPT-NeoX, Pythia), instead of one after the other.
+    - ``score_scale_dim``: the d_k of the score scale ``1/√d_k`` when it is not d_head (Gemma's
+      ``query_pre_attn_scalar``).
     """
 
     src_vocab_size: int = 1000
@@ -120,14 +167,53 @@ class ModelConfig:
     attention_qkv_bias: bool = True
     attention_output_bias: bool = True
     mlp_bias: bool = True
+    head_dim: int | None = None
+    rotary_fraction: float = 1.0
+    rope_scaling: tuple[tuple[str, Any], ...] | None = None
+    local_rope_base: float | None = None
+    qk_norm: QKNorm = "none"
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] | None = None
+    attention_softcap: float | None = None
+    final_logit_softcap: float | None = None
+    norm_offset: float = 0.0
+    post_sublayer_norm: bool = False
+    parallel_residual: bool = False
+    score_scale_dim: float | None = None
 
     def __post_init__(self) -> None:
+        # JSON gives lists and objects where the frozen dataclass keeps tuples (hashable).
+        if isinstance(self.rope_scaling, dict):
+            object.__setattr__(self, "rope_scaling", tuple(sorted(self.rope_scaling.items())))
+        elif isinstance(self.rope_scaling, list):
+            pairs = tuple(tuple(pair) for pair in self.rope_scaling)
+            object.__setattr__(self, "rope_scaling", pairs)
+        if isinstance(self.layer_types, list):
+            object.__setattr__(self, "layer_types", tuple(self.layer_types))
         self.validate()
 
     @property
     def d_head(self) -> int:
-        """Width of one attention head: d_k = d_v = d_model / h."""
-        return self.d_model // self.n_heads
+        """Width of one attention head: d_k = d_v = d_model / h (or ``head_dim`` when given)."""
+        return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def rotary_dims(self) -> int:
+        """How many of a head's dimensions rotary positions turn (an even number)."""
+        return int(self.d_head * self.rotary_fraction) // 2 * 2
+
+    @property
+    def rope_scaling_dict(self) -> dict[str, Any] | None:
+        """``rope_scaling`` as a dict (``None`` for plain RoPE)."""
+        return None if self.rope_scaling is None else dict(self.rope_scaling)
+
+    def layer_window(self, layer: int) -> int | None:
+        """The sliding window of decoder layer ``layer`` (``None``: it reads every position)."""
+        if self.sliding_window is None:
+            return None
+        if self.layer_types is None or self.layer_types[layer] == "sliding_attention":
+            return self.sliding_window
+        return None
 
     @property
     def kv_heads(self) -> int:
@@ -164,6 +250,7 @@ class ModelConfig:
             "sinusoidal_layout": SINUSOIDAL_LAYOUTS,
             "norm_kind": NORM_KINDS,
             "feed_forward_kind": FEED_FORWARD_KINDS,
+            "qk_norm": QK_NORMS,
         }
         for name, allowed in choices.items():
             value = getattr(self, name)
@@ -173,7 +260,7 @@ class ModelConfig:
             value = getattr(self, name)
             if not is_int(value) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}.")
-        if self.d_model % self.n_heads != 0:
+        if self.head_dim is None and self.d_model % self.n_heads != 0:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: choose "
                 f"n_heads from {_divisors(self.d_model)} or a d_model that is a multiple of "
@@ -189,6 +276,7 @@ class ModelConfig:
         if self.has_decoder and self.n_decoder_layers == 0:
             raise ConfigError(f"a {self.architecture} model needs n_decoder_layers ≥ 1.")
         self._validate_modern()
+        self._validate_families()
         for name in (
             "scale_embeddings",
             "embedding_norm",
@@ -197,6 +285,8 @@ class ModelConfig:
             "attention_qkv_bias",
             "attention_output_bias",
             "mlp_bias",
+            "post_sublayer_norm",
+            "parallel_residual",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}.")
@@ -254,6 +344,66 @@ class ModelConfig:
                 f"{self.rope_base!r}."
             )
 
+    def _validate_families(self) -> None:
+        """The later families' fields (see the class docstring)."""
+        if self.head_dim is not None and (not _is_int(self.head_dim) or self.head_dim < 1):
+            raise ConfigError(
+                f"head_dim must be None or a positive integer, got {self.head_dim!r}."
+            )
+        if not _is_number(self.rotary_fraction) or not 0 < self.rotary_fraction <= 1:
+            raise ConfigError(f"rotary_fraction must be in (0, 1], got {self.rotary_fraction!r}.")
+        if self.positional == "rotary" and self.rotary_dims < 2:
+            raise ConfigError(
+                f"rotary_fraction={self.rotary_fraction} of d_head={self.d_head} turns no pair "
+                "of dimensions: raise it."
+            )
+        scaling = self.rope_scaling_dict
+        if scaling is not None:
+            kind = scaling.get("rope_type", scaling.get("type"))
+            if kind not in ROPE_SCALINGS:
+                raise ConfigError(
+                    f"rope_scaling's rope_type={kind!r} is not one of {', '.join(ROPE_SCALINGS)}."
+                )
+            missing = [key for key in _ROPE_SCALING_KEYS[kind] if key not in scaling]
+            if missing:
+                raise ConfigError(f"rope_scaling of type {kind!r} needs {', '.join(missing)}.")
+        for name in ("local_rope_base", "attention_softcap", "final_logit_softcap"):
+            value = getattr(self, name)
+            if value is not None and (not _is_number(value) or not value > 0):
+                raise ConfigError(f"{name} must be None or a number > 0, got {value!r}.")
+        if self.score_scale_dim is not None and (
+            not _is_number(self.score_scale_dim) or not self.score_scale_dim > 0
+        ):
+            raise ConfigError(
+                f"score_scale_dim must be None or a number > 0, got {self.score_scale_dim!r}."
+            )
+        if not _is_number(self.norm_offset):
+            raise ConfigError(f"norm_offset must be a number, got {self.norm_offset!r}.")
+        if self.sliding_window is not None and (
+            not _is_int(self.sliding_window) or self.sliding_window < 1
+        ):
+            raise ConfigError(
+                f"sliding_window must be None or a positive integer, got {self.sliding_window!r}."
+            )
+        if self.layer_types is not None:
+            if len(self.layer_types) != self.n_decoder_layers:
+                raise ConfigError(
+                    f"layer_types has {len(self.layer_types)} entries for "
+                    f"{self.n_decoder_layers} decoder layers: give one per layer."
+                )
+            unknown = sorted(set(self.layer_types) - set(LAYER_TYPES))
+            if unknown:
+                raise ConfigError(
+                    f"layer_types holds {unknown}; each entry is one of {', '.join(LAYER_TYPES)}."
+                )
+            if "sliding_attention" in self.layer_types and self.sliding_window is None:
+                raise ConfigError("layer_types has sliding layers: give sliding_window.")
+        if self.post_sublayer_norm and self.norm != "pre":
+            raise ConfigError(
+                "post_sublayer_norm adds a norm after each sub-layer to the pre-norm: it needs "
+                "norm='pre' (norm='output' has the output norm alone)."
+            )
+
     def _validate_pairs(self) -> None:
         """The positions work on pairs of dimensions, so the width they pair must be even."""
         paired = {  # positional kind → (what it pairs, that width, the width as given)
@@ -263,9 +413,12 @@ class ModelConfig:
                 f"{self.d_model}",
             ),
             "rotary": (
-                "rotary positions rotate pairs of dimensions, so d_head = d_model / n_heads",
+                "rotary positions rotate pairs of dimensions, so d_head"
+                + (" (head_dim)" if self.head_dim is not None else " = d_model / n_heads"),
                 self.d_head,
-                f"{self.d_model} / {self.n_heads} = {self.d_head}",
+                f"{self.d_head}"
+                if self.head_dim is not None
+                else f"{self.d_model} / {self.n_heads} = {self.d_head}",
             ),
         }
         if self.positional in paired:
@@ -327,6 +480,10 @@ class ModelConfig:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _divisors(n: int) -> list[int]:

@@ -14,10 +14,12 @@ from typing import Literal, overload
 import torch
 from torch import Tensor, nn
 
+from .attention import KeyValueCache
 from .config import ModelConfig
 from .embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
 from .layers import Dropout, LayerNorm
 from .masks import causal_mask, combine_masks, padding_mask
+from .modern import soft_cap
 from .operations import PAPER, HasOperations, Operations
 from .stacks import (
     Decoder,
@@ -74,13 +76,16 @@ def _check_token_ids(tokens: Tensor, vocab: int) -> None:
 class Generator(nn.Module):
     """The final linear projection to vocabulary logits (softmax is left to the loss/sampler)."""
 
-    def __init__(self, d_model: int, vocab_size: int, bias: bool = True) -> None:
+    def __init__(
+        self, d_model: int, vocab_size: int, bias: bool = True, softcap: float | None = None
+    ) -> None:
         super().__init__()
         self.proj = nn.Linear(d_model, vocab_size, bias=bias)
+        self.softcap = softcap  # Gemma 2: logits squashed to softcap · tanh(logits / softcap)
 
     def forward(self, x: Tensor) -> Tensor:
         """``(B, T, d_model)`` → ``(B, T, vocab_size)`` logits."""
-        return self.proj(x)
+        return soft_cap(self.proj(x), self.softcap)
 
 
 class _LaterProjection:
@@ -171,7 +176,9 @@ class Transformer(nn.Module):
             self.tgt_positional = positional()
             self.tgt_embedding_norm = embedding_norm()
             self.decoder = Decoder(config)
-        self.generator = Generator(d, config.output_vocab_size, bias=config.generator_bias)
+        self.generator = Generator(
+            d, config.output_vocab_size, config.generator_bias, config.final_logit_softcap
+        )
         self._init_weights()
         if config.tie_embeddings:
             # Section 3.4: one matrix for both embeddings and the pre-softmax projection.
@@ -376,7 +383,14 @@ class Transformer(nn.Module):
         """An empty key/value cache for incremental decoding with :meth:`decode`."""
         if not self.config.has_decoder:
             raise ValueError(f"a {self.config.architecture} model has no decoder to cache")
-        return DecoderCache(layers=[LayerCache() for _ in range(self.config.n_decoder_layers)])
+        config = self.config
+        windows = [  # a sliding-window layer's cache keeps its window, no more
+            config.layer_window(i) if config.architecture == "decoder-only" else None
+            for i in range(config.n_decoder_layers)
+        ]
+        return DecoderCache(
+            layers=[LayerCache(self_attention=KeyValueCache(window=w)) for w in windows]
+        )
 
     # -- the whole model ------------------------------------------------------------------
 

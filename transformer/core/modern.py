@@ -8,7 +8,15 @@
   key/value heads; query head h reads key/value head ``h // (n_heads // n_kv_heads)``, so each
   kv head is repeated *in place* (``repeat_interleave``), not tiled (``repeat``).
 
-Rotary positions are in :mod:`transformer.core.rotary`.
+Rotary positions are in :mod:`transformer.core.rotary`. The later families add, each chosen by one
+``ModelConfig`` field:
+
+- ``norm_offset`` (Gemma): the RMSNorm multiplies by ``1 + w`` (``w`` stored around 0);
+- :func:`sliding_window_mask` (Mistral, Gemma, ``sliding_window``): a query reads only the
+  last ``window`` positions, so its cache need keep no more;
+- :func:`soft_cap` (Gemma 2, ``attention_softcap`` / ``final_logit_softcap``): ``cap ·
+  tanh(x / cap)``, which keeps a score or a logit from running away while leaving small ones
+  almost unchanged.
 """
 
 from __future__ import annotations
@@ -23,11 +31,13 @@ class RMSNorm(nn.Module):
     """Root-mean-square normalisation over the last dimension, with a learned gain ``w``.
 
     Computed in float32 whatever the input's dtype (as Hugging Face Llama does), then cast back.
+    ``offset`` is added to the gain: Gemma stores ``w`` around 0 and multiplies by ``1 + w``.
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+    def __init__(self, d_model: int, eps: float = 1e-5, offset: float = 0.0) -> None:
         super().__init__()
         self.eps = eps
+        self.offset = offset
         self.weight = nn.Parameter(torch.ones(d_model))  # w (γ); RMSNorm has no β
 
     def forward(self, x: Tensor) -> Tensor:
@@ -36,6 +46,8 @@ class RMSNorm(nn.Module):
         x32 = x.float()
         mean_square = x32.pow(2).mean(dim=-1, keepdim=True)
         normed = (x32 * torch.rsqrt(mean_square + self.eps)).to(dtype)
+        if self.offset:
+            return (normed.float() * (self.offset + self.weight.float())).to(dtype)
         if torch.is_grad_enabled() or normed.dtype != self.weight.dtype:
             return self.weight * normed  # (a float32 gain promotes a half-precision input)
         return normed.mul_(self.weight)  # inference: the same product, in place
@@ -108,3 +120,38 @@ def expand_kv_heads(x: Tensor, n_heads: int) -> Tensor:
     if n_kv_heads < 1 or n_heads % n_kv_heads:
         raise ValueError(f"n_kv_heads={n_kv_heads} must divide n_heads={n_heads}")
     return x.repeat_interleave(n_heads // n_kv_heads, dim=1)
+
+
+def soft_cap(x: Tensor, cap: float | None) -> Tensor:
+    """``cap · tanh(x / cap)`` of any shape (``x`` itself where ``cap`` is ``None``): near
+    ``x`` for ``|x| ≪ cap``, never beyond ``±cap``."""
+    if cap is None:
+        return x
+    return torch.tanh(x / cap) * cap
+
+
+def sliding_window_mask(
+    mask: Tensor | None, window: int, first_query: int, n_queries: int, n_keys: int
+) -> Tensor:
+    """The mask of a sliding-window layer: ``mask``'s last ``n_keys`` columns (a bounded cache
+    keeps only the latest keys) where also ``query − key < window``.
+
+    Args:
+        mask: bool ``(B, 1, Tq, Tk_all)`` (``True`` = may attend; ``Tk_all`` counts every
+            position so far) or ``None``.
+        window: positions a query reads, itself included.
+        first_query: the position of the first query (the cache length before this call).
+        n_queries: Tq.
+        n_keys: the keys this layer holds, the latest of all positions.
+
+    Returns:
+        bool ``(B or 1, 1, Tq, n_keys)``.
+    """
+    device = mask.device if mask is not None else None
+    total = first_query + n_queries
+    queries = torch.arange(first_query, total, device=device)
+    keys = torch.arange(total - n_keys, total, device=device)
+    band = (queries[:, None] - keys[None, :]) < window  # (Tq, n_keys)
+    if mask is None:
+        return band[None, None]
+    return mask[..., -n_keys:] & band

@@ -17,21 +17,29 @@ from torch import Tensor, nn
 from .attention import AttentionProbe, KeyValueCache, MultiHeadAttention
 from .config import ModelConfig
 from .layers import Dropout, LayerNorm, PositionwiseFeedForward
-from .masks import one_pass
-from .modern import GatedFeedForward, RMSNorm
+from .masks import one_pass, remembered
+from .modern import GatedFeedForward, RMSNorm, sliding_window_mask
 from .operations import PAPER, Operations
 from .rotary import RotaryEmbedding
 from .trace import AttentionKind, AttentionRecord, LayerTrace, StackInput
 
 
 class _Residual(nn.Module):
-    """Residual connection with dropout and layer norm, post-LN or pre-LN (section 5.4)."""
+    """Residual connection with dropout and layer norm, post-LN or pre-LN (section 5.4).
+
+    Two later placements: ``norm="output"`` normalises the sub-layer's output before the add,
+    ``x + Norm(Sublayer(x))`` (OLMo 2: the stream itself is never normalised, so it may grow,
+    but each update arrives at a set scale); ``post_sublayer_norm`` does that on top of the
+    pre-norm, ``x + Norm₂(Sublayer(Norm₁(x)))`` (Gemma 2 and 3: ``post_norm``).
+    """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.norm = _norm(config)
         self.dropout = Dropout(config.dropout)
         self.pre_norm = config.norm == "pre"
+        self.output_norm = config.norm == "output"
+        self.post_norm = _norm(config) if config.post_sublayer_norm else None
 
     def sublayer_input(self, x: Tensor, ops: Operations = PAPER) -> Tensor:
         """What the sub-layer reads: ``LayerNorm(x)`` in pre-LN, ``x`` itself in post-LN."""
@@ -41,23 +49,36 @@ class _Residual(nn.Module):
 
     def kept(self, output: Tensor) -> Tensor | None:
         """What a trace keeps of the ``(B, T, d_model)`` stream after this sub-layer: nothing
-        where it is the plain sum ``x + sublayer`` (pre-LN, no dropout at work), which the
-        trace adds when read (see LayerTrace); else the output, detached."""
-        plain_sum = self.pre_norm and (not self.training or self.dropout.p == 0)
+        where it is the plain sum ``x + update`` (pre-LN or output norms, no dropout at work),
+        which the trace adds when read (see LayerTrace); else the output, detached."""
+        summed = self.pre_norm or self.output_norm
+        plain_sum = summed and (not self.training or self.dropout.p == 0)
         return None if plain_sum else output.detach()
 
-    def forward(self, x: Tensor, sublayer_output: Tensor, ops: Operations = PAPER) -> Tensor:
-        """Post-LN: ``LayerNorm(x + Dropout(sublayer))``; pre-LN: ``x + Dropout(sublayer)``."""
-        x = x + self.dropout(sublayer_output)
-        if self.pre_norm:
+    def added(self, sublayer_output: Tensor, ops: Operations = PAPER) -> Tensor:
+        """``(B, T, d_model)``: what this sub-layer adds to the stream: its output, normalised
+        first where the norms sit on the output (``norm="output"``, ``post_sublayer_norm``)."""
+        if self.output_norm:
+            return ops.layer_norm(self.norm, sublayer_output)
+        if self.post_norm is not None:
+            return ops.layer_norm(self.post_norm, sublayer_output)
+        return sublayer_output
+
+    def forward(self, x: Tensor, added: Tensor, ops: Operations = PAPER) -> Tensor:
+        """The stream after the sub-layer from its input ``x`` and what it adds (its output,
+        or :meth:`added` of it where a norm sits on the output), each ``(B, T, d_model)``:
+        post-LN ``LayerNorm(x + Dropout(added))``, else ``x + Dropout(added)``."""
+        x = x + self.dropout(added)
+        if self.pre_norm or self.output_norm:
             return x
         return ops.layer_norm(self.norm, x)
 
 
 def _norm(config: ModelConfig) -> LayerNorm | RMSNorm:
-    """The configuration's normalisation: LayerNorm (paper) or RMSNorm (``norm_kind="rms"``)."""
+    """The configuration's normalisation: LayerNorm (paper) or RMSNorm (``norm_kind="rms"``,
+    times ``norm_offset + w``)."""
     if config.norm_kind == "rms":
-        return RMSNorm(config.d_model, config.layer_norm_eps)
+        return RMSNorm(config.d_model, config.layer_norm_eps, config.norm_offset)
     return LayerNorm(config.d_model, config.layer_norm_eps)
 
 
@@ -78,6 +99,7 @@ def _record(
         mask = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=probe.weights.device)
     mask = mask.expand(batch, 1, n_queries, n_keys)
     return AttentionRecord(
+        softcap=probe.softcap,
         kind=kind,
         layer=layer,
         weights=probe.weights.detach() if ops.keep_attention_weights else None,
@@ -108,6 +130,12 @@ def _attention(
         rotary=rotary if kind != "cross" else None,
         qkv_bias=config.attention_qkv_bias,
         output_bias=config.attention_output_bias,
+        d_head=config.d_head,
+        qk_norm=config.qk_norm,
+        norm_eps=config.layer_norm_eps,
+        norm_offset=config.norm_offset,
+        softcap=config.attention_softcap,
+        scale_dim=config.score_scale_dim,
     )
 
 
@@ -119,11 +147,21 @@ def _feed_forward(config: ModelConfig) -> PositionwiseFeedForward | GatedFeedFor
     return PositionwiseFeedForward(config.d_model, config.d_ff, config.dropout, config.activation)
 
 
-def rotary_for(config: ModelConfig) -> RotaryEmbedding | None:
-    """One rotary table for every layer of a stack (``positional="rotary"``), else ``None``."""
-    if config.positional != "rotary":
+def rotary_for(config: ModelConfig, local: bool = False) -> RotaryEmbedding | None:
+    """One rotary table for every layer of a stack (``positional="rotary"``), else ``None``;
+    ``local``: the sliding-window layers' own table where ``local_rope_base`` gives them one
+    (unscaled), else ``None``."""
+    if config.positional != "rotary" or (local and config.local_rope_base is None):
         return None
-    return RotaryEmbedding(config.d_head, config.max_len, config.rope_base)
+    base = config.local_rope_base if local else config.rope_base
+    assert base is not None  # checked above
+    return RotaryEmbedding(
+        config.d_head,
+        config.max_len,
+        base,
+        rotary_dims=config.rotary_dims,
+        scaling=None if local else config.rope_scaling_dict,
+    )
 
 
 class EncoderLayer(nn.Module):
@@ -146,8 +184,10 @@ class EncoderLayer(nn.Module):
         x_in = x
         h = self.attention_residual.sublayer_input(x, ops)
         attended, probe = self.self_attention(h, h, mask, capture=capture, ops=ops)
+        attended = self.attention_residual.added(attended, ops)
         x = after_attention = self.attention_residual(x, attended, ops)
         update = self.feed_forward(self.feed_forward_residual.sublayer_input(x, ops))
+        update = self.feed_forward_residual.added(update, ops)
         x = self.feed_forward_residual(x, update, ops)
         if not capture:
             return x, None
@@ -207,6 +247,8 @@ class DecoderLayer(nn.Module):
     ) -> None:
         super().__init__()
         self.index = index
+        self.window = config.layer_window(index) if config.architecture == "decoder-only" else None
+        self.parallel = config.parallel_residual
         self.self_attention = _attention(config, "decoder_self", index, rotary)
         self.self_attention_residual = _Residual(config)
         self.cross_attention: MultiHeadAttention | None = None
@@ -238,7 +280,7 @@ class DecoderLayer(nn.Module):
         if self.cross_attention is not None:
             cross = self._cross_attend(masked.output, encoded, cache, offset, capture, ops)
         y = masked.output if cross is None else cross.output
-        update = self.feed_forward(self.feed_forward_residual.sublayer_input(y, ops))
+        update = self._feed_forward(x if self.parallel else y, ops)
         out = self.feed_forward_residual(y, update, ops)
         if not capture:
             return out, None
@@ -257,6 +299,13 @@ class DecoderLayer(nn.Module):
             cross_attention_update=cross.update.detach() if cross else None,
         )
 
+    def _feed_forward(self, reads: Tensor, ops: Operations) -> Tensor:
+        """What the feed-forward sub-layer adds to the stream, ``(B, T, d_model)``, from
+        ``reads``: the layer's input where attention and feed-forward run in parallel
+        (GPT-NeoX), else the stream after attention."""
+        update = self.feed_forward(self.feed_forward_residual.sublayer_input(reads, ops))
+        return self.feed_forward_residual.added(update, ops)
+
     def _self_attend(
         self,
         x: Tensor,
@@ -269,10 +318,29 @@ class DecoderLayer(nn.Module):
         """The masked self-attention sub-layer over ``x`` and the cached positions; ``offset``
         is the position of ``x``'s first row."""
         kv_cache = cache.self_attention if cache is not None else None
+        if self.window is not None:
+            mask = self._window_mask(mask, offset, x.size(1), kv_cache)
         h = self.self_attention_residual.sublayer_input(x, ops)
         attended, probe = self.self_attention(h, h, mask, kv_cache, capture=capture, ops=ops)
         record = _record("decoder_self", self.index, probe, mask, offset, ops) if capture else None
+        attended = self.self_attention_residual.added(attended, ops)
         return _Sublayer(attended, self.self_attention_residual(x, attended, ops), record)
+
+    def _window_mask(
+        self, mask: Tensor | None, offset: int, n_queries: int, cache: KeyValueCache | None
+    ) -> Tensor:
+        """This sliding-window layer's ``(B, 1, Tq, Tk)`` mask: ``mask`` where also ``query −
+        key < window``, over the keys it will hold (a bounded cache's latest, and the new)."""
+        assert self.window is not None
+        n_keys = (cache.stored if cache is not None else 0) + n_queries
+        window = self.window
+
+        def band() -> Tensor:
+            return sliding_window_mask(mask, window, offset, n_queries, n_keys)
+
+        if mask is None:
+            return band()
+        return remembered(mask, ("window", window, offset, n_keys), band)
 
     def _cross_attend(
         self,
@@ -296,6 +364,7 @@ class DecoderLayer(nn.Module):
             self.cross_attention, h, memory, mask, kv_cache, capture=capture, ops=ops
         )
         record = _record("cross", self.index, probe, mask, offset, ops) if capture else None
+        attended = self.cross_attention_residual.added(attended, ops)
         return _Sublayer(attended, self.cross_attention_residual(x, attended, ops), record)
 
 
@@ -308,7 +377,7 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(
             EncoderLayer(config, i, rotary) for i in range(config.n_encoder_layers)
         )
-        self.final_norm = _norm(config) if config.norm == "pre" else None
+        self.final_norm = _norm(config) if config.norm != "post" else None
 
     def forward(
         self, x: Tensor, mask: Tensor | None, *, capture: bool = False, ops: Operations = PAPER
@@ -349,13 +418,18 @@ class DecoderCache:
         return real
 
     def truncate(self, length: int) -> None:
-        """Forget every position from ``length`` on (to rewind generation)."""
+        """Forget every position from ``length`` on (to rewind generation). Where a sliding
+        window has already let go of positions that would be read again, the whole cache is
+        emptied instead: the next call computes the text again from its start."""
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot truncate a cache of {self.length} positions to {length}")
+        if not all(layer.self_attention.can_truncate(length) for layer in self.layers):
+            length = 0
+            for layer in self.layers:
+                kv = layer.self_attention
+                kv.keys, kv.values, kv.dropped = None, None, 0
         for layer in self.layers:
-            kv = layer.self_attention
-            if kv.keys is not None and kv.values is not None:
-                kv.keys, kv.values = kv.keys[:, :, :length], kv.values[:, :, :length]
+            layer.self_attention.truncate(length)
         if self.real_keys is not None:
             self.real_keys = self.real_keys[:, :length]
 
@@ -365,11 +439,15 @@ class Decoder(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        rotary = rotary_for(config)
+        rotary, local = rotary_for(config), rotary_for(config, local=True)
+
+        def rotary_of(i: int) -> RotaryEmbedding | None:  # Gemma 3's sliding layers: their own
+            return local if local is not None and config.layer_window(i) is not None else rotary
+
         self.layers = nn.ModuleList(
-            DecoderLayer(config, i, rotary) for i in range(config.n_decoder_layers)
+            DecoderLayer(config, i, rotary_of(i)) for i in range(config.n_decoder_layers)
         )
-        self.final_norm = _norm(config) if config.norm == "pre" else None
+        self.final_norm = _norm(config) if config.norm != "post" else None
 
     def forward(
         self,

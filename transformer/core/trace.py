@@ -74,6 +74,7 @@ class AttentionRecord:
     _rebuild: Callable[[], tuple[Tensor, Tensor]] | None = field(
         default=None, repr=False, compare=False
     )
+    softcap: float | None = None  # the scores' soft cap (Gemma 2), None: not capped
 
     def __init__(
         self,
@@ -89,6 +90,7 @@ class AttentionRecord:
         kv_head_of: tuple[int, ...] = (),
         rotary: Rotated | None = None,
         rebuild: Callable[[], tuple[Tensor, Tensor]] | None = None,
+        softcap: float | None = None,
     ) -> None:
         if mask is None:
             raise TypeError("an AttentionRecord needs its mask")
@@ -105,6 +107,7 @@ class AttentionRecord:
         )
         self.rotary = rotary
         self._rebuild = rebuild
+        self.softcap = softcap
         if not kv_head_of:
             heads = weights if weights is not None else self.queries
             assert heads is not None  # checked above
@@ -117,7 +120,7 @@ class AttentionRecord:
         again from the queries and keys when the pass did not keep them)."""
         if self._weights is not None:
             return self._weights
-        return attention_weights(*self._queries_and_keys(), self.mask)
+        return attention_weights(*self._queries_and_keys(), self.mask, self.softcap)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -150,7 +153,7 @@ class AttentionRecord:
         that reads every layer's would otherwise grow a cached trace by their size)."""
         if self._scores is not None:
             return self._scores
-        return attention_scores(*self._queries_and_keys(), self.mask)
+        return attention_scores(*self._queries_and_keys(), self.mask, self.softcap)
 
     def _queries_and_keys(self) -> tuple[Tensor, Tensor]:
         """:attr:`queries` and :attr:`keys`, rebuilt once from the rotary pair when not kept."""

@@ -28,6 +28,7 @@ rotary module, pair dimension i with i + d_head/2. :func:`unpermute_rotary_rows`
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,18 +60,63 @@ PROBE = "model.embed_tokens.weight"
 # -- configuration -------------------------------------------------------------------------------
 
 
-def _rope_theta(hf: dict[str, Any]) -> float:
-    """``rope_theta`` from a config.json (top level, or ``rope_parameters`` in transformers 5)."""
-    parameters = hf.get("rope_parameters") or {}
-    scaling = hf.get("rope_scaling") or {}
-    for block, key in ((parameters, "rope_type"), (scaling, "rope_type"), (scaling, "type")):
-        kind = block.get(key)
-        if kind not in (None, "default"):
+ROPE_SCALINGS = ("linear", "dynamic", "llama3", "yarn", "longrope")
+_ORIGINAL_LENGTH_KINDS = ("llama3", "yarn", "longrope", "dynamic")
+
+
+def rope_settings(hf: dict[str, Any], parameters: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``rope_base``, ``rope_scaling`` and ``max_len`` for :class:`ModelConfig` from a
+    config.json: ``rope_theta`` at the top level or in ``rope_parameters`` (transformers 5),
+    scaling in ``rope_parameters`` or ``rope_scaling``. ``parameters`` overrides where the
+    config nests one block per layer type (Gemma 3).
+
+    ``dynamic`` and ``longrope`` change their frequencies beyond the trained length
+    (``original_max_position_embeddings``): ``max_len`` stops there, where our table is exact.
+    """
+    nested = parameters is not None
+    given: dict[str, Any] = (parameters if nested else hf.get("rope_parameters")) or {}
+    scaling: dict[str, Any] = {} if nested else (hf.get("rope_scaling") or {})
+    block = given if given.get("rope_type", "default") != "default" else scaling
+    kind = block.get("rope_type", block.get("type"))
+    max_len = hf.get("max_position_embeddings", 2048)
+    found: dict[str, Any] | None = None
+    if kind not in (None, "default"):
+        if kind not in ROPE_SCALINGS:
             raise PretrainedError(
-                f"config.json: rotary scaling {kind!r} is not supported (only plain RoPE)."
+                f"config.json: rotary scaling {kind!r} is not supported; supported: "
+                f"{', '.join(ROPE_SCALINGS)}."
             )
-    theta = hf.get("rope_theta", parameters.get("rope_theta", 10000.0))
-    return float(theta)
+        skip = ("type", "rope_theta", "partial_rotary_factor")
+        found = {k: v for k, v in block.items() if k not in skip and v is not None}
+        found["rope_type"] = kind
+        if kind in _ORIGINAL_LENGTH_KINDS:
+            original = hf.get("original_max_position_embeddings") or found.get(
+                "original_max_position_embeddings", max_len
+            )
+            found["original_max_position_embeddings"] = original
+            found.setdefault("max_position_embeddings", max_len)
+            if kind in ("dynamic", "longrope"):
+                max_len = min(max_len, original)
+        for key, value in found.items():
+            if isinstance(value, list):
+                found[key] = tuple(value)
+    theta = (
+        given.get("rope_theta", 10000.0)
+        if nested
+        else hf.get("rope_theta", given.get("rope_theta", 10000.0))
+    )
+    return {"rope_base": float(theta), "rope_scaling": found, "max_len": max_len}
+
+
+def head_dim(hf: dict[str, Any], d_model: int, n_heads: int) -> int | None:
+    """``head_dim`` from a config.json where it is not d_model / n_heads (Qwen3, Gemma,
+    Mistral Nemo), else ``None``."""
+    value = hf.get("head_dim")
+    if value is None or value * n_heads == d_model:
+        return None
+    if not isinstance(value, int) or value < 1:
+        raise PretrainedError(f"config.json: head_dim={value!r} is not a positive integer")
+    return value
 
 
 def _token_id(value: Any, vocab: int) -> int | None:
@@ -79,50 +125,45 @@ def _token_id(value: Any, vocab: int) -> int | None:
     return value if isinstance(value, int) and 0 <= value < vocab else None
 
 
-def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
-    """Our :class:`ModelConfig` for a ``config.json`` of ``model_type`` llama or qwen2."""
+def check_model_type(hf: dict[str, Any], model_types: tuple[str, ...]) -> str:
+    """``hf``'s ``model_type`` if it is one of ``model_types``, else an error naming them."""
     model_type = hf.get("model_type")
-    if model_type not in MODEL_TYPES:
+    if model_type not in model_types:
         raise PretrainedError(
-            f"config.json has model_type={model_type!r}; this loader reads {MODEL_TYPES}."
+            f"config.json has model_type={model_type!r}; this loader reads {model_types}."
         )
-    family = str(model_type)
+    return str(model_type)
+
+
+def decoder_config(hf: dict[str, Any], family: str, **changes: Any) -> ModelConfig:
+    """The Llama-shaped :class:`ModelConfig` of a ``config.json`` (decoder-only, pre-norm
+    RMSNorm, rotary, gated SiLU feed-forward, grouped-query attention, no biases, untied unless
+    it says so), with ``changes`` (a family's differences) over it."""
     d_model = require(hf, "hidden_size", family)
     n_heads = require(hf, "num_attention_heads", family)
-    head_dim = hf.get("head_dim")
-    if head_dim is not None and head_dim * n_heads != d_model:
-        raise PretrainedError(
-            f"config.json: head_dim={head_dim} × num_attention_heads={n_heads} ≠ "
-            f"hidden_size={d_model}; heads narrower or wider than d_model / n_heads are not "
-            "supported."
-        )
-    if hf.get("use_sliding_window"):
-        raise PretrainedError("config.json: use_sliding_window=true is not supported")
     if hf.get("pretraining_tp", 1) not in (1, None):
         raise PretrainedError("config.json: pretraining_tp > 1 is not supported")
     vocab = require(hf, "vocab_size", family)
-    qwen = model_type == "qwen2"
     attention_bias = bool(hf.get("attention_bias", False))
     eos = _token_id(hf.get("eos_token_id"), vocab)
     pad = _token_id(hf.get("pad_token_id"), vocab)
-    return build_config(
+    fields: dict[str, Any] = dict(
         architecture="decoder-only",
         src_vocab_size=vocab,
         tgt_vocab_size=vocab,
         d_model=d_model,
         n_heads=n_heads,
+        head_dim=head_dim(hf, d_model, n_heads),
         n_kv_heads=hf.get("num_key_value_heads") or n_heads,
         d_ff=require(hf, "intermediate_size", family),
         n_encoder_layers=0,
         n_decoder_layers=require(hf, "num_hidden_layers", family),
-        dropout=float(hf.get("attention_dropout", 0.0)),
+        dropout=float(hf.get("attention_dropout", 0.0) or 0.0),
         activation=activation(hf.get("hidden_act", "silu"), "hidden_act"),
         norm="pre",
         norm_kind="rms",
         positional="rotary",
-        rope_base=_rope_theta(hf),
         feed_forward_kind="gated",
-        max_len=hf.get("max_position_embeddings", 2048),
         pad_id=pad if pad is not None else (eos if eos is not None else 0),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         layer_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
@@ -130,10 +171,36 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
         generator_bias=False,
         mask_target_padding=False,
         eos_id=eos,
-        attention_qkv_bias=True if qwen else attention_bias,
-        attention_output_bias=False if qwen else attention_bias,
+        attention_qkv_bias=attention_bias,
+        attention_output_bias=attention_bias,
         mlp_bias=bool(hf.get("mlp_bias", False)),
     )
+    fields.update(rope_settings(hf))
+    fields.update(changes)
+    return build_config(**fields)
+
+
+def layer_types(hf: dict[str, Any], n_layers: int) -> tuple[str, ...] | None:
+    """config.json's ``layer_types`` (which layers slide), checked, or ``None``."""
+    types = hf.get("layer_types")
+    if types is None:
+        return None
+    if not isinstance(types, list) or len(types) != n_layers:
+        raise PretrainedError(
+            f"config.json: layer_types must list one entry per layer ({n_layers}), got {types!r}"
+        )
+    return tuple(types)
+
+
+def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
+    """Our :class:`ModelConfig` for a ``config.json`` of ``model_type`` llama or qwen2
+    (Qwen2: q, k and v projections with a bias, the output projection without)."""
+    model_type = check_model_type(hf, MODEL_TYPES)
+    if hf.get("use_sliding_window"):
+        raise PretrainedError("config.json: use_sliding_window=true is not supported")
+    if model_type == "qwen2":
+        return decoder_config(hf, model_type, attention_qkv_bias=True, attention_output_bias=False)
+    return decoder_config(hf, model_type)
 
 
 def _meta(metadata: dict[str, Any], key: str, kind: type | tuple[type, ...] = int) -> Any:
@@ -297,28 +364,51 @@ def unpermute_rotary_rows(weight: Tensor, n_heads: int) -> Tensor:
 
 
 def parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every parameter a Llama-family model of ``config`` has, by our name, with its shape
-    (``generator.proj.weight`` only when the embeddings are not tied)."""
-    d, d_kv, d_ff = config.d_model, config.kv_heads * config.d_head, config.d_ff
+    """Every parameter a decoder-only model of ``config`` has, by our name, with its shape
+    (``generator.proj.weight`` only when the embeddings are not tied): the Llama family's, and
+    the later families' QK-norms, output norms, LayerNorm biases and plain feed-forward."""
+    d, d_ff = config.d_model, config.d_ff
+    d_q, d_kv = config.n_heads * config.d_head, config.kv_heads * config.d_head
     vocab = config.tgt_vocab_size
+    layer_norm = config.norm_kind == "layer"
     shapes: dict[str, tuple[int, ...]] = {
         "tgt_embedding.lookup.weight": (vocab, d),
         "decoder.final_norm.weight": (d,),
     }
+    if layer_norm:
+        shapes["decoder.final_norm.bias"] = (d,)
     if not config.tie_embeddings:
         shapes["generator.proj.weight"] = (vocab, d)
-    for i in range(config.n_decoder_layers):
-        p = f"decoder.layers.{i}."
-        shapes[p + "self_attention_residual.norm.weight"] = (d,)
-        shapes[p + "feed_forward_residual.norm.weight"] = (d,)
-        for name, rows, cols, bias in (
-            ("self_attention.w_q", d, d, config.attention_qkv_bias),
-            ("self_attention.w_k", d_kv, d, config.attention_qkv_bias),
-            ("self_attention.w_v", d_kv, d, config.attention_qkv_bias),
-            ("self_attention.w_o", d, d, config.attention_output_bias),
+    norms = ["self_attention_residual.norm", "feed_forward_residual.norm"]
+    if config.post_sublayer_norm:
+        norms += ["self_attention_residual.post_norm", "feed_forward_residual.post_norm"]
+    if config.feed_forward_kind == "gated":
+        feed_forward = [
             ("feed_forward.w_gate", d_ff, d, config.mlp_bias),
             ("feed_forward.w_up", d_ff, d, config.mlp_bias),
             ("feed_forward.w_down", d, d_ff, config.mlp_bias),
+        ]
+    else:
+        feed_forward = [
+            ("feed_forward.linear1", d_ff, d, True),
+            ("feed_forward.linear2", d, d_ff, True),
+        ]
+    for i in range(config.n_decoder_layers):
+        p = f"decoder.layers.{i}."
+        for norm in norms:
+            shapes[p + norm + ".weight"] = (d,)
+            if layer_norm:
+                shapes[p + norm + ".bias"] = (d,)
+        if config.qk_norm != "none":
+            per_head = config.qk_norm == "head"
+            shapes[p + "self_attention.q_norm.weight"] = (config.d_head if per_head else d_q,)
+            shapes[p + "self_attention.k_norm.weight"] = (config.d_head if per_head else d_kv,)
+        for name, rows, cols, bias in (
+            ("self_attention.w_q", d_q, d, config.attention_qkv_bias),
+            ("self_attention.w_k", d_kv, d, config.attention_qkv_bias),
+            ("self_attention.w_v", d_kv, d, config.attention_qkv_bias),
+            ("self_attention.w_o", d, d_q, config.attention_output_bias),
+            *feed_forward,
         ):
             shapes[p + name + ".weight"] = (rows, cols)
             if bias:
@@ -361,15 +451,48 @@ def gguf_state_dict(gguf: GGUFFile, config: ModelConfig) -> dict[str, Tensor]:
 def map_weights(reader: TensorReader, config: ModelConfig) -> dict[str, Tensor | None]:
     """Our parameter names → a Hugging Face folder's tensors (``None`` where missing, which
     ``reader.check_complete`` reports); the same interface as the other families' modules."""
-    ours_to_hf = {}
-    for i in range(config.n_decoder_layers):
-        for hf_part in _LAYER_PARTS_HF:
-            for kind in ("weight", "bias"):
-                hf_name = f"model.layers.{i}.{hf_part}.{kind}"
-                ours_to_hf[our_name_for_hf(hf_name)] = hf_name
-    for hf_name in _GLOBAL_HF:
-        ours_to_hf[our_name_for_hf(hf_name)] = hf_name
-    return {name: reader.get(ours_to_hf[name]) for name in parameter_shapes(config)}
+    return map_named_weights(reader, config, _LAYER_PARTS_HF, _GLOBAL_HF)
+
+
+LAYER_NAME = re.compile(r"^decoder\.layers\.(\d+)\.(.+)\.(weight|bias)$")
+
+
+def map_named_weights(
+    reader: TensorReader,
+    config: ModelConfig,
+    layer_parts: dict[str, str],
+    global_names: dict[str, str],
+    layer_prefix: str = "model.layers.",
+    fused: Callable[[str, str, str], Tensor | None] | None = None,
+) -> dict[str, Tensor | None]:
+    """Every parameter of :func:`parameter_shapes` read under its Hugging Face name: a layer's
+    ``decoder.layers.{i}.{ours}.{kind}`` from ``{layer_prefix}{i}.{theirs}.{kind}`` for each
+    ``theirs → ours`` of ``layer_parts``, the rest by ``global_names`` (``theirs → ours``).
+    A layer part that ``layer_parts`` does not name comes from ``fused(layer, ours, kind)``
+    (a slice of a fused projection). ``None`` where the file lacks it (``reader.check_complete``
+    reports that)."""
+    theirs_of_ours = {ours: theirs for theirs, ours in layer_parts.items()}
+    theirs_of_global = {ours: theirs for theirs, ours in global_names.items()}
+    weights: dict[str, Tensor | None] = {}
+    for name in parameter_shapes(config):
+        match = LAYER_NAME.match(name)
+        if match is None:
+            weights[name] = reader.get(theirs_of_global[name])
+            continue
+        layer, part, kind = match.groups()
+        if part not in theirs_of_ours:
+            if fused is None:
+                raise PretrainedError(f"internal mapping error: nothing reads {name}")
+            weights[name] = fused(layer, part, kind)
+            continue
+        weights[name] = reader.get(f"{layer_prefix}{layer}.{theirs_of_ours[part]}.{kind}")
+    return weights
+
+
+LLAMA_LAYER_PARTS = dict(_LAYER_PARTS_HF)
+"""Hugging Face Llama's layer part names → ours (what the later families start from)."""
+LLAMA_GLOBALS = dict(_GLOBAL_HF)
+"""Hugging Face Llama's global tensor names → ours."""
 
 
 def load_tokenizer(folder: Path) -> Tokenizer:

@@ -14,16 +14,29 @@ from torch.overrides import TorchFunctionMode
 from ..core.config import ModelConfig
 from ..core.model import Transformer
 from ..core.rotary import RotaryEmbedding, rotary_cos_sin
-from . import bert, gpt2, llama, marian
+from . import bert, gemma, gpt2, gpt_neox, llama, marian, mistral, olmo2, phi3, qwen3
 from ._common import PretrainedError, TensorReader, load_weights, read_json
 from .checkpoint import Checkpoint
 
-FAMILIES: dict[str, ModuleType] = {"bert": bert, "gpt2": gpt2, "marian": marian, "llama": llama}
+FAMILIES: dict[str, ModuleType] = {
+    "bert": bert,
+    "gpt2": gpt2,
+    "marian": marian,
+    "llama": llama,
+    "qwen3": qwen3,
+    "mistral": mistral,
+    "olmo2": olmo2,
+    "gpt_neox": gpt_neox,
+    "phi3": phi3,
+    "gemma": gemma,
+}
 """Supported families by name; each module maps one ``model_type``'s config, weights, tokenizer."""
 
 SUPPORTED = (
-    "BERT (model_type 'bert', MiniLM included), GPT-2 ('gpt2'), Marian ('marian') and the "
-    "Llama family ('llama', 'qwen2'; or a Llama .gguf file)"
+    "BERT (model_type 'bert', MiniLM included), GPT-2 ('gpt2'), Marian ('marian'), the Llama "
+    "family ('llama', 'qwen2'; or a Llama .gguf file), Qwen3 ('qwen3'), Mistral ('mistral'), "
+    "OLMo 2 ('olmo2'), GPT-NeoX and Pythia ('gpt_neox'), Phi-3 and Phi-4-mini ('phi3') and "
+    "Gemma ('gemma', 'gemma2', 'gemma3_text')"
 )
 
 HUB_FILES = [

@@ -1,0 +1,98 @@
+"""What every family's parity test checks against ``transformers`` (tests/test_families_*.py):
+the same numbers layer by layer and head by head, the same greedy text, the cache."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from transformer.core.model import Transformer
+from transformer.generation import DecodingSettings, generate
+from transformer.generation.sampling import never_generated
+
+PROMPT = [5, 17, 3, 42, 8, 61, 29, 77, 12, 50, 33]
+TOLERANCE = 1e-4
+
+
+def gap(ours: torch.Tensor, theirs: torch.Tensor) -> float:
+    """The largest absolute difference."""
+    return (ours.float() - theirs.float()).abs().max().item()
+
+
+def assert_close(ours: torch.Tensor, theirs: torch.Tensor, what: str) -> None:
+    difference = gap(ours, theirs)
+    assert difference <= TOLERANCE, f"{what}: max |ours - transformers| = {difference:.2e}"
+
+
+def check_forward(model: Transformer, reference: torch.nn.Module) -> None:
+    """Every layer's input, every head's attention weights, the final norm's output and the
+    logits (captured and fast path) within :data:`TOLERANCE` of ``transformers``."""
+    ids = torch.tensor([PROMPT])
+    with torch.no_grad():
+        expected = reference(ids, output_hidden_states=True, output_attentions=True)
+        trace = model(tgt=ids, capture=True)
+        fast = model(tgt=ids)
+    layers = trace.decoder_layers
+    assert len(layers) == len(expected.attentions)
+    for i, layer in enumerate(layers):
+        assert_close(layer.input, expected.hidden_states[i], f"input of layer {i}")
+        weights = layer.self_attention.weights
+        assert weights.shape == expected.attentions[i].shape, i
+        for h in range(weights.size(1)):
+            assert_close(weights[:, h], expected.attentions[i][:, h], f"layer {i} head {h}")
+    assert_close(trace.decoder_output, expected.hidden_states[len(layers)], "final norm")
+    assert_close(trace.logits, expected.logits, "logits")
+    assert_close(fast, expected.logits, "logits (fast path)")
+
+
+def check_generation(model: Transformer, reference: torch.nn.Module, new: int = 12) -> None:
+    """Greedy decoding, with and without the cache, writes what ``generate()`` writes (told,
+    as our decoding is, never to write the padding id)."""
+    ids = torch.tensor([PROMPT])
+    never = never_generated(model.config)
+    with torch.no_grad():
+        out = reference.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new,
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=0,
+            suppress_tokens=None if never is None else [never],
+        )
+    expected = out[0, ids.size(1) :].tolist()
+    for use_cache in (True, False):
+        settings = DecodingSettings(strategy="greedy", max_new_tokens=new, use_cache=use_cache)
+        assert generate(model, PROMPT, settings, eos_id=None) == expected, use_cache
+
+
+def check_cache(model: Transformer) -> None:
+    """Decoding step by step through the cache gives the logits of one uncached pass, and the
+    positions of a cached step start at the cache length."""
+    ids = torch.tensor([PROMPT])
+    with torch.no_grad():
+        full = model(tgt=ids)
+        cache = model.new_cache()
+        steps = [model.decode(ids[:, :4], cache=cache).logits]
+        for t in range(4, ids.size(1)):
+            assert cache.length == t
+            steps.append(model.decode(ids[:, t : t + 1], cache=cache).logits)
+    assert_close(torch.cat(steps, dim=1), full, "cached logits")
+
+
+def logit_gap(model: Transformer, reference: torch.nn.Module) -> float:
+    """The largest logit difference from ``transformers`` on :data:`PROMPT`."""
+    ids = torch.tensor([PROMPT])
+    with torch.no_grad():
+        return gap(model(tgt=ids), reference(ids).logits)
+
+
+def check_wrong_choice_fails(
+    model: Transformer, reference: torch.nn.Module, wrong: Callable[[], object]
+) -> None:
+    """The right model matches; with ``wrong()`` applied (a context manager that swaps one
+    choice for its mistaken form) the logits miss by ten times the tolerance."""
+    assert logit_gap(model, reference) <= TOLERANCE
+    with wrong():  # type: ignore[attr-defined]
+        assert logit_gap(model, reference) > 10 * TOLERANCE

@@ -1,0 +1,223 @@
+"""Gemma, Gemma 2 and Gemma 3 (text) against ``transformers``: tiny random models saved as
+Hugging Face folders and loaded with ``load_pretrained``; every layer, every head, the logits,
+greedy generation and the cache; and each of Gemma's choices shown to matter (the wrong one
+misses the reference)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import family_folder
+from family_checks import (
+    PROMPT,
+    check_cache,
+    check_forward,
+    check_generation,
+    check_wrong_choice_fails,
+)
+
+from transformer.core.modern import RMSNorm
+from transformer.core.rotary import RotaryEmbedding
+from transformer.pretrained import load_pretrained
+
+pytest.importorskip("transformers")
+
+SLIDING, FULL = "sliding_attention", "full_attention"
+WINDOW = 5  # shorter than the 11-token prompt
+
+GEMMA2 = dict(
+    head_dim=16,
+    query_pre_attn_scalar=24,  # the score scale 1/√24, not 1/√d_head
+    sliding_window=WINDOW,
+    layer_types=[SLIDING, FULL, SLIDING],
+    attn_logit_softcapping=1.5,  # small caps and large weights: the caps bite
+    final_logit_softcapping=2.0,
+)
+GEMMA3 = dict(
+    head_dim=16,
+    query_pre_attn_scalar=16,
+    sliding_window=WINDOW,
+    layer_types=[SLIDING, SLIDING, FULL],
+    rope_parameters={
+        SLIDING: {"rope_type": "default", "rope_theta": 10000.0},
+        FULL: {"rope_type": "linear", "factor": 4.0, "rope_theta": 1000000.0},
+    },
+)
+CASES = {
+    # name: (transformers family, its config over the tiny shape, matrices' scale, bfloat16)
+    "gemma-gqa-tied": ("gemma", dict(head_dim=16), None, False),
+    "gemma2-gqa-tied-capped": ("gemma2", GEMMA2, 0.25, False),
+    "gemma2-mqa-untied": (
+        "gemma2",
+        GEMMA2 | dict(num_key_value_heads=1, tie_word_embeddings=False),
+        0.25,
+        False,
+    ),
+    "gemma2-bf16": ("gemma2", GEMMA2, 0.25, True),
+    "gemma3-gqa-tied": ("gemma3_text", GEMMA3, None, False),
+    "gemma3-wide-heads": (
+        "gemma3_text",
+        GEMMA3 | dict(head_dim=24, num_key_value_heads=1),
+        None,
+        False,
+    ),
+}
+
+
+def build(folder: Path, name: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+    family, shape, matrices, bf16 = CASES[name]
+    reference = family_folder(
+        folder,
+        family,
+        seed=len(name),
+        matrices=matrices,
+        dtype=torch.bfloat16 if bf16 else None,
+        **shape,
+    )
+    return load_pretrained(folder).model, reference
+
+
+@pytest.fixture(params=sorted(CASES))
+def gemma(request: pytest.FixtureRequest, tmp_path: Path):
+    model, reference = build(tmp_path, request.param)
+    config = model.config
+    assert config.norm_offset == 1.0 and config.scale_embeddings
+    assert config.post_sublayer_norm == (not request.param.startswith("gemma-"))
+    return model, reference
+
+
+def test_gemma_every_layer_head_and_logit_equal_transformers(gemma) -> None:
+    check_forward(*gemma)
+
+
+def test_gemma_greedy_generation_equals_generate(gemma) -> None:
+    check_generation(*gemma)
+
+
+def test_gemma_cached_decoding_equals_uncached(gemma) -> None:
+    check_cache(gemma[0])
+
+
+@pytest.fixture
+def gemma2(tmp_path: Path):
+    return build(tmp_path, "gemma2-gqa-tied-capped")
+
+
+@pytest.fixture
+def gemma3(tmp_path: Path):
+    return build(tmp_path, "gemma3-gqa-tied")
+
+
+def test_the_caps_bite(gemma2) -> None:
+    """The test model's scores and logits reach into the caps' curved part (else dropping a
+    cap could not be told from keeping it)."""
+    model, _ = gemma2
+    trace = model(tgt=torch.tensor([PROMPT]), capture=True)
+    scores = trace.decoder_layers[0].self_attention.scores
+    assert scores[scores.isfinite()].abs().max() > 0.8 * model.config.attention_softcap
+    assert trace.logits.abs().max() > 0.8 * model.config.final_logit_softcap
+
+
+def test_local_and_global_layers_alternate_in_the_mask(gemma2) -> None:
+    model, _ = gemma2
+    trace = model(tgt=torch.tensor([PROMPT]), capture=True)
+    n = len(PROMPT)
+    band = torch.tensor([[0 <= i - j < WINDOW for j in range(n)] for i in range(n)])
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    for layer, kind in zip(trace.decoder_layers, GEMMA2["layer_types"], strict=True):
+        assert torch.equal(layer.self_attention.mask[0, 0], band if kind == SLIDING else causal)
+    cache = model.new_cache()
+    with torch.no_grad():
+        model.decode(torch.tensor([PROMPT]), cache=cache)
+    held = [layer.self_attention.keys.shape[2] for layer in cache.layers]
+    assert held == [WINDOW - 1, n, WINDOW - 1]  # only the local layers' caches are bounded
+
+
+@contextlib.contextmanager
+def _patched(monkeypatch, changes: list[tuple[object, str, object]]) -> Iterator[None]:
+    with monkeypatch.context() as patch:
+        for target, name, value in changes:
+            patch.setattr(target, name, value)
+        yield
+
+
+def test_w_instead_of_one_plus_w_fails(gemma3, monkeypatch) -> None:
+    model, reference = gemma3
+    norms = [m for m in model.modules() if isinstance(m, RMSNorm)]
+    check_wrong_choice_fails(
+        model, reference, lambda: _patched(monkeypatch, [(n, "offset", 0.0) for n in norms])
+    )
+
+
+def test_embeddings_unscaled_fail(gemma3, monkeypatch) -> None:
+    model, reference = gemma3
+    embedding = model.tgt_embedding
+    check_wrong_choice_fails(
+        model, reference, lambda: _patched(monkeypatch, [(embedding, "scale", 1.0)])
+    )
+
+
+def test_attention_soft_cap_dropped_fails(gemma2, monkeypatch) -> None:
+    model, reference = gemma2
+    attentions = [layer.self_attention for layer in model.decoder.layers]
+    check_wrong_choice_fails(
+        model, reference, lambda: _patched(monkeypatch, [(a, "softcap", None) for a in attentions])
+    )
+
+
+def test_final_logit_soft_cap_dropped_fails(gemma2, monkeypatch) -> None:
+    model, reference = gemma2
+    check_wrong_choice_fails(
+        model, reference, lambda: _patched(monkeypatch, [(model.generator, "softcap", None)])
+    )
+
+
+def test_score_scale_by_head_width_fails(gemma2, monkeypatch) -> None:
+    """``1/√d_head`` instead of ``1/√query_pre_attn_scalar``."""
+    model, reference = gemma2
+    attentions = [layer.self_attention for layer in model.decoder.layers]
+    check_wrong_choice_fails(
+        model,
+        reference,
+        lambda: _patched(monkeypatch, [(a, "scale_dim", None) for a in attentions]),
+    )
+
+
+def test_post_sublayer_norms_dropped_fail(gemma2, monkeypatch) -> None:
+    model, reference = gemma2
+    residuals = [
+        residual
+        for layer in model.decoder.layers
+        for residual in (layer.self_attention_residual, layer.feed_forward_residual)
+    ]
+    check_wrong_choice_fails(
+        model, reference, lambda: _patched(monkeypatch, [(r, "post_norm", None) for r in residuals])
+    )
+
+
+def test_one_rotary_base_for_local_and_global_layers_fails(gemma3, monkeypatch) -> None:
+    """Gemma 3's local layers turn with base 10,000, the global ones with 1,000,000 (scaled);
+    the global table in every layer misses the reference."""
+    model, reference = gemma3
+    attentions = [layer.self_attention for layer in model.decoder.layers]
+    global_rotary = attentions[-1].rotary
+    assert isinstance(global_rotary, RotaryEmbedding) and attentions[0].rotary is not global_rotary
+    check_wrong_choice_fails(
+        model,
+        reference,
+        lambda: _patched(monkeypatch, [(a, "rotary", global_rotary) for a in attentions]),
+    )
+
+
+def test_gemma3_qk_norm_dropped_fails(gemma3, monkeypatch) -> None:
+    model, reference = gemma3
+    changes = [
+        (layer.self_attention, name, None)
+        for layer in model.decoder.layers
+        for name in ("q_norm", "k_norm")
+    ]
+    check_wrong_choice_fails(model, reference, lambda: _patched(monkeypatch, changes))
