@@ -16,7 +16,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from .core.attention import KeyValueCache, MultiHeadAttention, scaled_dot_product_attention
+from .core.attention import MultiHeadAttention, scaled_dot_product_attention
+from .core.cache import KeyValueCache
 from .core.config import ConfigError, ModelConfig, base_config
 from .core.embeddings import (
     LearnedPositionalEmbedding,

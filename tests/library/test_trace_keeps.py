@@ -11,10 +11,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from transformer.core.attention import AttentionProbe
 from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.core.operations import PAPER
+from transformer.core.probes import AttentionProbe
 from transformer.lab.silent_mistakes import tiled_kv_heads
 
 CONFIG = ModelConfig(

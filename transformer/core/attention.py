@@ -1,194 +1,24 @@
-"""Scaled dot-product attention and multi-head attention (paper sections 3.2.1 and 3.2.2)."""
+"""Scaled dot-product attention and multi-head attention (paper sections 3.2.1 and 3.2.2).
+
+What keeps these cheap (the masked softmax in place, scores recomputed when read) is in
+:mod:`transformer.core.probes`; the key/value cache of decoding in :mod:`transformer.core.cache`.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .cache import KeyValueCache
 from .layers import Dropout
 from .masks import is_causal, remembered
-from .modern import RMSNorm, expand_kv_heads, kv_head_of, soft_cap
+from .modern import RMSNorm, expand_kv_heads, kv_head_of
 from .operations import PAPER, Operations
+from .probes import AttentionKind, AttentionProbe, Rotated, attention_weights
 from .rotary import RotaryEmbedding
-
-if TYPE_CHECKING:
-    from .trace import AttentionKind
-
-
-def attention_scores(
-    queries: Tensor, keys: Tensor, mask: Tensor | None = None, softcap: float | None = None
-) -> Tensor:
-    """``(B, H, Tq, Tk)`` scores from already scaled ``(B, H, Tq, d_k)`` queries and ``(B, H,
-    Tk, d_k)`` keys, masked cells ``-inf`` (``mask`` broadcastable, ``True`` = may attend),
-    soft-capped to ``softcap · tanh(s / softcap)`` where a cap is given (Gemma 2).
-
-    The attention itself and a trace that recomputes its scores run the same product on the
-    same tensors, so both give the same numbers bit for bit in every cell that is not masked."""
-    scores = soft_cap(queries @ keys.transpose(-2, -1), softcap)  # (B, H, Tq, Tk)
-    if mask is not None and not bool(mask.all()):
-        scores.masked_fill_(~mask, float("-inf"))
-    return scores
-
-
-def mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
-    """What the attention adds to its scores for a bool ``mask`` (``True`` = may attend): 0
-    where a key may be read, the lowest finite number of ``dtype`` where not; the mask's shape.
-
-    The same weights as ``-inf`` bit for bit: ``exp`` of a cell that far below its row's
-    maximum is exactly 0. But softmax over ``-inf`` runs a third slower on the CPU, and one
-    broadcast addition costs less than filling the ``(B, H, Tq, Tk)`` scores through a
-    broadcast bool mask."""
-    return torch.zeros((), dtype=dtype, device=mask.device).masked_fill(
-        ~mask, torch.finfo(dtype).min
-    )
-
-
-def _empty_rows(mask: Tensor) -> Tensor | None:
-    """Where a query of a bool ``mask`` may attend to no key (``(..., Tq, 1)``, ``True`` there),
-    or ``None`` when every query has one."""
-    has_key = mask.any(dim=-1, keepdim=True)
-    return None if bool(has_key.all()) else ~has_key
-
-
-def attention_weights(
-    queries: Tensor, keys: Tensor, mask: Tensor | None = None, softcap: float | None = None
-) -> Tensor:
-    """``(B, H, Tq, Tk)`` weights ``softmax(Q Kᵀ)`` from already scaled ``(B, H, Tq, d_k)``
-    queries and ``(B, H, Tk, d_k)`` keys, exactly zero in masked cells and in rows with no
-    allowed key (``mask`` bool, broadcastable, ``True`` = may attend); the scores soft-capped
-    first where ``softcap`` is given.
-
-    The attention runs this, and a trace that did not keep its weights runs it again on the
-    same tensors when they are read: the same numbers, bit for bit."""
-    given = mask
-    if given is not None and remembered(given, "all", lambda: bool(given.all())):
-        mask = None  # nothing is masked (an unpadded batch): skip a pass over the scores
-    scores = queries @ keys.transpose(-2, -1)  # (B, H, Tq, Tk), as attention_scores computes them
-    if softcap is not None:
-        scores = soft_cap(scores, softcap)
-    if mask is not None:
-        # Masked cells far below any score, not -inf; one bias for all layers' scores.
-        dtype = scores.dtype
-        scores += remembered(mask, ("bias", dtype), lambda: mask_bias(mask, dtype))
-    # Softmax in place where no gradient needs the scores: the same kernel and bits, one
-    # (B, H, Tq, Tk) buffer instead of two (a captured pass keeps it; a trace recomputes
-    # the scores when read).
-    weights = torch.softmax(scores, dim=-1, out=None if scores.requires_grad else scores)
-    del scores
-    if mask is not None:
-        # A row with no allowed key would spread its weight evenly over keys it may not read
-        # (over -inf, 0/0 = NaN); a query that may attend to nothing receives nothing instead.
-        # The check runs on the small mask, once per mask; the fill only if needed.
-        empty = remembered(mask, "empty rows", lambda: _empty_rows(mask))
-        if empty is not None:
-            weights = weights.masked_fill(empty, 0.0)
-    return weights
-
-
-@dataclass
-class AttentionProbe:
-    """What one attention call computed, for the trace.
-
-    ``weights`` are ``softmax(Q Kᵀ / √d_k)`` ``(B, H, Tq, Tk)`` (axis 2 the query, axis 3 the
-    key), exactly zero in masked cells and in rows with no allowed key. The scores themselves
-    are not kept: at 512 tokens they are as large as the weights and softmax reads them once,
-    so the probe keeps the scaled ``queries`` ``(B, H, Tq, d_k)``, the ``keys`` ``(B, H, Tk,
-    d_k)`` and the ``mask`` (``None``: nothing masked), and :attr:`scores` recomputes them.
-
-    With grouped-query attention ``keys`` are already expanded to the H query heads (the
-    cache keeps the ``H_kv`` heads); ``kv_head_of`` says which key/value head each query head
-    read. With rotary positions, the ``rotary`` pair keeps q and k of the positions this call
-    computed, before and after their rotation (see :class:`Rotated`).
-    """
-
-    queries: Tensor
-    keys: Tensor
-    weights: Tensor
-    mask: Tensor | None = None
-    kv_head_of: tuple[int, ...] = ()
-    rotary: Rotated | None = None
-    # Recomputes (queries, keys) from the rotary pair when they can be (see
-    # MultiHeadAttention._keep_rotary), so that a trace need not keep them twice.
-    rebuild: Callable[[], tuple[Tensor, Tensor]] | None = None
-    softcap: float | None = None  # the scores' soft cap (Gemma 2), None: not capped
-
-    @property
-    def scores(self) -> Tensor:
-        """``(B, H, Tq, Tk)`` scores before softmax, masked cells ``-inf``."""
-        return attention_scores(self.queries, self.keys, self.mask, self.softcap)
-
-
-@dataclass(init=False)
-class Rotated:
-    """Queries and keys of one call before and after the rotary rotation (unscaled).
-
-    ``queries_before`` / ``queries_after``: ``(B, H, Tq, d_head)``; ``keys_before`` /
-    ``keys_after``: ``(B, H_kv, Tq, d_head)``, the ``H_kv`` key heads of the positions this call
-    computed (not the cached ones); ``offset`` is the position of their first row.
-
-    A pair kept in a trace (:meth:`detached`) keeps the tensors before the rotation and
-    rotates them again when the rotated ones are read, by the pass's own rotation: the same
-    numbers bit for bit, without keeping both (at SmolLM2's 512 tokens, 47 MB).
-    """
-
-    queries_before: Tensor
-    keys_before: Tensor
-    offset: int
-    _after: tuple[Tensor, Tensor] | None = field(repr=False)
-    _rotate: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = field(
-        repr=False, compare=False
-    )
-
-    def __init__(
-        self,
-        queries_before: Tensor,
-        queries_after: Tensor | None,
-        keys_before: Tensor,
-        keys_after: Tensor | None,
-        offset: int = 0,
-        *,
-        rotate: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None,
-    ) -> None:
-        if (queries_after is None or keys_after is None) and rotate is None:
-            raise TypeError("a Rotated pair needs the rotated tensors, or the rotation")
-        self.queries_before, self.keys_before, self.offset = queries_before, keys_before, offset
-        kept = queries_after is not None and keys_after is not None
-        self._after = (queries_after, keys_after) if kept else None  # type: ignore[assignment]
-        self._rotate = rotate
-
-    def _rotated(self) -> tuple[Tensor, Tensor]:
-        if self._after is not None:
-            return self._after
-        assert self._rotate is not None  # checked in __init__
-        return self._rotate(self.queries_before, self.keys_before)
-
-    @property
-    def queries_after(self) -> Tensor:
-        """``(B, H, Tq, d_head)`` the queries after their rotation."""
-        return self._rotated()[0]
-
-    @property
-    def keys_after(self) -> Tensor:
-        """``(B, H_kv, Tq, d_head)`` the keys after their rotation."""
-        return self._rotated()[1]
-
-    def detached(self, rotate: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]) -> Rotated:
-        """For a trace: the tensors before the rotation, detached, and ``rotate`` (``(q, k)``
-        → rotated ``(q, k)``, the rotation this call ran) to give the rotated ones back."""
-        return Rotated(
-            self.queries_before.detach(),
-            None,
-            self.keys_before.detach(),
-            None,
-            self.offset,
-            rotate=rotate,
-        )
 
 
 def scaled_dot_product_attention(
@@ -225,66 +55,6 @@ def scaled_dot_product_attention(
     attended = dropout(weights) if dropout is not None else weights
     probe = AttentionProbe(queries=queries, keys=k, weights=weights, mask=mask, softcap=softcap)
     return attended @ v, probe
-
-
-@dataclass
-class KeyValueCache:
-    """Keys and values of one attention module kept across decoding steps.
-
-    Self-attention (``static=False``) appends the new positions' keys and values each step;
-    cross-attention (``static=True``) computes them from the encoder memory once and reuses them.
-    A sliding-window layer's cache (``window``) keeps only the ``window − 1`` latest positions
-    after each call: the next query reads those and itself, never an older one, so the memory
-    stays bounded however long the text grows; ``dropped`` counts the positions let go.
-    """
-
-    keys: Tensor | None = None  # (B, H_kv, T, d_k): key/value heads, never expanded
-    values: Tensor | None = None  # (B, H_kv, T, d_v), set together with the keys
-    static: bool = False
-    window: int | None = None
-    dropped: int = 0
-
-    @property
-    def stored(self) -> int:
-        """Number of positions whose keys are held."""
-        return 0 if self.keys is None else self.keys.size(2)
-
-    @property
-    def length(self) -> int:
-        """Number of positions seen (held, and let go by a sliding window)."""
-        return self.dropped + self.stored
-
-    def update(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """Keep the new ``(B, H, T, d_k)`` keys and values (after the cached ones, unless
-        static) and return every key and value this call reads (for a sliding window, those
-        held before the call and the new ones)."""
-        if not self.static and self.keys is not None and self.values is not None:
-            keys = torch.cat([self.keys, keys], dim=2)
-            values = torch.cat([self.values, values], dim=2)
-        self.keys, self.values = keys, values
-        if self.window is not None and not self.static:
-            excess = keys.size(2) - (self.window - 1)
-            if excess > 0:
-                self.keys, self.values = keys[:, :, excess:], values[:, :, excess:]
-                self.dropped += excess
-        return keys, values
-
-    def can_truncate(self, length: int) -> bool:
-        """Whether :meth:`truncate` to ``length`` keeps every key the next position reads (a
-        sliding window may have let them go)."""
-        needed_from = 0 if self.window is None else max(0, length - (self.window - 1))
-        return self.dropped <= min(needed_from, length)
-
-    def truncate(self, length: int) -> None:
-        """Forget every position from ``length`` on (see :meth:`can_truncate`)."""
-        if not self.can_truncate(length):
-            raise ValueError(
-                f"a sliding-window cache that let go of {self.dropped} positions cannot be "
-                f"truncated to {length}: empty it and compute the text again"
-            )
-        if self.keys is not None and self.values is not None:
-            kept = length - self.dropped
-            self.keys, self.values = self.keys[:, :, :kept], self.values[:, :, :kept]
 
 
 class MultiHeadAttention(nn.Module):

@@ -14,7 +14,7 @@ from typing import Literal, overload
 import torch
 from torch import Tensor, nn
 
-from .attention import KeyValueCache
+from .cache import KeyValueCache
 from .config import ModelConfig
 from .embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
 from .layers import Dropout, LayerNorm

@@ -24,11 +24,11 @@ from torch import Tensor, nn
 from .modern import expand_kv_heads
 
 if TYPE_CHECKING:
-    from .attention import AttentionProbe, KeyValueCache, MultiHeadAttention
+    from .cache import KeyValueCache
     from .layers import LayerNorm
     from .modern import RMSNorm
+    from .probes import AttentionKind, AttentionProbe
     from .rotary import RotaryEmbedding
-    from .trace import AttentionKind
 
 # -- the paper's operations ------------------------------------------------------------------
 
@@ -69,8 +69,23 @@ def rotary_positions(
     return rotary(q, k, offset=offset)
 
 
+class Attends(Protocol):
+    """What a decoder layer calls for its cross-attention: a multi-head attention module."""
+
+    def __call__(
+        self,
+        x: Tensor,
+        memory: Tensor | None,
+        mask: Tensor | None,
+        cache: KeyValueCache | None,
+        *,
+        capture: bool,
+        ops: Operations,
+    ) -> tuple[Tensor, AttentionProbe | None]: ...
+
+
 def cross_attention(
-    attention: MultiHeadAttention,
+    attention: Attends,
     x: Tensor,
     memory: Tensor | None,
     mask: Tensor | None,
@@ -112,7 +127,7 @@ class Operations:
         padding_mask: ``False`` lets queries attend to padding.
         zero_heads: ``(kind, layer, head)`` triples whose output is switched off.
         observe_attention: ``(probe, kind, layer)`` called with every attention call's
-            :class:`~transformer.core.attention.AttentionProbe` as the pass goes, so that a reader
+            :class:`~transformer.core.probes.AttentionProbe` as the pass goes, so that a reader
             can reduce each layer's ``(B, H, Tq, Tk)`` weights (to statistics, one head) before
             the next layer computes its own; the pass then writes attention out even without
             ``capture`` (and keeps no trace unless captured). ``None``: nobody observes.

@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from .attention import AttentionProbe, KeyValueCache, MultiHeadAttention
+from .attention import MultiHeadAttention
+from .cache import KeyValueCache
 from .config import ModelConfig
 from .layers import Dropout, LayerNorm, PositionwiseFeedForward
 from .masks import one_pass, remembered
 from .modern import GatedFeedForward, RMSNorm, sliding_window_mask
 from .operations import PAPER, Operations
+from .probes import AttentionProbe
 from .rotary import RotaryEmbedding
 from .trace import AttentionKind, AttentionRecord, LayerTrace, StackInput
 

@@ -14,10 +14,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .attention import Rotated, attention_scores, attention_weights
 from .config import ModelConfig
+from .probes import AttentionKind, Rotated, attention_scores, attention_weights
 
-AttentionKind = Literal["encoder_self", "decoder_self", "cross"]
 ATTENTION_KINDS: tuple[str, ...] = ("encoder_self", "decoder_self", "cross")
 # The attention weights a captured pass may compute (every layer's and head's (Tq, Tk) map, in
 # float32), whether it keeps them or its views compute them again when read (the grid reads
@@ -40,7 +39,7 @@ class AttentionRecord:
         weights: ``(B, H, Tq, Tk)`` softmax of the scores; zero in masked cells. A pass run
             with ``Operations.keep_attention_weights=False`` does not keep them: they are
             computed again when read, from the queries and keys, by the attention's own
-            :func:`~transformer.core.attention.attention_weights` (the same numbers, bit for bit;
+            :func:`~transformer.core.probes.attention_weights` (the same numbers, bit for bit;
             SmolLM2's at 512 tokens would take 283 MB). Each read computes them anew.
         mask: ``(B, 1, Tq, Tk)`` bool, ``True`` = may attend (all ``True`` if nothing was masked).
         query_offset: position of the first query row (non-zero in incremental decoding).
@@ -53,7 +52,7 @@ class AttentionRecord:
             H_kv)``; ``(0, 1, …, H−1)`` for plain multi-head attention; empty when unknown).
         rotary: with rotary positions, q ``(B, H, Tq, d_head)`` and k ``(B, H_kv, Tq, d_head)``
             of the positions this call computed, before and after their rotation
-            (:class:`~transformer.core.attention.Rotated`); ``None`` otherwise.
+            (:class:`~transformer.core.probes.Rotated`); ``None`` otherwise.
 
     :attr:`scores` is ``(B, H, Tq, Tk)``, the scaled scores before softmax with masked cells
     ``-inf``. A forward pass records the queries and keys instead of the scores (a tenth of

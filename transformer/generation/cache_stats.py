@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..core.attention import KeyValueCache
+from ..core.cache import KeyValueCache
 from ..core.config import ModelConfig
 from ..core.model import DecoderCache, Encoded, LayerCache, Transformer
 from ..core.operations import PAPER, Operations

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
-from ..core.attention import AttentionProbe, attention_scores
 from ..core.model import Transformer
 from ..core.operations import PAPER
+from ..core.probes import AttentionProbe, attention_scores
 from ..core.trace import AttentionKind
 
 STATISTICS: dict[str, str] = {

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from ..core import attention as attention_module
-from ..core import operations
+from ..core import operations, probes
 from ..core import rotary as rotary_module
 from ..core.attention import MultiHeadAttention
 from ..core.config import ModelConfig
@@ -362,7 +362,7 @@ class _Walker:
         b, i, h, dh = self.b, self.i, self.h, self.d_head
         pre = residual.pre_norm
         sdpa = attention_module.scaled_dot_product_attention
-        scores_code = attention_module.attention_scores
+        scores_code = probes.attention_scores
         token = self.walk.query_labels[i]
         hs = residual.sublayer_input(x)
         if pre and isinstance(residual.norm, RMSNorm):

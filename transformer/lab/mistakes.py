@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from ..core.attention import AttentionProbe, KeyValueCache, MultiHeadAttention
+from ..core.attention import MultiHeadAttention
+from ..core.cache import KeyValueCache
 from ..core.config import ModelConfig
 from ..core.embeddings import SinusoidalPositionalEncoding, sinusoidal_table
 from ..core.layers import LayerNorm
 from ..core.operations import PAPER, Operations
+from ..core.probes import AttentionProbe
 
 if TYPE_CHECKING:
     pass
