@@ -283,6 +283,7 @@ def test_model_info_counts_each_tied_tensor_once(registry, name):
     assert "63,119,496" in text
 
 
+@pytest.mark.slow  # a real training run
 def test_training_live_fills_the_session_and_its_snapshots(registry):
     session = SessionModels()
     updates = list(training.run_training(registry, "reverse", 20, 0, False, session))

@@ -192,7 +192,7 @@ def _check_modern_view(registry, name, text, layer, head, query) -> None:
     """The handler draws every step of a Llama-family layer with the walkthrough's numbers, and
     the mistakes panel offers (and runs) only what applies to RMSNorm and rotary positions."""
     from transformer.lab.mistakes import MISTAKES
-    from ui.tabs import mistakes
+    from ui.tabs.attention import mistakes
 
     session = SessionModels()
     checkpoint = registry.checkpoint(name, session)

@@ -12,7 +12,8 @@ import torch
 from transformer.core.embeddings import SinusoidalPositionalEncoding
 from transformer.lab.interventions import Intervention
 from ui.serving.state import ModelRegistry, SessionModels
-from ui.tabs import attention, mistakes
+from ui.tabs import attention
+from ui.tabs.attention import mistakes
 
 CROSS = "cross-attention (decoder → encoder)"
 ENCODER_SELF = "encoder self-attention"

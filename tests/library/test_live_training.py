@@ -22,6 +22,7 @@ def _training_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(TRAINING_THREAD)]
 
 
+@pytest.mark.slow  # a real training run
 def test_cancel_stops_the_thread_and_reports_the_step_it_reached():
     live = LiveTraining.for_task("reverse", steps=3000, seed=0, device="cpu")
     assert live.running and any(t.name == f"{TRAINING_THREAD}-reverse" for t in _training_threads())
@@ -38,6 +39,7 @@ def test_cancel_stops_the_thread_and_reports_the_step_it_reached():
     assert seen == list(range(1, seen[-1] + 1)) and 3 <= seen[-1] <= 10
 
 
+@pytest.mark.slow  # a real training run
 def test_closing_the_reports_early_cancels_the_run():
     live = LiveTraining.for_task("reverse", steps=3000, seed=0, device="cpu")
     reports = live.reports()
@@ -47,6 +49,7 @@ def test_closing_the_reports_early_cancels_the_run():
     assert result.cancelled and result.steps_done < 3000
 
 
+@pytest.mark.slow  # a real training run
 def test_a_deadline_stops_the_run_and_keeps_what_it_learned():
     live = LiveTraining.for_task("reverse", steps=3000, seed=0, device="cpu", time_limit_s=0.0)
     assert list(live.reports()) == []
@@ -64,6 +67,7 @@ def test_an_error_in_the_thread_reaches_the_caller():
         live.checkpoint(None)
 
 
+@pytest.mark.slow  # a real training run
 def test_a_finished_run_gives_a_checkpoint_and_snapshots_of_its_weights():
     live = LiveTraining.for_task("reverse", steps=20, seed=1, device="cpu")
     reports = list(live.reports())

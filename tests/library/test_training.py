@@ -52,6 +52,7 @@ def on_cpu(**settings: Any) -> TrainingConfig:
 FAST = on_cpu(steps=120, batch_size=32, warmup_steps=10, lr_factor=4.0, eval_every=20, snapshots=3)
 
 
+@pytest.mark.slow  # a real training run
 def test_a_few_steps_lower_the_loss(reverse_data):
     tokenizer, train_pairs, validation_pairs = reverse_data
     model = small_model(tokenizer)
@@ -69,6 +70,7 @@ def test_a_few_steps_lower_the_loss(reverse_data):
     assert all(0.0 <= e["exact_match"] <= 1.0 for e in evaluations)  # greedy, periodically
 
 
+@pytest.mark.slow  # a real training run
 def test_decoder_only_training_lowers_the_loss():
     task = make_task("continue", seed=1, n_train=400, n_validation=32, n_test=32)
     tokenizer = train_tokenizer(task_corpus(task), "unigram", 120)
@@ -90,6 +92,7 @@ def test_training_is_reproducible(reverse_data):
     assert [p.loss for p in other_seed.history] != [p.loss for p in first.history]
 
 
+@pytest.mark.slow  # a real training run
 def test_callback_snapshots_and_cancel(reverse_data):
     tokenizer, train_pairs, _ = reverse_data
     seen = []

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from browsers import TIMEOUT_MS, PageRecord
+from conftest import TIMEOUT_MS, PageRecord
 
 from ui.testing import VIEWPORT
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 import test_browser as base
-from test_browser import BUSY, ROOT, SMOLLM2, _error_toasts, _open, _poll, _smollm2_or_skip
+from conftest import REPOSITORY as ROOT
+from test_browser import BUSY, SMOLLM2, _error_toasts, _open, _poll, _smollm2_or_skip
 
 # The browser, the app and the screenshots folder are test_browser's module fixtures.
 

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (test_browser's fixtures are imported by name, and used as arguments)
 """The plotly module the page loads registers only the trace types the app draws:
 the types the app's code builds, by plotly's own names for them; the cut against gradio's
 installed module and against modules of another shape (served whole); the middleware; and, in
@@ -14,13 +13,7 @@ from typing import Any
 import plotly.graph_objects as go
 import pytest
 from plotly.basedatatypes import BaseTraceType
-from test_browser import (  # noqa: F401  (fixtures, used by name)
-    UNDRAWN_TRACES,
-    _open,
-    app,
-    app_url,
-    browser,
-)
+from test_browser import UNDRAWN_TRACES, _open
 
 from ui.serving.plotly_bundle import (
     ASSETS,
