@@ -17,6 +17,7 @@ import re
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -676,8 +677,11 @@ def test_nothing_unpickles():
     assert not offenders, offenders
 
 
-def test_summary():
-    """The figures for the README's reliability section (run with -s to see them)."""
+@pytest.fixture(scope="module", autouse=True)
+def _print_figures() -> Iterator[None]:
+    """The figures for the README's reliability section, printed once the module has run (with
+    -s to see them); not a test, since printing cannot fail."""
+    yield
     if FIGURES:
         total = sum(FIGURES.values())
         print(
