@@ -159,3 +159,38 @@ def test_the_free_memory_of_this_machine_is_read() -> None:
         line = next(x for x in meminfo.read_text().splitlines() if x.startswith("MemAvailable"))
         assert abs(free - int(line.split()[1]) * 1024) < 256 * 2**20
     assert free_memory("meta") is None  # not a place that can be checked: not checked
+
+
+# -- the app's arguments --------------------------------------------------------------------------
+
+
+def test_the_app_s_dtype_and_device_reach_the_registry_s_loader(bf16_folder, monkeypatch) -> None:
+    import app as visualiser
+    from ui.state import ModelRegistry
+
+    asked: dict = {}
+
+    class FakeDemo:
+        def launch(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def block_thread(self) -> None:
+            pass
+
+    def build(*args, **kwargs):  # type: ignore[no-untyped-def]
+        asked.update(args=args, kwargs=kwargs)
+        return FakeDemo()
+
+    monkeypatch.setattr(visualiser, "build_demo", build)
+    monkeypatch.setattr(visualiser, "preload_models", lambda demo: None)
+    monkeypatch.setattr(visualiser, "install_shipped_models", dict)
+    visualiser.main(["--dtype", "bfloat16", "--device", "cpu", "--model", "x"])
+    assert asked["kwargs"]["dtype"] == "bfloat16" and asked["args"][0] == "cpu"
+    with pytest.raises(SystemExit):
+        visualiser.main(["--dtype", "int4"])  # not a choice: argparse says which are
+
+    folder, _ = bf16_folder
+    registry = ModelRegistry(torch.device("cpu"), [str(folder)], dtype="bfloat16")
+    checkpoint = registry.checkpoint(folder.name, None)
+    assert {p.dtype for p in checkpoint.model.parameters()} == {torch.bfloat16}
+    registry.release()
