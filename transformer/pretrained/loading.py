@@ -121,8 +121,8 @@ def load_pretrained(
             Qwen2), a hub id found in the local Hugging Face cache, or the path of a Llama
             ``.gguf`` file (weights dequantized to float32, tokenizer built from the file).
         device: where the model goes (default CPU). ``"auto"``: the first GPU if the model fits
-            it, else the CPU if it fits there; a model larger than either is spread over the
-            GPUs and then the CPU by ``accelerate`` (:mod:`.dispatch`).
+            it, else spread over the GPUs and then the CPU by ``accelerate``
+            (:mod:`.dispatch`); without CUDA, Apple's MPS or the CPU.
         dtype: ``"auto"`` (float32 on a CPU, the checkpoint's own dtype elsewhere),
             ``"float32"``, ``"bfloat16"``, ``"float16"`` or a ``torch.dtype``: what the weights
             are kept in (the trace's records are float32 whatever it is).
@@ -210,15 +210,16 @@ def place(
             kept = resolve_dtype(dtype, target, stored)
             check_fits(reader.nbytes(kept), target, _what(reader, kept))
             return Placement(target, kept)
-        candidates = list(dict.fromkeys([pick_device("auto"), torch.device("cpu")]))
-        if max_memory is None:  # the first device that holds it whole
-            for target in candidates:
-                kept = resolve_dtype(dtype, target, stored)
-                if fits(reader.nbytes(kept), target):
-                    return Placement(target, kept)
-        # Larger than any one device, or each device's share given: spread it, read first to
-        # RAM (which must hold it) and dispatched from there.
-        kept = resolve_dtype(dtype, candidates[0], stored)
+        first = pick_device("auto")  # CUDA, else MPS, else the CPU
+        if max_memory is None:
+            kept = resolve_dtype(dtype, first, stored)
+            if fits(reader.nbytes(kept), first):
+                return Placement(first, kept)
+            if first.type != "cuda":  # no GPUs to spread over: the CPU alone, if it holds it
+                check_fits(reader.nbytes(kept), first, _what(reader, kept))
+        # Larger than the GPU, or each device's share given: spread over the GPUs, then the
+        # CPU, read first to RAM (which must hold it) and dispatched from there.
+        kept = resolve_dtype(dtype, first, stored)
         check_fits(reader.nbytes(kept), "cpu", _what(reader, kept) + " (read to RAM first)")
         return Placement(torch.device("cpu"), kept, spread=True, max_memory=max_memory)
     except ValueError as error:  # an unknown dtype or device name
