@@ -25,7 +25,15 @@ def bf16_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.n
     wide enough that its next-token choices are not near ties), and the ``transformers`` model
     in bfloat16."""
     folder = tmp_path_factory.mktemp("bf16") / "model"
-    reference = llama_folder(folder, VOCAB, seed=11, norms=0.2, matrices=0.08, num_hidden_layers=2)
+    reference = llama_folder(
+        folder,
+        VOCAB,
+        seed=11,
+        norms=0.2,
+        matrices=0.08,
+        num_hidden_layers=2,
+        specials=["<unk>", "<s>"],
+    )
     reference = reference.to(torch.bfloat16)
     reference.save_pretrained(folder)
     return folder, reference
@@ -194,3 +202,60 @@ def test_the_app_s_dtype_and_device_reach_the_registry_s_loader(bf16_folder, mon
     checkpoint = registry.checkpoint(folder.name, None)
     assert {p.dtype for p in checkpoint.model.parameters()} == {torch.bfloat16}
     registry.release()
+
+
+# -- every tab draws a bfloat16 model -------------------------------------------------------------
+
+
+def _figures(outputs) -> list:  # type: ignore[no-untyped-def]
+    return [o for o in outputs if hasattr(o, "to_plotly_json")]
+
+
+def _arrays(figure) -> list:  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    found = []
+    for trace in figure.data:
+        for key in ("z", "y"):
+            value = getattr(trace, key, None)
+            if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+                found.append(value)
+    return found
+
+
+def test_every_tab_draws_a_bfloat16_model_as_it_draws_the_float32_one(bf16_folder) -> None:
+    """Attention, Inside a layer, Generate (with its lens) and the long-input view on the same
+    checkpoint kept in bfloat16 and read as float32: the same figures, their arrays float32
+    (the views draw float32 copies) and finite."""
+    from ui.state import ModelRegistry, SessionModels
+    from ui.tabs import generate, inside
+    from ui.tabs.attention import handlers as attention_handlers
+    from ui.tabs.attention import scale
+
+    folder, _ = bf16_folder
+    name, text = folder.name, "w5 w17 w3 w42 w8 w9 w11"
+    drawn = {}
+    for dtype in ("bfloat16", "float32"):
+        registry = ModelRegistry(torch.device("cpu"), [str(folder)], dtype=dtype)
+        session = SessionModels()
+        kind = "decoder masked self-attention"
+        outputs = [
+            *attention_handlers.everything(registry, text, name, kind, 2, 4, 1, [], False, session),
+            *inside.inside_layer(registry, text, name, "decoder", 2, 4, 1, False, session),
+            *generate.step(
+                registry, text, name, "greedy", 1.3, 0, 1.0, 3, 40, 0, 1, 1, False, session, None
+            )[:-1],
+            *scale.attention_scale(
+                registry, text, name, "first", 1, 1, 0, 4, 3, -1, False, session
+            ),
+        ]
+        drawn[dtype] = _figures(outputs)
+        registry.release()
+    narrow, wide = drawn["bfloat16"], drawn["float32"]
+    assert len(narrow) == len(wide) >= 6
+    assert sum(len(_arrays(f)) for f in narrow) >= 6  # heatmaps and curves compared
+    for ours, theirs in zip(narrow, wide, strict=True):
+        assert len(ours.data) == len(theirs.data)
+        for a, b in zip(_arrays(ours), _arrays(theirs), strict=True):
+            assert a.dtype.name == "float32" and a.shape == b.shape
+            assert not (torch.isnan(torch.from_numpy(a)) ^ torch.isnan(torch.from_numpy(b))).any()
