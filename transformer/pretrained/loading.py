@@ -139,7 +139,14 @@ def load_pretrained(
         than the free memory of the device it goes to.
     """
     if llama.is_gguf_path(path_or_id):
-        return load_gguf(path_or_id, device=None if device == "auto" else device)
+        checkpoint = load_gguf(path_or_id, device=None if device == "auto" else device)
+        try:  # dequantized to float32; narrowed only when asked (its blocks hold no bfloat16)
+            kept = resolve_dtype(dtype, "cpu", torch.float32)
+        except ValueError as error:
+            raise PretrainedError(str(error)) from error
+        checkpoint.model.to(kept)
+        checkpoint.info["dtype"] = str(kept).removeprefix("torch.")
+        return checkpoint
     folder = resolve(path_or_id, allow_download)
     hf = read_json(folder / "config.json")
     family = family_of(hf)
