@@ -275,8 +275,11 @@ class TensorReader:
         if self._open is not None and self._open[0] == shard:
             return self._open[1]
         self.close()
+        device = self.device
+        if device.type == "cuda" and device.index is None:  # safetensors wants the GPU's index
+            device = torch.device("cuda", torch.cuda.current_device())
         try:
-            handle = safe_open(str(shard), framework="pt", device=str(self.device))
+            handle = safe_open(str(shard), framework="pt", device=str(device))
             handle.__enter__()
         except (SafetensorError, OSError, ValueError) as error:
             raise PretrainedError(
@@ -472,10 +475,11 @@ def assign_weights(
                 f"model.safetensors: the tensor for {name} has shape {tuple(tensor.shape)} "
                 f"but config.json implies {shapes[name]}."
             )
-        if tensor.is_floating_point():
-            tensor = tensor.to(dtype)
-            if not _all_finite(tensor):
-                raise PretrainedError(f"model.safetensors: the tensor for {name} has NaN or inf")
+        # Read onto the device already, in its dtype; a tensor a family computes (Marian's
+        # zero logits bias where the file has none) joins it here.
+        tensor = tensor.to(device, dtype if tensor.is_floating_point() else tensor.dtype)
+        if tensor.is_floating_point() and not _all_finite(tensor):
+            raise PretrainedError(f"model.safetensors: the tensor for {name} has NaN or inf")
         assigned[name] = tensor
     model.load_state_dict(assigned, strict=False, assign=True)
     for names in owners.values():
