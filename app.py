@@ -1,7 +1,8 @@
 """The visualiser: a Gradio app that shows, step by step, how a Transformer works.
 
     python app.py [--host 127.0.0.1] [--port 7860] [--device auto|cpu|cuda|mps] [--share]
-                  [--model PATH_OR_ID ...] [--allow-download]
+                  [--model PATH_OR_ID ...] [--dtype auto|float32|bfloat16|float16]
+                  [--allow-download]
 
 This file is the entry point only: arguments, building the demo, launching it. The interface
 lives in ``ui/`` (one module per tab), computation in ``transformer/`` and figures in
@@ -14,6 +15,7 @@ import argparse
 import logging
 import os
 
+from transformer.core.device import DEVICE_CHOICES, DTYPE_CHOICES
 from ui import build_demo, launch_options, preload_models
 from ui.serving.memory import return_memory_when_idle
 from ui.serving.space import install_shipped_models
@@ -32,7 +34,12 @@ def main(argv: list[str] | None = None) -> None:
         help="address to bind (default $GRADIO_SERVER_NAME, else 127.0.0.1)",
     )
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help=f"{', '.join(DEVICE_CHOICES)} or cuda:N: where models run (default auto: the GPU if there is one; a --model larger than "
+        "it is spread over the GPUs and then the CPU, with accelerate installed)",
+    )
     parser.add_argument("--share", action="store_true", help="make a public gradio.live link")
     parser.add_argument(
         "--model",
@@ -41,6 +48,13 @@ def main(argv: list[str] | None = None) -> None:
         metavar="PATH_OR_ID",
         help="add a Hugging Face model folder, or a hub id (e.g. gpt2) found in the local "
         "Hugging Face cache, of the BERT, GPT-2 or Marian family (repeatable)",
+    )
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=DTYPE_CHOICES,
+        help="what --model weights are kept in (default auto: float32 on a CPU, the "
+        "checkpoint's own, often bfloat16, on a GPU)",
     )
     parser.add_argument(
         "--allow-download",
@@ -55,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     not_installed = install_shipped_models()
     # Pretrained weights are read once the page is served: read during start-up, they would
     # compete with it for the interpreter (about +5 s on two cores).
-    demo = build_demo(args.device, args.model, args.allow_download, preload=False)
+    demo = build_demo(args.device, args.model, args.allow_download, preload=False, dtype=args.dtype)
     if not_installed:  # the page's status line names each missing model and why
         demo.model_registry.pretrained_errors.update(not_installed)  # type: ignore[attr-defined]
     demo.launch(

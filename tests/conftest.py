@@ -1,5 +1,5 @@
-"""Shared test settings: deterministic torch, a device list that includes CUDA only when present,
-and tokenizers trained once per test session on the bundled corpus."""
+"""Shared test settings: deterministic torch, a device list that includes CUDA only when present
+(``TEST_DEVICE=cuda`` runs the device-parametrised tests on the GPU alone), and tokenizers trained once per test session on the bundled corpus."""
 
 from __future__ import annotations
 
@@ -26,7 +26,23 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+def _test_devices(choice: str | None) -> list[str]:
+    """The devices the ``device`` fixture runs tests on. ``TEST_DEVICE`` unset: the CPU, and
+    CUDA too where present; ``TEST_DEVICE=cuda`` (or ``cpu``, ``cuda:1``): that device alone,
+    so a GPU machine runs the device-parametrised tests there without repeating them on the
+    CPU. A device asked for that is absent is an error, not a silent run on the CPU."""
+    if not choice:
+        return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    kind = choice.split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError(f"TEST_DEVICE={choice} but torch sees no CUDA device")
+    if kind not in ("cpu", "cuda", "mps"):
+        raise pytest.UsageError(f"TEST_DEVICE={choice}: use cpu, cuda, cuda:N or mps")
+    return [choice]
+
+
+DEVICES = _test_devices(os.environ.get("TEST_DEVICE"))
 VOCAB_SIZES = {"bpe": 400, "byte_bpe": 500, "wordpiece": 400, "unigram": 400}
 
 

@@ -153,15 +153,24 @@ def build_demo(
     models: Sequence[str] = (),
     allow_download: bool = False,
     preload: bool = True,
+    dtype: str = "auto",
 ) -> gr.Blocks:
     """The app (not launched). ``launch_options()`` gives the matching ``launch()`` arguments.
 
     ``models`` adds pretrained model folders or hub ids (resolved from the local Hugging Face
     cache; downloaded only with ``allow_download``). Pretrained weights are read in the
     background at once when ``preload`` is set; else by ``preload_models(demo)`` (``app.py``
-    calls it once the page is served) or on first use.
+    calls it once the page is served) or on first use. ``dtype`` is what their weights are kept
+    in (``"auto"``: float32 on a CPU, the checkpoint's own on a GPU); with ``device="auto"`` a
+    model larger than the device picked is spread over the GPUs and the CPU.
     """
-    registry = ModelRegistry(pick_device(device), models, allow_download)
+    registry = ModelRegistry(
+        pick_device(device),
+        models,
+        allow_download,
+        dtype=dtype,
+        spread=(device or "auto") == "auto",
+    )
     if preload:
         registry.preload()
     with gr.Blocks(

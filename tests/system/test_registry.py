@@ -61,8 +61,9 @@ def test_model_flags_reach_the_registry(monkeypatch, hf_models):
         def block_thread(self):
             events.append("serve")
 
-    def fake_build(device, models, allow_download, preload):
+    def fake_build(device, models, allow_download, preload, dtype):
         built.update(device=device, models=list(models), allow_download=allow_download)
+        assert dtype == "auto"  # float32 on a CPU, the checkpoint's own on a GPU
         assert preload is False  # weights are read once the page is served, not during start-up
         return FakeDemo()
 

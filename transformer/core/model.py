@@ -200,10 +200,15 @@ class Transformer(nn.Module):
                 if embedding is not None:
                     embedding.lookup.weight[self.config.pad_id].zero_()
 
+    input_device: torch.device | None = None
+    """Where inputs go when ``accelerate`` spread the model over several devices (some of its
+    weights then on the meta device, read in per layer); ``None`` otherwise."""
+
     @property
     def device(self) -> torch.device:
-        """The device the weights are on."""
-        return self.generator.proj.weight.device
+        """The device the weights are on: where inputs go (for a model spread over several
+        devices, the first one, :attr:`input_device`)."""
+        return self.input_device or self.generator.proj.weight.device
 
     # -- inputs ---------------------------------------------------------------------------
 

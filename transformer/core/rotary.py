@@ -168,7 +168,9 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate ``x`` ``(B, H, T, d_head)`` by ``cos``/``sin`` ``(T, d_head)`` or ``(B, T, d_head)``."""
     if cos.dim() == 3:  # (B, T, d_head): one table per sequence, broadcast over heads
         cos, sin = cos[:, None], sin[:, None]
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    # The table is shared by every layer: where accelerate spread the layers over several GPUs
+    # it sits on one of them, so it follows x (a no-op on one device).
+    cos, sin = cos.to(x.device, x.dtype), sin.to(x.device, x.dtype)
     if torch.is_grad_enabled():
         return x * cos + rotate_half(x) * sin
     # Inference (no gradient): the same sum, written into the products' own buffers.

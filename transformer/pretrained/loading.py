@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
 from ..core.config import ModelConfig
+from ..core.device import pick_device, resolve_dtype
 from ..core.model import Transformer
 from ..core.rotary import RotaryEmbedding, rotary_cos_sin
 from . import bert, gemma, gpt2, gpt_neox, llama, marian, mistral, olmo2, phi3, qwen3
-from ._common import PretrainedError, TensorReader, load_weights, read_json
+from ._common import (
+    PretrainedError,
+    TensorReader,
+    _all_finite,
+    assign_weights,
+    check_fits,
+    fits,
+    parameters_on_meta,
+    read_json,
+)
 from .checkpoint import Checkpoint
 
 FAMILIES: dict[str, ModuleType] = {
@@ -110,57 +120,136 @@ def load_pretrained(
     path_or_id: str | Path,
     *,
     device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = "auto",
     allow_download: bool = False,
+    max_memory: dict[int | str, int | str] | None = None,
 ) -> Checkpoint:
-    """Load a Hugging Face model of the BERT, GPT-2 or Marian family onto our :class:`Transformer`.
+    """Load a Hugging Face model folder onto our :class:`Transformer`.
 
     Args:
-        path_or_id: a folder holding ``config.json``, ``model.safetensors`` and tokenizer files
+        path_or_id: a folder holding ``config.json``, the weights (``model.safetensors``, or
+            ``model.safetensors.index.json`` and the shards it lists) and tokenizer files
             (``tokenizer.json``; or ``vocab.txt`` for BERT, ``vocab.json`` + ``merges.txt`` for
             GPT-2, ``source.spm`` + ``vocab.json`` for Marian; ``tokenizer.json`` for Llama and
             Qwen2), a hub id found in the local Hugging Face cache, or the path of a Llama
             ``.gguf`` file (weights dequantized to float32, tokenizer built from the file).
-        device: where the model goes (default CPU).
+        device: where the model goes (default CPU). ``"auto"``: the first GPU if the model fits
+            it, else spread over the GPUs and then the CPU by ``accelerate``
+            (:mod:`.dispatch`); without CUDA, Apple's MPS or the CPU.
+        dtype: ``"auto"`` (float32 on a CPU, the checkpoint's own dtype elsewhere),
+            ``"float32"``, ``"bfloat16"``, ``"float16"`` or a ``torch.dtype``: what the weights
+            are kept in (the trace's records are float32 whatever it is).
         allow_download: fetch a hub id that is not cached (off by default: nothing is
             downloaded unless asked).
+        max_memory: with ``device="auto"``, the most each device may hold (``{0: "20GiB",
+            "cpu": "60GiB"}``, as ``accelerate`` takes it); by default what each has free.
 
     Returns:
         A :class:`Checkpoint` in eval mode; ``info`` holds ``family``, ``model_type``,
-        ``source`` (what was asked for) and ``path``. Raises :class:`PretrainedError` (a
-        ``CheckpointError``) naming the file and the problem.
+        ``source`` (what was asked for), ``architectures``, ``dtype`` (its name) and, when
+        spread, ``device_map``. Raises :class:`PretrainedError` (a ``CheckpointError``) naming
+        the file and the problem, and before anything is allocated when the model is larger
+        than the free memory of the device it goes to.
     """
     if llama.is_gguf_path(path_or_id):
-        return load_gguf(path_or_id, device=device)
+        checkpoint = load_gguf(path_or_id, device=None if device == "auto" else device)
+        try:  # dequantized to float32; narrowed only when asked (its blocks hold no bfloat16)
+            kept = resolve_dtype(dtype, "cpu", torch.float32)
+        except ValueError as error:
+            raise PretrainedError(str(error)) from error
+        checkpoint.model.to(kept)
+        checkpoint.info["dtype"] = str(kept).removeprefix("torch.")
+        return checkpoint
     folder = resolve(path_or_id, allow_download)
     hf = read_json(folder / "config.json")
     family = family_of(hf)
     module = FAMILIES[family]
     config = module.config_from_hf(hf)
-    # The weights file's header (names and shapes, no tensor) is checked against config.json
-    # before anything is allocated or looped over by the config's sizes.
+    # The weights' headers (names and shapes, no tensor) are checked against config.json, and
+    # the model's size against the device's free memory, before anything is allocated or
+    # looped over by the config's sizes.
     reader = TensorReader(folder / "model.safetensors", module.PREFIXES, module.PROBE)
     reader.check_sizes(config)
+    placement = place(reader, device, dtype, max_memory)
     tokenizer = module.load_tokenizer(folder)
     if tokenizer.vocab_size > config.output_vocab_size:
         raise PretrainedError(
             f"the tokenizer has {tokenizer.vocab_size} tokens but config.json's vocab_size is "
             f"{config.output_vocab_size}: they do not belong together."
         )
-    weights = module.map_weights(reader, config)
+    # Each tensor is read straight onto its device in its dtype, and becomes the parameter
+    # (assigned, not copied into a model initialised at random): one copy of the model.
+    reader.device, reader.dtype = placement.read_device, placement.dtype
+    try:
+        weights = module.map_weights(reader, config)
+    finally:
+        reader.close()
     reader.check_complete()
-    model = Transformer(config)
-    load_weights(model, weights)
-    return Checkpoint(
-        path=folder,
-        model=model.to(device or "cpu").eval(),
-        tokenizer=tokenizer,
-        info={
-            "family": family,
-            "model_type": hf.get("model_type"),
-            "source": str(path_or_id),
-            "architectures": hf.get("architectures"),
-        },
-    )
+    with parameters_on_meta(), _NoRandomInit():
+        model = Transformer(config)
+    assign_weights(model, weights, placement.dtype, placement.read_device)
+    del weights
+    info: dict[str, Any] = {
+        "family": family,
+        "model_type": hf.get("model_type"),
+        "source": str(path_or_id),
+        "architectures": hf.get("architectures"),
+        "dtype": str(placement.dtype).removeprefix("torch."),
+    }
+    if placement.spread:
+        from .dispatch import dispatch
+
+        info["device_map"] = dispatch(model, placement.max_memory)
+    return Checkpoint(path=folder, model=model.eval(), tokenizer=tokenizer, info=info)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a checkpoint's tensors go: read onto ``read_device`` as ``dtype``; when
+    ``spread``, then dispatched over the devices ``max_memory`` allows."""
+
+    read_device: torch.device
+    dtype: torch.dtype
+    spread: bool = False
+    max_memory: dict[int | str, int | str] | None = None
+
+
+def place(
+    reader: TensorReader,
+    device: str | torch.device | None,
+    dtype: str | torch.dtype | None,
+    max_memory: dict[int | str, int | str] | None = None,
+) -> Placement:
+    """Choose the device and dtype of a checkpoint from its headers (nothing is read), checking
+    that it fits: see :func:`load_pretrained`. Raises :class:`PretrainedError` saying how much
+    the model needs and what is free where it would go."""
+    stored = reader.stored_dtype()
+    try:
+        if device != "auto":
+            target = torch.device(device or "cpu")
+            kept = resolve_dtype(dtype, target, stored)
+            check_fits(reader.nbytes(kept), target, _what(reader, kept))
+            return Placement(target, kept)
+        first = pick_device("auto")  # CUDA, else MPS, else the CPU
+        if max_memory is None:
+            kept = resolve_dtype(dtype, first, stored)
+            if fits(reader.nbytes(kept), first):
+                return Placement(first, kept)
+            if first.type != "cuda":  # no GPUs to spread over: the CPU alone, if it holds it
+                check_fits(reader.nbytes(kept), first, _what(reader, kept))
+        # Larger than the GPU, or each device's share given: spread over the GPUs, then the
+        # CPU, read first to RAM (which must hold it) and dispatched from there.
+        kept = resolve_dtype(dtype, first, stored)
+        check_fits(reader.nbytes(kept), "cpu", _what(reader, kept) + " (read to RAM first)")
+        return Placement(torch.device("cpu"), kept, spread=True, max_memory=max_memory)
+    except ValueError as error:  # an unknown dtype or device name
+        raise PretrainedError(str(error)) from error
+
+
+def _what(reader: TensorReader, dtype: torch.dtype) -> str:
+    """``"The model (1,235,814,400 parameters as bfloat16)"``, for a size message."""
+    count = sum(e.numel for e in reader.entries.values())
+    return f"The model ({count:,} parameters as {str(dtype).removeprefix('torch.')})"
 
 
 def load_gguf(path: str | Path, *, device: str | torch.device | None = None) -> Checkpoint:
@@ -180,15 +269,6 @@ def load_gguf(path: str | Path, *, device: str | torch.device | None = None) -> 
         tokenizer=read.tokenizer,
         info=info,
     )
-
-
-def _all_finite(tensor: torch.Tensor) -> bool:
-    """Whether every value of a float tensor is finite: its float64 sum is finite exactly then
-    (float32 values cannot overflow it; NaN and ±inf propagate), read once by numpy on the CPU
-    (a tenth of ``torch.isfinite(t).all()``'s time on 2 cores: no bool copy, no thread pool)."""
-    if tensor.device.type == "cpu" and tensor.dtype in (torch.float32, torch.float64):
-        return bool(np.isfinite(tensor.detach().numpy().sum(dtype=np.float64)))
-    return bool(torch.isfinite(tensor).all())
 
 
 _NORMAL_INITS = (torch.nn.init.normal_, torch.Tensor.normal_)

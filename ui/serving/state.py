@@ -120,7 +120,9 @@ class ModelRegistry:
     all-MiniLM-L6-v2 and any ``--model`` folder or hub id) are listed at once but read on first
     use or by :meth:`preload` in the background, so the app starts as fast without them. All of
     them are shared by every session, read-only; ``TRAINED_HERE`` names the model a session
-    trained (found in its ``SessionModels``).
+    trained (found in its ``SessionModels``). ``--model`` folders keep their weights in
+    ``dtype`` (see ``load_pretrained``), and with ``spread`` go to ``device`` only if they fit
+    it, else over the GPUs and the CPU.
     """
 
     def __init__(
@@ -128,6 +130,9 @@ class ModelRegistry:
         device: torch.device,
         extra_models: Sequence[str] = (),
         allow_download: bool = False,
+        *,
+        dtype: str = "auto",
+        spread: bool = False,
     ) -> None:
         self.device = device
         self.bundled = load_bundled(device)
@@ -144,7 +149,13 @@ class ModelRegistry:
             name = self._name_for(spec)
             self.sources[name] = spec
             self._loaders[name] = functools.partial(
-                load_pretrained, spec, device=device, allow_download=allow_download
+                load_pretrained,
+                spec,
+                # "auto": the device picked if the model fits it, else spread over the GPUs
+                # and the CPU (see load_pretrained).
+                device="auto" if spread else device,
+                dtype=dtype,
+                allow_download=allow_download,
             )
         self.pretrained: dict[str, Checkpoint] = {}
         self.pretrained_errors: dict[str, str] = {}
