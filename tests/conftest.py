@@ -466,12 +466,13 @@ def family_folder(
     perturb: float = 0.1,
     matrices: float | None = None,
     dtype: torch.dtype | None = None,
+    specials: Sequence[str] = ("<unk>", "<s>"),
     **config: Any,
 ) -> torch.nn.Module:
     """A tiny random ``transformers`` causal LM of ``family`` (a name of ``FAMILY_CLASSES``)
-    saved in ``folder`` with a word-level ``tokenizer.json``, as ``python app.py --model
-    FOLDER`` is given one; returns the reference (eager attention, float32, eval mode) that the
-    folder must reproduce.
+    saved in ``folder`` with a word-level ``tokenizer.json`` (``specials`` first, then
+    ``w{id}``), as ``python app.py --model FOLDER`` is given one; returns the reference (eager
+    attention, float32, eval mode) that the folder must reproduce.
 
     ``config`` goes to the ``transformers`` config over ``TINY_FAMILY`` (no special tokens).
     Every parameter is moved by ``perturb`` × N(0, 1) (norm gains and biases off their
@@ -500,7 +501,7 @@ def family_folder(
         )
     else:
         model.save_pretrained(folder)
-    save_word_tokenizer(folder, vocab)
+    save_word_tokenizer(folder, vocab, specials)
     return model.eval()
 
 
