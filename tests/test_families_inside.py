@@ -146,3 +146,36 @@ def test_the_block_diff_shows_each_new_component_with_why(tmp_path: Path) -> Non
             row = shown[key]
             assert row.modern is not None and row.original is None, key
             assert row.original_note and len(row.why) > 40, key
+
+
+@pytest.mark.parametrize("name", ["pythia", "gemma3"])
+def test_each_silent_mistake_runs_on_the_later_families_and_changes_the_logits(
+    name: str, tmp_path: Path
+) -> None:
+    """The modern block's silent mistakes on partial rotary (Pythia) and (1 + w) norms with
+    QK-norm (Gemma 3): each runs and changes the logits, and the mistake is its own (the norm
+    mistakes keep Gemma's 1 + w: written out here, they differ from the right norm by the
+    mistake alone)."""
+    from transformer.silent_mistakes import (
+        applicable_silent,
+        rms_eps_outside,
+        silent_operations,
+    )
+
+    family, config, matrices, _ = FAMILIES[name]
+    family_folder(tmp_path, family, seed=2, matrices=matrices, **config)
+    model = load_pretrained(tmp_path).model
+    ids = torch.tensor([[5, 17, 3, 42, 8, 61, 29, 77, 12]])
+    with torch.no_grad():
+        right = model(tgt=ids)
+        for mistake in applicable_silent(model.config):
+            if "cache" in mistake:  # changes cached steps only; an uncached pass is the same
+                continue
+            wrong = model(tgt=ids, ops=silent_operations(mistake))
+            # (eps outside the root moves the logits by 1e-6 only: silent by design)
+            assert bool(wrong.isfinite().all()) and (wrong - right).abs().max() > 0, mistake
+    norms = [m for m in model.modules() if m.__class__.__name__ == "RMSNorm"]
+    for norm in norms:
+        x = torch.randn(3, norm.weight.numel())
+        by_hand = (norm.weight + 1.0) * (x / (x.pow(2).mean(-1, keepdim=True).sqrt() + norm.eps))
+        torch.testing.assert_close(rms_eps_outside(norm, x), by_hand)
