@@ -48,3 +48,15 @@ def test_every_view_draws_the_family(models, name: str) -> None:
     assert "Error" not in str(panels[3])
     caption = str(positions.embeddings_view(registry, TEXT, name, False, session)[-1])
     assert "rotary" in caption
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_configuration_survives_json(models, name: str) -> None:
+    """A loaded family's configuration written as JSON and read back is the same (its rotary
+    scaling and layer types included), as a saved checkpoint needs."""
+    from transformer.config import ModelConfig
+
+    registry, _ = models
+    config = registry.checkpoint(name, SessionModels()).config
+    again = ModelConfig.from_json(config.to_json())
+    assert again == config and hash(again) == hash(config)
