@@ -60,3 +60,14 @@ def test_the_configuration_survives_json(models, name: str) -> None:
     config = registry.checkpoint(name, SessionModels()).config
     again = ModelConfig.from_json(config.to_json())
     assert again == config and hash(again) == hash(config)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_generate_names_the_family_and_offers_every_control(models, name: str) -> None:
+    from ui.tabs.generate import handlers as generate
+
+    registry, _ = models
+    updates = generate.model_controls(registry, name, SessionModels())
+    note, buttons = updates[0], updates[4:]  # note, layer, head, cross-attention, buttons
+    assert "continues the prompt" in note and name in note
+    assert buttons and all(button["interactive"] is True for button in buttons)
