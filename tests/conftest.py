@@ -492,21 +492,25 @@ def family_folder(
     perturb: float = 0.1,
     matrices: float | None = None,
     dtype: torch.dtype | None = None,
+    specials: Sequence[str] = ("<unk>", "<s>"),
+    max_shard_size: str | None = None,
     **config: Any,
 ) -> torch.nn.Module:
     """A tiny random ``transformers`` causal LM of ``family`` (a name of ``FAMILY_CLASSES``)
-    saved in ``folder`` with a word-level ``tokenizer.json``, as ``python app.py --model
-    FOLDER`` is given one; returns the reference (eager attention, float32, eval mode) that the
-    folder must reproduce.
+    saved in ``folder`` with a word-level ``tokenizer.json`` (``specials`` first, then
+    ``w{id}``), as ``python app.py --model FOLDER`` is given one; returns the reference (eager
+    attention, float32, eval mode) that the folder must reproduce.
 
     ``config`` goes to the ``transformers`` config over ``TINY_FAMILY`` (no special tokens).
     Every parameter is moved by ``perturb`` × N(0, 1) (norm gains and biases off their
     initial values, so a wrong norm or a dropped bias shows), and every matrix redrawn from
     N(0, matrices²) where given (large scores, so that a soft cap bites). ``dtype`` saves the
     weights in that dtype (``torch.bfloat16``); the reference then holds those values in
-    float32."""
+    float32. ``max_shard_size`` (``"20KB"``) splits the weights into shards with an index
+    (``model.safetensors.index.json``), as every model from 3B parameters up is saved."""
     transformers = pytest.importorskip("transformers")
     config_name, model_name = FAMILY_CLASSES[family]
+    shards = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
     torch.manual_seed(seed)
     hf_config = getattr(transformers, config_name)(**(TINY_FAMILY | {"vocab_size": vocab} | config))
     hf_config._attn_implementation = "eager"
@@ -520,13 +524,13 @@ def family_folder(
                 param.add_(perturb * torch.randn(param.shape, generator=generator))
     folder.mkdir(parents=True, exist_ok=True)
     if dtype is not None:  # read back in float32 (its rotary tables computed afresh)
-        model.to(dtype).save_pretrained(folder)
+        model.to(dtype).save_pretrained(folder, **shards)
         model = getattr(transformers, model_name).from_pretrained(
             folder, dtype=torch.float32, attn_implementation="eager"
         )
     else:
-        model.save_pretrained(folder)
-    save_word_tokenizer(folder, vocab)
+        model.save_pretrained(folder, **shards)
+    save_word_tokenizer(folder, vocab, specials)
     return model.eval()
 
 

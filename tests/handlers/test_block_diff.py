@@ -104,7 +104,10 @@ def test_the_rows_pair_the_right_steps(bundled, modern) -> None:
         for row in diff.rows
     }
     assert pairs == EXPECTED_PAIRS
-    assert [row.key for row in diff.rows] == [r[0] for r in ROWS]
+    # Every row in its order, but those of components a Llama block has not (QK-norm, the
+    # soft cap, output norms: later families').
+    later = {"qk_norm", "softcap", "output.norm", "ffn.output.norm"}
+    assert [row.key for row in diff.rows] == [r[0] for r in ROWS if r[0] not in later]
     # Highlighted where the code differs, plain where both blocks run the same line.
     changed = {row.key for row in diff.rows if row.differs}
     assert {"positions", "norm", "ffn.norm", "ffn.widen", "ffn.down", "q_rotated"} <= changed

@@ -221,3 +221,22 @@ def test_gemma3_qk_norm_dropped_fails(gemma3, monkeypatch) -> None:
         for name in ("q_norm", "k_norm")
     ]
     check_wrong_choice_fails(model, reference, lambda: _patched(monkeypatch, changes))
+
+
+def test_a_generation_step_records_every_position_of_local_and_global_layers(gemma2) -> None:
+    """Each step's last-query attention rows, one per layer (what Generate draws): a local
+    layer's cache holds only its window, and the positions it let go get weight 0."""
+    from transformer.generation import DecodingSession, DecodingSettings
+
+    model, _ = gemma2
+    settings = DecodingSettings(strategy="greedy", max_new_tokens=3, capture_attention=True)
+    session = DecodingSession(model, PROMPT, settings, eos_id=None)
+    for _ in session.run():
+        pass
+    for step, record in enumerate(session.records):
+        rows = record.self_attention  # (L, H, positions so far)
+        assert rows.shape[2] == len(PROMPT) + step
+        for layer, kind in enumerate(GEMMA2["layer_types"]):
+            far = rows[layer, :, : rows.shape[2] - WINDOW]
+            assert (far == 0).all() if kind == SLIDING else (far > 0).all()
+            assert abs(rows[layer].sum(-1) - 1).max() < 1e-5

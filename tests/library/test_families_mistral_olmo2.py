@@ -216,3 +216,19 @@ def test_olmo2_qk_norm_per_head_fails(olmo, monkeypatch) -> None:
             yield
 
     check_wrong_choice_fails(model, reference, per_head)
+
+
+def test_the_cache_view_checks_a_sliding_window_cache(windowed) -> None:
+    """The key/value-cache view's check (a cached next step against an uncached pass) on a
+    cache the window has already bounded."""
+    from transformer.generation.cache_stats import check_next_step
+
+    model, _ = windowed
+    ids = torch.tensor([PROMPT])
+    cache = model.new_cache()
+    with torch.no_grad():
+        model.decode(ids[:, :-1], cache=cache)
+    assert cache.layers[0].self_attention.dropped > 0
+    check = check_next_step(model, ids, cache=cache, repeats=1)
+    assert check.cached_positions == 1 and check.max_abs_difference <= 1e-5
+    assert cache.length == len(PROMPT) - 1  # the view's check leaves the cache as it was

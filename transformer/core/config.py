@@ -183,11 +183,13 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         # JSON gives lists and objects where the frozen dataclass keeps tuples (hashable).
-        if isinstance(self.rope_scaling, dict):
-            object.__setattr__(self, "rope_scaling", tuple(sorted(self.rope_scaling.items())))
-        elif isinstance(self.rope_scaling, list):
-            pairs = tuple(tuple(pair) for pair in self.rope_scaling)
-            object.__setattr__(self, "rope_scaling", pairs)
+        scaling = self.rope_scaling
+        if isinstance(scaling, dict | list | tuple):
+            pairs = scaling.items() if isinstance(scaling, dict) else scaling
+            frozen = tuple(
+                sorted((key, tuple(v) if isinstance(v, list) else v) for key, v in pairs)
+            )
+            object.__setattr__(self, "rope_scaling", frozen)
         if isinstance(self.layer_types, list):
             object.__setattr__(self, "layer_types", tuple(self.layer_types))
         self.validate()

@@ -13,12 +13,11 @@ the cache.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
-from ..core.cache import KeyValueCache
 from ..core.config import ModelConfig
 from ..core.model import DecoderCache, Encoded, LayerCache, Transformer
 from ..core.operations import PAPER, Operations
@@ -110,11 +109,8 @@ def _sync(device: torch.device) -> None:
 def _copy(cache: DecoderCache) -> DecoderCache:
     """A cache that shares ``cache``'s tensors: feeding it leaves ``cache`` as it was (an
     update concatenates into new tensors, it never writes into the old ones)."""
-    layers = [
-        LayerCache(
-            KeyValueCache(layer.self_attention.keys, layer.self_attention.values),
-            KeyValueCache(layer.cross_attention.keys, layer.cross_attention.values, static=True),
-        )
+    layers = [  # every field copied: a sliding window's bound and what it let go too
+        LayerCache(replace(layer.self_attention), replace(layer.cross_attention))
         for layer in cache.layers
     ]
     return DecoderCache(layers=layers, real_keys=cache.real_keys)

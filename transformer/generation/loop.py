@@ -20,12 +20,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..core.config import ModelConfig
 from ..core.model import Decoded, DecoderCache, Encoded, Transformer
 from ..core.operations import PAPER, Operations
 from ..core.special import BOS_ID, EOS_ID
+from ..core.trace import AttentionRecord
 from ..core.util import eval_mode, is_int
 from .sampling import never_generated, without_padding
 
@@ -112,8 +114,18 @@ def labels(decode_token: Callable[[int], str] | None, ids: list[int]) -> list[st
 
 
 def last_query_rows(decoded: Decoded, row: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """``(L, H, Tk)`` self- and ``(L, H, Ts)`` cross-attention weights of the last query."""
-    self_rows = torch.stack([layer.self_attention.weights[row, :, -1] for layer in decoded.layers])
+    """``(L, H, Tk)`` self- and ``(L, H, Ts)`` cross-attention weights of the last query.
+
+    A sliding-window layer's cache holds only its window's keys: its row is padded in front
+    with the zero weight the positions it let go receive, so that every layer's row has one
+    column per position."""
+
+    def every_position(record: AttentionRecord) -> Tensor:
+        weights = record.weights[row, :, -1]  # (H, keys this layer held)
+        missing = record.query_offset + record.weights.shape[2] - weights.shape[-1]
+        return F.pad(weights, (missing, 0)) if missing > 0 else weights
+
+    self_rows = torch.stack([every_position(layer.self_attention) for layer in decoded.layers])
     cross = [layer.cross_attention for layer in decoded.layers]
     cross_rows = None
     if cross and all(record is not None for record in cross):

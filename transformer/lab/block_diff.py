@@ -103,7 +103,7 @@ def block_costs(config: ModelConfig, stack: str | None = None) -> BlockCosts:
         feed_forward = 2 * d * config.d_ff + (config.d_ff + d if mlp_bias else 0)
     return BlockCosts(
         norm=norm,
-        norms=3 if cross else 2,
+        norms=(3 if cross else 2) * (2 if config.post_sublayer_norm else 1),
         query=d * h * dh + (h * dh if qkv_bias else 0),
         key_value=2 * (d * kv * dh + (kv * dh if qkv_bias else 0)),
         output=h * dh * d + (d if config.attention_output_bias else 0),
@@ -357,6 +357,17 @@ ROWS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...], _Why], ...] = (
         ("self.k",),
         _why_keys,
     ),
+    (
+        "qk_norm",
+        "QK-norm: q and k normalised",
+        (),
+        ("self.qk_norm",),
+        _why_same(
+            "Qwen3, Gemma 3 and OLMo 2 RMS-normalise q and k before rotating them: a query's and "
+            "a key's length would otherwise grow with their weights, and the scores with both, "
+            "until a few heads saturate their softmax."
+        ),
+    ),
     ("q_rotated", "q rotated by its position", (), ("self.q_rotated",), _why_rotated),
     ("k_rotated", "keys rotated by their positions", (), ("self.k_rotated",), _why_rotated),
     ("values", "values V", ("self.v",), ("self.v",), _why_values),
@@ -366,6 +377,16 @@ ROWS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...], _Why], ...] = (
         ("self.scaled",),
         ("self.scaled",),
         _why_same("Unchanged since 2017: the same scaled dot product, the same line of code."),
+    ),
+    (
+        "softcap",
+        "scores soft-capped",
+        (),
+        ("self.softcap",),
+        _why_same(
+            "Gemma 2 squashes every score to cap · tanh(s / cap): small scores pass unchanged, a "
+            "large one can no longer take all the weight (the paper's scores are unbounded)."
+        ),
     ),
     (
         "mask",
@@ -392,6 +413,16 @@ ROWS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...], _Why], ...] = (
         _why_same("Unchanged: the values mixed by the weights."),
     ),
     ("output", "·W_O", ("self.project",), ("self.project",), _why_output),
+    (
+        "output.norm",
+        "the attention's output normalised",
+        (),
+        ("self.norm_out_sublayer",),
+        _why_same(
+            "OLMo 2 (instead of the input norm) and Gemma 2 and 3 (as well as it) normalise what "
+            "the sub-layer adds, so each update joins the stream at a set scale."
+        ),
+    ),
     (
         "residual",
         "residual add (attention)",
@@ -421,6 +452,16 @@ ROWS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...], _Why], ...] = (
     ("ffn.product", "gate ⊙ up", (), ("ff.product",), _why_product),
     ("ffn.down", "back to d_model: W₂ ↔ W_down", ("ff.project",), ("ff.project",), _why_down),
     (
+        "ffn.output.norm",
+        "the feed-forward's output normalised",
+        (),
+        ("ff.norm_out_sublayer",),
+        _why_same(
+            "The same norm on what the feed-forward adds (OLMo 2; Gemma 2 and 3), before the "
+            "residual add."
+        ),
+    ),
+    (
         "layer.output",
         "the layer's output",
         ("output",),
@@ -443,6 +484,12 @@ def _missing_note(walk: LayerWalkthrough, row: str) -> str:
         return "nothing: the position was added to x before layer 1"
     if row in ("ffn.up", "ffn.product"):
         return "no gate: the activation itself is the unit's output"
+    if row == "qk_norm":
+        return "no QK-norm: q and k are used as projected"
+    if row == "softcap":
+        return "scores are not capped"
+    if row in ("output.norm", "ffn.output.norm"):
+        return "no norm on the sub-layer's output"
     return "no such step"
 
 

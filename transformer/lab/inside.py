@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +42,7 @@ from ..core.attention import MultiHeadAttention
 from ..core.config import ModelConfig
 from ..core.layers import LayerNorm
 from ..core.model import Transformer
-from ..core.modern import GatedFeedForward, RMSNorm, expand_kv_heads
+from ..core.modern import GatedFeedForward, RMSNorm, expand_kv_heads, soft_cap
 from ..core.stacks import DecoderLayer, EncoderLayer, _Residual
 from ..core.trace import LayerTrace, StackInput
 from ..core.util import eval_mode
@@ -182,10 +181,16 @@ def _list(indices: Tensor, limit: int = 12) -> str:
 def _norm_explanation(x: Tensor, norm: LayerNorm | RMSNorm) -> str:
     if isinstance(norm, RMSNorm):
         rms = x.float().pow(2).mean().add(norm.eps).sqrt().item()
+        gain = (
+            "1 + w (Gemma stores the learned gain as its distance from 1, so that weight decay "
+            "pulls it towards the identity, not towards zero)"
+            if norm.offset
+            else "the learned gain w"
+        )
         return (
             f"RMSNorm over this token's d_model numbers: no mean is subtracted and there is no "
             f"bias; divide by their root mean square √(mean(x²) + ε) = {rms:.3g}, then scale by "
-            "the learned gain w."
+            f"{gain}."
         )
     mean = x.mean().item()
     std = x.var(unbiased=False).add(norm.eps).sqrt().item()
@@ -405,20 +410,42 @@ class _Walker:
             code=code_line(scores_code, ("queries @ keys.transpose(-2, -1)", "@ keys.transpose")),
             labels=key_labels,
         )
-        scale = 1.0 / math.sqrt(dh)
+        scale = module.score_scale()
         scaled = dot.clone().mul_(scale)
+        width = f"{module.scale_dim:g}" if module.scale_dim is not None else f"{dh}"
         self.add(
             f"{prefix}.scaled",
             section,
             "÷ √d_k",
-            f"s_j / √d_k = s_j / √{dh} = s_j × {scale:.4g}",
+            f"s_j / √d_k = s_j / √{width} = s_j × {scale:.4g}",
             per_head=scaled,
             dims="B, H, Tq, Tk",
-            explanation=f"Divided by √d_k = √{dh} (the head's width, not d_model), so that wide "
-            "heads do not push softmax into a one-hot corner.",
+            explanation=(
+                f"Divided by √d_k = √{dh} (the head's width, not d_model), so that wide "
+                "heads do not push softmax into a one-hot corner."
+                if module.scale_dim is None
+                else f"Divided by √{width} (query_pre_attn_scalar), a width the model chose "
+                f"for its scale, not the head's d_head = {dh}."
+            ),
             code=code_line(sdpa, ("queries = q * scale", "* scale")),
             labels=key_labels,
         )
+        if module.softcap is not None:
+            cap = module.softcap
+            scaled = soft_cap(scaled, cap)
+            self.add(
+                f"{prefix}.softcap",
+                section,
+                "soft cap",
+                f"s_j = {cap:g} · tanh(s_j / {cap:g})",
+                per_head=scaled,
+                dims="B, H, Tq, Tk",
+                explanation=f"Scores squashed into (−{cap:g}, {cap:g}) (Gemma 2): a small score "
+                "passes almost unchanged, a large one can no longer run away and take all the "
+                "weight.",
+                code=code_line(attention_module.attention_weights, ("scores = soft_cap(",)),
+                labels=key_labels,
+            )
         allowed = mask.expand(dot.size(0), 1, dot.size(2), dot.size(3))
         masked = scaled.masked_fill(~allowed, float("-inf"))
         off = ~allowed[b, 0, i].cpu()
@@ -528,6 +555,7 @@ class _Walker:
             "stream.",
             code=code_line(type(module).attend, ("return self.w_o(", "self.w_o(")),
         )
+        update = self.output_norm(prefix, section, residual, update, "Attention")
         return self.residual(prefix, section, residual, x, update, "Attention")
 
     def qkv(
@@ -573,6 +601,9 @@ class _Walker:
             f"{n_heads} {'heads' if paper else 'query heads'} of d_head = {dh}.",
             code=code_line(forward, ("q = ops.split_heads(self.w_q(query)", "self.w_q(")),
         )
+        q, k = self.qk_norm(prefix, section, module, hs, source, q, k)
+        if module.q_norm is not None:
+            before = " (QK-normed" + (", before rotation)" if module.rotary is not None else ")")
         kv = self._kv_texts(module, g, memory, paper)
 
         def kv_step(which: str, tensor: Tensor, name: str, cols: str, explanation: str) -> None:
@@ -599,6 +630,73 @@ class _Walker:
             q, k = self.rotation(prefix, section, module.rotary, q, k, g, key_labels)
         kv_step("v", v, f"values V{kv['name']}", kv["v_cols"], kv["v_explanation"])
         return q, expand_kv_heads(k, n_heads), expand_kv_heads(v, n_heads)
+
+    def qk_norm(
+        self,
+        prefix: str,
+        section: str,
+        module: MultiHeadAttention,
+        hs: Tensor,
+        source: Tensor,
+        q: Tensor,
+        k: Tensor,
+    ) -> tuple[Tensor, Tensor]:
+        """The QK-norm step (Qwen3, Gemma 3: each head's q and k; OLMo 2: the whole
+        projection), where the module has one; returns q ``(B, H, Tq, d_head)`` and K ``(B,
+        H_kv, Tk, d_head)`` normed (unchanged without QK-norm)."""
+        if module.q_norm is None or module.k_norm is None:
+            return q, k
+        ops = operations.PAPER
+        q = module._heads(module.w_q(hs), module.q_norm, module.n_heads, ops)
+        k = module._heads(module.w_k(source), module.k_norm, module.n_kv_heads, ops)
+        over = (
+            f"each head's {self.d_head} numbers alone"
+            if module.qk_norm == "head"
+            else "the whole projection (every head at once)"
+        )
+        self.add(
+            f"{prefix}.qk_norm",
+            section,
+            "QK-norm: q (and every key) normalised",
+            f"q = RMSNorm(q),  k = RMSNorm(k)   (over {over})",
+            per_head=q,
+            dims="B, H, Tq, d_head",
+            explanation=f"An RMSNorm of the queries and keys over {over}, with its own learned "
+            "gain, before any rotation: without it a query's and a key's length grow with their "
+            "weights and the scores with both, until a few heads saturate their softmax; "
+            "normalised, the scores stay at the scale training chose.",
+            code=code_line(type(module)._heads, ("y = ops.layer_norm(norm, y)",)),
+        )
+        return q, k
+
+    def output_norm(
+        self, prefix: str, section: str, residual: _Residual, update: Tensor, what: str
+    ) -> Tensor:
+        """The norm of a sub-layer's ``(B, T, d_model)`` output before the residual add (OLMo
+        2; Gemma 2 and 3 after their pre-norm), where the layer has one; returns what is
+        added to the stream."""
+        norm = residual.norm if residual.output_norm else residual.post_norm
+        if norm is None:
+            return update
+        added = residual.added(update)
+        placement = (
+            "instead of a norm on its input (OLMo 2): the stream itself is never "
+            "normalised, but each update arrives at a set scale."
+            if residual.output_norm
+            else "as well as the norm on its input (Gemma 2 and 3): what the sub-layer adds to "
+            "the stream arrives at a set scale."
+        )
+        self.add(
+            f"{prefix}.norm_out_sublayer",
+            section,
+            f"the {what}'s output normalised",
+            f"Norm({what}(…))",
+            full=added,
+            explanation=f"A norm on the sub-layer's output, before it joins the stream, {placement} "
+            + _norm_explanation(update[self.b, self.i], norm),
+            code=code_line(type(residual).added, ("ops.layer_norm(self.post_norm", "layer_norm(")),
+        )
+        return added
 
     def _kv_texts(
         self, module: MultiHeadAttention, g: int, memory: Tensor | None, paper: bool
@@ -644,11 +742,12 @@ class _Walker:
         self, key: str, section: str, x: Tensor, hs: Tensor, norm: RMSNorm, lead: str
     ) -> None:
         """The RMSNorm step before a sub-layer of a pre-norm model (``hs = norm(x)``)."""
+        gain = "(1 + w)" if norm.offset else "w"
         self.add(
             key,
             section,
             "RMSNorm first (pre-norm)",
-            "RMSNorm(x) = x / √(mean(x²) + ε) · w",
+            f"RMSNorm(x) = x / √(mean(x²) + ε) · {gain}",
             full=hs,
             explanation=lead + _norm_explanation(x[self.b, self.i], norm),
             code=code_line(type(norm).forward, ("torch.rsqrt(mean_square + self.eps)",)),
@@ -669,19 +768,37 @@ class _Walker:
         b, i, h, dh = self.b, self.i, self.h, self.d_head
         token = self.walk.query_labels[i]
         position = i + self.offset
-        angles = rotary_module.rotary_angles(
-            torch.tensor([position], device=q.device), dh, rotary.base
-        )[0]  # (d_head/2,)
+        turned = rotary.rotary_dims
+        frequencies, _ = rotary_module.scaled_frequencies(turned, rotary.base, rotary.scaling)
+        angles = position * frequencies.to(q.device)  # (rotary_dims/2,)
+        scaling = (rotary.scaling or {}).get("rope_type")
+        formula = f"angle_i = {position} · θ_i,   θ_i = {rotary.base:g}^(−2i/{turned})"
+        if scaling:
+            formula += f", scaled ({scaling})"
+        if turned < dh:
+            formula += f"; only dimensions 0…{turned - 1} of {dh} turn"
         self.add(
             f"{prefix}.angles",
             section,
             f"rotation angles at position {position}",
-            f"angle_i = {position} · θ_i,   θ_i = {rotary.base:g}^(−2i/{dh})",
+            formula,
             shape=f"(d_head/2,) = ({angles.numel()},)",
             shown=f"position {position}: ({angles.numel()},) radians",
             values=_cpu(angles),
-            explanation=f"Rotary positions: dimension i and i + {dh // 2} of every query "
-            f"and key head turn together by position · θ_i. The first pair turns "
+            explanation=f"Rotary positions: dimension i and i + {turned // 2} of every query "
+            f"and key head turn together by position · θ_i"
+            + (
+                f" (partial rotary: the other {dh - turned} dimensions carry no position)"
+                if turned < dh
+                else ""
+            )
+            + (
+                f"; the frequencies are stretched ({scaling}) so that positions beyond the "
+                "trained length turn by angles the model has seen"
+                if scaling
+                else ""
+            )
+            + ". The first pair turns "
             f"{angles[0].item():.3g} rad here, the last {angles[-1].item():.3g}: the first "
             "pairs spin fast, the last barely move. Nothing was added to the embedding.",
             code=code_line(rotary_module.rotary_angles, ("positions.float()[..., None]",)),
@@ -731,7 +848,7 @@ class _Walker:
             "keeps what was there (dropout is off at inference).",
             code=code_line(type(residual).forward, ("x = x + self.dropout(", "x = x +")),
         )
-        if residual.pre_norm:
+        if residual.pre_norm or residual.output_norm:
             return added
         normed = residual.norm(added)
         self.add(
@@ -748,14 +865,27 @@ class _Walker:
 
     # -- the feed-forward sub-layer --------------------------------------------------------
 
-    def feed_forward(self, layer: EncoderLayer | DecoderLayer, x: Tensor) -> Tensor:
+    def feed_forward(
+        self, layer: EncoderLayer | DecoderLayer, x: Tensor, reads: Tensor | None = None
+    ) -> Tensor:
+        """The feed-forward steps over the ``(B, T, d_model)`` stream ``x`` (or, in a parallel
+        layer, over ``reads``, the layer's input); returns the stream after them."""
         b, i = self.b, self.i
         ff, residual = layer.feed_forward, layer.feed_forward_residual
         section = "feed-forward"
         ff_code = type(ff).forward
-        hs = residual.sublayer_input(x)
+        lead = ""
+        if reads is not None:  # GPT-NeoX: attention and feed-forward side by side
+            lead = (
+                "In parallel (GPT-NeoX): the feed-forward reads the layer's input, not the stream "
+                "after attention, so the two sub-layers can run at once; both add to the stream. "
+            )
+            x_read = reads
+        else:
+            x_read = x
+        hs = residual.sublayer_input(x_read)
         if residual.pre_norm and isinstance(residual.norm, RMSNorm):
-            self.rms_norm("ff.norm_in", section, x, hs, residual.norm, "")
+            self.rms_norm("ff.norm_in", section, x_read, hs, residual.norm, lead)
         elif residual.pre_norm:
             self.add(
                 "ff.norm_in",
@@ -763,13 +893,13 @@ class _Walker:
                 "LayerNorm first (pre-LN)",
                 "LN(x) = γ·(x − μ)/√(σ² + ε) + β",
                 full=hs,
-                explanation=_norm_explanation(x[b, i], residual.norm),
+                explanation=lead + _norm_explanation(x_read[b, i], residual.norm),
                 code=code_line(
                     type(residual).sublayer_input, ("return ops.layer_norm(self.norm, x)",)
                 ),
             )
         if isinstance(ff, GatedFeedForward):
-            update = self.gated(ff, hs)
+            update = self.output_norm("ff", section, residual, self.gated(ff, hs), "FFN")
             return self.residual("ff", section, residual, x, update, "FFN")
         hidden = ff.linear1(hs)  # (B, T, d_ff)
         d_ff = hidden.size(-1)
@@ -799,6 +929,7 @@ class _Walker:
             "feed-forward network adds to the stream.",
             code=code_line(ff_code, ("self.linear2(", "linear2(")),
         )
+        update = self.output_norm("ff", section, residual, update, "FFN")
         return self.residual("ff", section, residual, x, update, "FFN")
 
     def activation(self, pre: Tensor, post: Tensor, gate: bool, code: CodeLine) -> str:
@@ -897,10 +1028,15 @@ class _Walker:
 
 
 def _mask_reasons(
-    allowed: Tensor, real_keys: Tensor, causal: Tensor | None, query: int
+    allowed: Tensor,
+    real_keys: Tensor,
+    causal: Tensor | None,
+    query: int,
+    window: int | None = None,
 ) -> list[str]:
-    """Per key, why the mask removed it: ``"padding"``, ``"causal: a later position"``, both,
-    or ``""`` for an allowed key. ``allowed`` and ``real_keys`` are ``(Tk,)`` bool."""
+    """Per key, why the mask removed it: ``"padding"``, ``"causal: a later position"``,
+    outside a sliding ``window``, several of these, or ``""`` for an allowed key. ``allowed``
+    and ``real_keys`` are ``(Tk,)`` bool."""
     reasons = []
     for j in range(allowed.numel()):
         if bool(allowed[j]):
@@ -911,6 +1047,8 @@ def _mask_reasons(
             why.append("padding")
         if causal is not None and not bool(causal[query, j]):
             why.append("causal: a later position")
+        elif window is not None and query - j >= window:
+            why.append(f"outside the sliding window of {window}")
         reasons.append(" and ".join(why) or "masked")
     return reasons
 
@@ -1006,7 +1144,11 @@ def walkthrough(
         self_record = traced.self_attention
         causal = trace.causal if stack == "decoder" else None
         reasons = _mask_reasons(
-            self_record.mask[row, 0, query].cpu(), real, _cpu_or_none(causal), query
+            self_record.mask[row, 0, query].cpu(),
+            real,
+            _cpu_or_none(causal),
+            query,
+            module.window if isinstance(module, DecoderLayer) else None,
         )
         residual = (
             module.attention_residual
@@ -1042,7 +1184,8 @@ def walkthrough(
                 memory_labels,
                 reasons,
             )
-        x = walker.feed_forward(module, x)
+        parallel = isinstance(module, DecoderLayer) and module.parallel
+        x = walker.feed_forward(module, x, traced.input if parallel else None)
         walker.add(
             "output",
             "feed-forward",

@@ -58,8 +58,13 @@ def neighbour_pairs(
     """Rotary positions with neighbour pairs, on weights trained (and converted) for rotate
     half: the same angles, applied to the wrong pairs of dimensions."""
     positions = torch.arange(offset, offset + q.shape[-2], device=q.device)
-    cos, sin = rotary.cos_sin(positions)  # (T, d_head)
-    return rotate_neighbours(q, cos, sin), rotate_neighbours(k, cos, sin)
+    cos, sin = rotary.cos_sin(positions)  # (T, rotary_dims)
+    turned = rotary.rotary_dims  # partial rotary: the other dimensions pass as they are
+
+    def wrong(x: Tensor) -> Tensor:
+        return torch.cat([rotate_neighbours(x[..., :turned], cos, sin), x[..., turned:]], dim=-1)
+
+    return wrong(q), wrong(k)
 
 
 def positions_from_zero(
@@ -88,7 +93,7 @@ def rms_mean_subtracted(norm: LayerNorm | RMSNorm, x: Tensor) -> Tensor:
     x32 = x.float()
     centred = x32 - x32.mean(dim=-1, keepdim=True)
     normed = centred * torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + norm.eps)
-    return norm.weight * normed.to(x.dtype)
+    return (norm.weight + norm.offset) * normed.to(x.dtype)  # Gemma's gain is 1 + w
 
 
 def rms_eps_outside(norm: LayerNorm | RMSNorm, x: Tensor) -> Tensor:
@@ -98,7 +103,7 @@ def rms_eps_outside(norm: LayerNorm | RMSNorm, x: Tensor) -> Tensor:
         return norm(x)
     x32 = x.float()
     root = x32.pow(2).mean(dim=-1, keepdim=True).sqrt()
-    return norm.weight * (x32 / (root + norm.eps)).to(x.dtype)
+    return (norm.weight + norm.offset) * (x32 / (root + norm.eps)).to(x.dtype)
 
 
 def unscaled(d_head: int, n_heads: int) -> float:

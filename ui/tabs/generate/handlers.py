@@ -223,6 +223,12 @@ def model_controls(registry: ModelRegistry, name: str, session: SessionModels) -
         "gpt2": "GPT-2 family: continues the prompt",
         "marian": "Marian family: translates",
         "llama": "Llama family: continues the prompt",
+        "qwen3": "Qwen3 (QK-norm): continues the prompt",
+        "mistral": "Mistral (sliding-window attention): continues the prompt",
+        "olmo2": "OLMo 2 (norms after the sub-layers): continues the prompt",
+        "gpt_neox": "GPT-NeoX / Pythia (parallel attention and feed-forward): continues the prompt",
+        "phi3": "Phi-3 family (fused projections): continues the prompt",
+        "gemma": "Gemma family (soft caps, local and global layers): continues the prompt",
     }
     stored = weights_note(checkpoint.info)
     described = f"{kind[family]}; {stored}" if stored and family in kind else kind.get(family)

@@ -162,6 +162,11 @@ def summary(chosen: Chosen, walk: LayerWalkthrough, name: str) -> str:
     norm = "pre-LN (normalise first)" if config.norm == "pre" else "post-LN (normalise after)"
     if config.norm_kind == "rms":
         norm = "RMSNorm first (pre-norm)" if config.norm == "pre" else "RMSNorm after (post-norm)"
+    kind = "RMSNorm" if config.norm_kind == "rms" else "LayerNorm"
+    if config.norm == "output":  # OLMo 2
+        norm = f"{kind} on each sub-layer's output, before the residual add"
+    elif config.post_sublayer_norm:  # Gemma 2 and 3
+        norm = f"{kind} before and after each sub-layer"
     heads = f"{config.n_heads} heads"
     if config.kv_heads != config.n_heads:
         heads = f"{config.n_heads} query heads sharing {config.kv_heads} key/value heads"

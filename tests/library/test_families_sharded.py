@@ -1,0 +1,41 @@
+"""Every later family saved as real checkpoints are, sharded (``model.safetensors.index.json``
+and several ``model-0000k-of-0000n.safetensors``) and in bfloat16, loaded with
+``load_pretrained``: the same numbers as ``transformers`` reading the same folder.
+
+Reading sharded folders is the weights reader's job (``transformer/pretrained/_common.py``),
+not the families': the loaders read every tensor through it, so each family reads shards and
+bfloat16 files without a line of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import family_folder
+from family_checks import check_cache, check_forward, check_generation
+from test_families_inside import FAMILIES
+
+from transformer.pretrained import load_pretrained
+
+pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_a_sharded_bfloat16_folder_equals_transformers(name: str, tmp_path: Path) -> None:
+    family, config, matrices, _ = FAMILIES[name]
+    reference = family_folder(
+        tmp_path,
+        family,
+        seed=4,
+        matrices=matrices,
+        dtype=torch.bfloat16,
+        max_shard_size="40KB",
+        **config,
+    )
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    assert len(list(tmp_path.glob("model-*.safetensors"))) > 1
+    model = load_pretrained(tmp_path).model
+    check_forward(model, reference)
+    check_generation(model, reference)
+    check_cache(model)
