@@ -96,3 +96,68 @@ def check_wrong_choice_fails(
     assert logit_gap(model, reference) <= TOLERANCE
     with wrong():  # type: ignore[attr-defined]
         assert logit_gap(model, reference) > 10 * TOLERANCE
+
+
+# One shape of each later family that the tests of every tier share: name → (family, its
+# ``transformers`` config over ``TINY_FAMILY``, the matrices' scale (large where a soft cap must
+# bite), the steps Inside a layer must show for it).
+SLIDING, FULL = "sliding_attention", "full_attention"
+
+FAMILIES = {
+    # name: (family, config, matrices' scale, steps the walkthrough must show)
+    "qwen3": ("qwen3", dict(head_dim=24), None, {"self.qk_norm"}),
+    "olmo2": (
+        "olmo2",
+        {},
+        None,
+        {"self.qk_norm", "self.norm_out_sublayer", "ff.norm_out_sublayer"},
+    ),
+    "gemma2": (
+        "gemma2",
+        dict(
+            head_dim=16,
+            query_pre_attn_scalar=24,
+            sliding_window=3,
+            layer_types=[SLIDING, FULL, SLIDING],
+            attn_logit_softcapping=1.5,
+            final_logit_softcapping=2.0,
+        ),
+        0.25,
+        {"self.softcap", "self.norm_out_sublayer", "ff.norm_out_sublayer"},
+    ),
+    "gemma3": (
+        "gemma3_text",
+        dict(head_dim=16, sliding_window=3, layer_types=[SLIDING, SLIDING, FULL]),
+        None,
+        {"self.qk_norm", "self.norm_out_sublayer"},
+    ),
+    "pythia": (
+        "gpt_neox",
+        dict(
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.25,
+            }
+        ),
+        None,
+        {"self.angles"},
+    ),
+    "phi3-longrope": (
+        "phi3",
+        dict(
+            max_position_embeddings=128,
+            original_max_position_embeddings=32,
+            rope_parameters={
+                "rope_type": "longrope",
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.75,
+                "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
+                "long_factor": [2.0, 3.0, 4.0, 5.0, 6.0, 7.0],
+            },
+        ),
+        None,
+        {"self.angles"},
+    ),
+    "mistral": ("mistral", dict(sliding_window=3), None, {"self.masked"}),
+}

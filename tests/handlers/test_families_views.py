@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import family_folder
-from test_families_inside import FAMILIES
+from family_checks import FAMILIES
 
 from ui.serving.state import ModelRegistry, SessionModels
 from ui.tabs import positions

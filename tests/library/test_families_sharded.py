@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import family_folder
-from family_checks import check_cache, check_forward, check_generation
-from test_families_inside import FAMILIES
+from family_checks import FAMILIES, check_cache, check_forward, check_generation
 
 from transformer.pretrained import load_pretrained
 
