@@ -16,6 +16,7 @@ from typing import Any, cast
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr
+import torch
 from starlette.middleware import Middleware
 
 from transformer.device import pick_device
@@ -26,7 +27,9 @@ from .export import PLOT_TOOLBAR_JS, ViewExport
 from .first_views import PRELOAD_PLOTLY_JS, REVEAL_LINK_JS, FirstViews, OpenOnLinkedTab
 from .ordering import newest_wins
 from .plotly_bundle import ServePrunedPlotly, start_pruning
+from .rooms import FollowMe, Rooms
 from .share import MAX_QUERY, TabView
+from .shared_views import share_views
 from .sliders import SLIDER_ENTER_JS
 from .state import ModelRegistry, SessionModels
 from .tabs import attention, generate, inside, positions, tokenize, training
@@ -53,6 +56,10 @@ CACHE_SWEEP_S = 600
 # 64 KB link answered 500. Links longer than MAX_QUERY (8,000) and shorter than this open the app
 # with a message in the page (ui/views.py).
 MAX_URL_CHARS = 16_384
+
+# The lecturers' rooms (follow me), one registry per process: a room outlives a page's reload,
+# and the students of one lecture may be answered by any app this process serves.
+ROOMS = Rooms()
 
 # The tabs in the paper's order: (label, id used by links and the tour, build). Each build takes
 # (registry, large, session) and returns its shareable controls, {key: component}.
@@ -189,6 +196,7 @@ def build_demo(
             buttons=["copy"],
             elem_id="view-link",
         )
+        follow_me = FollowMe(ROOMS)
         tour = Tour([label for label, _, _ in TABS])
         tour.layout()
         status = gr.Markdown(model_status(registry))
@@ -207,11 +215,16 @@ def build_demo(
                     ViewExport(label, slug, tab, controls or {})
                 views.append(TabView.of(label, slug, controls))
         _wire_views(demo, registry, session, tabs, views, tour, start, make_link, link, status)
+        follow_me.wire(demo, demo.views, registry)
         narrow_progress(demo)
-    _configure_queue(demo, default_concurrency_limit=4, max_size=limits.QUEUE_SIZE)
+    cheap, costly = concurrency_for(registry.device)
+    _configure_queue(demo, default_concurrency_limit=cheap, max_size=limits.QUEUE_SIZE)
+    queue_costly_apart(demo, costly)
+    registry.shared_views = share_views(demo)  # a class's common views, computed once
     guard_preprocessing(demo)  # gradio's own refusals: a message and one log line
     newest_wins(demo)  # an older redraw that ends last does not draw over a newer one
     demo.model_registry = registry  # for preload_models
+    demo.follow_me = follow_me  # for the tests
     threading.Thread(
         target=_sweep_sessions, args=(weakref.ref(demo),), name="session-sweeper", daemon=True
     ).start()
@@ -385,6 +398,37 @@ def _configure_queue(demo: gr.Blocks, default_concurrency_limit: int, max_size: 
         return
     queue.default_concurrency_limit = default_concurrency_limit
     queue.max_size = max_size
+
+
+# Costly work (the long-input view, Run to the end, the key/value cache's timing; the silent
+# mistakes and training have pools of their own) waits in one queue of its own, so that it
+# never holds the workers that answer a Step or a click on a head: those events keep their
+# own queues, one per event, each as wide as the device allows.
+COSTLY_HANDLERS = frozenset({"attention_scale", "run", "kv_cache"})
+COSTLY = "costly"
+
+
+def concurrency_for(device: torch.device, cores: int | None = None) -> tuple[int, int]:
+    """``(cheap, costly)``: how many calls of one cheap event run at once, and how many costly
+    calls in all. A GPU overlaps many small requests; a CPU's cores are shared by the calls
+    that run, so more at once than cores only makes each slower (and torch's threads fight)."""
+    cores = cores or os.cpu_count() or 1
+    if device.type == "cuda":
+        return 16, 2
+    return max(2, cores), 1
+
+
+def queue_costly_apart(demo: gr.Blocks, limit: int) -> list[Any]:
+    """Put the events whose handler is in ``COSTLY_HANDLERS`` in one queue (``COSTLY``) of
+    ``limit`` workers; returns those events. A call beyond the limit waits there, its position
+    shown on its page, while cheap events go on."""
+    moved = []
+    for fn in demo.fns.values():
+        if getattr(fn.fn, "__name__", "") in COSTLY_HANDLERS and fn.queue:
+            fn.concurrency_id = COSTLY
+            fn.concurrency_limit = limit
+            moved.append(fn)
+    return moved
 
 
 MENU_KEYS = ("model", "learned_of")  # the controls of the tabs that choose among all models
