@@ -272,6 +272,7 @@ class Result:
     wait: dict[str, list[float]]
     process: dict[str, list[float]]
     shared: dict[str, int] | None = None
+    cpu: tuple[float, float] = (float("nan"), float("nan"))  # CPU seconds: server, clients
 
     def requests(self) -> int:
         return sum(len(v) for v in self.record.trips.values()) + self.errors()
@@ -298,6 +299,7 @@ def run_class(
     """``students`` students on ``url`` for ``seconds``; their figures (the server's side
     from ``server`` when it was started here, its memory from ``pid`` otherwise)."""
     before = server.ask("report") if server else {"rss": rss_mb(pid) if pid else float("nan")}
+    clients_cpu = time.process_time()
     if server:
         server.ask("reset")
     record, stop = Record(), threading.Event()
@@ -319,7 +321,9 @@ def run_class(
     for thread in threads:
         thread.join(timeout=180)
     elapsed = time.perf_counter() - start
+    clients_cpu = time.process_time() - clients_cpu
     after = server.ask("report") if server else {"rss": rss_mb(pid) if pid else float("nan")}
+    server_cpu = after["cpu"] - before["cpu"] if "cpu" in after else float("nan")
     return Result(
         students,
         elapsed,
@@ -332,6 +336,7 @@ def run_class(
         after.get("wait", {}),
         after.get("process", {}),
         after.get("shared"),
+        (server_cpu, clients_cpu),
     )
 
 
@@ -380,6 +385,10 @@ def report(result: Result) -> list[str]:
         + (f"; GPU memory {gpu[0]:.0f} MB allocated, {gpu[1]:.0f} MB peak" if gpu else "")
         + ".",
     ]
+    lines.append(
+        f"CPU time: the server {result.cpu[0]:.0f} s, the students' clients (this process) "
+        f"{result.cpu[1]:.0f} s, in {result.seconds:.0f} s on {os.cpu_count()} cores."
+    )
     if result.shared:
         lines.append(
             f"Shared views: {result.shared['hits']} served from the cache, "
@@ -402,6 +411,11 @@ def serve_here(port: int, device: str, model: str) -> None:
     from ui.memory import return_memory_when_idle
 
     return_memory_when_idle()
+    threads = os.environ.get("CLASSROOM_TORCH_THREADS")
+    if threads:  # to compare how many threads each request's torch work should use
+        import torch
+
+        torch.set_num_threads(int(threads))
     demo = visualiser.build_demo(device, (), preload=False)
     times = ServerTimes()
     times.install(demo)
@@ -440,6 +454,7 @@ def serve_here(port: int, device: str, model: str) -> None:
                     "wait": dict(times.wait),
                     "process": dict(times.process),
                     "rss": rss_mb(),
+                    "cpu": time.process_time(),
                     "gpu": gpu_mb(),
                     "shared": None
                     if shared is None

@@ -120,7 +120,9 @@ def test_a_follower_gets_each_change_once_and_a_lecturers_reload_resumes(
 
     # The lecturer reloads: the same room is hosted again, its latest view brought back.
     _, line, timer, view = follow_me.resume_room([code, secret])
-    assert code in line and timer.active and view["query"] == "tab=generate&step=3"
+    assert code in line and view["query"] == "tab=generate&step=3"
+    # It publishes again once that view is back on the page, not before.
+    assert not timer.active and follow_me.publish_again([code, secret]).active
     # Hosting again from that page keeps the room and its code.
     assert follow_me.open_room([code, secret])[0] == [code, secret]
 

@@ -214,8 +214,10 @@ def build_demo(
                     controls = build(registry, large, session)
                     ViewExport(label, slug, tab, controls or {})
                 views.append(TabView.of(label, slug, controls))
-        _wire_views(demo, registry, session, tabs, views, tour, start, make_link, link, status)
-        follow_me.wire(demo, demo.views, registry)
+        opened = _wire_views(
+            demo, registry, session, tabs, views, tour, start, make_link, link, status
+        )
+        follow_me.wire(demo, demo.views, registry, opened)
         narrow_progress(demo)
     cheap, costly = concurrency_for(registry.device)
     _configure_queue(demo, default_concurrency_limit=cheap, max_size=limits.QUEUE_SIZE)
@@ -280,8 +282,9 @@ def _wire_views(
     make_link: gr.Button,
     link: gr.Textbox,
     status: gr.Markdown,
-) -> None:
-    """The tour, links to a view (made on demand, restored on page load) and the tab on screen."""
+) -> Any:
+    """The tour, links to a view (made on demand, restored on page load) and the tab on screen;
+    returns the last step of what a page does when it opens (its first views drawn)."""
     views = Views(demo, tabs, tab_views)
     private: dict[str, Any] = {"api_visibility": "private", "queue": False}
     tab_list = [cast(gr.Tab, tab) for tab in tabs.children]  # gr.Tabs holds only gr.Tab
@@ -337,11 +340,12 @@ def _wire_views(
     first_views = FirstViews(demo, tab_list, linked=views.outputs)
     quiet: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
     loaded.then(None, None, None, js=REVEAL_LINK_JS, **quiet)  # the linked tab, set: shown
-    views.follow(loaded, applied=True).then(
+    opened = views.follow(loaded, applied=True).then(
         first_views.draw, [views.view, *first_views.inputs], first_views.outputs, **quiet
     )
     # For the tests; gr.Blocks declares no such attributes.
     demo.views, demo.tour, demo.first_views = views, tour, first_views  # type: ignore[attr-defined]
+    return opened
 
 
 # The outputs that show a result, where a running event's progress overlay belongs; the first

@@ -4,7 +4,7 @@ lecturer's view (tab, tour stop, preset, controls, Generate's step) as it change
 The server keeps a registry of rooms (bounded, expiring): per room only the lecturer's latest
 view, as the query of the app's own shareable link (``ui/share.py``), and a version number.
 The lecturer's page publishes its view every second while it hosts (nothing is sent when it did
-not change); each follower's page asks for the room's version every second and applies the view
+not change); each follower's page asks for the room's version every two seconds and applies the view
 when it changed, by the same events that open a shared link (``ui/views.py``). A follower's own
 clicks last until the lecturer's next change; *Take over* stops following. The lecturer's code
 and secret are kept in the browser (``gr.BrowserState``), so a reload resumes the same room and
@@ -31,7 +31,10 @@ CODE_ALPHABET = "ACDEFGHJKMNPQRTUVWXY34679"
 CODE_LENGTH = 5
 MAX_ROOMS = 200
 ROOM_IDLE_S = 4 * 3600.0  # a room nobody published to or read from for this long is closed
-POLL_S = 1.0  # how often a lecturer's page publishes and a follower's page looks
+PUBLISH_S = 1.0  # how often a lecturer's page sends its view (nothing when it is unchanged)
+# How often a follower's page looks: each look is one queued event, so a hundred followers
+# make fifty a second.
+POLL_S = 2.0
 
 
 class RoomError(ValueError):
@@ -173,12 +176,14 @@ class FollowMe:
         self.hosting = gr.BrowserState(["", ""], storage_key="visualiser-room")
         self.following = gr.State(["", -1])  # (code, version applied)
         self.incoming = gr.State(None)  # a view to apply, set when the room's version moves
-        self.publish_timer = gr.Timer(POLL_S, active=False)
+        self.publish_timer = gr.Timer(PUBLISH_S, active=False)
         self.follow_timer = gr.Timer(POLL_S, active=False)
 
-    def wire(self, demo: gr.Blocks, views: Any, registry: Any) -> None:
+    def wire(self, demo: gr.Blocks, views: Any, registry: Any, opened: Any) -> None:
         """The events: host, resume after a reload, publish, follow, poll, apply, take over.
-        ``views`` is the app's ``Views``, ``registry`` its ``ModelRegistry``."""
+        ``views`` is the app's ``Views``, ``registry`` its ``ModelRegistry``, ``opened`` the
+        last step of what a page does when it opens (a resumed room's view comes after it, so
+        that the tabs' first views do not draw over it)."""
         private: dict[str, Any] = {"api_visibility": "private", "queue": False}
         self.host.click(
             self.open_room,
@@ -217,14 +222,28 @@ class FollowMe:
         self.take_over.click(
             self.stop_following, None, [self.following, self.line, self.follow_timer], **private
         )
+
+        async def poll(following: list | None) -> tuple:
+            return self.poll(following)  # on the server's event loop: no worker thread
+
+        # Queued (a state set by an unqueued event does not fire its .change), in a queue of
+        # its own that never waits for a costly or a cheap view: each poll takes microseconds.
         self.follow_timer.tick(
-            self.poll, [self.following], [self.following, self.incoming], **private
+            poll,
+            [self.following],
+            [self.following, self.incoming],
+            api_visibility="private",
+            show_progress="hidden",
+            concurrency_id="rooms",
+            concurrency_limit=None,
         )
-        demo.load(
+        # Queued, as the poll is: the view it may set must fire .change.
+        opened.then(
             self.resume_room,
             [self.hosting],
             [self.hosting, self.line, self.publish_timer, self.incoming],
-            **private,
+            api_visibility="private",
+            show_progress="hidden",
         )
 
         def decode(incoming: dict | None) -> dict | None:
@@ -240,7 +259,11 @@ class FollowMe:
             api_visibility="private",
             show_progress="hidden",
         )
-        views.follow(arrived)
+        # A lecturer's page publishes again only once the room's view is back on it: its
+        # first tick would otherwise send the page as it opened, over the room's view.
+        views.follow(arrived).then(
+            self.publish_again, [self.hosting], [self.publish_timer], **private
+        )
 
     # -- handlers (module-level logic, callable from tests) --------------------------------
 
@@ -266,12 +289,18 @@ class FollowMe:
             room = self.rooms.resume(code, secret)
         except RoomError:
             return ["", ""], "The room this page hosted has closed.", gr.skip(), gr.skip()
+        # With a view to bring back, publishing starts once it is applied (publish_again).
         return (
             gr.skip(),
             room_line(room.code),
-            gr.Timer(active=True),
+            gr.Timer(active=not room.view),
             self.view_of(room.view, room.version),
         )
+
+    def publish_again(self, hosting: list[str] | None) -> Any:
+        """After a view was applied: a page that hosts a room publishes again."""
+        code = (hosting or ["", ""])[0]
+        return gr.Timer(active=True) if code else gr.skip()
 
     def start_following(self, code: str) -> tuple:
         """Follow the room ``code``: its view is applied at the next poll."""
