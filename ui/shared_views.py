@@ -3,8 +3,9 @@
 A view is shareable when it depends only on its controls: the same model, text and controls
 give the same figures, for any session. Those events' handlers are wrapped once the app is
 built (:func:`share_views`) so that a class opening the same preset computes it once; the
-wrapper keys the cache by the event and the values of its inputs (never a session's state) and
-keeps, instead of a plotly figure, its JSON text, so that the figure is serialised once too.
+wrapper keys the cache by the handler and the values of its inputs (never a session's state).
+The figures are kept as figures (the views that apply a link read them), so gradio serialises
+a shared figure for each answer: a few milliseconds, against the handler's tens to thousands.
 
 Not shared: a view of the model trained in one session (any input naming it), a view whose
 computation warned its session about something (the warning belongs to that request), and an
@@ -21,8 +22,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import gradio as gr
-import plotly.graph_objects as go
-from gradio.components.plot import PlotData
 from gradio.context import LocalContext
 
 from . import limits
@@ -126,20 +125,6 @@ def _frozen(value: Any) -> Any:
     return (type(value).__name__, value)
 
 
-def _serialised(value: Any) -> Any:
-    """``value`` with every plotly figure replaced by gradio's serialised form of it (what
-    ``gr.Plot`` would send), so that a shared figure is serialised once."""
-    if isinstance(value, go.Figure):
-        return PlotData(type="plotly", plot=value.to_json())
-    if isinstance(value, tuple):
-        return tuple(_serialised(v) for v in value)
-    if isinstance(value, list):
-        return [_serialised(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _serialised(v) for k, v in value.items()}
-    return value
-
-
 def _fresh(value: Any) -> Any:
     """A copy of a kept view's containers: gradio takes an update dict apart as it sends it."""
     if isinstance(value, tuple):
@@ -171,7 +156,7 @@ def _shared(
             heard: list[str] = []
             token = _SPOKE.set(heard)
             try:
-                view = _serialised(handler(*args))
+                view = handler(*args)
             finally:
                 _SPOKE.reset(token)
             return view, not heard

@@ -384,18 +384,22 @@ def bind(handler: Callable, *shared: Any) -> Callable:
 
 
 def view_bytes(value: Any) -> int:
-    """About how many bytes a view's outputs hold: the JSON text of its figures (already
-    serialised, see ``ui/shared_views.py``), the characters of its strings, a little for
-    everything else (tuples, lists and dicts are walked)."""
+    """About how many bytes a view's outputs hold: the arrays and strings of its figures, the
+    characters of its strings, a little for everything else (tuples, lists and dicts are
+    walked)."""
     if isinstance(value, str | bytes):
         return len(value)
+    nbytes = getattr(value, "nbytes", None)  # a numpy array (a figure's data)
+    if isinstance(nbytes, int):
+        return nbytes
     if isinstance(value, dict):
         return 64 + sum(view_bytes(k) + view_bytes(v) for k, v in value.items())
     if isinstance(value, list | tuple):
         return 64 + sum(view_bytes(item) for item in value)
-    plot = getattr(value, "plot", None)  # gradio's PlotData: the figure's JSON text
-    if isinstance(plot, str):
-        return len(plot)
+    as_dict = getattr(value, "to_plotly_json", None)  # a plotly figure: its data, unencoded
+    if callable(as_dict):
+        with contextlib.suppress(Exception):
+            return view_bytes(as_dict())
     frame_bytes = getattr(value, "memory_usage", None)  # a pandas DataFrame
     if callable(frame_bytes):
         with contextlib.suppress(Exception):
