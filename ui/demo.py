@@ -414,12 +414,14 @@ COSTLY = "costly"
 
 def concurrency_for(device: torch.device, cores: int | None = None) -> tuple[int, int]:
     """``(cheap, costly)``: how many calls of one cheap event run at once, and how many costly
-    calls in all. A GPU overlaps many small requests; a CPU's cores are shared by the calls
-    that run, so more at once than cores only makes each slower (and torch's threads fight)."""
+    calls in all. A GPU overlaps many small requests; on a CPU a cheap call is mostly Python
+    (figures) between short torch calls, so four at once (the app's measured default before
+    the class was measured) or one per core; a costly call takes every core for seconds, so
+    one at a time."""
     cores = cores or os.cpu_count() or 1
     if device.type == "cuda":
         return 16, 2
-    return max(2, cores), 1
+    return max(4, cores), 1
 
 
 def queue_costly_apart(demo: gr.Blocks, limit: int) -> list[Any]:
