@@ -196,7 +196,6 @@ def build_demo(
             buttons=["copy"],
             elem_id="view-link",
         )
-        follow_me = FollowMe(ROOMS)
         tour = Tour([label for label, _, _ in TABS])
         tour.layout()
         status = gr.Markdown(model_status(registry))
@@ -214,6 +213,8 @@ def build_demo(
                     controls = build(registry, large, session)
                     ViewExport(label, slug, tab, controls or {})
                 views.append(TabView.of(label, slug, controls))
+        # Below the tabs: a lecturer opens it once, and the first figure stays above the fold.
+        follow_me = FollowMe(ROOMS)
         opened = _wire_views(
             demo, registry, session, tabs, views, tour, start, make_link, link, status
         )
