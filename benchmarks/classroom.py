@@ -385,8 +385,9 @@ def report(result: Result) -> list[str]:
         + (f"; GPU memory {gpu[0]:.0f} MB allocated, {gpu[1]:.0f} MB peak" if gpu else "")
         + ".",
     ]
+    server_cpu = "unknown" if result.cpu[0] != result.cpu[0] else f"{result.cpu[0]:.0f} s"
     lines.append(
-        f"CPU time: the server {result.cpu[0]:.0f} s, the students' clients (this process) "
+        f"CPU time: the server {server_cpu}, the students' clients (this process) "
         f"{result.cpu[1]:.0f} s, in {result.seconds:.0f} s on {os.cpu_count()} cores."
     )
     if result.shared:
