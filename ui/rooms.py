@@ -145,11 +145,11 @@ def view_params(query: str) -> dict[str, list[str]]:
     return parse_qs(query, keep_blank_values=True)
 
 
-def room_line(code: str, followers_note: str = "") -> str:
+def room_line(code: str) -> str:
     """The lecturer's line: the room code, large."""
     return (
         f"### Room code: `{code}`\nStudents: open this app, *Follow a lecturer*, type the code. "
-        "They see your tab, tour stop and controls as you change them." + followers_note
+        "They see your tab, tour stop and controls as you change them."
     )
 
 
@@ -198,6 +198,8 @@ class FollowMe:
             if not code:
                 return gr.Timer(active=False)
             query = views.link("", *values).lstrip("?")
+            if len(query) > MAX_QUERY:  # a view too long for a link (a long text): not sent,
+                return gr.skip()  # and the next one that fits is
             try:
                 self.rooms.publish(code, secret, query)
             except RoomError:
