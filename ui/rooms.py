@@ -225,13 +225,10 @@ class FollowMe:
             self.stop_following, None, [self.following, self.line, self.follow_timer], **private
         )
 
-        async def poll(following: list | None) -> tuple:
-            return self.poll(following)  # on the server's event loop: no worker thread
-
         # Queued (a state set by an unqueued event does not fire its .change), in a queue of
         # its own that never waits for a costly or a cheap view: each poll takes microseconds.
         self.follow_timer.tick(
-            poll,
+            self.poll,
             [self.following],
             [self.following, self.incoming],
             api_visibility="private",
