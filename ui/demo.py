@@ -16,11 +16,13 @@ from typing import Any, cast
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr
+import torch
 from starlette.middleware import Middleware
 
 from transformer.core.device import pick_device
 
 from .links.first_views import PRELOAD_PLOTLY_JS, REVEAL_LINK_JS, FirstViews, OpenOnLinkedTab
+from .links.rooms import FollowMe, Rooms
 from .links.share import MAX_QUERY, TabView
 from .links.views import Views
 from .serving import limits
@@ -28,6 +30,7 @@ from .serving.errors import guard_preprocessing, scrub
 from .serving.export import PLOT_TOOLBAR_JS, ViewExport
 from .serving.ordering import newest_wins
 from .serving.plotly_bundle import ServePrunedPlotly, start_pruning
+from .serving.shared_views import share_views
 from .serving.sliders import SLIDER_ENTER_JS
 from .serving.state import ModelRegistry, SessionModels
 from .serving.textboxes import TEXT_EDIT_JS
@@ -53,6 +56,10 @@ CACHE_SWEEP_S = 600
 # 64 KB link answered 500. Links longer than MAX_QUERY (8,000) and shorter than this open the app
 # with a message in the page (ui/links/views.py).
 MAX_URL_CHARS = 16_384
+
+# The lecturers' rooms (follow me), one registry per process: a room outlives a page's reload,
+# and the students of one lecture may be answered by any app this process serves.
+ROOMS = Rooms()
 
 # The tabs in the paper's order: (label, id used by links and the tour, build). Each build takes
 # (registry, large, session) and returns its shareable controls, {key: component}.
@@ -215,12 +222,21 @@ def build_demo(
                     controls = build(registry, large, session)
                     ViewExport(label, slug, tab, controls or {})
                 views.append(TabView.of(label, slug, controls))
-        _wire_views(demo, registry, session, tabs, views, tour, start, make_link, link, status)
+        # Below the tabs: a lecturer opens it once, and the first figure stays above the fold.
+        follow_me = FollowMe(ROOMS)
+        opened = _wire_views(
+            demo, registry, session, tabs, views, tour, start, make_link, link, status
+        )
+        follow_me.wire(demo, demo.views, registry, opened)
         narrow_progress(demo)
-    _configure_queue(demo, default_concurrency_limit=4, max_size=limits.QUEUE_SIZE)
+    cheap, costly = concurrency_for(registry.device)
+    _configure_queue(demo, default_concurrency_limit=cheap, max_size=limits.QUEUE_SIZE)
+    queue_costly_apart(demo, costly)
+    registry.shared_views = share_views(demo)  # a class's common views, computed once
     guard_preprocessing(demo)  # gradio's own refusals: a message and one log line
     newest_wins(demo)  # an older redraw that ends last does not draw over a newer one
     demo.model_registry = registry  # for preload_models
+    demo.follow_me = follow_me  # for the tests
     threading.Thread(
         target=_sweep_sessions, args=(weakref.ref(demo),), name="session-sweeper", daemon=True
     ).start()
@@ -276,8 +292,9 @@ def _wire_views(
     make_link: gr.Button,
     link: gr.Textbox,
     status: gr.Markdown,
-) -> None:
-    """The tour, links to a view (made on demand, restored on page load) and the tab on screen."""
+) -> Any:
+    """The tour, links to a view (made on demand, restored on page load) and the tab on screen;
+    returns the last step of what a page does when it opens (its first views drawn)."""
     views = Views(demo, tabs, tab_views)
     private: dict[str, Any] = {"api_visibility": "private", "queue": False}
     tab_list = [cast(gr.Tab, tab) for tab in tabs.children]  # gr.Tabs holds only gr.Tab
@@ -333,11 +350,12 @@ def _wire_views(
     first_views = FirstViews(demo, tab_list, linked=views.outputs)
     quiet: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
     loaded.then(None, None, None, js=REVEAL_LINK_JS, **quiet)  # the linked tab, set: shown
-    views.follow(loaded, applied=True).then(
+    opened = views.follow(loaded, applied=True).then(
         first_views.draw, [views.view, *first_views.inputs], first_views.outputs, **quiet
     )
     # For the tests; gr.Blocks declares no such attributes.
     demo.views, demo.tour, demo.first_views = views, tour, first_views  # type: ignore[attr-defined]
+    return opened
 
 
 # The outputs that show a result, where a running event's progress overlay belongs; the first
@@ -394,6 +412,39 @@ def _configure_queue(demo: gr.Blocks, default_concurrency_limit: int, max_size: 
         return
     queue.default_concurrency_limit = default_concurrency_limit
     queue.max_size = max_size
+
+
+# Costly work (the long-input view, Run to the end, the key/value cache's timing; the silent
+# mistakes and training have pools of their own) waits in one queue of its own, so that it
+# never holds the workers that answer a Step or a click on a head: those events keep their
+# own queues, one per event, each as wide as the device allows.
+COSTLY_HANDLERS = frozenset({"attention_scale", "run", "kv_cache"})
+COSTLY = "costly"
+
+
+def concurrency_for(device: torch.device, cores: int | None = None) -> tuple[int, int]:
+    """``(cheap, costly)``: how many calls of one cheap event run at once, and how many costly
+    calls in all. A GPU overlaps many small requests; on a CPU a cheap call is mostly Python
+    (figures) between short torch calls, so four at once (the app's measured default before
+    the class was measured) or one per core; a costly call takes every core for seconds, so
+    one at a time."""
+    cores = cores or os.cpu_count() or 1
+    if device.type == "cuda":
+        return 16, 2
+    return max(4, cores), 1
+
+
+def queue_costly_apart(demo: gr.Blocks, limit: int) -> list[Any]:
+    """Put the events whose handler is in ``COSTLY_HANDLERS`` in one queue (``COSTLY``) of
+    ``limit`` workers; returns those events. A call beyond the limit waits there, its position
+    shown on its page, while cheap events go on."""
+    moved = []
+    for fn in demo.fns.values():
+        if getattr(fn.fn, "__name__", "") in COSTLY_HANDLERS and fn.queue:
+            fn.concurrency_id = COSTLY
+            fn.concurrency_limit = limit
+            moved.append(fn)
+    return moved
 
 
 MENU_KEYS = ("model", "learned_of")  # the controls of the tabs that choose among all models

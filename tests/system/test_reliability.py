@@ -653,7 +653,9 @@ def test_queue_and_concurrency_limits(server):
     assert demo._queue.default_concurrency_limit == 4
     by_name = {fn.api_name: fn for fn in demo.fns.values()}
     assert by_name["train"].concurrency_limit == 1  # one training at a time, all sessions together
-    assert by_name["generate"].concurrency_limit == 4
+    # Run to the end waits in the costly queue (one at a time on a CPU), never beside a Step.
+    assert by_name["generate"].concurrency_id == "costly"
+    assert by_name["generate"].concurrency_limit == 1
     # max tokens is a slider up to 128 and each run has a wall-clock limit
     assert 0 < limits.GENERATION_TIME_LIMIT_S <= 120
     assert 0 < limits.TRAINING_TIME_LIMIT_S <= 600

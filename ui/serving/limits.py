@@ -35,3 +35,8 @@ MAX_LAYERS = 48
 # pass keeps about 400 MB (all 270 heads' (T, T) weights would be 4.3 GB).
 MAX_SCALE_TOKENS = 2_048
 MAX_HEADS = 64
+# Views shared by every session (ui/serving/shared_views.py), counted by their figures' JSON: a
+# lecture's presets, computed once (the largest answer, SmolLM2's one-head view at 512 tokens,
+# is 2.6 MB).
+SHARED_VIEW_BYTES = 128 * 1024 * 1024
+SHARED_VIEW_ENTRIES = 512

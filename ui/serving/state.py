@@ -164,6 +164,8 @@ class ModelRegistry:
         self._released = threading.Event()
         self._analyses: OrderedDict[tuple, tuple[Analysis, int]] = OrderedDict()
         self._cache_lock = threading.Lock()
+        # The views every session shares (set by the app once its events are built).
+        self.shared_views: SharedViews | None = None
 
     def _name_for(self, spec: str) -> str:
         """The menu name of a ``--model`` argument: a hub id as given, a folder by its own name
@@ -263,6 +265,8 @@ class ModelRegistry:
             self.pretrained.clear()
         with self._cache_lock:
             self._analyses.clear()
+        if self.shared_views is not None:
+            self.shared_views.clear()
 
     def menu_name(self, name: str) -> str:
         """The menu name of a model: ``name`` itself, or the name given to the ``--model``
@@ -382,3 +386,114 @@ def bind(handler: Callable, *shared: Any) -> Callable:
     bound.__name__ = handler.__name__  # type: ignore[attr-defined]
     bound.__doc__ = handler.__doc__
     return bound
+
+
+# -- Views shared by every session -----------------------------------------------------------
+# In a lecture most students open the same presets: a view that depends only on its controls
+# (model, text, layer, head, ...) is computed once and served to all. The cache below holds
+# such views, bounded by bytes and by count; ui/serving/shared_views.py decides which events use it.
+
+
+def view_bytes(value: Any) -> int:
+    """About how many bytes a view's outputs hold: the arrays and strings of its figures, the
+    characters of its strings, a little for everything else (tuples, lists and dicts are
+    walked)."""
+    if isinstance(value, str | bytes):
+        return len(value)
+    nbytes = getattr(value, "nbytes", None)  # a numpy array (a figure's data)
+    if isinstance(nbytes, int):
+        return nbytes
+    if isinstance(value, dict):
+        return 64 + sum(view_bytes(k) + view_bytes(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return 64 + sum(view_bytes(item) for item in value)
+    as_dict = getattr(value, "to_plotly_json", None)  # a plotly figure: its data, unencoded
+    if callable(as_dict):
+        with contextlib.suppress(Exception):
+            return view_bytes(as_dict())
+    frame_bytes = getattr(value, "memory_usage", None)  # a pandas DataFrame
+    if callable(frame_bytes):
+        with contextlib.suppress(Exception):
+            return int(frame_bytes(deep=True).sum())
+    return 64
+
+
+class SharedViews:
+    """A least-recently-used cache of deterministic views, shared by every session, bounded by
+    ``max_bytes`` (as :func:`view_bytes` counts them) and ``max_entries``.
+
+    :meth:`get` computes a view once even when many sessions ask for it at once: the first
+    computes, the others wait for its result (if it fails, each then computes for itself, so
+    that a failure is reported to each as its own). ``hits`` and ``computed`` count what
+    happened, for the tests and the benchmark."""
+
+    def __init__(self, max_bytes: int, max_entries: int) -> None:
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self._views: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self._pending: dict[Any, threading.Event] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.computed = 0
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._views)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of the views held now."""
+        with self._lock:
+            return sum(n for _, n in self._views.values())
+
+    def clear(self) -> None:
+        """Drop every view (the app that served them is closed)."""
+        with self._lock:
+            self._views.clear()
+
+    def get(self, key: Any, compute: Callable[[], tuple[Any, bool]]) -> Any:
+        """The view kept under ``key``, else ``compute()``'s, kept when it says so.
+
+        ``compute`` returns ``(view, keep)``: a view that must not be shared (it warned its own
+        session about something) is returned without being kept."""
+        with self._lock:
+            if key in self._views:
+                return self._hit(key)
+            waiting = self._pending.get(key)
+            if waiting is None:
+                done = self._pending[key] = threading.Event()
+        if waiting is not None:
+            waiting.wait()
+            with self._lock:
+                if key in self._views:
+                    return self._hit(key)
+                self.computed += 1
+            return compute()[0]  # the first one failed or kept nothing: this one's own
+        try:
+            view, keep = compute()
+            with self._lock:
+                self.computed += 1
+            if keep:
+                self._keep(key, view)
+            return view
+        finally:
+            with self._lock:
+                self._pending.pop(key, None)
+            done.set()
+
+    def _hit(self, key: Any) -> Any:
+        """The view under ``key``, now the most recently used (the lock is held)."""
+        self._views.move_to_end(key)
+        self.hits += 1
+        return self._views[key][0]
+
+    def _keep(self, key: Any, view: Any) -> None:
+        size = view_bytes(view)
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            self._views[key] = (view, size)
+            total = sum(n for _, n in self._views.values())
+            while len(self._views) > self.max_entries or total > self.max_bytes:
+                _, (_, dropped) = self._views.popitem(last=False)
+                total -= dropped

@@ -1,0 +1,568 @@
+"""A lesson with a whole class: N simulated students, each its own ``gradio_client`` session,
+clicking through the app at once, with think time between clicks.
+
+Each student follows the lecture's script: open a preset (Generate's Reset on one of a few
+prompts, most students on the lecturer's), step through Generate, change layer and head in
+Attention, open Inside a layer, and now and then the long-input view (the costly one), with
+1–4 s between clicks. Prints, per action, the round trip's p50, p95 and max, requests per second
+and errors; the server's resident memory before and after (and the GPU's memory on CUDA); and
+where a request's time goes: the handler (our Python and torch, measured by a timing wrapper
+that only this benchmark installs), gradio's pre- and post-processing (serialisation), and the
+rest of the round trip (the queue's wait and the transport). With ``--sweep 5,10,15`` it runs
+each class size in turn and prints the largest one whose every interactive action keeps its p95
+within ``--target`` seconds.
+
+Without ``--url`` the app is built and launched in this process on a free loopback port (as
+``python app.py`` launches it), which is what lets it measure handler times and memory; with
+``--url`` it drives a running app anywhere (round trips only; ``--pid`` names the server's
+process on this machine for its memory).
+
+Usage: python -m benchmarks.classroom --students 15 --minutes 2 [--sweep 5,10,15,20]
+       [--url URL] [--model NAME] [--device cpu|cuda|auto] [--target 1.0] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import inspect
+import os
+import platform
+import random
+import statistics
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+SMOLLM2 = "SmolLM2-135M-Instruct"
+# The lecture's prompts: most students open the first (the one on the projector).
+PRESETS = [
+    "The capital of France is",
+    "Once upon a time, a small robot",
+    "The three primary colours are",
+]
+PRESET_WEIGHTS = [0.7, 0.2, 0.1]
+# The layers and heads a lecturer points at ("look at layer 3, head 2").
+LAYERS = [1, 2, 3, 6]
+HEADS = [1, 2, 3]
+LONG_TEXT = " ".join(
+    [
+        "The cat sat on the mat because it was tired. It slept until the sun rose over the "
+        "hills, and then it walked to the kitchen, where the dog was already waiting for "
+        "breakfast."
+    ]
+    * 8
+)
+INTERACTIVE = ("preset", "step", "attention", "inside")
+COSTLY = ("long view",)
+KIND = {
+    "decoder-only": ("decoder masked self-attention", "decoder"),
+    "encoder-decoder": ("encoder self-attention", "encoder"),
+}
+
+
+@dataclass
+class Record:
+    """What the class measured: round trips per action, errors, handler times per endpoint."""
+
+    trips: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    errors: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, action: str, seconds: float, error: str | None = None) -> None:
+        with self.lock:
+            if error is None:
+                self.trips[action].append(seconds)
+            else:
+                self.errors[action].append(error)
+
+
+class ServerTimes:
+    """Per endpoint, the seconds of its handler and of gradio's pre- and post-processing,
+    recorded by wrappers installed on a demo in this process (only this benchmark installs
+    them; the app itself runs unwrapped)."""
+
+    def __init__(self) -> None:
+        self.handler: dict[str, list[float]] = defaultdict(list)
+        self.serialise: dict[str, list[float]] = defaultdict(list)
+        self.wait: dict[str, list[float]] = defaultdict(list)
+        self.process: dict[str, list[float]] = defaultdict(list)
+        self.lock = threading.Lock()
+
+    def clear(self) -> None:
+        with self.lock:
+            for table in (self.handler, self.serialise, self.wait, self.process):
+                table.clear()
+
+    def _note(self, table: dict[str, list[float]], name: str, seconds: float) -> None:
+        with self.lock:
+            table[name].append(seconds)
+
+    def install(self, demo: Any) -> None:
+        """Wrap every named plain handler of ``demo`` and its ``preprocess_data`` and
+        ``postprocess_data`` with timers."""
+        for fn in demo.fns.values():
+            handler = fn.fn
+            if not fn.api_name or handler is None or not _plain(handler):
+                continue
+            fn.fn = self._timed(handler, fn.api_name)
+        for method in ("preprocess_data", "postprocess_data"):
+            original = getattr(demo, method)
+            setattr(demo, method, self._timed_async(original))
+        queue = getattr(demo, "_queue", None)
+        if queue is not None and hasattr(queue, "process_events"):
+            queue.process_events = self._timed_events(queue.process_events)
+
+    def _timed_events(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        """The queue's ``process_events``, noting how long its events waited in the queue
+        (from joining it) and how long their processing took, end to end."""
+
+        async def timed(events: list[Any], batch: bool, begin_time: float, fn: Any) -> Any:
+            start = time.monotonic()
+            name = str(getattr(fn, "api_name", None) or "?")
+            for event in events:
+                self._note(self.wait, name, start - getattr(event, "enqueue_time", start))
+            try:
+                return await method(events, batch, begin_time, fn)
+            finally:
+                self._note(self.process, name, time.monotonic() - start)
+
+        return timed
+
+    def _timed(self, handler: Callable[..., Any], name: str) -> Callable[..., Any]:
+        @functools.wraps(handler)  # keeps the signature gradio reads (via __wrapped__)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return handler(*args, **kwargs)
+            finally:
+                self._note(self.handler, name, time.perf_counter() - start)
+
+        return timed
+
+    def _timed_async(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        async def timed(block_fn: Any, *args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return await method(block_fn, *args, **kwargs)
+            finally:
+                name = getattr(block_fn, "api_name", None) or "?"
+                self._note(self.serialise, str(name), time.perf_counter() - start)
+
+        return timed
+
+
+def _plain(handler: Callable[..., Any]) -> bool:
+    return not (
+        inspect.isgeneratorfunction(handler)
+        or inspect.isasyncgenfunction(handler)
+        or asyncio.iscoroutinefunction(handler)
+    )
+
+
+# The endpoint each action calls, for the breakdown of its time.
+ENDPOINT = {
+    "preset": "generate_reset",
+    "step": "generate_step",
+    "attention": "attention",
+    "inside": "inside_layer",
+    "long view": "attention_scale",
+}
+
+
+def lesson(
+    url: str,
+    model: str,
+    architecture: str,
+    record: Record,
+    stop: threading.Event,
+    seed: int,
+    think: tuple[float, float] = (1.0, 4.0),
+    long_every: float = 0.15,
+) -> None:
+    """One student until ``stop`` is set: the lecture's script, with ``think`` seconds
+    (uniform) between clicks; each round trip (or error) goes into ``record``."""
+    from gradio_client import Client
+
+    rng = random.Random(seed)
+    kind, stack = KIND.get(architecture, KIND["encoder-decoder"])
+    try:
+        client = Client(url, verbose=False)
+    except Exception as error:  # a server that refuses a new page is an error of the lesson
+        record.add("connect", 0.0, f"{type(error).__name__}: {error}")
+        return
+
+    def click(action: str, api_name: str, *args: Any) -> None:
+        if stop.is_set():
+            return
+        start = time.perf_counter()
+        try:
+            client.predict(*args, api_name=api_name)
+        except Exception as error:
+            record.add(action, 0.0, f"{type(error).__name__}: {str(error)[:200]}")
+        else:
+            record.add(action, time.perf_counter() - start)
+        stop.wait(rng.uniform(*think))
+
+    while not stop.is_set():
+        prompt = rng.choices(PRESETS, PRESET_WEIGHTS)[0]
+        layer, head = rng.choice(LAYERS), rng.choice(HEADS)
+        settings = [prompt, model, "greedy", 1.0, 0, 1.0, 3, 40, 0, layer, head, False]
+        click("preset", "/generate_reset", *settings)
+        for _ in range(rng.randint(2, 4)):
+            click("step", "/generate_step", *settings)
+        for _ in range(rng.randint(1, 3)):
+            layer, head = rng.choice(LAYERS), rng.choice(HEADS)
+            attention = [prompt, model, kind, layer, head, 1, [], False, "none (the correct pass)"]
+            click("attention", "/attention", *attention)
+        click("inside", "/inside_layer", prompt, model, stack, layer, head, 1, False)
+        if rng.random() < long_every:
+            scale = [LONG_TEXT, model, "first", layer, head, 0, 32, 3, -1, False]
+            click("long view", "/attention_scale", *scale)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0–1) of ``values``, nearest rank; NaN when empty."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def rss_mb(pid: int | None = None) -> float:
+    """Resident memory in MB of ``pid`` (this process when None), from Linux's /proc."""
+    path = f"/proc/{pid or 'self'}/status"
+    try:
+        with open(path, encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def gpu_mb() -> tuple[float, float] | None:
+    """(allocated, peak allocated) MB of this process on CUDA, or None without CUDA."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.memory_allocated() / 2**20, torch.cuda.max_memory_allocated() / 2**20
+
+
+@dataclass
+class Result:
+    """One class size's figures."""
+
+    students: int
+    seconds: float
+    record: Record
+    rss_before: float
+    rss_after: float
+    gpu: tuple[float, float] | None
+    handler: dict[str, list[float]]
+    serialise: dict[str, list[float]]
+    wait: dict[str, list[float]]
+    process: dict[str, list[float]]
+    shared: dict[str, int] | None = None
+    cpu: tuple[float, float] = (float("nan"), float("nan"))  # CPU seconds: server, clients
+
+    def requests(self) -> int:
+        return sum(len(v) for v in self.record.trips.values()) + self.errors()
+
+    def errors(self) -> int:
+        return sum(len(v) for v in self.record.errors.values())
+
+    def worst_interactive_p95(self) -> float:
+        p95s = [percentile(self.record.trips.get(a, []), 0.95) for a in INTERACTIVE]
+        known = [p for p in p95s if p == p]
+        return max(known) if known else float("nan")
+
+
+def run_class(
+    url: str,
+    students: int,
+    seconds: float,
+    model: str,
+    architecture: str,
+    seed: int,
+    server: Server | None,
+    pid: int | None = None,
+) -> Result:
+    """``students`` students on ``url`` for ``seconds``; their figures (the server's side
+    from ``server`` when it was started here, its memory from ``pid`` otherwise)."""
+    before = server.ask("report") if server else {"rss": rss_mb(pid) if pid else float("nan")}
+    clients_cpu = time.process_time()
+    if server:
+        server.ask("reset")
+    record, stop = Record(), threading.Event()
+    threads = [
+        threading.Thread(
+            target=lesson,
+            args=(url, model, architecture, record, stop, seed * 1000 + i),
+            name=f"student-{i}",
+            daemon=True,
+        )
+        for i in range(students)
+    ]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+        time.sleep(min(0.2, 4.0 / max(1, students)))  # a class opens the link within seconds
+    stop.wait(max(0.0, seconds - (time.perf_counter() - start)))
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=180)
+    elapsed = time.perf_counter() - start
+    clients_cpu = time.process_time() - clients_cpu
+    after = server.ask("report") if server else {"rss": rss_mb(pid) if pid else float("nan")}
+    server_cpu = after["cpu"] - before["cpu"] if "cpu" in after else float("nan")
+    return Result(
+        students,
+        elapsed,
+        record,
+        before["rss"],
+        after["rss"],
+        after.get("gpu"),
+        after.get("handler", {}),
+        after.get("serialise", {}),
+        after.get("wait", {}),
+        after.get("process", {}),
+        after.get("shared"),
+        (server_cpu, clients_cpu),
+    )
+
+
+def report(result: Result) -> list[str]:
+    """The table of one class size, as printed lines (Markdown). The server's columns are
+    medians: the wait in gradio's queue, our handler, gradio's pre- and post-processing, and
+    what is left of the round trip (sending the answer, the client's own work)."""
+    lines = [
+        f"### {result.students} students, {result.seconds:.0f} s",
+        "",
+        "| action | requests | p50 (s) | p95 (s) | max (s) | queue wait p50 / p95 (s) | "
+        "handler p50 (s) | pre+post p50 (s) | rest p50 (s) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+
+    def median(table: dict[str, list[float]], name: str) -> float | None:
+        return statistics.median(table[name]) if table.get(name) else None
+
+    def cell(v: float | None) -> str:
+        return "–" if v is None else f"{v:.3f}"
+
+    for action in (*INTERACTIVE, *COSTLY):
+        trips = result.record.trips.get(action, [])
+        if not trips:
+            continue
+        name = ENDPOINT[action]
+        wait, process = median(result.wait, name), median(result.process, name)
+        rest = None
+        if wait is not None and process is not None:
+            rest = statistics.median(trips) - wait - process
+        waits = result.wait.get(name) or []
+        lines.append(
+            f"| {action} | {len(trips)} | {percentile(trips, 0.5):.3f} | "
+            f"{percentile(trips, 0.95):.3f} | {max(trips):.3f} | {cell(wait)} / "
+            f"{cell(percentile(waits, 0.95) if waits else None)} | "
+            f"{cell(median(result.handler, name))} | {cell(median(result.serialise, name))} | "
+            f"{cell(rest)} |"
+        )
+    errors = result.errors()
+    gpu = result.gpu
+    lines += [
+        "",
+        f"Requests: {result.requests()} ({result.requests() / result.seconds:.1f}/s), "
+        f"errors: {errors}; server RSS {result.rss_before:.0f} MB before, "
+        f"{result.rss_after:.0f} MB after ({100 * (result.rss_after / result.rss_before - 1):+.1f} %)"
+        + (f"; GPU memory {gpu[0]:.0f} MB allocated, {gpu[1]:.0f} MB peak" if gpu else "")
+        + ".",
+    ]
+    server_cpu = "unknown" if result.cpu[0] != result.cpu[0] else f"{result.cpu[0]:.0f} s"
+    lines.append(
+        f"CPU time: the server {server_cpu}, the students' clients (this process) "
+        f"{result.cpu[1]:.0f} s, in {result.seconds:.0f} s on {os.cpu_count()} cores."
+    )
+    if result.shared:
+        lines.append(
+            f"Shared views: {result.shared['hits']} served from the cache, "
+            f"{result.shared['computed']} computed, {result.shared['held']} held."
+        )
+    for action, messages in result.record.errors.items():
+        lines.append(f"- {action}: {len(messages)} error(s), first: {messages[0]}")
+    return lines
+
+
+def serve_here(port: int, device: str, model: str) -> None:
+    """The server side, in its own process (so that the students' clients do not share its
+    interpreter): the app built and launched on ``port``, instrumented, the model read; then
+    commands on stdin, one a line: ``reset`` (forget the times so far), ``report`` (one JSON
+    line: handler and pre/post times per endpoint, RSS, GPU memory, shared views), ``quit``."""
+    import json
+    import sys
+
+    import app as visualiser
+    from ui.serving.memory import return_memory_when_idle
+
+    return_memory_when_idle()
+    threads = os.environ.get("CLASSROOM_TORCH_THREADS")
+    if threads:  # to compare how many threads each request's torch work should use
+        import torch
+
+        torch.set_num_threads(int(threads))
+    demo = visualiser.build_demo(device, (), preload=False)
+    times = ServerTimes()
+    times.install(demo)
+    from ui.demo import launch_options
+
+    demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
+        **launch_options(),
+    )  # fmt: skip
+    registry = demo.model_registry
+    checkpoint = registry.checkpoint(model, None)  # read before the class comes
+    print(
+        json.dumps(
+            {
+                "url": f"http://127.0.0.1:{port}/",
+                "architecture": checkpoint.config.architecture,
+                "device": str(registry.device),
+            }
+        ),
+        flush=True,
+    )
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "reset":
+            times.clear()
+            print("{}", flush=True)
+        elif command == "report":
+            import gc
+
+            gc.collect()
+            shared = getattr(registry, "shared_views", None)
+            with times.lock:
+                out = {
+                    "handler": dict(times.handler),
+                    "serialise": dict(times.serialise),
+                    "wait": dict(times.wait),
+                    "process": dict(times.process),
+                    "rss": rss_mb(),
+                    "cpu": time.process_time(),
+                    "gpu": gpu_mb(),
+                    "shared": None
+                    if shared is None
+                    else {"hits": shared.hits, "computed": shared.computed, "held": len(shared)},
+                }
+            print(json.dumps(out), flush=True)
+        elif command == "quit":
+            break
+    demo.close()
+
+
+class Server:
+    """The app in a child process (``serve_here``), driven through its stdin and stdout."""
+
+    def __init__(self, device: str, model: str) -> None:
+        import json
+        import subprocess
+        import sys
+
+        from ui.testing import free_port
+
+        self._json = json
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.classroom", "--serve", str(free_port()),
+             "--device", device, "--model", model],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        ready = self._read()
+        self.url, self.architecture, self.device = (
+            ready["url"],
+            ready["architecture"],
+            ready["device"],
+        )
+
+    def _read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("{"):
+                return self._json.loads(line)
+        raise SystemExit("the app's process ended before it answered")
+
+    def ask(self, command: str) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        try:
+            assert self.process.stdin is not None
+            self.process.stdin.write("quit\n")
+            self.process.stdin.flush()
+            self.process.wait(timeout=60)
+        except Exception:
+            self.process.kill()
+
+
+def main(argv: list[str] | None = None) -> list[Result]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--students", type=int, default=15)
+    parser.add_argument("--minutes", type=float, default=1.0, help="per class size")
+    parser.add_argument("--sweep", default="", help="class sizes to run in turn, e.g. 5,10,15")
+    parser.add_argument("--url", default=None, help="a running app (else one is started here)")
+    parser.add_argument("--pid", type=int, default=None, help="the running app's process id")
+    parser.add_argument("--model", default=SMOLLM2)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--target", type=float, default=1.0, help="interactive p95 bound (s)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve is not None:  # the child process that serves the app
+        serve_here(args.serve, args.device, args.model)
+        return []
+    sizes = [int(n) for n in args.sweep.split(",") if n.strip()] or [args.students]
+
+    server = None if args.url else Server(args.device, args.model)
+    url = args.url or server.url  # type: ignore[union-attr]
+    architecture = server.architecture if server else "decoder-only"
+    device = server.device if server else f"remote ({args.url})"
+    results: list[Result] = []
+    try:
+        # One student alone first: the model's first passes, the queue's workers started.
+        run_class(url, 1, 8.0, args.model, architecture, args.seed + 99, None)
+        print(
+            f"classroom: {args.model} on {device}; {platform.processor() or platform.machine()}, "
+            f"{os.cpu_count()} cores; {args.minutes:g} min per class size; "
+            f"{time.strftime('%Y-%m-%d %H:%M')}",
+            flush=True,
+        )
+        for n in sizes:
+            result = run_class(
+                url, n, args.minutes * 60, args.model, architecture, args.seed, server, args.pid
+            )
+            results.append(result)
+            print("\n".join(report(result)) + "\n", flush=True)
+    finally:
+        if server:
+            server.close()
+    within = [
+        r.students for r in results if r.errors() == 0 and r.worst_interactive_p95() <= args.target
+    ]
+    print(
+        f"Largest class with every interactive action's p95 ≤ {args.target:g} s and no error: "
+        + (str(max(within)) if within else "none of " + ", ".join(map(str, sizes)))
+    )
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,339 @@
+"""Follow me: a lecturer's page shows a short room code; a student who joins with it sees the
+lecturer's view (tab, tour stop, preset, controls, Generate's step) as it changes.
+
+The server keeps a registry of rooms (bounded, expiring): per room only the lecturer's latest
+view, as the query of the app's own shareable link (``ui/links/share.py``), and a version number.
+The lecturer's page publishes its view every second while it hosts (nothing is sent when it did
+not change); each follower's page asks for the room's version every two seconds and applies the view
+when it changed, by the same events that open a shared link (``ui/links/views.py``). A follower's own
+clicks last until the lecturer's next change; *Take over* stops following. The lecturer's code
+and secret are kept in the browser (``gr.BrowserState``), so a reload resumes the same room and
+brings back its view.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+import gradio as gr
+
+from .share import MAX_QUERY, decode_view
+
+# Letters and digits that cannot be misread on a projector (no 0/O, 1/I/L, 5/S, 2/Z, 8/B).
+CODE_ALPHABET = "ACDEFGHJKMNPQRTUVWXY34679"
+CODE_LENGTH = 5
+MAX_ROOMS = 200
+ROOM_IDLE_S = 4 * 3600.0  # a room nobody published to or read from for this long is closed
+PUBLISH_S = 1.0  # how often a lecturer's page sends its view (nothing when it is unchanged)
+# How often a follower's page looks: each look is one queued event, so a hundred followers
+# make fifty a second.
+POLL_S = 2.0
+
+
+class RoomError(ValueError):
+    """A room code that names no open room, or a secret that is not the room's."""
+
+
+@dataclass
+class Room:
+    """One lecture: its code, the lecturer's secret, the latest view and its version."""
+
+    code: str
+    secret: str
+    view: str = ""  # the query of the lecturer's view link ("tab=generate&source=...")
+    version: int = 0
+    used: float = 0.0  # when it was last published to or read (the registry's clock)
+
+
+class Rooms:
+    """The open rooms, at most ``max_rooms`` (the least recently used closed first), each
+    closed after ``idle_s`` seconds unused. Safe to use from many threads."""
+
+    def __init__(
+        self,
+        max_rooms: int = MAX_ROOMS,
+        idle_s: float = ROOM_IDLE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_rooms = max_rooms
+        self.idle_s = idle_s
+        self.clock = clock
+        self._rooms: OrderedDict[str, Room] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._expire()
+            return len(self._rooms)
+
+    def open(self) -> Room:
+        """A new room with a fresh code and secret."""
+        with self._lock:
+            self._expire()
+            while True:
+                code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+                if code not in self._rooms:
+                    break
+            room = Room(code, secrets.token_urlsafe(16), used=self.clock())
+            self._rooms[code] = room
+            while len(self._rooms) > self.max_rooms:
+                self._rooms.popitem(last=False)
+            return room
+
+    def _room(self, code: str) -> Room:
+        """The open room called ``code`` (any case, spaces ignored), now the most recently
+        used; the lock is held."""
+        self._expire()
+        key = normal_code(code)
+        room = self._rooms.get(key)
+        if room is None:
+            raise RoomError(f"there is no open room {key or '(empty)'}: check the code")
+        room.used = self.clock()
+        self._rooms.move_to_end(key)
+        return room
+
+    def resume(self, code: str, secret: str) -> Room:
+        """The lecturer's room again (after a reload of their page)."""
+        with self._lock:
+            room = self._room(code)
+            if not secrets.compare_digest(room.secret, secret):
+                raise RoomError(f"room {room.code} belongs to another page")
+            return room
+
+    def publish(self, code: str, secret: str, view: str) -> int:
+        """Set the room's view (a link's query) and return its version, raised by one only
+        when the view changed."""
+        if len(view) > MAX_QUERY:
+            raise RoomError(f"a view of {len(view):,} characters is longer than a link may be")
+        with self._lock:
+            room = self._room(code)
+            if not secrets.compare_digest(room.secret, secret):
+                raise RoomError(f"room {room.code} belongs to another page")
+            if view != room.view:
+                room.view = view
+                room.version += 1
+            return room.version
+
+    def latest(self, code: str) -> tuple[int, str]:
+        """The room's ``(version, view)``."""
+        with self._lock:
+            room = self._room(code)
+            return room.version, room.view
+
+    def _expire(self) -> None:
+        now = self.clock()
+        for code in [c for c, r in self._rooms.items() if now - r.used > self.idle_s]:
+            del self._rooms[code]
+
+
+def normal_code(code: Any) -> str:
+    """A typed room code as the registry keeps it: upper case, spaces and dashes left out."""
+    if not isinstance(code, str):
+        return ""
+    return "".join(ch for ch in code.upper() if ch.isalnum())[: 2 * CODE_LENGTH]
+
+
+def view_params(query: str) -> dict[str, list[str]]:
+    """A link's query as ``decode_view`` reads it (key → values)."""
+    return parse_qs(query, keep_blank_values=True)
+
+
+def room_line(code: str) -> str:
+    """The lecturer's line: the room code, large."""
+    return (
+        f"### Room code: `{code}`\nStudents: open this app, *Follow a lecturer*, type the code. "
+        "They see your tab, tour stop and controls as you change them."
+    )
+
+
+class FollowMe:
+    """The follow-me controls of the page and their events (see the module's docstring)."""
+
+    def __init__(self, rooms: Rooms) -> None:
+        self.rooms = rooms
+        with gr.Accordion("Follow a lecturer (room code)", open=False, elem_id="follow-me"):
+            with gr.Row():
+                self.host = gr.Button("Host a room (lecturer)", size="sm", scale=0, min_width=200)
+                self.code = gr.Textbox(
+                    label="Room code",
+                    placeholder="e.g. K7MQA",
+                    max_length=20,
+                    scale=1,
+                    min_width=140,
+                    elem_id="room-code",
+                )
+                self.follow = gr.Button("Follow", size="sm", scale=0, min_width=100)
+                self.take_over = gr.Button("Take over", size="sm", scale=0, min_width=120)
+            self.line = gr.Markdown(elem_id="room-line")
+        # The lecturer's (code, secret), kept in the browser across reloads.
+        self.hosting = gr.BrowserState(["", ""], storage_key="visualiser-room")
+        self.following = gr.State(["", -1])  # (code, version applied)
+        self.incoming = gr.State(None)  # a view to apply, set when the room's version moves
+        self.publish_timer = gr.Timer(PUBLISH_S, active=False)
+        self.follow_timer = gr.Timer(POLL_S, active=False)
+
+    def wire(self, demo: gr.Blocks, views: Any, registry: Any, opened: Any) -> None:
+        """The events: host, resume after a reload, publish, follow, poll, apply, take over.
+        ``views`` is the app's ``Views``, ``registry`` its ``ModelRegistry``, ``opened`` the
+        last step of what a page does when it opens (a resumed room's view comes after it, so
+        that the tabs' first views do not draw over it)."""
+        private: dict[str, Any] = {"api_visibility": "private", "queue": False}
+        self.host.click(
+            self.open_room,
+            [self.hosting],
+            [self.hosting, self.line, self.publish_timer],
+            **private,
+        )
+        link_inputs = views.link_inputs()
+
+        def publish(hosting: list[str], *values: Any) -> Any:
+            code, secret = (hosting or ["", ""])[:2]
+            if not code:
+                return gr.Timer(active=False)
+            query = views.link("", *values).lstrip("?")
+            if len(query) > MAX_QUERY:  # a view too long for a link (a long text): not sent,
+                return gr.skip()  # and the next one that fits is
+            try:
+                self.rooms.publish(code, secret, query)
+            except RoomError:
+                return gr.Timer(active=False)
+            return gr.skip()
+
+        self.publish_timer.tick(
+            publish, [self.hosting, *link_inputs], [self.publish_timer], **private
+        )
+        self.follow.click(
+            self.start_following,
+            [self.code],
+            [self.following, self.line, self.follow_timer],
+            **private,
+        )
+        self.code.submit(
+            self.start_following,
+            [self.code],
+            [self.following, self.line, self.follow_timer],
+            **private,
+        )
+        self.take_over.click(
+            self.stop_following, None, [self.following, self.line, self.follow_timer], **private
+        )
+
+        # Queued (a state set by an unqueued event does not fire its .change), in a queue of
+        # its own that never waits for a costly or a cheap view: each poll takes microseconds.
+        self.follow_timer.tick(
+            self.poll,
+            [self.following],
+            [self.following, self.incoming],
+            api_visibility="private",
+            show_progress="hidden",
+            concurrency_id="rooms",
+            concurrency_limit=None,
+        )
+        # Queued, as the poll is: the view it may set must fire .change.
+        opened.then(
+            self.resume_room,
+            [self.hosting],
+            [self.hosting, self.line, self.publish_timer, self.incoming],
+            api_visibility="private",
+            show_progress="hidden",
+        )
+
+        def decode(incoming: dict | None) -> dict | None:
+            if not incoming or not incoming.get("query"):
+                return None
+            return decode_view(view_params(incoming["query"]), views.tabs, registry).view
+
+        # A view arrived (a follower's poll, a lecturer's reload): applied as a link is.
+        arrived = self.incoming.change(
+            decode,
+            [self.incoming],
+            [views.view],
+            api_visibility="private",
+            show_progress="hidden",
+        )
+        # A lecturer's page publishes again only once the room's view is back on it: its
+        # first tick would otherwise send the page as it opened, over the room's view.
+        views.follow(arrived).then(
+            self.publish_again, [self.hosting], [self.publish_timer], **private
+        )
+
+    # -- handlers (module-level logic, callable from tests) --------------------------------
+
+    def open_room(self, hosting: list[str] | None) -> tuple:
+        """Host a room (the one this page hosts already, if it is still open)."""
+        code, secret = (hosting or ["", ""])[:2]
+        if code:
+            try:
+                room = self.rooms.resume(code, secret)
+                return [room.code, room.secret], room_line(room.code), gr.Timer(active=True)
+            except RoomError:
+                pass
+        room = self.rooms.open()
+        return [room.code, room.secret], room_line(room.code), gr.Timer(active=True)
+
+    def resume_room(self, hosting: list[str] | None) -> tuple:
+        """On page load: a lecturer's page that hosted a room hosts it again and shows its
+        latest view; any other page is left as it is."""
+        code, secret = (hosting or ["", ""])[:2]
+        if not code:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        try:
+            room = self.rooms.resume(code, secret)
+        except RoomError:
+            return ["", ""], "The room this page hosted has closed.", gr.skip(), gr.skip()
+        # With a view to bring back, publishing starts once it is applied (publish_again).
+        return (
+            gr.skip(),
+            room_line(room.code),
+            gr.Timer(active=not room.view),
+            self.view_of(room.view, room.version),
+        )
+
+    def publish_again(self, hosting: list[str] | None) -> Any:
+        """After a view was applied: a page that hosts a room publishes again."""
+        code = (hosting or ["", ""])[0]
+        return gr.Timer(active=True) if code else gr.skip()
+
+    def start_following(self, code: str) -> tuple:
+        """Follow the room ``code``: its view is applied at the next poll."""
+        try:
+            self.rooms.latest(code)
+        except RoomError as error:
+            return ["", -1], f"⚠️ {error}.", gr.Timer(active=False)
+        shown = normal_code(code)
+        line = (
+            f"Following room **{shown}**: this page shows the lecturer's view as it changes "
+            "(your own clicks last until their next change). **Take over** to explore alone."
+        )
+        return [shown, -1], line, gr.Timer(active=True)
+
+    def stop_following(self) -> tuple:
+        """Stop following: the page is the student's own again."""
+        return ["", -1], "You have taken over: this page is yours again.", gr.Timer(active=False)
+
+    def poll(self, following: list | None) -> tuple:
+        """The room's view when its version moved since the last one applied, else nothing."""
+        code, seen = (following or ["", -1])[:2]
+        if not code:
+            return gr.skip(), gr.skip()
+        try:
+            version, view = self.rooms.latest(code)
+        except RoomError:
+            return ["", -1], gr.skip()
+        if version == seen or not view:
+            return gr.skip(), gr.skip()
+        return [code, version], self.view_of(view, version)
+
+    def view_of(self, query: str, version: int) -> dict | None:
+        """The view a room's query names, as ``Views.restore`` makes one from a link (with the
+        version, so that the same view published again still counts as a change)."""
+        if not query:
+            return None
+        return {"query": query, "version": version}
