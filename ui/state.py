@@ -57,6 +57,9 @@ class GenerationState:
         # Step and Run to the end may arrive at once for one session: each step holds this
         # lock. Not a field: gradio turns a State's dataclass fields into its config.
         self.lock = threading.Lock()
+        # Generate's chat switch: while on, every request reads its prompt wrapped in the
+        # model's chat template, whatever the prompt box holds (set by the switch's event).
+        self.chat = False
 
     def __deepcopy__(self, memo: dict) -> GenerationState:
         """gr.State copies its initial value per session; a lock is not copied but made anew."""

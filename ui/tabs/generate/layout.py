@@ -10,7 +10,7 @@ from ... import limits
 from ...state import GenerationState, ModelRegistry, bind
 from . import handlers
 from .cache_view import build_cache_view
-from .chat import chat_control, toggle_chat
+from .chat import chat_control, chat_preview, set_chat, toggle_chat
 from .decoding import (
     EXAMPLES,
     OPENING,
@@ -173,11 +173,25 @@ def build(
     ).then(live_first, inputs, outputs, **private)
     restarted.then(live_force, force_inputs, force_outputs, **private)
     follow(restarted)
+    # A new model opens with the switch off; the state's flag follows it, so that no request
+    # reads its prompt wrapped in a template the page no longer shows as chosen.
     model_name.change(bind(chat_control, registry), [model_name, session], chat, **private)
-    chat.input(
+    model_name.change(lambda s: set_chat(False, s), state, state, **private)
+    # The flag first, then the prompt box: the box's change event (which restarts the decoding)
+    # finds the state already saying how the prompt is to be read.
+    chat.input(set_chat, [chat, state], state, **private).then(
         bind(toggle_chat, registry),
         [chat, source, model_name, session],
         [source, chat_md],
+        **private,
+    )
+    # The token line follows the prompt box while the switch is on: a prompt typed anew is
+    # shown as the model reads it (wrapped), never the template of the prompt before it.
+    source.change(
+        bind(chat_preview, registry),
+        [chat, source, model_name, session],
+        chat_md,
+        trigger_mode="always_last",
         **private,
     )
     strategy.change(
