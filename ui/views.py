@@ -127,23 +127,32 @@ def redraw_functions(demo: gr.Blocks, controls: Iterable[gr.Component]) -> list[
     of one of them, with what follows it, every handler once, after what it follows."""
     ids = {component._id for component in controls}
     functions = sorted(demo.fns.values(), key=lambda f: f._id)
-    followers: dict[int, list[Any]] = defaultdict(list)
-    for function in functions:
-        if function.trigger_after is not None:
-            followers[function.trigger_after].append(function)
-    ordered: list[Any] = []
 
     def key(function: Any) -> tuple:
         inputs = tuple(c._id for c in function.inputs)
         return id(function.fn), inputs, tuple(c._id for c in function.outputs)
 
+    # One handler wired to several triggers (Inside's fit, on a model, a stack and a sentence)
+    # runs once: what follows any of its events follows it, wherever it ends up in the order.
+    by_id = {function._id: function for function in functions}
+    followers: dict[tuple, list[Any]] = defaultdict(list)
+    for function in functions:
+        if function.trigger_after is not None and function.trigger_after in by_id:
+            followers[key(by_id[function.trigger_after])].append(function)
+    ordered: list[Any] = []
+    visiting: set[tuple] = set()
+
     def visit(function: Any) -> None:
+        if key(function) in visiting:  # a chain that leads back to itself: once is enough
+            return
+        visiting.add(key(function))
         if function.fn is not None and _usable(function):
             ordered[:] = [f for f in ordered if key(f) != key(function)]
             ordered.append(function)
-        for follower in followers[function._id]:
+        for follower in followers[key(function)]:
             if not follower.trigger_only_on_failure:
                 visit(follower)
+        visiting.discard(key(function))
 
     for function in functions:
         if function.trigger_after is None and any(
@@ -303,20 +312,30 @@ class Views:
             if key in view["values"]:
                 known[component._id] = view["values"][key]
         outputs: dict[int, Any] = {}
+        # A redraw that refused the view's values (one run before the refit that fits the
+        # controls to the view's model: Inside's Stack still on "encoder" for SmolLM2) is
+        # said only if no later redraw drew what it would have drawn: the page shows no error
+        # that the redraw after it mended.
+        refused: list[tuple[str, set[int]]] = []
         for function in self._redraws[tab.slug]:
             args = [known.get(c._id) for c in function.inputs]
             try:
                 result = function.fn(*args)
             except gr.Error as error:  # the handler's message for this input, as a warning
-                gr.Warning(str(error.message))
+                # (-1: a redraw that draws nothing is mended by none)
+                refused.append((str(error.message), {c._id for c in function.outputs} or {-1}))
                 continue
             if len(function.outputs) == 1:
                 result = (result,)
+            drawn = {c._id for c in function.outputs}
+            refused = [(message, ids - drawn) for message, ids in refused]
             for component, out in zip(function.outputs, result, strict=True):
                 outputs[component._id] = _merge(outputs.get(component._id), out)
                 value = _value_of(out)
                 if value is not _NO_VALUE:
                     known[component._id] = value
+        for message in dict.fromkeys(message for message, ids in refused if ids):
+            gr.Warning(message)
         return outputs
 
     def view_of(
