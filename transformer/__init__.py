@@ -56,6 +56,7 @@ _LAZY: dict[str, str] = {
     "reference_targets": ".analysis",
     "start_decoding": ".analysis",
     "what_if": ".analysis",
+    "what_if_switches": ".analysis",
     # Tokenizers (Hugging Face `tokenizers`) and how they arrive at their tokens.
     "Tokenizer": ".text.tokenization",
     "TokenizerError": ".text.tokenization",
@@ -177,6 +178,7 @@ __all__ = [
     "to_torch_nn_mask",
     "train_tokenizer",
     "what_if",
+    "what_if_switches",
 ]
 
 

@@ -34,6 +34,13 @@ WHAT_IF_SWITCHES: dict[str, str] = {
 }
 
 
+def what_if_switches(config: ModelConfig) -> list[str]:
+    """The what-if switches that change something in a model of ``config``: all of
+    ``WHAT_IF_SWITCHES`` but "causal mask off" for an encoder-only model, which has no causal
+    mask to take off."""
+    return [name for name in WHAT_IF_SWITCHES if name != "causal mask off" or config.has_decoder]
+
+
 def what_if(
     switches: Iterable[str], head: tuple[AttentionKind, int, int] | None = None
 ) -> Intervention:

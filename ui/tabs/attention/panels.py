@@ -221,11 +221,14 @@ def _head_panels(
             "queries: they attend normally, but the loss ignores their output."
         )
     elif n_padded:
+        # The model's own pad token, as its rows show it (SmolLM2's <|im_end|>, GPT-2's
+        # <|endoftext|>), not one family's named for every model.
+        pad = checkpoint.tokenizer.id_to_token(config.pad_id) or str(config.pad_id)
         summary.append(
             f"Sentence {row + 1} is padded with {_plural(n_padded, 'position')} (red "
             f"{PAD_ROW_MARK} rows), but this model's pad token is a real token it does not mask "
-            "(GPT-2 pads with <|endoftext|>): those positions are read like any other, so compare "
-            "unpadded sentences."
+            f"(it pads with {code_span(pad)}): those positions are read like any other, so "
+            "compare unpadded sentences."
         )
     elif analysis.batch_size > 1:
         summary.append(

@@ -1,0 +1,69 @@
+"""What a student meets on the Attention tab, its handlers called directly on tiny random
+models (fast): a what-if the newly chosen model has nothing for is unticked, and the note on a
+pad token the model does not mask names that model's own pad token."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import llama_folder
+
+from ui.state import ModelRegistry
+from ui.tabs.attention.handlers import refit_everything
+
+pytest.importorskip("transformers")
+
+LLAMA = "tinypad"
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory, hf_models) -> ModelRegistry:
+    folder: Path = tmp_path_factory.mktemp("models") / LLAMA
+    llama_folder(
+        folder, 64, seed=6, specials=["<unk>", "<s>", "</s>"], num_hidden_layers=2, pad_token_id=2
+    )
+    return ModelRegistry("cpu", [str(folder), str(hf_models["bert"])])
+
+
+def test_causal_mask_off_is_unticked_for_an_encoder_only_model(registry: ModelRegistry) -> None:
+    bert = next(name for name in registry.model_names if "bert" in name.lower())
+    config = registry.checkpoint(bert, None).config
+    assert not config.has_decoder  # an encoder-only model: no causal mask to take off
+    outputs = refit_everything(
+        registry,
+        "the cat sat",
+        bert,
+        "decoder masked self-attention",
+        1,
+        1,
+        1,
+        ["causal mask off", "no √d scaling"],
+        False,
+        None,
+        None,
+    )
+    summary, switches = outputs[8], outputs[-1]
+    assert switches["value"] == ["no √d scaling"]
+    assert "causal mask off" not in summary and "no √d scaling" in summary
+
+
+def test_the_unmasked_pad_note_names_the_model_s_own_pad_token(registry: ModelRegistry) -> None:
+    checkpoint = registry.checkpoint(LLAMA, None)
+    pad = checkpoint.tokenizer.id_to_token(checkpoint.config.pad_id)
+    assert pad == "</s>"  # the folder's config names id 2
+    outputs = refit_everything(
+        registry,
+        "w5 w6 w7 w8\nw9",
+        LLAMA,
+        "decoder masked self-attention",
+        1,
+        1,
+        2,
+        [],
+        False,
+        None,
+        None,
+    )
+    summary = outputs[8]
+    assert "pads with `</s>`" in summary and "endoftext" not in summary
