@@ -67,3 +67,29 @@ def test_the_unmasked_pad_note_names_the_model_s_own_pad_token(registry: ModelRe
     )
     summary = outputs[8]
     assert "pads with `</s>`" in summary and "endoftext" not in summary
+
+
+# -- Long inputs --------------------------------------------------------------------------------
+
+
+def test_long_inputs_sliders_follow_the_model_and_keep_what_it_has(registry) -> None:
+    from ui.tabs.attention.scale import scale_controls
+
+    config = registry.checkpoint(LLAMA, None).config
+    _, layer, head = scale_controls(registry, LLAMA, None, 25, 9)
+    assert (layer.maximum, head.maximum) == (config.n_decoder_layers, config.n_heads)
+    assert (layer.value, head.value) == (config.n_decoder_layers, config.n_heads)
+    _, layer, head = scale_controls(registry, LLAMA, None, 1, 2)
+    assert (layer.value, head.value) == (1, 2)  # kept where the model has them
+
+
+def test_long_inputs_say_at_once_that_a_new_text_is_not_drawn_yet(registry) -> None:
+    from ui.tabs.attention.scale import stale_note
+
+    words = " ".join(f"w{5 + i % 50}" for i in range(40))
+    note = stale_note(registry, words, LLAMA, None)
+    checkpoint = registry.checkpoint(LLAMA, None)
+    n = len(checkpoint.tokenizer.encode_ids(words, add_bos=checkpoint.config.prompt_bos))
+    assert f"**{n:,} tokens**" in note and "before" in note
+    too_long = " ".join(["w5"] * (checkpoint.config.max_len + 10))
+    assert "shorten it" in stale_note(registry, too_long, LLAMA, None)

@@ -71,3 +71,40 @@ def test_the_modern_block_stop_opens_without_a_warning(
     tab = views.tabs[view["tab"]]
     out = dict(zip([c._id for c in views.outputs], applied, strict=True))
     assert out[tab.controls["stack"]._id]["value"] == "decoder"
+
+
+def test_long_inputs_fit_their_sliders_when_opened_and_mark_a_new_text(demo: gr.Blocks) -> None:
+    """The Layer and Head sliders stayed at 1–48 and 1–64 for SmolLM2 (30 layers, 9 heads): the
+    section now fits them when it opens and when a model is chosen, before any redraw reads
+    them. A pasted text left the summary on the old text's length: typing now says so."""
+    tab = demo.views.labels["Attention"]
+    text = tab.controls["scale_text"]
+    sliders = {tab.controls[key]._id for key in ("scale_layer", "scale_head")}
+    section = next(
+        b
+        for b in demo.blocks.values()
+        if isinstance(b, gr.Accordion) and str(b.label).startswith("Long inputs")
+    )
+    fits = [
+        f
+        for f in demo.fns.values()
+        if any(block == section._id for block, _ in _chain(demo, f)[-1].targets)
+        and sliders <= {c._id for c in f.outputs}
+    ]
+    assert fits, "opening the section does not fit the sliders to its model"
+    for function in demo.fns.values():
+        chain = _chain(demo, function)
+        started = {block for block, _ in chain[-1].targets}
+        if {section._id, tab.controls["scale_model"]._id} & started and sliders & {
+            c._id for c in function.inputs
+        }:
+            assert any(sliders <= {c._id for c in f.outputs} for f in chain), function.fn
+    typed = [
+        f
+        for f in demo.fns.values()
+        if (text._id, "input") in [tuple(t) for t in f.targets]
+        and any(isinstance(c, gr.Markdown) for c in f.outputs)
+    ]
+    assert typed, "typing a text says nothing"
+    left = [f for f in demo.fns.values() if (text._id, "blur") in [tuple(t) for t in f.targets]]
+    assert left, "leaving the text box does not redraw"
