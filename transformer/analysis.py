@@ -19,6 +19,7 @@ from .generation import DecodingSession, DecodingSettings, decoding_ends, source
 from .inspection import Analysis
 from .interventions import Intervention
 from .model import Transformer, count_parameters
+from .text.replay import bytes_to_unicode, readable_piece
 from .text.tokenization import Tokenizer, check_text
 from .trace import AttentionKind, Trace
 from .util import pad
@@ -62,6 +63,67 @@ def what_if(
         positional_encoding="positional_encoding" not in off,
         zero_heads=frozenset({head}) if "zero_heads" in off and head else frozenset(),
     )
+
+
+# How the app writes the characters a piece may hold that a reader cannot see: one way in
+# every view (Tokenize's chips and replay, the attention axes, the menus, the logit lens).
+VISIBLE_MARKS: dict[str, tuple[str, str]] = {
+    " ": ("␣", "a space"),
+    "\xa0": ("⍽", "a no-break space"),
+    "\n": ("↵", "a line break"),
+    "\r": ("␍", "a carriage return"),
+    "\t": ("⇥", "a tab"),
+}
+
+
+def visible_text(text: str) -> str:
+    """``text`` with the characters a reader cannot see written as marks (:data:`VISIBLE_MARKS`):
+    ``" cat\n"`` → ``"␣cat↵"``."""
+    for char, (mark, _) in VISIBLE_MARKS.items():
+        text = text.replace(char, mark)
+    return text
+
+
+def _byte_level(tokenizer: Tokenizer) -> bool:
+    return getattr(tokenizer, "algorithm", None) == "byte_bpe"
+
+
+def shown_piece(tokenizer: Tokenizer, piece: str) -> str:
+    """A token piece as the app writes it: a byte-level piece (GPT-2, SmolLM2, cl100k_base) as
+    the text its bytes stand for with spaces and line breaks as marks (``"Ġlicenses"`` →
+    ``"␣licenses"``, ``"Ċ"`` → ``"↵"``, ``"Âł"`` → ``"⍽"``; a byte of a character split across
+    pieces as ``<0xE2>``); special tokens and other tokenizers' pieces as they are."""
+    if not _byte_level(tokenizer):
+        return piece
+    token_id = tokenizer.token_to_id(piece)
+    if token_id is not None and token_id in tokenizer.special_ids:
+        return piece
+    return visible_text(readable_piece(piece).text)
+
+
+def shown_pieces(tokenizer: Tokenizer, pieces: Sequence[str]) -> list[str]:
+    """:func:`shown_piece` of every piece."""
+    if not _byte_level(tokenizer):
+        return list(pieces)
+    return [shown_piece(tokenizer, piece) for piece in pieces]
+
+
+def piece_legend(tokenizer: Tokenizer, pieces: Sequence[str]) -> str:
+    """What the marks in these pieces (as :func:`shown_piece` writes them) stand for, and how the
+    vocabulary stores them: ``"␣ is a space (stored as Ġ), ↵ a line break (Ċ)"``; ``""`` for
+    other tokenizers or pieces without marks."""
+    if not _byte_level(tokenizer):
+        return ""
+    table = bytes_to_unicode()
+    shown = "".join(shown_pieces(tokenizer, pieces))
+    parts = []
+    for char, (mark, name) in VISIBLE_MARKS.items():
+        if mark in shown:
+            stored = "".join(table[b] for b in char.encode("utf-8"))
+            parts.append(f"{mark} is {name} (stored as {stored})")
+    if "<0x" in shown:
+        parts.append("<0xE2> is one byte of a character split across pieces")
+    return "; ".join(parts)
 
 
 def axis_pieces(analysis: Analysis, kind: AttentionKind) -> tuple[list[list[str]], list[list[str]]]:
@@ -198,7 +260,8 @@ def start_decoding(
         settings,
         bos_id=start,
         eos_id=end,
-        decode_token=lambda i: tokenizer.id_to_token(i) or "?",
+        # The records' labels written as every view writes a piece (␣Paris, not ĠParis).
+        decode_token=lambda i: shown_piece(tokenizer, tokenizer.id_to_token(i) or "?"),
     )
     return session, [tokenizer.id_to_token(i) or "?" for i in ids]
 

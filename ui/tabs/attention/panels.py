@@ -7,6 +7,8 @@ from typing import Any
 
 from transformer import figures
 from transformer.analysis import (
+    axis_pieces,
+    piece_legend,
     real_keys,
 )
 from transformer.analysis import what_if as what_if_intervention
@@ -208,6 +210,10 @@ def _head_panels(
             "Tick a what-if switch or choose one of the seeds' mistakes to see what it changes",
             large_font=large,
         )
+    queries, keys = axis_pieces(analysis, view.kind)
+    legend = piece_legend(checkpoint.tokenizer, [*queries[row], *keys[row]])
+    if legend:  # the marks on the axes, said where they appear
+        summary.append(f"Pieces are written as the text they stand for: {legend}.")
     kv_line = shared_kv_line(record, view.head)
     if kv_line:
         summary.append(kv_line)

@@ -15,6 +15,7 @@ import gradio as gr
 import torch
 
 from transformer import figures
+from transformer.analysis import shown_pieces
 from transformer.attention_stats import (
     PATTERN_RULES,
     STATISTICS,
@@ -116,7 +117,10 @@ def reduced_pass(
     if len(text) > limits.MAX_TEXT:
         raise InputError(f"at most {limits.MAX_TEXT:,} characters (got {len(text):,})")
     ids = _ids(checkpoint, text, name)
-    pieces = [checkpoint.tokenizer.id_to_token(int(i)) or "?" for i in ids]
+    # Written as every view writes a piece (␣licenses, not Ġlicenses).
+    pieces = shown_pieces(
+        checkpoint.tokenizer, [checkpoint.tokenizer.id_to_token(int(i)) or "?" for i in ids]
+    )
     shared = registry.is_shared(name, checkpoint)
     key = (registry.menu_name(name), text)
     if shared:

@@ -12,6 +12,7 @@ from transformer import figures
 from transformer.analysis import (
     axis_pieces,
     reference_targets,
+    shown_pieces,
 )
 from transformer.checkpoint import Checkpoint
 from transformer.figures.attention import GRID_MAX_CELLS
@@ -169,8 +170,9 @@ def attention_view(
         layer=as_int(layer, "layer", 1, len(records)) - 1,
         head=as_int(head, "head", 1, config.n_heads) - 1,
         row=row_index,
-        query_labels=figures.token_labels(queries[row_index]),
-        key_labels=figures.token_labels(keys[row_index]),
+        # Byte-level pieces as Tokenize writes them (␣licenses, not Ġlicenses).
+        query_labels=figures.token_labels(shown_pieces(tokenizer, queries[row_index])),
+        key_labels=figures.token_labels(shown_pieces(tokenizer, keys[row_index])),
     )
 
 

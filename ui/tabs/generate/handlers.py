@@ -9,6 +9,7 @@ from typing import Any
 
 import gradio as gr
 
+from transformer.analysis import shown_piece
 from transformer.checkpoint import Checkpoint
 from transformer.generation import teacher_force
 
@@ -162,8 +163,8 @@ def force(
             decode_token=lambda i: tokenizer.id_to_token(i) or "?",
         )
 
-    def piece(i: int) -> str:
-        return tokenizer.id_to_token(i) or "?"
+    def piece(i: int) -> str:  # as every view writes a piece (␣Paris, not ĠParis)
+        return shown_piece(tokenizer, tokenizer.id_to_token(i) or "?")
 
     rows = [
         [

@@ -37,7 +37,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
     if first_config is not None:  # the example's tokens (its view is drawn on page load)
         checkpoint = registry.checkpoint(first_model, None)
         analysis = registry.analysis(first_model, checkpoint, [EXAMPLE_TEXT])
-        choices = query_choices(analysis, stacks[0])
+        choices = query_choices(analysis, stacks[0], checkpoint.tokenizer)
     first_query = default_query(choices) if choices else 0
     first = once(functools.partial(first_view, registry, first_model, stacks[0], first_query))
     # One row of controls: in Large font at 1920×1080 the first figure stays above the fold.
