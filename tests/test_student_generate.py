@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import llama_folder
 
+from transformer.pretrained.shipped import SMOLLM2
 from ui.state import GenerationState, ModelRegistry, SessionModels
 from ui.tabs.generate import handlers
 from ui.tabs.generate.chat import chat_preview, set_chat, toggle_chat
@@ -60,3 +61,25 @@ def test_a_prompt_typed_while_chat_is_on_is_read_wrapped(registry: ModelRegistry
     set_chat(False, state)
     handlers.first_step(registry, *_inputs(typed, session, state))
     assert state.source_pieces[-3:] == ["w5", "w6", "w7"] and "w10" not in state.source_pieces
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SMOLLM2.available, reason="needs the shipped SmolLM2")
+def test_the_tab_opens_on_an_answer_a_student_can_read_to_the_end() -> None:
+    """Continued as plain text, "The capital of France is" went on after " Paris." into
+    "The answer is: 2018-01-22 12:12:53". The opening question, read with the chat switch on as
+    the tab opens, is answered in one sentence that ends with the model's own end of turn."""
+    from ui.tabs.generate.decoding import OPENING, OPENING_CHAT
+
+    registry, session = ModelRegistry("cpu"), SessionModels()
+    state = set_chat(OPENING_CHAT, GenerationState())
+    prompt, name, strategy = OPENING
+    assert name == SMOLLM2.name
+    # The tab's own defaults: temperature 1, top-k off, top-p off, beam 3, 40 tokens, seed 0.
+    inputs = [prompt, name, strategy, 1.0, 0, 1.0, 3, 40, 0, 1, 1, False, session, state]
+    *_, last = handlers.run(registry, *inputs)
+    decoding = state.decoding
+    assert decoding is not None and decoding.done and decoding.stop_reason == "eos"
+    tokenizer = registry.checkpoint(name, session).tokenizer
+    assert tokenizer.decode(decoding.output_ids).strip() == "The capital of France is Paris."
+    assert "Finished** (eos)" in last[0]

@@ -484,7 +484,7 @@ def test_the_tab_opens_on_smollm2_where_installed_and_labels_its_weights(registr
     from ui.tabs.generate.decoding import opening, weights_note
 
     names = generate.generating_models(registry)
-    assert ("The capital of France is", SMOLLM2.name, "greedy") == generate.OPENING
+    assert ("What is the capital of France?", SMOLLM2.name, "greedy") == generate.OPENING
     assert SMOLLM2.name == PRELOAD_FIRST
     if SMOLLM2.available:
         assert opening(names) == generate.OPENING  # offered and chosen

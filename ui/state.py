@@ -65,11 +65,13 @@ class GenerationState:
         """gr.State copies its initial value per session; a lock is not copied but made anew."""
         import copy
 
-        return GenerationState(
+        state = GenerationState(
             copy.deepcopy(self.key, memo),
             copy.deepcopy(self.decoding, memo),
             list(self.source_pieces),
         )
+        state.chat = self.chat  # a tab that opens with its chat switch on opens every session so
+        return state
 
 
 def _tensor_bytes(value: Any, seen: set[int]) -> int:

@@ -139,3 +139,9 @@ def chat_preview(
     if template is None or not (text or "").strip():
         return ""
     return chat_tokens(registry, name, render_chat(template, unwrap_chat(template, text)), session)
+
+
+def chat_shown(registry: ModelRegistry, name: str, session: SessionModels) -> Any:
+    """The switch as the page opens: shown only where the model has a chat template, its value
+    (the tab's opening one) kept."""
+    return gr.update(visible=chat_template(registry, name, session) is not None)

@@ -10,10 +10,11 @@ from ... import limits
 from ...state import GenerationState, ModelRegistry, bind
 from . import handlers
 from .cache_view import build_cache_view
-from .chat import chat_control, chat_preview, set_chat, toggle_chat
+from .chat import chat_control, chat_preview, chat_shown, set_chat, toggle_chat
 from .decoding import (
     EXAMPLES,
     OPENING,
+    OPENING_CHAT,
     example_reference,
     generating_models,
     opening,
@@ -42,11 +43,14 @@ def build(
             names, value=first_model if first_model in names else names[0], label="Model"
         )
     model_note = gr.Markdown()
-    # Shown only for a model with a chat template (SmolLM2): it rewrites the prompt box.
+    # Shown only for a model with a chat template (SmolLM2): it rewrites the prompt box. On
+    # for the opening question, whose answer then ends by itself ("… is Paris." and the end of
+    # the turn): the model reads the question wrapped while the box shows the question.
+    chat_on = first_model == OPENING[1] and OPENING_CHAT
     chat = gr.Checkbox(
-        False,
+        chat_on,
         label="chat: wrap the prompt in the model's own chat template",
-        visible=False,
+        visible=chat_on,
     )
     chat_md = gr.Markdown()
     with gr.Row():
@@ -76,7 +80,9 @@ def build(
         back_button = gr.Button("Back")
         run_button = gr.Button("Run to the end")
         reset_button = gr.Button("Reset")
-    state = gr.State(GenerationState())
+    opened = GenerationState()
+    opened.chat = chat_on
+    state = gr.State(opened)
     summary = gr.Markdown()
     with gr.Row():
         top_plot = gr.Plot(label="Next-token distribution", show_label=False)
@@ -227,10 +233,14 @@ def build(
         demo.load(
             bind(handlers.model_controls, registry), [model_name, session], controls, **private
         )
-        demo.load(bind(chat_control, registry), [model_name, session], chat, **private)
-        opened = demo.load(live_first, inputs, outputs, **private)
-        opened.then(live_force, force_inputs, force_outputs, **private)
-        follow(opened)
+        # Shown where the model has a template; the value the page opened with is kept.
+        demo.load(bind(chat_shown, registry), [model_name, session], chat, **private)
+        demo.load(
+            bind(chat_preview, registry), [chat, source, model_name, session], chat_md, **private
+        )
+        loaded = demo.load(live_first, inputs, outputs, **private)
+        loaded.then(live_force, force_inputs, force_outputs, **private)
+        follow(loaded)
     # "state" and "step_button" let a link replay the generation to the step it was made at.
     return {
         "source": source,
