@@ -83,3 +83,20 @@ def test_the_tab_opens_on_an_answer_a_student_can_read_to_the_end() -> None:
     tokenizer = registry.checkpoint(name, session).tokenizer
     assert tokenizer.decode(decoding.output_ids).strip() == "The capital of France is Paris."
     assert "Finished** (eos)" in last[0]
+
+
+def test_a_toy_model_says_which_words_of_a_student_s_sentence_it_knows() -> None:
+    """"my little sister reads a long book" became "mon garsou vertal assiel" without a word
+    said: the toy translate model knows 73 words, and four of these are not among them."""
+    registry, session = ModelRegistry("cpu"), SessionModels()
+    inputs = ["my little sister reads a long book", "translate", "greedy", 1.0, 0, 1.0, 3, 8, 0]
+    summary = handlers.first_step(registry, *inputs, 1, 1, False, session, GenerationState())[0]
+    note = next(line for line in summary.split("\n\n") if "vocabulary" in line)
+    unknown, known = note.split(": it cuts")[0], note.split("it knows")[-1]
+    for word in ("little", "sister", "reads", "long"):  # not toy English
+        assert f"`{word}`" in unknown and f"`{word}`" not in known
+    for word in ("my", "a", "book"):  # toy English: "mon", "un", "livrot"
+        assert f"`{word}`" in known and f"`{word}`" not in unknown
+    sentence = ["the small cat sees a red ball", "translate", "greedy", 1.0, 0, 1.0, 3, 8, 0]
+    summary = handlers.first_step(registry, *sentence, 1, 1, False, session, GenerationState())[0]
+    assert "vocabulary" not in summary  # every word known: nothing to say

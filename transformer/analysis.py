@@ -126,6 +126,50 @@ def piece_legend(tokenizer: Tokenizer, pieces: Sequence[str]) -> str:
     return "; ".join(parts)
 
 
+def toy_vocabulary(task: str | None, text: str) -> tuple[list[str], list[str]]:
+    """(known, unknown): the words of ``text`` (lower-cased, in order, each once) that the toy
+    ``task``'s vocabulary holds and those it does not. The toy English of ``translate`` and
+    ``continue`` has about 80 words (:data:`~transformer.training.tasks.TRANSLATE_LEXICON`): a
+    word outside it is still cut into pieces the tokenizer knows, and translated into whatever
+    those pieces suggest. ``([], [])`` for any other task (reverse reads unknown letters as
+    [UNK], which its own note says)."""
+    if task not in ("translate", "continue"):
+        return [], []
+    from .training.tasks import TRANSLATE_LEXICON
+
+    words = list(dict.fromkeys(word.strip(".,;:!?\"'()").lower() for word in text.split()))
+    words = [word for word in words if word]
+    return (
+        [word for word in words if word in TRANSLATE_LEXICON],
+        [word for word in words if word not in TRANSLATE_LEXICON],
+    )
+
+
+def toy_vocabulary_note(task: str | None, text: str, most: int = 8) -> str:
+    """One sentence (Markdown) naming the words of ``text`` that the toy ``task`` never saw in
+    training, and the ones it knows (at most ``most`` of each), or ``""`` when it knows them all
+    or is not a toy task."""
+    known, unknown = toy_vocabulary(task, text)
+    if not unknown:
+        return ""
+
+    def listed(words: list[str]) -> str:
+        more = f" and {len(words) - most} more" if len(words) > most else ""
+        return ", ".join(f"`{word}`" for word in words[:most]) + more
+
+    knows = f"; it knows {listed(known)}" if known else "; it knows none of these words"
+    return (
+        f"⚠️ The toy {task} model's vocabulary (its {_toy_size()} words of toy English) has no "
+        f"{listed(unknown)}: it cuts such a word into pieces it knows and guesses from them{knows}."
+    )
+
+
+def _toy_size() -> int:
+    from .training.tasks import TRANSLATE_LEXICON
+
+    return len(TRANSLATE_LEXICON)
+
+
 def axis_pieces(analysis: Analysis, kind: AttentionKind) -> tuple[list[list[str]], list[list[str]]]:
     """Per sentence, the token pieces on the query axis and on the key axis of ``kind``.
 

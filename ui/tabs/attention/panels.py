@@ -10,6 +10,7 @@ from transformer.analysis import (
     axis_pieces,
     piece_legend,
     real_keys,
+    toy_vocabulary_note,
 )
 from transformer.analysis import what_if as what_if_intervention
 from transformer.checkpoint import Checkpoint
@@ -73,6 +74,9 @@ def _head_panels(
         note = unreadable_note(checkpoint.tokenizer, line, f"Sentence {number}: this model")
         if note:
             summary.append(note)
+    unknown = toy_vocabulary_note(checkpoint.info.get("task"), " ".join(lines))
+    if unknown:
+        summary.append(unknown)
     mistake = seed_mistakes.chosen(mistake)
     if mistake is not None and not MISTAKES[mistake].applies(config):
         summary.append(

@@ -9,7 +9,7 @@ from typing import Any
 import gradio as gr
 
 from transformer import figures
-from transformer.analysis import piece_legend, shown_piece, shown_pieces
+from transformer.analysis import piece_legend, shown_piece, shown_pieces, toy_vocabulary_note
 from transformer.figures.common import short_piece
 from transformer.figures.generation import next_token_figure
 from transformer.figures.lens import logit_lens_figure, residual_norms_figure
@@ -91,6 +91,9 @@ def draw(
     warning = unreadable_note(checkpoint, state.key[0])
     if warning:
         lead.append(warning)
+    unknown = toy_vocabulary_note(checkpoint.info.get("task"), state.key[0])
+    if unknown:  # a student's own sentence: which of its words the toy model ever saw
+        lead.append(unknown)
     if not records:
         text = "\n\n".join([*lead, "_Press **Step** or **Run to the end**._"])
         return (text, *placeholders(large), state)

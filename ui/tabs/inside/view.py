@@ -7,7 +7,12 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from transformer.analysis import piece_legend, shown_piece, shown_pieces
+from transformer.analysis import (
+    piece_legend,
+    shown_piece,
+    shown_pieces,
+    toy_vocabulary_note,
+)
 from transformer.checkpoint import Checkpoint
 from transformer.figures.inside import section_figure
 from transformer.inside import LayerWalkthrough, Step, check_sentence, walkthrough
@@ -196,6 +201,9 @@ def summary(chosen: Chosen, walk: LayerWalkthrough, name: str) -> str:
     note = unreadable_note(chosen.checkpoint.tokenizer, chosen.sentence)
     if note:
         lines.append(note)
+    unknown = toy_vocabulary_note(chosen.checkpoint.info.get("task"), chosen.sentence)
+    if unknown:
+        lines.append(unknown)
     legend = piece_legend(tokenizer, pieces)
     if legend:  # the marks in the query-token menu, said where they appear
         lines.append(f"Pieces are written as the text they stand for: {legend}.")
