@@ -19,6 +19,7 @@ from .scale import (
     MAX_WINDOW,
     SCALE_EXAMPLE,
     attention_scale,
+    attention_scale_live,
     scale_controls,
     stale_note,
 )
@@ -80,9 +81,12 @@ def build_scale(
     # new model fits them first too: a redraw beside the fit would read the old model's layer.
     fit = bind(scale_controls, registry)
     fit_inputs = [model, session, layer, head]
+    # The events that may start a new pass (seconds to a minute on a laptop CPU for a long
+    # text) show a progress bar with the layer it has reached.
+    read = beside_input(bind(attention_scale_live, registry), len(outputs))
     for trigger in (section.expand, model.select):
         trigger(fit, fit_inputs, [limit, layer, head], **private).then(
-            redraw, inputs, [*outputs, status], **private
+            read, inputs, [*outputs, status], **private
         )
     statistic.select(redraw, inputs, [*outputs, status], **private)
     # A text pasted or typed: the summary says at once that the figures are of the text before
@@ -95,7 +99,7 @@ def build_scale(
         trigger_mode="always_last",
         **private,
     )
-    text.blur(redraw, inputs, [*outputs, status], trigger_mode="always_last", **private)
+    text.blur(read, inputs, [*outputs, status], trigger_mode="always_last", **private)
     for slider in (layer, head, window, top_k):
         slider.release(redraw, inputs, [*outputs, status], **private)
     for number in (first_query, token):

@@ -6,9 +6,11 @@ only changes what is drawn does not run the model again."""
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
@@ -129,7 +131,7 @@ def reduced_pass(
                 _cache.move_to_end(key)
                 return _cache[key], pieces
     started = time.perf_counter()
-    result = long_pass(checkpoint.model, ids)
+    result = long_pass(checkpoint.model, ids, on_layer=_progress.get())
     _measured(registry.menu_name(name), checkpoint, len(ids), time.perf_counter() - started)
     if shared:
         with _cache_lock:
@@ -138,6 +140,12 @@ def reduced_pass(
                 _cache.popitem(last=False)
     return result, pieces
 
+
+# Where the pass reports the layer it has reached (the page's progress bar), set per call by
+# :func:`attention_scale_live`; None for the API endpoint.
+_progress: contextvars.ContextVar[Callable[[int, int], None] | None] = contextvars.ContextVar(
+    "scale_progress", default=None
+)
 
 # Seconds per unit of work (:func:`_work`) that the last pass of each model took here: what
 # the estimate before a long view starts is made from (none before a model's first pass).
@@ -307,6 +315,26 @@ def _kept(value: Any, most: int) -> int:
         return min(max(1, int(float(value))), most)
     except (TypeError, ValueError, OverflowError):
         return 1
+
+
+# The default gradio replaces with the event's own tracker (it looks for a gr.Progress default).
+_PAGE_PROGRESS = gr.Progress()
+
+
+def attention_scale_live(
+    registry: ModelRegistry, *inputs: Any, progress: gr.Progress = _PAGE_PROGRESS
+) -> tuple[Any, Any, Any, Any, str]:
+    """:func:`attention_scale` for the page's own events: while a new pass runs, a progress bar
+    says the layer it has reached ("layer 12 of 30"); a pass already cached draws at once."""
+
+    def report(done: int, total: int) -> None:
+        progress((done, total), desc=f"Reading the text: layer {done} of {total}", unit="layers")
+
+    token = _progress.set(report)
+    try:
+        return attention_scale(registry, *inputs)
+    finally:
+        _progress.reset(token)
 
 
 def scale_controls(
