@@ -108,3 +108,18 @@ def test_long_inputs_fit_their_sliders_when_opened_and_mark_a_new_text(demo: gr.
     assert typed, "typing a text says nothing"
     left = [f for f in demo.fns.values() if (text._id, "blur") in [tuple(t) for t in f.targets]]
     assert left, "leaving the text box does not redraw"
+
+
+def test_generate_folds_teacher_forcing_below_the_decoding(demo: gr.Blocks) -> None:
+    """Generate was 5,900 px long: the teacher-forcing table stood open between the decoding
+    and what follows it. It is a section that folds, closed until asked for."""
+    button = next(
+        b
+        for b in demo.blocks.values()
+        if isinstance(b, gr.Button) and b.value == "Compare with the reference"
+    )
+    parent = button.parent
+    while parent is not None and not isinstance(parent, gr.Accordion):
+        parent = parent.parent
+    assert isinstance(parent, gr.Accordion) and parent.open is False
+    assert "Teacher forcing" in str(parent.label)

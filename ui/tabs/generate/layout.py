@@ -144,16 +144,23 @@ def build(
     for event in events:
         follow(event)
 
-    gr.Markdown("### Teacher forcing: the model's prediction at every position of a reference")
-    reference = gr.Textbox(
-        value=example_reference(first_source, first_model),
-        label="Reference (the translation, or the continuation of the prompt)",
-    )
-    force_button = gr.Button("Compare with the reference")
-    force_summary = gr.Markdown()
-    force_table = gr.Dataframe(
-        headers=["position", "reference", "p(reference)", "model's argmax", "match"], max_height=320
-    )
+    # Folded: the page was 5,900 px long, and a student who came to step through a decoding
+    # scrolled past this table to reach what follows. Its events run folded or not.
+    with gr.Accordion(
+        "Teacher forcing: the model's prediction at every position of a reference",
+        open=False,
+        elem_id="teacher-forcing",
+    ):
+        reference = gr.Textbox(
+            value=example_reference(first_source, first_model),
+            label="Reference (the translation, or the continuation of the prompt)",
+        )
+        force_button = gr.Button("Compare with the reference")
+        force_summary = gr.Markdown()
+        force_table = gr.Dataframe(
+            headers=["position", "reference", "p(reference)", "model's argmax", "match"],
+            max_height=320,
+        )
     force_inputs = [source, model_name, reference, session]
     force_outputs = [force_summary, force_table]
     force_button.click(
