@@ -89,3 +89,14 @@ def test_the_logit_lens_writes_pieces_as_tokenize_does(registry: ModelRegistry) 
         written = json.dumps(json.loads(figure.to_json()), ensure_ascii=False)
         assert "Ġ" not in written and "Ċ" not in written
         assert "␣" in written  # " Paris" and its neighbours start with a space
+
+
+def test_the_chat_template_s_token_line_writes_pieces_as_tokenize_does(
+    registry: ModelRegistry,
+) -> None:
+    from ui.tabs.generate.chat import chat_preview
+
+    line = chat_preview(registry, True, "What is the capital of France?", NAME, SessionModels())
+    assert "**`<|im_start|>`**" in line  # special tokens as they are, in bold
+    assert "`␣capital`" in line and "Ġ" not in line.split("stored as")[0]
+    assert "␣ is a space (stored as Ġ)" in line and "↵ is a line break (stored as Ċ)" in line

@@ -11,6 +11,8 @@ from typing import Any
 
 import gradio as gr
 
+from transformer.analysis import piece_legend, shown_piece
+
 from ...errors import code_span
 from ...state import GenerationState, ModelRegistry, SessionModels
 from .request import GenerateRequest, read_inputs
@@ -61,16 +63,18 @@ def chat_tokens(registry: ModelRegistry, name: str, text: str, session: SessionM
     tokenizer = checkpoint.tokenizer
     ids = tokenizer.encoding(text, add_special_tokens=False).ids
     special = set(tokenizer.special_ids)
+    raw = [tokenizer.id_to_token(i) or "?" for i in ids]
+    # Written as every view writes a piece (␣You, ↵), the marks explained below the line.
     pieces = [
-        f"**{code_span(tokenizer.id_to_token(i) or '?')}**"
-        if i in special
-        else code_span(tokenizer.id_to_token(i) or "?")
-        for i in ids
+        f"**{code_span(piece)}**" if i in special else code_span(shown_piece(tokenizer, piece))
+        for i, piece in zip(ids, raw, strict=True)
     ]
+    legend = piece_legend(tokenizer, raw)
     return (
         f"The chat template makes the prompt **{len(ids)} tokens**; the special tokens that mark "
         "each turn (bold) are single tokens the model learned in fine-tuning:\n\n"
         + " ".join(pieces)
+        + (f"\n\nPieces are written as the text they stand for: {legend}." if legend else "")
     )
 
 
