@@ -86,7 +86,7 @@ def test_the_tab_opens_on_an_answer_a_student_can_read_to_the_end() -> None:
 
 
 def test_a_toy_model_says_which_words_of_a_student_s_sentence_it_knows() -> None:
-    """"my little sister reads a long book" became "mon garsou vertal assiel" without a word
+    """ "my little sister reads a long book" became "mon garsou vertal assiel" without a word
     said: the toy translate model knows 73 words, and four of these are not among them."""
     registry, session = ModelRegistry("cpu"), SessionModels()
     inputs = ["my little sister reads a long book", "translate", "greedy", 1.0, 0, 1.0, 3, 8, 0]
