@@ -123,3 +123,30 @@ def test_generate_folds_teacher_forcing_below_the_decoding(demo: gr.Blocks) -> N
         parent = parent.parent
     assert isinstance(parent, gr.Accordion) and parent.open is False
     assert "Teacher forcing" in str(parent.label)
+
+
+def test_a_link_made_while_chat_is_on_keeps_its_step(demo: gr.Blocks) -> None:
+    """Generate opens with the chat switch on: the model reads the question wrapped in its
+    template while the box shows the question, and a link made then lost the step it was at."""
+    from types import SimpleNamespace
+
+    from ui.state import GenerationState
+
+    views = demo.views
+    tab = views.tabs["generate"]
+    question, model = "What is the capital of France?", "SmolLM2-135M-Instruct"
+    wrapped = f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+    values = []
+    for each in views.tabs.values():
+        for key, component in each.controls.items():
+            if each is tab and key in ("source", "model"):
+                values.append(question if key == "source" else model)
+            else:
+                values.append(component.value)
+    state = GenerationState()
+    state.key = (wrapped, model, None)
+    state.decoding = SimpleNamespace(records=[1, 2, 3])  # three steps taken
+    state.chat = True
+    assert "step=3" in views.link("http://x/", "generate", *values, state)
+    state.chat = False  # the switch off: the box's own prompt is not what was decoded
+    assert "step=" not in views.link("http://x/", "generate", *values, state)

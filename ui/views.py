@@ -214,6 +214,19 @@ def union(components: Iterable[gr.Component]) -> list[gr.Component]:
     return list(seen.values())
 
 
+def _decodes(state: Any, source: Any, model: Any) -> bool:
+    """Whether the session's generation ``state`` is the decoding of the prompt box's ``source``
+    with ``model``: its own prompt, or, while the chat switch is on (``state.chat``), that
+    prompt wrapped in the model's template (which holds the words typed)."""
+    key = tuple(getattr(state, "key", ())[:2])
+    if len(key) < 2 or key[1] != model or not isinstance(source, str):
+        return False
+    if key[0] == source:
+        return True
+    typed = source.strip()
+    return bool(getattr(state, "chat", False) and typed and typed in str(key[0]))
+
+
 def replay_steps(step: Callable, wanted: int, args: list[Any], nothing: Any) -> Any:
     """Call the Generate tab's ``step`` handler until the generation shows ``wanted`` steps
     (the first is drawn already) or has finished, then the outputs of the last call
@@ -441,12 +454,11 @@ class Views:
         step = None
         state = values[position] if position < len(values) else None
         decoding = getattr(state, "decoding", None)
-        shown = (mine.get("source"), mine.get("model"))
         if (
             tab.slug == "generate"
             and state is not None
             and decoding is not None
-            and tuple(state.key[:2]) == shown
+            and _decodes(state, mine.get("source"), mine.get("model"))
         ):
             step = len(decoding.records)
         base = (base or "").split("?")[0].split("#")[0]
