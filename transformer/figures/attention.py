@@ -641,8 +641,10 @@ def attention_grid(
     if y_axis.get("showticklabels"):  # query labels take the margin: the layer names go above
         for note in layer_notes:
             note.update(x=0, xanchor="left", y=note["y"] - (rows - 1) / 2 - 0.5, yanchor="bottom")
+    # The red bars beside each layer's tile say which query rows are [PAD]: said in the title.
+    pad_note = f" · red bars at the left = [PAD] query rows {PAD_ROW_MARK}" if padded.any() else ""
     layout = base_layout(
-        f"{title}{notice} · grey = masked",
+        f"{title}{notice} · grey = masked{pad_note}",
         height,
         large_font,
         plot_bgcolor="white",

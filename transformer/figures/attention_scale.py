@@ -244,8 +244,17 @@ def window_figure(
             "anchor": "x2",
         },
         showlegend=bool(top_k),
-        legend={"x": 1.0, "y": 1.0, "xanchor": "right"},
+        # Under the edges, not over them (at the top right it hid the first queries' edges).
+        legend={
+            "orientation": "h",
+            "x": 0.55,
+            "xanchor": "left",
+            "y": -0.1,
+            "yanchor": "top",
+            "title": {"text": "edge width:"},
+        },
     )
+    layout["margin"]["b"] = max(layout["margin"].get("b", 0), 110 if large_font else 95)
     return go.Figure(traces, layout)
 
 
@@ -257,20 +266,50 @@ def rollout_figure(
     values = to_numpy(row)
     positions = np.arange(values.shape[0])
     labels = [plot_text(label) for label in token_labels(pieces)]
+    # One position holding most of the share (a long text's first token, an attention sink)
+    # flattens every other bar to nothing: its share is stated and cut off, and the scale
+    # fits the others.
+    top = int(np.argmax(values)) if values.size else 0
+    others = np.delete(values, top) if values.size > 1 else values[:0]
+    rest = float(others.max()) if others.size else 0.0
+    dominant = values.size > 1 and values[top] >= 0.5 and values[top] > 5 * rest and rest > 0
+    colors = ["#1f77b4"] * values.shape[0]
+    if dominant:
+        colors[top] = "#9e9e9e"
     bar = go.Bar(
         x=positions,
         y=values,
         customdata=labels,
         hovertemplate="%{customdata}<br>rollout %{y:.4f}<extra></extra>",
-        marker={"color": "#1f77b4"},
+        marker={"color": colors},
     )
-    layout = base_layout(
+    title = (
         f"Attention rollout of token {token}:{short_piece(pieces[token])!r}: "
-        "which input tokens it draws on",
+        "which input tokens it draws on"
+    )
+    yaxis: dict[str, object] = {"title": {"text": "share (sums to 1)"}}
+    annotations = []
+    if dominant:
+        share = f"{values[top]:.0%}"
+        title += f" · token {top} holds {share}; the scale fits the others"
+        yaxis["range"] = [0, rest * 1.25]
+        annotations.append(
+            {
+                "x": top,
+                "y": rest * 1.18,
+                "text": plot_text(f"{token_labels(pieces)[top]}: {share} (bar cut)"),
+                "showarrow": False,
+                "xanchor": "left" if top < values.shape[0] / 2 else "right",
+                "font": {"color": "#616161"},
+            }
+        )
+    layout = base_layout(
+        title,
         380 if large_font else 320,
         large_font,
         xaxis={"title": {"text": "input position"}},
-        yaxis={"title": {"text": "share (sums to 1)"}},
+        yaxis=yaxis,
         bargap=0,
+        annotations=annotations,
     )
     return go.Figure(bar, layout)

@@ -19,6 +19,7 @@ from ..core.model import Transformer, count_parameters
 from ..core.trace import AttentionKind, Trace
 from ..core.util import pad
 from ..generation import DecodingSession, DecodingSettings, decoding_ends, source_ends_with_eos
+from ..text.replay import bytes_to_unicode, readable_piece
 from ..text.tokenization import Tokenizer, check_text
 from .inspection import Analysis
 from .interventions import Intervention
@@ -32,6 +33,13 @@ WHAT_IF_SWITCHES: dict[str, str] = {
     "no positional encoding": "positional_encoding",
     "zero this head": "zero_heads",
 }
+
+
+def what_if_switches(config: ModelConfig) -> list[str]:
+    """The what-if switches that change something in a model of ``config``: all of
+    ``WHAT_IF_SWITCHES`` but "causal mask off" for an encoder-only model, which has no causal
+    mask to take off."""
+    return [name for name in WHAT_IF_SWITCHES if name != "causal mask off" or config.has_decoder]
 
 
 def what_if(
@@ -55,6 +63,111 @@ def what_if(
         positional_encoding="positional_encoding" not in off,
         zero_heads=frozenset({head}) if "zero_heads" in off and head else frozenset(),
     )
+
+
+# How the app writes the characters a piece may hold that a reader cannot see: one way in
+# every view (Tokenize's chips and replay, the attention axes, the menus, the logit lens).
+VISIBLE_MARKS: dict[str, tuple[str, str]] = {
+    " ": ("␣", "a space"),
+    "\xa0": ("⍽", "a no-break space"),
+    "\n": ("↵", "a line break"),
+    "\r": ("␍", "a carriage return"),
+    "\t": ("⇥", "a tab"),
+}
+
+
+def visible_text(text: str) -> str:
+    """``text`` with the characters a reader cannot see written as marks (:data:`VISIBLE_MARKS`):
+    ``" cat\n"`` → ``"␣cat↵"``."""
+    for char, (mark, _) in VISIBLE_MARKS.items():
+        text = text.replace(char, mark)
+    return text
+
+
+def _byte_level(tokenizer: Tokenizer) -> bool:
+    return getattr(tokenizer, "algorithm", None) == "byte_bpe"
+
+
+def shown_piece(tokenizer: Tokenizer, piece: str) -> str:
+    """A token piece as the app writes it: a byte-level piece (GPT-2, SmolLM2, cl100k_base) as
+    the text its bytes stand for with spaces and line breaks as marks (``"Ġlicenses"`` →
+    ``"␣licenses"``, ``"Ċ"`` → ``"↵"``, ``"Âł"`` → ``"⍽"``; a byte of a character split across
+    pieces as ``<0xE2>``); special tokens and other tokenizers' pieces as they are."""
+    if not _byte_level(tokenizer):
+        return piece
+    token_id = tokenizer.token_to_id(piece)
+    if token_id is not None and token_id in tokenizer.special_ids:
+        return piece
+    return visible_text(readable_piece(piece).text)
+
+
+def shown_pieces(tokenizer: Tokenizer, pieces: Sequence[str]) -> list[str]:
+    """:func:`shown_piece` of every piece."""
+    if not _byte_level(tokenizer):
+        return list(pieces)
+    return [shown_piece(tokenizer, piece) for piece in pieces]
+
+
+def piece_legend(tokenizer: Tokenizer, pieces: Sequence[str]) -> str:
+    """What the marks in these pieces (as :func:`shown_piece` writes them) stand for, and how the
+    vocabulary stores them: ``"␣ is a space (stored as Ġ), ↵ a line break (Ċ)"``; ``""`` for
+    other tokenizers or pieces without marks."""
+    if not _byte_level(tokenizer):
+        return ""
+    table = bytes_to_unicode()
+    shown = "".join(shown_pieces(tokenizer, pieces))
+    parts = []
+    for char, (mark, name) in VISIBLE_MARKS.items():
+        if mark in shown:
+            stored = "".join(table[b] for b in char.encode("utf-8"))
+            parts.append(f"{mark} is {name} (stored as {stored})")
+    if "<0x" in shown:
+        parts.append("<0xE2> is one byte of a character split across pieces")
+    return "; ".join(parts)
+
+
+def toy_vocabulary(task: str | None, text: str) -> tuple[list[str], list[str]]:
+    """(known, unknown): the words of ``text`` (lower-cased, in order, each once) that the toy
+    ``task``'s vocabulary holds and those it does not. The toy English of ``translate`` and
+    ``continue`` has about 80 words (:data:`~transformer.training.tasks.TRANSLATE_LEXICON`): a
+    word outside it is still cut into pieces the tokenizer knows, and translated into whatever
+    those pieces suggest. ``([], [])`` for any other task (reverse reads unknown letters as
+    [UNK], which its own note says)."""
+    if task not in ("translate", "continue"):
+        return [], []
+    from ..training.tasks import TRANSLATE_LEXICON
+
+    words = list(dict.fromkeys(word.strip(".,;:!?\"'()").lower() for word in text.split()))
+    words = [word for word in words if word]
+    return (
+        [word for word in words if word in TRANSLATE_LEXICON],
+        [word for word in words if word not in TRANSLATE_LEXICON],
+    )
+
+
+def toy_vocabulary_note(task: str | None, text: str, most: int = 8) -> str:
+    """One sentence (Markdown) naming the words of ``text`` that the toy ``task`` never saw in
+    training, and the ones it knows (at most ``most`` of each), or ``""`` when it knows them all
+    or is not a toy task."""
+    known, unknown = toy_vocabulary(task, text)
+    if not unknown:
+        return ""
+
+    def listed(words: list[str]) -> str:
+        more = f" and {len(words) - most} more" if len(words) > most else ""
+        return ", ".join(f"`{word}`" for word in words[:most]) + more
+
+    knows = f"; it knows {listed(known)}" if known else "; it knows none of these words"
+    return (
+        f"⚠️ The toy {task} model's vocabulary (its {_toy_size()} words of toy English) has no "
+        f"{listed(unknown)}: it cuts such a word into pieces it knows and guesses from them{knows}."
+    )
+
+
+def _toy_size() -> int:
+    from ..training.tasks import TRANSLATE_LEXICON
+
+    return len(TRANSLATE_LEXICON)
 
 
 def axis_pieces(analysis: Analysis, kind: AttentionKind) -> tuple[list[list[str]], list[list[str]]]:
@@ -191,7 +304,8 @@ def start_decoding(
         settings,
         bos_id=start,
         eos_id=end,
-        decode_token=lambda i: tokenizer.id_to_token(i) or "?",
+        # The records' labels written as every view writes a piece (␣Paris, not ĠParis).
+        decode_token=lambda i: shown_piece(tokenizer, tokenizer.id_to_token(i) or "?"),
     )
     return session, [tokenizer.id_to_token(i) or "?" for i in ids]
 

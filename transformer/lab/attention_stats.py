@@ -11,6 +11,7 @@ one head's weights are recomputed exactly when it is drawn.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -264,16 +265,31 @@ def main_kind(model: Transformer) -> AttentionKind:
 
 
 @torch.no_grad()
-def long_pass(model: Transformer, ids: Tensor) -> LongPass:
+def long_pass(
+    model: Transformer, ids: Tensor, on_layer: Callable[[int, int], None] | None = None
+) -> LongPass:
     """Run ``model`` over ``(T,)`` ids (one input, no padding; in eval mode) keeping per layer
     only a :class:`LayerSummary`. An encoder-decoder model's encoder is observed. The pass
-    stops once the last observed layer is kept (what follows it is never drawn)."""
+    stops once the last observed layer is kept (what follows it is never drawn).
+    ``on_layer(done, total)`` is called as each observed layer is kept (a progress bar)."""
     kind = main_kind(model)
     config = model.config
     causal = kind == "decoder_self"
     n_layers = config.n_decoder_layers if causal else config.n_encoder_layers
     result = LongPass(kind=kind, tokens=ids.cpu(), causal=causal, stop_after=n_layers)
-    ops = replace(PAPER, observe_attention=result.observe)
+    observe = result.observe
+    if on_layer is not None:
+        report = on_layer
+
+        def observe(probe: AttentionProbe, kind: AttentionKind | None, layer: int) -> None:
+            kept = len(result.layers)
+            try:
+                result.observe(probe, kind, layer)
+            finally:
+                if len(result.layers) > kept:
+                    report(len(result.layers), n_layers)
+
+    ops = replace(PAPER, observe_attention=observe)
     batch = ids[None].to(model.device)
     was_training = model.training
     model.eval()

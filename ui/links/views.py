@@ -127,23 +127,32 @@ def redraw_functions(demo: gr.Blocks, controls: Iterable[gr.Component]) -> list[
     of one of them, with what follows it, every handler once, after what it follows."""
     ids = {component._id for component in controls}
     functions = sorted(demo.fns.values(), key=lambda f: f._id)
-    followers: dict[int, list[Any]] = defaultdict(list)
-    for function in functions:
-        if function.trigger_after is not None:
-            followers[function.trigger_after].append(function)
-    ordered: list[Any] = []
 
     def key(function: Any) -> tuple:
         inputs = tuple(c._id for c in function.inputs)
         return id(function.fn), inputs, tuple(c._id for c in function.outputs)
 
+    # One handler wired to several triggers (Inside's fit, on a model, a stack and a sentence)
+    # runs once: what follows any of its events follows it, wherever it ends up in the order.
+    by_id = {function._id: function for function in functions}
+    followers: dict[tuple, list[Any]] = defaultdict(list)
+    for function in functions:
+        if function.trigger_after is not None and function.trigger_after in by_id:
+            followers[key(by_id[function.trigger_after])].append(function)
+    ordered: list[Any] = []
+    visiting: set[tuple] = set()
+
     def visit(function: Any) -> None:
+        if key(function) in visiting:  # a chain that leads back to itself: once is enough
+            return
+        visiting.add(key(function))
         if function.fn is not None and _usable(function):
             ordered[:] = [f for f in ordered if key(f) != key(function)]
             ordered.append(function)
-        for follower in followers[function._id]:
+        for follower in followers[key(function)]:
             if not follower.trigger_only_on_failure:
                 visit(follower)
+        visiting.discard(key(function))
 
     for function in functions:
         if function.trigger_after is None and any(
@@ -203,6 +212,19 @@ def union(components: Iterable[gr.Component]) -> list[gr.Component]:
     for component in components:
         seen.setdefault(component._id, component)
     return list(seen.values())
+
+
+def _decodes(state: Any, source: Any, model: Any) -> bool:
+    """Whether the session's generation ``state`` is the decoding of the prompt box's ``source``
+    with ``model``: its own prompt, or, while the chat switch is on (``state.chat``), that
+    prompt wrapped in the model's template (which holds the words typed)."""
+    key = tuple(getattr(state, "key", ())[:2])
+    if len(key) < 2 or key[1] != model or not isinstance(source, str):
+        return False
+    if key[0] == source:
+        return True
+    typed = source.strip()
+    return bool(getattr(state, "chat", False) and typed and typed in str(key[0]))
 
 
 def replay_steps(step: Callable, wanted: int, args: list[Any], nothing: Any) -> Any:
@@ -303,20 +325,30 @@ class Views:
             if key in view["values"]:
                 known[component._id] = view["values"][key]
         outputs: dict[int, Any] = {}
+        # A redraw that refused the view's values (one run before the refit that fits the
+        # controls to the view's model: Inside's Stack still on "encoder" for SmolLM2) is
+        # said only if no later redraw drew what it would have drawn: the page shows no error
+        # that the redraw after it mended.
+        refused: list[tuple[str, set[int]]] = []
         for function in self._redraws[tab.slug]:
             args = [known.get(c._id) for c in function.inputs]
             try:
                 result = function.fn(*args)
             except gr.Error as error:  # the handler's message for this input, as a warning
-                gr.Warning(str(error.message))
+                # (-1: a redraw that draws nothing is mended by none)
+                refused.append((str(error.message), {c._id for c in function.outputs} or {-1}))
                 continue
             if len(function.outputs) == 1:
                 result = (result,)
+            drawn = {c._id for c in function.outputs}
+            refused = [(message, ids - drawn) for message, ids in refused]
             for component, out in zip(function.outputs, result, strict=True):
                 outputs[component._id] = _merge(outputs.get(component._id), out)
                 value = _value_of(out)
                 if value is not _NO_VALUE:
                     known[component._id] = value
+        for message in dict.fromkeys(message for message, ids in refused if ids):
+            gr.Warning(message)
         return outputs
 
     def view_of(
@@ -422,12 +454,11 @@ class Views:
         step = None
         state = values[position] if position < len(values) else None
         decoding = getattr(state, "decoding", None)
-        shown = (mine.get("source"), mine.get("model"))
         if (
             tab.slug == "generate"
             and state is not None
             and decoding is not None
-            and tuple(state.key[:2]) == shown
+            and _decodes(state, mine.get("source"), mine.get("model"))
         ):
             step = len(decoding.records)
         base = (base or "").split("?")[0].split("#")[0]

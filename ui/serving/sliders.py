@@ -14,14 +14,39 @@ from __future__ import annotations
 # Part of the page's script (ui/demo.py's PAGE_JS). A gradio slider is a ``.wrap`` holding a
 # number box (data-testid="number-input") and a range input; a gr.Number has no range input,
 # and keeps its own ``.submit``.
+#
+# A number typed outside the slider's range (9 in a 1..4 box) is moved into it before gradio
+# reads it: gradio sent it as typed, refused it ("9 is above the largest value this control
+# takes") and left a red "Error" pill over the figures after the toast. The box's tooltip says
+# what was typed and the range.
 SLIDER_ENTER_JS = """
-document.addEventListener('keydown', (event) => {
-  const box = event.target;
-  if (event.key !== 'Enter' || event.isComposing || !(box instanceof HTMLInputElement)) return;
-  if (box.type !== 'number' || box.dataset.testid !== 'number-input') return;
-  const slider = box.closest('.wrap');
-  if (!slider || !slider.querySelector('input[type="range"]')) return;
-  event.preventDefault();
-  box.blur();
-}, true);
+(() => {
+  const sliderBox = (box) => {
+    if (!(box instanceof HTMLInputElement) || box.type !== 'number') return null;
+    if (box.dataset.testid !== 'number-input') return null;
+    const slider = box.closest('.wrap');
+    const range = slider && slider.querySelector('input[type="range"]');
+    return range ? range : null;
+  };
+  const clamp = (box) => {
+    const range = sliderBox(box);
+    if (!range || box.value === '') return;
+    const value = Number(box.value);
+    const low = Number(range.min), high = Number(range.max);
+    if (!Number.isFinite(value) || (value >= low && value <= high)) return;
+    const kept = Math.min(Math.max(value, low), high);
+    box.value = String(kept);
+    box.dispatchEvent(new Event('input', {bubbles: true}));
+    box.title = `${value} is out of range: this slider takes ${low} to ${high}`;
+  };
+  document.addEventListener('keydown', (event) => {
+    const box = event.target;
+    if (event.key !== 'Enter' || event.isComposing || !sliderBox(box)) return;
+    event.preventDefault();
+    clamp(box);
+    box.blur();
+  }, true);
+  // Leaving the box (a click elsewhere) is gradio's other path to .release: clamp first.
+  document.addEventListener('focusout', (event) => clamp(event.target), true);
+})();
 """

@@ -57,16 +57,21 @@ class GenerationState:
         # Step and Run to the end may arrive at once for one session: each step holds this
         # lock. Not a field: gradio turns a State's dataclass fields into its config.
         self.lock = threading.Lock()
+        # Generate's chat switch: while on, every request reads its prompt wrapped in the
+        # model's chat template, whatever the prompt box holds (set by the switch's event).
+        self.chat = False
 
     def __deepcopy__(self, memo: dict) -> GenerationState:
         """gr.State copies its initial value per session; a lock is not copied but made anew."""
         import copy
 
-        return GenerationState(
+        state = GenerationState(
             copy.deepcopy(self.key, memo),
             copy.deepcopy(self.decoding, memo),
             list(self.source_pieces),
         )
+        state.chat = self.chat  # a tab that opens with its chat switch on opens every session so
+        return state
 
 
 def _tensor_bytes(value: Any, seen: set[int]) -> int:

@@ -10,6 +10,8 @@ from typing import Any
 
 import gradio as gr
 
+from transformer.lab.analysis import what_if_switches
+
 from ...serving.errors import friendly, gpu
 from ...serving.state import ModelRegistry, SessionModels
 from . import mistakes as seed_mistakes
@@ -89,6 +91,12 @@ def fit(registry: ModelRegistry, request: AttentionRequest) -> Fitted:
     # Cross-attention is the one an encoder-decoder model is best known for.
     kind = request.kind if request.kind in kinds else kinds[-1]
     n_layers = layers_of(config, ATTENTION_KINDS[kind])
+    # A switch the model has nothing for (the causal mask of an encoder-only MiniLM) is
+    # unticked, not listed as on in the summary.
+    applies = what_if_switches(config)
+    request = dataclasses.replace(
+        request, what_if=tuple(s for s in request.what_if if s in applies)
+    )
     ranges = (
         (n_layers, _clamp(request.layer, n_layers)),
         (config.n_heads, _clamp(request.head, config.n_heads)),
@@ -187,7 +195,10 @@ def refit_everything(registry: ModelRegistry, request: AttentionRequest) -> tupl
     mistake_u = seed_mistakes.choices(registry, name, mistake, session)
     offered = seed_mistakes.choices_for(registry.checkpoint(name, session).config)
     request = dataclasses.replace(fitted.request, mistake=mistake if mistake in offered else None)
-    return (*fitted.updates(), mistake_u, *_everything(registry, request))
+    # The what-if switches keep their choices (an event started before this one may still send
+    # one of them); those this model has nothing for are unticked.
+    switches = gr.update(value=list(fitted.request.what_if))
+    return (*fitted.updates(), mistake_u, *_everything(registry, request), switches)
 
 
 @friendly

@@ -101,7 +101,7 @@ def build(
     # Controls that change what applies fit the ranges and choices and redraw in one event
     # (see refit_everything). The radio listens to .select, a user's click: gradio also fires
     # its .input when an event sets its choices.
-    fitted = [*control_outputs, mistake, *all_outputs]
+    fitted = [*control_outputs, mistake, *all_outputs, what_if]
     fit_and_draw = beside_input(bind(refit_everything, registry), len(fitted))
     fitted.append(status)
     kind.select(fit_and_draw, inputs, fitted, **private)

@@ -10,6 +10,7 @@ Used by the Attention tab (whose what-if panels draw the broken pass) and, stand
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import gradio as gr
@@ -308,9 +309,12 @@ def build(
     head: Any,
     large: Any,
     session: Any,
+    refitted: Sequence[Any] = (),
 ) -> dict[str, Any]:
     """Lay out the panel (the dropdown, the text, the head correct | broken, the change) under
     a tab's own inputs and wire it: a change of the model refits the menu, any input redraws.
+    ``refitted``: the tab's events that fit its controls to a newly chosen model; the panel
+    follows those (it reads the controls only once they fit), else the model's ``.change``.
 
     Returns the components by name: ``mistake``, ``text``, ``single``, ``diff``.
     """
@@ -326,9 +330,13 @@ def build(
     outputs = [single, diff, text]
     draw = bind(panel, registry)
     private: dict[str, Any] = {"api_visibility": "private"}
-    model_name.change(
-        bind(choices, registry), [model_name, mistake, session], [mistake], **private
-    ).success(draw, inputs, outputs, **private)
+    # A redraw started with the model's own change would read the old model's stack or layer,
+    # which the tab's refit is about to change (gradio refuses it: "not in the list of choices").
+    starts = [event.then for event in refitted] or [model_name.change]
+    for start in starts:
+        start(
+            bind(choices, registry), [model_name, mistake, session], [mistake], **private
+        ).success(draw, inputs, outputs, **private)
     for trigger in (mistake.select, sentences.change, kind.change, layer.change, head.change):
         trigger(draw, inputs, outputs, trigger_mode="always_last", **private)
     large.change(draw, inputs, outputs, **private)

@@ -19,7 +19,9 @@ from .scale import (
     MAX_WINDOW,
     SCALE_EXAMPLE,
     attention_scale,
+    attention_scale_live,
     scale_controls,
+    stale_note,
 )
 
 
@@ -74,11 +76,30 @@ def build_scale(
     run.click(handler, inputs, outputs, api_name="attention_scale")
     private: dict[str, Any] = {"api_visibility": "private"}
     redraw = beside_input(handler, len(outputs))
-    # Opening the section draws its example (a short text: a pass of a second or two).
-    section.expand(redraw, inputs, [*outputs, status], **private)
-    model.select(bind(scale_controls, registry), [model, session], [limit, layer, head], **private)
-    for control in (statistic, model):
-        control.select(redraw, inputs, [*outputs, status], **private)
+    # Opening the section fits the Layer and Head sliders to its model (they were built wide
+    # for API callers), then draws its example (a short text: a pass of a second or two). A
+    # new model fits them first too: a redraw beside the fit would read the old model's layer.
+    fit = bind(scale_controls, registry)
+    fit_inputs = [model, session, layer, head]
+    # The events that may start a new pass (seconds to a minute on a laptop CPU for a long
+    # text) show a progress bar with the layer it has reached.
+    read = beside_input(bind(attention_scale_live, registry), len(outputs))
+    for trigger in (section.expand, model.select):
+        trigger(fit, fit_inputs, [limit, layer, head], **private).then(
+            read, inputs, [*outputs, status], **private
+        )
+    statistic.select(redraw, inputs, [*outputs, status], **private)
+    # A text pasted or typed: the summary says at once that the figures are of the text before
+    # (its length, about how long a redraw takes); leaving the box redraws (a long pass is
+    # not started on every key pressed).
+    text.input(
+        bind(stale_note, registry),
+        [text, model, session],
+        summary,
+        trigger_mode="always_last",
+        **private,
+    )
+    text.blur(read, inputs, [*outputs, status], trigger_mode="always_last", **private)
     for slider in (layer, head, window, top_k):
         slider.release(redraw, inputs, [*outputs, status], **private)
     for number in (first_query, token):

@@ -9,7 +9,10 @@ from transformer import figures
 from transformer.core.trace import largest_logit_change
 from transformer.figures.attention import PAD_ROW_MARK, weights_beside_figure
 from transformer.lab.analysis import (
+    axis_pieces,
+    piece_legend,
     real_keys,
+    toy_vocabulary_note,
 )
 from transformer.lab.analysis import what_if as what_if_intervention
 from transformer.lab.interventions import NO_INTERVENTION
@@ -71,6 +74,9 @@ def _head_panels(
         note = unreadable_note(checkpoint.tokenizer, line, f"Sentence {number}: this model")
         if note:
             summary.append(note)
+    unknown = toy_vocabulary_note(checkpoint.info.get("task"), " ".join(lines))
+    if unknown:
+        summary.append(unknown)
     mistake = seed_mistakes.chosen(mistake)
     if mistake is not None and not MISTAKES[mistake].applies(config):
         summary.append(
@@ -208,6 +214,10 @@ def _head_panels(
             "Tick a what-if switch or choose one of the seeds' mistakes to see what it changes",
             large_font=large,
         )
+    queries, keys = axis_pieces(analysis, view.kind)
+    legend = piece_legend(checkpoint.tokenizer, [*queries[row], *keys[row]])
+    if legend:  # the marks on the axes, said where they appear
+        summary.append(f"Pieces are written as the text they stand for: {legend}.")
     kv_line = shared_kv_line(record, view.head)
     if kv_line:
         summary.append(kv_line)
@@ -221,11 +231,14 @@ def _head_panels(
             "queries: they attend normally, but the loss ignores their output."
         )
     elif n_padded:
+        # The model's own pad token, as its rows show it (SmolLM2's <|im_end|>, GPT-2's
+        # <|endoftext|>), not one family's named for every model.
+        pad = checkpoint.tokenizer.id_to_token(config.pad_id) or str(config.pad_id)
         summary.append(
             f"Sentence {row + 1} is padded with {_plural(n_padded, 'position')} (red "
             f"{PAD_ROW_MARK} rows), but this model's pad token is a real token it does not mask "
-            "(GPT-2 pads with <|endoftext|>): those positions are read like any other, so compare "
-            "unpadded sentences."
+            f"(it pads with {code_span(pad)}): those positions are read like any other, so "
+            "compare unpadded sentences."
         )
     elif analysis.batch_size > 1:
         summary.append(

@@ -6,8 +6,11 @@ only changes what is drawn does not run the model again."""
 
 from __future__ import annotations
 
+import contextvars
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
@@ -21,6 +24,7 @@ from transformer.figures.attention_scale import (
     rollout_figure,
     window_figure,
 )
+from transformer.lab.analysis import shown_pieces
 from transformer.lab.attention_stats import (
     PATTERN_RULES,
     STATISTICS,
@@ -115,7 +119,10 @@ def reduced_pass(
     if len(text) > limits.MAX_TEXT:
         raise InputError(f"at most {limits.MAX_TEXT:,} characters (got {len(text):,})")
     ids = _ids(checkpoint, text, name)
-    pieces = [checkpoint.tokenizer.id_to_token(int(i)) or "?" for i in ids]
+    # Written as every view writes a piece (␣licenses, not Ġlicenses).
+    pieces = shown_pieces(
+        checkpoint.tokenizer, [checkpoint.tokenizer.id_to_token(int(i)) or "?" for i in ids]
+    )
     shared = registry.is_shared(name, checkpoint)
     key = (registry.menu_name(name), text)
     if shared:
@@ -123,13 +130,84 @@ def reduced_pass(
             if key in _cache:
                 _cache.move_to_end(key)
                 return _cache[key], pieces
-    result = long_pass(checkpoint.model, ids)
+    started = time.perf_counter()
+    result = long_pass(checkpoint.model, ids, on_layer=_progress.get())
+    _measured(registry.menu_name(name), checkpoint, len(ids), time.perf_counter() - started)
     if shared:
         with _cache_lock:
             _cache[key] = result
             while len(_cache) > CACHE_PASSES:
                 _cache.popitem(last=False)
     return result, pieces
+
+
+# Where the pass reports the layer it has reached (the page's progress bar), set per call by
+# :func:`attention_scale_live`; None for the API endpoint.
+_progress: contextvars.ContextVar[Callable[[int, int], None] | None] = contextvars.ContextVar(
+    "scale_progress", default=None
+)
+
+# Seconds per unit of work (:func:`_work`) that the last pass of each model took here: what
+# the estimate before a long view starts is made from (none before a model's first pass).
+_seconds_per_work: dict[str, float] = {}
+
+
+def _layers(config: Any) -> int:
+    """The layers this view observes: the decoder's of a decoder-only model, else the encoder's."""
+    if config.architecture == "decoder-only":
+        return int(config.n_decoder_layers)
+    return int(config.n_encoder_layers)
+
+
+def _work(checkpoint: Checkpoint, n_tokens: int) -> float:
+    """A pass's work in rough units: per observed layer, the attention's T² per head and the
+    projections' and feed-forward's T·d_model."""
+    config = checkpoint.config
+    return _layers(config) * n_tokens * (n_tokens * config.n_heads + 12 * config.d_model)
+
+
+def _measured(model: str, checkpoint: Checkpoint, n_tokens: int, seconds: float) -> None:
+    if n_tokens >= 64:  # a short pass is mostly fixed overhead: it would mislead the estimate
+        _seconds_per_work[model] = seconds / _work(checkpoint, n_tokens)
+
+
+def estimate_seconds(model: str, checkpoint: Checkpoint, n_tokens: int) -> float | None:
+    """About how long a pass of ``n_tokens`` takes here, from this model's last long pass
+    (None before one has run)."""
+    rate = _seconds_per_work.get(model)
+    return None if rate is None else rate * _work(checkpoint, n_tokens)
+
+
+def stale_note(registry: ModelRegistry, text: str, name: str, session: SessionModels) -> str:
+    """The summary while the text box holds a text the figures are not of: its length in
+    tokens, how to redraw and, where a pass of this model has run here, about how long the
+    redraw will take (or why the text cannot be read)."""
+    try:
+        checkpoint = registry.checkpoint(name, session)
+        text = as_text(text, "text").strip()
+        if not text:
+            return "⚠️ **Enter a text**: the figures below are of the text before."
+        if len(text) > limits.MAX_TEXT:
+            raise InputError(f"at most {limits.MAX_TEXT:,} characters (got {len(text):,})")
+        ids = _ids(checkpoint, text, name)
+    except (InputError, ValueError) as error:
+        return f"⚠️ **The text changed**: {error}. The figures below are of the text before."
+    key = (registry.menu_name(name), text)
+    with _cache_lock:
+        cached = key in _cache
+    seconds = None if cached else estimate_seconds(registry.menu_name(name), checkpoint, len(ids))
+    when = (
+        " (drawn at once: this text was read before)"
+        if cached
+        else f" (about {seconds:.0f} s on this machine)"
+        if seconds is not None and seconds >= 1
+        else ""
+    )
+    return (
+        f"⚠️ **The text changed** (now **{len(ids):,} tokens**): the figures below are still "
+        f"of the text before. Click outside the box, or press **Show every head**, to redraw"
+        f"{when}."
+    )
 
 
 def _statistic(value: Any) -> str:
@@ -231,25 +309,50 @@ def attention_scale(
     return overview, head_fig, window_fig, rollout_fig, summary
 
 
+def _kept(value: Any, most: int) -> int:
+    """A slider's value moved into 1..most (1 where it is not a number)."""
+    try:
+        return min(max(1, int(float(value))), most)
+    except (TypeError, ValueError, OverflowError):
+        return 1
+
+
+# The default gradio replaces with the event's own tracker (it looks for a gr.Progress default).
+_PAGE_PROGRESS = gr.Progress()
+
+
+def attention_scale_live(
+    registry: ModelRegistry, *inputs: Any, progress: gr.Progress = _PAGE_PROGRESS
+) -> tuple[Any, Any, Any, Any, str]:
+    """:func:`attention_scale` for the page's own events: while a new pass runs, a progress bar
+    says the layer it has reached ("layer 12 of 30"); a pass already cached draws at once."""
+
+    def report(done: int, total: int) -> None:
+        progress((done, total), desc=f"Reading the text: layer {done} of {total}", unit="layers")
+
+    token = _progress.set(report)
+    try:
+        return attention_scale(registry, *inputs)
+    finally:
+        _progress.reset(token)
+
+
 def scale_controls(
-    registry: ModelRegistry, name: str, session: SessionModels
+    registry: ModelRegistry, name: str, session: SessionModels, layer: Any = 1, head: Any = 1
 ) -> tuple[str, Any, Any]:
     """The limit line for the chosen model (said beside the text box) and its Layer and Head
-    ranges."""
+    ranges, the values kept where the model has them (moved to its last layer or head where
+    not)."""
     line = limit_line(registry, name, session)
     try:
         config = registry.checkpoint(name, session).config
-    except InputError:
+    except (InputError, ValueError):
         return line, gr.Slider(), gr.Slider()
-    n_layers = (
-        config.n_decoder_layers
-        if config.architecture == "decoder-only"
-        else (config.n_encoder_layers)
-    )
+    n_layers = _layers(config)
     return (
         line,
-        gr.Slider(minimum=1, maximum=max(2, n_layers), value=1),
-        gr.Slider(minimum=1, maximum=max(2, config.n_heads), value=1),
+        gr.Slider(minimum=1, maximum=max(2, n_layers), value=_kept(layer, n_layers)),
+        gr.Slider(minimum=1, maximum=max(2, config.n_heads), value=_kept(head, config.n_heads)),
     )
 
 

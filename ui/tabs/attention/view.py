@@ -14,6 +14,7 @@ from transformer.figures.attention import GRID_MAX_CELLS
 from transformer.lab.analysis import (
     axis_pieces,
     reference_targets,
+    shown_pieces,
 )
 from transformer.lab.inspection import MAX_SENTENCES, Analysis, check_sentences
 from transformer.pretrained.checkpoint import Checkpoint
@@ -169,8 +170,9 @@ def attention_view(
         layer=as_int(layer, "layer", 1, len(records)) - 1,
         head=as_int(head, "head", 1, config.n_heads) - 1,
         row=row_index,
-        query_labels=figures.token_labels(queries[row_index]),
-        key_labels=figures.token_labels(keys[row_index]),
+        # Byte-level pieces as Tokenize writes them (␣licenses, not Ġlicenses).
+        query_labels=figures.token_labels(shown_pieces(tokenizer, queries[row_index])),
+        key_labels=figures.token_labels(shown_pieces(tokenizer, keys[row_index])),
     )
 
 

@@ -25,8 +25,8 @@ from transformer.generation.cache_stats import (
 
 from ...serving.errors import InputError, friendly, gpu, markdown_text
 from ...serving.state import ModelRegistry, bind
+from .chat import read_request
 from .decoding import current
-from .request import read_inputs
 from .shown import PRIVATE, if_shown, open_flag
 
 STEPS_SHOWN = 12  # the last steps listed in the table
@@ -152,7 +152,7 @@ def kv_cache(registry: ModelRegistry, *inputs: Any) -> tuple[str, str, str]:
     """The ``/kv_cache`` endpoint (the Generate endpoints' inputs): (what the cache of the
     session's decoding holds; what each step computed; the next step measured with and
     without the cache)."""
-    request, session, state = read_inputs(inputs)
+    request, session, state = read_request(registry, inputs)
     with state.lock:
         try:
             state, _note = current(registry, state, session, request)

@@ -1,16 +1,21 @@
 """The Generate tab's *chat* switch: wrap the prompt in the model's own chat template (SmolLM2's
 ChatML, read from its GGUF) and show the wrapped prompt as tokens, so the special tokens that
 mark the turns are visible. No endpoint: the switch rewrites the prompt box, whose own change
-event generates."""
+event generates, and marks the session's generation state, so that every request after it
+reads its prompt wrapped, also a prompt typed over the wrapped one while the switch is on."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import gradio as gr
 
+from transformer.lab.analysis import piece_legend, shown_piece
+
 from ...serving.errors import code_span
-from ...serving.state import ModelRegistry, SessionModels
+from ...serving.state import GenerationState, ModelRegistry, SessionModels
+from .request import GenerateRequest, read_inputs
 
 CHATML_USER = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 """The minimal ChatML form, used when a template cannot be rendered with jinja2."""
@@ -58,16 +63,18 @@ def chat_tokens(registry: ModelRegistry, name: str, text: str, session: SessionM
     tokenizer = checkpoint.tokenizer
     ids = tokenizer.encoding(text, add_special_tokens=False).ids
     special = set(tokenizer.special_ids)
+    raw = [tokenizer.id_to_token(i) or "?" for i in ids]
+    # Written as every view writes a piece (␣You, ↵), the marks explained below the line.
     pieces = [
-        f"**{code_span(tokenizer.id_to_token(i) or '?')}**"
-        if i in special
-        else code_span(tokenizer.id_to_token(i) or "?")
-        for i in ids
+        f"**{code_span(piece)}**" if i in special else code_span(shown_piece(tokenizer, piece))
+        for i, piece in zip(ids, raw, strict=True)
     ]
+    legend = piece_legend(tokenizer, raw)
     return (
         f"The chat template makes the prompt **{len(ids)} tokens**; the special tokens that mark "
         "each turn (bold) are single tokens the model learned in fine-tuning:\n\n"
         + " ".join(pieces)
+        + (f"\n\nPieces are written as the text they stand for: {legend}." if legend else "")
     )
 
 
@@ -90,3 +97,55 @@ def toggle_chat(
 def chat_control(registry: ModelRegistry, name: str, session: SessionModels) -> Any:
     """The switch for a newly chosen model: shown (and off) only where it has a chat template."""
     return gr.update(visible=chat_template(registry, name, session) is not None, value=False)
+
+
+def set_chat(chat: bool, state: GenerationState | None) -> GenerationState:
+    """The session's generation state with the switch's value recorded (in place)."""
+    state = state if state is not None else GenerationState()
+    state.chat = bool(chat)
+    return state
+
+
+def chat_request(
+    registry: ModelRegistry,
+    request: GenerateRequest,
+    session: SessionModels | None,
+    state: GenerationState | None,
+) -> GenerateRequest:
+    """``request`` as the model reads it: while the switch is on (``state.chat``) and the model
+    has a chat template, its prompt wrapped in the template (the user's words taken out of a
+    prompt already wrapped, so wrapping twice changes nothing); else ``request`` itself."""
+    if state is None or not state.chat:
+        return request
+    template = chat_template(registry, request.model, session)
+    if template is None or not request.source.strip():
+        return request
+    wrapped = render_chat(template, unwrap_chat(template, request.source))
+    return dataclasses.replace(request, source=wrapped)
+
+
+def read_request(
+    registry: ModelRegistry, values: tuple
+) -> tuple[GenerateRequest, SessionModels, GenerationState]:
+    """An endpoint's inputs as :func:`read_inputs` reads them, the prompt as the model reads
+    it (:func:`chat_request`)."""
+    request, session, state = read_inputs(values)
+    return chat_request(registry, request, session, state), session, state
+
+
+def chat_preview(
+    registry: ModelRegistry, chat: bool, text: str, name: str, session: SessionModels
+) -> Any:
+    """The token line under the switch for the prompt box's text: the wrapped prompt's tokens
+    while the switch is on (a prompt typed anew is shown as the model will read it), ``""``
+    when it is off or the model has no template."""
+    template = chat_template(registry, name, session) if chat else None
+    if template is None or not (text or "").strip():
+        return ""
+    return chat_tokens(registry, name, render_chat(template, unwrap_chat(template, text)), session)
+
+
+def chat_shown(registry: ModelRegistry, name: str, session: SessionModels) -> Any:
+    """The switch as the page opens: shown only where the model has a chat template, its value
+    (the tab's opening one) kept."""
+    return gr.update(visible=chat_template(registry, name, session) is not None)

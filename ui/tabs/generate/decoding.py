@@ -27,9 +27,15 @@ EXAMPLES = [
 ]
 
 
-OPENING = ("The capital of France is", "SmolLM2-135M-Instruct", "greedy")
+OPENING = ("What is the capital of France?", "SmolLM2-135M-Instruct", "greedy")
 """What the tab opens on when the shipped SmolLM2 is installed: a real language model writing
-English (read in the background at start; the first step waits for it)."""
+English (read in the background at start; the first step waits for it), asked a question with
+the chat switch on (:data:`OPENING_CHAT`): its greedy answer, "The capital of France is
+Paris.", ends with its own end-of-turn token in 8 steps. Continued as plain text, "The capital
+of France is" drifts after " Paris." into made-up dates a student cannot read to the end."""
+
+OPENING_CHAT = True
+"""Whether the tab opens with the chat switch on (for :data:`OPENING`'s model only)."""
 
 
 def opening(names: list[str]) -> tuple[str, str, str]:

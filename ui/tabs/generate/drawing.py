@@ -13,7 +13,7 @@ from transformer.figures.common import short_piece
 from transformer.figures.generation import next_token_figure
 from transformer.figures.lens import logit_lens_figure, residual_norms_figure
 from transformer.generation import DecodingSession, StepRecord
-from transformer.text import readable_piece
+from transformer.lab.analysis import piece_legend, shown_piece, shown_pieces, toy_vocabulary_note
 
 from ...serving.errors import code_block, code_span
 from ...serving.state import GenerationState, ModelRegistry, SessionModels
@@ -25,6 +25,11 @@ from .request import GenerateRequest
 Drawn = tuple[str, Any, Any, Any, Any, Any, GenerationState]
 
 
+def _piece(tokenizer: Any, token_id: int) -> str:
+    """A token as every view writes it (:func:`transformer.lab.analysis.shown_piece`)."""
+    return shown_piece(tokenizer, tokenizer.id_to_token(token_id) or "?")
+
+
 def _chart(record: StepRecord, tokenizer: Any, large: bool) -> Any:
     """The next-token chart of one step: the model's top tokens (and the chosen one wherever it
     ranks), with the sampled-from distribution beside the model's own when sampling."""
@@ -32,7 +37,7 @@ def _chart(record: StepRecord, tokenizer: Any, large: bool) -> Any:
     sampled = list(record.sampling_probs) if record.sampling_probs is not None else None
 
     def label(i: int) -> str:
-        return f"{short_piece(tokenizer.id_to_token(i) or '?')} #{i}"
+        return f"{short_piece(_piece(tokenizer, i))} #{i}"
 
     labels = [label(i) for i in ids]
     if record.chosen_id not in ids:
@@ -86,6 +91,9 @@ def draw(
     warning = unreadable_note(checkpoint, state.key[0])
     if warning:
         lead.append(warning)
+    unknown = toy_vocabulary_note(checkpoint.info.get("task"), state.key[0])
+    if unknown:  # a student's own sentence: which of its words the toy model ever saw
+        lead.append(unknown)
     if not records:
         text = "\n\n".join([*lead, "_Press **Step** or **Run to the end**._"])
         return (text, *placeholders(large), state)
@@ -94,7 +102,7 @@ def draw(
     # The sliders follow the model; an API caller's larger value shows the last layer/head.
     layer_i = min(request.layer - 1, config.n_decoder_layers - 1)
     head_i = min(request.head - 1, config.n_heads - 1)
-    labels = figures.token_labels([tokenizer.id_to_token(i) or "?" for i in last.tokens])
+    labels = figures.token_labels([_piece(tokenizer, i) for i in last.tokens])
     # The new query is the last token read: named as in the self-attention rows.
     query = labels[len(last.tokens) - 1]
     text = _summary(decoding, tokenizer, lead, query)
@@ -104,7 +112,7 @@ def draw(
     if last.cross_attention is not None:
         cross = figures.cross_attention_step_figure(
             last.cross_attention[layer_i],
-            figures.token_labels(state.source_pieces),
+            figures.token_labels(shown_pieces(tokenizer, state.source_pieces)),
             query_label=query,
             layer=layer_i + 1,
             large_font=large,
@@ -132,7 +140,7 @@ def draw(
     assert last.lens is not None  # the tab decodes with capture_lens
     lens_plot = logit_lens_figure(
         last.lens,
-        lambda i: tokenizer.id_to_token(i) or "?",
+        lambda i: _piece(tokenizer, i),
         position_label=query,
         chosen_label=last.chosen_label,
         large_font=large,
@@ -145,21 +153,12 @@ def draw(
     return text, top, cross, triangle, lens_plot, norms_plot, state
 
 
-def _byte_notes(tokenizer: Any, ids: list[int], most: int = 3) -> str:
-    """What the marks of a byte-level tokenizer's pieces stand for (``" (Ġ is a space; Ċ is a
-    newline)"``), at most ``most`` of them, from the pieces ``ids``; ``""`` for other
+def _byte_notes(tokenizer: Any, ids: list[int]) -> str:
+    """What the marks in the pieces ``ids`` stand for, as every view writes them
+    (``" (␣ is a space (stored as Ġ); ↵ is a line break (stored as Ċ))"``); ``""`` for other
     tokenizers or pieces without such marks."""
-    if getattr(tokenizer, "algorithm", None) != "byte_bpe":
-        return ""
-    notes: list[str] = []
-    for i in ids:
-        notes.extend(
-            n for n in readable_piece(tokenizer.id_to_token(i) or "").notes if n not in notes
-        )
-    if not notes:
-        return ""
-    shown = "; ".join(notes[:most]) + ("; …" if len(notes) > most else "")
-    return f" (byte-level pieces, as the vocabulary writes them: {shown})"
+    legend = piece_legend(tokenizer, [tokenizer.id_to_token(i) or "" for i in ids])
+    return f" ({legend})" if legend else ""
 
 
 def _summary(decoding: DecodingSession, tokenizer: Any, lead: list[str], query: str) -> str:
@@ -174,7 +173,7 @@ def _summary(decoding: DecodingSession, tokenizer: Any, lead: list[str], query: 
         # An output of several lines (a model writing code, a list) keeps its lines.
         + (f"\n\n{code_block(output)}" if "\n" in output.strip("\n") else code_span(output)),
         "Pieces: "
-        + " ".join(code_span(tokenizer.id_to_token(i) or "?") for i in decoding.output_ids)
+        + " ".join(code_span(_piece(tokenizer, i)) for i in decoding.output_ids)
         + _byte_notes(tokenizer, decoding.output_ids),
         f"Chosen at step {last.step + 1} from position {code_span(query)}: "
         f"{code_span(last.chosen_label or f'#{last.chosen_id}')}, "

@@ -10,11 +10,13 @@ from typing import Any
 import gradio as gr
 
 from transformer.generation import teacher_force
+from transformer.lab.analysis import shown_piece
 from transformer.pretrained.checkpoint import Checkpoint
 
 from ...serving import limits
 from ...serving.errors import InputError, friendly, gpu, user_input
 from ...serving.state import GenerationState, ModelRegistry, SessionModels
+from .chat import read_request
 from .decoding import (
     RESTARTED,
     _restart,
@@ -25,7 +27,6 @@ from .decoding import (
     weights_note,
 )
 from .drawing import Drawn, draw, placeholders
-from .request import read_inputs
 
 RUN_FIGURE_INTERVAL_S = 0.5
 """Run to the end sends the figures at most this often (the summary follows every step)."""
@@ -39,7 +40,7 @@ RUN_FIGURE_INTERVAL_S = 0.5
 @gpu
 def step(registry: ModelRegistry, *inputs: Any) -> Drawn:
     """The ``/generate_step`` endpoint: one more token."""
-    request, session, state = read_inputs(inputs)
+    request, session, state = read_request(registry, inputs)
     with state.lock:
         state, note = current(registry, state, session, request)
         assert state.decoding is not None  # current() starts one
@@ -54,7 +55,7 @@ def step(registry: ModelRegistry, *inputs: Any) -> Drawn:
 @gpu
 def back(registry: ModelRegistry, *inputs: Any) -> Drawn:
     """The ``/generate_back`` endpoint: undo the last step."""
-    request, session, state = read_inputs(inputs)
+    request, session, state = read_request(registry, inputs)
     with state.lock:
         state, note = current(registry, state, session, request)
         assert state.decoding is not None  # current() starts one
@@ -67,7 +68,7 @@ def back(registry: ModelRegistry, *inputs: Any) -> Drawn:
 @gpu
 def reset(registry: ModelRegistry, *inputs: Any) -> Drawn:
     """The ``/generate_reset`` endpoint: start again from the source."""
-    request, session, state = read_inputs(inputs)
+    request, session, state = read_request(registry, inputs)
     with state.lock:
         _restart(registry, state, session, request)
         return draw(registry, state, request, session)
@@ -82,7 +83,7 @@ def run(registry: ModelRegistry, *inputs: Any) -> Iterator[Drawn]:
 
     Each step holds the session's lock, so a Step pressed meanwhile takes its turn between two
     of these steps and never runs inside one; a restart meanwhile ends this run."""
-    request, session, state = read_inputs(inputs)
+    request, session, state = read_request(registry, inputs)
     with state.lock:
         state, note = current(registry, state, session, request)
         assert state.decoding is not None  # current() starts one
@@ -162,8 +163,8 @@ def force(
             decode_token=lambda i: tokenizer.id_to_token(i) or "?",
         )
 
-    def piece(i: int) -> str:
-        return tokenizer.id_to_token(i) or "?"
+    def piece(i: int) -> str:  # as every view writes a piece (␣Paris, not ĠParis)
+        return shown_piece(tokenizer, tokenizer.id_to_token(i) or "?")
 
     rows = [
         [
@@ -265,7 +266,7 @@ def strategy_controls(strategy: str) -> tuple:
 def first_step(registry: ModelRegistry, *inputs: Any) -> Drawn:
     """The live view after an input or a setting changed: restart and show the first step
     (a model that cannot generate gets its note and placeholders, not an error)."""
-    request, session, state = read_inputs(inputs)
+    request, session, state = read_request(registry, inputs)
     checkpoint = registry.checkpoint(request.model, session)
     reason = cannot_generate(request.model, checkpoint)
     large = request.large
@@ -289,7 +290,7 @@ def first_step(registry: ModelRegistry, *inputs: Any) -> Drawn:
 def redraw(registry: ModelRegistry, *inputs: Any) -> Drawn:
     """Redraw the decoding as it is (layer, head or font changed); nothing is stepped (the
     logit lens was recorded with each step, so a redraw runs no model)."""
-    request, session, state = read_inputs(inputs)
+    request, session, state = read_request(registry, inputs)
     if state.decoding is None or state.key[:2] != request.key[:2]:
         return first_step(registry, *inputs)
     with state.lock:
@@ -304,7 +305,7 @@ def redraw_attention(registry: ModelRegistry, *inputs: Any) -> tuple[Any, Any, G
     keeps them (they are not outputs of the sliders' event) and only these two are re-sent.
     While the decoding is not the controls' own (a new source or model is on its way, and its
     own event draws everything), the page is left as it is."""
-    request, session, state = read_inputs(inputs)
+    request, session, state = read_request(registry, inputs)
     if state.decoding is None or state.key[:2] != request.key[:2]:
         return gr.skip(), gr.skip(), state
     with state.lock:

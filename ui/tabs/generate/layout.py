@@ -10,10 +10,11 @@ from ...serving import limits
 from ...serving.state import GenerationState, ModelRegistry, bind
 from . import handlers
 from .cache_view import build_cache_view
-from .chat import chat_control, toggle_chat
+from .chat import chat_control, chat_preview, chat_shown, set_chat, toggle_chat
 from .decoding import (
     EXAMPLES,
     OPENING,
+    OPENING_CHAT,
     example_reference,
     generating_models,
     opening,
@@ -42,11 +43,14 @@ def build(
             names, value=first_model if first_model in names else names[0], label="Model"
         )
     model_note = gr.Markdown()
-    # Shown only for a model with a chat template (SmolLM2): it rewrites the prompt box.
+    # Shown only for a model with a chat template (SmolLM2): it rewrites the prompt box. On
+    # for the opening question, whose answer then ends by itself ("… is Paris." and the end of
+    # the turn): the model reads the question wrapped while the box shows the question.
+    chat_on = first_model == OPENING[1] and OPENING_CHAT
     chat = gr.Checkbox(
-        False,
+        chat_on,
         label="chat: wrap the prompt in the model's own chat template",
-        visible=False,
+        visible=chat_on,
     )
     chat_md = gr.Markdown()
     with gr.Row():
@@ -76,7 +80,9 @@ def build(
         back_button = gr.Button("Back")
         run_button = gr.Button("Run to the end")
         reset_button = gr.Button("Reset")
-    state = gr.State(GenerationState())
+    opened = GenerationState()
+    opened.chat = chat_on
+    state = gr.State(opened)
     summary = gr.Markdown()
     with gr.Row():
         top_plot = gr.Plot(label="Next-token distribution", show_label=False)
@@ -138,16 +144,23 @@ def build(
     for event in events:
         follow(event)
 
-    gr.Markdown("### Teacher forcing: the model's prediction at every position of a reference")
-    reference = gr.Textbox(
-        value=example_reference(first_source, first_model),
-        label="Reference (the translation, or the continuation of the prompt)",
-    )
-    force_button = gr.Button("Compare with the reference")
-    force_summary = gr.Markdown()
-    force_table = gr.Dataframe(
-        headers=["position", "reference", "p(reference)", "model's argmax", "match"], max_height=320
-    )
+    # Folded: the page was 5,900 px long, and a student who came to step through a decoding
+    # scrolled past this table to reach what follows. Its events run folded or not.
+    with gr.Accordion(
+        "Teacher forcing: the model's prediction at every position of a reference",
+        open=False,
+        elem_id="teacher-forcing",
+    ):
+        reference = gr.Textbox(
+            value=example_reference(first_source, first_model),
+            label="Reference (the translation, or the continuation of the prompt)",
+        )
+        force_button = gr.Button("Compare with the reference")
+        force_summary = gr.Markdown()
+        force_table = gr.Dataframe(
+            headers=["position", "reference", "p(reference)", "model's argmax", "match"],
+            max_height=320,
+        )
     force_inputs = [source, model_name, reference, session]
     force_outputs = [force_summary, force_table]
     force_button.click(
@@ -173,11 +186,25 @@ def build(
     ).then(live_first, inputs, outputs, **private)
     restarted.then(live_force, force_inputs, force_outputs, **private)
     follow(restarted)
+    # A new model opens with the switch off; the state's flag follows it, so that no request
+    # reads its prompt wrapped in a template the page no longer shows as chosen.
     model_name.change(bind(chat_control, registry), [model_name, session], chat, **private)
-    chat.input(
+    model_name.change(lambda s: set_chat(False, s), state, state, **private)
+    # The flag first, then the prompt box: the box's change event (which restarts the decoding)
+    # finds the state already saying how the prompt is to be read.
+    chat.input(set_chat, [chat, state], state, **private).then(
         bind(toggle_chat, registry),
         [chat, source, model_name, session],
         [source, chat_md],
+        **private,
+    )
+    # The token line follows the prompt box while the switch is on: a prompt typed anew is
+    # shown as the model reads it (wrapped), never the template of the prompt before it.
+    source.change(
+        bind(chat_preview, registry),
+        [chat, source, model_name, session],
+        chat_md,
+        trigger_mode="always_last",
         **private,
     )
     strategy.change(
@@ -213,10 +240,14 @@ def build(
         demo.load(
             bind(handlers.model_controls, registry), [model_name, session], controls, **private
         )
-        demo.load(bind(chat_control, registry), [model_name, session], chat, **private)
-        opened = demo.load(live_first, inputs, outputs, **private)
-        opened.then(live_force, force_inputs, force_outputs, **private)
-        follow(opened)
+        # Shown where the model has a template; the value the page opened with is kept.
+        demo.load(bind(chat_shown, registry), [model_name, session], chat, **private)
+        demo.load(
+            bind(chat_preview, registry), [chat, source, model_name, session], chat_md, **private
+        )
+        loaded = demo.load(live_first, inputs, outputs, **private)
+        loaded.then(live_force, force_inputs, force_outputs, **private)
+        follow(loaded)
     # "state" and "step_button" let a link replay the generation to the step it was made at.
     return {
         "source": source,

@@ -61,7 +61,7 @@ def fit(registry: ModelRegistry, request: InsideRequest) -> Fitted:
     stacks = stacks_for(config)
     stack = request.stack if request.stack in stacks else stacks[0]
     analysis = registry.analysis(request.model, checkpoint, [request.sentence])
-    choices = query_choices(analysis, stack)
+    choices = query_choices(analysis, stack, checkpoint.tokenizer)
     positions = [i for _, i in choices]
     try:
         position = as_query(request.query)

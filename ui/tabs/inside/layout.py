@@ -38,7 +38,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
     if first_config is not None:  # the example's tokens (its view is drawn on page load)
         checkpoint = registry.checkpoint(first_model, None)
         analysis = registry.analysis(first_model, checkpoint, [EXAMPLE_TEXT])
-        choices = query_choices(analysis, stacks[0])
+        choices = query_choices(analysis, stacks[0], checkpoint.tokenizer)
     first_query = default_query(choices) if choices else 0
     first = once(functools.partial(first_view, registry, first_model, stacks[0], first_query))
     # One row of controls: in Large font at 1920×1080 the first figure stays above the fold.
@@ -97,9 +97,11 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
     # The stack listens to .select, a user's click: gradio also fires a radio's .input when an
     # event sets its choices, with the old value, which the new choices no longer hold.
     # Dropdowns answer .select, a user's choice: gradio 6 fires their .input twice per choice.
-    for trigger in (model_name.select, stack.select):
-        trigger(fit_and_draw, inputs, [*control_outputs, *outputs, status], **private)
-    text.input(
+    fits = {
+        name: trigger(fit_and_draw, inputs, [*control_outputs, *outputs, status], **private)
+        for name, trigger in (("model", model_name.select), ("stack", stack.select))
+    }
+    fits["text"] = text.input(
         fit_and_draw,
         inputs,
         [*control_outputs, *outputs, status],
@@ -116,16 +118,20 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
     compare.input(
         bind(inside_compare, registry), compare_inputs, compared, api_name="inside_compare"
     )
-    for trigger in (model_name.select, stack.select, layer.release, head.release, large.change):
+    # After the fit where the trigger refits (a model, a stack, a sentence): started beside it,
+    # the redraw would read the old model's stack or layer, which gradio then refuses ("'encoder'
+    # is not in the list of choices") once the fit has narrowed the choices.
+    for fitted in fits.values():
+        fitted.then(redraw_compare, compare_inputs, [compared, status], **private)
+    for trigger in (layer.release, head.release, large.change):
         trigger(redraw_compare, compare_inputs, [compared, status], **private)
-    for trigger in (text.input, query.input):
-        trigger(
-            redraw_compare,
-            compare_inputs,
-            [compared, status],
-            trigger_mode="always_last",
-            **private,
-        )
+    query.input(
+        redraw_compare,
+        compare_inputs,
+        [compared, status],
+        trigger_mode="always_last",
+        **private,
+    )
     demo = gr.context.Context.root_block
     if demo is not None:
         demo.load(bind(controls, registry), control_inputs, control_outputs, **private)
@@ -136,7 +142,17 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             "The texts this project started from get some of these steps wrong. Switch one "
             "mistake on: this layer's head is recomputed with it, beside the correct one."
         )
-        mistakes.build(registry, model_name, text, stack, layer, head, large, session)
+        mistakes.build(
+            registry,
+            model_name,
+            text,
+            stack,
+            layer,
+            head,
+            large,
+            session,
+            refitted=[fits["model"]],
+        )
     return {
         "model": model_name,
         "text": text,

@@ -8,9 +8,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from transformer.figures.inside import section_figure
+from transformer.lab.analysis import (
+    piece_legend,
+    shown_piece,
+    shown_pieces,
+    toy_vocabulary_note,
+)
 from transformer.lab.inside import LayerWalkthrough, Step, check_sentence, walkthrough
 from transformer.lab.inspection import Analysis
 from transformer.pretrained.checkpoint import Checkpoint
+from transformer.text.tokenization import Tokenizer
 
 from ...serving.errors import InputError, code_span, user_input
 from ...serving.inputs import as_int, as_text, shown, unreadable_note
@@ -88,22 +95,26 @@ def layers_in(config: Any, stack: str) -> int:
     return config.n_encoder_layers if stack == "encoder" else config.n_decoder_layers
 
 
-def query_choices(analysis: Analysis, stack: str) -> list[tuple[str, int]]:
-    """The real tokens of the stack's input as ``("3: cat", 3)`` dropdown choices."""
+def query_choices(
+    analysis: Analysis, stack: str, tokenizer: Tokenizer | None = None
+) -> list[tuple[str, int]]:
+    """The real tokens of the stack's input as ``("3: cat", 3)`` dropdown choices; with the
+    model's ``tokenizer``, byte-level pieces written as Tokenize writes them (``"3: ␣cat"``)."""
     trace = analysis.trace
     record = trace.source if stack == "encoder" else trace.target
     if record is None:
         raise ValueError(f"this {trace.config.architecture} model has no {stack}")
     pieces = analysis.source_pieces if stack == "encoder" else analysis.target_pieces
     real = record.real_tokens[0].tolist()
-    return [(f"{i}: {piece}", i) for i, piece in enumerate(pieces[0]) if real[i]]
+    shown = shown_pieces(tokenizer, pieces[0]) if tokenizer is not None else pieces[0]
+    return [(f"{i}: {piece}", i) for i, piece in enumerate(shown) if real[i]]
 
 
 def default_query(choices: list[tuple[str, int]]) -> int:
     """The example's query: its word "cat" where the tokenizer keeps it whole, else the third
     token (the first may be a start or [CLS] token)."""
     for label, position in choices:
-        if label.split(": ", 1)[1].strip("▁Ġ#").lower() == "cat":
+        if label.split(": ", 1)[1].strip("▁Ġ␣#").lower() == "cat":
             return position
     return choices[min(2, len(choices) - 1)][1]
 
@@ -176,11 +187,15 @@ def summary(chosen: Chosen, walk: LayerWalkthrough, name: str) -> str:
     activation = _ACTIVATION_NAMES.get(config.activation, config.activation)
     if config.feed_forward_kind == "gated":
         activation = f"gated feed-forward {activation}(x·W_gate) ⊙ x·W_up"
+    tokenizer = chosen.checkpoint.tokenizer
+    analysis = chosen.analysis
+    pieces = (analysis.source_pieces if chosen.stack == "encoder" else analysis.target_pieces)[0]
+    query = f"{walk.query}:{shown_piece(tokenizer, pieces[walk.query])}"
     lines = [
         f"**{name}**: {config.architecture}, {norm}{rotary}, d_model {config.d_model}, "
         f"{heads} × d_head {config.d_head}, d_ff {config.d_ff}, {activation}. "
         f"Showing layer **{walk.layer + 1}** of the {walk.stack}, head **{walk.head + 1}**, "
-        f"query token {code_span(walk.query_labels[walk.query])}: {len(walk.steps)} steps, every "
+        f"query token {code_span(query)}: {len(walk.steps)} steps, every "
         "number recomputed from the model's weights (hover a strip for its values)."
     ]
     if config.has_encoder and config.has_decoder:  # same paragraph: the figures stay in view
@@ -191,6 +206,12 @@ def summary(chosen: Chosen, walk: LayerWalkthrough, name: str) -> str:
     note = unreadable_note(chosen.checkpoint.tokenizer, chosen.sentence)
     if note:
         lines.append(note)
+    unknown = toy_vocabulary_note(chosen.checkpoint.info.get("task"), chosen.sentence)
+    if unknown:
+        lines.append(unknown)
+    legend = piece_legend(tokenizer, pieces)
+    if legend:  # the marks in the query-token menu, said where they appear
+        lines.append(f"Pieces are written as the text they stand for: {legend}.")
     return "\n\n".join(lines)
 
 

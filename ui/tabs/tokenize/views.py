@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from transformer.lab.analysis import unreadable_characters
+from transformer.lab.analysis import unreadable_characters, visible_text
 from transformer.text.replay import (
     readable_piece,
 )
@@ -26,8 +26,9 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 
 
 def visible(text: str) -> str:
-    """Text for a code span: a space shown as ␣, line breaks and tabs as ↵ and ⇥."""
-    return text.replace(" ", "␣").replace("\n", "↵").replace("\r", "␍").replace("\t", "⇥")
+    """Text for a code span: a space shown as ␣, line breaks and tabs as ↵ and ⇥ (the marks
+    every view writes, :func:`transformer.lab.analysis.visible_text`)."""
+    return visible_text(text)
 
 
 def unknown_message(tokenizer: Tokenizer, text: str, records: list[Any]) -> str:
