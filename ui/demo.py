@@ -32,6 +32,7 @@ from .state import ModelRegistry, SessionModels
 from .tabs import attention, generate, inside, positions, tokenize, training
 from .textboxes import TEXT_EDIT_JS
 from .tour import KEYS_JS, Tour
+from .uploads import CapUploads
 from .views import Views
 
 log = logging.getLogger("visualiser")
@@ -475,6 +476,7 @@ def launch_options() -> dict[str, Any]:
                 Middleware(RefuseLongAddresses),
                 Middleware(OpenOnLinkedTab),
                 Middleware(ServePrunedPlotly),
+                Middleware(CapUploads),
             ]
         },
         "css": CSS,

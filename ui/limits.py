@@ -9,6 +9,13 @@ from transformer.text.tokenization import MAX_TOKENIZER_JSON_BYTES
 
 MAX_TEXT = 20_000  # characters the tokenize tab accepts (the library's own limit is higher)
 MAX_UPLOAD_BYTES = min(MAX_TOKENIZER_JSON_BYTES, 20 * 1024 * 1024)
+# What the upload route lets in (ui/uploads.py): one request carries one file and its form; the
+# live uploads of one visitor, and of everyone, stay under these totals; a file no request has
+# read for UPLOAD_IDLE_S is deleted.
+UPLOAD_REQUEST_BYTES = MAX_UPLOAD_BYTES + 64 * 1024
+UPLOAD_VISITOR_BYTES = 50 * 1024 * 1024
+UPLOAD_TOTAL_BYTES = 500 * 1024 * 1024
+UPLOAD_IDLE_S = 900.0
 # Tokenizer work for one request: past this the request is answered with a message. An
 # uploaded tokenizer.json runs only in one of TOKENIZER_WORKERS worker processes, which is
 # killed at this limit (and replaced); the app's own tokenizers run on as many threads, where

@@ -21,7 +21,7 @@ from transformer.text.tokenization import (
     train_tokenizer,
 )
 
-from ... import limits
+from ... import limits, uploads
 from ...errors import InputError, readable_list
 from ...inputs import as_int, shown, size_text
 from ...state import TRAINED_HERE, ModelRegistry
@@ -193,4 +193,5 @@ def uploaded_tokenizer(upload: Any) -> UploadedFile:
         raise InputError(
             f"the uploaded file is larger than the limit of {size_text(limits.MAX_UPLOAD_BYTES)}"
         )
+    uploads.touch(path)  # in use: not deleted as idle
     return UploadedFile(path)
