@@ -3,6 +3,7 @@ range, lists of dimensions, sizes for messages. Bad values raise `InputError` na
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from transformer.analysis import unreadable_characters
@@ -56,6 +57,15 @@ def as_int_list(text: str | None, name: str, default: str = "0") -> list[int]:
             f"{name} must be whole numbers separated by commas ({shown(wrong[0])} is not one)"
         )
     return sorted(numbers)
+
+
+def as_choice(value: Any, name: str, choices: Sequence[str]) -> str:
+    """A menu's value, one of ``choices`` (an API caller may send None, "" or anything)."""
+    if isinstance(value, str) and value in choices:
+        return value
+    given = "an empty choice" if value is None or value == "" else shown(value)
+    listed = ", ".join(f"'{c}'" for c in choices)
+    raise InputError(f"{name}: {given} is not one of the choices ({listed})")
 
 
 def as_text(value: Any, name: str) -> str:

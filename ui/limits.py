@@ -8,6 +8,8 @@ from __future__ import annotations
 from transformer.text.tokenization import MAX_TOKENIZER_JSON_BYTES
 
 MAX_TEXT = 20_000  # characters the tokenize tab accepts (the library's own limit is higher)
+# The word /learn_bpe segments: a word, not a text (a 10 MB one answered 50 million characters).
+MAX_BPE_WORD = 100
 MAX_UPLOAD_BYTES = min(MAX_TOKENIZER_JSON_BYTES, 20 * 1024 * 1024)
 # What the upload route lets in (ui/uploads.py): one request carries one file and its form; the
 # live uploads of one visitor, and of everyone, stay under these totals; a file no request has

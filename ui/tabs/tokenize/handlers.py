@@ -322,6 +322,11 @@ def learn(corpus_text: str, merges: Any, word: str) -> tuple[str, list[list[Any]
     (summary with a word segmented, merges table)."""
     n = as_int(merges, "number of merges", 0, 400)
     word = as_text(word, "word")
+    if len(word) > limits.MAX_BPE_WORD:
+        raise InputError(
+            f"the word to segment is {len(word):,} characters long; the limit is "
+            f"{limits.MAX_BPE_WORD} (type one word)"
+        )
     corpus = [
         line for line in as_text(corpus_text, "corpus").splitlines() if line.strip()
     ] or bundled_corpus()[:40]
