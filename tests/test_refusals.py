@@ -112,3 +112,30 @@ def test_the_launched_app_refuses_in_plain_words():
         ok, message = raw_call(url, "/learn_bpe", "the cat", 10, "a" * 200_000)
         assert not ok and "200,000 characters" in message, message
         assert not leaks(message)
+
+
+@pytest.mark.parametrize(
+    ("layer", "head", "query", "named"),
+    [
+        (1, math.nan, 4, "head"),
+        (1, 1, math.inf, "query"),
+        (1, 1, -math.inf, "query"),
+        (1, 1, 10**400, "query"),
+        (math.nan, 1, 4, "layer"),
+        (1, 1, "nan: cat", "query"),
+    ],
+)
+def test_inside_compare_refuses_what_is_no_position(layer, head, query, named):
+    """A stale menu value is moved into range; NaN, infinity and 10⁴⁰⁰ are not values, and
+    were drawn as the defaults without a word."""
+    from ui import state
+    from ui.tabs.inside.compare import inside_compare
+
+    registry = state.ModelRegistry("cpu")
+    sentence = "the small cat sees a red ball"
+    with pytest.raises(gr.Error) as raised:
+        inside_compare(
+            registry, sentence, "translate", "encoder", layer, head, query, False, True, None
+        )
+    message = _message(raised)
+    assert message.startswith(f"{named} must be a"), message
