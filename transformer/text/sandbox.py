@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import resource
 import selectors
 import signal
 import struct
@@ -39,6 +38,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import IO, Any
 
 from .replay import (
@@ -55,9 +55,15 @@ from .replay import (
 from .tokenization import Tokenizer, TokenizerError, TokenRecord, unreadable_characters
 from .untrusted import check_tokenizer_json
 
-MEMORY_LIMIT_BYTES = 1536 * 2**20
-"""Address space a worker may map (GPT-2's tokenizer loaded and encoding 20,000 characters maps
-about 300 MiB, most of it the interpreter and the library)."""
+_resource: ModuleType | None
+try:
+    import resource as _resource
+except ImportError:  # Windows: no rlimits there; the wall-clock deadline still holds
+    _resource = None
+
+MEMORY_LIMIT_BYTES = 1024 * 2**20
+"""Address space a worker may map (with GPT-2's tokenizer loaded, encoding 12,000 characters
+peaked at 122 MiB, most of it the interpreter and the library)."""
 CPU_LIMIT_S = 20
 """CPU seconds one request may use (a backstop: the wall-clock deadline is usually first)."""
 TIME_LIMIT_S = 10.0
@@ -266,9 +272,13 @@ def load_untrusted(data: bytes) -> Tokenizer:
 
 
 def serve(memory_bytes: int, cpu_seconds: int) -> None:
-    """The worker's loop: set the limits, then answer requests from stdin until it closes."""
-    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    hard_cpu = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    """The worker's loop: set the limits, then answer requests from stdin until it closes.
+    (Where the system has no rlimits, Windows, only the server's wall-clock deadline holds.)"""
+    resource = _resource
+    hard_cpu = 0
+    if resource is not None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+        hard_cpu = resource.getrlimit(resource.RLIMIT_CPU)[1]
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but answers on the answer pipe
     kept: OrderedDict[str, Tokenizer | str] = OrderedDict()
@@ -278,11 +288,12 @@ def serve(memory_bytes: int, cpu_seconds: int) -> None:
             return
         request = json.loads(frame)
         data = _read_frame(stdin) if request.get("data") else None
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        soft = int(usage.ru_utime + usage.ru_stime) + cpu_seconds
-        if hard_cpu != resource.RLIM_INFINITY:
-            soft = min(soft, hard_cpu)
-        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard_cpu))
+        if resource is not None:
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            soft = int(usage.ru_utime + usage.ru_stime) + cpu_seconds
+            if hard_cpu != resource.RLIM_INFINITY:
+                soft = min(soft, hard_cpu)
+            resource.setrlimit(resource.RLIMIT_CPU, (soft, hard_cpu))
         _write_frame(stdout, json.dumps(_answer(request, data, kept)).encode("utf-8"))
 
 
@@ -366,9 +377,10 @@ class _Worker:
             code = self.process.wait(timeout=1.0)
         except subprocess.TimeoutExpired:
             return "the tokenizer's worker stopped answering"
-        if code == -signal.SIGXCPU:
+        names = ("SIGABRT", "SIGSEGV", "SIGKILL", "SIGBUS")
+        if code == -getattr(signal, "SIGXCPU", 0) and code:
             return f"the tokenizer used more than {cpu_seconds} s of CPU time on this text and was stopped"
-        if code in (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGKILL, -signal.SIGBUS):
+        if code in [-getattr(signal, name, 0) for name in names if hasattr(signal, name)]:
             return (
                 f"the tokenizer failed on this text, most likely for want of memory (a worker "
                 f"may use {memory_bytes / 2**30:.1f} GiB), and was stopped"
@@ -535,6 +547,8 @@ class TokenizerSandbox:
         """One frame from the worker's stdout by ``deadline``, else the worker is killed."""
         stdout = worker.process.stdout
         assert stdout is not None
+        if os.name == "nt":  # no select() on pipes there: a thread reads, this one waits
+            return self._read_by_thread(worker, deadline, limit)
         fd = stdout.fileno()
         buffer = bytearray()
         needed = 8
@@ -543,12 +557,7 @@ class TokenizerSandbox:
             while len(buffer) < needed:
                 left = deadline - time.monotonic()
                 if left <= 0 or not selector.select(timeout=left):
-                    worker.kill()
-                    self.killed += 1
-                    raise SandboxError(
-                        f"the tokenizer took longer than {limit:g} s on this text "
-                        "and was stopped: try a shorter text or another tokenizer"
-                    )
+                    raise self._overran(worker, limit)
                 chunk = os.read(fd, max(needed - len(buffer), 65536))
                 if not chunk:
                     raise SandboxError(self._ended(worker))
@@ -560,6 +569,35 @@ class TokenizerSandbox:
                         raise SandboxError("the tokenizer's answer on this text is too large")
                     needed = 8 + size
         return bytes(buffer[8:needed])
+
+    def _read_by_thread(self, worker: _Worker, deadline: float, limit: float) -> bytes:
+        stdout = worker.process.stdout
+        assert stdout is not None
+        answers: list[bytes | None] = []
+        done = threading.Event()
+
+        def read() -> None:
+            try:
+                answers.append(_read_frame(stdout))
+            except (OSError, ValueError):  # the pipe closed: the worker was killed
+                answers.append(None)
+            done.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not done.wait(timeout=max(0.0, deadline - time.monotonic())):
+            raise self._overran(worker, limit)
+        if answers[0] is None:
+            raise SandboxError(self._ended(worker))
+        return answers[0]
+
+    def _overran(self, worker: _Worker, limit: float) -> SandboxError:
+        """Kill a worker past its deadline; the error to raise."""
+        worker.kill()
+        self.killed += 1
+        return SandboxError(
+            f"the tokenizer took longer than {limit:g} s on this text and was stopped: try a "
+            "shorter text or another tokenizer"
+        )
 
     def _ended(self, worker: _Worker) -> str:
         self.killed += 1
