@@ -1099,7 +1099,7 @@ def test_user_text_in_markdown_stays_text():
         "tokenize GPT-2": tokenize_tab.tokenize(
             registry, HOSTILE, REAL_TOKENIZERS[1], 400, None, "(none)", 30
         ),
-        "learn_bpe": tokenize_tab.learn(HOSTILE, 20, HOSTILE),
+        "learn_bpe": tokenize_tab.learn(HOSTILE, 20, HOSTILE[: limits.MAX_BPE_WORD]),
         "attention": attention.attention(
             registry, HOSTILE, "translate", CROSS, 1, 1, 1, [], False, state.SessionModels()
         ),
