@@ -272,3 +272,12 @@ def test_an_uploaded_file_on_the_tokenize_tab_matches_the_library(tmp_path):
     assert [row[1] for row in rows] == expected.tokens
     assert [row[2] for row in rows] == expected.ids
     assert "No replay" not in replay
+
+
+def test_a_huge_integer_is_a_clear_refusal_in_process_too():
+    """`Tokenizer.from_json_str` (a ``--model`` folder's file) refuses it by name as well,
+    instead of Python's ValueError from ``json.loads``."""
+    from transformer.text.tokenization import Tokenizer
+
+    with pytest.raises(TokenizerError, match="integer too long"):
+        Tokenizer.from_json_str('{"model": {"vocab": {"a": ' + "7" * 5_000 + "}}}")

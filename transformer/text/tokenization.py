@@ -418,6 +418,11 @@ def _parse_tokenizer_json(text: str) -> dict[str, Any]:
         ) from None
     except RecursionError:
         raise TokenizerError("this JSON is nested too deeply to be a tokenizer.json") from None
+    except ValueError:  # an integer past the 4,300 digits Python converts
+        raise TokenizerError(
+            "this file holds an integer too long to read (over 4,300 digits); a tokenizer.json "
+            "holds ids and ranks of at most 10 digits"
+        ) from None
     if not isinstance(spec, dict):
         raise TokenizerError(
             f"this JSON is a {type(spec).__name__}, not an object: a tokenizer.json is an object "
