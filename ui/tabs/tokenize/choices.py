@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from transformer.text.corpus import bundled_corpus
+from transformer.text.encoded import EncodedText
 from transformer.text.real_tokenizers import REAL_TOKENIZERS, load_real_tokenizer
-from transformer.text.sandbox import EncodedText, TokenizerSandbox
+from transformer.text.sandbox import TokenizerSandbox
 from transformer.text.tokenization import (
     Algorithm,
     Tokenizer,

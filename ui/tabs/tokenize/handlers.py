@@ -15,10 +15,10 @@ import gradio as gr
 
 from transformer.text.bpe_learning import learn_bpe
 from transformer.text.corpus import bundled_corpus
+from transformer.text.encoded import EncodedText
 from transformer.text.replay import (
     replay,
 )
-from transformer.text.sandbox import EncodedText
 from transformer.text.tokenization import Tokenizer, TokenizerError
 
 from ... import endpoints, limits

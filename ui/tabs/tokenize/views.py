@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from transformer.text.encoded import EncodedText, encode_text
 from transformer.text.replay import (
     readable_piece,
 )
-from transformer.text.sandbox import EncodedText, encode_text
 from transformer.text.tokenization import Tokenizer
 
 from ...errors import code_span
