@@ -153,6 +153,7 @@ def test_a_file_that_asks_for_more_memory_than_a_worker_has_is_stopped():
         box.close()
 
 
+@pytest.mark.skipif(not Path("/proc/self/limits").exists(), reason="reads Linux's /proc")
 def test_a_worker_runs_under_its_memory_and_cpu_limits(sandbox):
     normal = word_level({"[UNK]": 0, "a": 1})
     sandbox.encode_text(normal, "a")
