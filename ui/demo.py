@@ -34,6 +34,7 @@ from .serving.shared_views import share_views
 from .serving.sliders import SLIDER_ENTER_JS
 from .serving.state import ModelRegistry, SessionModels
 from .serving.textboxes import TEXT_EDIT_JS
+from .serving.uploads import CapUploads
 from .tabs import attention, generate, inside, positions, tokenize, training
 from .tour import KEYS_JS, Tour
 
@@ -535,6 +536,7 @@ def launch_options() -> dict[str, Any]:
                 Middleware(RefuseLongAddresses),
                 Middleware(OpenOnLinkedTab),
                 Middleware(ServePrunedPlotly),
+                Middleware(CapUploads),
             ]
         },
         "css": CSS,

@@ -3,9 +3,12 @@ hypothesis of beam search."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
+import torch
 
 from .lens import LogitLens, ResidualNorms
 
@@ -84,3 +87,50 @@ class StepRecord:
     row: int = 0
     lens: LogitLens | None = None
     residual: list[ResidualNorms] | None = None
+
+
+_Kept = TypeVar("_Kept")
+
+
+def own_storage(value: _Kept) -> _Kept:
+    """``value`` with every tensor and array in it holding only its own elements: a tensor that
+    views a larger storage (``probs[:, chosen]`` is a ``(L,)`` view of the whole ``(L, V)``
+    distribution) is copied, and so is a numpy view of a larger array. Dataclasses, lists,
+    tuples and dicts are walked; anything else is returned as it is.
+
+    A session keeps one record per step for as long as it lives: a ``(L,)`` view of SmolLM2's
+    ``(31, 49,152)`` lens distribution kept 6 MB a step alive, 243 MB for 40 tokens."""
+    return _own(value)
+
+
+def _own(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        if value.untyped_storage().nbytes() > value.numel() * value.element_size():
+            return value.clone()
+        return value
+    if isinstance(value, np.ndarray):
+        return value.copy() if value.base is not None else value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for item in dataclasses.fields(value):
+            if not item.init:
+                continue
+            old = getattr(value, item.name)
+            new = _own(old)
+            if new is not old:
+                changes[item.name] = new
+        return dataclasses.replace(value, **changes) if changes else value
+    if isinstance(value, list):
+        items = [_own(item) for item in value]
+        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+    if isinstance(value, tuple):
+        items = [_own(item) for item in value]
+        changed = any(a is not b for a, b in zip(items, value, strict=True))
+        if not changed:
+            return value
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, dict):
+        kept = {key: _own(item) for key, item in value.items()}
+        changed = any(kept[key] is not value[key] for key in value)
+        return kept if changed else value
+    return value

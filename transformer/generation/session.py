@@ -23,7 +23,7 @@ from .loop import (
     last_query_rows,
     room,
 )
-from .records import Beam, StepRecord
+from .records import Beam, StepRecord, own_storage
 from .sampling import never_generated, sampling_distribution, without_padding
 from .settings import DecodingSettings, StopReason, Strategy
 
@@ -312,25 +312,28 @@ class DecodingSession:
             residual = [
                 residual_norms(trace, "decoder", batch=k) for k in range(decoded.hidden.size(0))
             ]
-        return StepRecord(
-            step=len(self.records),
-            tokens=context.tolist(),
-            top_ids=top_ids,
-            top_probs=top.values.tolist(),
-            entropy=float(torch.special.entr(probs).sum()),
-            chosen_id=chosen,
-            chosen_prob=float(probs[chosen]),
-            chosen_rank=int((probs > probs[chosen]).sum()) + 1,
-            method=settings.describe(),
-            self_attention=self_rows,
-            cross_attention=cross_rows,
-            logits=logits.float().cpu().numpy() if settings.keep_logits else None,
-            top_labels=labels(self.decode_token, top_ids),
-            chosen_label=None if self.decode_token is None else self.decode_token(chosen),
-            beams=beams,
-            row=row,
-            lens=lens,
-            residual=residual,
+        # Kept for the session's life: each tensor holds only its own elements (see own_storage).
+        return own_storage(
+            StepRecord(
+                step=len(self.records),
+                tokens=context.tolist(),
+                top_ids=top_ids,
+                top_probs=top.values.tolist(),
+                entropy=float(torch.special.entr(probs).sum()),
+                chosen_id=chosen,
+                chosen_prob=float(probs[chosen]),
+                chosen_rank=int((probs > probs[chosen]).sum()) + 1,
+                method=settings.describe(),
+                self_attention=self_rows,
+                cross_attention=cross_rows,
+                logits=logits.float().cpu().numpy() if settings.keep_logits else None,
+                top_labels=labels(self.decode_token, top_ids),
+                chosen_label=None if self.decode_token is None else self.decode_token(chosen),
+                beams=beams,
+                row=row,
+                lens=lens,
+                residual=residual,
+            )
         )
 
     def _single_step(

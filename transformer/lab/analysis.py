@@ -20,7 +20,7 @@ from ..core.trace import AttentionKind, Trace
 from ..core.util import pad
 from ..generation import DecodingSession, DecodingSettings, decoding_ends, source_ends_with_eos
 from ..text.replay import bytes_to_unicode, readable_piece
-from ..text.tokenization import Tokenizer, check_text
+from ..text.tokenization import Tokenizer, unreadable_characters
 from .inspection import Analysis
 from .interventions import Intervention
 
@@ -191,35 +191,6 @@ def real_keys(trace: Trace, kind: AttentionKind, row: int) -> Tensor:
     if stack is None:
         raise ValueError("the trace has no inputs: run the pass with capture=True")
     return stack.real_tokens[row]
-
-
-def unreadable_characters(tokenizer: Tokenizer, text: str) -> list[str]:
-    """The characters of ``text`` the tokenizer cannot read: each one that it maps to its
-    unknown token (``[UNK]``), in order of first appearance; ``[]`` if it reads everything or has
-    no unknown token (byte-level BPE reads every byte).
-
-    When an unknown piece is a whole word whose characters are each known alone (a word-level
-    vocabulary), the word itself is reported.
-    """
-    unk = tokenizer.unk_id
-    if unk is None or not (text or "").strip():
-        return []
-    text = check_text(text)
-    encoding = tokenizer.encoding(text, add_special_tokens=False)
-    found: list[str] = []
-    for token_id, (start, end) in zip(encoding.ids, encoding.offsets, strict=True):
-        if token_id != unk:
-            continue
-        span = text[start:end]
-        chars = [
-            c
-            for c in dict.fromkeys(span)
-            if not c.isspace() and unk in tokenizer.encoding(c, add_special_tokens=False).ids
-        ]
-        for item in chars or ([span] if span.strip() else []):
-            if item not in found:
-                found.append(item)
-    return found
 
 
 def reference_targets(

@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
@@ -50,7 +50,6 @@ from ..core.special import (  # the ids are re-exported: ``from transformer.text
     UNK_ID,  # noqa: F401
     UNK_TOKEN,
 )
-from ..core.util import is_int
 
 Algorithm = Literal["bpe", "byte_bpe", "wordpiece", "unigram"]
 ALGORITHMS: tuple[str, ...] = ("bpe", "byte_bpe", "wordpiece", "unigram")
@@ -71,6 +70,13 @@ _PAD_NAMES = (PAD_TOKEN, "<pad>")
 _UNK_NAMES = (UNK_TOKEN, "<unk>")
 _BOS_NAMES = (BOS_TOKEN, "<s>", "<bos>", "<|endoftext|>")
 _EOS_NAMES = (EOS_TOKEN, "</s>", "<eos>", "<|endoftext|>")
+
+
+def is_int(value: Any) -> TypeGuard[int]:
+    """Whether ``value`` is an integer and not a bool (as `transformer.core.util.is_int`, here so
+    that the tokenizer worker process loads this module without torch)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -354,6 +360,35 @@ class Tokenizer:
         return self.backend.decode(checked, skip_special_tokens=skip_special)
 
 
+def unreadable_characters(tokenizer: Tokenizer, text: str) -> list[str]:
+    """The characters of ``text`` the tokenizer cannot read: each one that it maps to its
+    unknown token (``[UNK]``), in order of first appearance; ``[]`` if it reads everything or has
+    no unknown token (byte-level BPE reads every byte).
+
+    When an unknown piece is a whole word whose characters are each known alone (a word-level
+    vocabulary), the word itself is reported.
+    """
+    unk = tokenizer.unk_id
+    if unk is None or not (text or "").strip():
+        return []
+    text = check_text(text)
+    encoding = tokenizer.encoding(text, add_special_tokens=False)
+    found: list[str] = []
+    for token_id, (start, end) in zip(encoding.ids, encoding.offsets, strict=True):
+        if token_id != unk:
+            continue
+        span = text[start:end]
+        chars = [
+            c
+            for c in dict.fromkeys(span)
+            if not c.isspace() and unk in tokenizer.encoding(c, add_special_tokens=False).ids
+        ]
+        for item in chars or ([span] if span.strip() else []):
+            if item not in found:
+                found.append(item)
+    return found
+
+
 def _too_big_message(size: int) -> str:
     return (
         f"the tokenizer file is {size / 2**20:.1f} MiB; the limit is "
@@ -383,6 +418,11 @@ def _parse_tokenizer_json(text: str) -> dict[str, Any]:
         ) from None
     except RecursionError:
         raise TokenizerError("this JSON is nested too deeply to be a tokenizer.json") from None
+    except ValueError:  # an integer past the 4,300 digits Python converts
+        raise TokenizerError(
+            "this file holds an integer too long to read (over 4,300 digits); a tokenizer.json "
+            "holds ids and ranks of at most 10 digits"
+        ) from None
     if not isinstance(spec, dict):
         raise TokenizerError(
             f"this JSON is a {type(spec).__name__}, not an object: a tokenizer.json is an object "

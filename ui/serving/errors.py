@@ -16,6 +16,7 @@ the message into a status line beside the input, saying that the figures are out
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import html
@@ -80,8 +81,21 @@ def clean(text: str) -> str:
 
 
 def scrub(text: str) -> str:
-    """`clean` as HTML text (gradio renders an error as HTML)."""
+    """`clean` as HTML text, for a page the app writes itself."""
     return html.escape(clean(text), quote=False)
+
+
+# gradio shows an error's message as HTML in the page, and sends the same text to API clients,
+# for whom entities (``&lt;img``, ``Model &amp; training``) are noise. So a message holds no
+# character HTML reads as markup: a tag's brackets become their look-alikes (‹ ›), and an
+# ampersand only where it would start an entity becomes the full-width ＆. Plain text for both.
+_ENTITY = re.compile(r"&(?=#?\w+;)")
+
+
+def plain_message(text: str) -> str:
+    """`clean` as text that reads the same as plain text and as HTML (see above)."""
+    text = clean(text).replace("<", "\u2039").replace(">", "\u203a")
+    return _ENTITY.sub("\uff06", text)
 
 
 # Every ASCII punctuation character may be backslash-escaped in Markdown (CommonMark).
@@ -159,7 +173,7 @@ def message(error: BaseException) -> gr.Error:
         if error.print_exception:  # gradio's own (a refused choice): one line, not a traceback
             return gr.Error(error.message, print_exception=False)
         return error
-    return gr.Error(html.escape(describe(error), quote=False), print_exception=False)
+    return gr.Error(plain_message(describe(error)), print_exception=False)
 
 
 def friendly(fn: Callable) -> Callable:
@@ -226,18 +240,47 @@ def readable_list(items: Sequence[Any], most: int = 8) -> str:
     return ", ".join(names[:-1]) + f" or {names[-1]}"
 
 
+def _offered(text: str) -> list[str]:
+    """The choices gradio lists after "is not in the list of choices:" (a Python list of
+    strings or numbers), or [] when there are none to read."""
+    _, _, tail = text.partition("is not in the list of choices:")
+    try:
+        values = ast.literal_eval(tail.strip()) if tail.strip() else []
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return []
+    return [str(v) for v in values] if isinstance(values, list) else []
+
+
+def _choice_values(component: Any) -> list[Any]:
+    """A menu's values (its choices are values or (label, value) pairs)."""
+    choices = getattr(component, "choices", None) or []
+    return [c[1] if isinstance(c, tuple | list) else c for c in choices]
+
+
 def _refused_value(block_fn: Any, error: Exception) -> str:
     """What to tell a caller whose value gradio could not read for an input component:
     the component's label and what it takes, never the Python error or an object's address."""
     text = str(error.message) if isinstance(error, gr.Error) else str(error)
     found = re.search(r"component at index (\d+)", text)
     label = "a value"
+    component = None
     if found and block_fn is not None and int(found.group(1)) < len(block_fn.inputs):
         component = block_fn.inputs[int(found.group(1))]
         label = str(getattr(component, "label", None) or component.get_block_name())
     choice = re.search(r"Value: (.*?)(?: \(type: .*?\))? is not in the list of choices", text)
     if choice:
-        return f"{choice.group(1)[:80]} is not in the list of choices"
+        value = choice.group(1).strip()
+        if value in ("", "''", '""', "None"):
+            value = "an empty choice"
+        names = _offered(text)
+        if component is None and block_fn is not None and names:
+            for candidate in block_fn.inputs:  # the input whose choices these are
+                if [str(n) for n in _choice_values(candidate)] == names:
+                    component = candidate
+                    label = str(getattr(candidate, "label", None) or candidate.get_block_name())
+        listed = f" ({readable_list([repr(n) for n in names], most=6)})" if names else ""
+        where = f"{label}: " if component is not None else ""
+        return f"{where}{value[:80]} is not in the list of choices{listed}"
     bound = re.search(
         r"Value (\S+) is (less|greater) than (minimum|maximum) value (\S+?)\.?$", text
     )
@@ -256,6 +299,20 @@ def _refused_value(block_fn: Any, error: Exception) -> str:
     return f"{label}: this value cannot be read here (wrong type or format)"
 
 
+def _not_text(block_fn: Any, inputs: Any) -> str | None:
+    """The message for a text box given something other than text (gradio would pass
+    ``str(value)`` on: a list, a number, a dict or true read as text), or None."""
+    components = getattr(block_fn, "inputs", None)
+    if not components or not isinstance(inputs, list | tuple):
+        return None
+    for component, value in zip(components, inputs, strict=False):
+        if isinstance(component, gr.Textbox) and value is not None and not isinstance(value, str):
+            label = str(getattr(component, "label", None) or "a text box")
+            kind = "true or false" if isinstance(value, bool) else f"a {type(value).__name__}"
+            return f"{label} must be text, got {kind}"
+    return None
+
+
 def guard_preprocessing(demo: gr.Blocks) -> None:
     """Make gradio's own refusals of a value (a choice not offered, a number out of a slider's
     range, a value of the wrong type) short messages without a traceback in the server log or
@@ -263,6 +320,12 @@ def guard_preprocessing(demo: gr.Blocks) -> None:
     original = demo.preprocess_data
 
     async def preprocess_data(*args: Any, **kwargs: Any) -> Any:
+        block_fn = args[0] if args else kwargs.get("block_fn")
+        inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
+        refused = _not_text(block_fn, inputs)
+        if refused is not None:
+            log.info("input refused before the handler: %s", refused)
+            raise gr.Error(plain_message(refused), print_exception=False)
         try:
             return await original(*args, **kwargs)
         except PASS_THROUGH:
@@ -271,7 +334,7 @@ def guard_preprocessing(demo: gr.Blocks) -> None:
             block_fn = args[0] if args else kwargs.get("block_fn")
             text = _refused_value(block_fn, error)
             log.info("input refused before the handler: %s", text)
-            raise gr.Error(html.escape(clean(text), quote=False), print_exception=False) from None
+            raise gr.Error(plain_message(text), print_exception=False) from None
 
     demo.preprocess_data = preprocess_data  # type: ignore[method-assign]
 

@@ -3,6 +3,7 @@ range, lists of dimensions, sizes for messages. Bad values raise `InputError` na
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from transformer.lab.analysis import unreadable_characters
@@ -39,6 +40,22 @@ def as_float(value: Any, name: str, low: float, high: float) -> float:
     return number
 
 
+def as_position(value: Any, name: str) -> None:
+    """Refuse a layer, head or token position that is no finite number of sensible size (NaN,
+    ±infinity, 10⁴⁰⁰): a menu's stale value is moved into range, but these are not values at
+    all. ``"3: cat"`` (a token menu's label) is read by its number."""
+    if isinstance(value, str):
+        value = value.split(":", 1)[0].strip()
+    if value is None or isinstance(value, bool):
+        raise InputError(f"{name} must be a number, got {shown(value)}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(f"{name} must be a number, got {shown(value)}") from None
+    if number != number or abs(number) > 1e9:  # NaN, infinity, 10⁴⁰⁰
+        raise InputError(f"{name} must be a whole number of sensible size, got {shown(value)}")
+
+
 def as_int_list(text: str | None, name: str, default: str = "0") -> list[int]:
     """Whole numbers separated by commas (or semicolons), sorted, each once."""
     if text is not None and not isinstance(text, str):
@@ -56,6 +73,15 @@ def as_int_list(text: str | None, name: str, default: str = "0") -> list[int]:
             f"{name} must be whole numbers separated by commas ({shown(wrong[0])} is not one)"
         )
     return sorted(numbers)
+
+
+def as_choice(value: Any, name: str, choices: Sequence[str]) -> str:
+    """A menu's value, one of ``choices`` (an API caller may send None, "" or anything)."""
+    if isinstance(value, str) and value in choices:
+        return value
+    given = "an empty choice" if value is None or value == "" else shown(value)
+    listed = ", ".join(f"'{c}'" for c in choices)
+    raise InputError(f"{name}: {given} is not one of the choices ({listed})")
 
 
 def as_text(value: Any, name: str) -> str:

@@ -8,12 +8,26 @@ from __future__ import annotations
 from transformer.text.tokenization import MAX_TOKENIZER_JSON_BYTES
 
 MAX_TEXT = 20_000  # characters the tokenize tab accepts (the library's own limit is higher)
+# The word /learn_bpe segments: a word, not a text (a 10 MB one answered 50 million characters).
+MAX_BPE_WORD = 100
 MAX_UPLOAD_BYTES = min(MAX_TOKENIZER_JSON_BYTES, 20 * 1024 * 1024)
-# Tokenizer work for one request (an uploaded file's regex can backtrack for long): past this
-# the request is answered with a message (the work itself cannot be stopped, so at most
-# TOKENIZER_WORKERS of them run at once; more wait, and are answered at the limit too).
+# What the upload route lets in (ui/serving/uploads.py): one request carries one file and its form; the
+# live uploads of one visitor, and of everyone, stay under these totals; a file no request has
+# read for UPLOAD_IDLE_S is deleted.
+UPLOAD_REQUEST_BYTES = MAX_UPLOAD_BYTES + 64 * 1024
+UPLOAD_VISITOR_BYTES = 50 * 1024 * 1024
+UPLOAD_TOTAL_BYTES = 500 * 1024 * 1024
+UPLOAD_IDLE_S = 900.0
+# Tokenizer work for one request: past this the request is answered with a message. An
+# uploaded tokenizer.json runs only in one of TOKENIZER_WORKERS worker processes, which is
+# killed at this limit (and replaced); the app's own tokenizers run on as many threads, where
+# work past the limit finishes on its thread (it is known not to run away).
 TOKENIZER_TIME_LIMIT_S = 10.0
 TOKENIZER_WORKERS = 2
+# Each worker process that runs an uploaded tokenizer may map this much memory (GPT-2's
+# tokenizer encoding 20,000 characters maps about 125 MiB) and use this much CPU time a request.
+SANDBOX_MEMORY_BYTES = 1024 * 1024 * 1024
+SANDBOX_CPU_S = 20
 # Rows of the token table sent (the rest are counted in its last row), so that /tokenize on
 # MAX_TEXT characters answers in well under 3 MB.
 MAX_TABLE_ROWS = 1_000

@@ -8,7 +8,7 @@ buttons stay for the API endpoints (``/positional_encoding``, ``/embeddings``)."
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, get_args
 
 import gradio as gr
 import numpy as np
@@ -25,7 +25,7 @@ from transformer.core.rotary import rotary_angles
 from transformer.figures.positional import readable_number
 
 from ..serving.errors import InputError, beside_input, friendly
-from ..serving.inputs import as_float, as_int, as_int_list
+from ..serving.inputs import as_choice, as_float, as_int, as_int_list
 from ..serving.state import TRAINED_HERE, ModelRegistry, SessionModels, bind
 
 MAX_CURVES = 12  # dimensions drawn as curves at once
@@ -61,7 +61,7 @@ class PositionalRequest:
     length: int
     base: float
     dims: tuple[int, ...]
-    metric: Metric  # the figure checks it
+    metric: Metric
     large: bool
 
     @classmethod
@@ -78,7 +78,9 @@ class PositionalRequest:
             raise InputError(
                 f"dimensions to draw: choose 1 to {MAX_CURVES} whole numbers between 0 and {d - 1}"
             )
-        return cls(d, n, as_float(base, "base", 2, MAX_BASE), tuple(chosen), metric, bool(large))
+        similarity = cast(Metric, as_choice(metric, "similarity", get_args(Metric)))
+        base_value = as_float(base, "base", 2, MAX_BASE)
+        return cls(d, n, base_value, tuple(chosen), similarity, bool(large))
 
 
 def _positional_figures(request: PositionalRequest) -> tuple[Any, Any, Any]:

@@ -26,6 +26,7 @@ from transformer.lab.inside import LayerWalkthrough, Step
 
 from ...serving import endpoints
 from ...serving.errors import InputError, friendly, gpu, user_input
+from ...serving.inputs import as_position
 from ...serving.state import PRELOAD_FIRST, ModelRegistry, SessionModels
 from .handlers import fit
 from .view import InsideRequest, default_query, query_choices
@@ -94,6 +95,8 @@ def _names(registry: ModelRegistry, name: str, session: SessionModels | None) ->
 def compare(registry: ModelRegistry, request: InsideRequest) -> tuple[BlockDiff, str, str]:
     """The comparison a request asks for (its model on its own side): the diff and the two
     models' names (original, modern)."""
+    for name, value in (("layer", request.layer), ("head", request.head), ("query", request.query)):
+        as_position(value, name)  # NaN or infinity is refused, not moved to a default
     session = request.session
     original_name, modern_name = _names(registry, request.model, session)
     for name in (original_name, modern_name):  # before any pass: a long text is refused at once

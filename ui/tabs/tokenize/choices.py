@@ -3,24 +3,26 @@ corpus (with the vocabulary sizes each algorithm can learn there), real, pretrai
 
 from __future__ import annotations
 
-import hashlib
+import atexit
 import threading
-from collections import OrderedDict
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, cast
 
 from transformer.text.corpus import bundled_corpus
+from transformer.text.encoded import EncodedText
 from transformer.text.real_tokenizers import REAL_TOKENIZERS, load_real_tokenizer
+from transformer.text.sandbox import TokenizerSandbox
 from transformer.text.tokenization import (
     Algorithm,
     Tokenizer,
-    TokenizerError,
     train_tokenizer,
 )
 
-from ...serving import limits
+from ...serving import limits, uploads
 from ...serving.errors import InputError, readable_list
 from ...serving.inputs import as_int, shown, size_text
 from ...serving.state import TRAINED_HERE, ModelRegistry
@@ -100,9 +102,9 @@ def vocab_in_range(algorithm: str, vocab_size: Any) -> tuple[int, str]:
 
 def pick_tokenizer(
     registry: ModelRegistry, choice: str, vocab_size: Any, upload: str | None
-) -> Tokenizer:
+) -> Tokenizer | UploadedFile:
     """The tokenizer a dropdown choice names (a bundled model's, one trained live, a real one, a
-    pretrained model's, an upload)."""
+    pretrained model's), or the uploaded file (which only a worker process runs)."""
     return _pick(registry, choice, vocab_size, upload)[0]
 
 
@@ -116,10 +118,10 @@ def _pick(
     vocab_size: Any,
     upload: str | None,
     run: Callable[[Callable[[], Tokenizer]], Tokenizer] = _at_once,
-) -> tuple[Tokenizer, str]:
+) -> tuple[Tokenizer | UploadedFile, str]:
     """The tokenizer and a note on its vocabulary size (for live-trained ones). The tokenizer
-    work (building a real one, training one live, reading an upload) is done by ``run``, which
-    the handlers give a time limit; a model's tokenizer comes with its model."""
+    work (building a real one, training one live) is done by ``run``, which the handlers give
+    a time limit; a model's tokenizer comes with its model; an upload is returned unread."""
     choices = tokenizer_choices(registry)
     if not isinstance(choice, str) or choice not in choices:
         raise InputError(
@@ -138,18 +140,49 @@ def _pick(
         return run(lambda: corpus_tokenizer(name, size)), note
     if not upload:
         raise InputError("upload a tokenizer.json file first (or pick another tokenizer)")
-    return run(lambda: uploaded_tokenizer(upload)), ""
+    return uploaded_tokenizer(upload), ""
 
 
-_UPLOADS: OrderedDict[str, Tokenizer | TokenizerError] = OrderedDict()
-_UPLOADS_LOCK = threading.Lock()
-UPLOADS_KEPT = 8  # parsed uploads kept (a large tokenizer.json takes seconds to parse)
+@dataclass(frozen=True)
+class UploadedFile:
+    """An uploaded ``tokenizer.json``: never loaded in this process. `upload_sandbox`'s worker
+    processes read and run it, within a memory, CPU-time and wall-clock limit."""
+
+    path: Path
+
+    def encode(self, text: str, deadline: float | None = None) -> EncodedText:
+        """The token view of ``text`` by this tokenizer, computed in a worker by
+        ``deadline`` (``limits.TOKENIZER_TIME_LIMIT_S`` from now by default)."""
+        if deadline is None:
+            deadline = time.monotonic() + limits.TOKENIZER_TIME_LIMIT_S
+        return upload_sandbox().encode_text(
+            self.path, text, deadline, time_limit_s=limits.TOKENIZER_TIME_LIMIT_S
+        )
 
 
-def uploaded_tokenizer(upload: Any) -> Tokenizer:
-    """The tokenizer of an uploaded ``tokenizer.json``, parsed once per content (keyed by the
-    SHA-256 of its bytes, so every keystroke that redraws reuses it); a file that cannot be
-    read is remembered too, and refused again with the same message without a second parse."""
+_SANDBOX: TokenizerSandbox | None = None
+_SANDBOX_LOCK = threading.Lock()
+
+
+def upload_sandbox() -> TokenizerSandbox:
+    """The worker processes that run uploaded tokenizers (started at the first upload), with
+    the app's limits (`limits.TOKENIZER_WORKERS`, ``SANDBOX_MEMORY_BYTES``, ``SANDBOX_CPU_S``)."""
+    global _SANDBOX
+    with _SANDBOX_LOCK:
+        if _SANDBOX is None:
+            _SANDBOX = TokenizerSandbox(
+                workers=limits.TOKENIZER_WORKERS,
+                memory_bytes=limits.SANDBOX_MEMORY_BYTES,
+                cpu_seconds=limits.SANDBOX_CPU_S,
+                time_limit_s=limits.TOKENIZER_TIME_LIMIT_S,
+            )
+            atexit.register(_SANDBOX.close)
+        return _SANDBOX
+
+
+def uploaded_tokenizer(upload: Any) -> UploadedFile:
+    """The uploaded ``tokenizer.json``, checked for what this process can check without reading
+    it (that it is a file within the size limit); its tokenizer runs only in a worker."""
     if not isinstance(upload, str | Path):
         raise InputError("the uploaded file must be a tokenizer.json file")
     path = Path(upload)
@@ -161,21 +194,5 @@ def uploaded_tokenizer(upload: Any) -> Tokenizer:
         raise InputError(
             f"the uploaded file is larger than the limit of {size_text(limits.MAX_UPLOAD_BYTES)}"
         )
-    data = path.read_bytes()
-    key = hashlib.sha256(data).hexdigest()
-    with _UPLOADS_LOCK:
-        kept = _UPLOADS.get(key)
-        if kept is not None:
-            _UPLOADS.move_to_end(key)
-    if kept is None:
-        try:
-            kept = Tokenizer.from_json_str(data)
-        except TokenizerError as error:
-            kept = error
-        with _UPLOADS_LOCK:
-            _UPLOADS[key] = kept
-            while len(_UPLOADS) > UPLOADS_KEPT:
-                _UPLOADS.popitem(last=False)
-    if isinstance(kept, TokenizerError):
-        raise TokenizerError(str(kept))
-    return kept
+    uploads.touch(path)  # in use: not deleted as idle
+    return UploadedFile(path)

@@ -15,6 +15,7 @@ import gradio as gr
 
 from transformer.text.bpe_learning import learn_bpe
 from transformer.text.corpus import bundled_corpus
+from transformer.text.encoded import EncodedText
 from transformer.text.replay import (
     replay,
 )
@@ -24,7 +25,14 @@ from ...serving import endpoints, limits
 from ...serving.errors import InputError, clean, code_span, describe, friendly, markdown_text, stale
 from ...serving.inputs import as_int, as_text
 from ...serving.state import ModelRegistry
-from .choices import DEFAULT_VOCAB, VOCAB_INFO, VOCAB_RANGE, _pick, tokenizer_choices
+from .choices import (
+    DEFAULT_VOCAB,
+    VOCAB_INFO,
+    VOCAB_RANGE,
+    UploadedFile,
+    _pick,
+    tokenizer_choices,
+)
 from .replay_view import replay_markdown, replay_steps
 from .views import highlighted, plural
 
@@ -77,9 +85,9 @@ def _ended(future: Future[Any]) -> None:
 
 def bounded(work: Callable[[], Any], deadline: float | None = None) -> Any:
     """``work()`` run on one of the few tokenizer threads and answered by ``deadline`` (a
-    ``time.monotonic()`` time; by default ``limits.TOKENIZER_TIME_LIMIT_S`` from now): an
-    uploaded file's regex may backtrack for long, a large one takes seconds to parse, and a
-    request must answer. Past the deadline the request gets a message; the work cannot be
+    ``time.monotonic()`` time; by default ``limits.TOKENIZER_TIME_LIMIT_S`` from now): training
+    a tokenizer live or drawing 20,000 characters takes a while, and a request must answer
+    (an uploaded file never runs here: a worker process runs it, see `UploadedFile`). Past the deadline the request gets a message; the work cannot be
     stopped, so it finishes on its thread. While every thread holds such overdue work, the
     request is refused at once with a message (nothing is queued)."""
     with _overdue_lock:
@@ -137,25 +145,44 @@ def _views(
     other = None
     if compare and compare != "(none)":
         other = _pick(registry, compare, vocab, upload, within)
-    return bounded(lambda: _draw(text, tokenizer, note, other, shown), deadline)
+    # An upload runs in a worker process; this thread only waits on its answer.
+    first = _uploaded(tokenizer, text, deadline)
+    second = None if other is None else (_uploaded(other[0], text, deadline), other[1])
+    return bounded(lambda: _draw(text, first, note, second, shown), deadline)
+
+
+def _uploaded(
+    tokenizer: Tokenizer | UploadedFile, text: str, deadline: float
+) -> Tokenizer | EncodedText:
+    """An uploaded file's token view, computed by a worker process; the app's own tokenizer
+    as it is (it is drawn on the tokenizer threads)."""
+    if isinstance(tokenizer, UploadedFile):
+        return tokenizer.encode(text, deadline)
+    return tokenizer
 
 
 def _draw(
     text: str,
-    tokenizer: Tokenizer,
+    tokenizer: Tokenizer | EncodedText,
     note: str,
-    other: tuple[Tokenizer, str] | None,
+    other: tuple[Tokenizer | EncodedText, str] | None,
     shown: int | None,
 ) -> tuple[tuple[str, Any, str, Any, list[list[Any]], str], int]:
-    """What `_views` returns, from the tokenizers picked."""
+    """What `_views` returns, from the tokenizers picked (an upload's already encoded)."""
     segments, rows, line = highlighted(tokenizer, text)
     line = line.replace(":", note + ":", 1) if note else line
     steps = 0
+    algorithm = tokenizer.algorithm
     try:  # a replay that fails (e.g. a WordLevel upload) never takes the token view down
-        words = replay(tokenizer, text)
+        if isinstance(tokenizer, EncodedText):
+            if tokenizer.replay is None:
+                raise TokenizerError(tokenizer.replay_error)
+            words = list(tokenizer.replay)
+        else:
+            words = replay(tokenizer, text)
         steps = replay_steps(words)
         replay_text = replay_markdown(
-            words, steps if shown is None else shown, tokenizer.algorithm == "byte_bpe"
+            words, steps if shown is None else shown, algorithm == "byte_bpe"
         )
     except TokenizerError as error:
         replay_text = f"_No replay for this tokenizer: {markdown_text(clean(str(error)))}_"
@@ -295,6 +322,11 @@ def learn(corpus_text: str, merges: Any, word: str) -> tuple[str, list[list[Any]
     (summary with a word segmented, merges table)."""
     n = as_int(merges, "number of merges", 0, 400)
     word = as_text(word, "word")
+    if len(word) > limits.MAX_BPE_WORD:
+        raise InputError(
+            f"the word to segment is {len(word):,} characters long; the limit is "
+            f"{limits.MAX_BPE_WORD} (type one word)"
+        )
     corpus = [
         line for line in as_text(corpus_text, "corpus").splitlines() if line.strip()
     ] or bundled_corpus()[:40]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from transformer.lab.analysis import unreadable_characters, visible_text
+from transformer.lab.analysis import visible_text
+from transformer.text.encoded import EncodedText, encode_text
 from transformer.text.replay import (
     readable_piece,
 )
@@ -31,15 +32,14 @@ def visible(text: str) -> str:
     return visible_text(text)
 
 
-def unknown_message(tokenizer: Tokenizer, text: str, records: list[Any]) -> str:
+def unknown_message(encoded: EncodedText, text: str) -> str:
     """What to tell the user when part of the text became the unknown token (else "")."""
-    unk = tokenizer.unk_id
-    spans = [r for r in records if unk is not None and r.id == unk and r.start < r.end]
+    unk = encoded.unk_id
+    spans = [r for r in encoded.records if unk is not None and r.id == unk and r.start < r.end]
     if unk is None or not spans:
         return ""
-    found = unreadable_characters(tokenizer, text)
-    chars = [item for item in found if len(item) == 1]
-    unknown = code_span(str(tokenizer.id_to_token(unk)))
+    chars = [item for item in encoded.unreadable if len(item) == 1]
+    unknown = code_span(str(encoded.unk_piece))
     if chars:
         listed = ", ".join(f"{code_span(c)} (U+{ord(c):04X})" for c in chars)
         return (
@@ -55,7 +55,7 @@ def unknown_message(tokenizer: Tokenizer, text: str, records: list[Any]) -> str:
 
 
 def highlighted(
-    tokenizer: Tokenizer, text: str
+    tokenizer: Tokenizer | EncodedText, text: str
 ) -> tuple[list[tuple[str, str | None]], list[list[Any]], str]:
     """HighlightedText segments, table rows and a stats line for one text.
 
@@ -63,16 +63,20 @@ def highlighted(
     its bytes stand for (a byte that is part of a character split across pieces as ``<0xE2>``),
     and the stats line explains the byte symbols found (``Ġ`` is a space). Table rows are
     ``[index, piece, id, start, end, special, word, reads as, bytes explained]``. The first
-    ``MAX_CHIPS`` tokens are drawn, and a last segment counts the rest.
+    ``MAX_CHIPS`` tokens are drawn, and a last segment counts the rest. ``tokenizer`` may be
+    one of the app's, or an uploaded one's `EncodedText` of ``text`` (computed in a worker).
     """
-    records = tokenizer.encode(text)
-    byte_level = tokenizer.algorithm == "byte_bpe"
+    encoded = (
+        tokenizer if isinstance(tokenizer, EncodedText) else encode_text(tokenizer, text, False)
+    )
+    records = encoded.records
+    byte_level = encoded.algorithm == "byte_bpe"
     segments: list[tuple[str, str | None]] = []
     rows = []
     notes: list[str] = []
     cursor = 0
     for index, record in enumerate(records):
-        unknown = record.id == tokenizer.unk_id
+        unknown = record.id == encoded.unk_id
         label = "unknown" if unknown else ("A" if index % 2 == 0 else "B")
         # SentencePiece's word-start marker as a piece of its own: the space the tokenizer
         # adds, which the library places over the next character (offsets overlap).
@@ -131,12 +135,12 @@ def highlighted(
         segments.append((text[cursor:], None))
     ratio = f"{len(text) / n_tokens:.2f}" if n_tokens else "–"
     stats = (
-        f"**{tokenizer.algorithm}**, vocabulary {tokenizer.vocab_size:,}: "
+        f"**{encoded.algorithm}**, vocabulary {encoded.vocab_size:,}: "
         f"{plural(len(text), 'character')} → **{plural(n_tokens, 'token')}**, "
         f"{ratio} characters per token"
     )
     if notes:
         shown = notes[:6] + ([f"… {len(notes) - 6} more in the table"] if len(notes) > 6 else [])
         stats += "\n\nBytes explained: " + "; ".join(shown) + "."
-    stats += unknown_message(tokenizer, text, records)
+    stats += unknown_message(encoded, text)
     return segments, rows, stats
