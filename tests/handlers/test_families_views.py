@@ -71,3 +71,20 @@ def test_generate_names_the_family_and_offers_every_control(models, name: str) -
     note, buttons = updates[0], updates[4:]  # note, layer, head, cross-attention, buttons
     assert "continues the prompt" in note and name in note
     assert buttons and all(button["interactive"] is True for button in buttons)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "pythia"])
+def test_every_query_the_menu_offers_is_one_the_walkthrough_takes(models, name: str) -> None:
+    """A sentence the toy vocabulary does not know is all ``<unk>``, the pad token of these
+    folders: the menu offered positions the walkthrough then refused as padding, so a link to
+    Inside a layer on such a model drew nothing. Each offered position must draw."""
+    registry, _ = models
+    session = SessionModels()
+    unknown = "the cat sat on the mat"
+    offered = inside.controls(registry, unknown, name, "decoder", 1, 1, 0, session)[3].choices
+    assert offered
+    for _label, position in offered:
+        summary = inside.inside_layer(
+            registry, unknown, name, "decoder", 1, 1, position, False, session
+        )
+        assert str(summary[0]).startswith(f"**{name}**"), (position, summary[0])

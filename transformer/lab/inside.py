@@ -1061,6 +1061,18 @@ def _check_index(value: int, name: str, n: int) -> int:
     return value
 
 
+def query_positions(tokens: Tensor, real: Tensor, pad_id: int) -> list[int]:
+    """The positions of one ``(T,)`` row of ``tokens`` a walkthrough may take as its query:
+    those ``real`` (``(T,)`` bool) says are not padding, less a trailing run of ``pad_id``
+    after the first position (a model that pads with a token of its text, as GPT-2 does with
+    ``<|endoftext|>``, does not mask its padding, so ``real`` alone would offer it)."""
+    ids = tokens.tolist()
+    end = len(ids)
+    while end > 1 and ids[end - 1] == pad_id:
+        end -= 1
+    return [i for i, keep in enumerate(real.tolist()) if keep and i < end]
+
+
 @torch.no_grad()
 def walkthrough(
     model: Transformer,
@@ -1106,13 +1118,11 @@ def walkthrough(
     _check_index(head, "head", config.n_heads)
     _check_index(query, "query", record.tokens.size(1))
     real = record.real_tokens[row].cpu()
-    token_is_pad = int(record.tokens[row, query]) == config.pad_id
-    trailing_pad = token_is_pad and bool(
-        (record.tokens[row, query:] == config.pad_id).all() and query > 0
-    )
-    if not bool(real[query]) or trailing_pad:
-        n_real = int(real.sum()) if not trailing_pad else query
-        raise ValueError(f"token {query} is padding: choose a real token (0..{max(n_real - 1, 0)})")
+    choosable = query_positions(record.tokens[row], real, config.pad_id)
+    if query not in choosable:
+        raise ValueError(
+            f"token {query} is padding: choose a real token (0..{max(len(choosable) - 1, 0)})"
+        )
     labels = [f"{n}:{piece}" for n, piece in enumerate(pieces[row])]
     memory_labels = None
     if stack == "decoder" and config.has_encoder:

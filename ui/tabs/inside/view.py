@@ -14,7 +14,13 @@ from transformer.lab.analysis import (
     shown_pieces,
     toy_vocabulary_note,
 )
-from transformer.lab.inside import LayerWalkthrough, Step, check_sentence, walkthrough
+from transformer.lab.inside import (
+    LayerWalkthrough,
+    Step,
+    check_sentence,
+    query_positions,
+    walkthrough,
+)
 from transformer.lab.inspection import Analysis
 from transformer.pretrained.checkpoint import Checkpoint
 from transformer.text.tokenization import Tokenizer
@@ -105,9 +111,9 @@ def query_choices(
     if record is None:
         raise ValueError(f"this {trace.config.architecture} model has no {stack}")
     pieces = analysis.source_pieces if stack == "encoder" else analysis.target_pieces
-    real = record.real_tokens[0].tolist()
+    choosable = query_positions(record.tokens[0], record.real_tokens[0], trace.config.pad_id)
     shown = shown_pieces(tokenizer, pieces[0]) if tokenizer is not None else pieces[0]
-    return [(f"{i}: {piece}", i) for i, piece in enumerate(shown) if real[i]]
+    return [(f"{i}: {shown[i]}", i) for i in choosable]
 
 
 def default_query(choices: list[tuple[str, int]]) -> int:
