@@ -43,6 +43,13 @@ def _test_devices(choice: str | None) -> list[str]:
 
 
 DEVICES = _test_devices(os.environ.get("TEST_DEVICE"))
+
+# Under pytest-xdist (python -m pytest -n auto) each worker is a process of its own: the cores
+# are shared out among them, so that two workers on two cores do not each run two threads.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    torch.set_num_threads(
+        max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    )
 VOCAB_SIZES = {"bpe": 400, "byte_bpe": 500, "wordpiece": 400, "unigram": 400}
 
 

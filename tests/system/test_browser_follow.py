@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (test_browser's fixtures are imported by name, and used as arguments)
 """Follow me in a real browser: a lecturer hosts a room, several students follow it with its
 code, and their pages follow the lecturer's tab and controls as they change, also after the
 lecturer reloads. Reuses ``test_browser``'s browser, app and helpers."""
@@ -9,16 +8,14 @@ import re
 from typing import Any
 
 import pytest
-from test_browser import (  # noqa: F401  (fixtures, used by name)
-    TIMEOUT_MS,
-    VIEWPORT,
+from conftest import TIMEOUT_MS
+from test_browser import (
     _drawn,
     _poll,
     _selected_tab,
-    app,
-    app_url,
-    browser,
 )
+
+from ui.testing import VIEWPORT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

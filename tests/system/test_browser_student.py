@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (test_browser's fixtures are imported by name, and used as arguments)
 """What a student meets in a real browser at 1280×800: a number typed outside a slider's range
 is moved into it (no refusal, no red "Error" pill left over the figures), and the figures fit
 the width the tour's sidebar leaves them. Reuses ``test_browser``'s browser, app and helpers."""
@@ -9,19 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_browser import (  # noqa: F401  (fixtures, used by name)
+from conftest import TIMEOUT_MS
+from test_browser import (
     BUSY,
     PLOT,
-    TIMEOUT_MS,
-    VIEWPORT,
     _drawn,
     _error_toasts,
     _poll,
-    app,
-    app_url,
-    browser,
-    screenshots,
 )
+
+from ui.testing import VIEWPORT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

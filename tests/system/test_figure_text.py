@@ -139,8 +139,8 @@ def test_every_figure_sends_pieces_as_text_and_names_them(drawn: dict[str, go.Fi
 def test_plotly_draws_every_piece_as_it_is_written(drawn: dict[str, go.Figure]) -> None:
     """plotly.js itself (the copy the ``plotly`` package ships) draws every figure in Chromium:
     each piece reads as written in the text it drew, and no piece became a link."""
+    from conftest import _browser_or_skip
     from plotly.offline import get_plotlyjs
-    from test_browser import _browser_or_skip
 
     sync_api, executable = _browser_or_skip()
     from ui.testing import CHROMIUM_ARGS

@@ -88,8 +88,7 @@ def test_a_text_box_given_text_or_nothing_passes(value):
 @pytest.mark.slow
 def test_the_launched_app_refuses_in_plain_words():
     from gradio_client import Client
-
-    from tests.serving import call, leaks, raw_call, serve
+    from serving import call, leaks, raw_call, serve
 
     with serve() as (_, url):
         client = Client(url, verbose=False)

@@ -576,7 +576,7 @@ def test_a_released_registry_starts_no_other_model_in_the_background(monkeypatch
 
 
 def test_launched_releases_the_registry_of_the_app_it_closes(monkeypatch):
-    from ui.serving import testing
+    from ui import testing
 
     events: list[str] = []
 

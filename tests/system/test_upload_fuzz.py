@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 from gradio_client import Client, handle_file
+from serving import call, leaks, serve
 
-from tests.serving import call, leaks, serve
 from ui.serving import limits
 
 pytestmark = pytest.mark.slow

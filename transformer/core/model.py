@@ -9,7 +9,7 @@ default), or the :class:`~transformer.lab.interventions.Intervention` that build
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, overload
+from typing import Literal, cast, overload
 
 import torch
 from torch import Tensor, nn
@@ -388,14 +388,10 @@ class Transformer(nn.Module):
         """An empty key/value cache for incremental decoding with :meth:`decode`."""
         if not self.config.has_decoder:
             raise ValueError(f"a {self.config.architecture} model has no decoder to cache")
-        config = self.config
-        windows = [  # a sliding-window layer's cache keeps its window, no more
-            config.layer_window(i) if config.architecture == "decoder-only" else None
-            for i in range(config.n_decoder_layers)
-        ]
-        return DecoderCache(
-            layers=[LayerCache(self_attention=KeyValueCache(window=w)) for w in windows]
-        )
+        # A sliding-window layer's cache keeps its window, no more.
+        layers = cast(list[DecoderLayer], list(self.decoder.layers))
+        caches = [KeyValueCache(window=layer.window) for layer in layers]
+        return DecoderCache(layers=[LayerCache(self_attention=cache) for cache in caches])
 
     # -- the whole model ------------------------------------------------------------------
 

@@ -31,8 +31,8 @@ log = logging.getLogger("visualiser")
 
 # Handlers (by name) whose views are deterministic in their controls: the Attention tab (one
 # head, the grid, the long-input view and their refits), Inside a layer, the embeddings and
-# positional views, teacher forcing and the silent mistakes. Generate's Step, Back and Run
-# read a session's own decoding and are never shared.
+# positional views and teacher forcing. Generate's Step, Back and Run read a session's own
+# decoding, and the silent mistakes its chat switch: they are never shared.
 SHARED_HANDLERS = frozenset(
     {
         "attention",
@@ -55,7 +55,6 @@ SHARED_HANDLERS = frozenset(
         "force",
         "force_view",
         "reference_for",
-        "silent_mistake",
     }
 )
 

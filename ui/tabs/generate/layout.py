@@ -113,7 +113,7 @@ def build(
             "of times the others'), the colours follow the norm's logarithm; the colour bar says so."
         )
         norms_plot = gr.Plot(label="Residual stream norms per position", show_label=False)
-    silent = build_silent(registry, source, model_name, session)
+    silent = build_silent(registry, source, model_name, session, state)
 
     # The endpoints read their inputs in the order of INPUT_NAMES (request.read_inputs).
     named = {"source": source, "model": model_name, "strategy": strategy}

@@ -27,7 +27,8 @@ from transformer.lab.perplexity import METER_CHUNK, Reading, read_text, referenc
 from transformer.lab.silent_mistakes import SILENT_MISTAKES, silent_operations
 
 from ...serving.errors import InputError, friendly, gpu, markdown_text, user_input
-from ...serving.state import ModelRegistry, SessionModels, bind
+from ...serving.state import GenerationState, ModelRegistry, SessionModels, bind
+from .chat import chat_template, render_chat, unwrap_chat
 from .shown import PRIVATE, if_shown, open_flag
 
 CHOICES = list(SILENT_MISTAKES)
@@ -126,9 +127,12 @@ def silent_mistake(
     model: str,
     mistake: str,
     session: SessionModels | None = None,
+    state: GenerationState | None = None,
 ) -> tuple[str, str]:
     """The ``/silent_mistake`` endpoint: (the continuation of the prompt correct vs with
-    ``mistake``, as Markdown; the meter, NLL and perplexity on the reference paragraph)."""
+    ``mistake``, as Markdown; the meter, NLL and perplexity on the reference paragraph). The
+    prompt is read as Generate reads it: wrapped in the chat template while the session's chat
+    switch is on (``state``), so both continue the same text."""
     if mistake not in SILENT_MISTAKES:
         raise InputError(f"choose a silent mistake: {', '.join(CHOICES)}")
     checkpoint = registry.checkpoint(model, session)
@@ -140,6 +144,9 @@ def silent_mistake(
     if not chosen.applies(config):
         return f"{head}\n\nIt changes nothing in **{model}**: it needs {chosen.requires}.", ""
     tokenizer, net = checkpoint.tokenizer, checkpoint.model
+    template = chat_template(registry, model, session) if state is not None and state.chat else None
+    if template is not None and source.strip():
+        source = render_chat(template, unwrap_chat(template, source))
     with user_input():
         ids = prompt_ids(net, tokenizer, source)
     if len(ids) > MAX_PROMPT_TOKENS:
@@ -172,7 +179,11 @@ def silent_mistake(
 
 
 def build_silent(
-    registry: ModelRegistry, source: gr.Textbox, model_name: gr.Dropdown, session: gr.State
+    registry: ModelRegistry,
+    source: gr.Textbox,
+    model_name: gr.Dropdown,
+    session: gr.State,
+    generation: gr.State,
 ) -> dict[str, gr.Component]:
     """The accordion, wired live (when it opens, and while open when the prompt or the model
     changes; always when the mistake changes) and as ``/silent_mistake``; returns its shareable
@@ -189,7 +200,7 @@ def build_silent(
         with gr.Row(equal_height=False):
             text = gr.Markdown(elem_id="silent-continuation")
             meter = gr.Markdown(elem_id="silent-meter")
-    inputs = [source, model_name, mistake, session]
+    inputs = [source, model_name, mistake, session, generation]
     handler = bind(silent_mistake, registry)
     # Every draw of the panel runs in one queue, one at a time, in the order asked: each reads
     # the mistake the page showed when it was asked, so a draw asked on opening the panel and
