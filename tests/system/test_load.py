@@ -65,7 +65,9 @@ def visitor(url: str, index: int, tally: Tally) -> None:
         if not condition:
             tally.add(key, f"{key}: {what}")
 
-    client = Client(url, verbose=False)
+    # The client's own timeouts as long as a request may take here: on a loaded machine (the
+    # suite runs on every core) joining the queue may take longer than httpx's default 5 s.
+    client = Client(url, verbose=False, httpx_kwargs={"timeout": REQUEST_TIMEOUT})
     sentence = ["the small cat sees a red ball", "a big dog sleeps", "my old bird eats"][index % 3]
     request("tokenize", sentence, BPE, 400, None, "(none)", 30, api_name="/tokenize")
     request("attention", sentence, "translate", CROSS, 1, 1, 1, [], False, api_name="/attention")
