@@ -14,6 +14,7 @@ import pytest
 import torch
 from conftest import family_folder
 
+from transformer.lab.analysis import prompt_ids
 from ui.serving.state import ModelRegistry, SessionModels
 from ui.tabs.attention import handlers as attention
 from ui.tabs.attention import scale
@@ -53,7 +54,11 @@ def _bytes(outputs: Any) -> int:
 
 def test_the_model_has_the_grid_and_vocabulary_of_llama_3(registry: ModelRegistry) -> None:
     config = registry.checkpoint("grid", None).config
-    assert (config.n_decoder_layers, config.n_heads, config.vocab_size) == (LAYERS, HEADS, VOCAB)
+    assert (config.n_decoder_layers, config.n_heads, config.output_vocab_size) == (
+        LAYERS,
+        HEADS,
+        VOCAB,
+    )
 
 
 def test_the_head_grid_of_1024_heads_stays_within_a_response(registry: ModelRegistry) -> None:
@@ -89,7 +94,7 @@ def test_a_generation_step_reads_the_128k_vocabulary_and_stays_small(
     assert _bytes(outputs[:-1]) < RESPONSE_BYTES
     # the chart names the most probable of all 128,256 ids: the model's own argmax
     checkpoint = registry.checkpoint("grid", None)
-    ids = torch.tensor([checkpoint.tokenizer.encode_ids(TEXT)])
+    ids = torch.tensor([prompt_ids(checkpoint.model, checkpoint.tokenizer, TEXT)])
     with torch.no_grad():
         best = int(checkpoint.model(tgt=ids)[0, -1].argmax())
     labels = [str(label) for label in chart.data[0].y]

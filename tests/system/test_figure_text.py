@@ -136,38 +136,36 @@ def test_every_figure_sends_pieces_as_text_and_names_them(drawn: dict[str, go.Fi
 
 @pytest.mark.slow
 @pytest.mark.browser
-def test_plotly_draws_every_piece_as_it_is_written(drawn: dict[str, go.Figure]) -> None:
+def test_plotly_draws_every_piece_as_it_is_written(
+    drawn: dict[str, go.Figure], browser: Any
+) -> None:
     """plotly.js itself (the copy the ``plotly`` package ships) draws every figure in Chromium:
     each piece reads as written in the text it drew, and no piece became a link."""
-    from conftest import _browser_or_skip
     from plotly.offline import get_plotlyjs
 
-    sync_api, executable = _browser_or_skip()
-    from ui.testing import CHROMIUM_ARGS
-
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.set_content(f"<html><body><script>{get_plotlyjs()}</script></body></html>")
-            texts: dict[str, str] = {}
-            for where, figure in drawn.items():
-                texts[where] = page.evaluate(
-                    """async (figure) => {
-                        const div = document.createElement('div');
-                        document.body.appendChild(div);
-                        await Plotly.newPlot(div, figure.data, figure.layout);
-                        const text = [...div.querySelectorAll('svg text')]
-                            .map((node) => node.textContent).join('\\n');
-                        const links = div.querySelectorAll('svg a').length;
-                        Plotly.purge(div);
-                        div.remove();
-                        return links ? `LINKS ${links}\\n${text}` : text;
-                    }""",
-                    json.loads(figure.to_json()),
-                )
-        finally:
-            browser.close()
+    # The session's Chromium (tests/conftest.py): a second playwright in the same process
+    # would find the first one's event loop running.
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    try:
+        page.set_content(f"<html><body><script>{get_plotlyjs()}</script></body></html>")
+        texts: dict[str, str] = {}
+        for where, figure in drawn.items():
+            texts[where] = page.evaluate(
+                """async (figure) => {
+                    const div = document.createElement('div');
+                    document.body.appendChild(div);
+                    await Plotly.newPlot(div, figure.data, figure.layout);
+                    const text = [...div.querySelectorAll('svg text')]
+                        .map((node) => node.textContent).join('\\n');
+                    const links = div.querySelectorAll('svg a').length;
+                    Plotly.purge(div);
+                    div.remove();
+                    return links ? `LINKS ${links}\\n${text}` : text;
+                }""",
+                json.loads(figure.to_json()),
+            )
+    finally:
+        page.close()
     linked = [where for where, text in texts.items() if text.startswith("LINKS")]
     assert not linked, f"plotly drew links in {linked}"
     everything = "\n".join(texts.values())
