@@ -137,6 +137,22 @@ def test_the_cache_check_shows_a_cache_that_forgets_its_offset(model, reference)
     assert math.isclose(check.max_abs_difference, expected, rel_tol=1e-3, abs_tol=1e-4)
 
 
+def test_a_bfloat16_cache_agrees_within_its_rounding_and_a_broken_one_does_not(folder) -> None:
+    """In bfloat16 a right cache differs from the uncached pass by rounding alone (more than
+    float32's 1e-3, so the view called a right cache wrong); the tolerance follows the dtype,
+    and a cache that forgets its offset still misses by more. The same check in float32 is the
+    reference for what a right cache gives."""
+    tokens = torch.tensor([[*PROMPT, 11, 23, 40]])
+    half = load_pretrained(folder, dtype="bfloat16").model.eval()
+    assert next(half.parameters()).dtype == torch.bfloat16
+    right = check_next_step(half, tokens)
+    assert right.tolerance > 1e-3 and right.agrees, (right.max_abs_difference, right.tolerance)
+    broken = check_next_step(half, tokens, ops=silent_operations(ROTARY_NO_OFFSET))
+    assert not broken.agrees, (broken.max_abs_difference, broken.tolerance)
+    full = check_next_step(load_pretrained(folder).model.eval(), tokens)
+    assert full.tolerance == 1e-3 and full.agrees
+
+
 def test_a_session_check_reads_the_session_where_it_stands(model) -> None:
     session = DecodingSession(model, PROMPT, DecodingSettings(max_new_tokens=6), eos_id=None)
     session.step()

@@ -123,7 +123,7 @@ def measured(decoding: DecodingSession) -> str:
     if tokens.size(1) > config.max_len:
         return "_The decoding has reached the model's max_len: there is no next step to measure._"
     check = check_session(decoding)
-    agree = "agree" if check.max_abs_difference < 1e-3 else "**disagree**"
+    agree = "agree" if check.agrees else "**disagree**"
     ratio = check.uncached_s / check.cached_s if check.cached_s > 0 else float("inf")
     return "\n".join(
         [
@@ -141,7 +141,8 @@ def measured(decoding: DecodingSession) -> str:
             "all of them (on a short text the weights, read once either way, dominate).",
             "",
             f"Cached and uncached next-token logits {agree}: max |difference| = "
-            f"{check.max_abs_difference:.2e} (float rounding only, when the cache is right).",
+            f"{check.max_abs_difference:.2e} (float rounding only, when the cache is right: "
+            f"up to {check.tolerance:.2g} in this model's dtype).",
         ]
     )
 
