@@ -541,18 +541,9 @@ def family_folder(
     return model.eval()
 
 
-TINY_FAMILY: dict[str, Any] = dict(
-    hidden_size=64,
-    intermediate_size=96,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    num_hidden_layers=3,
-    max_position_embeddings=64,
-    bos_token_id=None,
-    eos_token_id=None,
-    pad_token_id=None,
-)
-"""The tiny shape of ``family_folder``'s models (no special tokens: generation runs its length)."""
+TINY_FAMILY: dict[str, Any] = TINY_LLAMA
+"""The tiny shape of ``family_folder``'s models, the Llama tests' own (no special tokens:
+generation runs its length)."""
 
 FAMILY_CLASSES: dict[str, tuple[str, str]] = {
     "llama": ("LlamaConfig", "LlamaForCausalLM"),
