@@ -65,12 +65,54 @@ def device(request: pytest.FixtureRequest) -> torch.device:
 
 SYSTEM = Path(__file__).resolve().parent / "system"
 
+# The modules that take longest, longest first (seconds of one worker, measured on a 2-core
+# machine). pytest-xdist hands a worker the next module when it finishes one: started first,
+# the long ones end together instead of one of them running alone at the end.
+LONGEST_FIRST = (
+    "test_browser",
+    "test_reliability",
+    "test_fuzz",
+    "test_browser_layout",
+    "test_load",
+    "test_browser_follow",
+    "test_browser_families",
+    "test_browser_scale",
+    "test_llama_parity",
+    "test_gguf",
+    "test_app",
+    "test_browser_silent",
+)
+# Tiers in the order they run, after those: the served app's, the handlers', the library's.
+TIERS = ("system", "handlers", "library")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker more than the cores (at most 8). A browser or HTTP test spends
+    much of its time waiting for a page or a reply, and the extra worker computes meanwhile."""
+    return min((os.cpu_count() or 1) + 1, 8)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist would otherwise order modules by their number of tests, so that a module of a
+    # few long tests (the fuzz, a browser walk) starts last and ends a run on its own.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def _run_order(item: pytest.Item) -> tuple[int, int]:
+    path = Path(str(item.fspath))
+    if path.stem in LONGEST_FIRST:
+        return 0, LONGEST_FIRST.index(path.stem)
+    tier = path.parent.name
+    return 1, TIERS.index(tier) if tier in TIERS else len(TIERS)
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Every test in tests/system/ drives a served app (over HTTP or in a browser): slow.
     for item in items:
         if SYSTEM in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.slow)
+    items.sort(key=_run_order)  # stable: each module's tests keep their order
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device; none is present")
