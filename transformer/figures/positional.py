@@ -440,14 +440,51 @@ def embedding_norms_figure(
 # -- rotary positions (RoPE) -------------------------------------------------------------------
 
 
+def _rope_turn(
+    vectors: Any,
+    positions: Any,
+    base: float,
+    rotary_dims: int | None,
+    scaling: dict[str, Any] | None,
+    dtype: Any,
+) -> Any:
+    """``(N, d_head)`` vectors, each placed at every one of ``positions`` ``(P,)``: ``(N, P,
+    d_head)``, turned as a model with this rotary does (its first ``rotary_dims`` dimensions by
+    the frequencies ``scaling`` gives, cos and sin times its attention factor; the rest pass).
+    The angles are float32, as the model computes them, then ``dtype``."""
+    import torch
+
+    from ..core.rotary import rotate, scaled_frequencies
+
+    d_head = vectors.shape[-1]
+    d_rotary = d_head if rotary_dims is None else rotary_dims
+    inv_freq, factor = scaled_frequencies(d_rotary, base, scaling)
+    angles = positions.float()[:, None] * inv_freq  # (P, d_rotary/2), float32 as in the model
+    angles = torch.cat([angles, angles], dim=-1).to(dtype)
+    cos, sin = angles.cos() * factor, angles.sin() * factor
+    placed = vectors.to(dtype)[:, None, None, :].expand(-1, 1, len(positions), d_head)
+    turned = rotate(placed[..., :d_rotary], cos, sin)
+    return torch.cat([turned, placed[..., d_rotary:]], dim=-1)[:, 0]
+
+
 def rotary_scores(
-    q: Any, k: Any, query_positions: Any, key_positions: Any, base: float = 10000.0
+    q: Any,
+    k: Any,
+    query_positions: Any,
+    key_positions: Any,
+    base: float = 10000.0,
+    *,
+    rotary_dims: int | None = None,
+    scaling: dict[str, Any] | None = None,
 ) -> np.ndarray:
     """``q·k`` after rotating ``q`` to each query position and ``k`` to each key position.
 
     Args:
         q, k: ``(d_head,)`` vectors before rotation (the same two vectors at every position).
         query_positions, key_positions: integer positions, ``(P,)`` and ``(K,)``.
+        rotary_dims: how many of the ``d_head`` dimensions turn (partial rotary: GPT-NeoX,
+            Phi); ``None``: all.
+        scaling: the model's ``rope_scaling`` (linear, llama3, yarn, longrope); ``None``: plain.
 
     Returns:
         ``(P, K)`` float64 dot products ``R(m)q · R(n)k``, computed with the rotate-half
@@ -456,31 +493,34 @@ def rotary_scores(
     """
     import torch
 
-    from ..core.rotary import rotary_cos_sin, rotate
-
-    q_t = torch.as_tensor(np.asarray(q), dtype=torch.float64).reshape(1, 1, 1, -1)
-    k_t = torch.as_tensor(np.asarray(k), dtype=torch.float64).reshape(1, 1, 1, -1)
+    q_t = torch.as_tensor(np.asarray(q), dtype=torch.float64).reshape(1, -1)
+    k_t = torch.as_tensor(np.asarray(k), dtype=torch.float64).reshape(1, -1)
     d_head = q_t.shape[-1]
     if k_t.shape[-1] != d_head:
         raise ValueError(f"q and k must have the same width, got {d_head} and {k_t.shape[-1]}")
     pq = torch.as_tensor(np.asarray(query_positions), dtype=torch.int64).reshape(-1)
     pk = torch.as_tensor(np.asarray(key_positions), dtype=torch.int64).reshape(-1)
-    cos_q, sin_q = rotary_cos_sin(pq, d_head, base)
-    cos_k, sin_k = rotary_cos_sin(pk, d_head, base)
-    rq = rotate(q_t.expand(1, 1, len(pq), d_head), cos_q.double(), sin_q.double())[0, 0]
-    rk = rotate(k_t.expand(1, 1, len(pk), d_head), cos_k.double(), sin_k.double())[0, 0]
+    rq = _rope_turn(q_t, pq, base, rotary_dims, scaling, torch.float64)[0]  # (P, d_head)
+    rk = _rope_turn(k_t, pk, base, rotary_dims, scaling, torch.float64)[0]  # (K, d_head)
     return (rq @ rk.T).numpy()
 
 
 def rotary_angle_figure(
-    angles: Any, *, base: float = 10000.0, large_font: bool = False, height: int | None = None
+    angles: Any,
+    *,
+    base: float = 10000.0,
+    scaled: str | None = None,
+    large_font: bool = False,
+    height: int | None = None,
 ) -> go.Figure:
     """The angle (mod 2π) by which RoPE turns each dimension pair at each position.
 
     Args:
-        angles: ``(T, d_head/2)`` angles in radians, ``position · θ_i``
-            (:func:`transformer.core.rotary.rotary_angles`); column i turns dimensions i and
-            i + d_head/2. The first pairs spin fast, the last barely move.
+        angles: ``(T, d_rotary/2)`` angles in radians, ``position · θ_i``
+            (:func:`transformer.core.rotary.rotary_angles`, or the model's scaled frequencies);
+            column i turns dimensions i and i + d_rotary/2. The first pairs spin fast, the last
+            barely move.
+        scaled: the model's ``rope_scaling`` type, named in the title (``None``: plain RoPE).
     """
     z = _table(angles)
     wrapped = np.mod(z, 2 * np.pi)
@@ -497,10 +537,11 @@ def rotary_angle_figure(
         ),
     )
     layout = base_layout(
-        f"RoPE rotation angle position·θ_i, θ_i = {readable_number(base)}^(−2i/d_head)",
+        f"RoPE rotation angle position·θ_i, θ_i = {readable_number(base)}^(−2i/d)"
+        + (f", scaled ({scaled})" if scaled else ""),
         height or heatmap_height(min(z.shape[0], 40), large_font),
         large_font,
-        **_grid_axes("dimension pair i (turns dims i and i + d_head/2)", "position"),
+        **_grid_axes(f"dimension pair i (turns dims i and i + {z.shape[1]})", "position"),
     )
     return go.Figure(trace, layout)
 
@@ -535,6 +576,8 @@ def rotary_pair_figure(
     positions: Sequence[int],
     base: float = 10000.0,
     *,
+    rotary_dims: int | None = None,
+    scaling: dict[str, Any] | None = None,
     what: str = "",
     large_font: bool = False,
     height: int | None = None,
@@ -543,28 +586,30 @@ def rotary_pair_figure(
 
     Args:
         q, k: ``(d_head,)`` query and key before rotation (a real head's, or any two vectors).
-        pair: i, the pair of dimensions i and i + d_head/2 drawn (x and y).
+        pair: i, the pair of dimensions i and i + d_rotary/2 drawn (x and y).
         positions: the integer positions to place both vectors at, ``(P,)``.
-        base: RoPE's base; the pair turns by ``position · θ_i``, ``θ_i = base^(−2i/d_head)``.
+        base: RoPE's base; the pair turns by ``position · θ_i``, ``θ_i = base^(−2i/d_rotary)``
+            (then scaled by ``scaling``).
+        rotary_dims: d_rotary, how many dimensions turn (``None``: all of d_head).
+        scaling: the model's ``rope_scaling`` (``None``: plain RoPE).
         what: where q and k come from, for the title.
 
-    The rotation is the model's own (:func:`transformer.core.rotary.rotate`, rotate-half), so each
+    The rotation is the model's own (rotate-half, its frequencies and attention factor), so each
     arrow is what attention reads. Traces ``"q"`` and ``"k"`` hold the arrow tips (x: dimension
-    i, y: dimension i + d_head/2) in the order of ``positions``.
+    i, y: dimension i + d_rotary/2) in the order of ``positions``.
     """
     import torch
 
-    from ..core.rotary import rotary_cos_sin, rotary_frequencies, rotate
+    from ..core.rotary import scaled_frequencies
 
     vectors = torch.as_tensor(np.stack([np.asarray(q), np.asarray(k)]), dtype=torch.float32)
-    d_head = vectors.shape[-1]
-    if not 0 <= pair < d_head // 2:
-        raise ValueError(f"pair must be in 0..{d_head // 2 - 1}, got {pair}")
+    d_rotary = vectors.shape[-1] if rotary_dims is None else rotary_dims
+    if not 0 <= pair < d_rotary // 2:
+        raise ValueError(f"pair must be in 0..{d_rotary // 2 - 1}, got {pair}")
     places = torch.as_tensor(list(positions), dtype=torch.int64)
-    cos, sin = rotary_cos_sin(places, d_head, base)  # (P, d_head)
-    turned = rotate(vectors[:, None, None, :].expand(2, 1, len(places), d_head), cos, sin)
-    tips = turned[:, 0, :, :][..., [pair, pair + d_head // 2]].double().numpy()  # (2, P, 2)
-    theta = float(rotary_frequencies(d_head, base)[pair])
+    turned = _rope_turn(vectors, places, base, rotary_dims, scaling, torch.float32)  # (2, P, d)
+    tips = turned[..., [pair, pair + d_rotary // 2]].double().numpy()  # (2, P, 2)
+    theta = float(scaled_frequencies(d_rotary, base, scaling)[0][pair])
     traces = []
     reach = float(np.abs(tips).max()) * 1.15 or 1.0
     for row, (name, color) in enumerate((("q", BASE_COLOR), ("k", HIGHLIGHT_COLOR))):
@@ -621,7 +666,7 @@ def rotary_pair_figure(
         xaxis={**axis, "title": {"text": f"dimension {pair}"}, "constrain": "domain"},
         yaxis={
             **axis,
-            "title": {"text": f"dimension {pair + d_head // 2}"},
+            "title": {"text": f"dimension {pair + d_rotary // 2}"},
             "scaleanchor": "x",
         },
     )

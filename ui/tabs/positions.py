@@ -21,7 +21,7 @@ from transformer.core.embeddings import (
     SinusoidalPositionalEncoding,
     sinusoidal_table,
 )
-from transformer.core.rotary import rotary_angles
+from transformer.core.rotary import scaled_frequencies
 from transformer.figures.positional import readable_number
 
 from ..serving.errors import InputError, beside_input, friendly
@@ -193,17 +193,21 @@ def rotary_positions(name: str, config: Any, n: int, large: bool) -> tuple[Any, 
     the first ``n`` positions, and a caption with a table, computed by rotating the same two
     vectors, showing that q·k depends only on the distance between the positions."""
     d_head, base = config.d_head, float(config.rope_base)
-    angles = rotary_angles(torch.arange(n), d_head, base)
-    heatmap = figures.rotary_angle_figure(angles, base=base, large_font=large)
+    rope = {"rotary_dims": config.rotary_dims, "scaling": config.rope_scaling_dict}
+    inv_freq, _factor = scaled_frequencies(config.rotary_dims, base, config.rope_scaling_dict)
+    angles = torch.arange(n).float()[:, None] * inv_freq  # (n, rotary_dims/2): the model's own
+    scaled = (config.rope_scaling_dict or {}).get("rope_type")
+    heatmap = figures.rotary_angle_figure(angles, base=base, scaled=scaled, large_font=large)
     generator = torch.Generator().manual_seed(0)
     q, k = torch.randn(2, d_head, generator=generator, dtype=torch.float64)
-    grid = figures.rotary_scores(q, k, range(n), range(n), base)
+    grid = figures.rotary_scores(q, k, range(n), range(n), base, **rope)
     scores = figures.rotary_scores_figure(grid, large_font=large)
     head = "| distance m − n | " + " | ".join(f"m = {m:,}" for m in ROPE_STARTS) + " | spread |"
     rows = [head, "|" + "---|" * (len(ROPE_STARTS) + 2)]
     for distance in ROPE_DISTANCES:
         values = [
-            float(figures.rotary_scores(q, k, [m + distance], [m], base)[0, 0]) for m in ROPE_STARTS
+            float(figures.rotary_scores(q, k, [m + distance], [m], base, **rope)[0, 0])
+            for m in ROPE_STARTS
         ]
         cells = " | ".join(f"{v:.6f}" for v in values)
         rows.append(f"| {distance} | {cells} | {max(values) - min(values):.1e} |")
@@ -211,8 +215,10 @@ def rotary_positions(name: str, config: Any, n: int, large: bool) -> tuple[Any, 
     caption = (
         f"**{name}** has no position table: nothing is added to its token embeddings. Its "
         f"positions are **rotary** (RoPE): inside every attention layer, each of a head's "
-        f"{d_head // 2} dimension pairs of q and k is turned by the angle position·θ_i, "
-        f"θ_i = {base:,.0f}^(−2i/{d_head}) (left; the first pairs spin fast, the last barely "
+        f"{config.rotary_dims // 2} dimension pairs of q and k is turned by the angle "
+        f"position·θ_i, θ_i = {base:,.0f}^(−2i/{config.rotary_dims})"
+        + _rope_variant(config)
+        + " (left; the first pairs spin fast, the last barely "
         "move). Right: one random q and one random k (seeded, "
         f"{d_head}-dimensional, q·k = {plain:.4f} unrotated) rotated to every pair of the first "
         f"{n:,} positions; each diagonal holds one value. The table rotates the same two "
@@ -227,6 +233,25 @@ def rotary_positions(name: str, config: Any, n: int, large: bool) -> tuple[Any, 
         "q at m and k at n depends on m − n only."
     )
     return heatmap, scores, caption
+
+
+def _rope_variant(config: Any) -> str:
+    """What this model's rotary does beyond the plain form: the dimensions that do not turn,
+    the scaling of its frequencies."""
+    words = ""
+    if config.rotary_dims < config.d_head:
+        words += (
+            f"; only the first {config.rotary_dims} of each head's {config.d_head} dimensions "
+            "turn, the rest pass unrotated"
+        )
+    scaling = config.rope_scaling_dict
+    if scaling:
+        kind = scaling.get("rope_type", scaling.get("type"))
+        factor = scaling.get("factor")
+        words += f"; the θ_i are scaled as its `rope_scaling` says ({kind}" + (
+            f", factor {factor})" if factor is not None else ")"
+        )
+    return words
 
 
 ROPE_SENTENCE = "The cat sat on the warm mat."
@@ -256,12 +281,24 @@ def rotating_pair(
     kv_head = record.kv_head_of[head]
     q = record.rotary.queries_before[0, head, -1].float().cpu()
     k = record.rotary.keys_before[0, kv_head, 1].float().cpu()
-    half = config.d_head // 2
-    strength = (q[:half].square() + q[half:].square()) * (k[:half].square() + k[half:].square())
+    half = config.rotary_dims // 2  # pair i turns dimensions i and i + half
+    turning = slice(0, 2 * half)
+    q_turning, k_turning = q[turning], k[turning]
+    strength = (q_turning[:half].square() + q_turning[half:].square()) * (
+        k_turning[:half].square() + k_turning[half:].square()
+    )
     pair = int(strength[: max(1, half // 4)].argmax())
     what = f"layer {layer + 1} head {head + 1}'s (kv head {kv_head + 1})"
     figure = figures.rotary_pair_figure(
-        q, k, pair, ROPE_TURNS, float(config.rope_base), what=what, large_font=large
+        q,
+        k,
+        pair,
+        ROPE_TURNS,
+        float(config.rope_base),
+        rotary_dims=config.rotary_dims,
+        scaling=config.rope_scaling_dict,
+        what=what,
+        large_font=large,
     )
     return gr.update(visible=True, value=figure)
 
