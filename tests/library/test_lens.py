@@ -104,6 +104,17 @@ def test_an_intermediate_layer_is_the_final_norm_and_generator_applied_by_hand(b
         assert lens.final_norm == (checkpoint.config.norm == "pre")
 
 
+def test_the_lens_keeps_no_view_of_the_whole_distribution(bundled):
+    """A session keeps every step's lens: each of its tensors must hold only its own numbers,
+    not a view that keeps the ``(L, V)`` distribution of every layer alive."""
+    checkpoint = bundled["continue"]
+    lens = logit_lens(checkpoint.model, _trace(checkpoint), 2, top_k=3, chosen=5)
+    for name in ("top_ids", "top_probs", "chosen_rank", "chosen_prob"):
+        tensor = getattr(lens, name)
+        held = tensor.untyped_storage().nbytes()
+        assert held == tensor.numel() * tensor.element_size(), (name, held)
+
+
 def test_gpt2_lens_equals_transformers_hidden_states_through_its_own_head(hf_models, pretrained):
     transformers = pytest.importorskip("transformers")
     ours = pretrained["gpt2"]

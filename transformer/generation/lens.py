@@ -168,7 +168,9 @@ def logit_lens(
         top = probs.topk(min(top_k, vocab), dim=-1)
         chosen_rank = chosen_prob = None
         if chosen is not None:
-            chosen_prob = probs[:, chosen]  # (L,)
+            # (L,): a copy, since a view would keep the whole (L, V) distribution alive in
+            # every session that keeps this step.
+            chosen_prob = probs[:, chosen].clone()
             chosen_rank = (probs > chosen_prob[:, None]).sum(dim=-1) + 1
     return LogitLens(
         stack=stack,
