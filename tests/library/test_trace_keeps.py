@@ -15,6 +15,7 @@ from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.core.operations import PAPER
 from transformer.core.probes import AttentionProbe
+from transformer.core.run import Capture, Run
 from transformer.lab.silent_mistakes import tiled_kv_heads
 
 CONFIG = ModelConfig(
@@ -53,10 +54,10 @@ def test_a_rotary_trace_gives_back_the_passes_own_queries_and_keys(grouping):
     model = Transformer(CONFIG).eval()
     ops = PAPER if grouping == "standard" else replace(PAPER, expand_kv_heads=tiled_kv_heads)
     seen: list[AttentionProbe] = []
-    ops = replace(ops, observe_attention=lambda probe, kind, layer: seen.append(probe))
+    observed = Capture(observe_attention=lambda probe, kind, layer: seen.append(probe))
     tokens = torch.randint(4, 80, (2, 9))
     with torch.no_grad():
-        trace = model(tgt=tokens, capture=True, ops=ops)
+        trace = model(tgt=tokens, capture=observed, ops=ops)
     records = trace.attention_records("decoder_self")
     assert len(records) == len(seen) == 2
     for record, probe in zip(records, seen, strict=True):
@@ -292,13 +293,12 @@ def _weights_of_the_pass(model, src, tgt, ops):
     """The trace of a pass that does not keep its attention weights, and each attention call's
     weights as the pass computed them (seen by an observer, in the order of the calls)."""
     seen: list[tuple[str, torch.Tensor]] = []
-    ops = replace(
-        ops,
+    capture = Capture(
         keep_attention_weights=False,
         observe_attention=lambda probe, kind, layer: seen.append((kind, probe.weights)),
     )
     with torch.no_grad():
-        trace = model(src, tgt, capture=True, ops=ops)
+        trace = model(src, tgt, capture=capture, ops=ops)
     return trace, seen
 
 
@@ -347,9 +347,9 @@ def test_a_pass_that_keeps_its_weights_holds_them():
     torch.manual_seed(0)
     model = Transformer(CONFIG).eval()
     seen: list[torch.Tensor] = []
-    ops = replace(PAPER, observe_attention=lambda probe, kind, layer: seen.append(probe.weights))
+    observed = Capture(observe_attention=lambda probe, kind, layer: seen.append(probe.weights))
     with torch.no_grad():
-        trace = model(tgt=torch.randint(4, 80, (2, 9)), capture=True, ops=ops)
+        trace = model(tgt=torch.randint(4, 80, (2, 9)), capture=observed)
     held = _storages(trace)
     assert len(seen) == 2
     assert all(w.untyped_storage().data_ptr() in held for w in seen)
@@ -424,3 +424,28 @@ def test_the_grid_pools_each_layer_before_it_reads_the_next():
     expected = attention_grid(stack, max_cells=cells).data[0].z
     assert drawn.shape == expected.shape and (drawn == expected).all()
     assert drawn.shape[0] < 4 * 200  # pooled
+
+
+# -- the run: what a traced pass's modules leave in it, each layer takes back out ----------------
+
+
+@pytest.mark.parametrize("config", [CONFIG, ENCODER_DECODER], ids=["pre-LN", "post-LN"])
+def test_a_run_hands_on_everything_its_modules_left_and_keeps_nothing(config):
+    """While a traced run goes, each attention and residual connection leaves its probe or
+    update in the run, and each layer takes them back out into its record: after the pass the
+    run holds nothing (the trace alone holds the tensors). A run without a trace is never
+    written to, and its layers compute what the traced ones did (sdpa against the written-out
+    attention)."""
+    torch.manual_seed(0)
+    model = Transformer(config).eval()
+    tgt = torch.randint(4, config.output_vocab_size, (2, 9))
+    src = torch.randint(4, 40, (2, 7)) if config.has_encoder else None
+    outputs = []
+    for run in (Run(capture=Capture()), Run()):
+        with torch.no_grad():
+            encoded = model._encode(src, run, None) if src is not None else None
+            hidden, _, layers, _ = model._run_decoder(tgt, encoded, None, run, True)
+        assert run.kept == {}
+        assert len(layers) == (config.n_decoder_layers if run.traced else 0)
+        outputs.append(hidden)
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=1e-5, atol=1e-5)

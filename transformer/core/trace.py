@@ -37,7 +37,7 @@ class AttentionRecord:
         kind: ``"encoder_self"``, ``"decoder_self"`` (masked) or ``"cross"``.
         layer: index of the layer in its stack, from 0.
         weights: ``(B, H, Tq, Tk)`` softmax of the scores; zero in masked cells. A pass run
-            with ``Operations.keep_attention_weights=False`` does not keep them: they are
+            with ``Capture.keep_attention_weights=False`` does not keep them: they are
             computed again when read, from the queries and keys, by the attention's own
             :func:`~transformer.core.probes.attention_weights` (the same numbers, bit for bit;
             SmolLM2's at 512 tokens would take 283 MB). Each read computes them anew.
