@@ -6,6 +6,7 @@ step's own, they are kept as before."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import replace
 
 import pytest
@@ -385,7 +386,7 @@ def test_an_analysis_holds_no_attention_weights_and_draws_the_same_grid():
     for kind in ("encoder_self", "decoder_self", "cross"):
         lazy_records, kept_records = trace.attention_records(kind), kept.attention_records(kind)
         for lazy, whole in zip(lazy_records, kept_records, strict=True):
-            assert lazy._weights is None and whole._weights is not None
+            assert lazy.kept_weights is None and whole.kept_weights is not None
             torch.testing.assert_close(lazy.weights, whole.weights, rtol=0, atol=0)
         drawn = figures.grid_figure(lazy_records, 1).data[0].z
         expected = figures.grid_figure(kept_records, 1).data[0].z
@@ -449,3 +450,30 @@ def test_a_run_hands_on_everything_its_modules_left_and_keeps_nothing(config):
         assert len(layers) == (config.n_decoder_layers if run.traced else 0)
         outputs.append(hidden)
     torch.testing.assert_close(outputs[0], outputs[1], rtol=1e-5, atol=1e-5)
+
+
+def test_the_records_are_plain_dataclasses_whose_computed_fields_say_so():
+    """A trace, a layer's record and an attention record are plain dataclasses: the generated
+    ``__init__`` takes every field back (``dataclasses.replace``); what is computed when read
+    is a property over a ``kept_*`` field left ``None``: the stream after pre-LN self-attention
+    is ``input + update``, and the weights are the softmax of the kept queries and keys."""
+    torch.manual_seed(0)
+    model = Transformer(ENCODER_DECODER.replace(norm="pre")).eval()
+    tgt = torch.randint(4, ENCODER_DECODER.output_vocab_size, (2, 9))
+    src = torch.randint(4, 40, (2, 7))
+    with torch.no_grad():
+        trace = model(src, tgt, capture=Capture(keep_attention_weights=False))
+    layer = trace.decoder_layers[0]
+    record = layer.cross_attention
+    for kept in (trace, layer, record):
+        assert dataclasses.is_dataclass(kept)
+        names = [f.name for f in dataclasses.fields(kept)]
+        assert list(inspect.signature(type(kept)).parameters) == names  # no hand-written init
+        copy = dataclasses.replace(kept)
+        assert type(copy) is type(kept) and copy is not kept
+    assert layer.kept_self_attention_output is None
+    assert torch.equal(layer.self_attention_output, layer.input + layer.self_attention_update)
+    assert record.kept_weights is None and record.kept_scores is None
+    scores = record.kept_queries @ record.kept_keys.transpose(-2, -1)
+    expected = torch.softmax(scores.masked_fill(~record.mask, float("-inf")), dim=-1)
+    torch.testing.assert_close(record.weights, expected, rtol=1e-6, atol=1e-7)
