@@ -35,6 +35,7 @@ from .core.model import (
     count_parameters,
 )
 from .core.operations import PAPER, Operations
+from .core.run import Capture
 from .core.special import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 from .core.trace import AttentionRecord, LayerTrace, StackInput, Trace
 
@@ -128,6 +129,7 @@ __all__ = [
     "Analysis",
     "AttentionRecord",
     "BPELearningTrace",
+    "Capture",
     "Checkpoint",
     "CheckpointError",
     "ConfigError",

@@ -194,7 +194,10 @@ class HeadByHead(torch.nn.Module):
         self.gain = whole.weight.detach()
         self.d_head = d_head
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, heads · d_head)
+    def forward(
+        self, x: torch.Tensor, run: object = None
+    ) -> torch.Tensor:  # (B, T, heads · d_head)
+        """Called as the model calls its norms, ``norm(x, run)``; a stand-in, it swaps nothing."""
         shape = x.shape
         heads = self.norm(x.view(*shape[:-1], shape[-1] // self.d_head, self.d_head))
         return heads.reshape(shape) * self.gain

@@ -51,12 +51,12 @@ CODE = {
     "concat": "transpose(1, 2)",
     "project": "w_o(",
     "residual": "x + ",
-    "norm_out": "layer_norm(self.norm, x)",
+    "norm_out": "self.norm(x + self.dropout(update), run)",
     "hidden": "linear1(",
     "activation": "activation(",
     "output": "feed_forward_residual(",
 }
-CODE_BY_KEY = {"ff.project": "linear2(", "embedding.norm": "layer_norm(parts.norm, x"}
+CODE_BY_KEY = {"ff.project": "linear2(", "embedding.norm": "parts.norm(x, run)"}
 
 
 def _close(shown: torch.Tensor, reference: torch.Tensor, what: str) -> None:

@@ -17,6 +17,7 @@ from transformer.core.config import ModelConfig
 from transformer.core.masks import causal_mask, combine_masks, is_causal, padding_mask
 from transformer.core.model import Transformer
 from transformer.core.operations import merge_heads, split_heads
+from transformer.core.run import Capture, Run
 from transformer.lab.interventions import Intervention
 
 CONFIG = ModelConfig(
@@ -228,7 +229,9 @@ def test_a_query_with_every_key_masked_gets_zeros_not_nan(capture, device):
     x = torch.randn(2, 3, 16, device=device, requires_grad=True)
     mask = torch.ones(2, 1, 3, 3, dtype=torch.bool, device=device)
     mask[0, :, 1, :] = False  # query 1 of sequence 0 may attend to nothing
-    out, probe = mha(x, x, mask, capture=capture)
+    run = Run(capture=Capture(trace=capture))
+    out = mha(x, x, mask, run=run)
+    probe = run.probe(mha)
     assert not out.isnan().any()
     # With no key the attention output is zero, so the sub-layer output is w_o's bias alone.
     assert torch.allclose(out[0, 1], mha.w_o.bias, atol=1e-6)
@@ -414,6 +417,7 @@ CORE = (
     "probes",
     "cache",
     "operations",
+    "run",
     "stacks",
     "model",
     "trace",

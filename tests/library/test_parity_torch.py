@@ -15,6 +15,7 @@ from transformer.core.config import ModelConfig, base_config
 from transformer.core.layers import Dropout, LayerNorm
 from transformer.core.masks import causal_mask, padding_mask, to_torch_nn_mask
 from transformer.core.model import Transformer
+from transformer.core.run import Capture, Run
 from transformer.core.torch_parity import (
     copy_from_torch,
     copy_layer_norm,
@@ -132,7 +133,9 @@ def test_multihead_attention_matches_nn_multihead_attention(dtype, device):
         average_attn_weights=False,
     )
     for capture in (False, True):
-        out, probe = ours(query, memory, ours_mask, capture=capture)
+        run = Run(capture=Capture(trace=capture))
+        out = ours(query, memory, ours_mask, run=run)
+        probe = run.probe(ours)
         assert max_diff(out, ref_out) <= TOLERANCE[dtype]
     assert probe.weights.shape == (2, n_heads, 5, 7)
     assert max_diff(probe.weights, ref_weights) <= TOLERANCE[dtype]

@@ -6,6 +6,7 @@ step's own, they are kept as before."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import replace
 
 import pytest
@@ -15,6 +16,7 @@ from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.core.operations import PAPER
 from transformer.core.probes import AttentionProbe
+from transformer.core.run import Capture, Run
 from transformer.lab.silent_mistakes import tiled_kv_heads
 
 CONFIG = ModelConfig(
@@ -53,10 +55,10 @@ def test_a_rotary_trace_gives_back_the_passes_own_queries_and_keys(grouping):
     model = Transformer(CONFIG).eval()
     ops = PAPER if grouping == "standard" else replace(PAPER, expand_kv_heads=tiled_kv_heads)
     seen: list[AttentionProbe] = []
-    ops = replace(ops, observe_attention=lambda probe, kind, layer: seen.append(probe))
+    observed = Capture(observe_attention=lambda probe, kind, layer: seen.append(probe))
     tokens = torch.randint(4, 80, (2, 9))
     with torch.no_grad():
-        trace = model(tgt=tokens, capture=True, ops=ops)
+        trace = model(tgt=tokens, capture=observed, ops=ops)
     records = trace.attention_records("decoder_self")
     assert len(records) == len(seen) == 2
     for record, probe in zip(records, seen, strict=True):
@@ -292,13 +294,12 @@ def _weights_of_the_pass(model, src, tgt, ops):
     """The trace of a pass that does not keep its attention weights, and each attention call's
     weights as the pass computed them (seen by an observer, in the order of the calls)."""
     seen: list[tuple[str, torch.Tensor]] = []
-    ops = replace(
-        ops,
+    capture = Capture(
         keep_attention_weights=False,
         observe_attention=lambda probe, kind, layer: seen.append((kind, probe.weights)),
     )
     with torch.no_grad():
-        trace = model(src, tgt, capture=True, ops=ops)
+        trace = model(src, tgt, capture=capture, ops=ops)
     return trace, seen
 
 
@@ -347,9 +348,9 @@ def test_a_pass_that_keeps_its_weights_holds_them():
     torch.manual_seed(0)
     model = Transformer(CONFIG).eval()
     seen: list[torch.Tensor] = []
-    ops = replace(PAPER, observe_attention=lambda probe, kind, layer: seen.append(probe.weights))
+    observed = Capture(observe_attention=lambda probe, kind, layer: seen.append(probe.weights))
     with torch.no_grad():
-        trace = model(tgt=torch.randint(4, 80, (2, 9)), capture=True, ops=ops)
+        trace = model(tgt=torch.randint(4, 80, (2, 9)), capture=observed)
     held = _storages(trace)
     assert len(seen) == 2
     assert all(w.untyped_storage().data_ptr() in held for w in seen)
@@ -385,7 +386,7 @@ def test_an_analysis_holds_no_attention_weights_and_draws_the_same_grid():
     for kind in ("encoder_self", "decoder_self", "cross"):
         lazy_records, kept_records = trace.attention_records(kind), kept.attention_records(kind)
         for lazy, whole in zip(lazy_records, kept_records, strict=True):
-            assert lazy._weights is None and whole._weights is not None
+            assert lazy.kept_weights is None and whole.kept_weights is not None
             torch.testing.assert_close(lazy.weights, whole.weights, rtol=0, atol=0)
         drawn = figures.grid_figure(lazy_records, 1).data[0].z
         expected = figures.grid_figure(kept_records, 1).data[0].z
@@ -424,3 +425,55 @@ def test_the_grid_pools_each_layer_before_it_reads_the_next():
     expected = attention_grid(stack, max_cells=cells).data[0].z
     assert drawn.shape == expected.shape and (drawn == expected).all()
     assert drawn.shape[0] < 4 * 200  # pooled
+
+
+# -- the run: what a traced pass's modules leave in it, each layer takes back out ----------------
+
+
+@pytest.mark.parametrize("config", [CONFIG, ENCODER_DECODER], ids=["pre-LN", "post-LN"])
+def test_a_run_hands_on_everything_its_modules_left_and_keeps_nothing(config):
+    """While a traced run goes, each attention and residual connection leaves its probe or
+    update in the run, and each layer takes them back out into its record: after the pass the
+    run holds nothing (the trace alone holds the tensors). A run without a trace is never
+    written to, and its layers compute what the traced ones did (sdpa against the written-out
+    attention)."""
+    torch.manual_seed(0)
+    model = Transformer(config).eval()
+    tgt = torch.randint(4, config.output_vocab_size, (2, 9))
+    src = torch.randint(4, 40, (2, 7)) if config.has_encoder else None
+    outputs = []
+    for run in (Run(capture=Capture()), Run()):
+        with torch.no_grad():
+            encoded = model._encode(src, run, None) if src is not None else None
+            hidden, _, layers, _ = model._run_decoder(tgt, encoded, None, run, True)
+        assert run.kept == {}
+        assert len(layers) == (config.n_decoder_layers if run.traced else 0)
+        outputs.append(hidden)
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=1e-5, atol=1e-5)
+
+
+def test_the_records_are_plain_dataclasses_whose_computed_fields_say_so():
+    """A trace, a layer's record and an attention record are plain dataclasses: the generated
+    ``__init__`` takes every field back (``dataclasses.replace``); what is computed when read
+    is a property over a ``kept_*`` field left ``None``: the stream after pre-LN self-attention
+    is ``input + update``, and the weights are the softmax of the kept queries and keys."""
+    torch.manual_seed(0)
+    model = Transformer(ENCODER_DECODER.replace(norm="pre")).eval()
+    tgt = torch.randint(4, ENCODER_DECODER.output_vocab_size, (2, 9))
+    src = torch.randint(4, 40, (2, 7))
+    with torch.no_grad():
+        trace = model(src, tgt, capture=Capture(keep_attention_weights=False))
+    layer = trace.decoder_layers[0]
+    record = layer.cross_attention
+    for kept in (trace, layer, record):
+        assert dataclasses.is_dataclass(kept)
+        names = [f.name for f in dataclasses.fields(kept)]
+        assert list(inspect.signature(type(kept)).parameters) == names  # no hand-written init
+        copy = dataclasses.replace(kept)
+        assert type(copy) is type(kept) and copy is not kept
+    assert layer.kept_self_attention_output is None
+    assert torch.equal(layer.self_attention_output, layer.input + layer.self_attention_update)
+    assert record.kept_weights is None and record.kept_scores is None
+    scores = record.kept_queries @ record.kept_keys.transpose(-2, -1)
+    expected = torch.softmax(scores.masked_fill(~record.mask, float("-inf")), dim=-1)
+    torch.testing.assert_close(record.weights, expected, rtol=1e-6, atol=1e-7)

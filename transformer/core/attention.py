@@ -19,6 +19,7 @@ from .modern import RMSNorm, expand_kv_heads, kv_head_of
 from .operations import PAPER, Operations
 from .probes import AttentionKind, AttentionProbe, Rotated, attention_weights
 from .rotary import RotaryEmbedding
+from .run import PLAIN, Run
 
 
 def scaled_dot_product_attention(
@@ -128,10 +129,8 @@ class MultiHeadAttention(nn.Module):
         key_value: Tensor | None,
         mask: Tensor | None = None,
         cache: KeyValueCache | None = None,
-        *,
-        capture: bool = False,
-        ops: Operations = PAPER,
-    ) -> tuple[Tensor, AttentionProbe | None]:
+        run: Run = PLAIN,
+    ) -> Tensor:
         """Attend from ``query`` positions to ``key_value`` positions.
 
         Args:
@@ -140,37 +139,38 @@ class MultiHeadAttention(nn.Module):
             mask: bool broadcastable to ``(B, H, Tq, Tk_total)``, ``True`` = may attend, where
                 ``Tk_total`` counts cached keys too.
             cache: keys/values kept across decoding steps (updated in place).
-            capture: compute attention written out and return its scores and weights;
-                otherwise run ``F.scaled_dot_product_attention`` and keep no ``(B, H, Tq, Tk)``.
-            ops: the operations of this pass (the paper's by default).
+            run: this call's operations and capture policy; where it traces or observes,
+                attention is written out and its probe handed to the run (:meth:`Run.observe`).
 
         Returns:
-            ``(B, Tq, d_model)`` output and, with ``capture``, the :class:`AttentionProbe`.
+            ``(B, Tq, d_model)`` output.
         """
-        q = self._heads(self.w_q(query), self.q_norm, self.n_heads, ops)  # (B, H, Tq, d_head)
+        ops = run.ops
+        q = self._heads(self.w_q(query), self.q_norm, self.n_heads, run)  # (B, H, Tq, d_head)
         if cache is not None and cache.static and cache.keys is not None:
             k, v, rotated = cache.keys, cast(Tensor, cache.values), None  # from the memory, once
         else:
             if key_value is None:
                 raise ValueError("key_value is required unless a filled static cache is given")
-            k = self._heads(self.w_k(key_value), self.k_norm, self.n_kv_heads, ops)
+            k = self._heads(self.w_k(key_value), self.k_norm, self.n_kv_heads, run)
             v = ops.split_heads(self.w_v(key_value), self.n_kv_heads)  # (B, H_kv, Tk, d_head)
             q, k, rotated = self._rotate(q, k, cache, ops)
             if cache is not None:
                 k, v = cache.update(k, v)  # the cache keeps H_kv heads
-        out, probe = self.attend(q, k, v, mask, capture=capture, ops=ops)
+        out = self.attend(q, k, v, mask, run)
+        probe = run.probe(self)  # the probe a traced run keeps
         if probe is not None and rotated is not None:
             self._keep_rotary(probe, rotated, ops, uncached=k is rotated.keys_after)
-        return out, probe
+        return out
 
-    def _heads(self, y: Tensor, norm: RMSNorm | None, n_heads: int, ops: Operations) -> Tensor:
+    def _heads(self, y: Tensor, norm: RMSNorm | None, n_heads: int, run: Run) -> Tensor:
         """``(B, T, n_heads · d_head)`` projected queries or keys → ``(B, n_heads, T, d_head)``,
         normed before the split (``qk_norm="projection"``) or each head after (``"head"``)."""
         if norm is not None and self.qk_norm == "projection":
-            y = ops.layer_norm(norm, y)
-        y = ops.split_heads(y, n_heads)
+            y = norm(y, run)
+        y = run.ops.split_heads(y, n_heads)
         if norm is not None and self.qk_norm == "head":
-            y = ops.layer_norm(norm, y)
+            y = norm(y, run)
         return y
 
     def score_scale(self, ops: Operations = PAPER) -> float:
@@ -205,36 +205,27 @@ class MultiHeadAttention(nn.Module):
         return q_rotated, k_rotated, Rotated(q, q_rotated, k, k_rotated, offset)
 
     def attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        mask: Tensor | None,
-        *,
-        capture: bool = False,
-        ops: Operations = PAPER,
-    ) -> tuple[Tensor, AttentionProbe | None]:
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, run: Run = PLAIN
+    ) -> Tensor:
         """Every head's attention over ``(B, H, Tq, d_head)`` queries and ``(B, H_kv, Tk,
-        d_head)`` keys and values, heads merged and projected: ``(B, Tq, d_model)`` and the
-        probe. Key/value head ``h // (H / H_kv)`` serves query head h."""
+        d_head)`` keys and values, heads merged and projected: ``(B, Tq, d_model)``. Key/value
+        head ``h // (H / H_kv)`` serves query head h."""
+        ops = run.ops
         scale = self.score_scale(ops)
-        probe = None
         grouped = self.n_kv_heads != self.n_heads
         # sdpa cannot soft-cap its scores: a capped model attends written out, keeping nothing.
-        observed = capture or ops.observe_attention is not None or self.softcap is not None
-        if observed or (grouped and ops.expand_kv_heads is not expand_kv_heads):
+        written_out = run.writes_attention_out or self.softcap is not None
+        if written_out or (grouped and ops.expand_kv_heads is not expand_kv_heads):
             # sdpa's enable_gqa groups heads the standard way only: another grouping expands here
             k, v = ops.expand_kv_heads(k, self.n_heads), ops.expand_kv_heads(v, self.n_heads)
             grouped = False
-        if observed:
+        if written_out:
             out, probe = scaled_dot_product_attention(
                 q, k, v, mask, scale, self.dropout, self.softcap
             )
             probe.kv_head_of = self.kv_head_of
-            if ops.observe_attention is not None:
-                ops.observe_attention(probe, self.kind, self.layer)
-            if not capture:
-                probe = None  # observed, not kept: its (B, H, Tq, Tk) weights are freed here
+            # Observed, kept for the trace where the run keeps one; else its weights die here.
+            run.observe(self, probe, mask)
         else:
             dropout = self.dropout.p if self.training else 0.0
             causal = mask is not None and is_causal(mask)  # the triangle without a mask
@@ -250,4 +241,4 @@ class MultiHeadAttention(nn.Module):
             )
         if ops.zero_heads and self.kind is not None:
             out = ops.gate_heads(out, self.kind, self.layer)
-        return self.w_o(ops.merge_heads(out)), probe
+        return self.w_o(ops.merge_heads(out))

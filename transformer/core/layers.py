@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from .run import Run
 
 
 class LayerNorm(nn.Module):
@@ -25,7 +29,12 @@ class LayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d_model))  # γ
         self.bias = nn.Parameter(torch.zeros(d_model))  # β
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, run: Run | None = None) -> Tensor:
+        """``(..., d_model)`` → ``(..., d_model)``: :meth:`normalise`, or the norm of ``run``'s
+        operations where a pass swaps it (``run.ops.layer_norm``)."""
+        return self.normalise(x) if run is None else run.ops.layer_norm(self, x)
+
+    def normalise(self, x: Tensor) -> Tensor:
         """``(..., d_model)`` → ``(..., d_model)``, fused (equal to :meth:`explicit`)."""
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
 

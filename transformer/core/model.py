@@ -2,8 +2,8 @@
 
 Encoder-decoder, encoder-only and decoder-only models are built from the same parts
 (:mod:`transformer.core.stacks`); a decoder layer has cross-attention only when there is an encoder
-to attend to. Each call takes its :class:`~transformer.core.operations.Operations` (the paper's by
-default), or the :class:`~transformer.lab.interventions.Intervention` that builds them.
+to attend to. Each call makes one :class:`~transformer.core.run.Run` (its operations and what it
+keeps) that reaches every stack, layer and attention.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from .layers import Dropout, LayerNorm
 from .masks import causal_mask, combine_masks, padding_mask
 from .modern import soft_cap
 from .operations import PAPER, HasOperations, Operations
+from .run import Capture, Run, run_for
 from .stacks import (
     Decoder,
     DecoderCache,
@@ -44,15 +45,6 @@ __all__ = [
     "Transformer",
     "count_parameters",
 ]
-
-
-def operations_for(intervention: HasOperations | None, ops: Operations) -> Operations:
-    """The operations of one call: ``intervention``'s when given, else ``ops``."""
-    if intervention is None:
-        return ops
-    if ops is not PAPER:
-        raise ValueError("pass either intervention= or ops=, not both")
-    return intervention.operations
 
 
 def _check_shape(tokens: Tensor) -> None:
@@ -243,9 +235,7 @@ class Transformer(nn.Module):
         parts: EmbeddingParts,
         offset: int,
         real: Tensor,
-        *,
-        capture: bool,
-        ops: Operations,
+        run: Run,
     ) -> tuple[Tensor, StackInput | None]:
         """``(B, T)`` ids at positions ``offset ..`` → ``(B, T, d_model)``: scaled token
         embedding + positional encoding (+ token-type embedding, then LayerNorm, where the
@@ -255,14 +245,14 @@ class Transformer(nn.Module):
         if parts.positional is None:  # rotary: nothing is added, q and k are rotated instead
             x, pe = token_vectors, token_vectors.new_zeros(tokens.size(1), token_vectors.size(2))
         else:
-            pe = ops.positions(parts.positional, tokens.size(1), offset)  # (T, d_model)
+            pe = run.ops.positions(parts.positional, tokens.size(1), offset)  # (T, d_model)
             x = token_vectors + pe
         if parts.token_types is not None:
             x = x + parts.token_types
         if parts.norm is not None:
-            x = ops.layer_norm(parts.norm, x)
+            x = parts.norm(x, run)
         x = self.embedding_dropout(x)
-        if not capture:
+        if not run.traced:
             return x, None
         return x, StackInput(
             tokens=tokens,
@@ -279,29 +269,33 @@ class Transformer(nn.Module):
         self,
         src: Tensor,
         *,
-        capture: bool = False,
+        capture: bool | Capture = False,
         intervention: HasOperations | None = None,
         ops: Operations = PAPER,
         token_types: Tensor | None = None,
     ) -> Encoded:
         """Run the encoder on ``(B, Ts)`` source ids (and ``(B, Ts)`` token types, if the
         model has token-type embeddings; all 0 when left out)."""
+        return self._encode(src, run_for(capture, intervention, ops), token_types)
+
+    def _encode(self, src: Tensor, run: Run, token_types: Tensor | None) -> Encoded:
+        """:meth:`encode` in one :class:`Run`."""
         if not self.config.has_encoder:
             raise ValueError(f"a {self.config.architecture} model has no encoder")
-        ops = operations_for(intervention, ops)
+        ops = run.ops
         _check_shape(src)
         assert self.src_embedding is not None  # has_encoder
         _check_token_ids(src, self.src_embedding.lookup.num_embeddings)
         parts = self._source_parts(src, token_types)
         real = src != self.config.pad_id  # (B, Ts)
-        x, record = self._embed(src, parts, 0, real, capture=capture, ops=ops)
+        x, record = self._embed(src, parts, 0, real, run)
         mask = padding_mask(src, self.config.pad_id) if ops.padding_mask else None
         mask = ops.attention_mask(mask, (src.size(0), 1, 1, src.size(1)), src.device)
-        if mask is not None and not capture and bool(mask.all()):
+        if mask is not None and not run.traced and bool(mask.all()):
             # Nothing is padded: the fast path gives sdpa no mask, which lets it take its
             # fastest kernel (one check here instead of a masked kernel in every layer).
             mask = None
-        memory, layers = self.encoder(x, mask, capture=capture, ops=ops)
+        memory, layers = self.encoder(x, mask, run)
         return Encoded(memory=memory, mask=mask, input=record, layers=layers)
 
     def decode(
@@ -310,7 +304,7 @@ class Transformer(nn.Module):
         encoded: Encoded | None = None,
         *,
         cache: DecoderCache | None = None,
-        capture: bool = False,
+        capture: bool | Capture = False,
         intervention: HasOperations | None = None,
         ops: Operations = PAPER,
         check_ids: bool = True,
@@ -326,9 +320,8 @@ class Transformer(nn.Module):
         T tokens then projects one row onto the vocabulary, not T: SmolLM2's 49,152 × 576
         products per row).
         """
-        hidden, record, layers, causal = self._run_decoder(
-            tgt, encoded, cache, capture, operations_for(intervention, ops), check_ids
-        )
+        run = run_for(capture, intervention, ops)
+        hidden, record, layers, causal = self._run_decoder(tgt, encoded, cache, run, check_ids)
         logits = self.generator(hidden[:, -1:] if last_only else hidden)
         return Decoded(hidden=hidden, logits=logits, input=record, layers=layers, causal=causal)
 
@@ -337,8 +330,7 @@ class Transformer(nn.Module):
         tgt: Tensor,
         encoded: Encoded | None,
         cache: DecoderCache | None,
-        capture: bool,
-        ops: Operations,
+        run: Run,
         check_ids: bool,
     ) -> tuple[Tensor, StackInput | None, list[LayerTrace], Tensor | None]:
         """:meth:`decode` without the generator: the ``(B, Tq, d_model)`` output and, when
@@ -354,12 +346,12 @@ class Transformer(nn.Module):
         real = self._real_targets(tgt, check_ids=check_ids and offset == 0)  # (B, Tq)
         assert self.tgt_embedding is not None  # has_decoder
         parts = EmbeddingParts(self.tgt_embedding, self.tgt_positional, self.tgt_embedding_norm)
-        x, record = self._embed(tgt, parts, offset, real, capture=capture, ops=ops)
+        x, record = self._embed(tgt, parts, offset, real, run)
         real_keys = real if cache is None else cache.add_real_keys(real)  # (B, Tk)
         causal = causal_mask(tgt.size(1), real_keys.size(1), device=tgt.device)
-        self_mask = self._self_mask(causal, real_keys, ops)
-        hidden, layers = self.decoder(x, self_mask, encoded, cache, capture=capture, ops=ops)
-        return hidden, record, layers, causal[0, 0] if capture else None
+        self_mask = self._self_mask(causal, real_keys, run.ops)
+        hidden, layers = self.decoder(x, self_mask, encoded, cache, run)
+        return hidden, record, layers, causal[0, 0] if run.traced else None
 
     def _real_targets(self, tgt: Tensor, check_ids: bool) -> Tensor:
         """``(B, Tq)`` bool: which of the target ids are real tokens (all, where the pad id is
@@ -419,12 +411,24 @@ class Transformer(nn.Module):
         token_types: Tensor | None = ...,
     ) -> Trace: ...
 
+    @overload
+    def forward(
+        self,
+        src: Tensor | None = ...,
+        tgt: Tensor | None = ...,
+        *,
+        capture: Capture,
+        intervention: HasOperations | None = ...,
+        ops: Operations = ...,
+        token_types: Tensor | None = ...,
+    ) -> Tensor | Trace: ...
+
     def forward(
         self,
         src: Tensor | None = None,
         tgt: Tensor | None = None,
         *,
-        capture: bool = False,
+        capture: bool | Capture = False,
         intervention: HasOperations | None = None,
         ops: Operations = PAPER,
         token_types: Tensor | None = None,
@@ -434,7 +438,8 @@ class Transformer(nn.Module):
         Args:
             src: ``(B, Ts)`` source ids (encoder-decoder and encoder-only models).
             tgt: ``(B, Tt)`` target ids, shifted right (encoder-decoder and decoder-only).
-            capture: return a :class:`Trace` of every step instead of the bare logits.
+            capture: return a :class:`Trace` of every step instead of the bare logits, or a
+                :class:`~transformer.core.run.Capture` saying what the pass keeps.
             intervention: what-if switches (see :class:`~transformer.lab.interventions.Intervention`).
             ops: the operations to run (:data:`~transformer.core.operations.PAPER`), when no
                 ``intervention`` builds them.
@@ -442,19 +447,15 @@ class Transformer(nn.Module):
                 embeddings (BERT); all 0 when left out.
         """
         self._check_inputs(src, tgt)
-        ops = operations_for(intervention, ops)
-        encoded = None
-        if src is not None:
-            encoded = self.encode(src, capture=capture, ops=ops, token_types=token_types)
-        if not capture:
-            if tgt is not None:
-                return self.decode(tgt, encoded, ops=ops).logits
+        run = run_for(capture, intervention, ops)
+        encoded = self._encode(src, run, token_types) if src is not None else None
+        decoded = self._run_decoder(tgt, encoded, None, run, True) if tgt is not None else None
+        if not run.traced:
+            if decoded is not None:
+                return self.generator(decoded[0])
             assert encoded is not None
             return self.generator(encoded.memory)
         # A trace computes its logits when read (see Trace): not the (B, T, V) here.
-        decoded = None
-        if tgt is not None:
-            decoded = self._run_decoder(tgt, encoded, None, True, ops, True)
         return _trace(self.config, _LaterProjection(self.generator), encoded, decoded)
 
     def _check_inputs(self, src: Tensor | None, tgt: Tensor | None) -> None:

@@ -21,10 +21,15 @@ Rotary positions are in :mod:`transformer.core.rotary`. The later families add, 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor, nn
 
 from .layers import ACTIVATION_FUNCTIONS, Dropout, activate_in_place
+
+if TYPE_CHECKING:
+    from .run import Run
 
 
 class RMSNorm(nn.Module):
@@ -40,8 +45,13 @@ class RMSNorm(nn.Module):
         self.offset = offset
         self.weight = nn.Parameter(torch.ones(d_model))  # w (γ); RMSNorm has no β
 
-    def forward(self, x: Tensor) -> Tensor:
-        """``(..., d_model)`` → ``(..., d_model)``."""
+    def forward(self, x: Tensor, run: Run | None = None) -> Tensor:
+        """``(..., d_model)`` → ``(..., d_model)``: :meth:`normalise`, or the norm of ``run``'s
+        operations where a pass swaps it (``run.ops.layer_norm``)."""
+        return self.normalise(x) if run is None else run.ops.layer_norm(self, x)
+
+    def normalise(self, x: Tensor) -> Tensor:
+        """``(..., d_model)`` → ``(..., d_model)``: ``w · x / sqrt(mean(x²) + eps)``."""
         dtype = x.dtype
         x32 = x.float()
         mean_square = x32.pow(2).mean(dim=-1, keepdim=True)

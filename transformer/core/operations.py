@@ -1,8 +1,10 @@
 """The operations a forward pass is made of, where a what-if may swap one for another.
 
 :data:`PAPER` computes exactly the paper. A forward pass takes an :class:`Operations` per call
-(``model(src, tgt, ops=...)``) and hands it down to every stack, layer and attention; it is
-never stored on a module, so requests that share one model cannot see each other's choice.
+(``model(src, tgt, ops=...)``) and hands it down, inside its :class:`~transformer.core.run.Run`,
+to every stack, layer and attention; it is never stored on a module, so requests that share one
+model cannot see each other's choice. What a pass keeps (a trace, an observer) is not here but
+in the run's :class:`~transformer.core.run.Capture`.
 
     >>> from dataclasses import replace
     >>> leaky = replace(PAPER, causal_mask=False)  # let the decoder see the future
@@ -27,8 +29,9 @@ if TYPE_CHECKING:
     from .cache import KeyValueCache
     from .layers import LayerNorm
     from .modern import RMSNorm
-    from .probes import AttentionKind, AttentionProbe
+    from .probes import AttentionKind
     from .rotary import RotaryEmbedding
+    from .run import Run
 
 # -- the paper's operations ------------------------------------------------------------------
 
@@ -39,8 +42,9 @@ def positions(positional: nn.Module, length: int, offset: int) -> Tensor:
 
 
 def layer_norm(norm: LayerNorm | RMSNorm, x: Tensor) -> Tensor:
-    """``(..., d_model)`` → ``(..., d_model)``: ``γ · (x − mean) / sqrt(var + eps) + β``."""
-    return norm(x)
+    """``(..., d_model)`` → ``(..., d_model)``: ``γ · (x − mean) / sqrt(var + eps) + β`` (or
+    the RMSNorm's formula): what ``norm(x, run)`` computes."""
+    return norm.normalise(x)
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
@@ -78,10 +82,8 @@ class Attends(Protocol):
         memory: Tensor | None,
         mask: Tensor | None,
         cache: KeyValueCache | None,
-        *,
-        capture: bool,
-        ops: Operations,
-    ) -> tuple[Tensor, AttentionProbe | None]: ...
+        run: Run,
+    ) -> Tensor: ...
 
 
 def cross_attention(
@@ -90,13 +92,12 @@ def cross_attention(
     memory: Tensor | None,
     mask: Tensor | None,
     cache: KeyValueCache | None,
-    *,
-    capture: bool,
-    ops: Operations,
-) -> tuple[Tensor, AttentionProbe | None]:
+    run: Run,
+) -> Tensor:
     """Encoder-decoder attention (section 3.2.3): queries from the decoder's ``(B, Tq,
-    d_model)`` ``x``, keys and values from the ``(B, Ts, d_model)`` encoder ``memory``."""
-    return attention(x, memory, mask, cache, capture=capture, ops=ops)
+    d_model)`` ``x``, keys and values from the ``(B, Ts, d_model)`` encoder ``memory``;
+    ``(B, Tq, d_model)``."""
+    return attention(x, memory, mask, cache, run)
 
 
 def attention_mask(
@@ -113,7 +114,8 @@ class Operations:
 
     Attributes:
         positions: ``(positional module, length, offset)`` → ``(T, d_model)`` table.
-        layer_norm: ``(LayerNorm module, x)`` → normalised ``x``, for every norm of the model.
+        layer_norm: ``(LayerNorm module, x)`` → normalised ``x``, for every norm of the model
+            (what ``norm(x, run)`` runs).
         split_heads: ``(x, n_heads)``: ``(B, T, d_model)`` → ``(B, H, T, d_head)``.
         merge_heads: ``(B, H, T, d_head)`` → ``(B, T, d_model)``.
         score_scale: ``(d_head, n_heads)`` → the multiplier of the attention scores.
@@ -126,16 +128,6 @@ class Operations:
         causal_mask: ``False`` lets the decoder see the future.
         padding_mask: ``False`` lets queries attend to padding.
         zero_heads: ``(kind, layer, head)`` triples whose output is switched off.
-        observe_attention: ``(probe, kind, layer)`` called with every attention call's
-            :class:`~transformer.core.probes.AttentionProbe` as the pass goes, so that a reader
-            can reduce each layer's ``(B, H, Tq, Tk)`` weights (to statistics, one head) before
-            the next layer computes its own; the pass then writes attention out even without
-            ``capture`` (and keeps no trace unless captured). ``None``: nobody observes.
-        keep_attention_weights: whether a captured pass keeps every layer's ``(B, H, Tq,
-            Tk)`` weights (``True``: what ``output_attentions`` returns) or lets its trace
-            compute them again when read, the same numbers from the kept queries and keys
-            (``False``: the app's analyses; SmolLM2's trace at 512 tokens then holds 283 MB
-            less, and its pass frees each layer's weights once the layer has used them).
     """
 
     positions: Callable[[nn.Module, int, int], Tensor] = positions
@@ -143,7 +135,7 @@ class Operations:
     split_heads: Callable[[Tensor, int], Tensor] = split_heads
     merge_heads: Callable[[Tensor], Tensor] = merge_heads
     score_scale: Callable[[int, int], float] = score_scale
-    cross_attention: Callable[..., tuple[Tensor, AttentionProbe | None]] = cross_attention
+    cross_attention: Callable[..., Tensor] = cross_attention
     attention_mask: Callable[[Tensor | None, tuple[int, ...], torch.device], Tensor | None] = (
         attention_mask
     )
@@ -154,8 +146,6 @@ class Operations:
     causal_mask: bool = True
     padding_mask: bool = True
     zero_heads: frozenset[tuple[AttentionKind, int, int]] = frozenset()
-    observe_attention: Callable[[AttentionProbe, AttentionKind | None, int], None] | None = None
-    keep_attention_weights: bool = True
 
     def gate_heads(self, out: Tensor, kind: AttentionKind, layer: int) -> Tensor:
         """``(B, H, T, d_head)`` heads of one attention sub-layer, those in :attr:`zero_heads`

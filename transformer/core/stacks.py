@@ -3,12 +3,15 @@
 An encoder layer is self-attention, then the position-wise feed-forward network; a decoder
 layer is masked self-attention, cross-attention over the encoder's memory (only when there is
 an encoder), then the feed-forward network. Each sub-layer sits in a residual connection with
-dropout and layer norm. Every forward takes the pass's :class:`Operations` (the paper's by
-default) and hands it on.
+dropout and layer norm (:class:`Residual`). Every forward takes the pass's
+:class:`~transformer.core.run.Run` (the paper's operations, nothing kept, by default) and hands it
+on; where the run keeps a trace, each layer builds its record at the end from what its modules
+left in the run (:func:`_layer_trace`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -20,19 +23,20 @@ from .config import ModelConfig
 from .layers import Dropout, LayerNorm, PositionwiseFeedForward
 from .masks import one_pass, remembered
 from .modern import GatedFeedForward, RMSNorm, sliding_window_mask
-from .operations import PAPER, Operations
-from .probes import AttentionProbe
 from .rotary import RotaryEmbedding
+from .run import PLAIN, Run
 from .trace import AttentionKind, AttentionRecord, LayerTrace, StackInput
 
 
-class _Residual(nn.Module):
-    """Residual connection with dropout and layer norm, post-LN or pre-LN (section 5.4).
+class Residual(nn.Module):
+    """A sub-layer inside its residual connection, with dropout and a norm (section 5.4).
 
-    Two later placements: ``norm="output"`` normalises the sub-layer's output before the add,
-    ``x + Norm(Sublayer(x))`` (OLMo 2: the stream itself is never normalised, so it may grow,
-    but each update arrives at a set scale); ``post_sublayer_norm`` does that on top of the
-    pre-norm, ``x + Norm₂(Sublayer(Norm₁(x)))`` (Gemma 2 and 3: ``post_norm``).
+    :meth:`forward` holds the equations, one per placement of the norm: the paper's post-LN
+    ``x = LayerNorm(x + Sublayer(x))``, pre-LN ``x = x + Sublayer(LayerNorm(x))``, and two later
+    ones. ``norm="output"`` normalises the sub-layer's output before the add, ``x = x +
+    Norm(Sublayer(x))`` (OLMo 2: the stream itself is never normalised, so it may grow, but each
+    update arrives at a set scale); ``post_sublayer_norm`` does that on top of the pre-norm,
+    ``x = x + Norm₂(Sublayer(Norm₁(x)))`` (Gemma 2 and 3: ``post_norm``).
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -43,11 +47,34 @@ class _Residual(nn.Module):
         self.output_norm = config.norm == "output"
         self.post_norm = _norm(config) if config.post_sublayer_norm else None
 
-    def sublayer_input(self, x: Tensor, ops: Operations = PAPER) -> Tensor:
-        """What the sub-layer reads: ``LayerNorm(x)`` in pre-LN, ``x`` itself in post-LN."""
-        if not self.pre_norm:
-            return x
-        return ops.layer_norm(self.norm, x)
+    def forward(
+        self,
+        x: Tensor,
+        sublayer: Callable[[Tensor], Tensor],
+        run: Run = PLAIN,
+        reads: Tensor | None = None,
+    ) -> Tensor:
+        """The ``(B, T, d_model)`` stream after ``sublayer`` (``(B, T, d_model)`` →
+        ``(B, T, d_model)``) added its update to ``x``. ``reads``: what the sub-layer reads
+        where it is not ``x`` (GPT-NeoX's parallel residual: the layer's input).
+
+        ``sublayer`` is a function, never a module itself: accelerate's hooks on a model spread
+        over devices move every module argument of a forward to the device (a module offloaded
+        to disk would be copied off the meta device)."""
+        h = x if reads is None else reads
+        if not (self.pre_norm or self.output_norm):  # the paper: x = LayerNorm(x + Sublayer(x))
+            update = sublayer(h)
+            out = self.norm(x + self.dropout(update), run)
+        elif self.pre_norm:  # pre-LN: x = x + Sublayer(LayerNorm(x))
+            update = sublayer(self.norm(h, run))
+            if self.post_norm is not None:  # Gemma: x = x + Norm₂(Sublayer(Norm₁(x)))
+                update = self.post_norm(update, run)
+            out = x + self.dropout(update)
+        else:  # OLMo 2: x = x + Norm(Sublayer(x))
+            update = self.norm(sublayer(h), run)
+            out = x + self.dropout(update)
+        run.keep(self, (update.detach(), out))  # for the layer's record, where traced
+        return out
 
     def kept(self, output: Tensor) -> Tensor | None:
         """What a trace keeps of the ``(B, T, d_model)`` stream after this sub-layer: nothing
@@ -56,24 +83,6 @@ class _Residual(nn.Module):
         summed = self.pre_norm or self.output_norm
         plain_sum = summed and (not self.training or self.dropout.p == 0)
         return None if plain_sum else output.detach()
-
-    def added(self, sublayer_output: Tensor, ops: Operations = PAPER) -> Tensor:
-        """``(B, T, d_model)``: what this sub-layer adds to the stream: its output, normalised
-        first where the norms sit on the output (``norm="output"``, ``post_sublayer_norm``)."""
-        if self.output_norm:
-            return ops.layer_norm(self.norm, sublayer_output)
-        if self.post_norm is not None:
-            return ops.layer_norm(self.post_norm, sublayer_output)
-        return sublayer_output
-
-    def forward(self, x: Tensor, added: Tensor, ops: Operations = PAPER) -> Tensor:
-        """The stream after the sub-layer from its input ``x`` and what it adds (its output,
-        or :meth:`added` of it where a norm sits on the output), each ``(B, T, d_model)``:
-        post-LN ``LayerNorm(x + Dropout(added))``, else ``x + Dropout(added)``."""
-        x = x + self.dropout(added)
-        if self.pre_norm or self.output_norm:
-            return x
-        return ops.layer_norm(self.norm, x)
 
 
 def _norm(config: ModelConfig) -> LayerNorm | RMSNorm:
@@ -84,35 +93,73 @@ def _norm(config: ModelConfig) -> LayerNorm | RMSNorm:
     return LayerNorm(config.d_model, config.layer_norm_eps)
 
 
-def _record(
-    kind: AttentionKind,
-    layer: int,
-    probe: AttentionProbe | None,
-    mask: Tensor | None,
-    offset: int,
-    ops: Operations,
-) -> AttentionRecord | None:
-    """The trace's record of one attention call (its weights kept unless ``ops`` says not to:
-    the record then computes them again when read)."""
-    if probe is None:
+# -- what a captured pass records: built from what the modules left in the run ---------------
+
+
+def _record(run: Run, attention: MultiHeadAttention, offset: int) -> AttentionRecord | None:
+    """The trace's record of one attention call of this run, its first query at position
+    ``offset`` (its weights kept unless the capture policy says not to: the record then
+    computes them again when read); ``None`` where it did not run."""
+    kept = run.take(attention)
+    if kept is None:
         return None
+    probe, mask = kept
+    assert attention.kind is not None  # a layer's attention knows where it sits
     batch, _, n_queries, n_keys = probe.weights.shape
     if mask is None:  # nothing was masked: an all-True view, no allocation of (B, 1, Tq, Tk)
         mask = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=probe.weights.device)
     mask = mask.expand(batch, 1, n_queries, n_keys)
     return AttentionRecord(
         softcap=probe.softcap,
-        kind=kind,
-        layer=layer,
-        weights=probe.weights.detach() if ops.keep_attention_weights else None,
+        kind=attention.kind,
+        layer=attention.layer,
+        kept_scores=None,
+        kept_weights=probe.weights.detach() if run.capture.keep_attention_weights else None,
         mask=mask,
         query_offset=offset,
         # Kept only where the rotary pair cannot give them back (see AttentionProbe.rebuild).
-        queries=None if probe.rebuild else probe.queries.detach(),
-        keys=None if probe.rebuild else probe.keys.detach(),
+        kept_queries=None if probe.rebuild else probe.queries.detach(),
+        kept_keys=None if probe.rebuild else probe.keys.detach(),
         kv_head_of=probe.kv_head_of,
         rotary=probe.rotary,
         rebuild=probe.rebuild,
+    )
+
+
+def _layer_trace(
+    run: Run, layer: EncoderLayer | DecoderLayer, x: Tensor, out: Tensor, offset: int = 0
+) -> LayerTrace | None:
+    """The record of ``layer``'s part of a traced run, from its ``(B, T, d_model)`` input
+    ``x`` and output ``out`` and what its sub-layers left in the run (their first query at
+    position ``offset``); ``None`` when the run keeps no trace."""
+    if not run.traced:
+        return None
+    decoder = isinstance(layer, DecoderLayer)
+    residual: Residual = (
+        layer.self_attention_residual
+        if isinstance(layer, DecoderLayer)
+        else layer.attention_residual
+    )
+    self_attention = _record(run, layer.self_attention, offset)
+    assert self_attention is not None  # a traced pass keeps every attention's probe
+    update, after_attention = run.take(residual)
+    cross, cross_update, after_cross = None, None, None
+    if isinstance(layer, DecoderLayer) and layer.cross_attention is not None:
+        cross = _record(run, layer.cross_attention, offset)
+        cross_update, after_cross = run.take(layer.cross_attention_residual)
+    feed_forward_update, _ = run.take(layer.feed_forward_residual)
+    return LayerTrace(
+        stack="decoder" if decoder else "encoder",
+        layer=layer.index,
+        input=x.detach(),
+        self_attention=self_attention,
+        kept_self_attention_output=residual.kept(after_attention),
+        cross_attention=cross,
+        cross_attention_output=None if after_cross is None else after_cross.detach(),
+        feed_forward_output=out.detach(),
+        self_attention_update=update,
+        feed_forward_update=feed_forward_update,
+        cross_attention_update=cross_update,
     )
 
 
@@ -176,35 +223,19 @@ class EncoderLayer(nn.Module):
         self.index = index
         self.self_attention = _attention(config, "encoder_self", index, rotary)
         self.feed_forward = _feed_forward(config)
-        self.attention_residual = _Residual(config)
-        self.feed_forward_residual = _Residual(config)
+        self.attention_residual = Residual(config)
+        self.feed_forward_residual = Residual(config)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None, *, capture: bool = False, ops: Operations = PAPER
+        self, x: Tensor, mask: Tensor | None, run: Run = PLAIN
     ) -> tuple[Tensor, LayerTrace | None]:
-        """``(B, T, d_model)`` → ``(B, T, d_model)``; ``mask`` broadcasts to ``(B, H, T, T)``."""
-        x_in = x
-        h = self.attention_residual.sublayer_input(x, ops)
-        attended, probe = self.self_attention(h, h, mask, capture=capture, ops=ops)
-        attended = self.attention_residual.added(attended, ops)
-        x = after_attention = self.attention_residual(x, attended, ops)
-        update = self.feed_forward(self.feed_forward_residual.sublayer_input(x, ops))
-        update = self.feed_forward_residual.added(update, ops)
-        x = self.feed_forward_residual(x, update, ops)
-        if not capture:
-            return x, None
-        record = _record("encoder_self", self.index, probe, mask, 0, ops)
-        assert record is not None  # a captured pass keeps the attention's probe
-        return x, LayerTrace(
-            stack="encoder",
-            layer=self.index,
-            input=x_in.detach(),
-            self_attention=record,
-            self_attention_output=self.attention_residual.kept(after_attention),
-            feed_forward_output=x.detach(),
-            self_attention_update=attended.detach(),
-            feed_forward_update=update.detach(),
-        )
+        """``(B, T, d_model)`` → ``(B, T, d_model)``, and the layer's record where ``run`` is
+        traced; ``mask`` broadcasts to ``(B, H, T, T)``. Each sub-layer inside its residual
+        connection (:class:`Residual`: ``x = x + Sublayer(LayerNorm(x))`` in pre-LN)."""
+        layer_input = x
+        x = self.attention_residual(x, lambda h: self.self_attention(h, h, mask, run=run), run)
+        x = self.feed_forward_residual(x, lambda h: self.feed_forward(h), run)
+        return x, _layer_trace(run, self, layer_input, x)
 
 
 @dataclass
@@ -230,16 +261,6 @@ class LayerCache:
     cross_attention: KeyValueCache = field(default_factory=lambda: KeyValueCache(static=True))
 
 
-@dataclass
-class _Sublayer:
-    """What one attention sub-layer of a decoder layer computed: its update, the stream after
-    the residual, and (when captured) the attention record."""
-
-    update: Tensor
-    output: Tensor
-    record: AttentionRecord | None = None
-
-
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the encoder memory (only when there is an
     encoder), then the feed-forward network; each sub-layer with its residual."""
@@ -252,13 +273,13 @@ class DecoderLayer(nn.Module):
         self.window = config.layer_window(index) if config.architecture == "decoder-only" else None
         self.parallel = config.parallel_residual
         self.self_attention = _attention(config, "decoder_self", index, rotary)
-        self.self_attention_residual = _Residual(config)
+        self.self_attention_residual = Residual(config)
         self.cross_attention: MultiHeadAttention | None = None
         if config.has_encoder:
             self.cross_attention = _attention(config, "cross", index)
-            self.cross_attention_residual = _Residual(config)
+            self.cross_attention_residual = Residual(config)
         self.feed_forward = _feed_forward(config)
-        self.feed_forward_residual = _Residual(config)
+        self.feed_forward_residual = Residual(config)
 
     def forward(
         self,
@@ -266,74 +287,52 @@ class DecoderLayer(nn.Module):
         self_mask: Tensor | None,
         encoded: Encoded | None = None,
         cache: LayerCache | None = None,
-        *,
-        capture: bool = False,
-        ops: Operations = PAPER,
+        run: Run = PLAIN,
     ) -> tuple[Tensor, LayerTrace | None]:
-        """Decode ``(B, Tq, d_model)`` target positions.
+        """Decode ``(B, Tq, d_model)`` target positions; their record where ``run`` is traced.
 
         ``self_mask`` broadcasts to ``(B, H, Tq, Tk)`` (causal and target padding, Tk counting
         cached positions); ``encoded`` holds the ``(B, Ts, d_model)`` encoder memory and its
-        mask, which broadcasts to ``(B, H, Tq, Ts)`` (source padding).
+        mask, which broadcasts to ``(B, H, Tq, Ts)`` (source padding). Each sub-layer inside
+        its residual connection (:class:`Residual`: ``x = x + Sublayer(LayerNorm(x))`` in pre-LN).
         """
-        offset = cache.self_attention.length if cache is not None else 0  # positions before x
-        masked = self._self_attend(x, self_mask, cache, offset, capture, ops)
-        cross = None
-        if self.cross_attention is not None:
-            cross = self._cross_attend(masked.output, encoded, cache, offset, capture, ops)
-        y = masked.output if cross is None else cross.output
-        update = self._feed_forward(x if self.parallel else y, ops)
-        out = self.feed_forward_residual(y, update, ops)
-        if not capture:
-            return out, None
-        assert masked.record is not None  # a captured pass keeps the attention's record
-        return out, LayerTrace(
-            stack="decoder",
-            layer=self.index,
-            input=x.detach(),
-            self_attention=masked.record,
-            self_attention_output=self.self_attention_residual.kept(masked.output),
-            cross_attention=cross.record if cross else None,
-            cross_attention_output=cross.output.detach() if cross else None,
-            feed_forward_output=out.detach(),
-            self_attention_update=masked.update.detach(),
-            feed_forward_update=update.detach(),
-            cross_attention_update=cross.update.detach() if cross else None,
+        self_cache = cache.self_attention if cache is not None else None
+        offset = self_cache.length if self_cache is not None else 0  # positions before x
+        mask = self._window_mask(self_mask, offset, x.size(1), self_cache)
+        layer_input = x
+        x = self.self_attention_residual(
+            x, lambda h: self.self_attention(h, h, mask, self_cache, run), run
         )
+        if self.cross_attention is not None:
+            x = self.cross_attention_residual(x, self._cross_attend(encoded, cache, run), run)
+        # GPT-NeoX's parallel residual: x = x + Attention(LN₁(x)) + FeedForward(LN₂(x)), the
+        # feed-forward reading the layer's input, not the stream after attention.
+        reads = layer_input if self.parallel else None
+        x = self.feed_forward_residual(x, lambda h: self.feed_forward(h), run, reads)
+        return x, _layer_trace(run, self, layer_input, x, offset)
 
-    def _feed_forward(self, reads: Tensor, ops: Operations) -> Tensor:
-        """What the feed-forward sub-layer adds to the stream, ``(B, T, d_model)``, from
-        ``reads``: the layer's input where attention and feed-forward run in parallel
-        (GPT-NeoX), else the stream after attention."""
-        update = self.feed_forward(self.feed_forward_residual.sublayer_input(reads, ops))
-        return self.feed_forward_residual.added(update, ops)
-
-    def _self_attend(
-        self,
-        x: Tensor,
-        mask: Tensor | None,
-        cache: LayerCache | None,
-        offset: int,
-        capture: bool,
-        ops: Operations,
-    ) -> _Sublayer:
-        """The masked self-attention sub-layer over ``x`` and the cached positions; ``offset``
-        is the position of ``x``'s first row."""
-        kv_cache = cache.self_attention if cache is not None else None
-        if self.window is not None:
-            mask = self._window_mask(mask, offset, x.size(1), kv_cache)
-        h = self.self_attention_residual.sublayer_input(x, ops)
-        attended, probe = self.self_attention(h, h, mask, kv_cache, capture=capture, ops=ops)
-        record = _record("decoder_self", self.index, probe, mask, offset, ops) if capture else None
-        attended = self.self_attention_residual.added(attended, ops)
-        return _Sublayer(attended, self.self_attention_residual(x, attended, ops), record)
+    def _cross_attend(
+        self, encoded: Encoded | None, cache: LayerCache | None, run: Run
+    ) -> Callable[[Tensor], Tensor]:
+        """The cross-attention sub-layer, ``(B, Tq, d_model)`` → ``(B, Tq, d_model)``: over
+        ``encoded``'s memory, or the keys and values cached from it."""
+        cross_attention = self.cross_attention
+        assert cross_attention is not None
+        kv_cache = cache.cross_attention if cache is not None else None
+        if encoded is None and not (kv_cache is not None and kv_cache.keys is not None):
+            raise ValueError("this decoder layer cross-attends: pass the encoder memory")
+        memory = encoded.memory if encoded is not None else None
+        mask = encoded.mask if encoded is not None else None
+        return lambda h: run.ops.cross_attention(cross_attention, h, memory, mask, kv_cache, run)
 
     def _window_mask(
         self, mask: Tensor | None, offset: int, n_queries: int, cache: KeyValueCache | None
-    ) -> Tensor:
-        """This sliding-window layer's ``(B, 1, Tq, Tk)`` mask: ``mask`` where also ``query −
-        key < window``, over the keys it will hold (a bounded cache's latest, and the new)."""
-        assert self.window is not None
+    ) -> Tensor | None:
+        """This layer's self-attention mask: ``mask`` itself, or on a sliding-window layer its
+        ``(B, 1, Tq, Tk)`` band: ``mask`` where also ``query − key < window``, over the keys it
+        will hold (a bounded cache's latest, and the new)."""
+        if self.window is None:
+            return mask
         n_keys = (cache.stored if cache is not None else 0) + n_queries
         window = self.window
 
@@ -343,31 +342,6 @@ class DecoderLayer(nn.Module):
         if mask is None:
             return band()
         return remembered(mask, ("window", window, offset, n_keys), band)
-
-    def _cross_attend(
-        self,
-        x: Tensor,
-        encoded: Encoded | None,
-        cache: LayerCache | None,
-        offset: int,
-        capture: bool,
-        ops: Operations,
-    ) -> _Sublayer:
-        """The cross-attention sub-layer over ``encoded``'s memory (or the cached keys);
-        ``offset`` is the position of ``x``'s first row."""
-        assert self.cross_attention is not None
-        kv_cache = cache.cross_attention if cache is not None else None
-        if encoded is None and not (kv_cache is not None and kv_cache.keys is not None):
-            raise ValueError("this decoder layer cross-attends: pass the encoder memory")
-        memory = encoded.memory if encoded is not None else None
-        mask = encoded.mask if encoded is not None else None
-        h = self.cross_attention_residual.sublayer_input(x, ops)
-        attended, probe = ops.cross_attention(
-            self.cross_attention, h, memory, mask, kv_cache, capture=capture, ops=ops
-        )
-        record = _record("cross", self.index, probe, mask, offset, ops) if capture else None
-        attended = self.cross_attention_residual.added(attended, ops)
-        return _Sublayer(attended, self.cross_attention_residual(x, attended, ops), record)
 
 
 class Encoder(nn.Module):
@@ -382,17 +356,17 @@ class Encoder(nn.Module):
         self.final_norm = _norm(config) if config.norm != "post" else None
 
     def forward(
-        self, x: Tensor, mask: Tensor | None, *, capture: bool = False, ops: Operations = PAPER
+        self, x: Tensor, mask: Tensor | None, run: Run = PLAIN
     ) -> tuple[Tensor, list[LayerTrace]]:
-        """``(B, T, d_model)`` → ``(B, T, d_model)`` memory, and the layer traces if captured."""
+        """``(B, T, d_model)`` → ``(B, T, d_model)`` memory, and the layer traces if traced."""
         traces = []
         with one_pass():  # every layer asks the mask the same questions: answered once
             for layer in self.layers:
-                x, trace = layer(x, mask, capture=capture, ops=ops)
+                x, trace = layer(x, mask, run)
                 if trace is not None:
                     traces.append(trace)
         if self.final_norm is not None:
-            x = ops.layer_norm(self.final_norm, x)
+            x = self.final_norm(x, run)
         return x, traces
 
 
@@ -457,18 +431,16 @@ class Decoder(nn.Module):
         self_mask: Tensor | None,
         encoded: Encoded | None = None,
         cache: DecoderCache | None = None,
-        *,
-        capture: bool = False,
-        ops: Operations = PAPER,
+        run: Run = PLAIN,
     ) -> tuple[Tensor, list[LayerTrace]]:
-        """``(B, Tq, d_model)`` → ``(B, Tq, d_model)``, and the layer traces if captured."""
+        """``(B, Tq, d_model)`` → ``(B, Tq, d_model)``, and the layer traces if traced."""
         traces = []
         with one_pass():  # every layer asks the masks the same questions: answered once
             for i, layer in enumerate(self.layers):
                 layer_cache = cache.layers[i] if cache is not None else None
-                x, trace = layer(x, self_mask, encoded, layer_cache, capture=capture, ops=ops)
+                x, trace = layer(x, self_mask, encoded, layer_cache, run)
                 if trace is not None:
                     traces.append(trace)
         if self.final_norm is not None:
-            x = ops.layer_norm(self.final_norm, x)
+            x = self.final_norm(x, run)
         return x, traces

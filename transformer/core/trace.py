@@ -8,7 +8,7 @@ the key.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Literal
 
 import torch
@@ -29,207 +29,173 @@ MAX_CAPTURED_WEIGHTS_BYTES = 300 * 2**20
 LOGIT_CHUNK_BYTES = 16 * 2**20
 
 
-@dataclass(init=False)
+@dataclass
 class AttentionRecord:
     """One attention sub-layer of one layer, all heads.
+
+    A forward pass keeps the queries and keys (a tenth of the scores' size at 512 tokens, and
+    the pass runs faster without keeping scores); :attr:`scores` are computed from them when
+    read, and so are :attr:`weights` where the pass did not keep them. A record made from scores
+    directly (``AttentionRecord(kind, layer, scores, weights, mask)``) keeps both.
 
     Attributes:
         kind: ``"encoder_self"``, ``"decoder_self"`` (masked) or ``"cross"``.
         layer: index of the layer in its stack, from 0.
-        weights: ``(B, H, Tq, Tk)`` softmax of the scores; zero in masked cells. A pass run
-            with ``Operations.keep_attention_weights=False`` does not keep them: they are
-            computed again when read, from the queries and keys, by the attention's own
-            :func:`~transformer.core.probes.attention_weights` (the same numbers, bit for bit;
-            SmolLM2's at 512 tokens would take 283 MB). Each read computes them anew.
+        kept_scores: ``(B, H, Tq, Tk)`` scores where the record was made from them, else
+            ``None`` (read :attr:`scores`).
+        kept_weights: ``(B, H, Tq, Tk)`` weights where the pass kept them (the default;
+            ``Capture.keep_attention_weights=False`` does not: SmolLM2's at 512 tokens would
+            take 283 MB), else ``None`` (read :attr:`weights`).
         mask: ``(B, 1, Tq, Tk)`` bool, ``True`` = may attend (all ``True`` if nothing was masked).
         query_offset: position of the first query row (non-zero in incremental decoding).
-        queries, keys: ``(B, H, Tq, d_k)`` queries already multiplied by the scale and ``(B, H,
-            Tk, d_k)`` keys, from which :attr:`scores` is computed when read (with
-            grouped-query attention the keys are expanded to the H query heads). Where the
-            rotary pair holds them (a rotary pass without cached keys) they are recomputed from
-            it when read, by the pass's own operations, instead of being kept twice.
+        kept_queries, kept_keys: ``(B, H, Tq, d_k)`` queries already multiplied by the scale and
+            ``(B, H, Tk, d_k)`` keys (with grouped-query attention expanded to the H query
+            heads); ``None`` where ``rebuild`` gives them back (read :attr:`queries`,
+            :attr:`keys`).
         kv_head_of: ``(H,)`` tuple: the key/value head each query head read (``h // (H /
-            H_kv)``; ``(0, 1, …, H−1)`` for plain multi-head attention; empty when unknown).
+            H_kv)``; ``(0, 1, …, H−1)`` for plain multi-head attention, the default).
         rotary: with rotary positions, q ``(B, H, Tq, d_head)`` and k ``(B, H_kv, Tq, d_head)``
             of the positions this call computed, before and after their rotation
             (:class:`~transformer.core.probes.Rotated`); ``None`` otherwise.
-
-    :attr:`scores` is ``(B, H, Tq, Tk)``, the scaled scores before softmax with masked cells
-    ``-inf``. A forward pass records the queries and keys instead of the scores (a tenth of
-    the size at 512 tokens, and the pass runs faster without keeping them); a record made
-    from scores directly (``AttentionRecord(kind, layer, scores, weights, mask)``) keeps them.
+        rebuild: where the rotary pair holds the queries and keys (a rotary pass without cached
+            keys), how to compute them again from it, by the pass's own operations, instead of
+            keeping them twice; ``None`` otherwise.
+        softcap: the scores' soft cap (Gemma 2); ``None``: not capped.
     """
 
     kind: AttentionKind
     layer: int
+    kept_scores: Tensor | None
+    kept_weights: Tensor | None = field(repr=False, compare=False)
     mask: Tensor
-    _weights: Tensor | None = field(default=None, repr=False, compare=False)
     query_offset: int = 0
-    _queries: Tensor | None = field(default=None, repr=False)
-    _keys: Tensor | None = field(default=None, repr=False)
+    _: KW_ONLY
+    kept_queries: Tensor | None = field(default=None, repr=False)
+    kept_keys: Tensor | None = field(default=None, repr=False)
     kv_head_of: tuple[int, ...] = ()
     rotary: Rotated | None = None
-    _scores: Tensor | None = field(default=None, repr=False, compare=False)
-    _rebuild: Callable[[], tuple[Tensor, Tensor]] | None = field(
+    rebuild: Callable[[], tuple[Tensor, Tensor]] | None = field(
         default=None, repr=False, compare=False
     )
-    softcap: float | None = None  # the scores' soft cap (Gemma 2), None: not capped
+    softcap: float | None = None
 
-    def __init__(
-        self,
-        kind: AttentionKind,
-        layer: int,
-        scores: Tensor | None = None,
-        weights: Tensor | None = None,
-        mask: Tensor | None = None,
-        query_offset: int = 0,
-        *,
-        queries: Tensor | None = None,
-        keys: Tensor | None = None,
-        kv_head_of: tuple[int, ...] = (),
-        rotary: Rotated | None = None,
-        rebuild: Callable[[], tuple[Tensor, Tensor]] | None = None,
-        softcap: float | None = None,
-    ) -> None:
-        if mask is None:
-            raise TypeError("an AttentionRecord needs its mask")
-        if scores is None and rebuild is None and (queries is None or keys is None):
+    def __post_init__(self) -> None:
+        queries_and_keys = self.kept_queries is not None and self.kept_keys is not None
+        if self.kept_scores is None and self.rebuild is None and not queries_and_keys:
             raise TypeError("an AttentionRecord needs its scores, or the queries and keys")
-        if weights is None and scores is not None:
+        if self.kept_weights is None and self.kept_scores is not None:
             raise TypeError("an AttentionRecord made from scores needs its weights")
-        self.kind, self.layer, self._weights, self.mask = kind, layer, weights, mask
-        self.query_offset, self._queries, self._keys, self._scores = (
-            query_offset,
-            queries,
-            keys,
-            scores,
-        )
-        self.rotary = rotary
-        self._rebuild = rebuild
-        self.softcap = softcap
-        if not kv_head_of:
-            heads = weights if weights is not None else self.queries
+        if not self.kv_head_of:
+            heads = self.kept_weights if self.kept_weights is not None else self.queries
             assert heads is not None  # checked above
-            kv_head_of = tuple(range(heads.shape[1]))
-        self.kv_head_of = kv_head_of
+            self.kv_head_of = tuple(range(heads.shape[1]))
 
     @property
     def weights(self) -> Tensor:
-        """``(B, H, Tq, Tk)`` softmax of the scores, zero in masked cells (kept, or computed
-        again from the queries and keys when the pass did not keep them)."""
-        if self._weights is not None:
-            return self._weights
+        """``(B, H, Tq, Tk)`` softmax of the scores, zero in masked cells: :attr:`kept_weights`,
+        or, where the pass did not keep them, computed when read (anew at each read) from the
+        queries and keys by the attention's own
+        :func:`~transformer.core.probes.attention_weights`: the same numbers, bit for bit."""
+        if self.kept_weights is not None:
+            return self.kept_weights
         return attention_weights(*self._queries_and_keys(), self.mask, self.softcap)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
-        """``(B, H, Tq, Tk)``: the weights' shape, without computing them."""
-        if self._weights is not None:
-            batch, n_heads, n_queries, n_keys = self._weights.shape
+        """``(B, H, Tq, Tk)``: the weights' shape, computed when read from the mask and the
+        heads, without computing the weights."""
+        if self.kept_weights is not None:
+            batch, n_heads, n_queries, n_keys = self.kept_weights.shape
             return batch, n_heads, n_queries, n_keys
         batch, _, n_queries, n_keys = self.mask.shape
         return batch, len(self.kv_head_of), n_queries, n_keys
 
     @property
     def queries(self) -> Tensor | None:
-        """``(B, H, Tq, d_k)`` scaled queries (recomputed from :attr:`rotary` when not kept)."""
-        if self._queries is None and self._rebuild is not None:
-            return self._rebuild()[0]
-        return self._queries
+        """``(B, H, Tq, d_k)`` scaled queries: :attr:`kept_queries`, or computed when read from
+        the rotary pair (:attr:`rebuild`)."""
+        if self.kept_queries is None and self.rebuild is not None:
+            return self.rebuild()[0]
+        return self.kept_queries
 
     @property
     def keys(self) -> Tensor | None:
-        """``(B, H, Tk, d_k)`` keys, expanded to the query heads (recomputed from
-        :attr:`rotary` when not kept)."""
-        if self._keys is None and self._rebuild is not None:
-            return self._rebuild()[1]
-        return self._keys
+        """``(B, H, Tk, d_k)`` keys, expanded to the query heads: :attr:`kept_keys`, or
+        computed when read from the rotary pair (:attr:`rebuild`)."""
+        if self.kept_keys is None and self.rebuild is not None:
+            return self.rebuild()[1]
+        return self.kept_keys
 
     @property
     def scores(self) -> Tensor:
-        """``(B, H, Tq, Tk)`` scaled scores before softmax; masked cells are ``-inf`` (kept
-        when the record was made from them, else computed at each read and not kept: a view
-        that reads every layer's would otherwise grow a cached trace by their size)."""
-        if self._scores is not None:
-            return self._scores
+        """``(B, H, Tq, Tk)`` scaled scores before softmax, masked cells ``-inf``:
+        :attr:`kept_scores`, or computed when read from the queries and keys, at each read and
+        not kept (a view that reads every layer's would otherwise grow a cached trace by their
+        size)."""
+        if self.kept_scores is not None:
+            return self.kept_scores
         return attention_scores(*self._queries_and_keys(), self.mask, self.softcap)
 
     def _queries_and_keys(self) -> tuple[Tensor, Tensor]:
         """:attr:`queries` and :attr:`keys`, rebuilt once from the rotary pair when not kept."""
-        if self._queries is None and self._rebuild is not None:
-            return self._rebuild()
-        assert self._queries is not None and self._keys is not None  # checked in __init__
-        return self._queries, self._keys
+        if self.kept_queries is None and self.rebuild is not None:
+            return self.rebuild()
+        assert self.kept_queries is not None and self.kept_keys is not None  # __post_init__
+        return self.kept_queries, self.kept_keys
 
     @property
     def masked(self) -> Tensor:
-        """``(B, 1, Tq, Tk)`` bool, ``True`` where the mask removed the cell."""
+        """``(B, 1, Tq, Tk)`` bool, ``True`` where the mask removed the cell (computed when
+        read: ``~mask``)."""
         return ~self.mask
 
 
-@dataclass(init=False)
+@dataclass
 class LayerTrace:
     """One encoder or decoder layer: its attention records and each sub-layer's output.
 
     Every ``*_output`` is the ``(B, T, d_model)`` residual stream after that sub-layer (after
     the residual add, and after the norm in post-LN). Every ``*_update`` is the ``(B, T,
     d_model)`` vector that sub-layer adds to the stream: its own output, before the residual
-    add (and before the norm in post-LN). In pre-LN without dropout the stream after the
-    self-attention is ``input + self_attention_update``, the very sum the layer computed: a
-    forward pass keeps the two terms, and the sum is computed when read (at SmolLM2's 512
-    tokens, 35 MB less).
+    add (and before the norm in post-LN).
+
+    Attributes:
+        kept_self_attention_output: the stream after the self-attention where the pass kept
+            it; ``None`` where it is the plain sum ``input + self_attention_update`` (pre-LN
+            without dropout: the very sum the layer computed, at SmolLM2's 512 tokens 35 MB
+            not kept twice). Read :attr:`self_attention_output`.
     """
 
     stack: Literal["encoder", "decoder"]
     layer: int
     input: Tensor
     self_attention: AttentionRecord
+    kept_self_attention_output: Tensor | None = field(repr=False)
     feed_forward_output: Tensor
-    self_attention_update: Tensor | None
-    feed_forward_update: Tensor | None
-    cross_attention: AttentionRecord | None
-    cross_attention_output: Tensor | None
-    cross_attention_update: Tensor | None
-    _self_attention_output: Tensor | None = field(repr=False)
+    self_attention_update: Tensor | None = None
+    feed_forward_update: Tensor | None = None
+    cross_attention: AttentionRecord | None = None
+    cross_attention_output: Tensor | None = None
+    cross_attention_update: Tensor | None = None
 
-    def __init__(
-        self,
-        stack: Literal["encoder", "decoder"],
-        layer: int,
-        input: Tensor,
-        self_attention: AttentionRecord,
-        self_attention_output: Tensor | None,
-        feed_forward_output: Tensor,
-        self_attention_update: Tensor | None = None,
-        feed_forward_update: Tensor | None = None,
-        cross_attention: AttentionRecord | None = None,
-        cross_attention_output: Tensor | None = None,
-        cross_attention_update: Tensor | None = None,
-    ) -> None:
-        """``self_attention_output`` None: ``input + self_attention_update`` (then required)."""
-        if self_attention_output is None and self_attention_update is None:
+    def __post_init__(self) -> None:
+        if self.kept_self_attention_output is None and self.self_attention_update is None:
             raise TypeError("a LayerTrace needs its self-attention output, or its update")
-        self.stack, self.layer, self.input = stack, layer, input
-        self.self_attention, self._self_attention_output = self_attention, self_attention_output
-        self.feed_forward_output, self.feed_forward_update = (
-            feed_forward_output,
-            feed_forward_update,
-        )
-        self.self_attention_update = self_attention_update
-        self.cross_attention, self.cross_attention_output = cross_attention, cross_attention_output
-        self.cross_attention_update = cross_attention_update
 
     @property
     def self_attention_output(self) -> Tensor:
-        """``(B, T, d_model)`` the residual stream after the self-attention sub-layer."""
-        if self._self_attention_output is not None:
-            return self._self_attention_output
-        assert self.self_attention_update is not None  # checked in __init__
+        """``(B, T, d_model)`` the residual stream after the self-attention sub-layer:
+        :attr:`kept_self_attention_output`, or computed when read as ``input +
+        self_attention_update``."""
+        if self.kept_self_attention_output is not None:
+            return self.kept_self_attention_output
+        assert self.self_attention_update is not None  # checked in __post_init__
         return self.input + self.self_attention_update
 
     @property
     def output(self) -> Tensor:
-        """``(B, T, d_model)`` output of the layer (after its feed-forward sub-layer)."""
+        """``(B, T, d_model)`` output of the layer (after its feed-forward sub-layer): another
+        name of :attr:`feed_forward_output`."""
         return self.feed_forward_output
 
 
@@ -251,7 +217,7 @@ class StackInput:
     token_type_embedding: Tensor | None = None
 
 
-@dataclass(init=False)
+@dataclass
 class Trace:
     """Everything one captured forward pass computed.
 
@@ -260,66 +226,60 @@ class Trace:
     (:attr:`final`) when read, by the model's own generator (SmolLM2's at 512 tokens would be
     100 MB, and the views need each position's best id, a few positions at a time:
     :meth:`logits_at`); the trace holds the generator itself, not a copy, and refuses to
-    compute them once its weights changed (a training step). ``causal`` is the ``(Tq, Tk)``
-    bool causal mask of the decoder's self-attention.
+    compute them once its weights changed (a training step).
+
+    Attributes:
+        config: the model's configuration.
+        kept_logits: ``(B, T, V)`` logits where given; ``None`` where ``project`` computes
+            them when read (read :attr:`logits`).
+        source, target: what entered the encoder and the decoder (``None`` for a stack the
+            model does not have).
+        encoder_layers, decoder_layers: one record per layer, in order.
+        memory: ``(B, Ts, d_model)`` the encoder's output.
+        decoder_output: ``(B, Tt, d_model)`` the decoder's output, before the generator.
+        causal: the ``(Tq, Tk)`` bool causal mask of the decoder's self-attention.
+        project: ``(B, t, d_model)`` → ``(B, t, V)``, the generator that computes the logits
+            from :attr:`final` when they are not kept.
     """
 
     config: ModelConfig
-    source: StackInput | None
-    target: StackInput | None
-    encoder_layers: list[LayerTrace]
-    decoder_layers: list[LayerTrace]
-    memory: Tensor | None
-    decoder_output: Tensor | None
-    causal: Tensor | None
-    _logits: Tensor | None = field(repr=False)
-    _project: Callable[[Tensor], Tensor] | None = field(repr=False, compare=False)
+    kept_logits: Tensor | None = field(default=None, repr=False)
+    _: KW_ONLY
+    source: StackInput | None = None
+    target: StackInput | None = None
+    encoder_layers: list[LayerTrace] = field(default_factory=list)
+    decoder_layers: list[LayerTrace] = field(default_factory=list)
+    memory: Tensor | None = None
+    decoder_output: Tensor | None = None
+    causal: Tensor | None = None
+    project: Callable[[Tensor], Tensor] | None = field(default=None, repr=False, compare=False)
 
-    def __init__(
-        self,
-        config: ModelConfig,
-        logits: Tensor | None = None,
-        *,
-        source: StackInput | None = None,
-        target: StackInput | None = None,
-        encoder_layers: list[LayerTrace] | None = None,
-        decoder_layers: list[LayerTrace] | None = None,
-        memory: Tensor | None = None,
-        decoder_output: Tensor | None = None,
-        causal: Tensor | None = None,
-        project: Callable[[Tensor], Tensor] | None = None,
-    ) -> None:
-        """``logits`` kept as given, or ``project`` (``(B, t, d_model)`` → ``(B, t, V)``) to
-        compute them from :attr:`final` when read."""
-        if logits is None and project is None:
+    def __post_init__(self) -> None:
+        if self.kept_logits is None and self.project is None:
             raise TypeError("a Trace needs its logits, or the projection that computes them")
-        self.config, self.source, self.target = config, source, target
-        self.encoder_layers = encoder_layers if encoder_layers is not None else []
-        self.decoder_layers = decoder_layers if decoder_layers is not None else []
-        self.memory, self.decoder_output, self.causal = memory, decoder_output, causal
-        self._logits, self._project = logits, project
-        if logits is None and self.final is None:
+        if self.kept_logits is None and self.final is None:
             raise TypeError("a Trace without logits needs the output they are projected from")
 
     @property
     def final(self) -> Tensor | None:
         """``(B, T, d_model)`` the output the logits are projected from: the decoder's, or the
-        encoder's (``memory``) in an encoder-only model."""
+        encoder's (``memory``) in an encoder-only model (chosen when read)."""
         return self.decoder_output if self.decoder_output is not None else self.memory
 
     @property
     def logits(self) -> Tensor:
-        """``(B, T, V)`` logits; computed afresh at each read when not kept (read them once)."""
-        return self._logits if self._logits is not None else self.logits_at(0, None)
+        """``(B, T, V)`` logits: :attr:`kept_logits`, or computed when read, afresh at each
+        read, by ``project`` from :attr:`final` (read them once)."""
+        return self.kept_logits if self.kept_logits is not None else self.logits_at(0, None)
 
     def logits_at(self, start: int, stop: int | None) -> Tensor:
         """``(B, t, V)`` logits of positions ``start`` to ``stop`` (exclusive; ``None``: the
         end), projecting only those positions when the logits are not kept."""
-        if self._logits is not None:
-            return self._logits[:, start:stop]
+        if self.kept_logits is not None:
+            return self.kept_logits[:, start:stop]
         final = self.final
-        assert self._project is not None and final is not None  # checked in __init__
-        return self._project(final[:, start:stop])
+        assert self.project is not None and final is not None  # checked in __init__
+        return self.project(final[:, start:stop])
 
     def chunks(self, most_bytes: int | None = None) -> list[tuple[int, int]]:
         """``(start, stop)`` ranges of positions, in order, whose float32 logits take at most
@@ -333,13 +293,13 @@ class Trace:
     @property
     def length(self) -> int:
         """Number of positions the logits have (T)."""
-        if self._logits is not None:
-            return self._logits.size(1)
+        if self.kept_logits is not None:
+            return self.kept_logits.size(1)
         return self._output().size(1)
 
     def _output(self) -> Tensor:
         """The kept logits, else the output they are projected from (checked in __init__)."""
-        kept = self._logits if self._logits is not None else self.final
+        kept = self.kept_logits if self.kept_logits is not None else self.final
         assert kept is not None
         return kept
 

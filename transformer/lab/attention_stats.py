@@ -3,7 +3,7 @@ that keeps per layer only what these need instead of every ``(T, T)`` weight mat
 
 At 2,000 tokens SmolLM2's 30 layers × 9 heads of float32 weights take 4.3 GB. A
 :class:`LongPass` observes each layer's weights as the pass computes them (through
-:attr:`Operations.observe_attention`), keeps per head five statistics, per layer the
+:attr:`Capture.observe_attention`), keeps per head five statistics, per layer the
 head-mean for rollout (float16) and the scaled queries and key/value-head keys, from which any
 one head's weights are recomputed exactly when it is drawn.
 """
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from ..core.model import Transformer
-from ..core.operations import PAPER
 from ..core.probes import AttentionProbe, attention_scores
+from ..core.run import Capture
 from ..core.trace import AttentionKind
 
 STATISTICS: dict[str, str] = {
@@ -289,18 +289,18 @@ def long_pass(
                 if len(result.layers) > kept:
                     report(len(result.layers), n_layers)
 
-    ops = replace(PAPER, observe_attention=observe)
+    capture = Capture(trace=False, observe_attention=observe)
     batch = ids[None].to(model.device)
     was_training = model.training
     model.eval()
     try:
         if config.architecture == "decoder-only":
-            model(tgt=batch, ops=ops)
+            model(tgt=batch, capture=capture)
         elif config.architecture == "encoder-only":
-            model(src=batch, ops=ops)
+            model(src=batch, capture=capture)
         else:
             start = torch.full((1, 1), config.pad_id, dtype=torch.long, device=model.device)
-            model(batch, start, ops=ops)
+            model(batch, start, capture=capture)
     except _AllObserved:
         pass  # every layer kept: the rest of the pass is not needed
     finally:

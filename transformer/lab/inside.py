@@ -43,7 +43,8 @@ from ..core.config import ModelConfig
 from ..core.layers import LayerNorm
 from ..core.model import Transformer
 from ..core.modern import GatedFeedForward, RMSNorm, expand_kv_heads, soft_cap
-from ..core.stacks import DecoderLayer, EncoderLayer, _Residual
+from ..core.run import PLAIN
+from ..core.stacks import DecoderLayer, EncoderLayer, Residual
 from ..core.trace import LayerTrace, StackInput
 from ..core.util import eval_mode
 from ..text.tokenization import Tokenizer
@@ -281,7 +282,7 @@ class _Walker:
                 if sinusoidal
                 else "A learned vector for this position (row of the position table)."
             ),
-            code=code_line(embed, ("pe = ops.positions(",)),
+            code=code_line(embed, ("pe = run.ops.positions(",)),
         )
         total = record.token_embedding + record.positional
         formula = "x = e + p"
@@ -322,7 +323,7 @@ class _Walker:
                 f"{formula[4:]} → LayerNorm",
                 full=normed,
                 explanation=_norm_explanation(total[b, i], norm),
-                code=code_line(embed, ("x = ops.layer_norm(parts.norm, x)",)),
+                code=code_line(embed, ("x = parts.norm(x, run)",)),
             )
         self.layer_input(x, first=True)
 
@@ -356,7 +357,7 @@ class _Walker:
         prefix: str,
         section: str,
         module: MultiHeadAttention,
-        residual: _Residual,
+        residual: Residual,
         x: Tensor,
         memory: Tensor | None,
         mask: Tensor,
@@ -369,7 +370,7 @@ class _Walker:
         sdpa = attention_module.scaled_dot_product_attention
         scores_code = probes.attention_scores
         token = self.walk.query_labels[i]
-        hs = residual.sublayer_input(x)
+        hs = residual.norm(x) if pre else x  # what the sub-layer reads
         if pre and isinstance(residual.norm, RMSNorm):
             self.rms_norm(
                 f"{prefix}.norm_in",
@@ -390,9 +391,7 @@ class _Walker:
                 explanation="A pre-LN model normalises what a sub-layer reads and adds the "
                 "sub-layer's output to the un-normalised stream. "
                 + _norm_explanation(x[b, i], residual.norm),
-                code=code_line(
-                    type(residual).sublayer_input, ("return ops.layer_norm(self.norm, x)",)
-                ),
+                code=code_line(type(residual).forward, ("update = sublayer(self.norm(h, run))",)),
             )
         source = hs if memory is None else memory
         q, k, v = self.qkv(prefix, section, module, hs, source, memory, key_labels)
@@ -646,9 +645,8 @@ class _Walker:
         H_kv, Tk, d_head)`` normed (unchanged without QK-norm)."""
         if module.q_norm is None or module.k_norm is None:
             return q, k
-        ops = operations.PAPER
-        q = module._heads(module.w_q(hs), module.q_norm, module.n_heads, ops)
-        k = module._heads(module.w_k(source), module.k_norm, module.n_kv_heads, ops)
+        q = module._heads(module.w_q(hs), module.q_norm, module.n_heads, PLAIN)
+        k = module._heads(module.w_k(source), module.k_norm, module.n_kv_heads, PLAIN)
         over = (
             f"each head's {self.d_head} numbers alone"
             if module.qk_norm == "head"
@@ -665,12 +663,12 @@ class _Walker:
             "gain, before any rotation: without it a query's and a key's length grow with their "
             "weights and the scores with both, until a few heads saturate their softmax; "
             "normalised, the scores stay at the scale training chose.",
-            code=code_line(type(module)._heads, ("y = ops.layer_norm(norm, y)",)),
+            code=code_line(type(module)._heads, ("y = norm(y, run)",)),
         )
         return q, k
 
     def output_norm(
-        self, prefix: str, section: str, residual: _Residual, update: Tensor, what: str
+        self, prefix: str, section: str, residual: Residual, update: Tensor, what: str
     ) -> Tensor:
         """The norm of a sub-layer's ``(B, T, d_model)`` output before the residual add (OLMo
         2; Gemma 2 and 3 after their pre-norm), where the layer has one; returns what is
@@ -678,7 +676,7 @@ class _Walker:
         norm = residual.norm if residual.output_norm else residual.post_norm
         if norm is None:
             return update
-        added = residual.added(update)
+        added = norm(update)
         placement = (
             "instead of a norm on its input (OLMo 2): the stream itself is never "
             "normalised, but each update arrives at a set scale."
@@ -694,7 +692,14 @@ class _Walker:
             full=added,
             explanation=f"A norm on the sub-layer's output, before it joins the stream, {placement} "
             + _norm_explanation(update[self.b, self.i], norm),
-            code=code_line(type(residual).added, ("ops.layer_norm(self.post_norm", "layer_norm(")),
+            code=code_line(
+                type(residual).forward,
+                (
+                    "update = self.norm(sublayer(h), run)"
+                    if residual.output_norm
+                    else "update = self.post_norm(update, run)",
+                ),
+            ),
         )
         return added
 
@@ -750,7 +755,7 @@ class _Walker:
             f"RMSNorm(x) = x / √(mean(x²) + ε) · {gain}",
             full=hs,
             explanation=lead + _norm_explanation(x[self.b, self.i], norm),
-            code=code_line(type(norm).forward, ("torch.rsqrt(mean_square + self.eps)",)),
+            code=code_line(type(norm).normalise, ("torch.rsqrt(mean_square + self.eps)",)),
         )
 
     def rotation(
@@ -833,7 +838,7 @@ class _Walker:
         return q_rot, k_rot
 
     def residual(
-        self, prefix: str, section: str, residual: _Residual, x: Tensor, update: Tensor, what: str
+        self, prefix: str, section: str, residual: Residual, x: Tensor, update: Tensor, what: str
     ) -> Tensor:
         """The residual add and, in post-LN, the norm after it; returns the new stream."""
         b, i = self.b, self.i
@@ -846,7 +851,7 @@ class _Walker:
             full=added,
             explanation="The sub-layer's output is added to its input: the residual stream "
             "keeps what was there (dropout is off at inference).",
-            code=code_line(type(residual).forward, ("x = x + self.dropout(", "x = x +")),
+            code=code_line(type(residual).forward, ("out = x + self.dropout(update)",)),
         )
         if residual.pre_norm or residual.output_norm:
             return added
@@ -859,7 +864,9 @@ class _Walker:
             full=normed,
             explanation="A post-LN model (the paper, BERT, Marian) normalises after the add. "
             + _norm_explanation(added[b, i], residual.norm),
-            code=code_line(type(residual).forward, ("return ops.layer_norm(self.norm, x)",)),
+            code=code_line(
+                type(residual).forward, ("out = self.norm(x + self.dropout(update), run)",)
+            ),
         )
         return normed
 
@@ -883,7 +890,7 @@ class _Walker:
             x_read = reads
         else:
             x_read = x
-        hs = residual.sublayer_input(x_read)
+        hs = residual.norm(x_read) if residual.pre_norm else x_read  # what the sub-layer reads
         if residual.pre_norm and isinstance(residual.norm, RMSNorm):
             self.rms_norm("ff.norm_in", section, x_read, hs, residual.norm, lead)
         elif residual.pre_norm:
@@ -894,9 +901,7 @@ class _Walker:
                 "LN(x) = γ·(x − μ)/√(σ² + ε) + β",
                 full=hs,
                 explanation=lead + _norm_explanation(x_read[b, i], residual.norm),
-                code=code_line(
-                    type(residual).sublayer_input, ("return ops.layer_norm(self.norm, x)",)
-                ),
+                code=code_line(type(residual).forward, ("update = sublayer(self.norm(h, run))",)),
             )
         if isinstance(ff, GatedFeedForward):
             update = self.output_norm("ff", section, residual, self.gated(ff, hs), "FFN")

@@ -10,14 +10,13 @@ what the model attends to while producing its answer.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from ..core.model import Transformer
-from ..core.operations import Operations
+from ..core.run import Capture
 from ..core.special import PAD_ID
 from ..core.trace import Trace, captured_weight_bytes, check_capture_size
 from ..core.util import eval_mode, pad
@@ -139,10 +138,21 @@ def analyse(
         return _analyse(model, tokenizer, check_sentences(sentences), intervention, targets)
 
 
-def _captured(intervention: Intervention) -> Operations:
-    """The operations of an analysis's pass: the intervention's, its attention weights not
-    kept (its trace computes them again, layer by layer, when a view reads them)."""
-    return dataclasses.replace(intervention.operations, keep_attention_weights=False)
+# What an analysis's pass keeps: a trace without its attention weights (it computes them again,
+# layer by layer, when a view reads them).
+_LIGHT = Capture(keep_attention_weights=False)
+
+
+def _traced(
+    model: Transformer,
+    src: torch.Tensor | None,
+    tgt: torch.Tensor | None,
+    intervention: Intervention,
+) -> Trace:
+    """The trace of one analysis's pass, under ``intervention``, its weights not kept."""
+    trace = model(src, tgt, capture=_LIGHT, intervention=intervention)
+    assert isinstance(trace, Trace)  # a Capture that traces returns the trace
+    return trace
 
 
 def _analyse(
@@ -160,7 +170,7 @@ def _analyse(
             tokenizer, sentences, config.max_len, add_bos=config.prompt_bos, pad_id=config.pad_id
         ).to(device)
         check_capture_size(config, tgt.size(0), 0, tgt.size(1))
-        trace = model(tgt=tgt, capture=True, ops=_captured(intervention))
+        trace = _traced(model, None, tgt, intervention)
         return Analysis(
             trace=trace,
             source_pieces=[],
@@ -171,7 +181,7 @@ def _analyse(
     src = encode_batch(tokenizer, sentences, config.max_len).to(device)
     check_capture_size(config, src.size(0), src.size(1), 0)
     if config.architecture == "encoder-only":
-        trace = model(src=src, capture=True, ops=_captured(intervention))
+        trace = _traced(model, src, None, intervention)
         return Analysis(trace, _pieces(tokenizer, src.cpu()), [], list(sentences), [])
     if targets is None:
         # An answer much longer than its source is babble: stop it early (each step costs time).
@@ -183,7 +193,7 @@ def _analyse(
         targets = pad([[bos, *row] for row in generated], config.pad_id)
     targets = targets.to(device)
     check_capture_size(config, src.size(0), src.size(1), targets.size(1))
-    trace = model(src, targets, capture=True, ops=_captured(intervention))
+    trace = _traced(model, src, targets, intervention)
     outputs = [tokenizer.decode(row.tolist()) for row in targets]
     return Analysis(
         trace=trace,

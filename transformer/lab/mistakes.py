@@ -31,7 +31,7 @@ from ..core.config import ModelConfig
 from ..core.embeddings import SinusoidalPositionalEncoding, sinusoidal_table
 from ..core.layers import LayerNorm
 from ..core.operations import PAPER, Operations
-from ..core.probes import AttentionProbe
+from ..core.run import PLAIN, Run
 
 if TYPE_CHECKING:
     pass
@@ -141,10 +141,8 @@ def queries_from_memory(
     memory: Tensor | None,
     mask: Tensor | None,
     cache: KeyValueCache | None,
-    *,
-    capture: bool = False,
-    ops: Operations = PAPER,
-) -> tuple[Tensor, AttentionProbe | None]:
+    run: Run = PLAIN,
+) -> Tensor:
     """Seed 004's cross-attention, ``cross_attn(q=memory, k=memory, v=x)``: queries and keys
     from the ``(B, Ts, d_model)`` memory, values from the decoder's ``(B, Tq, d_model)`` ``x``.
     Its weights are ``(Ts × Ts)`` and read Ts rows of values from x: only equal lengths
@@ -156,11 +154,11 @@ def queries_from_memory(
         )
     if memory.size(1) != x.size(1):
         raise cross_shape_error(memory.size(1), x.size(1))
-    heads = attention.n_heads
+    heads, ops = attention.n_heads, run.ops
     q = ops.split_heads(attention.w_q(memory), heads)  # (B, H, Ts, d_head)
     k = ops.split_heads(attention.w_k(memory), heads)  # (B, H, Ts, d_head)
     v = ops.split_heads(attention.w_v(x), heads)  # (B, H, Tq, d_head), Tq = Ts
-    return attention.attend(q, k, v, mask, capture=capture, ops=ops)
+    return attention.attend(q, k, v, mask, run)
 
 
 def inverted(mask: Tensor | None, shape: tuple[int, ...], device: torch.device) -> Tensor:

@@ -1,0 +1,119 @@
+"""One forward call: the operations it runs and what it keeps, handed to every stack, layer and
+attention as one argument.
+
+A :class:`Run` holds two things that change for different reasons: the :class:`Operations` (what
+a what-if swaps) and the :class:`Capture` policy (whether the pass keeps a trace,
+who observes its attention as it goes, whether the trace keeps the attention weights). The model
+makes a fresh one for each call and never stores it on a module, so requests that share one
+model cannot see each other's choice. While a traced pass runs, each attention and residual
+connection leaves what the trace needs here (:meth:`Run.keep`), and each layer builds its record
+from it at the end (:mod:`transformer.core.stacks`): the recording stands beside the computation.
+
+    >>> model(tgt=ids, capture=Capture(keep_attention_weights=False))  # a Trace, lighter
+    >>> model(tgt=ids, capture=Capture(trace=False, observe_attention=print))  # logits
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from torch import Tensor
+
+from .operations import PAPER, HasOperations, Operations
+from .probes import AttentionKind, AttentionProbe
+
+if TYPE_CHECKING:
+    from .attention import MultiHeadAttention
+
+
+@dataclass(frozen=True)
+class Capture:
+    """What a pass keeps besides its output (the capture policy).
+
+    Attributes:
+        trace: keep a :class:`~transformer.core.trace.Trace` of every intermediate.
+        keep_attention_weights: whether the trace keeps every layer's ``(B, H, Tq, Tk)``
+            weights (``True``: what ``output_attentions`` returns) or computes them again when
+            read, the same numbers from the kept queries and keys (``False``: the app's
+            analyses; SmolLM2's trace at 512 tokens then holds 283 MB less, and its pass frees
+            each layer's weights once the layer has used them).
+        observe_attention: ``(probe, kind, layer)`` called with every attention call's
+            :class:`~transformer.core.probes.AttentionProbe` as the pass goes, so that a reader
+            can reduce each layer's ``(B, H, Tq, Tk)`` weights (to statistics, one head) before
+            the next layer computes its own; the pass then writes attention out even without a
+            trace. ``None``: nobody observes.
+    """
+
+    trace: bool = True
+    keep_attention_weights: bool = True
+    observe_attention: Callable[[AttentionProbe, AttentionKind | None, int], None] | None = None
+
+
+NO_CAPTURE = Capture(trace=False)
+"""Keep nothing, observe nothing: the fast path (``F.scaled_dot_product_attention``)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One forward call's operations and capture policy; make one per call.
+
+    ``kept`` holds, while a traced pass runs, what each attention (its probe and the mask it
+    read) and each residual connection (the update it added, the stream after it) left for its
+    layer's record, keyed by the module; a layer takes its entries out when it builds its record.
+    """
+
+    ops: Operations = PAPER
+    capture: Capture = NO_CAPTURE
+    kept: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def traced(self) -> bool:
+        """Whether this pass keeps a trace."""
+        return self.capture.trace
+
+    @property
+    def writes_attention_out(self) -> bool:
+        """Whether attention runs written out (a trace or an observer reads its weights)."""
+        return self.capture.trace or self.capture.observe_attention is not None
+
+    def observe(
+        self, attention: MultiHeadAttention, probe: AttentionProbe, mask: Tensor | None
+    ) -> None:
+        """Hand one attention call's probe to the observer, and keep it and the ``(B, 1, Tq,
+        Tk)``-broadcastable mask it read for the trace."""
+        if self.capture.observe_attention is not None:
+            self.capture.observe_attention(probe, attention.kind, attention.layer)
+        self.keep(attention, (probe, mask))
+
+    def keep(self, module: Any, what: Any) -> None:
+        """Keep ``what`` a module computed for its layer's record (only when traced)."""
+        if self.capture.trace:
+            self.kept[module] = what
+
+    def probe(self, attention: MultiHeadAttention) -> AttentionProbe | None:
+        """The probe ``attention`` kept in this traced run (``None`` if it kept none)."""
+        kept = self.kept.get(attention)
+        return None if kept is None else kept[0]
+
+    def take(self, module: Any) -> Any:
+        """What ``module`` kept in this pass (removed from the run), ``None`` if nothing."""
+        return self.kept.pop(module, None)
+
+
+PLAIN = Run()
+"""The paper's operations, nothing kept: what a forward runs unless told otherwise."""
+
+
+def run_for(capture: bool | Capture, intervention: HasOperations | None, ops: Operations) -> Run:
+    """A fresh :class:`Run` for one call: ``intervention``'s operations when given, else
+    ``ops``; ``capture`` ``True`` keeps a trace (:class:`Capture`'s defaults), ``False`` keeps
+    nothing, a :class:`Capture` says what to keep."""
+    if intervention is not None:
+        if ops is not PAPER:
+            raise ValueError("pass either intervention= or ops=, not both")
+        ops = intervention.operations
+    if not isinstance(capture, Capture):
+        capture = Capture() if capture else NO_CAPTURE
+    return Run(ops=ops, capture=capture)
