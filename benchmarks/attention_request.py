@@ -155,7 +155,7 @@ def main() -> None:
     registry = ModelRegistry(torch.device("cpu"))
     session = SessionModels()
     text = "the small cat sees a red ball\na big dog sleeps"
-    args = (CROSS, 2, 1, 1, [], False, session, None)
+    args: tuple[Any, ...] = (CROSS, 2, 1, 1, [], False, session, None)
     redraws = {
         "text box, new text (refit_everything)": lambda: handlers.refit_everything(
             registry, text, "translate", *args
