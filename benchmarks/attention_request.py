@@ -10,7 +10,11 @@ for a slider's redraw (``everything``, from the cached analysis):
   which a one-way flow should not need;
 - lookups: ``ModelRegistry.checkpoint`` calls (the model resolved from its name);
 - checks: ``check_sentences`` calls (the text checked);
-- tokenizations: ``Tokenizer.encoding`` calls per line of the text (the text tokenized).
+- tokenizations: ``Tokenizer.encoding`` calls on a whole line of the text, per line (a single
+  character looked up to name what a model cannot read is not counted);
+
+each also as "(registry)": how many of them the shared ``ModelRegistry.analysis`` makes (it
+bounds a capture's size, then runs it), which a cached analysis skips.
 
     python -m benchmarks.attention_request
 """
@@ -90,13 +94,32 @@ def moves() -> Iterator[Counter[str]]:
         sys.setprofile(None)
 
 
+def _in_registry() -> bool:
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith("serving/state.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextmanager
-def counted(target: Any, name: str, counts: Counter[str], key: str) -> Iterator[None]:
-    """``target.name`` replaced by a wrapper that adds 1 to ``counts[key]`` per call."""
+def counted(
+    target: Any,
+    name: str,
+    counts: Counter[str],
+    key: str,
+    counts_call: Callable[..., bool] = lambda *args, **kwargs: True,
+) -> Iterator[None]:
+    """``target.name`` replaced by a wrapper that adds 1 to ``counts[key]`` per call that
+    ``counts_call`` accepts (and to ``counts[key + " (registry)"]`` when the registry made it)."""
     original = getattr(target, name)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        counts[key] += 1
+        if counts_call(*args, **kwargs):
+            counts[key] += 1
+            if _in_registry():
+                counts[key + " (registry)"] += 1
         return original(*args, **kwargs)
 
     setattr(target, name, wrapper)
@@ -107,13 +130,18 @@ def counted(target: Any, name: str, counts: Counter[str], key: str) -> Iterator[
 
 
 @contextmanager
-def calls() -> Iterator[Counter[str]]:
-    """Counts lookups, checks and tokenizations inside the block."""
+def calls(lines: list[str]) -> Iterator[Counter[str]]:
+    """Counts lookups, checks and tokenizations of ``lines`` inside the block."""
     counts: Counter[str] = Counter()
-    sites: list[tuple[Any, str, str]] = [
-        (ModelRegistry, "checkpoint", "lookups"),
-        (Tokenizer, "encoding", "encodings"),
-        (inspection, "check_sentences", "checks"),
+    whole = {line.strip() for line in lines}
+
+    def a_line(tokenizer: Tokenizer, text: str, *args: Any, **kwargs: Any) -> bool:
+        return text.strip() in whole
+
+    sites: list[tuple[Any, str, str, Callable[..., bool]]] = [
+        (ModelRegistry, "checkpoint", "lookups", _every),
+        (Tokenizer, "encoding", "encodings", a_line),
+        (inspection, "check_sentences", "checks", _every),
     ]
     # Modules that imported check_sentences by name check through their own reference.
     for module in list(sys.modules.values()):
@@ -123,30 +151,42 @@ def calls() -> Iterator[Counter[str]]:
             and module is not inspection
             and getattr(module, "check_sentences", None) is inspection.check_sentences
         ):
-            sites.append((module, "check_sentences", "checks"))
+            sites.append((module, "check_sentences", "checks", _every))
     with _all(sites, counts):
         yield counts
 
 
 @contextmanager
-def _all(sites: list[tuple[Any, str, str]], counts: Counter[str]) -> Iterator[None]:
+def _all(
+    sites: list[tuple[Any, str, str, Callable[..., bool]]], counts: Counter[str]
+) -> Iterator[None]:
     if not sites:
         yield
         return
-    (target, name, key), *rest = sites
-    with counted(target, name, counts, key), _all(rest, counts):
+    (target, name, key, accepts), *rest = sites
+    with counted(target, name, counts, key, accepts), _all(rest, counts):
         yield
 
 
-def measure(run: Callable[[], Any], lines: int) -> dict[str, float]:
-    with calls() as counted_calls, moves() as counted_moves:
+def _every(*args: Any, **kwargs: Any) -> bool:
+    return True
+
+
+def measure(run: Callable[[], Any], lines: list[str]) -> dict[str, str]:
+    """What one call of ``run`` (a redraw of ``lines``) does, as the table's cells."""
+    with calls(lines) as counted_calls, moves() as counted_moves:
         run()
+
+    def cell(key: str, per: int = 1) -> str:
+        total, registry = counted_calls[key] / per, counted_calls[key + " (registry)"] / per
+        return f"{total:g} ({registry:g})" if registry else f"{total:g}"
+
     return {
-        "moves": counted_moves["moves"],
-        "up": counted_moves["up"],
-        "lookups": counted_calls["lookups"],
-        "checks": counted_calls["checks"],
-        "tokenizations": counted_calls["encodings"] / lines,
+        "moves": f"{counted_moves['moves']}",
+        "up": f"{counted_moves['up']}",
+        "lookups": cell("lookups"),
+        "checks": cell("checks"),
+        "tokenizations": cell("encodings", len(lines)),
     }
 
 
@@ -170,14 +210,11 @@ def main() -> None:
             registry, text, "reverse", *args
         ),
     }
-    print("| redraw | moves | up | lookups | checks | tokenizations |")
+    print("| redraw | moves | up | lookups | checks (registry) | tokenizations (registry) |")
     print("|---|---|---|---|---|---|")
     for label, run in redraws.items():
-        m = measure(run, len(text.splitlines()))
-        print(
-            f"| {label} | {m['moves']:.0f} | {m['up']:.0f} | {m['lookups']:.0f} | "
-            f"{m['checks']:.0f} | {m['tokenizations']:g} |"
-        )
+        m = measure(run, text.splitlines())
+        print(f"| {label} | {' | '.join(m.values())} |")
 
 
 if __name__ == "__main__":

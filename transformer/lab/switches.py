@@ -234,15 +234,14 @@ def by_label(label: str, kind: Family | None = None) -> Switch:
 
 
 def what_ifs(labels: Iterable[str]) -> tuple[Switch, ...]:
-    """The what-if switches named by ``labels`` (a menu's ticked values), in catalogue order;
-    ``ValueError`` naming the valid ones for an unknown label."""
-    chosen = set(labels)
-    unknown = chosen - {switch.label for switch in WHAT_IFS}
+    """The what-if switches named by ``labels`` (a menu's ticked values), each once, in the
+    order given; ``ValueError`` naming the valid ones for an unknown label."""
+    known = {switch.label: switch for switch in WHAT_IFS}
+    chosen = list(dict.fromkeys(labels))
+    unknown = [label for label in chosen if label not in known]
     if unknown:
-        raise ValueError(
-            f"unknown what-if {sorted(unknown)}; choose from {[s.label for s in WHAT_IFS]}"
-        )
-    return tuple(switch for switch in WHAT_IFS if switch.label in chosen)
+        raise ValueError(f"unknown what-if {sorted(unknown)}; choose from {list(known)}")
+    return tuple(known[label] for label in chosen)
 
 
 def applicable(config: ModelConfig, kind: Family | None = None) -> tuple[Switch, ...]:

@@ -18,6 +18,7 @@ import gradio as gr
 from transformer import figures
 from transformer.core.config import ModelConfig
 from transformer.figures.attention import weights_beside_figure
+from transformer.lab import switches
 from transformer.lab.effects import MistakeEffect, compare_passes
 from transformer.lab.inspection import Analysis, check_sentences
 from transformer.lab.interventions import NO_INTERVENTION, Intervention
@@ -27,6 +28,7 @@ from transformer.lab.mistakes import (
     SPLIT_BARE_VIEW,
     applicable,
 )
+from transformer.lab.switches import Switch
 from transformer.pretrained.checkpoint import Checkpoint
 
 from ...serving.errors import InputError, code_span, friendly, gpu, readable_list
@@ -34,6 +36,7 @@ from ...serving.state import ModelRegistry, SessionModels, bind
 
 NONE = "none (the correct pass)"
 LABEL = "The seeds' mistakes (recomputed live)"
+ALL_OFFERED = "One mistake of the texts this project started from, made in the forward pass."
 
 
 def choices_for(config: ModelConfig | None) -> list[str]:
@@ -44,10 +47,10 @@ def choices_for(config: ModelConfig | None) -> list[str]:
 def _info(config: ModelConfig | None) -> str:
     """The dropdown's line under its label: which mistakes do not apply here, and why."""
     if config is None:
-        return "One mistake of the texts this project started from, made in the forward pass."
+        return ALL_OFFERED
     missing = [m for m in MISTAKES.values() if not m.applies(config)]
     if not missing:
-        return "One mistake of the texts this project started from, made in the forward pass."
+        return ALL_OFFERED
     listed = "; ".join(f"{m.name} (needs {m.requires})" for m in missing)
     return f"Not offered for this model: {listed}."
 
@@ -64,6 +67,19 @@ def chosen(mistake: str | None) -> str | None:
 def control(config: ModelConfig | None) -> gr.Dropdown:
     """The "The seeds' mistakes" dropdown, offering what applies to ``config``'s model."""
     return gr.Dropdown(choices_for(config), value=NONE, label=LABEL, info=_info(config))
+
+
+def menu(offered: Sequence[Switch], mistake: Switch | None) -> Any:
+    """The dropdown for a model whose mistakes (catalogue records) are ``offered``: "none", then
+    those, ``mistake`` chosen where it is one of them, else "none"; its line says which of the
+    seeds' mistakes are not offered, and what they need."""
+    missing = [s for s in switches.family(switches.SEED_MISTAKE) if s not in offered]
+    info = "; ".join(f"{s.label} (needs {s.requires})" for s in missing)
+    return gr.Dropdown(
+        choices=[NONE, *(s.label for s in offered)],
+        value=mistake.label if mistake in offered and mistake is not None else NONE,
+        info=f"Not offered for this model: {info}." if info else ALL_OFFERED,
+    )
 
 
 @friendly
