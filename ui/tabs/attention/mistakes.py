@@ -36,6 +36,7 @@ from ...serving.state import ModelRegistry, SessionModels, bind
 
 NONE = "none (the correct pass)"
 LABEL = "The seeds' mistakes (recomputed live)"
+SEED_MISTAKES = switches.family(switches.SEED_MISTAKE)  # the catalogue's records, in seed order
 ALL_OFFERED = "One mistake of the texts this project started from, made in the forward pass."
 
 
@@ -73,7 +74,7 @@ def menu(offered: Sequence[Switch], mistake: Switch | None) -> Any:
     """The dropdown for a model whose mistakes (catalogue records) are ``offered``: "none", then
     those, ``mistake`` chosen where it is one of them, else "none"; its line says which of the
     seeds' mistakes are not offered, and what they need."""
-    missing = [s for s in switches.family(switches.SEED_MISTAKE) if s not in offered]
+    missing = [s for s in SEED_MISTAKES if s not in offered]
     info = "; ".join(f"{s.label} (needs {s.requires})" for s in missing)
     return gr.Dropdown(
         choices=[NONE, *(s.label for s in offered)],

@@ -24,6 +24,7 @@ from ...serving.errors import InputError, readable_list, user_input
 from ...serving.inputs import as_int, as_text
 from ...serving.state import ModelRegistry, SessionModels
 from .mistakes import NONE as NO_MISTAKE  # the seeds' mistakes menu's first choice
+from .mistakes import SEED_MISTAKES
 
 ATTENTION_KINDS: dict[str, AttentionKind] = {
     "encoder self-attention": "encoder_self",
@@ -63,10 +64,10 @@ def seed_mistake(value: Any) -> Switch | None:
     empty values; :class:`InputError` naming the choices for anything else."""
     if not value or value == NO_MISTAKE:
         return None
-    labels = [s.label for s in switches.family(switches.SEED_MISTAKE)]
+    labels = {s.label: s for s in SEED_MISTAKES}
     if not isinstance(value, str) or value not in labels:
         raise InputError(f"unknown mistake: choose {readable_list([NO_MISTAKE, *labels], most=3)}")
-    return switches.by_label(value, switches.SEED_MISTAKE)
+    return labels[value]
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ class AttentionRequest:
             n_rows=n_rows,
             what_if=chosen,
             mistake=seed_mistake(mistake),
-            mistakes=switches.applicable(config, switches.SEED_MISTAKE),
+            mistakes=tuple(s for s in SEED_MISTAKES if s.applies(config)),
             large=bool(large),
             session=session,
         )
