@@ -13,7 +13,7 @@ from ...serving.state import ModelRegistry, SessionModels
 from . import mistakes as seed_mistakes
 from .panels import Panels, head_panels
 from .request import AttentionRequest, takes_request
-from .view import EXAMPLE_SENTENCES, _grid, request_view
+from .view import EXAMPLE_SENTENCES, AttentionView, _grid, request_view
 
 
 def _fitted(request: AttentionRequest) -> tuple[Any, ...]:
@@ -57,13 +57,19 @@ def attention(registry: ModelRegistry, request: AttentionRequest) -> Panels:
     """The ``/attention`` endpoint: one head (scores beside weights; with a what-if or one of
     the seeds' mistakes, the original weights beside the changed ones), the masks, the change of
     that head's weights and a summary."""
-    return head_panels(registry, request, request_view(registry, request))
+    return _panels(registry, request)[0]
+
+
+def _panels(registry: ModelRegistry, request: AttentionRequest) -> tuple[Panels, AttentionView]:
+    """One head's panels and the view they were drawn from (which the grid draws too)."""
+    view = request_view(registry, request)
+    return head_panels(registry, request, view), view
 
 
 def _everything(registry: ModelRegistry, request: AttentionRequest) -> tuple[Any, ...]:
     """Every panel from one cached analysis."""
-    view = request_view(registry, request)
-    return (*head_panels(registry, request, view), _grid(view, request.large))
+    panels, view = _panels(registry, request)
+    return (*panels, _grid(view, request.large))
 
 
 @friendly
