@@ -121,3 +121,16 @@ def test_naming_what_a_model_cannot_read_tokenizes_each_line_once(registry, coun
     )
     assert "cannot read" in summary
     assert counts["tokenizations"] == len(UNREADABLE.splitlines()) and counts["lookups"] == 1
+
+
+def test_the_broken_view_names_what_its_axes_hold_from_the_mistakes_record(registry):
+    args = (2, 1, 1, [], False, None)
+    split, *_ = handlers.everything(
+        registry, TEXT, "translate", CROSS, *args, "heads split with a bare view"
+    )
+    inverted, *_ = handlers.everything(
+        registry, TEXT, "translate", CROSS, *args, "mask polarity inverted"
+    )
+    assert "(rows, columns: pieces of tokens)" in str(split.to_plotly_json()["layout"])
+    assert "pieces of tokens" not in str(inverted.to_plotly_json()["layout"])
+    assert "with “mask polarity inverted”" in str(inverted.to_plotly_json()["layout"])

@@ -299,3 +299,13 @@ def test_every_switch_is_a_record_a_config_can_ask(tmp_path):
     config = ModelConfig(architecture="decoder-only", n_heads=1, d_model=8, d_ff=16)
     assert {s.label for s in SWITCHES if s.applies(config)} >= {"causal mask off"}
     assert "scores ÷ √d_model" not in {s.label for s in SWITCHES if s.applies(config)}
+
+
+def test_a_switch_says_what_its_view_holds_where_the_axes_are_no_longer_tokens():
+    split = by_label("heads split with a bare view")
+    cross = by_label("cross-attention queries from the memory")
+    assert split.axes_note("encoder_self") == split.axes_note("cross") != ""
+    assert cross.axes_note("cross") == "rows: source positions"
+    assert cross.axes_note("decoder_self") == ""
+    # Only the cross-attention from the memory cannot run on some inputs (unequal lengths).
+    assert [s.label for s in SWITCHES if s.may_refuse] == [cross.label]

@@ -62,6 +62,10 @@ class Switch:
         per_head: whether it acts on one head, which :meth:`intervention` must be given.
         idle_on: a model on which it is offered but changes nothing (say so: ``idle_note``).
         idle_note: the sentence a learner reads there.
+        axes: per attention kind (``""``: every kind), what a view of the changed pass holds
+            on its rows and columns where they are no longer tokens (see :meth:`axes_note`).
+        may_refuse: whether the changed pass cannot run on some inputs (the shapes clash),
+            which is then what the switch does, not a bad input.
     """
 
     name: str
@@ -75,6 +79,13 @@ class Switch:
     per_head: bool = False
     idle_on: Callable[[ModelConfig], bool] = field(default=_never, repr=False)
     idle_note: str = field(default="", repr=False)
+    axes: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    may_refuse: bool = False
+
+    def axes_note(self, kind: AttentionKind) -> str:
+        """What a view of ``kind`` attention holds on its axes with this switch on, where they
+        are no longer tokens (``""`` where they still are)."""
+        return next((note for on, note in self.axes if on in ("", kind)), "")
 
     def applies(self, config: ModelConfig) -> bool:
         """Whether switching this on changes a model of ``config``."""
@@ -193,6 +204,8 @@ SEED_MISTAKE_SWITCHES: tuple[Switch, ...] = tuple(
         mistake.requires,
         applies_to=mistake.applies,
         sets={"mistakes": frozenset({mistake.name})},
+        axes=mistake.axes,
+        may_refuse=mistake.may_refuse,
     )
     for mistake in MISTAKES.values()
 )

@@ -18,8 +18,8 @@ from ...serving.errors import code_span
 from ...serving.inputs import unreadable_note
 from ...serving.state import ModelRegistry
 from . import mistakes as seed_mistakes
-from .request import AttentionRequest
-from .view import AttentionView, _describe
+from .request import AttentionRequest, describe_kind
+from .view import AttentionView
 
 Panels = tuple[Any, Any, Any, str]  # the head, the masks, the change, the summary (Markdown)
 
@@ -213,7 +213,7 @@ def _beside(
             view.key_labels,
             view.padded,
             where,
-            _describe(view.kind),
+            view.kind,
             broken.mistake,
             large,
         )
@@ -229,7 +229,7 @@ def _beside(
                 "original",
                 "with this head zeroed (passes on 0)" if zeroed else "with the what-if",
             ),
-            title=f"{_describe(view.kind)} · {where} · weights, original | what-if",
+            title=f"{describe_kind(view.kind)} · {where} · weights, original | what-if",
             padded_queries=view.padded,
             large_font=large,
         )

@@ -23,14 +23,20 @@ from transformer.pretrained.checkpoint import Checkpoint
 from ...serving.errors import InputError, readable_list, user_input
 from ...serving.inputs import as_int, as_text
 from ...serving.state import ModelRegistry, SessionModels
-from .mistakes import NONE as NO_MISTAKE  # the seeds' mistakes menu's first choice
-from .mistakes import SEED_MISTAKES
 
 ATTENTION_KINDS: dict[str, AttentionKind] = {
     "encoder self-attention": "encoder_self",
     "decoder masked self-attention": "decoder_self",
     "cross-attention (decoder → encoder)": "cross",
 }
+
+NO_MISTAKE = "none (the correct pass)"  # the seeds' mistakes menu's first choice
+SEED_MISTAKES = switches.family(switches.SEED_MISTAKE)  # the catalogue's records, in seed order
+
+
+def describe_kind(kind: AttentionKind) -> str:
+    """A figure's title for ``kind``: ``"Cross-attention (decoder → encoder)"``."""
+    return {k: label for label, k in ATTENTION_KINDS.items()}[kind].capitalize()
 
 
 def kinds_for(config: Any) -> list[str]:

@@ -161,10 +161,6 @@ def padded_query_rows(analysis: Analysis, kind: AttentionKind, row: int) -> Any:
     return trailing | ~stack.real_tokens[row].cpu()
 
 
-def _describe(kind: AttentionKind) -> str:
-    return {label: k for k, label in ATTENTION_KINDS.items()}[kind].capitalize()
-
-
 def attention_grid(
     registry: ModelRegistry,
     session: SessionModels | None,
