@@ -134,3 +134,15 @@ def test_the_broken_view_names_what_its_axes_hold_from_the_mistakes_record(regis
     assert "(rows, columns: pieces of tokens)" in str(split.to_plotly_json()["layout"])
     assert "pieces of tokens" not in str(inverted.to_plotly_json()["layout"])
     assert "with “mask polarity inverted”" in str(inverted.to_plotly_json()["layout"])
+
+
+def test_fitting_the_controls_alone_needs_no_text_yet(registry):
+    """The controls follow the model before a sentence is typed (a link may open with none);
+    the Sentence range counts the non-empty lines."""
+    kind, layer, head, row = handlers.controls(registry, "", "continue", CROSS, 9, 9, 9, None)
+    config = registry.checkpoint("continue", None).config
+    assert kind.value == DECODER_SELF  # continue has no cross-attention
+    assert layer.value == config.n_decoder_layers and head.value == config.n_heads
+    assert row.value == 1 and not row.visible
+    *_, rows = handlers.controls(registry, "a\n\nb\nc", "continue", CROSS, 1, 1, 9, None)
+    assert rows.value == 3 and rows.visible

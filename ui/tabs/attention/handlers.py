@@ -40,7 +40,16 @@ def controls(
     """The Which-attention choices and the Layer, Head and Sentence ranges that this model and
     these sentences have (values kept where they still apply)."""
     request = AttentionRequest.read(
-        registry, sentences, name, kind, layer, head, row, session=session, fit=True
+        registry,
+        sentences,
+        name,
+        kind,
+        layer,
+        head,
+        row,
+        session=session,
+        fit=True,
+        check_text=False,
     )
     return _fitted(request)
 

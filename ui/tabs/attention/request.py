@@ -16,7 +16,7 @@ from typing import Any
 from transformer.core.config import ModelConfig
 from transformer.core.trace import AttentionKind
 from transformer.lab import switches
-from transformer.lab.inspection import check_sentences
+from transformer.lab.inspection import MAX_SENTENCES, check_sentences
 from transformer.lab.switches import Switch
 from transformer.pretrained.checkpoint import Checkpoint
 
@@ -134,17 +134,22 @@ class AttentionRequest:
         mistake: Any = None,
         *,
         fit: bool = False,
+        check_text: bool = True,
     ) -> AttentionRequest:
         """The request the controls' values ask for. Strict (``/attention``): a value the model
         does not have is an :class:`InputError` naming what to choose. With ``fit`` (a live
         redraw, which may arrive with a value from before the controls were fitted): the kind
         falls back to the model's last, numbers are clamped into range and the what-ifs this
-        model has nothing for are unticked."""
+        model has nothing for are unticked. Without ``check_text`` (fitting the controls
+        alone) the text is not checked: ``lines`` is empty and the Sentence range counts its
+        non-empty lines."""
         text = as_text(sentences, "sentences")
         checkpoint = registry.checkpoint(name, session)
         config = checkpoint.config
-        with user_input():
-            lines = tuple(check_sentences(text.splitlines()))
+        lines: tuple[str, ...] = ()
+        if check_text:
+            with user_input():
+                lines = tuple(check_sentences(text.splitlines()))
         if what_if is not None and not isinstance(what_if, list | tuple):
             raise InputError("what if: choose from the switches' names")
         with user_input():
@@ -166,7 +171,8 @@ class AttentionRequest:
             )
         attention_kind = ATTENTION_KINDS[label]
         n_layers, n_heads = layers_of(config, attention_kind), config.n_heads
-        n_rows = len(lines)  # check_sentences kept the non-empty ones, at most MAX_SENTENCES
+        # check_sentences kept the non-empty lines, at most MAX_SENTENCES
+        n_rows = len(lines) if check_text else min(sentence_count(text), MAX_SENTENCES)
 
         def number(value: Any, what: str, high: int) -> int:
             return (_clamp(value, high) if fit else as_int(value, what, 1, high)) - 1
@@ -180,7 +186,7 @@ class AttentionRequest:
             kind=attention_kind,
             kind_label=label,
             kinds=tuple(kinds),
-            row=number(row, "sentence", len(lines)),
+            row=number(row, "sentence", n_rows),
             layer=number(layer, "layer", n_layers),
             head=number(head, "head", n_heads),
             n_layers=n_layers,
