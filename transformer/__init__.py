@@ -78,6 +78,8 @@ _LAZY: dict[str, str] = {
     "replay": ".text.replay",
     # What-ifs by name, and the seeds' mistakes, as operations of the forward pass.
     "Intervention": ".lab.interventions",
+    "SWITCHES": ".lab.switches",
+    "Switch": ".lab.switches",
     "MISTAKES": ".lab.mistakes",
     "Mistake": ".lab.mistakes",
     "MistakeEffect": ".lab.effects",
@@ -109,6 +111,7 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time `__getat
     from .lab.inspection import Analysis, analyse
     from .lab.interventions import Intervention
     from .lab.mistakes import MISTAKES, Mistake
+    from .lab.switches import SWITCHES, Switch
     from .pretrained import PretrainedError, load_pretrained, load_shipped, shipped_models
     from .pretrained.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
     from .text.bpe_learning import BPELearningTrace, MergeStep, learn_bpe
@@ -124,6 +127,7 @@ __all__ = [
     "PAD_ID",
     "PAPER",
     "SPECIAL_TOKENS",
+    "SWITCHES",
     "UNK_ID",
     "WHAT_IF_SWITCHES",
     "Analysis",
@@ -152,6 +156,7 @@ __all__ = [
     "PretrainedError",
     "SinusoidalPositionalEncoding",
     "StackInput",
+    "Switch",
     "TaskRun",
     "TokenEmbedding",
     "TokenRecord",

@@ -21,48 +21,34 @@ from ..core.util import pad
 from ..generation import DecodingSession, DecodingSettings, decoding_ends, source_ends_with_eos
 from ..text.replay import bytes_to_unicode, readable_piece
 from ..text.tokenization import Tokenizer, unreadable_characters
+from . import switches
 from .inspection import Analysis
 from .interventions import Intervention
 
-# The what-if switches by the name a learner reads, and the Intervention field each turns off.
-# "zero this head" is the one switch that needs to know which head: see ``what_if``.
+# The what-if switches by the label a learner reads, and the Intervention field each turns off
+# (their records, with what they do and where they apply, are in ``switches.WHAT_IFS``).
 WHAT_IF_SWITCHES: dict[str, str] = {
-    "causal mask off": "causal_mask",
-    "padding mask off": "padding_mask",
-    "no √d scaling": "scale_scores",
-    "no positional encoding": "positional_encoding",
-    "zero this head": "zero_heads",
+    switch.label: "zero_heads" if switch.per_head else next(iter(switch.sets))
+    for switch in switches.WHAT_IFS
 }
 
 
 def what_if_switches(config: ModelConfig) -> list[str]:
-    """The what-if switches that change something in a model of ``config``: all of
-    ``WHAT_IF_SWITCHES`` but "causal mask off" for an encoder-only model, which has no causal
-    mask to take off."""
-    return [name for name in WHAT_IF_SWITCHES if name != "causal mask off" or config.has_decoder]
+    """The labels of the what-if switches that change something in a model of ``config``
+    (:meth:`~transformer.lab.switches.Switch.applies`): all but "causal mask off" for an
+    encoder-only model, which has no causal mask to take off."""
+    return [switch.label for switch in switches.applicable(config, switches.WHAT_IF)]
 
 
 def what_if(
-    switches: Iterable[str], head: tuple[AttentionKind, int, int] | None = None
+    labels: Iterable[str], head: tuple[AttentionKind, int, int] | None = None
 ) -> Intervention:
-    """The :class:`Intervention` that the named switches (keys of ``WHAT_IF_SWITCHES``) ask for.
+    """The :class:`Intervention` that the what-ifs labelled ``labels`` (keys of
+    ``WHAT_IF_SWITCHES``) ask for together.
 
     ``head`` is the ``(kind, layer, head)`` (0-based) that "zero this head" switches off.
     """
-    chosen = set(switches)
-    unknown = chosen - set(WHAT_IF_SWITCHES)
-    if unknown:
-        raise ValueError(f"unknown what-if {sorted(unknown)}; choose from {list(WHAT_IF_SWITCHES)}")
-    off = {WHAT_IF_SWITCHES[name] for name in chosen}
-    if "zero_heads" in off and head is None:
-        raise ValueError("'zero this head' needs the (kind, layer, head) to switch off")
-    return Intervention(
-        causal_mask="causal_mask" not in off,
-        padding_mask="padding_mask" not in off,
-        scale_scores="scale_scores" not in off,
-        positional_encoding="positional_encoding" not in off,
-        zero_heads=frozenset({head}) if "zero_heads" in off and head else frozenset(),
-    )
+    return switches.combined(switches.what_ifs(labels), head)
 
 
 # How the app writes the characters a piece may hold that a reader cannot see: one way in

@@ -205,6 +205,10 @@ class Mistake:
         origin: one sentence, where the mistake came from.
         why: one sentence, why it is wrong.
         requires: what a model needs for the mistake to change anything (``""``: any model).
+        axes: per attention kind (``""``: every kind), what the broken pass's rows and columns
+            hold where they are no longer tokens.
+        may_refuse: whether its pass cannot run on some inputs (the shapes clash), which is
+            then what the mistake does, not a bad input.
     """
 
     name: str
@@ -213,6 +217,8 @@ class Mistake:
     why: str
     requires: str
     _applies: Callable[[ModelConfig], bool]
+    axes: tuple[tuple[str, str], ...] = ()
+    may_refuse: bool = False
 
     def applies(self, config: ModelConfig) -> bool:
         """Whether switching this mistake on changes a model of this configuration."""
@@ -272,6 +278,7 @@ MISTAKES: dict[str, Mistake] = {
             "(B, T, h, d_head), then transposes).",
             "more than one head",
             _several_heads,
+            axes=(("", "rows, columns: pieces of tokens"),),
         ),
         Mistake(
             MERGE_BARE_VIEW,
@@ -307,6 +314,8 @@ MISTAKES: dict[str, Mistake] = {
             "are equally long.",
             "an encoder and a decoder",
             lambda config: config.has_encoder and config.has_decoder,
+            axes=(("cross", "rows: source positions"),),
+            may_refuse=True,
         ),
         Mistake(
             MASK_INVERTED,

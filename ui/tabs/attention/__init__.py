@@ -1,13 +1,15 @@
 """Attention tab: one head (scores beside weights), the masks, every head of every layer, and
 what-if switches recomputed beside the original pass.
 
-Modules: `view` (the captured analysis a view draws, the grid), `panels` (one head's panels),
-`handlers` (the module-level handlers), `layout` (build())."""
+Modules: `request` (the controls read once: :class:`AttentionRequest`), `view` (the captured
+analysis a view draws, the grid), `panels` (one head's panels), `handlers` (the module-level
+handlers), `layout` (build())."""
 
 from transformer.figures.attention import PAD_ROW_MARK
 
 from .handlers import attention, controls, everything, grid
 from .layout import build
+from .request import AttentionRequest
 from .view import (
     ATTENTION_KINDS,
     EXAMPLE_SENTENCES,
@@ -26,6 +28,7 @@ __all__ = [
     "EXAMPLE_SENTENCES",
     "GRID_MIN_CELLS",
     "PAD_ROW_MARK",
+    "AttentionRequest",
     "AttentionView",
     "attention",
     "attention_grid",

@@ -7,9 +7,7 @@ from typing import Any
 
 import gradio as gr
 
-from transformer.lab.analysis import (
-    WHAT_IF_SWITCHES,
-)
+from transformer.lab.switches import WHAT_IFS
 
 from ...serving import limits
 from ...serving.errors import beside_input
@@ -67,7 +65,9 @@ def build(
             row = gr.Slider(
                 1, max(2, n_rows), value=1, step=1, label="Sentence", visible=n_rows > 1
             )
-            what_if = gr.CheckboxGroup(list(WHAT_IF_SWITCHES), label="What if… (recomputed live)")
+            what_if = gr.CheckboxGroup(
+                [s.label for s in WHAT_IFS], label="What if… (recomputed live)"
+            )
             mistake = seed_mistakes.control(first_config)
             run = gr.Button("Show attention", variant="primary")
         with gr.Column(scale=2):

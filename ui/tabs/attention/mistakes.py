@@ -17,23 +17,26 @@ import gradio as gr
 
 from transformer import figures
 from transformer.core.config import ModelConfig
+from transformer.core.trace import AttentionKind
 from transformer.figures.attention import weights_beside_figure
+from transformer.lab import switches
 from transformer.lab.effects import MistakeEffect, compare_passes
 from transformer.lab.inspection import Analysis, check_sentences
 from transformer.lab.interventions import NO_INTERVENTION, Intervention
 from transformer.lab.mistakes import (
-    CROSS_QUERIES_FROM_MEMORY,
     MISTAKES,
-    SPLIT_BARE_VIEW,
     applicable,
 )
+from transformer.lab.switches import Switch
 from transformer.pretrained.checkpoint import Checkpoint
 
 from ...serving.errors import InputError, code_span, friendly, gpu, readable_list
 from ...serving.state import ModelRegistry, SessionModels, bind
+from .request import NO_MISTAKE, SEED_MISTAKES, describe_kind
 
-NONE = "none (the correct pass)"
+NONE = NO_MISTAKE
 LABEL = "The seeds' mistakes (recomputed live)"
+ALL_OFFERED = "One mistake of the texts this project started from, made in the forward pass."
 
 
 def choices_for(config: ModelConfig | None) -> list[str]:
@@ -44,10 +47,10 @@ def choices_for(config: ModelConfig | None) -> list[str]:
 def _info(config: ModelConfig | None) -> str:
     """The dropdown's line under its label: which mistakes do not apply here, and why."""
     if config is None:
-        return "One mistake of the texts this project started from, made in the forward pass."
+        return ALL_OFFERED
     missing = [m for m in MISTAKES.values() if not m.applies(config)]
     if not missing:
-        return "One mistake of the texts this project started from, made in the forward pass."
+        return ALL_OFFERED
     listed = "; ".join(f"{m.name} (needs {m.requires})" for m in missing)
     return f"Not offered for this model: {listed}."
 
@@ -64,6 +67,19 @@ def chosen(mistake: str | None) -> str | None:
 def control(config: ModelConfig | None) -> gr.Dropdown:
     """The "The seeds' mistakes" dropdown, offering what applies to ``config``'s model."""
     return gr.Dropdown(choices_for(config), value=NONE, label=LABEL, info=_info(config))
+
+
+def menu(offered: Sequence[Switch], mistake: Switch | None) -> Any:
+    """The dropdown for a model whose mistakes (catalogue records) are ``offered``: "none", then
+    those, ``mistake`` chosen where it is one of them, else "none"; its line says which of the
+    seeds' mistakes are not offered, and what they need."""
+    missing = [s for s in SEED_MISTAKES if s not in offered]
+    info = "; ".join(f"{s.label} (needs {s.requires})" for s in missing)
+    return gr.Dropdown(
+        choices=[NONE, *(s.label for s in offered)],
+        value=mistake.label if mistake in offered and mistake is not None else NONE,
+        info=f"Not offered for this model: {info}." if info else ALL_OFFERED,
+    )
 
 
 @friendly
@@ -108,7 +124,7 @@ def broken_pass(
     try:
         analysis = registry.analysis(name, checkpoint, sentences, intervention, targets)
     except ValueError as error:
-        if mistake != CROSS_QUERIES_FROM_MEMORY:
+        if not switches.by_label(mistake, switches.SEED_MISTAKE).may_refuse:
             raise
         # The shapes cannot work: that is what this mistake does here, not a bad input.
         return BrokenPass(mistake, error=str(error))
@@ -189,17 +205,16 @@ def beside(
     key_labels: list[str],
     padded: Any,
     where: str,
-    kind_title: str,
+    kind: AttentionKind,
     mistake: str,
     large: bool,
 ) -> tuple[Any, Any]:
-    """One head's weights, correct beside broken, and their difference: two figures."""
-    note = ""
-    if mistake == CROSS_QUERIES_FROM_MEMORY and kind_title.startswith("Cross"):
-        note = " (rows: source positions)"
-    elif mistake == SPLIT_BARE_VIEW:
-        note = " (rows, columns: pieces of tokens)"
+    """One head's weights of ``kind`` attention, correct beside broken, and their difference:
+    two figures."""
+    axes = switches.by_label(mistake, switches.SEED_MISTAKE).axes_note(kind)
+    note = f" ({axes})" if axes else ""
     right = f"with “{mistake}”{note}"
+    kind_title = describe_kind(kind)
     single = weights_beside_figure(
         correct,
         broken,
@@ -249,7 +264,7 @@ def panel(
     """One head under the broken pass beside the correct one, the change, and what the mistake
     did (figures for the sentence where it changed the output most)."""
     # The Attention tab's view: the same validation, labels and cached analysis.
-    from .view import ATTENTION_KINDS, _describe, attention_view, padded_query_rows
+    from .view import ATTENTION_KINDS, attention_view, padded_query_rows
 
     # The tab may name the kind by its menu label, by the trace's name ("encoder_self"), or by
     # the stack whose self-attention it shows ("encoder", "decoder": Inside a layer).
@@ -293,7 +308,7 @@ def panel(
         view.key_labels,
         padded_query_rows(view.analysis, view.kind, row),
         f"sentence {row + 1}, layer {view.layer + 1}, head {view.head + 1}",
-        _describe(view.kind),
+        view.kind,
         name_of,
         large,
     )

@@ -1,29 +1,27 @@
 """One head's panels: scores beside weights (or original beside what-if), the masks, the
-what-if difference and the summary."""
+what-if difference and the summary, drawn from one :class:`AttentionRequest` and its view."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from transformer import figures
 from transformer.core.trace import largest_logit_change
 from transformer.figures.attention import PAD_ROW_MARK, weights_beside_figure
-from transformer.lab.analysis import (
-    axis_pieces,
-    piece_legend,
-    real_keys,
-    toy_vocabulary_note,
-)
-from transformer.lab.analysis import what_if as what_if_intervention
+from transformer.lab import switches
+from transformer.lab.analysis import piece_legend, toy_vocabulary_note
+from transformer.lab.inspection import Analysis
 from transformer.lab.interventions import NO_INTERVENTION
-from transformer.lab.mistakes import MISTAKES
-from transformer.pretrained.checkpoint import Checkpoint
 
 from ...serving.errors import code_span
 from ...serving.inputs import unreadable_note
 from ...serving.state import ModelRegistry
 from . import mistakes as seed_mistakes
-from .view import AttentionView, _describe, _plural, padded_query_rows
+from .request import AttentionRequest, describe_kind
+from .view import AttentionView
+
+Panels = tuple[Any, Any, Any, str]  # the head, the masks, the change, the summary (Markdown)
 
 
 def shared_kv_line(record: Any, head: int) -> str:
@@ -44,187 +42,267 @@ def shared_kv_line(record: Any, head: int) -> str:
     )
 
 
-def _head_panels(
-    registry: ModelRegistry,
-    view: AttentionView,
-    checkpoint: Checkpoint,
-    name: str,
-    lines: list[str],
-    what_if: list[str],
-    large: bool,
-    mistake: str | None = None,
-) -> tuple[Any, Any, Any, str]:
-    """The head view, the masks, the what-if difference and the summary of one view; with one
-    of the seeds' ``mistake``, the broken pass is the changed one (with any what-if on too).
-    ``lines``: the sentences the view's analysis read, checked."""
-    config = checkpoint.config
-    analysis, record, row = view.analysis, view.records[view.layer], view.row
-    trace = analysis.trace
-    q_labels, k_labels = view.query_labels, view.key_labels
-    padded = padded_query_rows(analysis, view.kind, row)
-    causal = trace.causal if view.kind == "decoder_self" else None
-    keys_real = real_keys(trace, view.kind, row)
-    where = f"layer {view.layer + 1}, head {view.head + 1}"
-    summary = []
-    if config.has_encoder and config.has_decoder:
-        summary += [
-            f"**Sentence {i + 1}** → {code_span(out)}" for i, out in enumerate(analysis.outputs)
-        ]
-    for number, line in enumerate(lines, 1):
-        note = unreadable_note(checkpoint.tokenizer, line, f"Sentence {number}: this model")
-        if note:
-            summary.append(note)
-    unknown = toy_vocabulary_note(checkpoint.info.get("task"), " ".join(lines))
-    if unknown:
-        summary.append(unknown)
-    mistake = seed_mistakes.chosen(mistake)
-    if mistake is not None and not MISTAKES[mistake].applies(config):
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+@dataclass(frozen=True)
+class _Changed:
+    """The pass a what-if or a mistake made, beside the view's own: ``analysis`` (``None``
+    when a broken pass cannot run), and ``broken``, the seeds' mistake's pass where one is on."""
+
+    analysis: Analysis | None
+    broken: seed_mistakes.BrokenPass | None
+
+
+def head_panels(registry: ModelRegistry, request: AttentionRequest, view: AttentionView) -> Panels:
+    """The head view, the masks, the what-if difference and the summary of one request's view;
+    with one of the seeds' mistakes, the broken pass is the changed one (with any what-if on
+    too)."""
+    summary = _text_notes(request, view.analysis)
+    mistake = request.mistake
+    if mistake is not None and mistake not in request.mistakes:
         summary.append(
-            f"“{mistake}” does not apply to this {config.architecture} model (it needs "
-            f"{MISTAKES[mistake].requires}): choose another of the seeds' mistakes."
+            f"“{mistake.label}” does not apply to this {request.config.architecture} model (it "
+            f"needs {mistake.requires}): choose another of the seeds' mistakes."
         )
         mistake = None
-    broken = None
-    if mistake is not None:
-        base = (
-            what_if_intervention(what_if, head=(view.kind, view.layer, view.head))
-            if what_if
-            else NO_INTERVENTION
-        )
-        broken = seed_mistakes.broken_pass(
-            registry, name, checkpoint, lines, analysis, mistake, base
-        )
-    if broken is not None and broken.analysis is None:
-        # The broken pass cannot run (the shapes clash): its message is what the mistake does.
-        single = figures.scores_and_weights_figure(
-            record, row, view.head, q_labels, k_labels, padded_queries=padded, large_font=large
-        )
-        diff = seed_mistakes.cannot_run(broken, large)
-        masks = figures.masks_figure(keys_real, q_labels, k_labels, causal=causal, large_font=large)
-        summary.append(seed_mistakes.describe(broken, config, row, ", ".join(what_if)))
-    elif what_if or broken is not None:
-        if broken is not None:
-            changed = broken.analysis
-        else:
-            intervention = what_if_intervention(what_if, head=(view.kind, view.layer, view.head))
-            # The same decoder input as the plain pass, so the two compare position by position.
-            targets = None
-            if config.has_encoder and config.has_decoder:
-                assert trace.target is not None  # an encoder-decoder pass reads a decoder input
-                targets = trace.target.tokens
-            changed = registry.analysis(name, checkpoint, lines, intervention, targets)
-        assert changed is not None  # a broken pass that cannot run was answered above
-        changed_record = changed.trace.attention_records(view.kind)[view.layer]
-        before = record.weights[row, view.head]
-        after = changed_record.weights[row, view.head]
-        zeroed = "zero this head" in what_if
-        if zeroed:
-            # The head still computes its weights; its output is multiplied by 0, so what it
-            # passes on is nothing: show that.
-            after = after * 0
-        switches = ", ".join(what_if)
-        masked_before = ~record.mask[row, 0]
-        masked_after = ~changed_record.mask[row, 0]
-        if broken is not None:
-            assert mistake is not None  # broken is the pass with that mistake
-            single, diff = seed_mistakes.beside(
-                before,
-                after,
-                masked_before,
-                masked_after,
-                q_labels,
-                k_labels,
-                padded,
-                where,
-                _describe(view.kind),
-                mistake,
-                large,
-            )
-        else:
-            single = weights_beside_figure(
-                before,
-                after,
-                q_labels,
-                k_labels,
-                masked_before=masked_before,
-                masked_after=masked_after,
-                panel_titles=(
-                    "original",
-                    "with this head zeroed (passes on 0)" if zeroed else "with the what-if",
-                ),
-                title=f"{_describe(view.kind)} · {where} · weights, original | what-if",
-                padded_queries=padded,
-                large_font=large,
-            )
-            diff = figures.attention_difference_figure(
-                before,
-                after,
-                q_labels,
-                k_labels,
-                masked=masked_before & masked_after,
-                title=f"What-if change (after − before), {where}",
-                large_font=large,
-            )
-        mask_changed = bool((masked_before != masked_after).any())
-        masks = figures.masks_figure(
-            keys_real,
-            q_labels,
-            k_labels,
-            causal=causal,
-            changed=changed_record.mask[row, 0] if mask_changed else None,
-            changed_title="with the mistake" if broken is not None else "with the what-if",
-            large_font=large,
-        )
-        if broken is not None:
-            summary.append(seed_mistakes.describe(broken, config, row, switches))
-        elif config.architecture == "encoder-only":
-            assert changed.trace.memory is not None and trace.memory is not None  # has an encoder
-            delta = (changed.trace.memory - trace.memory).abs().max().item()
-            summary.append(
-                f"**What-if ({switches})**: largest change of any encoder output {delta:.3f}."
-            )
-        else:
-            delta = largest_logit_change(trace, changed.trace)
-            summary.append(
-                f"**What-if ({switches})**: largest change of any output logit {delta:.3f}."
-            )
-        if "no positional encoding" in what_if and config.positional == "rotary":
-            summary.append(
-                "This model adds **no** positional encoding to switch off: its positions are "
-                "rotary (q and k are rotated inside attention), which this what-if leaves on, so "
-                "it changes nothing here."
-            )
-        if analysis.predicted and broken is None:
-            summary.append(
-                f"Next-token predictions before: {code_span(analysis.predicted[row])} — "
-                f"after: {code_span(changed.predicted[row])}"
-            )
-        if zeroed:
-            summary.append(
-                f"Zeroing {where} multiplies its output by 0: its weights (left) are still "
-                "computed, but what it passes on is nothing (right)."
-            )
+    if mistake is None and not request.what_if:
+        single, masks, diff = _plain(request, view)
     else:
-        single = figures.scores_and_weights_figure(
-            record, row, view.head, q_labels, k_labels, padded_queries=padded, large_font=large
-        )
-        masks = figures.masks_figure(keys_real, q_labels, k_labels, causal=causal, large_font=large)
-        diff = figures.placeholder_figure(
+        changed = _changed_pass(registry, request, view, mistake)
+        single, masks, diff = _beside(request, view, changed, summary)
+    summary += _reading_notes(request, view)
+    return single, masks, diff, "\n\n".join(summary)
+
+
+def _text_notes(request: AttentionRequest, analysis: Analysis) -> list[str]:
+    """What the summary says of the text first: an encoder-decoder's outputs, what this model
+    cannot read, the words a toy model never saw."""
+    config, tokenizer = request.config, request.checkpoint.tokenizer
+    notes = []
+    if config.architecture == "encoder-decoder":
+        notes += [
+            f"**Sentence {i + 1}** → {code_span(out)}" for i, out in enumerate(analysis.outputs)
+        ]
+    # Only a text whose tokens hold the unknown token has something unreadable to name: the
+    # analysis has tokenized it already, so a readable text is not tokenized again.
+    trace, unk = analysis.trace, tokenizer.unk_id
+    read = trace.source if trace.source is not None else trace.target
+    if unk is not None and read is not None and bool((read.tokens == unk).any()):
+        for number, line in enumerate(request.lines, 1):
+            note = unreadable_note(tokenizer, line, f"Sentence {number}: this model")
+            if note:
+                notes.append(note)
+    unknown = toy_vocabulary_note(request.checkpoint.info.get("task"), " ".join(request.lines))
+    if unknown:
+        notes.append(unknown)
+    return notes
+
+
+def _plain(request: AttentionRequest, view: AttentionView) -> tuple[Any, Any, Any]:
+    """The head's scores beside its weights, the masks, and the change panel waiting."""
+    large = request.large
+    return (
+        _scores_and_weights(request, view),
+        _masks(request, view),
+        figures.placeholder_figure(
             "What-if",
             "Tick a what-if switch or choose one of the seeds' mistakes to see what it changes",
             large_font=large,
+        ),
+    )
+
+
+def _scores_and_weights(request: AttentionRequest, view: AttentionView) -> Any:
+    record = view.records[view.layer]
+    return figures.scores_and_weights_figure(
+        record,
+        view.row,
+        view.head,
+        view.query_labels,
+        view.key_labels,
+        padded_queries=view.padded,
+        large_font=request.large,
+    )
+
+
+def _masks(
+    request: AttentionRequest, view: AttentionView, changed: Any = None, title: str = ""
+) -> Any:
+    causal = view.analysis.trace.causal if view.kind == "decoder_self" else None
+    return figures.masks_figure(
+        view.keys_real,
+        view.query_labels,
+        view.key_labels,
+        causal=causal,
+        changed=changed,
+        changed_title=title or "with the what-if",
+        large_font=request.large,
+    )
+
+
+def _changed_pass(
+    registry: ModelRegistry,
+    request: AttentionRequest,
+    view: AttentionView,
+    mistake: switches.Switch | None,
+) -> _Changed:
+    """The pass with the request's what-ifs (and its seeds' ``mistake``) on, on the same decoder
+    input as the view's, so the two compare position by position."""
+    analysis = view.analysis
+    base = (
+        switches.combined(request.what_if, request.head_key) if request.what_if else NO_INTERVENTION
+    )
+    if mistake is not None:
+        broken = seed_mistakes.broken_pass(
+            registry,
+            request.model,
+            request.checkpoint,
+            list(request.lines),
+            analysis,
+            mistake.label,
+            base,
         )
-    queries, keys = axis_pieces(analysis, view.kind)
-    legend = piece_legend(checkpoint.tokenizer, [*queries[row], *keys[row]])
+        return _Changed(broken.analysis, broken)
+    targets = None
+    if request.config.architecture == "encoder-decoder":
+        assert analysis.trace.target is not None  # an encoder-decoder pass reads a decoder input
+        targets = analysis.trace.target.tokens
+    lines = list(request.lines)
+    return _Changed(
+        registry.analysis(request.model, request.checkpoint, lines, base, targets), None
+    )
+
+
+def _beside(
+    request: AttentionRequest, view: AttentionView, changed: _Changed, summary: list[str]
+) -> tuple[Any, Any, Any]:
+    """The head's weights, original beside changed, their difference and the masks; what the
+    change did is added to ``summary``."""
+    config, large, row, broken = request.config, request.large, view.row, changed.broken
+    switched = ", ".join(s.label for s in request.what_if)
+    if changed.analysis is None:
+        # The broken pass cannot run (the shapes clash): its message is what the mistake does.
+        assert broken is not None
+        summary.append(seed_mistakes.describe(broken, config, row, switched))
+        return (
+            _scores_and_weights(request, view),
+            _masks(request, view),
+            seed_mistakes.cannot_run(broken, large),
+        )
+    record = view.records[view.layer]
+    changed_record = changed.analysis.trace.attention_records(view.kind)[view.layer]
+    before = record.weights[row, view.head]
+    after = changed_record.weights[row, view.head]
+    zeroed = any(s.per_head for s in request.what_if)
+    if zeroed:
+        # The head still computes its weights; its output is multiplied by 0, so what it
+        # passes on is nothing: show that.
+        after = after * 0
+    masked_before = ~record.mask[row, 0]
+    masked_after = ~changed_record.mask[row, 0]
+    where = f"layer {view.layer + 1}, head {view.head + 1}"
+    if broken is not None:
+        single, diff = seed_mistakes.beside(
+            before,
+            after,
+            masked_before,
+            masked_after,
+            view.query_labels,
+            view.key_labels,
+            view.padded,
+            where,
+            view.kind,
+            broken.mistake,
+            large,
+        )
+    else:
+        single = weights_beside_figure(
+            before,
+            after,
+            view.query_labels,
+            view.key_labels,
+            masked_before=masked_before,
+            masked_after=masked_after,
+            panel_titles=(
+                "original",
+                "with this head zeroed (passes on 0)" if zeroed else "with the what-if",
+            ),
+            title=f"{describe_kind(view.kind)} · {where} · weights, original | what-if",
+            padded_queries=view.padded,
+            large_font=large,
+        )
+        diff = figures.attention_difference_figure(
+            before,
+            after,
+            view.query_labels,
+            view.key_labels,
+            masked=masked_before & masked_after,
+            title=f"What-if change (after − before), {where}",
+            large_font=large,
+        )
+    mask_changed = bool((masked_before != masked_after).any())
+    masks = _masks(
+        request,
+        view,
+        changed_record.mask[row, 0] if mask_changed else None,
+        "with the mistake" if broken is not None else "with the what-if",
+    )
+    summary += _what_it_did(request, view, changed.analysis, broken, switched, where, zeroed)
+    return single, masks, diff
+
+
+def _what_it_did(
+    request: AttentionRequest,
+    view: AttentionView,
+    changed: Analysis,
+    broken: seed_mistakes.BrokenPass | None,
+    switched: str,
+    where: str,
+    zeroed: bool,
+) -> list[str]:
+    """The summary's account of the change: how large, the predictions before and after, and
+    what a switch that is offered but idle here leaves as it was."""
+    config, trace, row = request.config, view.analysis.trace, view.row
+    if broken is not None:
+        lines = [seed_mistakes.describe(broken, config, row, switched)]
+    elif config.architecture == "encoder-only":
+        assert changed.trace.memory is not None and trace.memory is not None  # has an encoder
+        delta = (changed.trace.memory - trace.memory).abs().max().item()
+        lines = [f"**What-if ({switched})**: largest change of any encoder output {delta:.3f}."]
+    else:
+        delta = largest_logit_change(trace, changed.trace)
+        lines = [f"**What-if ({switched})**: largest change of any output logit {delta:.3f}."]
+    lines += [s.idle_note for s in request.what_if if s.idle_here(config)]
+    if view.analysis.predicted and broken is None:
+        lines.append(
+            f"Next-token predictions before: {code_span(view.analysis.predicted[row])} — "
+            f"after: {code_span(changed.predicted[row])}"
+        )
+    if zeroed:
+        lines.append(
+            f"Zeroing {where} multiplies its output by 0: its weights (left) are still "
+            "computed, but what it passes on is nothing (right)."
+        )
+    return lines
+
+
+def _reading_notes(request: AttentionRequest, view: AttentionView) -> list[str]:
+    """How to read the axes: the marks in the pieces, heads that share keys and values, and
+    the padding of this sentence."""
+    config, tokenizer, row = request.config, request.checkpoint.tokenizer, view.row
+    notes = []
+    legend = piece_legend(tokenizer, [*view.query_pieces, *view.key_pieces])
     if legend:  # the marks on the axes, said where they appear
-        summary.append(f"Pieces are written as the text they stand for: {legend}.")
-    kv_line = shared_kv_line(record, view.head)
+        notes.append(f"Pieces are written as the text they stand for: {legend}.")
+    kv_line = shared_kv_line(view.records[view.layer], view.head)
     if kv_line:
-        summary.append(kv_line)
-    n_padded = int(padded.sum())
-    n_pad_keys = int((~keys_real).sum())
+        notes.append(kv_line)
+    n_padded = int(view.padded.sum())
+    n_pad_keys = int((~view.keys_real).sum())
     if n_pad_keys:
-        summary.append(
+        notes.append(
             f"**Padding is real here**: sentence {row + 1} is padded to the batch's length "
             f"({_plural(max(n_padded, n_pad_keys), 'padding position')}). Grey key columns are "
             f"what the padding mask removed; red {PAD_ROW_MARK} query rows are [PAD] "
@@ -233,16 +311,16 @@ def _head_panels(
     elif n_padded:
         # The model's own pad token, as its rows show it (SmolLM2's <|im_end|>, GPT-2's
         # <|endoftext|>), not one family's named for every model.
-        pad = checkpoint.tokenizer.id_to_token(config.pad_id) or str(config.pad_id)
-        summary.append(
+        pad = tokenizer.id_to_token(config.pad_id) or str(config.pad_id)
+        notes.append(
             f"Sentence {row + 1} is padded with {_plural(n_padded, 'position')} (red "
             f"{PAD_ROW_MARK} rows), but this model's pad token is a real token it does not mask "
             f"(it pads with {code_span(pad)}): those positions are read like any other, so "
             "compare unpadded sentences."
         )
-    elif analysis.batch_size > 1:
-        summary.append(
-            f"Sentence {row + 1} is the longest of the {analysis.batch_size} sentences: it has no "
+    elif len(request.lines) > 1:
+        notes.append(
+            f"Sentence {row + 1} is the longest of the {len(request.lines)} sentences: it has no "
             "padding (a shorter one does; choose it with the Sentence slider)."
         )
-    return single, masks, diff, "\n\n".join(summary)
+    return notes

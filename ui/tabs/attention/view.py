@@ -1,34 +1,25 @@
-"""The captured analysis behind every attention view (validated layer, head and sentence), the
-kinds a model has, its padded rows, and the every-head grid."""
+"""The captured analysis behind every attention view (a request's, or other tabs' raw values
+validated here), its padded rows, and the every-head grid."""
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from dataclasses import dataclass
 from typing import Any
 
 from transformer import figures
 from transformer.core.trace import AttentionKind, CaptureTooLarge
 from transformer.figures.attention import GRID_MAX_CELLS
-from transformer.lab.analysis import (
-    axis_pieces,
-    reference_targets,
-    shown_pieces,
-)
-from transformer.lab.inspection import MAX_SENTENCES, Analysis, check_sentences
+from transformer.lab.analysis import axis_pieces, real_keys, reference_targets, shown_pieces
+from transformer.lab.inspection import Analysis, check_sentences
 from transformer.pretrained.checkpoint import Checkpoint
+from transformer.text.tokenization import Tokenizer
 
 from ...serving import limits
 from ...serving.errors import InputError, readable_list, user_input
 from ...serving.inputs import as_int, as_text
 from ...serving.state import ModelRegistry, SessionModels
+from .request import ATTENTION_KINDS, AttentionRequest, kinds_for, layers_of, sentence_count
 
-ATTENTION_KINDS: dict[str, AttentionKind] = {
-    "encoder self-attention": "encoder_self",
-    "decoder masked self-attention": "decoder_self",
-    "cross-attention (decoder → encoder)": "cross",
-}
 # The fewest cells a grid keeps however long the text (a 6 x 12 grid: ~45 x 45 per tile).
 GRID_MIN_CELLS = 150_000
 EXAMPLE_SENTENCES = (
@@ -36,72 +27,11 @@ EXAMPLE_SENTENCES = (
 )
 
 
-@dataclass(frozen=True)
-class AttentionRequest:
-    """What the tab's controls say, as one value: the layout's components fill it (in the
-    order of :meth:`of`'s parameters, each endpoint's API signature) and the handlers receive
-    it. The text is parsed once, into :attr:`lines`."""
-
-    text: str
-    model: str
-    kind: str
-    layer: Any = 1
-    head: Any = 1
-    row: Any = 1
-    what_if: tuple[str, ...] = ()
-    large: bool = False
-    session: SessionModels | None = None
-    mistake: str | None = None
-
-    @classmethod
-    def of(
-        cls,
-        sentences: Any,
-        name: Any,
-        kind: Any,
-        layer: Any = 1,
-        head: Any = 1,
-        row: Any = 1,
-        what_if: Any = None,
-        large: Any = False,
-        session: SessionModels | None = None,
-        mistake: Any = None,
-    ) -> AttentionRequest:
-        """The request from the components' values, in the order the events send them."""
-        if what_if is not None and not isinstance(what_if, list | tuple):
-            raise InputError("what if: choose from the switches' names")
-        return cls(
-            as_text(sentences, "sentences"),
-            name,
-            kind,
-            layer,
-            head,
-            row,
-            tuple(what_if or ()),
-            bool(large),
-            session,
-            mistake,
-        )
-
-    @functools.cached_property
-    def lines(self) -> list[str]:
-        """The sentences, checked (1 to ``MAX_SENTENCES`` non-empty lines)."""
-        with user_input():
-            return check_sentences(self.text.splitlines())
-
-    @property
-    def rows(self) -> int:
-        """How many sentences the Sentence slider ranges over (at least 1, at most the limit)."""
-        return min(sentence_count(self.text), MAX_SENTENCES)
-
-    def fitted(self, kind: str, layer: int, head: int, row: int) -> AttentionRequest:
-        """This request with the controls' values moved to what the model has."""
-        return dataclasses.replace(self, kind=kind, layer=layer, head=head, row=row)
-
-
 @dataclass
 class AttentionView:
-    """One captured analysis and the layer, head and sentence a view draws (all 0-based)."""
+    """One captured analysis and the layer, head and sentence a view draws (all 0-based), with
+    what every panel of that sentence reads: its axis labels and pieces, its [PAD] query rows
+    and its real keys."""
 
     analysis: Analysis
     kind: AttentionKind
@@ -111,6 +41,65 @@ class AttentionView:
     row: int
     query_labels: list[str]
     key_labels: list[str]
+    query_pieces: list[str]
+    key_pieces: list[str]
+    padded: Any  # (Tq,) bool: padded_query_rows
+    keys_real: Any  # (Tk,) bool: real_keys
+
+
+def request_view(registry: ModelRegistry, request: AttentionRequest) -> AttentionView:
+    """The analysis of a request's sentences (cached for shared models) at the head it asks
+    for; the request has checked every value already."""
+    analysis = _analysis(registry, request.model, request.checkpoint, list(request.lines))
+    return _at(
+        analysis,
+        request.checkpoint.tokenizer,
+        request.kind,
+        request.layer,
+        request.head,
+        request.row,
+    )
+
+
+def _analysis(
+    registry: ModelRegistry,
+    name: str,
+    checkpoint: Checkpoint,
+    lines: list[str],
+    targets: Any = None,
+) -> Analysis:
+    """The registry's analysis, a capture too large for the tab pointing to the long inputs."""
+    try:
+        return registry.analysis(name, checkpoint, lines, targets=targets)
+    except InputError as error:  # user_input() leaves the library's error as its context
+        if not isinstance(error.__context__, CaptureTooLarge):
+            raise
+        raise InputError(
+            f"{error}, or paste it under “Long inputs” below, which reads up to "
+            f"{limits.MAX_SCALE_TOKENS:,} tokens"
+        ) from None
+
+
+def _at(
+    analysis: Analysis, tokenizer: Tokenizer, kind: AttentionKind, layer: int, head: int, row: int
+) -> AttentionView:
+    """The view of one analysis at a checked (0-based) layer, head and sentence."""
+    queries, keys = axis_pieces(analysis, kind)
+    return AttentionView(
+        analysis=analysis,
+        kind=kind,
+        records=analysis.trace.attention_records(kind),
+        layer=layer,
+        head=head,
+        row=row,
+        # Byte-level pieces as Tokenize writes them (␣licenses, not Ġlicenses).
+        query_labels=figures.token_labels(shown_pieces(tokenizer, queries[row])),
+        key_labels=figures.token_labels(shown_pieces(tokenizer, keys[row])),
+        query_pieces=queries[row],
+        key_pieces=keys[row],
+        padded=padded_query_rows(analysis, kind, row),
+        keys_real=real_keys(analysis.trace, kind, row),
+    )
 
 
 def attention_view(
@@ -124,79 +113,37 @@ def attention_view(
     row: Any,
     checkpoint: Checkpoint | None = None,
     use_reference: bool = False,
-    lines: list[str] | None = None,
 ) -> AttentionView:
-    """The analysis behind every attention view (cached for bundled models) and the validated
-    layer, head and sentence.
+    """The analysis behind an attention view from raw control values (cached for bundled
+    models) and the validated layer, head and sentence: for other tabs' views of attention.
 
     With ``use_reference`` the decoder reads the task's correct answer (teacher forcing) instead
     of the model's own output: an early training snapshot's output is too poor to read along.
-    ``lines``: the sentences already checked (a request's), else parsed from the text.
     """
     checkpoint = checkpoint or registry.checkpoint(name, session)
     tokenizer, config = checkpoint.tokenizer, checkpoint.config
-    if lines is None:
-        with user_input():
-            lines = check_sentences(as_text(sentences_text, "sentences").splitlines())
-    sentences = lines
+    with user_input():
+        sentences = check_sentences(as_text(sentences_text, "sentences").splitlines())
     kind = ATTENTION_KINDS.get(kind_label) if isinstance(kind_label, str) else None
     if kind is None:
         raise InputError(f"which attention: choose {readable_list(kinds_for(config))}")
     targets = None
     if use_reference and config.has_encoder and config.has_decoder:
         targets = reference_targets(tokenizer, checkpoint.task, sentences, config.pad_id)
-    try:
-        analysis = registry.analysis(name, checkpoint, sentences, targets=targets)
-    except InputError as error:  # user_input() leaves the library's error as its context
-        if not isinstance(error.__context__, CaptureTooLarge):
-            raise
-        raise InputError(
-            f"{error}, or paste it under “Long inputs” below, which reads up to "
-            f"{limits.MAX_SCALE_TOKENS:,} tokens"
-        ) from None
-    try:
-        records = analysis.trace.attention_records(kind)
-    except ValueError:
+    analysis = _analysis(registry, name, checkpoint, sentences, targets)
+    if kind_label not in kinds_for(config):
         raise InputError(
             f"the {name} model is {config.architecture}: it has no {kind_label}; choose "
             f"{readable_list(kinds_for(config))}"
-        ) from None
-    row_index = as_int(row, "sentence", 1, analysis.batch_size) - 1
-    queries, keys = axis_pieces(analysis, kind)
-    return AttentionView(
-        analysis=analysis,
-        kind=kind,
-        records=records,
-        layer=as_int(layer, "layer", 1, len(records)) - 1,
-        head=as_int(head, "head", 1, config.n_heads) - 1,
-        row=row_index,
-        # Byte-level pieces as Tokenize writes them (␣licenses, not Ġlicenses).
-        query_labels=figures.token_labels(shown_pieces(tokenizer, queries[row_index])),
-        key_labels=figures.token_labels(shown_pieces(tokenizer, keys[row_index])),
+        )
+    return _at(
+        analysis,
+        tokenizer,
+        kind,
+        as_int(layer, "layer", 1, layers_of(config, kind)) - 1,
+        as_int(head, "head", 1, config.n_heads) - 1,
+        as_int(row, "sentence", 1, analysis.batch_size) - 1,
     )
-
-
-def kinds_for(config: Any) -> list[str]:
-    """The attention kinds (their menu labels) a model of this architecture has."""
-    have = {
-        "encoder-only": {"encoder_self"},
-        "decoder-only": {"decoder_self"},
-    }.get(config.architecture, {"encoder_self", "decoder_self", "cross"})
-    return [label for label, kind in ATTENTION_KINDS.items() if kind in have]
-
-
-def layers_of(config: Any, kind: AttentionKind) -> int:
-    """How many layers hold attention of ``kind``."""
-    return config.n_encoder_layers if kind == "encoder_self" else config.n_decoder_layers
-
-
-def sentence_count(sentences_text: str | None) -> int:
-    """The non-empty lines given (what the Sentence slider ranges over), at least 1."""
-    return max(1, len([line for line in (sentences_text or "").splitlines() if line.strip()]))
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
 def padded_query_rows(analysis: Analysis, kind: AttentionKind, row: int) -> Any:
@@ -212,10 +159,6 @@ def padded_query_rows(analysis: Analysis, kind: AttentionKind, row: int) -> Any:
     trailing = is_pad.flip(0).cumprod(0).flip(0).bool()
     trailing[0] = False
     return trailing | ~stack.real_tokens[row].cpu()
-
-
-def _describe(kind: AttentionKind) -> str:
-    return {label: k for k, label in ATTENTION_KINDS.items()}[kind].capitalize()
 
 
 def attention_grid(
@@ -239,7 +182,7 @@ def attention_grid(
 def _grid(view: AttentionView, large: bool) -> Any:
     """The grid of one view. Its cell budget leaves room for the single head (float32, exact,
     two grid cells' bytes per cell) that ships in the same response: together under 3 MB."""
-    n_queries, n_keys = view.records[0].shape[-2:]
+    n_queries, n_keys = view.padded.numel(), view.keys_real.numel()  # (Tq,), (Tk,)
     budget = max(GRID_MIN_CELLS, GRID_MAX_CELLS - 2 * n_queries * n_keys)
     return figures.grid_figure(
         view.records,
@@ -247,6 +190,21 @@ def _grid(view: AttentionView, large: bool) -> Any:
         view.query_labels,
         view.key_labels,
         max_cells=budget,
-        padded_queries=padded_query_rows(view.analysis, view.kind, view.row),
+        padded_queries=view.padded,
         large_font=large,
     )
+
+
+__all__ = [
+    "ATTENTION_KINDS",
+    "EXAMPLE_SENTENCES",
+    "GRID_MIN_CELLS",
+    "AttentionView",
+    "attention_grid",
+    "attention_view",
+    "kinds_for",
+    "layers_of",
+    "padded_query_rows",
+    "request_view",
+    "sentence_count",
+]

@@ -1,0 +1,245 @@
+"""What the Attention tab's controls ask for, read once: :class:`AttentionRequest`.
+
+Gradio hands an endpoint its input components' values in order; :func:`takes_request` turns
+them into one request the moment a handler starts: the model looked up once, the text checked
+once, the kind, layer, head and sentence checked (or fitted) against that model, the what-ifs
+and the seeds' mistake as catalogue records. Handlers and panels read its fields; nothing after
+that reads a raw value, looks the model up or checks the text again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from transformer.core.config import ModelConfig
+from transformer.core.trace import AttentionKind
+from transformer.lab import switches
+from transformer.lab.inspection import MAX_SENTENCES, check_sentences
+from transformer.lab.switches import Switch
+from transformer.pretrained.checkpoint import Checkpoint
+
+from ...serving.errors import InputError, readable_list, user_input
+from ...serving.inputs import as_int, as_text
+from ...serving.state import ModelRegistry, SessionModels
+
+ATTENTION_KINDS: dict[str, AttentionKind] = {
+    "encoder self-attention": "encoder_self",
+    "decoder masked self-attention": "decoder_self",
+    "cross-attention (decoder → encoder)": "cross",
+}
+
+NO_MISTAKE = "none (the correct pass)"  # the seeds' mistakes menu's first choice
+SEED_MISTAKES = switches.family(switches.SEED_MISTAKE)  # the catalogue's records, in seed order
+
+
+def describe_kind(kind: AttentionKind) -> str:
+    """A figure's title for ``kind``: ``"Cross-attention (decoder → encoder)"``."""
+    return {k: label for label, k in ATTENTION_KINDS.items()}[kind].capitalize()
+
+
+def kinds_for(config: Any) -> list[str]:
+    """The attention kinds (their menu labels) a model of this architecture has."""
+    have = {
+        "encoder-only": {"encoder_self"},
+        "decoder-only": {"decoder_self"},
+    }.get(config.architecture, {"encoder_self", "decoder_self", "cross"})
+    return [label for label, kind in ATTENTION_KINDS.items() if kind in have]
+
+
+def layers_of(config: Any, kind: AttentionKind) -> int:
+    """How many layers hold attention of ``kind``."""
+    return config.n_encoder_layers if kind == "encoder_self" else config.n_decoder_layers
+
+
+def sentence_count(sentences_text: str | None) -> int:
+    """The non-empty lines given (what the Sentence slider ranges over), at least 1."""
+    return max(1, len([line for line in (sentences_text or "").splitlines() if line.strip()]))
+
+
+def _clamp(value: Any, high: int) -> int:
+    try:
+        return min(max(1, int(float(value))), high)
+    except (TypeError, ValueError, OverflowError):
+        return 1
+
+
+def seed_mistake(value: Any) -> Switch | None:
+    """The seeds' mistake a menu value names (its catalogue record), ``None`` for "none" and
+    empty values; :class:`InputError` naming the choices for anything else."""
+    if not value or value == NO_MISTAKE:
+        return None
+    labels = {s.label: s for s in SEED_MISTAKES}
+    if not isinstance(value, str) or value not in labels:
+        raise InputError(f"unknown mistake: choose {readable_list([NO_MISTAKE, *labels], most=3)}")
+    return labels[value]
+
+
+@dataclass(frozen=True)
+class AttentionRequest:
+    """One Attention request, read and checked once.
+
+    Attributes:
+        text: the text box as given; ``lines``: its sentences, checked (1 to 3 non-empty).
+        model: the model's name; ``checkpoint`` and ``config``: the model, looked up once.
+        kind: which attention (``"encoder_self"``, ``"decoder_self"``, ``"cross"``);
+            ``kind_label``: its menu label; ``kinds``: the menu labels of the kinds this model
+            has.
+        layer, head, row: 0-based, within ``n_layers``, ``n_heads`` and ``n_rows``.
+        what_if: the ticked what-ifs, as catalogue records, in the order ticked.
+        mistake: the seeds' mistake chosen (its record), or ``None``; ``mistakes``: the
+            seeds' mistakes that apply to this model (what its menu offers).
+        large: projector mode; ``session``: the session's models (one trained here).
+    """
+
+    text: str
+    model: str
+    checkpoint: Checkpoint
+    config: ModelConfig
+    lines: tuple[str, ...]
+    kind: AttentionKind
+    kind_label: str
+    kinds: tuple[str, ...]
+    layer: int
+    head: int
+    row: int
+    n_layers: int
+    n_heads: int
+    n_rows: int
+    what_if: tuple[Switch, ...] = ()
+    mistake: Switch | None = None
+    mistakes: tuple[Switch, ...] = ()
+    large: bool = False
+    session: SessionModels | None = None
+
+    @property
+    def head_key(self) -> tuple[AttentionKind, int, int]:
+        """``(kind, layer, head)``, 0-based: the head a per-head what-if acts on."""
+        return (self.kind, self.layer, self.head)
+
+    @classmethod
+    def read(
+        cls,
+        registry: ModelRegistry,
+        sentences: Any,
+        name: Any,
+        kind: Any,
+        layer: Any = 1,
+        head: Any = 1,
+        row: Any = 1,
+        what_if: Any = None,
+        large: Any = False,
+        session: SessionModels | None = None,
+        mistake: Any = None,
+        *,
+        fit: bool = False,
+        check_text: bool = True,
+    ) -> AttentionRequest:
+        """The request the controls' values ask for. Strict (``/attention``): a value the model
+        does not have is an :class:`InputError` naming what to choose. With ``fit`` (a live
+        redraw, which may arrive with a value from before the controls were fitted): the kind
+        falls back to the model's last, numbers are clamped into range and the what-ifs this
+        model has nothing for are unticked. Without ``check_text`` (fitting the controls
+        alone) the text is not checked: ``lines`` is empty and the Sentence range counts its
+        non-empty lines."""
+        text = as_text(sentences, "sentences")
+        checkpoint = registry.checkpoint(name, session)
+        config = checkpoint.config
+        lines: tuple[str, ...] = ()
+        if check_text:
+            with user_input():
+                lines = tuple(check_sentences(text.splitlines()))
+        if what_if is not None and not isinstance(what_if, list | tuple):
+            raise InputError("what if: choose from the switches' names")
+        with user_input():
+            chosen = switches.what_ifs(what_if or ())
+        kinds = kinds_for(config)
+        label = kind if isinstance(kind, str) else ""
+        if fit:
+            # Cross-attention is the one an encoder-decoder model is best known for.
+            label = label if label in kinds else kinds[-1]
+            # A switch the model has nothing for (the causal mask of an encoder-only MiniLM)
+            # is unticked, not listed as on in the summary.
+            chosen = tuple(s for s in chosen if s.applies(config))
+        elif label not in ATTENTION_KINDS:
+            raise InputError(f"which attention: choose {readable_list(kinds)}")
+        elif label not in kinds:
+            raise InputError(
+                f"the {name} model is {config.architecture}: it has no {label}; choose "
+                f"{readable_list(kinds)}"
+            )
+        attention_kind = ATTENTION_KINDS[label]
+        n_layers, n_heads = layers_of(config, attention_kind), config.n_heads
+        # check_sentences kept the non-empty lines, at most MAX_SENTENCES
+        n_rows = len(lines) if check_text else min(sentence_count(text), MAX_SENTENCES)
+
+        def number(value: Any, what: str, high: int) -> int:
+            return (_clamp(value, high) if fit else as_int(value, what, 1, high)) - 1
+
+        return cls(
+            text=text,
+            model=name,
+            checkpoint=checkpoint,
+            config=config,
+            lines=lines,
+            kind=attention_kind,
+            kind_label=label,
+            kinds=tuple(kinds),
+            row=number(row, "sentence", n_rows),
+            layer=number(layer, "layer", n_layers),
+            head=number(head, "head", n_heads),
+            n_layers=n_layers,
+            n_heads=n_heads,
+            n_rows=n_rows,
+            what_if=chosen,
+            mistake=seed_mistake(mistake),
+            mistakes=tuple(s for s in SEED_MISTAKES if s.applies(config)),
+            large=bool(large),
+            session=session,
+        )
+
+
+def takes_request(
+    fit: bool,
+) -> Callable[[Callable[[ModelRegistry, AttentionRequest], Any]], Callable[..., Any]]:
+    """A decorator: ``handler(registry, request)`` as an event handler that takes the
+    components' values in the order the endpoints' API has them (:meth:`AttentionRequest.read`'s
+    parameters) and reads the request once, fitted to the model when ``fit``."""
+
+    def decorate(handler: Callable[[ModelRegistry, AttentionRequest], Any]) -> Callable[..., Any]:
+        def endpoint(
+            registry: ModelRegistry,
+            sentences: str,
+            name: str,
+            kind: str,
+            layer: Any,
+            head: Any,
+            row: Any,
+            what_if: list[str] | None,
+            large: bool,
+            session: SessionModels,
+            mistake: str | None = None,
+        ) -> Any:
+            request = AttentionRequest.read(
+                registry,
+                sentences,
+                name,
+                kind,
+                layer,
+                head,
+                row,
+                what_if,
+                large,
+                session,
+                mistake,
+                fit=fit,
+            )
+            return handler(registry, request)
+
+        endpoint.__name__ = endpoint.__qualname__ = handler.__name__
+        endpoint.__doc__ = handler.__doc__
+        endpoint.__module__ = handler.__module__
+        return endpoint
+
+    return decorate
