@@ -251,6 +251,31 @@ def llama_folder(
     return model.eval()
 
 
+def tiny_llama(
+    folder: Path,
+    n_heads: int = 4,
+    n_kv_heads: int = 2,
+    theta: float = 10000.0,
+    family: str = "llama",
+):
+    """A random transformers LlamaForCausalLM (or Qwen2ForCausalLM, with q/k/v biases) saved
+    with a word-level tokenizer whose "<s>" is the begin-of-sequence token; returns the
+    transformers model."""
+    return llama_folder(
+        folder,
+        61,
+        family,
+        seed=20,
+        norms=0.2,  # norm gains away from 1, so a missing gain shows
+        specials=["<unk>", "<s>"],
+        num_attention_heads=n_heads,
+        num_key_value_heads=n_kv_heads,
+        rope_theta=theta,
+        bos_token_id=1,
+        tie_word_embeddings=False,
+    )
+
+
 def perturb_hf_model(model: torch.nn.Module, seed: int) -> None:
     """Move every parameter (and Marian's ``final_logits_bias``) off its initial value: LayerNorm
     weights 1, biases 0 would hide a swapped or dropped tensor."""

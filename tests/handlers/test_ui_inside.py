@@ -14,6 +14,7 @@ import gradio as gr
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_llama
 
 from transformer.lab.inside import walkthrough
 from transformer.lab.inspection import analyse
@@ -249,7 +250,6 @@ def _check_modern_view(registry, name, text, layer, head, query) -> None:
 
 
 def test_a_tiny_llama_draws_every_modern_step(tmp_path):
-    from test_inside import tiny_llama
 
     tiny_llama(tmp_path, n_heads=4, n_kv_heads=2)
     registry = ModelRegistry(torch.device("cpu"), [str(tmp_path)])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import llama_folder
+from conftest import tiny_llama
 
 from transformer import load_pretrained
 from transformer.lab.inside import SECTIONS, inside_layer, walkthrough
@@ -371,31 +371,6 @@ LLAMA_CODE = {
     "product": "self.activation(self.w_gate(x)) * self.w_up(x)",
 }
 LLAMA_CODE_BY_KEY = {"ff.project": "w_down("}
-
-
-def tiny_llama(
-    folder: Path,
-    n_heads: int = 4,
-    n_kv_heads: int = 2,
-    theta: float = 10000.0,
-    family: str = "llama",
-):
-    """A random transformers LlamaForCausalLM (or Qwen2ForCausalLM, with q/k/v biases) saved
-    with a word-level tokenizer whose "<s>" is the begin-of-sequence token; returns the
-    transformers model."""
-    return llama_folder(
-        folder,
-        61,
-        family,
-        seed=20,
-        norms=0.2,  # norm gains away from 1, so a missing gain shows
-        specials=["<unk>", "<s>"],
-        num_attention_heads=n_heads,
-        num_key_value_heads=n_kv_heads,
-        rope_theta=theta,
-        bos_token_id=1,
-        tie_word_embeddings=False,
-    )
 
 
 def _rms(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
