@@ -30,6 +30,7 @@ from ..core.cache import KeyValueCache
 from ..core.config import ModelConfig
 from ..core.embeddings import SinusoidalPositionalEncoding, sinusoidal_table
 from ..core.layers import LayerNorm
+from ..core.modern import RMSNorm
 from ..core.operations import PAPER, Operations
 from ..core.run import PLAIN, Run
 
@@ -115,9 +116,12 @@ def merge_bare_view(x: Tensor) -> Tensor:
     return x.reshape(batch, length, n_heads * d_head)
 
 
-def unbiased_std_plus_eps(norm: LayerNorm, x: Tensor) -> Tensor:
+def unbiased_std_plus_eps(norm: LayerNorm | RMSNorm, x: Tensor) -> Tensor:
     """Seed 004's LayerNorm: ``γ · (x − mean) / (std + eps) + β`` with the *unbiased* std
-    (divide by n − 1) and ``eps`` outside the root; ``(..., d_model)`` → ``(..., d_model)``."""
+    (divide by n − 1) and ``eps`` outside the root; ``(..., d_model)`` → ``(..., d_model)``.
+    An RMSNorm (no mean, no β) is not the LayerNorm the seed wrote: it is computed as it is."""
+    if not isinstance(norm, LayerNorm):
+        return norm.normalise(x)
     mean = x.mean(dim=-1, keepdim=True)
     std = x.std(dim=-1, keepdim=True)  # unbiased: the mistake
     return norm.weight * (x - mean) / (std + norm.eps) + norm.bias
