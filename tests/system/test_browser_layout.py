@@ -361,6 +361,14 @@ def test_inside_a_layer_with_the_comparison_on_fits_in_a_few_screens(
         # Folded, not gone: the cost table and every step are on the page.
         assert view.locator(".bd-costs").is_visible()
         assert view.locator(".bd-row").count() > 10
+        # A part the student opened stays open through a redraw (here Large font's).
+        view.locator('details[data-group="attention"] > summary').click()
+        page.get_by_label("Large font (for projecting)").check()
+        large = page.locator("#block-diff.bd-large")
+        _poll(page, "the comparison redrawn", lambda: large.count() == 1)
+        page.wait_for_timeout(500)
+        opened = large.evaluate("e => [...e.querySelectorAll('details.bd-group')].map(d => d.open)")
+        assert opened == [True, True, False], opened
     finally:
         context.close()
 

@@ -254,6 +254,22 @@ GROUPS = {
     "feed-forward": "Feed-forward and the layer's output",
 }
 
+# A redraw (another layer, head, token, font) replaces the comparison's HTML, which opens the
+# first part again and folds the rest: the parts a student opened or closed stay so.
+KEEP_FOLDS_JS = """
+const chosen = {};
+element.addEventListener('toggle', (event) => {
+  const group = event.target.dataset && event.target.dataset.group;
+  if (group) chosen[group] = event.target.open;
+}, true);
+watch('value', () => {
+  for (const part of element.querySelectorAll('details.bd-group')) {
+    const open = chosen[part.dataset.group];
+    if (open !== undefined) part.open = open;
+  }
+});
+"""
+
 
 def compare_html(diff: BlockDiff, names: tuple[str, str], large: bool = False) -> str:
     """The comparison as HTML: the two blocks, one row per aligned step (each side's step,

@@ -11,8 +11,8 @@ from ...serving import limits
 from ...serving.errors import beside_input
 from ...serving.state import ModelRegistry, bind, once
 from ..attention import mistakes
+from .compare import KEEP_FOLDS_JS, inside_compare
 from .compare import LABEL as COMPARE_LABEL
-from .compare import inside_compare
 from .handlers import controls, first_view, inside_layer, refresh
 from .view import EXAMPLE_TEXT, SECTIONS, default_query, layers_in, query_choices, stacks_for
 
@@ -72,7 +72,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             label="Query token (position: piece)",
             allow_custom_value=True,
         )
-    compared = gr.HTML(visible=False, elem_id="inside-compare-view")
+    compared = gr.HTML(visible=False, elem_id="inside-compare-view", js_on_load=KEEP_FOLDS_JS)
     summary = gr.Markdown()
     outputs: list[Any] = [summary]
     sections: list[gr.Accordion] = []
