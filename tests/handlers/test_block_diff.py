@@ -8,6 +8,8 @@ SmolLM2 is ``slow``."""
 
 from __future__ import annotations
 
+import re
+
 import gradio as gr
 import pytest
 import torch
@@ -290,6 +292,14 @@ def test_compare_mode_draws_both_columns_with_the_differing_lines_marked(registr
     assert 0 < changed < n_rows
     assert page.count("bd-code bd-differs") == 2 * changed - page.count('class="bd-none"')
     assert "RMSNorm" in page and "LayerNorm" in page
+    # The rows fold by the part of the layer (25 rows unfolded made the tab 8,700 px tall):
+    # input, attention, feed-forward, in that order, only the first open, every row in one.
+    groups = re.findall(r'<details class="bd-group" data-group="([^"]+)"( open)?>', page)
+    assert [name for name, _ in groups] == ["input", "attention", "feed-forward"]
+    assert [bool(opened) for _, opened in groups] == [True, False, False]
+    folded = re.findall(r"<details.*?</details>", page, flags=re.DOTALL)
+    assert sum(part.count('class="bd-row') for part in folded) == n_rows
+    assert 'data-row="ffn.widen"' in folded[2] and 'data-row="query"' in folded[1]
 
 
 def test_a_long_sentence_is_refused_by_name_before_any_pass(registry) -> None:

@@ -175,7 +175,7 @@ def test_tables_and_code_fit_beside_the_tour_sidebar(browser: Any, app_url: str)
         _drawn(page, "Tokenize", 0)  # the first stop applied (it selects the Tokenize tab)
         page.wait_for_timeout(2000)
         _drawn(page, "Tokenize", 0)
-        for tab, plots in [("Generate", 4), ("Model & training", 2), ("Inside a layer", 2)]:
+        for tab, plots in [("Generate", 3), ("Model & training", 2), ("Inside a layer", 2)]:
             page.get_by_role("tab", name=tab, exact=True).click()
             _drawn(page, tab, plots)
             page.wait_for_timeout(1500)
@@ -193,7 +193,7 @@ def test_the_step_by_step_self_attention_is_readable_in_large_font(
     context, page = _open(browser, app_url, LAPTOP, large=True)
     try:
         page.get_by_role("tab", name="Generate", exact=True).click()
-        _drawn(page, "Generate", 4)
+        _drawn(page, "Generate", 3)
         panel = _visible_panel(page)
         for _ in range(2):
             panel.get_by_role("button", name="Step", exact=True).click()
@@ -281,5 +281,121 @@ def test_no_two_captions_of_inside_a_layer_overlap(browser: Any, app_url: str, l
             found = figures.nth(index).evaluate(OVERLAPS)
             assert not found["pairs"], found["pairs"]
             assert not found["cut"], found["cut"]
+    finally:
+        context.close()
+
+
+# Each figure's title against the figure it heads: plotly does not wrap a title, it runs past
+# the figure's edge and the svg cuts it there.
+TITLES_CUT_JS = """
+() => {
+  const panel = [...document.querySelectorAll('[role=tabpanel]')]
+    .find((e) => e.getBoundingClientRect().width > 0);
+  const cut = [];
+  for (const plot of panel.querySelectorAll('.js-plotly-plot')) {
+    const svg = plot.querySelector('svg.main-svg').getBoundingClientRect();
+    const title = plot.querySelector('.gtitle');
+    if (!title || !svg.width) continue;
+    const box = title.getBoundingClientRect();
+    if (box.left < svg.left - 1 || box.right > svg.right + 1)
+      cut.push(`${title.textContent}: ${Math.round(box.left - svg.left)} .. `
+               + `${Math.round(box.right - svg.left)} in ${Math.round(svg.width)} px`);
+  }
+  return cut;
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "viewport, large, tour",
+    [(LAPTOP, False, True), (LAPTOP, False, False), (PROJECTOR, True, False)],
+    ids=["laptop-tour", "laptop", "projector"],
+)
+def test_generate_titles_are_shown_whole(
+    browser: Any, app_url: str, viewport: dict, large: bool, tour: bool
+) -> None:
+    """With the tour's sidebar open at 1280×800, the cross-attention figure got half the
+    page's width beside the next-token chart, and its title ran off its right edge."""
+    from ui.tour import STOPS, label
+
+    # The tour's Generate stop opens the translation model, whose figures include the
+    # cross-attention; without the tour a link opens it.
+    query = "" if tour else "?tab=generate&model=translate"
+    context, page = _open(browser, app_url + query, viewport, large)
+    try:
+        if tour:
+            index = next(i for i, s in enumerate(STOPS) if s.tab == "Generate")
+            assert STOPS[index].values["model"] == "translate"
+            page.get_by_role("button", name="▶ Guided tour").click()
+            page.locator("#tour-menu input").click()
+            page.get_by_role("option", name=label(index, STOPS[index]), exact=True).click()
+        _drawn(page, "Generate", 4, ("Cross-attention of the new step from",))
+        page.wait_for_timeout(1500)  # the plots settle to the page's width
+        cut = page.evaluate(TITLES_CUT_JS)
+        assert not cut, cut
+    finally:
+        context.close()
+
+
+PAGE_HEIGHT_JS = "() => document.documentElement.scrollHeight"
+
+
+def test_inside_a_layer_with_the_comparison_on_fits_in_a_few_screens(
+    browser: Any, app: tuple[str, Any]
+) -> None:
+    """With the comparison on, Inside a layer was about 8,700 px tall at 1280×800: the
+    comparison's 25 rows above every step of the layer's own view, all unfolded. A student
+    who switched the comparison on scrolled through eleven screens to reach the cost table."""
+    from test_browser import _smollm2_or_skip
+
+    _smollm2_or_skip(app)
+    context, page = _open(browser, app[0], LAPTOP)
+    try:
+        page.get_by_role("tab", name="Inside a layer", exact=True).click()
+        _drawn(page, "Inside a layer", 2)
+        page.locator("#inside-compare input").check()
+        view = page.locator("#block-diff")
+        _poll(
+            page,
+            "the comparison drawn",
+            lambda: view.count() == 1 and view.is_visible() and not page.locator(BUSY).count(),
+        )
+        page.wait_for_timeout(1500)
+        height = page.evaluate(PAGE_HEIGHT_JS)
+        assert height <= 4400, f"{height} px"
+        # Folded, not gone: the cost table and every step are on the page.
+        assert view.locator(".bd-costs").is_visible()
+        assert view.locator(".bd-row").count() > 10
+        # A part the student opened stays open through a redraw (here Large font's).
+        view.locator('details[data-group="attention"] > summary').click()
+        page.get_by_label("Large font (for projecting)").check()
+        large = page.locator("#block-diff.bd-large")
+        _poll(page, "the comparison redrawn", lambda: large.count() == 1)
+        page.wait_for_timeout(500)
+        opened = large.evaluate("e => [...e.querySelectorAll('details.bd-group')].map(d => d.open)")
+        assert opened == [True, True, False], opened
+    finally:
+        context.close()
+
+
+def test_generate_fits_in_a_few_screens(browser: Any, app: tuple[str, Any]) -> None:
+    """Generate was about 5,000 px tall at 1280×800 with SmolLM2: the logit lens and the
+    residual stream's 61 rows unfolded one below the other under the step's figures."""
+    from test_browser import _smollm2_or_skip
+
+    _smollm2_or_skip(app)
+    context, page = _open(browser, app[0], LAPTOP)
+    try:
+        page.get_by_role("tab", name="Generate", exact=True).click()
+        _drawn(page, "Generate", 3)
+        page.wait_for_timeout(1500)
+        height = page.evaluate(PAGE_HEIGHT_JS)
+        assert height <= 3900, f"{height} px"  # 5,026 px with the stream unfolded
+        # Folded, not gone: opened, the residual stream shows this step's figure, at its width.
+        page.locator("#residual-stream").get_by_text("residual stream", exact=False).first.click()
+        section = page.locator("#residual-stream")
+        _poll(page, "the stream drawn", lambda: "Residual stream of" in section.inner_text())
+        area = section.locator(".nsewdrag").first.bounding_box()
+        assert area is not None and area["width"] >= 200, area
     finally:
         context.close()

@@ -36,7 +36,7 @@ def test_a_silent_mistake_shows_its_meter_and_a_step_grows_the_cache(
     context, page = _open(browser, f"{app[0]}?tab=generate")
     try:
         panel = page.get_by_role("tabpanel")
-        _drawn(page, "Generate", 4)
+        _drawn(page, "Generate", 3)
         page.wait_for_timeout(1500)  # the link's view is applied twice: let it settle first
         _poll(page, "the page idle", lambda: not page.locator(BUSY).count())
         panel.get_by_text("Silent mistakes (modern models)").click()

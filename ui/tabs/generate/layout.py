@@ -84,25 +84,36 @@ def build(
     opened.chat = chat_on
     state = gr.State(opened)
     summary = gr.Markdown()
+    # Side by side where each gets 480 px, one below the other where not (the tour's sidebar
+    # open at 1280 px): at half of that width the cross-attention's title ran off its edge.
     with gr.Row():
-        top_plot = gr.Plot(label="Next-token distribution", show_label=False)
+        top_plot = gr.Plot(label="Next-token distribution", show_label=False, min_width=480)
         cross_plot = gr.Plot(
-            label="Cross-attention of the new token over the source", show_label=False
+            label="Cross-attention of the new token over the source",
+            show_label=False,
+            min_width=480,
         )
+    # Below, at the page's width: beside the two (three in a row at 1920 px) its title and the
+    # cross-attention's ran off their figures in Large font.
     triangle_plot = gr.Plot(label="Decoder self-attention, one row per step", show_label=False)
+    lens_section = gr.Accordion("Inside the decoder: the logit lens", open=True, elem_id="lens")
+    with lens_section, gr.Row(equal_height=False):
+        lens_plot = gr.Plot(label="Logit lens of the newest step", show_label=False, scale=3)
+        gr.Markdown(
+            "**Logit lens.** The vector of the position that chose the newest token, taken "
+            "after each layer and read through the final norm (where the model has one) and "
+            "the generator, as if that layer were the last. The top row is the model's own "
+            "distribution.\n\nThe chosen token is outlined; each row's label gives its rank "
+            "there (#1 = most probable), the bars its probability: at which layer does the "
+            "answer appear?"
+        )
+    # Folded: a view of the whole stream's sizes, not of this step's choice; unfolded below the
+    # lens it made the page 1,300 px longer (SmolLM2's 61 rows) for a student stepping through.
     with gr.Accordion(
-        "Inside the decoder: logit lens and residual stream", open=True, elem_id="lens"
+        "Inside the decoder: the residual stream's size at every layer",
+        open=False,
+        elem_id="residual-stream",
     ):
-        with gr.Row(equal_height=False):
-            lens_plot = gr.Plot(label="Logit lens of the newest step", show_label=False, scale=3)
-            gr.Markdown(
-                "**Logit lens.** The vector of the position that chose the newest token, taken "
-                "after each layer and read through the final norm (where the model has one) and "
-                "the generator, as if that layer were the last. The top row is the model's own "
-                "distribution.\n\nThe chosen token is outlined; each row's label gives its rank "
-                "there (#1 = most probable), the bars its probability: at which layer does the "
-                "answer appear?"
-            )
         gr.Markdown(
             "**Residual stream.** ‖x‖: each position's vector entering the decoder and after "
             "every sub-layer (attn: self-attention, cross: cross-attention, FFN: feed-forward); "

@@ -18,6 +18,7 @@ from torch import Tensor
 from transformer.lab.block_diff import (
     BlockCosts,
     BlockDiff,
+    DiffRow,
     Side,
     compare_analyses,
     is_modern,
@@ -63,6 +64,8 @@ CSS = """
 .bd-costs { border-collapse: collapse; margin: 0.4em 0; font-size: 0.9em; }
 .bd .bd-costs th, .bd .bd-costs td { padding: 0.1em 0.7em !important; text-align: right;
   border: none !important; border-bottom: 1px solid var(--border-color-primary, #ddd) !important; }
+.bd-group { border-top: 1px solid var(--border-color-primary, #ddd); padding: 0.3em 0; }
+.bd-group > summary { cursor: pointer; padding: 0.2em 0; }
 .bd-costs th:first-child, .bd-costs td:first-child { text-align: left; }
 </style>
 """
@@ -242,9 +245,37 @@ def _describe(walk: LayerWalkthrough, name: str) -> str:
     )
 
 
+# The parts of the layer the rows fold into. Unfolded, the 25 rows made the tab 8,700 px tall
+# at 1280×800; folded, each part's line says which of its steps differ, so a student opens
+# the part they want. The first is open: where the student is when the comparison appears.
+GROUPS = {
+    "input": "The input, its positions and the first norm",
+    "attention": "Self-attention",
+    "feed-forward": "Feed-forward and the layer's output",
+}
+
+# A redraw (another layer, head, token, font) replaces the comparison's HTML, which opens the
+# first part again and folds the rest: the parts a student opened or closed stay so.
+KEEP_FOLDS_JS = """
+const chosen = {};
+element.addEventListener('toggle', (event) => {
+  const group = event.target.dataset && event.target.dataset.group;
+  if (group) chosen[group] = event.target.open;
+}, true);
+watch('value', () => {
+  for (const part of element.querySelectorAll('details.bd-group')) {
+    const open = chosen[part.dataset.group];
+    if (open !== undefined) part.open = open;
+  }
+});
+"""
+
+
 def compare_html(diff: BlockDiff, names: tuple[str, str], large: bool = False) -> str:
     """The comparison as HTML: the two blocks, one row per aligned step (each side's step,
-    values, code line; lines that differ highlighted) with its reason, then the cost table."""
+    values, code line; lines that differ highlighted) with its reason, the rows folded by the
+    part of the layer they belong to (input, self-attention, feed-forward; the first open),
+    then the cost table."""
     o, m = diff.original, diff.modern
     who = (f"2017 · {names[0]}", f"today · {names[1]}")
     differing = sum(row.differs for row in diff.rows)
@@ -258,17 +289,46 @@ def compare_html(diff: BlockDiff, names: tuple[str, str], large: bool = False) -
         "highlighted. Every number is recomputed from each model's own weights; the costs "
         "in each row's reason, and in the table at the end, come from the two configs.</p>",
     ]
-    for row in diff.rows:
+    for index, (group, rows) in enumerate(_grouped(diff.rows)):
+        changed = [row.title for row in rows if row.differs]
+        what = f"the code differs in {len(changed)}: " + "; ".join(changed) if changed else ""
         parts.append(
-            f'<div class="bd-row{" bd-changed" if row.differs else ""}" '
-            f'data-row="{html.escape(row.key)}">'
-            f'<div class="bd-title">{html.escape(row.title)}</div><div class="bd-pair">'
-            + _side(row.original, row.original_note, o, who[0], row.differs)
-            + _side(row.modern, row.modern_note, m, who[1], row.differs)
-            + f'</div><div class="bd-why">{html.escape(row.why)}</div></div>'
+            f'<details class="bd-group" data-group="{group}"{" open" if index == 0 else ""}>'
+            f"<summary><strong>{html.escape(GROUPS[group])}</strong> · {len(rows)} steps"
+            f"{html.escape(', ' + what if what else '')}</summary>"
         )
+        for row in rows:
+            parts.append(
+                f'<div class="bd-row{" bd-changed" if row.differs else ""}" '
+                f'data-row="{html.escape(row.key)}">'
+                f'<div class="bd-title">{html.escape(row.title)}</div><div class="bd-pair">'
+                + _side(row.original, row.original_note, o, who[0], row.differs)
+                + _side(row.modern, row.modern_note, m, who[1], row.differs)
+                + f'</div><div class="bd-why">{html.escape(row.why)}</div></div>'
+            )
+        parts.append("</details>")
     parts += [_costs(diff.original_costs, diff.modern_costs, names), "</div>"]
     return "".join(parts)
+
+
+def _group(key: str) -> str:
+    """The part of the layer a row's step belongs to (a key of ``GROUPS``)."""
+    if key in ("input", "positions", "norm"):
+        return "input"
+    if key.startswith("ffn") or key.startswith("layer."):
+        return "feed-forward"
+    return "attention"
+
+
+def _grouped(rows: list[DiffRow]) -> list[tuple[str, list[DiffRow]]]:
+    """The rows in order, in runs of one part of the layer each."""
+    runs: list[tuple[str, list[DiffRow]]] = []
+    for row in rows:
+        group = _group(row.key)
+        if not runs or runs[-1][0] != group:
+            runs.append((group, []))
+        runs[-1][1].append(row)
+    return runs
 
 
 @friendly

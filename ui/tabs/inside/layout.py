@@ -11,8 +11,8 @@ from ...serving import limits
 from ...serving.errors import beside_input
 from ...serving.state import ModelRegistry, bind, once
 from ..attention import mistakes
+from .compare import KEEP_FOLDS_JS, inside_compare
 from .compare import LABEL as COMPARE_LABEL
-from .compare import inside_compare
 from .handlers import controls, first_view, inside_layer, refresh
 from .view import EXAMPLE_TEXT, SECTIONS, default_query, layers_in, query_choices, stacks_for
 
@@ -20,6 +20,12 @@ INTRO = (
     "One layer, one **query token** at a time: every step in order, with its shape, its values "
     "(hover a strip) and the line of `transformer/` that computes it."
 )
+
+
+def folded_sections(on: bool) -> list[Any]:
+    """The open state of the tab's sections (``SECTIONS``' order) with the comparison ``on``
+    (all folded) or off (all but the plain input open, as the tab opens)."""
+    return [gr.update(open=not on and index > 0) for index in range(len(SECTIONS))]
 
 
 def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dict[str, Any]:
@@ -66,12 +72,13 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             label="Query token (position: piece)",
             allow_custom_value=True,
         )
-    compared = gr.HTML(visible=False, elem_id="inside-compare-view")
+    compared = gr.HTML(visible=False, elem_id="inside-compare-view", js_on_load=KEEP_FOLDS_JS)
     summary = gr.Markdown()
     outputs: list[Any] = [summary]
+    sections: list[gr.Accordion] = []
     for index, (key, title) in enumerate(SECTIONS):
         # The input is plain (embeddings); the attention is what a student came for: open it first.
-        opened = index > 0
+        opened = folded_sections(False)[index]["open"]
         # Its id lets a tour stop scroll to it (ui/tour.py).
         accordion = gr.Accordion(title, open=opened, elem_id=f"inside-section-{key}")
         with accordion as section, gr.Row():
@@ -84,6 +91,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             # Beside the code where the page is wide, below it where not (the tour sidebar open).
             plot = gr.Plot(show_label=False, scale=6, min_width=600)
         outputs += [section, steps, code, plot]
+        sections.append(section)
 
     inputs = [text, model_name, stack, layer, head, query, large, session]
     control_inputs = [text, model_name, stack, layer, head, query, session]
@@ -121,6 +129,10 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
     # After the fit where the trigger refits (a model, a stack, a sentence): started beside it,
     # the redraw would read the old model's stack or layer, which gradio then refuses ("'encoder'
     # is not in the list of choices") once the fit has narrowed the choices.
+    # On, the comparison shows every step of both blocks: this model's own sections fold under
+    # it (one click away), else the page ran to 8,700 px at 1280×800. Off, they open as the
+    # tab opened. .change: a link with compare=1 sets the switch too.
+    compare.change(folded_sections, compare, sections, **private)
     for fitted in fits.values():
         fitted.then(redraw_compare, compare_inputs, [compared, status], **private)
     for trigger in (layer.release, head.release, large.change):
