@@ -552,6 +552,7 @@ class FollowRecord:
     changes: list[tuple[float, int, int]] = field(default_factory=list)
     noticed: list[float] = field(default_factory=list)  # seconds after the change
     drawn: list[float] = field(default_factory=list)
+    joined: list[float] = field(default_factory=list)  # seconds to open the app and follow
     polls: int = 0
     errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -603,15 +604,24 @@ def follower(
 
     rng = random.Random(seed)
     session = uuid.uuid4().hex[:11]
+    start = time.perf_counter()
     try:
         http = httpx.Client(timeout=120)
-        client = Client(url, verbose=False)
+        # As patient as a browser opening the page (gradio_client's own limit is 20 s).
+        client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})
+    except Exception as error:
+        with record.lock:
+            record.errors.append(f"open: {type(error).__name__}: {str(error)[:200]}")
+        return
+    try:
         # The Follow button's event: not queued; its state is kept in this session.
         answer = http.post(
             f"{url}gradio_api/run/predict",
             json={"data": [code], "fn_index": follow_index, "session_hash": session},
         )
         answer.raise_for_status()
+        with record.lock:
+            record.joined.append(time.perf_counter() - start)
     except Exception as error:
         with record.lock:
             record.errors.append(f"follow: {type(error).__name__}: {str(error)[:200]}")
@@ -692,7 +702,7 @@ def run_follow(
     start = time.perf_counter()
     for thread in threads:
         thread.start()
-        time.sleep(min(0.2, 4.0 / max(1, followers)))
+        time.sleep(min(0.2, 20.0 / max(1, followers)))  # a class opens the link within 20 s
     stop.wait(stop_every)
     while time.perf_counter() - start < seconds:
         change(rng.choice(LAYERS[:3]), rng.choice(HEADS))  # layers every model has
@@ -718,12 +728,20 @@ def run_follow(
         row("knowing it (its poll answered)", record.noticed),
         row("its view drawn (`/attention` answered)", record.drawn),
         "",
+        f"Joining (the app opened, Follow pressed), {len(record.joined)} of {followers}: "
+        f"p50 {percentile(record.joined, 0.5):.1f} s, max {max(record.joined, default=0):.1f} s, "
+        f"the followers arriving {min(0.2, 20.0 / max(1, followers)) * followers:.0f} s apart "
+        "from first to last.",
         f"Polls: {record.polls} ({record.polls / elapsed:.1f}/s); errors: {len(record.errors)}; "
         f"server RSS {before['rss']:.0f} MB before, {after['rss']:.0f} MB after "
         f"({100 * (after['rss'] / before['rss'] - 1):+.1f} %).",
     ]
-    if record.errors:
-        lines.append(f"- first error: {record.errors[0]}")
+    kinds: dict[str, list[str]] = defaultdict(list)
+    for error in record.errors:
+        kind_ = error.split(":")[0]
+        kinds[kind_ if kind_ in ("open", "follow") else "poll or draw"].append(error)
+    for kind_, errors in kinds.items():
+        lines.append(f"- {kind_}: {len(errors)} error(s), first: {errors[0]}")
     return lines
 
 
