@@ -116,3 +116,51 @@ def test_a_failing_pass_fails_its_caller_and_frees_its_place() -> None:
         pool.run("x", fail, "SmolLM2")
     assert pool.waiting == 0 and pool.run("x", lambda: 1, "SmolLM2") == 1
     pool.shutdown()
+
+
+def test_a_big_prompts_first_step_runs_in_the_pool_when_a_cheap_event_asks(
+    registry: ModelRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A generation's first step reads the whole prompt; with the key/value cache the next
+    reads one token. Asked for by a cheap event's thread, the first goes to the pool."""
+    from types import SimpleNamespace
+
+    from gradio.context import LocalContext
+
+    model = registry.checkpoint("continue", None).model
+    params = sum(p.numel() for p in model.parameters())
+    monkeypatch.setattr(limits, "COSTLY_PASS_COST", params * 10)
+    ran_on: list[str] = []
+
+    def step() -> str:
+        ran_on.append(threading.current_thread().name)
+        return "record"
+
+    decoding = SimpleNamespace(
+        prefix=list(range(12)),
+        records=[],
+        settings=SimpleNamespace(use_cache=True),
+        width=1,
+        model=model,
+        step=step,
+    )
+    # The thread answers an event of a cheap queue (its own id), as gradio sets it.
+    queue = SimpleNamespace(event_ids_to_events={"e": SimpleNamespace(concurrency_id="17")})
+    blocks = LocalContext.blocks.set(SimpleNamespace(_queue=queue))  # type: ignore[arg-type]
+    event = LocalContext.event_id.set("e")
+    try:
+        handed = registry.passes.handed
+        assert registry.decode_step("continue", decoding) == "record"  # 12 tokens: costly
+        assert ran_on[-1].startswith("costly-pass") and registry.passes.handed == handed + 1
+        decoding.records.append("record")
+        registry.decode_step("continue", decoding)  # one token, from the cache: in place
+        assert ran_on[-1] == threading.current_thread().name
+        # The same step asked for by a costly queue's event runs in place too.
+        queue.event_ids_to_events["e"].concurrency_id = "costly"
+        decoding.records.clear()
+        registry.decode_step("continue", decoding)
+        assert ran_on[-1] == threading.current_thread().name
+        assert registry.passes.handed == handed + 1
+    finally:
+        LocalContext.event_id.reset(event)
+        LocalContext.blocks.reset(blocks)

@@ -34,6 +34,7 @@ from .costly import (
     PassCost,
     check_cost,
     costly_here,
+    parameters,
     pass_cost,
     pool_workers,
 )
@@ -383,6 +384,18 @@ class ModelRegistry:
             ):
                 self._analyses.popitem(last=False)
         return result
+
+    def decode_step(self, name: str, decoding: DecodingSession) -> Any:
+        """``decoding.step()``: a generation's step, handed to the costly pool like an
+        analysis's pass when a cheap event asks for a costly one (a big model's first step
+        reads the whole prompt; with the key/value cache a later one reads one token a beam)."""
+        fed = len(decoding.prefix) + len(decoding.records)
+        if decoding.settings.use_cache and decoding.records:
+            fed = 1
+        estimate = PassCost(parameters(decoding.model), fed * decoding.width)
+        if not costly_here(estimate, self.device):
+            return decoding.step()
+        return self.passes.run(object(), decoding.step, name)
 
     def _pass(
         self,
