@@ -17,8 +17,17 @@ Without ``--url`` the app is built and launched in this process on a free loopba
 ``--url`` it drives a running app anywhere (round trips only; ``--pid`` names the server's
 process on this machine for its memory).
 
+With ``--follow N`` it measures follow me instead: one lecturer's room (opened and changed in
+the server's process, as the lecturer's page publishes it) moves to another layer and head every
+``--stop-every`` seconds while N followers, each its own session, poll the room as their pages do
+(the page's own private event, over gradio's queue) and, when it moved, draw the lecturer's view
+(``/attention``, a ``gradio_client`` session each). It prints p50/p95/max of the time from the
+lecturer's change to a follower's page knowing it, and to its view drawn; errors; and the
+server's memory before and after.
+
 Usage: python -m benchmarks.classroom --students 15 --minutes 2 [--sweep 5,10,15,20]
        [--url URL] [--model NAME] [--device cpu|cuda|auto] [--target 1.0] [--seed 0]
+       python -m benchmarks.classroom --follow 100 --minutes 2 [--stop-every 8]
 """
 
 from __future__ import annotations
@@ -438,6 +447,7 @@ def serve_here(port: int, device: str, model: str) -> None:
         ),
         flush=True,
     )
+    lecturer = ("", "")  # the room's code and secret, once "room" opened it
     for line in sys.stdin:
         command = line.strip()
         if command == "reset":
@@ -462,9 +472,27 @@ def serve_here(port: int, device: str, model: str) -> None:
                     else {"hits": shared.hits, "computed": shared.computed, "held": len(shared)},
                 }
             print(json.dumps(out), flush=True)
+        elif command == "room":  # the lecturer hosts a room
+            room = demo.follow_me.rooms.open()
+            lecturer = (room.code, room.secret)
+            indices = {
+                "follow": _fn_index(demo, "start_following"),
+                "poll": _fn_index(demo, "poll"),
+            }
+            print(json.dumps({"code": room.code, **indices}), flush=True)
+        elif command.startswith("publish "):  # the lecturer's page sends its view
+            query = command.split(" ", 1)[1]
+            version = demo.follow_me.rooms.publish(*lecturer, query)
+            print(json.dumps({"version": version, "at": time.time()}), flush=True)
         elif command == "quit":
             break
     demo.close()
+
+
+def _fn_index(demo: Any, name: str) -> int:
+    """The index of the event whose handler is called ``name`` (the page's private events
+    have no API name)."""
+    return next(i for i, fn in demo.fns.items() if getattr(fn.fn, "__name__", "") == name)
 
 
 class Server:
@@ -513,6 +541,210 @@ class Server:
             self.process.kill()
 
 
+# -- follow me ---------------------------------------------------------------------------------
+
+
+@dataclass
+class FollowRecord:
+    """Per change of the lecturer's view: when it was published (wall clock, seconds) and
+    its layer and head; per follower and change, when its page knew it and had drawn it."""
+
+    changes: list[tuple[float, int, int]] = field(default_factory=list)
+    noticed: list[float] = field(default_factory=list)  # seconds after the change
+    drawn: list[float] = field(default_factory=list)
+    joined: list[float] = field(default_factory=list)  # seconds to open the app and follow
+    polls: int = 0
+    errors: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _queued(http: Any, url: str, fn_index: int, session: str, data: list[Any]) -> dict:
+    """One queued call of a page's event, as the page makes it: join gradio's queue, read the
+    session's event stream until this call completes; its ``output``."""
+    import json
+
+    joined = http.post(
+        f"{url}gradio_api/queue/join",
+        json={"data": data, "fn_index": fn_index, "session_hash": session, "event_data": None},
+    )
+    joined.raise_for_status()
+    event = joined.json()["event_id"]
+    with http.stream("GET", f"{url}gradio_api/queue/data", params={"session_hash": session}) as s:
+        for line in s.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            message = json.loads(line[5:])
+            if message.get("event_id") == event and message.get("msg") == "process_completed":
+                if not message.get("success"):
+                    raise RuntimeError(str(message.get("output"))[:200])
+                return message["output"]
+    raise RuntimeError("the event stream ended before the call completed")
+
+
+def follower(
+    url: str,
+    code: str,
+    follow_index: int,
+    poll_index: int,
+    sentence: str,
+    model: str,
+    kind: str,
+    record: FollowRecord,
+    stop: threading.Event,
+    seed: int,
+) -> None:
+    """One follower's page until ``stop``: follow ``code`` (the page's Follow button), poll
+    every ``POLL_S`` as its timer does, and when the room moved draw the lecturer's view."""
+    import uuid
+
+    import httpx
+    from gradio_client import Client
+
+    from ui.links.rooms import POLL_S
+
+    rng = random.Random(seed)
+    session = uuid.uuid4().hex[:11]
+    start = time.perf_counter()
+    try:
+        http = httpx.Client(timeout=120)
+        # As patient as a browser opening the page (gradio_client's own limit is 20 s).
+        client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})
+    except Exception as error:
+        with record.lock:
+            record.errors.append(f"open: {type(error).__name__}: {str(error)[:200]}")
+        return
+    try:
+        # The Follow button's event: not queued; its state is kept in this session.
+        answer = http.post(
+            f"{url}gradio_api/run/predict",
+            json={"data": [code], "fn_index": follow_index, "session_hash": session},
+        )
+        answer.raise_for_status()
+        with record.lock:
+            record.joined.append(time.perf_counter() - start)
+    except Exception as error:
+        with record.lock:
+            record.errors.append(f"follow: {type(error).__name__}: {str(error)[:200]}")
+        return
+    stop.wait(rng.uniform(0, POLL_S))  # the pages opened at different moments
+    joined = False  # the view found on joining is not a change seen
+    while not stop.is_set():
+        try:
+            output = _queued(http, url, poll_index, session, [None])
+            now = time.time()
+            with record.lock:
+                record.polls += 1
+                change = next((c for c in reversed(record.changes) if c[0] <= now), None)
+            if output.get("changed_state_ids") and change is not None and not joined:
+                joined = True
+            elif output.get("changed_state_ids") and change is not None:
+                at, layer, head = change
+                with record.lock:
+                    record.noticed.append(now - at)
+                client.predict(
+                    sentence, model, kind, layer, head, 1, [], False, "none (the correct pass)",
+                    api_name="/attention",
+                )  # fmt: skip
+                with record.lock:
+                    record.drawn.append(time.time() - at)
+        except Exception as error:
+            with record.lock:
+                record.errors.append(f"{type(error).__name__}: {str(error)[:200]}")
+        stop.wait(POLL_S)
+
+
+def run_follow(
+    server: Server,
+    followers: int,
+    seconds: float,
+    model: str,
+    architecture: str,
+    stop_every: float,
+    seed: int,
+) -> list[str]:
+    """One lecturer and ``followers`` followers for ``seconds``; the report's lines."""
+    kind = KIND.get(architecture, KIND["encoder-decoder"])[0]
+    sentence = PRESETS[0]
+    room = server.ask("room")
+    record, stop = FollowRecord(), threading.Event()
+    rng = random.Random(seed)
+
+    def change(layer: int, head: int) -> None:
+        query = (
+            f"tab=attention&attention.layer={layer}&attention.head={head}&n={len(record.changes)}"
+        )
+        published = server.ask(f"publish {query}")
+        with record.lock:
+            record.changes.append((published["at"], layer, head))
+
+    change(1, 1)
+    before = server.ask("report")
+    threads = [
+        threading.Thread(
+            target=follower,
+            args=(
+                server.url,
+                room["code"],
+                room["follow"],
+                room["poll"],
+                sentence,
+                model,
+                kind,
+                record,
+                stop,
+                seed * 1000 + i,
+            ),
+            name=f"follower-{i}",
+            daemon=True,
+        )
+        for i in range(followers)
+    ]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+        time.sleep(min(0.2, 20.0 / max(1, followers)))  # a class opens the link within 20 s
+    stop.wait(stop_every)
+    while time.perf_counter() - start < seconds:
+        change(rng.choice(LAYERS[:3]), rng.choice(HEADS))  # layers every model has
+        stop.wait(stop_every)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=180)
+    after = server.ask("report")
+    elapsed = time.perf_counter() - start
+
+    def row(what: str, values: list[float]) -> str:
+        return (
+            f"| {what} | {len(values)} | {percentile(values, 0.5):.3f} | "
+            f"{percentile(values, 0.95):.3f} | {max(values, default=float('nan')):.3f} |"
+        )
+
+    lines = [
+        f"### Follow me: 1 lecturer, {followers} followers, {elapsed:.0f} s, "
+        f"{len(record.changes) - 1} changes (one every {stop_every:g} s)",
+        "",
+        "| from the lecturer's change to a follower's page | count | p50 (s) | p95 (s) | max (s) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        row("knowing it (its poll answered)", record.noticed),
+        row("its view drawn (`/attention` answered)", record.drawn),
+        "",
+        f"Joining (the app opened, Follow pressed), {len(record.joined)} of {followers}: "
+        f"p50 {percentile(record.joined, 0.5):.1f} s, max {max(record.joined, default=0):.1f} s, "
+        f"the followers arriving {min(0.2, 20.0 / max(1, followers)) * followers:.0f} s apart "
+        "from first to last.",
+        f"Polls: {record.polls} ({record.polls / elapsed:.1f}/s); errors: {len(record.errors)}; "
+        f"server RSS {before['rss']:.0f} MB before, {after['rss']:.0f} MB after "
+        f"({100 * (after['rss'] / before['rss'] - 1):+.1f} %).",
+    ]
+    kinds: dict[str, list[str]] = defaultdict(list)
+    for error in record.errors:
+        kind_ = error.split(":")[0]
+        kinds[kind_ if kind_ in ("open", "follow") else "poll or draw"].append(error)
+    for kind_, errors in kinds.items():
+        lines.append(f"- {kind_}: {len(errors)} error(s), first: {errors[0]}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> list[Result]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--students", type=int, default=15)
@@ -524,10 +756,29 @@ def main(argv: list[str] | None = None) -> list[Result]:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--target", type=float, default=1.0, help="interactive p95 bound (s)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--follow", type=int, default=0, help="followers of one lecturer")
+    parser.add_argument("--stop-every", type=float, default=8.0, help="s between changes")
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve is not None:  # the child process that serves the app
         serve_here(args.serve, args.device, args.model)
+        return []
+    if args.follow:
+        lecture = Server(args.device, args.model)
+        try:
+            print(
+                f"classroom, follow me: {args.model} on {lecture.device}; "
+                f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+                f"{time.strftime('%Y-%m-%d %H:%M')}",
+                flush=True,
+            )
+            lines = run_follow(
+                lecture, args.follow, args.minutes * 60, args.model, lecture.architecture,
+                args.stop_every, args.seed,
+            )  # fmt: skip
+            print("\n".join(lines), flush=True)
+        finally:
+            lecture.close()
         return []
     sizes = [int(n) for n in args.sweep.split(",") if n.strip()] or [args.students]
 

@@ -231,6 +231,9 @@ def build_demo(
         follow_me.wire(demo, demo.views, registry, opened)
         narrow_progress(demo)
     cheap, costly = concurrency_for(registry.device)
+    # Each cheap event gets as many workers more as may sleep on the costly pool: a big model's
+    # pass handed there never holds the workers a small model's call needs (ui/serving/costly.py).
+    cheap += registry.passes.capacity
     _configure_queue(demo, default_concurrency_limit=cheap, max_size=limits.QUEUE_SIZE)
     queue_costly_apart(demo, costly)
     registry.shared_views = share_views(demo)  # a class's common views, computed once

@@ -107,15 +107,20 @@ def test_a_follower_gets_each_change_once_and_a_lecturers_reload_resumes(
     assert code in line and timer.active
     follow_me.rooms.publish(code, secret, "tab=attention&layer=2")
 
-    following, note, poll = follow_me.start_following(code.lower())
+    following, note, poll, button, followed, accordion = follow_me.start_following(code.lower())
     assert following == [code, -1] and poll.active and code in note
-    following, incoming = follow_me.poll(following)
+    # The page turns read-only, with a visible way back: the button names the room.
+    assert followed == code and "read-only" in note
+    assert button.visible and button.value == f"Following {code} — Take over"
+    assert accordion.open
+    following, incoming, *unchanged = follow_me.poll(following)
     assert incoming == {"query": "tab=attention&layer=2", "version": 1}
+    assert all(u == {"__type__": "update"} for u in unchanged)  # still read-only
     # Nothing new: nothing is sent.
     unchanged = follow_me.poll(following)
     assert all(type(u).__name__ == "skip" or u == {"__type__": "update"} for u in unchanged)
     follow_me.rooms.publish(code, secret, "tab=generate&step=3")
-    following, incoming = follow_me.poll(following)
+    following, incoming, *_ = follow_me.poll(following)
     assert following == [code, 2] and incoming["query"] == "tab=generate&step=3"
 
     # The lecturer reloads: the same room is hosted again, its latest view brought back.
@@ -128,7 +133,23 @@ def test_a_follower_gets_each_change_once_and_a_lecturers_reload_resumes(
 
 
 def test_a_wrong_code_says_so_and_take_over_stops(follow_me: FollowMe) -> None:
-    following, note, poll = follow_me.start_following("QQQQQ")
+    following, note, poll, button, followed, _ = follow_me.start_following("QQQQQ")
     assert following == ["", -1] and "no open room QQQQQ" in note and not poll.active
-    following, note, poll = follow_me.stop_following()
+    assert followed == "" and not button.visible
+    following, note, poll, button, followed = follow_me.stop_following()
     assert following == ["", -1] and not poll.active
+    assert followed == "" and not button.visible  # the page is interactive again
+
+
+def test_a_room_that_closes_gives_the_follower_its_page_back() -> None:
+    import gradio as gr
+
+    clock = [0.0]
+    with gr.Blocks():
+        follow_me = FollowMe(Rooms(idle_s=10, clock=lambda: clock[0]))
+    code, _ = follow_me.open_room(["", ""])[0]
+    following = follow_me.start_following(code)[0]
+    clock[0] = 11.0  # nobody used the room for longer than it is kept
+    following, _, line, poll, button, followed = follow_me.poll(following)
+    assert following == ["", -1] and followed == "" and not button.visible
+    assert not poll.active and "closed" in line

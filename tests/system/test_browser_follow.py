@@ -1,6 +1,7 @@
 """Follow me in a real browser: a lecturer hosts a room, several students follow it with its
-code, and their pages follow the lecturer's tab and controls as they change, also after the
-lecturer reloads. Reuses ``test_browser``'s browser, app and helpers."""
+code, and their pages follow the lecturer's tab and controls as they change, read-only, also
+after the lecturer reloads; a student who takes over gets their page back, interactive, where it
+was. Reuses ``test_browser``'s browser, app and helpers."""
 
 from __future__ import annotations
 
@@ -54,6 +55,25 @@ def _layer_and_head(page: Any) -> tuple[str, str]:
     )
 
 
+def _read_only(page: Any) -> bool:
+    """Whether the page's tabs and controls take no input: inert, and a click where a tab is
+    drawn does not reach it (the browser hit-tests past it)."""
+    return page.evaluate(
+        """() => {
+          const tab = document.querySelector('[role="tab"]');
+          const layer = document.querySelector('[role="tabpanel"] input');
+          const r = tab.getBoundingClientRect();
+          const hit = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+          return Boolean(tab.closest("[inert]")) && Boolean(layer && layer.closest("[inert]"))
+            && !(hit && hit.closest('[role="tab"]'));
+        }"""
+    )
+
+
+def _take_over_button(page: Any) -> Any:
+    return page.locator("#take-over")
+
+
 def _set(page: Any, label: str, value: str) -> None:
     box = page.get_by_role("tabpanel").get_by_label(f"number input for {label}", exact=True)
     box.fill(value)
@@ -84,7 +104,13 @@ def test_followers_pages_follow_the_lecturer_also_after_a_reload(
                 "following",
                 lambda s=student: "Following room" in s.inner_text("#room-line"),
             )
+            # Read-only while it follows, with the way back in sight.
+            _poll(student, "read-only", lambda s=student: _read_only(s))
+            button = _take_over_button(student)
+            assert button.is_visible() and button.inner_text() == f"Following {code} — Take over"
+            assert button.is_enabled() and not button.evaluate("e => !!e.closest('[inert]')")
             students.append(student)
+        assert not _read_only(lecturer)  # the lecturer's page is theirs
 
         # The lecturer opens Attention and points at layer 3, head 2.
         lecturer.get_by_role("tab", name="Attention", exact=True).click()
@@ -104,22 +130,29 @@ def test_followers_pages_follow_the_lecturer_also_after_a_reload(
         _open_follow_me(lecturer)
         assert _room_code(lecturer) == code
         _drawn(lecturer, "Attention", 4, ("layer 3", "head 2"))
-        # The followers kept the view meanwhile, and follow the next change.
+        # The followers kept the view meanwhile, read-only, and follow the next change.
         _set(lecturer, "Head", "4")
         _drawn(lecturer, "Attention", 4, ("layer 3", "head 4"))
         for student in students:
             _drawn(student, "Attention", 4, ("layer 3", "head 4"))
             assert _layer_and_head(student) == ("3", "4")
+            assert _read_only(student)
 
         # A student takes over: the lecturer's next change no longer moves their page.
         taker = students[0]
         taker.get_by_role("button", name="Take over").click()
         _poll(taker, "taken over", lambda: "taken over" in taker.inner_text("#room-line"))
+        _poll(taker, "interactive again", lambda: not _read_only(taker))
+        assert not _take_over_button(taker).is_visible()
         _set(lecturer, "Layer", "2")
         _drawn(lecturer, "Attention", 4, ("layer 2", "head 4"))
         for student in students[1:]:
             _drawn(student, "Attention", 4, ("layer 2", "head 4"))
+            assert _read_only(student)
+        # The taker's page stayed where it was, and is theirs to change.
         assert _layer_and_head(taker) == ("3", "4")
+        _set(taker, "Head", "1")
+        _drawn(taker, "Attention", 4, ("layer 3", "head 1"))
     finally:
         for context in contexts:
             context.close()

@@ -650,7 +650,8 @@ def test_the_server_binds_loopback_and_does_not_share_by_default(main_launches):
 def test_queue_and_concurrency_limits(server):
     demo, _ = server
     assert demo._queue.max_size == limits.QUEUE_SIZE
-    assert demo._queue.default_concurrency_limit == 4
+    # Four workers, and one more for each request that may sleep on the costly pool.
+    assert demo._queue.default_concurrency_limit == 4 + limits.COSTLY_PASS_CAPACITY
     by_name = {fn.api_name: fn for fn in demo.fns.values()}
     assert by_name["train"].concurrency_limit == 1  # one training at a time, all sessions together
     # Run to the end waits in the costly queue (one at a time on a CPU), never beside a Step.

@@ -5,10 +5,12 @@ The server keeps a registry of rooms (bounded, expiring): per room only the lect
 view, as the query of the app's own shareable link (``ui/links/share.py``), and a version number.
 The lecturer's page publishes its view every second while it hosts (nothing is sent when it did
 not change); each follower's page asks for the room's version every two seconds and applies the view
-when it changed, by the same events that open a shared link (``ui/links/views.py``). A follower's own
-clicks last until the lecturer's next change; *Take over* stops following. The lecturer's code
-and secret are kept in the browser (``gr.BrowserState``), so a reload resumes the same room and
-brings back its view.
+when it changed, by the same events that open a shared link (``ui/links/views.py``). While it
+follows, the rest of a follower's page is read-only (made ``inert`` in the browser: no click,
+key or focus reaches it), and a button pinned to the screen says "Following <code> — Take
+over": taking over stops following and gives back the page, interactive, at the view it shows.
+The lecturer's code and secret are kept in the browser (``gr.BrowserState``), so a reload resumes
+the same room and brings back its view; a follower's page is not touched by it.
 """
 
 from __future__ import annotations
@@ -145,6 +147,51 @@ def view_params(query: str) -> dict[str, list[str]]:
     return parse_qs(query, keep_blank_values=True)
 
 
+# The follower's page, read-only while it follows: every part of the page but the follow-me
+# accordion (and the toasts) is made inert, marked so that taking over undoes exactly that; the
+# Take over button is pinned to the bottom of the screen, so it is seen wherever the page is
+# scrolled. Run whenever the code followed changes (set by following, taking over, a closed
+# room), with that code ("" when the page is its own).
+READ_ONLY_JS = """
+(code) => {
+  for (const node of document.querySelectorAll("[data-follow-inert]")) {
+    node.inert = false;
+    node.removeAttribute("data-follow-inert");
+  }
+  const take = document.getElementById("take-over");
+  if (take) {
+    Object.assign(take.style, code
+      ? {position: "fixed", bottom: "16px", left: "50%", transform: "translateX(-50%)",
+         zIndex: "1000", boxShadow: "0 2px 12px rgba(0,0,0,0.35)"}
+      : {position: "", bottom: "", left: "", transform: "", zIndex: "", boxShadow: ""});
+  }
+  document.body.classList.toggle("following-room", Boolean(code));
+  if (!code) return [];
+  let keep = document.getElementById("follow-me");
+  while (keep && keep.parentElement && keep !== document.body) {
+    for (const sibling of keep.parentElement.children) {
+      const toasts = sibling.matches(".toast-wrap, [data-testid='toast-body']")
+        || sibling.querySelector(".toast-wrap, [data-testid='toast-body']");
+      if (sibling === keep || toasts || ["SCRIPT", "STYLE"].includes(sibling.tagName)) continue;
+      sibling.inert = true;
+      sibling.setAttribute("data-follow-inert", "");
+    }
+    if (keep.classList.contains("gradio-container")) break;
+    keep = keep.parentElement;
+  }
+  return [];
+}
+"""
+
+
+def take_over_button(code: str) -> Any:
+    """The Take over button as it shows while following ``code`` (hidden when ``code`` is
+    empty)."""
+    if not code:
+        return gr.Button("Take over", visible=False)
+    return gr.Button(f"Following {code} — Take over", visible=True)
+
+
 def room_line(code: str) -> str:
     """The lecturer's line: the room code, large."""
     return (
@@ -158,7 +205,9 @@ class FollowMe:
 
     def __init__(self, rooms: Rooms) -> None:
         self.rooms = rooms
-        with gr.Accordion("Follow a lecturer (room code)", open=False, elem_id="follow-me"):
+        with gr.Accordion(
+            "Follow a lecturer (room code)", open=False, elem_id="follow-me"
+        ) as self.accordion:
             with gr.Row():
                 self.host = gr.Button("Host a room (lecturer)", size="sm", scale=0, min_width=200)
                 self.code = gr.Textbox(
@@ -170,8 +219,18 @@ class FollowMe:
                     elem_id="room-code",
                 )
                 self.follow = gr.Button("Follow", size="sm", scale=0, min_width=100)
-                self.take_over = gr.Button("Take over", size="sm", scale=0, min_width=120)
+                self.take_over = gr.Button(
+                    "Take over",
+                    size="sm",
+                    scale=0,
+                    min_width=120,
+                    variant="primary",
+                    visible=False,
+                    elem_id="take-over",
+                )
             self.line = gr.Markdown(elem_id="room-line")
+            # The code this page follows ("" when none), for the page's read-only script.
+            self.followed = gr.Textbox("", visible=False)
         # The lecturer's (code, secret), kept in the browser across reloads.
         self.hosting = gr.BrowserState(["", ""], storage_key="visualiser-room")
         self.following = gr.State(["", -1])  # (code, version applied)
@@ -209,28 +268,20 @@ class FollowMe:
         self.publish_timer.tick(
             publish, [self.hosting, *link_inputs], [self.publish_timer], **private
         )
-        self.follow.click(
-            self.start_following,
-            [self.code],
-            [self.following, self.line, self.follow_timer],
-            **private,
-        )
-        self.code.submit(
-            self.start_following,
-            [self.code],
-            [self.following, self.line, self.follow_timer],
-            **private,
-        )
-        self.take_over.click(
-            self.stop_following, None, [self.following, self.line, self.follow_timer], **private
-        )
+        followed = [self.following, self.line, self.follow_timer, self.take_over, self.followed]
+        following = [*followed, self.accordion]
+        self.follow.click(self.start_following, [self.code], following, **private)
+        self.code.submit(self.start_following, [self.code], following, **private)
+        self.take_over.click(self.stop_following, None, followed, **private)
+        # The page is read-only exactly while it follows a room.
+        self.followed.change(None, [self.followed], None, js=READ_ONLY_JS, **private)
 
         # Queued (a state set by an unqueued event does not fire its .change), in a queue of
         # its own that never waits for a costly or a cheap view: each poll takes microseconds.
         self.follow_timer.tick(
             self.poll,
             [self.following],
-            [self.following, self.incoming],
+            [self.following, self.incoming, *followed[1:]],
             api_visibility="private",
             show_progress="hidden",
             concurrency_id="rooms",
@@ -306,30 +357,52 @@ class FollowMe:
         try:
             self.rooms.latest(code)
         except RoomError as error:
-            return ["", -1], f"⚠️ {error}.", gr.Timer(active=False)
+            return (
+                ["", -1],
+                f"⚠️ {error}.",
+                gr.Timer(active=False),
+                take_over_button(""),
+                "",
+                gr.skip(),
+            )
         shown = normal_code(code)
         line = (
-            f"Following room **{shown}**: this page shows the lecturer's view as it changes "
-            "(your own clicks last until their next change). **Take over** to explore alone."
+            f"Following room **{shown}**: this page shows the lecturer's view as it changes, "
+            "read-only. **Take over** to explore alone from where it is."
         )
-        return [shown, -1], line, gr.Timer(active=True)
+        return (
+            [shown, -1],
+            line,
+            gr.Timer(active=True),
+            take_over_button(shown),
+            shown,
+            gr.Accordion(open=True),  # where the Take over button is
+        )
 
     def stop_following(self) -> tuple:
-        """Stop following: the page is the student's own again."""
-        return ["", -1], "You have taken over: this page is yours again.", gr.Timer(active=False)
+        """Stop following: the page, at the view it shows, is the student's own again."""
+        return (
+            ["", -1],
+            "You have taken over: this page is yours again.",
+            gr.Timer(active=False),
+            take_over_button(""),
+            "",
+        )
 
     def poll(self, following: list | None) -> tuple:
         """The room's view when its version moved since the last one applied, else nothing."""
         code, seen = (following or ["", -1])[:2]
+        unchanged = (gr.skip(),) * 4  # the line, the timer, the button, the code followed
         if not code:
-            return gr.skip(), gr.skip()
+            return gr.skip(), gr.skip(), *unchanged
         try:
             version, view = self.rooms.latest(code)
-        except RoomError:
-            return ["", -1], gr.skip()
+        except RoomError:  # the room closed: the page is the student's own again
+            line = f"Room {code} has closed: this page is yours again."
+            return ["", -1], gr.skip(), line, gr.Timer(active=False), take_over_button(""), ""
         if version == seen or not view:
-            return gr.skip(), gr.skip()
-        return [code, version], self.view_of(view, version)
+            return gr.skip(), gr.skip(), *unchanged
+        return [code, version], self.view_of(view, version), *unchanged
 
     def view_of(self, query: str, version: int) -> dict | None:
         """The view a room's query names, as ``Views.restore`` makes one from a link (with the

@@ -29,6 +29,15 @@ from transformer.pretrained.checkpoint import Checkpoint
 from transformer.training.bundled import load_bundled
 
 from . import limits
+from .costly import (
+    CostlyPasses,
+    PassCost,
+    check_cost,
+    costly_here,
+    parameters,
+    pass_cost,
+    pool_workers,
+)
 from .errors import InputError, readable_list, user_input
 
 log = logging.getLogger("visualiser")
@@ -171,6 +180,8 @@ class ModelRegistry:
         self._cache_lock = threading.Lock()
         # The views every session shares (set by the app once its events are built).
         self.shared_views: SharedViews | None = None
+        # Big models' uncached passes asked for by cheap events run here (ui/serving/costly.py).
+        self.passes = CostlyPasses(pool_workers(device), limits.COSTLY_PASS_CAPACITY)
 
     def _name_for(self, spec: str) -> str:
         """The menu name of a ``--model`` argument: a hub id as given, a folder by its own name
@@ -323,10 +334,16 @@ class ModelRegistry:
         """``analyse`` through an LRU cache bounded by bytes (``limits.CACHE_BYTES``). Only
         shared models are cached: a model trained in a session is that session's alone."""
         if not self.is_shared(name, checkpoint):
-            with user_input():  # the library checks the sentences' count and lengths
-                return analyse(
+            estimate = pass_cost(checkpoint.model, checkpoint.tokenizer, sentences, targets)
+            check_cost(name, estimate, self.device)
+            return self._pass(
+                name,
+                None,
+                estimate,
+                lambda: analyse(
                     checkpoint.model, checkpoint.tokenizer, sentences, intervention, targets
-                )
+                ),
+            )
         key = (
             name,
             tuple(sentences),
@@ -341,16 +358,23 @@ class ModelRegistry:
         # so that both are never held at once: an analysis over the bound alone, and every
         # other one when this one's attention weights alone pass the bound (its pass computes
         # them layer by layer, and the grid reads them all: the app's largest moment).
+        # A pass too big for the server is refused before any other analysis is dropped.
+        estimate = pass_cost(checkpoint.model, checkpoint.tokenizer, sentences, targets)
+        check_cost(name, estimate, self.device)
         least = least_captured_bytes(checkpoint.model, checkpoint.tokenizer, sentences, targets)
         with self._cache_lock:
             # Keys only: a loop variable bound to a dropped analysis would hold it all along.
             bound = limits.CACHE_BYTES
             for old in [k for k, (_, n) in self._analyses.items() if n > bound or least > bound]:
                 del self._analyses[old]
-        with user_input():  # the library checks the sentences' count and lengths
-            result = analyse(
+        result = self._pass(
+            name,
+            key,
+            estimate,
+            lambda: analyse(
                 checkpoint.model, checkpoint.tokenizer, sentences, intervention, targets
-            )
+            ),
+        )
         size = _trace_bytes(result.trace)
         with self._cache_lock:
             self._analyses[key] = (result, size)
@@ -360,6 +384,38 @@ class ModelRegistry:
             ):
                 self._analyses.popitem(last=False)
         return result
+
+    def decode_step(self, name: str, decoding: DecodingSession) -> Any:
+        """``decoding.step()``: a generation's step, handed to the costly pool like an
+        analysis's pass when a cheap event asks for a costly one (a big model's first step
+        reads the whole prompt; with the key/value cache a later one reads one token a beam)."""
+        fed = len(decoding.prefix) + len(decoding.records)
+        if decoding.settings.use_cache and decoding.records:
+            fed = 1
+        estimate = PassCost(parameters(decoding.model), fed * decoding.width)
+        if not costly_here(estimate, self.device):
+            return decoding.step()
+        return self.passes.run(object(), decoding.step, name)
+
+    def _pass(
+        self,
+        name: str,
+        key: tuple | None,
+        estimate: PassCost,
+        compute: Callable[[], Analysis],
+    ) -> Analysis:
+        """``compute()`` (an uncached pass, checked against the limit already), run in the
+        costly pool when ``estimate`` is costly and a cheap event asked for it
+        (``ui/serving/costly.py``); ``key`` joins a pass of the same analysis that runs
+        already (None: never joined)."""
+
+        def checked() -> Analysis:
+            with user_input():  # the library checks the sentences' count and lengths
+                return compute()
+
+        if not costly_here(estimate, self.device):
+            return checked()
+        return self.passes.run(key if key is not None else object(), checked, name)
 
 
 def once(compute: Callable[[], Any]) -> Callable[[], Any]:

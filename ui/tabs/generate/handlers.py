@@ -47,7 +47,7 @@ def step(registry: ModelRegistry, *inputs: Any) -> Drawn:
         if state.decoding.done:
             gr.Warning("Generation has finished: press Back or Reset.")
         else:
-            state.decoding.step()
+            registry.decode_step(request.model, state.decoding)  # a big prompt: the costly pool
         return draw(registry, state, request, session, note)
 
 
@@ -280,7 +280,7 @@ def first_step(registry: ModelRegistry, *inputs: Any) -> Drawn:
         changed = state.key[:2] == request.key[:2] and state.key != request.key
         _restart(registry, state, session, request)
         assert state.decoding is not None  # _restart starts one
-        state.decoding.step()
+        registry.decode_step(request.model, state.decoding)  # a big prompt: the costly pool
         note = RESTARTED if had_records and changed else ""
         return draw(registry, state, request, session, note)
 
