@@ -53,22 +53,39 @@ def least_captured_bytes(
     tokenizer: Tokenizer,
     sentences: Sequence[str],
     targets: torch.Tensor | None = None,
+    *,
+    ids: torch.Tensor | None = None,
 ) -> int:
     """A lower bound of the attention weights :func:`analyse` will compute for these sentences
     (and that its views read; it does not keep them:
     :func:`~transformer.core.trace.captured_weight_bytes`; a translation's own answer, not known
-    before it is decoded, counted as one token). 0 for input :func:`analyse` refuses."""
+    before it is decoded, counted as one token). 0 for input :func:`analyse` refuses. ``ids``:
+    the :func:`input_ids` of ``sentences`` where already computed."""
     config = model.config
-    try:
-        cleaned = check_sentences(sentences)
-        if config.architecture == "decoder-only":
-            ids = encode_batch(tokenizer, cleaned, config.max_len, config.prompt_bos)
-            return captured_weight_bytes(config, ids.size(0), 0, ids.size(1))
-        src = encode_batch(tokenizer, cleaned, config.max_len)
-    except ValueError:
-        return 0
+    if ids is None:
+        try:
+            ids = input_ids(model, tokenizer, sentences)
+        except ValueError:
+            return 0
+    if config.architecture == "decoder-only":
+        return captured_weight_bytes(config, ids.size(0), 0, ids.size(1))
     answer = 1 if targets is None else targets.size(1)
-    return captured_weight_bytes(config, src.size(0), src.size(1), answer)
+    return captured_weight_bytes(config, ids.size(0), ids.size(1), answer)
+
+
+def input_ids(model: Transformer, tokenizer: Tokenizer, sentences: Sequence[str]) -> torch.Tensor:
+    """The ``(B, T)`` ids :func:`analyse` feeds the model first, on the CPU: a decoder-only
+    model's prompts (each begun with [BOS] where its prompts are, padded with its own pad id),
+    else the encoder's sources. ``ValueError`` for input :func:`analyse` refuses, with its
+    message. Computed once, they can be handed to :func:`least_captured_bytes` and
+    :func:`analyse` (``ids=``), so a text is checked and tokenized once."""
+    config = model.config
+    cleaned = check_sentences(sentences)
+    if config.architecture == "decoder-only":
+        return encode_batch(
+            tokenizer, cleaned, config.max_len, add_bos=config.prompt_bos, pad_id=config.pad_id
+        )
+    return encode_batch(tokenizer, cleaned, config.max_len)
 
 
 def _pieces(tokenizer: Tokenizer, ids: torch.Tensor) -> list[list[str]]:
@@ -123,6 +140,8 @@ def analyse(
     sentences: Sequence[str],
     intervention: Intervention = NO_INTERVENTION,
     targets: torch.Tensor | None = None,
+    *,
+    ids: torch.Tensor | None = None,
 ) -> Analysis:
     """Capture a forward pass over 1..3 sentences (padded into one batch).
 
@@ -133,9 +152,13 @@ def analyse(
         intervention: what-if switches applied to the captured pass.
         targets: ``(B, Tt)`` decoder input ids to use instead of the model's greedy output (to
             compare two interventions on the same target).
+        ids: the sentences' :func:`input_ids`, where the caller already has them.
     """
+    cleaned = check_sentences(sentences)
+    if ids is None:
+        ids = input_ids(model, tokenizer, cleaned)
     with eval_mode(model):
-        return _analyse(model, tokenizer, check_sentences(sentences), intervention, targets)
+        return _analyse(model, tokenizer, cleaned, ids, intervention, targets)
 
 
 # What an analysis's pass keeps: a trace without its attention weights (it computes them again,
@@ -159,16 +182,14 @@ def _analyse(
     model: Transformer,
     tokenizer: Tokenizer,
     sentences: list[str],
+    ids: torch.Tensor,
     intervention: Intervention,
     targets: torch.Tensor | None,
 ) -> Analysis:
     config = model.config
     device = model.device
     if config.architecture == "decoder-only":
-        # Each sentence begins with [BOS] where the model's prompts do (config.prompt_bos).
-        tgt = encode_batch(
-            tokenizer, sentences, config.max_len, add_bos=config.prompt_bos, pad_id=config.pad_id
-        ).to(device)
+        tgt = ids.to(device)  # each prompt begun with [BOS] where the model's prompts are
         check_capture_size(config, tgt.size(0), 0, tgt.size(1))
         trace = _traced(model, None, tgt, intervention)
         return Analysis(
@@ -178,7 +199,7 @@ def _analyse(
             outputs=list(sentences),
             predicted=_predicted(tokenizer, trace, tgt),
         )
-    src = encode_batch(tokenizer, sentences, config.max_len).to(device)
+    src = ids.to(device)
     check_capture_size(config, src.size(0), src.size(1), 0)
     if config.architecture == "encoder-only":
         trace = _traced(model, src, None, intervention)

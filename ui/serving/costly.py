@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from transformer.lab.inspection import check_sentences, encode_batch
+from transformer.lab.inspection import input_ids
 
 from . import limits
 from .errors import InputError
@@ -77,20 +77,23 @@ class PassCost:
 
 
 def pass_cost(
-    model: Any, tokenizer: Any, sentences: Sequence[str], targets: torch.Tensor | None = None
+    model: Any,
+    tokenizer: Any,
+    sentences: Sequence[str],
+    targets: torch.Tensor | None = None,
+    *,
+    ids: torch.Tensor | None = None,
 ) -> PassCost:
     """The estimated cost of ``analyse(model, tokenizer, sentences, targets=targets)``: its
-    ``(B, T)`` input ids (and a translation's ``(B, Tt)`` targets, else one token a sentence)
-    times the model's parameters. Input the analysis will refuse costs 0 tokens (it is refused
-    there, with its own message)."""
+    ``(B, T)`` input ids (``ids`` where already computed: :func:`input_ids`; and a
+    translation's ``(B, Tt)`` targets, else one token a sentence) times the model's parameters.
+    Input the analysis will refuse costs 0 tokens (it is refused there, with its own message)."""
     config = model.config
-    try:
-        cleaned = check_sentences(sentences)
-        decoder_only = config.architecture == "decoder-only"
-        add_bos = bool(decoder_only and config.prompt_bos)
-        ids = encode_batch(tokenizer, cleaned, config.max_len, add_bos)
-    except (ValueError, AttributeError):
-        return PassCost(parameters(model), 0)
+    if ids is None:
+        try:
+            ids = input_ids(model, tokenizer, sentences)
+        except (ValueError, AttributeError):
+            return PassCost(parameters(model), 0)
     tokens = ids.numel()
     if config.architecture == "encoder-decoder":
         tokens += ids.size(0) if targets is None else targets.numel()

@@ -22,7 +22,7 @@ import torch
 
 from transformer.core.trace import Trace
 from transformer.generation import DecodingSession
-from transformer.lab.inspection import Analysis, analyse, least_captured_bytes
+from transformer.lab.inspection import Analysis, analyse, input_ids, least_captured_bytes
 from transformer.lab.interventions import NO_INTERVENTION, Intervention
 from transformer.pretrained import PretrainedError, load_pretrained, shipped_models
 from transformer.pretrained.checkpoint import Checkpoint
@@ -333,16 +333,16 @@ class ModelRegistry:
     ) -> Analysis:
         """``analyse`` through an LRU cache bounded by bytes (``limits.CACHE_BYTES``). Only
         shared models are cached: a model trained in a session is that session's alone."""
+        model, tokenizer = checkpoint.model, checkpoint.tokenizer
         if not self.is_shared(name, checkpoint):
-            estimate = pass_cost(checkpoint.model, checkpoint.tokenizer, sentences, targets)
+            ids = _input_ids(model, tokenizer, sentences)
+            estimate = pass_cost(model, tokenizer, sentences, targets, ids=ids)
             check_cost(name, estimate, self.device)
             return self._pass(
                 name,
                 None,
                 estimate,
-                lambda: analyse(
-                    checkpoint.model, checkpoint.tokenizer, sentences, intervention, targets
-                ),
+                lambda: analyse(model, tokenizer, sentences, intervention, targets, ids=ids),
             )
         key = (
             name,
@@ -359,9 +359,11 @@ class ModelRegistry:
         # other one when this one's attention weights alone pass the bound (its pass computes
         # them layer by layer, and the grid reads them all: the app's largest moment).
         # A pass too big for the server is refused before any other analysis is dropped.
-        estimate = pass_cost(checkpoint.model, checkpoint.tokenizer, sentences, targets)
+        # The text is checked and tokenized once: the estimates and the pass read these ids.
+        ids = _input_ids(model, tokenizer, sentences)
+        estimate = pass_cost(model, tokenizer, sentences, targets, ids=ids)
         check_cost(name, estimate, self.device)
-        least = least_captured_bytes(checkpoint.model, checkpoint.tokenizer, sentences, targets)
+        least = least_captured_bytes(model, tokenizer, sentences, targets, ids=ids)
         with self._cache_lock:
             # Keys only: a loop variable bound to a dropped analysis would hold it all along.
             bound = limits.CACHE_BYTES
@@ -371,9 +373,7 @@ class ModelRegistry:
             name,
             key,
             estimate,
-            lambda: analyse(
-                checkpoint.model, checkpoint.tokenizer, sentences, intervention, targets
-            ),
+            lambda: analyse(model, tokenizer, sentences, intervention, targets, ids=ids),
         )
         size = _trace_bytes(result.trace)
         with self._cache_lock:
@@ -416,6 +416,15 @@ class ModelRegistry:
         if not costly_here(estimate, self.device):
             return checked()
         return self.passes.run(key if key is not None else object(), checked, name)
+
+
+def _input_ids(model: Any, tokenizer: Any, sentences: list[str]) -> torch.Tensor | None:
+    """The ``(B, T)`` ids an analysis of ``sentences`` reads first; ``None`` for input the
+    analysis refuses (its own call says why, in the user's words)."""
+    try:
+        return input_ids(model, tokenizer, sentences)
+    except ValueError:
+        return None
 
 
 def once(compute: Callable[[], Any]) -> Callable[[], Any]:
