@@ -11,6 +11,7 @@ where a model's parameters are.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from torch import Tensor
 
@@ -177,6 +178,57 @@ def real_keys(trace: Trace, kind: AttentionKind, row: int) -> Tensor:
     if stack is None:
         raise ValueError("the trace has no inputs: run the pass with capture=True")
     return stack.real_tokens[row]
+
+
+def padded_query_rows(analysis: Analysis, kind: AttentionKind, row: int) -> Tensor:
+    """``(Tq,)`` bool, ``True`` for the [PAD] query rows of ``kind`` in sentence ``row``: the
+    run of padding ids that ends the (right-padded) sequence. A model whose pad token is a real
+    token (GPT-2's ``<|endoftext|>``) does not mask these, but they are padding all the same."""
+    stack = analysis.trace.source if kind == "encoder_self" else analysis.trace.target
+    if stack is None:
+        raise ValueError(f"this {analysis.trace.config.architecture} model has no {kind} attention")
+    tokens = stack.tokens[row].cpu()
+    is_pad = tokens == analysis.trace.config.pad_id
+    # Trailing pads only: a decoder's first token may be the pad id (Marian, GPT-2 start there).
+    trailing = is_pad.flip(0).cumprod(0).flip(0).bool()
+    trailing[0] = False
+    return trailing | ~stack.real_tokens[row].cpu()
+
+
+@dataclass(frozen=True)
+class AttentionAxes:
+    """What the two axes of one attention kind hold for one sentence of an analysis.
+
+    Attributes:
+        queries, keys: the token pieces as the tokenizer wrote them, ``Tq`` and ``Tk`` of them.
+        shown_queries, shown_keys: the same pieces as a student reads them (byte-level marks
+            written as text: ``␣licenses``, not ``Ġlicenses``; see :func:`shown_pieces`).
+        padded_queries: ``(Tq,)`` bool, the [PAD] query rows (:func:`padded_query_rows`).
+        real_keys: ``(Tk,)`` bool, the keys that are real tokens (:func:`real_keys`).
+    """
+
+    queries: list[str]
+    keys: list[str]
+    shown_queries: list[str]
+    shown_keys: list[str]
+    padded_queries: Tensor
+    real_keys: Tensor
+
+
+def attention_axes(
+    analysis: Analysis, tokenizer: Tokenizer, kind: AttentionKind, row: int
+) -> AttentionAxes:
+    """The axes of ``kind``'s attention in sentence ``row`` (0-based) of ``analysis``: queries ×
+    keys as :func:`axis_pieces` pairs them, as written and as shown, with their padding."""
+    queries, keys = axis_pieces(analysis, kind)
+    return AttentionAxes(
+        queries=queries[row],
+        keys=keys[row],
+        shown_queries=shown_pieces(tokenizer, queries[row]),
+        shown_keys=shown_pieces(tokenizer, keys[row]),
+        padded_queries=padded_query_rows(analysis, kind, row),
+        real_keys=real_keys(analysis.trace, kind, row),
+    )
 
 
 def reference_targets(

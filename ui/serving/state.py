@@ -141,13 +141,14 @@ class ModelRegistry:
 
     def __init__(
         self,
-        device: torch.device,
+        device: torch.device | str,
         extra_models: Sequence[str] = (),
         allow_download: bool = False,
         *,
         dtype: str = "auto",
         spread: bool = False,
     ) -> None:
+        device = torch.device(device)  # "cpu" or "cuda" as the app's --device gives it
         self.device = device
         self.bundled = load_bundled(device)
         for name, reason in self.bundled.errors.items():

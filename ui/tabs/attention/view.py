@@ -9,7 +9,7 @@ from typing import Any
 from transformer import figures
 from transformer.core.trace import AttentionKind, CaptureTooLarge
 from transformer.figures.attention import GRID_MAX_CELLS
-from transformer.lab.analysis import axis_pieces, real_keys, reference_targets, shown_pieces
+from transformer.lab.analysis import attention_axes, padded_query_rows, reference_targets
 from transformer.lab.inspection import Analysis, check_sentences
 from transformer.pretrained.checkpoint import Checkpoint
 from transformer.text.tokenization import Tokenizer
@@ -84,7 +84,7 @@ def _at(
     analysis: Analysis, tokenizer: Tokenizer, kind: AttentionKind, layer: int, head: int, row: int
 ) -> AttentionView:
     """The view of one analysis at a checked (0-based) layer, head and sentence."""
-    queries, keys = axis_pieces(analysis, kind)
+    axes = attention_axes(analysis, tokenizer, kind, row)
     return AttentionView(
         analysis=analysis,
         kind=kind,
@@ -92,13 +92,12 @@ def _at(
         layer=layer,
         head=head,
         row=row,
-        # Byte-level pieces as Tokenize writes them (␣licenses, not Ġlicenses).
-        query_labels=figures.token_labels(shown_pieces(tokenizer, queries[row])),
-        key_labels=figures.token_labels(shown_pieces(tokenizer, keys[row])),
-        query_pieces=queries[row],
-        key_pieces=keys[row],
-        padded=padded_query_rows(analysis, kind, row),
-        keys_real=real_keys(analysis.trace, kind, row),
+        query_labels=figures.token_labels(axes.shown_queries),
+        key_labels=figures.token_labels(axes.shown_keys),
+        query_pieces=axes.queries,
+        key_pieces=axes.keys,
+        padded=axes.padded_queries,
+        keys_real=axes.real_keys,
     )
 
 
@@ -144,21 +143,6 @@ def attention_view(
         as_int(head, "head", 1, config.n_heads) - 1,
         as_int(row, "sentence", 1, analysis.batch_size) - 1,
     )
-
-
-def padded_query_rows(analysis: Analysis, kind: AttentionKind, row: int) -> Any:
-    """``(Tq,)`` bool, ``True`` for the [PAD] query rows of ``kind`` in sentence ``row``: the
-    run of padding ids that ends the (right-padded) sequence. A model whose pad token is a real
-    token (GPT-2's ``<|endoftext|>``) does not mask these, but they are padding all the same."""
-    stack = analysis.trace.source if kind == "encoder_self" else analysis.trace.target
-    if stack is None:
-        raise ValueError(f"this {analysis.trace.config.architecture} model has no {kind} attention")
-    tokens = stack.tokens[row].cpu()
-    is_pad = tokens == analysis.trace.config.pad_id
-    # Trailing pads only: a decoder's first token may be the pad id (Marian, GPT-2 start there).
-    trailing = is_pad.flip(0).cumprod(0).flip(0).bool()
-    trailing[0] = False
-    return trailing | ~stack.real_tokens[row].cpu()
 
 
 def attention_grid(
