@@ -4,8 +4,9 @@
 again, step by step in the model's own order, from the trace's layer input and with the model's
 own modules (so every number is the model's), and keeps for one query token and one head what
 each step computed: the formula, the tensor's shape as the model computes it, the values, a short
-explanation, and the line of ``transformer/`` that computes it (found in the source at run time,
-so edits elsewhere in a file do not move it). ``inside_layer(model, tokenizer, text, ...)`` does
+explanation, and the line of ``transformer/`` that computes it: a line of the function that
+computes the step, found by the shape of its code (:mod:`transformer.lab.inside_citations`), so
+edits elsewhere in a file do not move it and an edit that removes it fails at import). ``inside_layer(model, tokenizer, text, ...)`` does
 the analysis of one sentence first::
 
     walk = inside_layer(model, tokenizer, "the cat sees a dog", "encoder", 0, 1, 2)
@@ -25,18 +26,13 @@ Layers, heads and tokens are counted from 0 here.
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, cast
 
 import torch
 from torch import Tensor
 
-from ..core import attention as attention_module
-from ..core import operations, probes
+from ..core import operations
 from ..core import rotary as rotary_module
 from ..core.attention import MultiHeadAttention
 from ..core.config import ModelConfig
@@ -48,9 +44,9 @@ from ..core.stacks import DecoderLayer, EncoderLayer, Residual
 from ..core.trace import LayerTrace, StackInput
 from ..core.util import eval_mode
 from ..text.tokenization import Tokenizer
+from .inside_citations import CODE, CodeLine
 from .inspection import Analysis, analyse
 
-_ROOT = Path(__file__).resolve().parents[2]  # the repository (paths shown as transformer/...)
 SECTIONS: tuple[str, ...] = ("input", "self-attention", "cross-attention", "feed-forward")
 _ACTIVATIONS = {
     "relu": ("ReLU(u) = max(0, u)", "sets every negative unit to exactly 0"),
@@ -61,37 +57,6 @@ _ACTIVATIONS = {
     ),
     "silu": ("SiLU(u) = u·σ(u)", "squashes every negative unit to between −0.28 and 0"),
 }
-
-
-@dataclass(frozen=True)
-class CodeLine:
-    """One line of ``transformer/``: ``path`` relative to the repository, ``line`` from 1, the
-    line's ``text`` (stripped). ``found`` is False when no marker matched (then ``line`` is the
-    function's first line)."""
-
-    path: str
-    line: int
-    text: str
-    found: bool = True
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}"
-
-
-@functools.cache
-def code_line(obj: Callable[..., Any], markers: tuple[str, ...]) -> CodeLine:
-    """The first line of ``obj``'s source that holds one of ``markers`` (tried in order)."""
-    lines, start = inspect.getsourcelines(obj)
-    source = Path(inspect.getsourcefile(obj) or "").resolve()
-    try:
-        path = source.relative_to(_ROOT).as_posix()
-    except ValueError:
-        path = source.name
-    for marker in markers:
-        for offset, text in enumerate(lines):
-            if marker in text:
-                return CodeLine(path, start + offset, text.strip())
-    return CodeLine(path, start, lines[0].strip(), found=False)
 
 
 @dataclass
@@ -243,7 +208,6 @@ class _Walker:
         model, b, i = self.model, self.b, self.i
         embedding = model.tgt_embedding if decoder else model.src_embedding
         norm = model.tgt_embedding_norm if decoder else model.src_embedding_norm
-        embed = type(model)._embed
         assert embedding is not None  # the stack this record entered exists
         token_id = int(record.tokens[b, i])
         scale = "·√d_model" if embedding.scale != 1.0 else ""
@@ -261,7 +225,7 @@ class _Walker:
                 if scale
                 else " (this model does not scale it)."
             ),
-            code=code_line(embed, ("token_vectors = parts.embedding(tokens)",)),
+            code=CODE["embedding.token"],
         )
         if self.walk.config.positional == "rotary":
             self.layer_input(x, first=True)  # nothing is added: q and k are rotated instead
@@ -282,11 +246,11 @@ class _Walker:
                 if sinusoidal
                 else "A learned vector for this position (row of the position table)."
             ),
-            code=code_line(embed, ("pe = run.ops.positions(",)),
+            code=CODE["embedding.position"],
         )
         total = record.token_embedding + record.positional
         formula = "x = e + p"
-        code = code_line(embed, ("x = token_vectors + pe",))
+        code = CODE["embedding.sum"]
         if record.token_type_embedding is not None:
             self.add(
                 "embedding.token_type",
@@ -298,13 +262,11 @@ class _Walker:
                 f"({record.token_type_embedding.size(-1)},)",
                 values=_cpu(record.token_type_embedding[b, i]),
                 explanation="BERT adds a learned vector for the segment (sentence A = type 0).",
-                code=code_line(
-                    type(model)._source_parts, ("type_vectors = self.token_type_embedding(",)
-                ),
+                code=CODE["embedding.token_type"],
             )
             total = total + record.token_type_embedding
             formula = "x = e + p + t"
-            code = code_line(embed, ("x = x + parts.token_types",))
+            code = CODE["embedding.sum_types"]
         self.add(
             "embedding.sum",
             "input",
@@ -323,13 +285,12 @@ class _Walker:
                 f"{formula[4:]} → LayerNorm",
                 full=normed,
                 explanation=_norm_explanation(total[b, i], norm),
-                code=code_line(embed, ("x = parts.norm(x, run)",)),
+                code=CODE["embedding.norm"],
             )
         self.layer_input(x, first=True)
 
     def layer_input(self, x: Tensor, first: bool) -> None:
         walk = self.walk
-        stack_module = self.model.decoder if walk.stack == "decoder" else self.model.encoder
         self.add(
             "input",
             "input",
@@ -347,7 +308,7 @@ class _Walker:
                 if first
                 else f"What layer {walk.layer} wrote into the residual stream at this token."
             ),
-            code=code_line(type(stack_module).forward, ("x, trace = layer(",)),
+            code=CODE[f"input.{walk.stack}"],
         )
 
     # -- one attention sub-layer -----------------------------------------------------------
@@ -367,8 +328,6 @@ class _Walker:
         """Steps of one attention sub-layer; returns the ``(B, T, d_model)`` stream after it."""
         b, i, h, dh = self.b, self.i, self.h, self.d_head
         pre = residual.pre_norm
-        sdpa = attention_module.scaled_dot_product_attention
-        scores_code = probes.attention_scores
         token = self.walk.query_labels[i]
         hs = residual.norm(x) if pre else x  # what the sub-layer reads
         if pre and isinstance(residual.norm, RMSNorm):
@@ -391,7 +350,7 @@ class _Walker:
                 explanation="A pre-LN model normalises what a sub-layer reads and adds the "
                 "sub-layer's output to the un-normalised stream. "
                 + _norm_explanation(x[b, i], residual.norm),
-                code=code_line(type(residual).forward, ("update = sublayer(self.norm(h, run))",)),
+                code=CODE["residual.norm_in"],
             )
         source = hs if memory is None else memory
         q, k, v = self.qkv(prefix, section, module, hs, source, memory, key_labels)
@@ -406,7 +365,7 @@ class _Walker:
             per_head=dot,
             dims="B, H, Tq, Tk",
             explanation="One number per key: how well the key matches the query.",
-            code=code_line(scores_code, ("queries @ keys.transpose(-2, -1)", "@ keys.transpose")),
+            code=CODE["attention.dot"],
             labels=key_labels,
         )
         scale = module.score_scale()
@@ -426,7 +385,7 @@ class _Walker:
                 else f"Divided by √{width} (query_pre_attn_scalar), a width the model chose "
                 f"for its scale, not the head's d_head = {dh}."
             ),
-            code=code_line(sdpa, ("queries = q * scale", "* scale")),
+            code=CODE["attention.scale"],
             labels=key_labels,
         )
         if module.softcap is not None:
@@ -442,7 +401,7 @@ class _Walker:
                 explanation=f"Scores squashed into (−{cap:g}, {cap:g}) (Gemma 2): a small score "
                 "passes almost unchanged, a large one can no longer run away and take all the "
                 "weight.",
-                code=code_line(attention_module.attention_weights, ("scores = soft_cap(",)),
+                code=CODE["attention.softcap"],
                 labels=key_labels,
             )
         allowed = mask.expand(dot.size(0), 1, dot.size(2), dot.size(3))
@@ -472,7 +431,7 @@ class _Walker:
             shown=f"query {token}: ({dot.size(-1)},); grey = masked",
             values=_cpu(masked[b, h, i]),
             explanation=text,
-            code=code_line(scores_code, ("scores.masked_fill_(~mask", "masked_fill")),
+            code=CODE["attention.mask"],
             labels=key_labels,
             off=off,
             notes=reasons,
@@ -484,7 +443,7 @@ class _Walker:
         finite = row[torch.isfinite(row)]
         top = finite.max() if finite.numel() else row.new_zeros(())
         exp = torch.exp(row - top).masked_fill(off.to(row.device), 0.0)
-        softmax_code = code_line(sdpa, ("weights = torch.softmax(scores", "softmax("))
+        softmax_code = CODE["attention.softmax"]
         self.add(
             f"{prefix}.exp",
             section,
@@ -522,7 +481,7 @@ class _Walker:
             per_head=heads,
             dims="B, H, Tq, d_head",
             explanation="The values, mixed by the weights: what this head brings to the token.",
-            code=code_line(sdpa, ("return attended @ v", "@ v")),
+            code=CODE["attention.heads"],
         )
         batch, n_heads, length, _ = heads.shape
         concat = heads.transpose(1, 2).reshape(batch, length, n_heads * dh)
@@ -536,9 +495,7 @@ class _Walker:
             values=_cpu(concat[b, i]),
             explanation=f"The {n_heads} heads' outputs side by side (each head computed its "
             "own weights the same way).",
-            code=code_line(
-                operations.merge_heads, ("x.transpose(1, 2).reshape(", ".reshape(", "return")
-            ),
+            code=CODE["attention.concat"],
             highlight=(h * dh, (h + 1) * dh),
         )
         update = module.w_o(concat)
@@ -552,7 +509,7 @@ class _Walker:
             values=_cpu(update[b, i]),
             explanation="The output projection mixes the heads: what this sub-layer adds to the "
             "stream.",
-            code=code_line(type(module).attend, ("return self.w_o(", "self.w_o(")),
+            code=CODE["attention.project"],
         )
         update = self.output_norm(prefix, section, residual, update, "Attention")
         return self.residual(prefix, section, residual, x, update, "Attention")
@@ -572,7 +529,6 @@ class _Walker:
         q ``(B, H, Tq, d_head)`` and K, V expanded to ``(B, H, Tk, d_head)`` (each query head's
         own key/value head)."""
         b, i, h, dh = self.b, self.i, self.h, self.d_head
-        forward = type(module).forward
         token = self.walk.query_labels[i]
         n_heads, n_kv = module.n_heads, module.n_kv_heads
         g = module.kv_head_of[h]  # the key/value head query head h reads (h without grouping)
@@ -598,7 +554,7 @@ class _Walker:
             shown=f"head {h + 1}, {where} {token}: ({dh},)",
             explanation=f"What {where} looks for: its vector times the query matrix, cut into "
             f"{n_heads} {'heads' if paper else 'query heads'} of d_head = {dh}.",
-            code=code_line(forward, ("q = ops.split_heads(self.w_q(query)", "self.w_q(")),
+            code=CODE["attention.q"],
         )
         q, k = self.qk_norm(prefix, section, module, hs, source, q, k)
         if module.q_norm is not None:
@@ -617,10 +573,7 @@ class _Walker:
                 shown=f"{kv['head']}, all {n} keys: ({n}, {dh})",
                 values=_cpu(tensor[b, g]),
                 explanation=explanation,
-                code=code_line(
-                    forward,
-                    (f"{which} = ops.split_heads(self.w_{which}(key_value)", f"self.w_{which}("),
-                ),
+                code=CODE[f"attention.{which}"],
                 labels=key_labels,
             )
 
@@ -663,7 +616,7 @@ class _Walker:
             "gain, before any rotation: without it a query's and a key's length grow with their "
             "weights and the scores with both, until a few heads saturate their softmax; "
             "normalised, the scores stay at the scale training chose.",
-            code=code_line(type(module)._heads, ("y = norm(y, run)",)),
+            code=CODE["attention.qk_norm"],
         )
         return q, k
 
@@ -692,14 +645,7 @@ class _Walker:
             full=added,
             explanation=f"A norm on the sub-layer's output, before it joins the stream, {placement} "
             + _norm_explanation(update[self.b, self.i], norm),
-            code=code_line(
-                type(residual).forward,
-                (
-                    "update = self.norm(sublayer(h), run)"
-                    if residual.output_norm
-                    else "update = self.post_norm(update, run)",
-                ),
-            ),
+            code=CODE["residual.output_norm" if residual.output_norm else "residual.post_norm"],
         )
         return added
 
@@ -755,7 +701,7 @@ class _Walker:
             f"RMSNorm(x) = x / √(mean(x²) + ε) · {gain}",
             full=hs,
             explanation=lead + _norm_explanation(x[self.b, self.i], norm),
-            code=code_line(type(norm).normalise, ("torch.rsqrt(mean_square + self.eps)",)),
+            code=CODE["rms_norm"],
         )
 
     def rotation(
@@ -806,10 +752,10 @@ class _Walker:
             + ". The first pair turns "
             f"{angles[0].item():.3g} rad here, the last {angles[-1].item():.3g}: the first "
             "pairs spin fast, the last barely move. Nothing was added to the embedding.",
-            code=code_line(rotary_module.rotary_angles, ("positions.float()[..., None]",)),
+            code=CODE["rotary.angles"],
         )
         q_rot, k_rot = rotary(q, k, offset=self.offset)
-        rotate_code = code_line(rotary_module.rotate, ("rotate_half(x) * sin",))
+        rotate_code = CODE["rotary.rotate"]
         self.add(
             f"{prefix}.q_rotated",
             section,
@@ -851,7 +797,9 @@ class _Walker:
             full=added,
             explanation="The sub-layer's output is added to its input: the residual stream "
             "keeps what was there (dropout is off at inference).",
-            code=code_line(type(residual).forward, ("out = x + self.dropout(update)",)),
+            code=CODE[
+                "residual.add" if residual.pre_norm or residual.output_norm else "residual.norm_out"
+            ],
         )
         if residual.pre_norm or residual.output_norm:
             return added
@@ -864,9 +812,7 @@ class _Walker:
             full=normed,
             explanation="A post-LN model (the paper, BERT, Marian) normalises after the add. "
             + _norm_explanation(added[b, i], residual.norm),
-            code=code_line(
-                type(residual).forward, ("out = self.norm(x + self.dropout(update), run)",)
-            ),
+            code=CODE["residual.norm_out"],
         )
         return normed
 
@@ -880,7 +826,6 @@ class _Walker:
         b, i = self.b, self.i
         ff, residual = layer.feed_forward, layer.feed_forward_residual
         section = "feed-forward"
-        ff_code = type(ff).forward
         lead = ""
         if reads is not None:  # GPT-NeoX: attention and feed-forward side by side
             lead = (
@@ -901,7 +846,7 @@ class _Walker:
                 "LN(x) = γ·(x − μ)/√(σ² + ε) + β",
                 full=hs,
                 explanation=lead + _norm_explanation(x_read[b, i], residual.norm),
-                code=code_line(type(residual).forward, ("update = sublayer(self.norm(h, run))",)),
+                code=CODE["residual.norm_in"],
             )
         if isinstance(ff, GatedFeedForward):
             update = self.output_norm("ff", section, residual, self.gated(ff, hs), "FFN")
@@ -917,12 +862,10 @@ class _Walker:
             dims="B, T, d_ff",
             explanation=f"Widened from d_model = {hs.size(-1)} to d_ff = {d_ff} hidden units, "
             "each token on its own.",
-            code=code_line(ff_code, ("self.linear1(x)", "linear1(")),
+            code=CODE["ff.hidden"],
         )
         activated = ff.activation(hidden)
-        self.activation(
-            hidden, activated, gate=False, code=code_line(ff_code, ("self.activation(",))
-        )
+        self.activation(hidden, activated, gate=False, code=CODE["ff.activation"])
         update = ff.linear2(activated)
         self.add(
             "ff.project",
@@ -932,7 +875,7 @@ class _Walker:
             full=update,
             explanation=f"Back from {d_ff} to d_model = {update.size(-1)}: what the "
             "feed-forward network adds to the stream.",
-            code=code_line(ff_code, ("self.linear2(", "linear2(")),
+            code=CODE["ff.project"],
         )
         update = self.output_norm("ff", section, residual, update, "FFN")
         return self.residual("ff", section, residual, x, update, "FFN")
@@ -978,7 +921,6 @@ class _Walker:
         """The gated feed-forward's steps (SwiGLU with SiLU); returns ``(B, T, d_model)``."""
         b, i = self.b, self.i
         section = "feed-forward"
-        code = code_line(type(ff).forward, ("self.activation(self.w_gate(x)) * self.w_up(x)",))
         pre_gate = ff.w_gate(hs)  # (B, T, d_ff)
         up = ff.w_up(hs)
         d_ff = up.size(-1)
@@ -991,10 +933,10 @@ class _Walker:
             dims="B, T, d_ff",
             explanation=f"Widened from d_model = {hs.size(-1)} to d_ff = {d_ff}: the gate, "
             "which will decide how much of each unit passes.",
-            code=code,
+            code=CODE["gated.gate"],
         )
         gate = ff.activation(pre_gate)
-        formula = self.activation(pre_gate, gate, gate=True, code=code)
+        formula = self.activation(pre_gate, gate, gate=True, code=CODE["gated.activation"])
         self.add(
             "ff.up",
             section,
@@ -1003,7 +945,7 @@ class _Walker:
             full=up,
             dims="B, T, d_ff",
             explanation="A second projection to d_ff, of the same token: what the units carry.",
-            code=code,
+            code=CODE["gated.up"],
         )
         product = gate * up
         strongest = product[b, i].abs().topk(min(5, d_ff)).indices
@@ -1016,7 +958,7 @@ class _Walker:
             dims="B, T, d_ff",
             explanation="Each unit's carried value times its gate, number by number (SwiGLU): "
             f"the most active units here are {_list(strongest.cpu())}.",
-            code=code,
+            code=CODE["gated.product"],
         )
         update = ff.w_down(product)
         self.add(
@@ -1027,7 +969,7 @@ class _Walker:
             full=update,
             explanation=f"Back from {d_ff} to d_model = {update.size(-1)}: what the "
             "feed-forward network adds to the stream.",
-            code=code_line(type(ff).forward, ("return self.w_down(",)),
+            code=CODE["gated.project"],
         )
         return update
 
@@ -1225,7 +1167,7 @@ def walkthrough(
                     )
                 )
             ),
-            code=code_line(type(module).forward, ("= self.feed_forward_residual(", "return x")),
+            code=CODE[f"output.{stack}"],
         )
     return walk
 
