@@ -1,13 +1,21 @@
 """Inside one layer, one query token at a time: every computation, its shape and its code line.
 
-``walkthrough(model, analysis, stack, layer, head, query)`` runs one layer of a captured pass
-again, step by step in the model's own order, from the trace's layer input and with the model's
-own modules (so every number is the model's), and keeps for one query token and one head what
-each step computed: the formula, the tensor's shape as the model computes it, the values, a short
-explanation, and the line of ``transformer/`` that computes it: a line of the function that
-computes the step, found by the shape of its code (:mod:`transformer.lab.inside_citations`), so
-edits elsewhere in a file do not move it and an edit that removes it fails at import). ``inside_layer(model, tokenizer, text, ...)`` does
-the analysis of one sentence first::
+``walkthrough(model, analysis, stack, layer, head, query)`` follows one layer of the model's
+own forward, in its order, and keeps for one query token and one head what each step computed:
+the formula, the tensor's shape as the model computes it, the values, a short explanation, and
+the line of ``transformer/`` that computes it.
+
+The numbers come from the pass itself: the walkthrough runs the model on the analysis's tokens
+with ``Capture(inside=LookInside(stack, layer))``, so the attention of that one layer keeps its
+queries, keys, values, each head's output and its projection, and the trace keeps its rotated
+queries and keys, scores, weights and every sub-layer's update and output. Inside a layer reads
+those; what it computes itself is only an explanatory split of them (the unscaled q·k before
+÷√d_k, the exp before the normalisation, the −∞ of masked scores, the rotation angles) or a
+step the pass does not keep (a norm's output, the feed-forward's hidden units), computed by the
+model's own modules from the pass's tensors. The cited line is a line of the function that
+computes the step, found by the shape of its code (:mod:`transformer.lab.inside_citations`): an
+edit elsewhere in a file does not move it, and an edit that removes it fails at import.
+``inside_layer(model, tokenizer, text, ...)`` does the analysis of one sentence first::
 
     walk = inside_layer(model, tokenizer, "the cat sees a dog", "encoder", 0, 1, 2)
     for step in walk.steps:
@@ -39,9 +47,9 @@ from ..core.config import ModelConfig
 from ..core.layers import LayerNorm
 from ..core.model import Transformer
 from ..core.modern import GatedFeedForward, RMSNorm, expand_kv_heads, soft_cap
-from ..core.run import PLAIN
+from ..core.run import Capture, LookInside
 from ..core.stacks import DecoderLayer, EncoderLayer, Residual
-from ..core.trace import LayerTrace, StackInput
+from ..core.trace import AttentionRecord, LayerTrace, StackInput, Trace
 from ..core.util import eval_mode
 from ..text.tokenization import Tokenizer
 from .inside_citations import CODE, CodeLine
@@ -176,6 +184,17 @@ class _Walker:
         self.b, self.i, self.h = walk.row, walk.query, walk.head
         self.d_head = walk.config.d_head
         self.offset = 0  # the position of the stack's first token (rotary angles)
+        # What the pass kept of this layer's attentions (LookInside), and the one being shown.
+        self.kept: dict[tuple[Any, str], Tensor] = {}
+        self.kind: Any = None
+        self.record: AttentionRecord | None = None
+        # Per sub-layer ("self", "cross", "ff"): the pass's (B, T, d_model) update and the
+        # stream after it (LayerTrace), so the residual steps show the pass's own sums.
+        self.passed: dict[str, tuple[Tensor, Tensor]] = {}
+
+    def captured(self, name: str) -> Tensor:
+        """What the pass computed as ``name`` in the attention being shown."""
+        return self.kept[(self.kind, name)]
 
     def add(
         self,
@@ -353,9 +372,12 @@ class _Walker:
                 code=CODE["residual.norm_in"],
             )
         source = hs if memory is None else memory
-        q, k, v = self.qkv(prefix, section, module, hs, source, memory, key_labels)
+        q, k, _ = self.qkv(prefix, section, module, hs, source, memory, key_labels)
 
         cols = f"columns {h * dh}…{(h + 1) * dh - 1}"
+        record = self.record
+        assert record is not None and record.queries is not None and record.keys is not None
+        # ÷√d_k as its own step: the unscaled product of the pass's (rotated) q and keys.
         dot = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
         self.add(
             f"{prefix}.dot",
@@ -369,7 +391,8 @@ class _Walker:
             labels=key_labels,
         )
         scale = module.score_scale()
-        scaled = dot.clone().mul_(scale)
+        # The pass scales the queries, then multiplies by the keys: its own scores.
+        scaled = record.queries @ record.keys.transpose(-2, -1)
         width = f"{module.scale_dim:g}" if module.scale_dim is not None else f"{dh}"
         self.add(
             f"{prefix}.scaled",
@@ -436,9 +459,7 @@ class _Walker:
             off=off,
             notes=reasons,
         )
-        weights = torch.softmax(masked, dim=-1)
-        has_key = allowed.any(dim=-1, keepdim=True)
-        weights = weights.masked_fill(~has_key, 0.0)
+        weights = record.weights  # the pass's own (B, H, Tq, Tk)
         row = masked[b, h, i]
         finite = row[torch.isfinite(row)]
         top = finite.max() if finite.numel() else row.new_zeros(())
@@ -472,7 +493,7 @@ class _Walker:
             labels=key_labels,
             off=off,
         )
-        heads = weights @ v  # (B, H, Tq, d_head)
+        heads = self.captured("heads")  # (B, H, Tq, d_head), as the pass mixed them
         self.add(
             f"{prefix}.head",
             section,
@@ -498,7 +519,7 @@ class _Walker:
             code=CODE["attention.concat"],
             highlight=(h * dh, (h + 1) * dh),
         )
-        update = module.w_o(concat)
+        update = self.captured("output")  # (B, T, d_model), after W_O
         self.add(
             f"{prefix}.project",
             section,
@@ -532,9 +553,11 @@ class _Walker:
         token = self.walk.query_labels[i]
         n_heads, n_kv = module.n_heads, module.n_kv_heads
         g = module.kv_head_of[h]  # the key/value head query head h reads (h without grouping)
-        q = operations.split_heads(module.w_q(hs), n_heads)  # (B, H, Tq, d_head)
-        k = operations.split_heads(module.w_k(source), n_kv)  # (B, H_kv, Tk, d_head)
-        v = operations.split_heads(module.w_v(source), n_kv)
+        q, k = self.captured("queries"), self.captured("keys")  # QK-normed where it is
+        v = self.captured("values")  # (B, H_kv, Tk, d_head)
+        if module.q_norm is not None:  # the q and K steps show them before the norm
+            q = operations.split_heads(module.w_q(hs), n_heads)  # (B, H, Tq, d_head)
+            k = operations.split_heads(module.w_k(source), n_kv)  # (B, H_kv, Tk, d_head)
         bias = {
             name: f" + b_{name[-1].upper()}" if getattr(module, name).bias is not None else ""
             for name in ("w_q", "w_k", "w_v")
@@ -598,8 +621,7 @@ class _Walker:
         H_kv, Tk, d_head)`` normed (unchanged without QK-norm)."""
         if module.q_norm is None or module.k_norm is None:
             return q, k
-        q = module._heads(module.w_q(hs), module.q_norm, module.n_heads, PLAIN)
-        k = module._heads(module.w_k(source), module.k_norm, module.n_kv_heads, PLAIN)
+        q, k = self.captured("queries"), self.captured("keys")  # the pass's, normed
         over = (
             f"each head's {self.d_head} numbers alone"
             if module.qk_norm == "head"
@@ -627,9 +649,9 @@ class _Walker:
         2; Gemma 2 and 3 after their pre-norm), where the layer has one; returns what is
         added to the stream."""
         norm = residual.norm if residual.output_norm else residual.post_norm
+        added = self.passed[prefix][0]  # the pass's update: after the norm where there is one
         if norm is None:
-            return update
-        added = norm(update)
+            return added
         placement = (
             "instead of a norm on its input (OLMo 2): the stream itself is never "
             "normalised, but each update arrives at a set scale."
@@ -754,7 +776,8 @@ class _Walker:
             "pairs spin fast, the last barely move. Nothing was added to the embedding.",
             code=CODE["rotary.angles"],
         )
-        q_rot, k_rot = rotary(q, k, offset=self.offset)
+        assert self.record is not None and self.record.rotary is not None
+        q_rot, k_rot = self.record.rotary.queries_after, self.record.rotary.keys_after
         rotate_code = CODE["rotary.rotate"]
         self.add(
             f"{prefix}.q_rotated",
@@ -788,7 +811,10 @@ class _Walker:
     ) -> Tensor:
         """The residual add and, in post-LN, the norm after it; returns the new stream."""
         b, i = self.b, self.i
-        added = x + update
+        summed = residual.pre_norm or residual.output_norm
+        after = self.passed[prefix][1]  # the pass's stream after this sub-layer
+        # Post-LN: the sum the pass normalised, x + update as the residual computes it.
+        added = after if summed else x + update
         self.add(
             f"{prefix}.residual",
             section,
@@ -801,9 +827,9 @@ class _Walker:
                 "residual.add" if residual.pre_norm or residual.output_norm else "residual.norm_out"
             ],
         )
-        if residual.pre_norm or residual.output_norm:
+        if summed:
             return added
-        normed = residual.norm(added)
+        normed = after
         self.add(
             f"{prefix}.norm_out",
             section,
@@ -1033,7 +1059,8 @@ def walkthrough(
     """Every step of one layer for one query token and one head (all counted from 0).
 
     Args:
-        model: the model whose pass ``analysis`` captured (its own weights recompute each step).
+        model: the model whose pass ``analysis`` captured (run again on its tokens, looking
+            inside ``layer``).
         analysis: a captured pass (``transformer.lab.inspection.analyse``) without an intervention.
         stack: ``"encoder"`` or ``"decoder"`` (the model must have it).
         layer: the layer in that stack.
@@ -1085,6 +1112,17 @@ def walkthrough(
         key_labels=labels,
         memory_labels=memory_labels,
     )
+    # The layer's own pass again, on the analysis's tokens, this time keeping what its
+    # attentions computed (values, heads, outputs) and their weights: every number shown below
+    # is that pass's, or (the ÷√d_k and exp steps) an explanatory split of it.
+    look = LookInside(stack, layer)
+    src = trace.source.tokens if trace.source is not None else None
+    tgt = trace.target.tokens if trace.target is not None else None
+    with eval_mode(model):
+        rerun = model(src, tgt, capture=Capture(inside=look))
+    assert isinstance(rerun, Trace)  # a Capture that traces returns the trace
+    trace = rerun
+    layers = trace.encoder_layers if stack == "encoder" else trace.decoder_layers
     traced: LayerTrace = layers[layer]
     module = cast(
         EncoderLayer | DecoderLayer,
@@ -1093,6 +1131,8 @@ def walkthrough(
     with eval_mode(model):
         walker = _Walker(walk, model)
         walker.offset = record.position_offset
+        walker.kept = look.kept
+        walker.passed = _passed(traced)
         x = traced.input
         if layer == 0:
             walker.embedding(record, x, decoder=stack == "decoder")
@@ -1112,6 +1152,7 @@ def walkthrough(
             if isinstance(module, EncoderLayer)
             else module.self_attention_residual
         )
+        walker.kind, walker.record = module.self_attention.kind, traced.self_attention
         x = walker.attention(
             "self",
             "self-attention",
@@ -1130,6 +1171,7 @@ def walkthrough(
             reasons = _mask_reasons(
                 cross.mask[row, 0, query].cpu(), trace.source.real_tokens[row].cpu(), None, query
             )
+            walker.kind, walker.record = "cross", cross
             x = walker.attention(
                 "cross",
                 "cross-attention",
@@ -1170,6 +1212,19 @@ def walkthrough(
             code=CODE[f"output.{stack}"],
         )
     return walk
+
+
+def _passed(traced: LayerTrace) -> dict[str, tuple[Tensor, Tensor]]:
+    """Each sub-layer's ``(B, T, d_model)`` update and the stream after it, as the pass kept them."""
+    passed = {}
+    for prefix, update, after in (
+        ("self", traced.self_attention_update, traced.self_attention_output),
+        ("cross", traced.cross_attention_update, traced.cross_attention_output),
+        ("ff", traced.feed_forward_update, traced.feed_forward_output),
+    ):
+        if update is not None and after is not None:
+            passed[prefix] = (update, after)
+    return passed
 
 
 def _cpu_or_none(tensor: Tensor | None) -> Tensor | None:
