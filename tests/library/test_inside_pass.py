@@ -1,8 +1,9 @@
-"""Inside a layer shows the model's own pass: its layer output, its attention weights, its
-rotated queries and keys and its scores are, bit for bit on CPU float32, what an ordinary
-captured pass of the model (``model(..., capture=True)``) computes, for every layer of every
-model kind (the paper's post-LN encoder-decoder, the pre-LN GPT-2 and BERT and Marian folders,
-a Llama, and each later family). And the capture that feeds it keeps one layer, nothing more."""
+"""Inside a layer shows the model's own pass: its layer input and output, its attention
+weights, its rotated queries and keys, its scores and each sub-layer's update are, bit for bit
+on CPU float32, what an ordinary captured pass of the model (``model(..., capture=True)``)
+computes, for every layer of every model kind (the paper's post-LN encoder-decoder, the pre-LN
+GPT-2 and BERT and Marian folders, a Llama, and each later family). And the capture that feeds
+it keeps one layer, nothing more."""
 
 from __future__ import annotations
 
@@ -70,6 +71,17 @@ def _check_all(model, tokenizer, text: str) -> int:
                     _same(walk.step(f"{prefix}.q_rotated").values, q, f"{where} rotated q")
                     k = rotary.keys_after[0, g]
                     _same(walk.step(f"{prefix}.k_rotated").values, k, f"{where} rotated K")
+            _same(walk.step("input").values, traced.input[0, query], f"{where} input")
+            if not config.post_sublayer_norm and config.norm != "output":
+                # The projections shown are the updates the pass added to the stream.
+                for prefix, update in (
+                    ("self", traced.self_attention_update),
+                    ("cross", traced.cross_attention_update),
+                    ("ff", traced.feed_forward_update),
+                ):
+                    if update is not None:
+                        shown = walk.step(f"{prefix}.project").values
+                        _same(shown, update[0, query], f"{where} {prefix} update")
             walked += 1
     return walked
 

@@ -1119,7 +1119,9 @@ def walkthrough(
     src = trace.source.tokens if trace.source is not None else None
     tgt = trace.target.tokens if trace.target is not None else None
     with eval_mode(model):
-        rerun = model(src, tgt, capture=Capture(inside=look))
+        # Weights not kept for every layer: the record of this one computes them again when
+        # read, from the kept queries and keys, bit for bit (a long input's would be large).
+        rerun = model(src, tgt, capture=Capture(keep_attention_weights=False, inside=look))
     assert isinstance(rerun, Trace)  # a Capture that traces returns the trace
     trace = rerun
     layers = trace.encoder_layers if stack == "encoder" else trace.decoder_layers
