@@ -147,7 +147,6 @@ class MultiHeadAttention(nn.Module):
         """
         ops = run.ops
         q = self._heads(self.w_q(query), self.q_norm, self.n_heads, run)  # (B, H, Tq, d_head)
-        run.note(self, "queries", q)  # where Inside a layer looks into this layer
         if cache is not None and cache.static and cache.keys is not None:
             k, v, rotated = cache.keys, cast(Tensor, cache.values), None  # from the memory, once
         else:
@@ -155,8 +154,6 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("key_value is required unless a filled static cache is given")
             k = self._heads(self.w_k(key_value), self.k_norm, self.n_kv_heads, run)
             v = ops.split_heads(self.w_v(key_value), self.n_kv_heads)  # (B, H_kv, Tk, d_head)
-            run.note(self, "keys", k)  # where Inside a layer looks into this layer
-            run.note(self, "values", v)
             q, k, rotated = self._rotate(q, k, cache, ops)
             if cache is not None:
                 k, v = cache.update(k, v)  # the cache keeps H_kv heads
@@ -214,6 +211,7 @@ class MultiHeadAttention(nn.Module):
         d_head)`` keys and values, heads merged and projected: ``(B, Tq, d_model)``. Key/value
         head ``h // (H / H_kv)`` serves query head h."""
         ops = run.ops
+        run.note(self, queries=q, keys=k, values=v)  # where Inside a layer looks at this layer
         scale = self.score_scale(ops)
         grouped = self.n_kv_heads != self.n_heads
         # sdpa cannot soft-cap its scores: a capped model attends written out, keeping nothing.
@@ -244,7 +242,7 @@ class MultiHeadAttention(nn.Module):
             )
         if ops.zero_heads and self.kind is not None:
             out = ops.gate_heads(out, self.kind, self.layer)
-        run.note(self, "heads", out)  # (B, H, Tq, d_head), where Inside a layer looks
+        run.note(self, heads=out)  # (B, H, Tq, d_head)
         projected = self.w_o(ops.merge_heads(out))  # (B, Tq, d_model)
-        run.note(self, "output", projected)
+        run.note(self, output=projected)
         return projected

@@ -34,9 +34,10 @@ class LookInside:
 
     ``stack`` (``"encoder"`` or ``"decoder"``) and ``layer`` (from 0) name the layer; a pass
     whose :class:`Capture` carries this object fills ``kept``, keyed by the attention's kind
-    and a name: ``"queries"`` ``(B, H, Tq, d_head)`` and ``"keys"`` ``(B, H_kv, Tk, d_head)``
-    (projected, QK-normed where the model does, not yet rotated nor scaled), ``"values"`` ``(B,
-    H_kv, Tk, d_head)`` (before any expansion to the query
+    and a name: what the attention attends with, ``"queries"`` ``(B, H, Tq, d_head)`` and
+    ``"keys"`` ``(B, H_kv, Tk, d_head)`` (projected, QK-normed and rotated where the model does
+    so, not yet scaled: before the rotation they are in the trace's rotary pair), ``"values"``
+    ``(B, H_kv, Tk, d_head)`` (before any expansion to the query
     heads), ``"heads"`` ``(B, H, Tq, d_head)`` (each head's weighted values) and ``"output"``
     ``(B, Tq, d_model)`` (after W_O). Make one per call.
     """
@@ -118,11 +119,13 @@ class Run:
         if self.capture.trace:
             self.kept[module] = what
 
-    def note(self, attention: MultiHeadAttention, name: str, tensor: Tensor) -> None:
-        """Keep ``tensor`` as ``name`` where this pass looks inside ``attention``'s layer."""
+    def note(self, attention: MultiHeadAttention, **tensors: Tensor) -> None:
+        """Keep each of ``tensors`` by its name where this pass looks inside ``attention``'s
+        layer (a copy: the pass may go on to write into its own buffers)."""
         inside = self.capture.inside
         if inside is not None and inside.wants(attention.kind, attention.layer):
-            inside.kept[(attention.kind, name)] = tensor.detach()  # type: ignore[index]
+            for name, tensor in tensors.items():
+                inside.kept[(attention.kind, name)] = tensor.detach().clone()  # type: ignore[index]
 
     def probe(self, attention: MultiHeadAttention) -> AttentionProbe | None:
         """The probe ``attention`` kept in this traced run (``None`` if it kept none)."""

@@ -555,6 +555,9 @@ class _Walker:
         g = module.kv_head_of[h]  # the key/value head query head h reads (h without grouping)
         q, k = self.captured("queries"), self.captured("keys")  # QK-normed where it is
         v = self.captured("values")  # (B, H_kv, Tk, d_head)
+        rotated = self.record.rotary if self.record is not None else None
+        if rotated is not None:  # the pass attended with them rotated; the pair has them before
+            q, k = rotated.queries_before, rotated.keys_before
         if module.q_norm is not None:  # the q and K steps show them before the norm
             q = operations.split_heads(module.w_q(hs), n_heads)  # (B, H, Tq, d_head)
             k = operations.split_heads(module.w_k(source), n_kv)  # (B, H_kv, Tk, d_head)
@@ -622,6 +625,8 @@ class _Walker:
         if module.q_norm is None or module.k_norm is None:
             return q, k
         q, k = self.captured("queries"), self.captured("keys")  # the pass's, normed
+        if self.record is not None and self.record.rotary is not None:  # before the rotation
+            q, k = self.record.rotary.queries_before, self.record.rotary.keys_before
         over = (
             f"each head's {self.d_head} numbers alone"
             if module.qk_norm == "head"
