@@ -211,6 +211,7 @@ class MultiHeadAttention(nn.Module):
         d_head)`` keys and values, heads merged and projected: ``(B, Tq, d_model)``. Key/value
         head ``h // (H / H_kv)`` serves query head h."""
         ops = run.ops
+        run.note(self, queries=q, keys=k, values=v)  # where Inside a layer looks at this layer
         scale = self.score_scale(ops)
         grouped = self.n_kv_heads != self.n_heads
         # sdpa cannot soft-cap its scores: a capped model attends written out, keeping nothing.
@@ -241,4 +242,7 @@ class MultiHeadAttention(nn.Module):
             )
         if ops.zero_heads and self.kind is not None:
             out = ops.gate_heads(out, self.kind, self.layer)
-        return self.w_o(ops.merge_heads(out))
+        run.note(self, heads=out)  # (B, H, Tq, d_head)
+        projected = self.w_o(ops.merge_heads(out))  # (B, Tq, d_model)
+        run.note(self, output=projected)
+        return projected

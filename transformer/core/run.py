@@ -28,6 +28,30 @@ if TYPE_CHECKING:
     from .attention import MultiHeadAttention
 
 
+@dataclass
+class LookInside:
+    """What one layer's attentions computed besides their probe, kept for Inside a layer.
+
+    ``stack`` (``"encoder"`` or ``"decoder"``) and ``layer`` (from 0) name the layer; a pass
+    whose :class:`Capture` carries this object fills ``kept``, keyed by the attention's kind
+    and a name: what the attention attends with, ``"queries"`` ``(B, H, Tq, d_head)`` and
+    ``"keys"`` ``(B, H_kv, Tk, d_head)`` (projected, QK-normed and rotated where the model does
+    so, not yet scaled: before the rotation they are in the trace's rotary pair), ``"values"``
+    ``(B, H_kv, Tk, d_head)`` (before any expansion to the query
+    heads), ``"heads"`` ``(B, H, Tq, d_head)`` (each head's weighted values) and ``"output"``
+    ``(B, Tq, d_model)`` (after W_O). Make one per call.
+    """
+
+    stack: str
+    layer: int
+    kept: dict[tuple[AttentionKind, str], Tensor] = field(default_factory=dict)
+
+    def wants(self, kind: AttentionKind | None, layer: int) -> bool:
+        """Whether an attention of ``kind`` in ``layer`` belongs to the layer looked into."""
+        stack = "encoder" if kind == "encoder_self" else "decoder"
+        return kind is not None and stack == self.stack and layer == self.layer
+
+
 @dataclass(frozen=True)
 class Capture:
     """What a pass keeps besides its output (the capture policy).
@@ -44,11 +68,14 @@ class Capture:
             can reduce each layer's ``(B, H, Tq, Tk)`` weights (to statistics, one head) before
             the next layer computes its own; the pass then writes attention out even without a
             trace. ``None``: nobody observes.
+        inside: one layer whose attentions also keep their values, heads and output
+            (:class:`LookInside`), so that Inside a layer shows the pass's own numbers.
     """
 
     trace: bool = True
     keep_attention_weights: bool = True
     observe_attention: Callable[[AttentionProbe, AttentionKind | None, int], None] | None = None
+    inside: LookInside | None = None
 
 
 NO_CAPTURE = Capture(trace=False)
@@ -91,6 +118,14 @@ class Run:
         """Keep ``what`` a module computed for its layer's record (only when traced)."""
         if self.capture.trace:
             self.kept[module] = what
+
+    def note(self, attention: MultiHeadAttention, **tensors: Tensor) -> None:
+        """Keep each of ``tensors`` by its name where this pass looks inside ``attention``'s
+        layer (a copy: the pass may go on to write into its own buffers)."""
+        inside = self.capture.inside
+        if inside is not None and inside.wants(attention.kind, attention.layer):
+            for name, tensor in tensors.items():
+                inside.kept[(attention.kind, name)] = tensor.detach().clone()  # type: ignore[index]
 
     def probe(self, attention: MultiHeadAttention) -> AttentionProbe | None:
         """The probe ``attention`` kept in this traced run (``None`` if it kept none)."""

@@ -1,12 +1,21 @@
 """Inside one layer, one query token at a time: every computation, its shape and its code line.
 
-``walkthrough(model, analysis, stack, layer, head, query)`` runs one layer of a captured pass
-again, step by step in the model's own order, from the trace's layer input and with the model's
-own modules (so every number is the model's), and keeps for one query token and one head what
-each step computed: the formula, the tensor's shape as the model computes it, the values, a short
-explanation, and the line of ``transformer/`` that computes it (found in the source at run time,
-so edits elsewhere in a file do not move it). ``inside_layer(model, tokenizer, text, ...)`` does
-the analysis of one sentence first::
+``walkthrough(model, analysis, stack, layer, head, query)`` follows one layer of the model's
+own forward, in its order, and keeps for one query token and one head what each step computed:
+the formula, the tensor's shape as the model computes it, the values, a short explanation, and
+the line of ``transformer/`` that computes it.
+
+The numbers come from the pass itself: the walkthrough runs the model on the analysis's tokens
+with ``Capture(inside=LookInside(stack, layer))``, so the attention of that one layer keeps its
+queries, keys, values, each head's output and its projection, and the trace keeps its rotated
+queries and keys, scores, weights and every sub-layer's update and output. Inside a layer reads
+those; what it computes itself is only an explanatory split of them (the unscaled q·k before
+÷√d_k, the exp before the normalisation, the −∞ of masked scores, the rotation angles) or a
+step the pass does not keep (a norm's output, the feed-forward's hidden units), computed by the
+model's own modules from the pass's tensors. The cited line is a line of the function that
+computes the step, found by the shape of its code (:mod:`transformer.lab.inside_citations`): an
+edit elsewhere in a file does not move it, and an edit that removes it fails at import.
+``inside_layer(model, tokenizer, text, ...)`` does the analysis of one sentence first::
 
     walk = inside_layer(model, tokenizer, "the cat sees a dog", "encoder", 0, 1, 2)
     for step in walk.steps:
@@ -25,32 +34,27 @@ Layers, heads and tokens are counted from 0 here.
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, cast
 
 import torch
 from torch import Tensor
 
-from ..core import attention as attention_module
-from ..core import operations, probes
+from ..core import operations
 from ..core import rotary as rotary_module
 from ..core.attention import MultiHeadAttention
 from ..core.config import ModelConfig
 from ..core.layers import LayerNorm
 from ..core.model import Transformer
 from ..core.modern import GatedFeedForward, RMSNorm, expand_kv_heads, soft_cap
-from ..core.run import PLAIN
+from ..core.run import Capture, LookInside
 from ..core.stacks import DecoderLayer, EncoderLayer, Residual
-from ..core.trace import LayerTrace, StackInput
+from ..core.trace import AttentionRecord, LayerTrace, StackInput, Trace
 from ..core.util import eval_mode
 from ..text.tokenization import Tokenizer
+from .inside_citations import CODE, CodeLine
 from .inspection import Analysis, analyse
 
-_ROOT = Path(__file__).resolve().parents[2]  # the repository (paths shown as transformer/...)
 SECTIONS: tuple[str, ...] = ("input", "self-attention", "cross-attention", "feed-forward")
 _ACTIVATIONS = {
     "relu": ("ReLU(u) = max(0, u)", "sets every negative unit to exactly 0"),
@@ -61,37 +65,6 @@ _ACTIVATIONS = {
     ),
     "silu": ("SiLU(u) = u·σ(u)", "squashes every negative unit to between −0.28 and 0"),
 }
-
-
-@dataclass(frozen=True)
-class CodeLine:
-    """One line of ``transformer/``: ``path`` relative to the repository, ``line`` from 1, the
-    line's ``text`` (stripped). ``found`` is False when no marker matched (then ``line`` is the
-    function's first line)."""
-
-    path: str
-    line: int
-    text: str
-    found: bool = True
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}"
-
-
-@functools.cache
-def code_line(obj: Callable[..., Any], markers: tuple[str, ...]) -> CodeLine:
-    """The first line of ``obj``'s source that holds one of ``markers`` (tried in order)."""
-    lines, start = inspect.getsourcelines(obj)
-    source = Path(inspect.getsourcefile(obj) or "").resolve()
-    try:
-        path = source.relative_to(_ROOT).as_posix()
-    except ValueError:
-        path = source.name
-    for marker in markers:
-        for offset, text in enumerate(lines):
-            if marker in text:
-                return CodeLine(path, start + offset, text.strip())
-    return CodeLine(path, start, lines[0].strip(), found=False)
 
 
 @dataclass
@@ -211,6 +184,17 @@ class _Walker:
         self.b, self.i, self.h = walk.row, walk.query, walk.head
         self.d_head = walk.config.d_head
         self.offset = 0  # the position of the stack's first token (rotary angles)
+        # What the pass kept of this layer's attentions (LookInside), and the one being shown.
+        self.kept: dict[tuple[Any, str], Tensor] = {}
+        self.kind: Any = None
+        self.record: AttentionRecord | None = None
+        # Per sub-layer ("self", "cross", "ff"): the pass's (B, T, d_model) update and the
+        # stream after it (LayerTrace), so the residual steps show the pass's own sums.
+        self.passed: dict[str, tuple[Tensor, Tensor]] = {}
+
+    def captured(self, name: str) -> Tensor:
+        """What the pass computed as ``name`` in the attention being shown."""
+        return self.kept[(self.kind, name)]
 
     def add(
         self,
@@ -243,7 +227,6 @@ class _Walker:
         model, b, i = self.model, self.b, self.i
         embedding = model.tgt_embedding if decoder else model.src_embedding
         norm = model.tgt_embedding_norm if decoder else model.src_embedding_norm
-        embed = type(model)._embed
         assert embedding is not None  # the stack this record entered exists
         token_id = int(record.tokens[b, i])
         scale = "·√d_model" if embedding.scale != 1.0 else ""
@@ -261,7 +244,7 @@ class _Walker:
                 if scale
                 else " (this model does not scale it)."
             ),
-            code=code_line(embed, ("token_vectors = parts.embedding(tokens)",)),
+            code=CODE["embedding.token"],
         )
         if self.walk.config.positional == "rotary":
             self.layer_input(x, first=True)  # nothing is added: q and k are rotated instead
@@ -282,11 +265,11 @@ class _Walker:
                 if sinusoidal
                 else "A learned vector for this position (row of the position table)."
             ),
-            code=code_line(embed, ("pe = run.ops.positions(",)),
+            code=CODE["embedding.position"],
         )
         total = record.token_embedding + record.positional
         formula = "x = e + p"
-        code = code_line(embed, ("x = token_vectors + pe",))
+        code = CODE["embedding.sum"]
         if record.token_type_embedding is not None:
             self.add(
                 "embedding.token_type",
@@ -298,13 +281,11 @@ class _Walker:
                 f"({record.token_type_embedding.size(-1)},)",
                 values=_cpu(record.token_type_embedding[b, i]),
                 explanation="BERT adds a learned vector for the segment (sentence A = type 0).",
-                code=code_line(
-                    type(model)._source_parts, ("type_vectors = self.token_type_embedding(",)
-                ),
+                code=CODE["embedding.token_type"],
             )
             total = total + record.token_type_embedding
             formula = "x = e + p + t"
-            code = code_line(embed, ("x = x + parts.token_types",))
+            code = CODE["embedding.sum_types"]
         self.add(
             "embedding.sum",
             "input",
@@ -323,13 +304,12 @@ class _Walker:
                 f"{formula[4:]} → LayerNorm",
                 full=normed,
                 explanation=_norm_explanation(total[b, i], norm),
-                code=code_line(embed, ("x = parts.norm(x, run)",)),
+                code=CODE["embedding.norm"],
             )
         self.layer_input(x, first=True)
 
     def layer_input(self, x: Tensor, first: bool) -> None:
         walk = self.walk
-        stack_module = self.model.decoder if walk.stack == "decoder" else self.model.encoder
         self.add(
             "input",
             "input",
@@ -347,7 +327,7 @@ class _Walker:
                 if first
                 else f"What layer {walk.layer} wrote into the residual stream at this token."
             ),
-            code=code_line(type(stack_module).forward, ("x, trace = layer(",)),
+            code=CODE[f"input.{walk.stack}"],
         )
 
     # -- one attention sub-layer -----------------------------------------------------------
@@ -367,8 +347,6 @@ class _Walker:
         """Steps of one attention sub-layer; returns the ``(B, T, d_model)`` stream after it."""
         b, i, h, dh = self.b, self.i, self.h, self.d_head
         pre = residual.pre_norm
-        sdpa = attention_module.scaled_dot_product_attention
-        scores_code = probes.attention_scores
         token = self.walk.query_labels[i]
         hs = residual.norm(x) if pre else x  # what the sub-layer reads
         if pre and isinstance(residual.norm, RMSNorm):
@@ -391,12 +369,15 @@ class _Walker:
                 explanation="A pre-LN model normalises what a sub-layer reads and adds the "
                 "sub-layer's output to the un-normalised stream. "
                 + _norm_explanation(x[b, i], residual.norm),
-                code=code_line(type(residual).forward, ("update = sublayer(self.norm(h, run))",)),
+                code=CODE["residual.norm_in"],
             )
         source = hs if memory is None else memory
-        q, k, v = self.qkv(prefix, section, module, hs, source, memory, key_labels)
+        q, k, _ = self.qkv(prefix, section, module, hs, source, memory, key_labels)
 
         cols = f"columns {h * dh}…{(h + 1) * dh - 1}"
+        record = self.record
+        assert record is not None and record.queries is not None and record.keys is not None
+        # ÷√d_k as its own step: the unscaled product of the pass's (rotated) q and keys.
         dot = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
         self.add(
             f"{prefix}.dot",
@@ -406,11 +387,12 @@ class _Walker:
             per_head=dot,
             dims="B, H, Tq, Tk",
             explanation="One number per key: how well the key matches the query.",
-            code=code_line(scores_code, ("queries @ keys.transpose(-2, -1)", "@ keys.transpose")),
+            code=CODE["attention.dot"],
             labels=key_labels,
         )
         scale = module.score_scale()
-        scaled = dot.clone().mul_(scale)
+        # The pass scales the queries, then multiplies by the keys: its own scores.
+        scaled = record.queries @ record.keys.transpose(-2, -1)
         width = f"{module.scale_dim:g}" if module.scale_dim is not None else f"{dh}"
         self.add(
             f"{prefix}.scaled",
@@ -426,7 +408,7 @@ class _Walker:
                 else f"Divided by √{width} (query_pre_attn_scalar), a width the model chose "
                 f"for its scale, not the head's d_head = {dh}."
             ),
-            code=code_line(sdpa, ("queries = q * scale", "* scale")),
+            code=CODE["attention.scale"],
             labels=key_labels,
         )
         if module.softcap is not None:
@@ -442,7 +424,7 @@ class _Walker:
                 explanation=f"Scores squashed into (−{cap:g}, {cap:g}) (Gemma 2): a small score "
                 "passes almost unchanged, a large one can no longer run away and take all the "
                 "weight.",
-                code=code_line(attention_module.attention_weights, ("scores = soft_cap(",)),
+                code=CODE["attention.softcap"],
                 labels=key_labels,
             )
         allowed = mask.expand(dot.size(0), 1, dot.size(2), dot.size(3))
@@ -472,19 +454,17 @@ class _Walker:
             shown=f"query {token}: ({dot.size(-1)},); grey = masked",
             values=_cpu(masked[b, h, i]),
             explanation=text,
-            code=code_line(scores_code, ("scores.masked_fill_(~mask", "masked_fill")),
+            code=CODE["attention.mask"],
             labels=key_labels,
             off=off,
             notes=reasons,
         )
-        weights = torch.softmax(masked, dim=-1)
-        has_key = allowed.any(dim=-1, keepdim=True)
-        weights = weights.masked_fill(~has_key, 0.0)
+        weights = record.weights  # the pass's own (B, H, Tq, Tk)
         row = masked[b, h, i]
         finite = row[torch.isfinite(row)]
         top = finite.max() if finite.numel() else row.new_zeros(())
         exp = torch.exp(row - top).masked_fill(off.to(row.device), 0.0)
-        softmax_code = code_line(sdpa, ("weights = torch.softmax(scores", "softmax("))
+        softmax_code = CODE["attention.softmax"]
         self.add(
             f"{prefix}.exp",
             section,
@@ -513,7 +493,7 @@ class _Walker:
             labels=key_labels,
             off=off,
         )
-        heads = weights @ v  # (B, H, Tq, d_head)
+        heads = self.captured("heads")  # (B, H, Tq, d_head), as the pass mixed them
         self.add(
             f"{prefix}.head",
             section,
@@ -522,7 +502,7 @@ class _Walker:
             per_head=heads,
             dims="B, H, Tq, d_head",
             explanation="The values, mixed by the weights: what this head brings to the token.",
-            code=code_line(sdpa, ("return attended @ v", "@ v")),
+            code=CODE["attention.heads"],
         )
         batch, n_heads, length, _ = heads.shape
         concat = heads.transpose(1, 2).reshape(batch, length, n_heads * dh)
@@ -536,12 +516,10 @@ class _Walker:
             values=_cpu(concat[b, i]),
             explanation=f"The {n_heads} heads' outputs side by side (each head computed its "
             "own weights the same way).",
-            code=code_line(
-                operations.merge_heads, ("x.transpose(1, 2).reshape(", ".reshape(", "return")
-            ),
+            code=CODE["attention.concat"],
             highlight=(h * dh, (h + 1) * dh),
         )
-        update = module.w_o(concat)
+        update = self.captured("output")  # (B, T, d_model), after W_O
         self.add(
             f"{prefix}.project",
             section,
@@ -552,7 +530,7 @@ class _Walker:
             values=_cpu(update[b, i]),
             explanation="The output projection mixes the heads: what this sub-layer adds to the "
             "stream.",
-            code=code_line(type(module).attend, ("return self.w_o(", "self.w_o(")),
+            code=CODE["attention.project"],
         )
         update = self.output_norm(prefix, section, residual, update, "Attention")
         return self.residual(prefix, section, residual, x, update, "Attention")
@@ -572,13 +550,17 @@ class _Walker:
         q ``(B, H, Tq, d_head)`` and K, V expanded to ``(B, H, Tk, d_head)`` (each query head's
         own key/value head)."""
         b, i, h, dh = self.b, self.i, self.h, self.d_head
-        forward = type(module).forward
         token = self.walk.query_labels[i]
         n_heads, n_kv = module.n_heads, module.n_kv_heads
         g = module.kv_head_of[h]  # the key/value head query head h reads (h without grouping)
-        q = operations.split_heads(module.w_q(hs), n_heads)  # (B, H, Tq, d_head)
-        k = operations.split_heads(module.w_k(source), n_kv)  # (B, H_kv, Tk, d_head)
-        v = operations.split_heads(module.w_v(source), n_kv)
+        q, k = self.captured("queries"), self.captured("keys")  # QK-normed where it is
+        v = self.captured("values")  # (B, H_kv, Tk, d_head)
+        rotated = self.record.rotary if self.record is not None else None
+        if rotated is not None:  # the pass attended with them rotated; the pair has them before
+            q, k = rotated.queries_before, rotated.keys_before
+        if module.q_norm is not None:  # the q and K steps show them before the norm
+            q = operations.split_heads(module.w_q(hs), n_heads)  # (B, H, Tq, d_head)
+            k = operations.split_heads(module.w_k(source), n_kv)  # (B, H_kv, Tk, d_head)
         bias = {
             name: f" + b_{name[-1].upper()}" if getattr(module, name).bias is not None else ""
             for name in ("w_q", "w_k", "w_v")
@@ -598,7 +580,7 @@ class _Walker:
             shown=f"head {h + 1}, {where} {token}: ({dh},)",
             explanation=f"What {where} looks for: its vector times the query matrix, cut into "
             f"{n_heads} {'heads' if paper else 'query heads'} of d_head = {dh}.",
-            code=code_line(forward, ("q = ops.split_heads(self.w_q(query)", "self.w_q(")),
+            code=CODE["attention.q"],
         )
         q, k = self.qk_norm(prefix, section, module, hs, source, q, k)
         if module.q_norm is not None:
@@ -617,10 +599,7 @@ class _Walker:
                 shown=f"{kv['head']}, all {n} keys: ({n}, {dh})",
                 values=_cpu(tensor[b, g]),
                 explanation=explanation,
-                code=code_line(
-                    forward,
-                    (f"{which} = ops.split_heads(self.w_{which}(key_value)", f"self.w_{which}("),
-                ),
+                code=CODE[f"attention.{which}"],
                 labels=key_labels,
             )
 
@@ -645,8 +624,9 @@ class _Walker:
         H_kv, Tk, d_head)`` normed (unchanged without QK-norm)."""
         if module.q_norm is None or module.k_norm is None:
             return q, k
-        q = module._heads(module.w_q(hs), module.q_norm, module.n_heads, PLAIN)
-        k = module._heads(module.w_k(source), module.k_norm, module.n_kv_heads, PLAIN)
+        q, k = self.captured("queries"), self.captured("keys")  # the pass's, normed
+        if self.record is not None and self.record.rotary is not None:  # before the rotation
+            q, k = self.record.rotary.queries_before, self.record.rotary.keys_before
         over = (
             f"each head's {self.d_head} numbers alone"
             if module.qk_norm == "head"
@@ -663,7 +643,7 @@ class _Walker:
             "gain, before any rotation: without it a query's and a key's length grow with their "
             "weights and the scores with both, until a few heads saturate their softmax; "
             "normalised, the scores stay at the scale training chose.",
-            code=code_line(type(module)._heads, ("y = norm(y, run)",)),
+            code=CODE["attention.qk_norm"],
         )
         return q, k
 
@@ -674,9 +654,9 @@ class _Walker:
         2; Gemma 2 and 3 after their pre-norm), where the layer has one; returns what is
         added to the stream."""
         norm = residual.norm if residual.output_norm else residual.post_norm
+        added = self.passed[prefix][0]  # the pass's update: after the norm where there is one
         if norm is None:
-            return update
-        added = norm(update)
+            return added
         placement = (
             "instead of a norm on its input (OLMo 2): the stream itself is never "
             "normalised, but each update arrives at a set scale."
@@ -692,14 +672,7 @@ class _Walker:
             full=added,
             explanation=f"A norm on the sub-layer's output, before it joins the stream, {placement} "
             + _norm_explanation(update[self.b, self.i], norm),
-            code=code_line(
-                type(residual).forward,
-                (
-                    "update = self.norm(sublayer(h), run)"
-                    if residual.output_norm
-                    else "update = self.post_norm(update, run)",
-                ),
-            ),
+            code=CODE["residual.output_norm" if residual.output_norm else "residual.post_norm"],
         )
         return added
 
@@ -755,7 +728,7 @@ class _Walker:
             f"RMSNorm(x) = x / √(mean(x²) + ε) · {gain}",
             full=hs,
             explanation=lead + _norm_explanation(x[self.b, self.i], norm),
-            code=code_line(type(norm).normalise, ("torch.rsqrt(mean_square + self.eps)",)),
+            code=CODE["rms_norm"],
         )
 
     def rotation(
@@ -806,10 +779,11 @@ class _Walker:
             + ". The first pair turns "
             f"{angles[0].item():.3g} rad here, the last {angles[-1].item():.3g}: the first "
             "pairs spin fast, the last barely move. Nothing was added to the embedding.",
-            code=code_line(rotary_module.rotary_angles, ("positions.float()[..., None]",)),
+            code=CODE["rotary.angles"],
         )
-        q_rot, k_rot = rotary(q, k, offset=self.offset)
-        rotate_code = code_line(rotary_module.rotate, ("rotate_half(x) * sin",))
+        assert self.record is not None and self.record.rotary is not None
+        q_rot, k_rot = self.record.rotary.queries_after, self.record.rotary.keys_after
+        rotate_code = CODE["rotary.rotate"]
         self.add(
             f"{prefix}.q_rotated",
             section,
@@ -842,7 +816,10 @@ class _Walker:
     ) -> Tensor:
         """The residual add and, in post-LN, the norm after it; returns the new stream."""
         b, i = self.b, self.i
-        added = x + update
+        summed = residual.pre_norm or residual.output_norm
+        after = self.passed[prefix][1]  # the pass's stream after this sub-layer
+        # Post-LN: the sum the pass normalised, x + update as the residual computes it.
+        added = after if summed else x + update
         self.add(
             f"{prefix}.residual",
             section,
@@ -851,11 +828,13 @@ class _Walker:
             full=added,
             explanation="The sub-layer's output is added to its input: the residual stream "
             "keeps what was there (dropout is off at inference).",
-            code=code_line(type(residual).forward, ("out = x + self.dropout(update)",)),
+            code=CODE[
+                "residual.add" if residual.pre_norm or residual.output_norm else "residual.norm_out"
+            ],
         )
-        if residual.pre_norm or residual.output_norm:
+        if summed:
             return added
-        normed = residual.norm(added)
+        normed = after
         self.add(
             f"{prefix}.norm_out",
             section,
@@ -864,9 +843,7 @@ class _Walker:
             full=normed,
             explanation="A post-LN model (the paper, BERT, Marian) normalises after the add. "
             + _norm_explanation(added[b, i], residual.norm),
-            code=code_line(
-                type(residual).forward, ("out = self.norm(x + self.dropout(update), run)",)
-            ),
+            code=CODE["residual.norm_out"],
         )
         return normed
 
@@ -880,7 +857,6 @@ class _Walker:
         b, i = self.b, self.i
         ff, residual = layer.feed_forward, layer.feed_forward_residual
         section = "feed-forward"
-        ff_code = type(ff).forward
         lead = ""
         if reads is not None:  # GPT-NeoX: attention and feed-forward side by side
             lead = (
@@ -901,7 +877,7 @@ class _Walker:
                 "LN(x) = γ·(x − μ)/√(σ² + ε) + β",
                 full=hs,
                 explanation=lead + _norm_explanation(x_read[b, i], residual.norm),
-                code=code_line(type(residual).forward, ("update = sublayer(self.norm(h, run))",)),
+                code=CODE["residual.norm_in"],
             )
         if isinstance(ff, GatedFeedForward):
             update = self.output_norm("ff", section, residual, self.gated(ff, hs), "FFN")
@@ -917,12 +893,10 @@ class _Walker:
             dims="B, T, d_ff",
             explanation=f"Widened from d_model = {hs.size(-1)} to d_ff = {d_ff} hidden units, "
             "each token on its own.",
-            code=code_line(ff_code, ("self.linear1(x)", "linear1(")),
+            code=CODE["ff.hidden"],
         )
         activated = ff.activation(hidden)
-        self.activation(
-            hidden, activated, gate=False, code=code_line(ff_code, ("self.activation(",))
-        )
+        self.activation(hidden, activated, gate=False, code=CODE["ff.activation"])
         update = ff.linear2(activated)
         self.add(
             "ff.project",
@@ -932,7 +906,7 @@ class _Walker:
             full=update,
             explanation=f"Back from {d_ff} to d_model = {update.size(-1)}: what the "
             "feed-forward network adds to the stream.",
-            code=code_line(ff_code, ("self.linear2(", "linear2(")),
+            code=CODE["ff.project"],
         )
         update = self.output_norm("ff", section, residual, update, "FFN")
         return self.residual("ff", section, residual, x, update, "FFN")
@@ -978,7 +952,6 @@ class _Walker:
         """The gated feed-forward's steps (SwiGLU with SiLU); returns ``(B, T, d_model)``."""
         b, i = self.b, self.i
         section = "feed-forward"
-        code = code_line(type(ff).forward, ("self.activation(self.w_gate(x)) * self.w_up(x)",))
         pre_gate = ff.w_gate(hs)  # (B, T, d_ff)
         up = ff.w_up(hs)
         d_ff = up.size(-1)
@@ -991,10 +964,10 @@ class _Walker:
             dims="B, T, d_ff",
             explanation=f"Widened from d_model = {hs.size(-1)} to d_ff = {d_ff}: the gate, "
             "which will decide how much of each unit passes.",
-            code=code,
+            code=CODE["gated.gate"],
         )
         gate = ff.activation(pre_gate)
-        formula = self.activation(pre_gate, gate, gate=True, code=code)
+        formula = self.activation(pre_gate, gate, gate=True, code=CODE["gated.activation"])
         self.add(
             "ff.up",
             section,
@@ -1003,7 +976,7 @@ class _Walker:
             full=up,
             dims="B, T, d_ff",
             explanation="A second projection to d_ff, of the same token: what the units carry.",
-            code=code,
+            code=CODE["gated.up"],
         )
         product = gate * up
         strongest = product[b, i].abs().topk(min(5, d_ff)).indices
@@ -1016,7 +989,7 @@ class _Walker:
             dims="B, T, d_ff",
             explanation="Each unit's carried value times its gate, number by number (SwiGLU): "
             f"the most active units here are {_list(strongest.cpu())}.",
-            code=code,
+            code=CODE["gated.product"],
         )
         update = ff.w_down(product)
         self.add(
@@ -1027,7 +1000,7 @@ class _Walker:
             full=update,
             explanation=f"Back from {d_ff} to d_model = {update.size(-1)}: what the "
             "feed-forward network adds to the stream.",
-            code=code_line(type(ff).forward, ("return self.w_down(",)),
+            code=CODE["gated.project"],
         )
         return update
 
@@ -1091,7 +1064,8 @@ def walkthrough(
     """Every step of one layer for one query token and one head (all counted from 0).
 
     Args:
-        model: the model whose pass ``analysis`` captured (its own weights recompute each step).
+        model: the model whose pass ``analysis`` captured (run again on its tokens, looking
+            inside ``layer``).
         analysis: a captured pass (``transformer.lab.inspection.analyse``) without an intervention.
         stack: ``"encoder"`` or ``"decoder"`` (the model must have it).
         layer: the layer in that stack.
@@ -1143,6 +1117,19 @@ def walkthrough(
         key_labels=labels,
         memory_labels=memory_labels,
     )
+    # The layer's own pass again, on the analysis's tokens, this time keeping what its
+    # attentions computed (values, heads, outputs) and their weights: every number shown below
+    # is that pass's, or (the ÷√d_k and exp steps) an explanatory split of it.
+    look = LookInside(stack, layer)
+    src = trace.source.tokens if trace.source is not None else None
+    tgt = trace.target.tokens if trace.target is not None else None
+    with eval_mode(model):
+        # Weights not kept for every layer: the record of this one computes them again when
+        # read, from the kept queries and keys, bit for bit (a long input's would be large).
+        rerun = model(src, tgt, capture=Capture(keep_attention_weights=False, inside=look))
+    assert isinstance(rerun, Trace)  # a Capture that traces returns the trace
+    trace = rerun
+    layers = trace.encoder_layers if stack == "encoder" else trace.decoder_layers
     traced: LayerTrace = layers[layer]
     module = cast(
         EncoderLayer | DecoderLayer,
@@ -1151,6 +1138,8 @@ def walkthrough(
     with eval_mode(model):
         walker = _Walker(walk, model)
         walker.offset = record.position_offset
+        walker.kept = look.kept
+        walker.passed = _passed(traced)
         x = traced.input
         if layer == 0:
             walker.embedding(record, x, decoder=stack == "decoder")
@@ -1170,6 +1159,7 @@ def walkthrough(
             if isinstance(module, EncoderLayer)
             else module.self_attention_residual
         )
+        walker.kind, walker.record = module.self_attention.kind, traced.self_attention
         x = walker.attention(
             "self",
             "self-attention",
@@ -1188,6 +1178,7 @@ def walkthrough(
             reasons = _mask_reasons(
                 cross.mask[row, 0, query].cpu(), trace.source.real_tokens[row].cpu(), None, query
             )
+            walker.kind, walker.record = "cross", cross
             x = walker.attention(
                 "cross",
                 "cross-attention",
@@ -1225,9 +1216,22 @@ def walkthrough(
                     )
                 )
             ),
-            code=code_line(type(module).forward, ("= self.feed_forward_residual(", "return x")),
+            code=CODE[f"output.{stack}"],
         )
     return walk
+
+
+def _passed(traced: LayerTrace) -> dict[str, tuple[Tensor, Tensor]]:
+    """Each sub-layer's ``(B, T, d_model)`` update and the stream after it, as the pass kept them."""
+    passed = {}
+    for prefix, update, after in (
+        ("self", traced.self_attention_update, traced.self_attention_output),
+        ("cross", traced.cross_attention_update, traced.cross_attention_output),
+        ("ff", traced.feed_forward_update, traced.feed_forward_output),
+    ):
+        if update is not None and after is not None:
+            passed[prefix] = (update, after)
+    return passed
 
 
 def _cpu_or_none(tensor: Tensor | None) -> Tensor | None:
