@@ -63,9 +63,12 @@ def test_a_long_text_in_smollm2_draws_overview_window_and_head(
         assert "2,048 tokens" in limit.inner_text()  # said before it is reached
         box.fill(text)
         panel.get_by_role("button", name="Show every head").click()
+        summary = f"{length:,} tokens, 30 layers × 9 heads = 270 heads"
+        # The figures and the summary are separate outputs: a loaded machine may show the
+        # figures a moment before the summary's text.
         _poll(
             page,
-            "overview, head, window and rollout drawn",
+            "overview, head, window, rollout and summary drawn",
             lambda: (
                 not page.locator(BUSY).count()
                 and all(
@@ -77,10 +80,10 @@ def test_a_long_text_in_smollm2_draws_overview_window_and_head(
                         "Attention rollout",
                     )
                 )
+                and summary in panel.inner_text()
             ),
         )
         assert re.search(r"each cell the mean of \d+ × \d+ weights", _titles(panel))
-        assert f"{length:,} tokens, 30 layers × 9 heads = 270 heads" in panel.inner_text()
         page.wait_for_timeout(500)
         # The section's header at the top of the screen: the controls and the overview below it.
         page.get_by_text("Long inputs: every head at once", exact=False).first.evaluate(
