@@ -49,10 +49,11 @@ TEXT = st.one_of(
     st.text(ANY, max_size=80),
     st.text(st.one_of(*CLASSES.values()), max_size=80),
     st.lists(WORDS, max_size=20).map(" ".join),
+    # Repeats, up to 8,000 characters; the reliability matrix sends every endpoint 100,000.
     st.tuples(
         st.text(st.one_of(*CLASSES.values()), min_size=1, max_size=4),
-        st.sampled_from([2, 20, 200, 2_000, 30_000]),
-    ).map(lambda pair: pair[0] * pair[1]),  # repeats, up to 120,000 characters
+        st.sampled_from([2, 20, 200, 2_000]),
+    ).map(lambda pair: pair[0] * pair[1]),
 )
 
 TEXT_ENDPOINTS = {

@@ -2,7 +2,9 @@
 out-of-memory and device errors, broken bundled checkpoints) and the security defaults.
 
 Every bad input must come back as a normal result or as a clear message, with no traceback and
-no file path in it, and the server must go on serving: a cheap request follows every one.
+no file path in it, and the server must go on serving: another session's cheap request is
+answered again and again while the bad inputs arrive, and each sending session is answered
+after its last.
 """
 
 from __future__ import annotations
@@ -246,9 +248,15 @@ def _check(name: str, label: str, args: list, ok: bool, result, out_of_range: bo
     return None
 
 
+@pytest.fixture(scope="module")
+def watchdog(url):
+    """A session of its own that sends a cheap request again and again during each matrix."""
+    return Client(url, verbose=False)
+
+
 @pytest.mark.parametrize("name", list(ENDPOINTS))
 def test_bad_input_gets_a_clear_message_and_the_server_keeps_serving(
-    url, pool, trained_client, name
+    url, pool, trained_client, watchdog, name
 ):
     endpoint = ENDPOINTS[name]
     tally = Tally()
@@ -260,13 +268,36 @@ def test_bad_input_gets_a_clear_message_and_the_server_keeps_serving(
             ok, result = raw_call(url, api, *args) if raw else call(client, api, *args)
             out_of_range = any(isinstance(a, float) and abs(a) >= 1e12 for a in args)
             tally.add(name, _check(name, label, args, ok, result, out_of_range))
-            still_serves(client)  # the server is still up and its queue still moves
+        still_serves(client)  # after its last bad input, this session is still answered
 
     cases = _cases(endpoint)
     clients = [trained_client] if endpoint.trained else pool
-    with ThreadPoolExecutor(len(clients)) as threads:
-        chunks = [cases[i :: len(clients)] for i in range(len(clients))]
-        list(threads.map(run, clients, chunks))
+    done = threading.Event()
+    answered: list[int] = []
+    broken: list[BaseException] = []
+
+    def watch() -> None:
+        # While the bad inputs arrive, another session's cheap request keeps being answered:
+        # the server is up and its queue moves during the matrix, not only after it.
+        try:
+            while not done.is_set():
+                still_serves(watchdog)
+                answered.append(1)
+                done.wait(0.2)
+        except BaseException as error:  # reported by the test's own thread below
+            broken.append(error)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        with ThreadPoolExecutor(len(clients)) as threads:
+            chunks = [cases[i :: len(clients)] for i in range(len(clients))]
+            list(threads.map(run, clients, chunks))
+    finally:
+        done.set()
+        watcher.join()
+    assert not broken, f"a cheap request failed while the bad inputs were sent: {broken[0]!r}"
+    assert answered, "no cheap request was answered while the bad inputs were sent"
     FIGURES[name] = tally.total
     print(f"\n[reliability] {name}: {tally.total} bad inputs, {len(tally.failures)} failures")
     assert not tally.failures, "\n".join(tally.failures)
