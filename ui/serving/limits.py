@@ -55,12 +55,13 @@ MAX_HEADS = 64
 SHARED_VIEW_BYTES = 128 * 1024 * 1024
 SHARED_VIEW_ENTRIES = 512
 # A model pass's cost is estimated as parameters × tokens (ui/serving/costly.py). From
-# COSTLY_PASS_COST (SmolLM2 over about 15 tokens, MiniLM over about 90; no bundled model) an
+# COSTLY_PASS_COST (SmolLM2 over about 440 tokens, some 0.7 s on a 2-core CPU; an 8-billion-
+# parameter model over about 7; never MiniLM or a bundled model) an
 # uncached pass asked for by a cheap event runs in the costly pool, one at a time on a CPU, where
 # at most COSTLY_PASS_CAPACITY requests wait (those running included; one more is told to try
 # again); over MAX_PASS_COST (SmolLM2 over about 3,700 tokens, an 8-billion-parameter model over
 # about 60) a pass is refused. A GPU takes GPU_PASS_SPEEDUP times more before either.
-COSTLY_PASS_COST = 2 * 10**9
+COSTLY_PASS_COST = 6 * 10**10
 MAX_PASS_COST = 5 * 10**11
 GPU_PASS_SPEEDUP = 50.0
 COSTLY_PASS_CAPACITY = 4
