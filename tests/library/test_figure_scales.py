@@ -137,7 +137,7 @@ def weight_bars(figure: go.Figure) -> list[tuple[dict, float]]:
 
 
 def test_every_weight_colour_bar_reads_in_one_unit() -> None:
-    """Item 15: 0..1 in one head, ‰ in the grid and the snapshots: one unit, weights 0..1."""
+    """Once 0..1 in one head and ‰ in the grid and the snapshots: now one unit, weights 0..1."""
     scores, _ = long_attention(5)
     short_scores, short_weights = scores[..., :9, :9], torch.softmax(scores[..., :9, :9], -1)
     mask = torch.ones(1, 1, 9, 9, dtype=torch.bool)
