@@ -99,3 +99,51 @@ def test_a_link_carries_the_long_input_controls(registry: ModelRegistry) -> None
     assert restored.messages == []
     assert restored.view is not None
     assert {k: restored.view["values"][k] for k in values} == values
+
+
+def test_two_callers_asking_for_one_text_share_one_pass(
+    registry: ModelRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pasted text's blur and the click on "Show every head" each ask for its pass: the
+    second waits for the first's result instead of running a second pass beside it; a pass
+    that fails leaves the next caller to run its own."""
+    import threading
+
+    text = TEXT + " while the lamp glows"
+    started, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+    real = scale.long_pass
+
+    def slow_pass(*args, **kwargs):
+        calls.append(1)
+        started.set()
+        assert release.wait(10)
+        if len(calls) == 1:
+            raise RuntimeError("the first pass fails")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scale, "long_pass", slow_pass)
+    results: list[object] = []
+
+    def ask() -> None:
+        try:
+            results.append(scale.reduced_pass(registry, "continue", text, SessionModels())[0])
+        except RuntimeError as error:
+            results.append(error)
+
+    first = threading.Thread(target=ask)
+    first.start()
+    assert started.wait(10)
+    second = threading.Thread(target=ask)
+    second.start()
+    second.join(0.3)
+    assert second.is_alive() and len(calls) == 1  # waiting on the first, not computing
+    release.set()
+    first.join(10)
+    second.join(10)
+    # The first failed; the second then ran its own pass, which the cache now serves.
+    assert len(calls) == 2
+    assert isinstance(results[0], RuntimeError)
+    again = scale.reduced_pass(registry, "continue", text, SessionModels())[0]
+    assert len(calls) == 2 and results[1] is again
+    assert not scale._running

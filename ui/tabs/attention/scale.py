@@ -58,6 +58,8 @@ CAVEAT = (
 
 _cache: OrderedDict[tuple[str, str], LongPass] = OrderedDict()
 _cache_lock = threading.Lock()
+# Passes running now, by the same key: a second caller waits for the first's result.
+_running: dict[tuple[str, str], threading.Event] = {}
 CACHE_PASSES = 2  # a pass of SmolLM2 at 2,000 tokens keeps about 400 MB
 
 
@@ -123,22 +125,43 @@ def reduced_pass(
     pieces = shown_pieces(
         checkpoint.tokenizer, [checkpoint.tokenizer.id_to_token(int(i)) or "?" for i in ids]
     )
-    shared = registry.is_shared(name, checkpoint)
+    if not registry.is_shared(name, checkpoint):
+        return _timed_pass(registry, name, checkpoint, ids), pieces
     key = (registry.menu_name(name), text)
-    if shared:
+    while True:
         with _cache_lock:
             if key in _cache:
                 _cache.move_to_end(key)
                 return _cache[key], pieces
-    started = time.perf_counter()
-    result = long_pass(checkpoint.model, ids, on_layer=_progress.get())
-    _measured(registry.menu_name(name), checkpoint, len(ids), time.perf_counter() - started)
-    if shared:
+            running = _running.get(key)
+            if running is None:
+                done = _running[key] = threading.Event()
+                break
+        # The same pass runs already (a text pasted, then "Show every head": the box's blur and
+        # the click each ask for it): wait for it rather than run a second one beside it, which
+        # on a CPU would slow both. If it fails, the next round runs this caller's own.
+        running.wait()
+    try:
+        result = _timed_pass(registry, name, checkpoint, ids)
         with _cache_lock:
             _cache[key] = result
             while len(_cache) > CACHE_PASSES:
                 _cache.popitem(last=False)
+    finally:
+        with _cache_lock:
+            del _running[key]
+        done.set()
     return result, pieces
+
+
+def _timed_pass(
+    registry: ModelRegistry, name: str, checkpoint: Checkpoint, ids: torch.Tensor
+) -> LongPass:
+    """:func:`long_pass` of ``ids`` (``(T,)``), its time kept for the next estimate."""
+    started = time.perf_counter()
+    result = long_pass(checkpoint.model, ids, on_layer=_progress.get())
+    _measured(registry.menu_name(name), checkpoint, len(ids), time.perf_counter() - started)
+    return result
 
 
 # Where the pass reports the layer it has reached (the page's progress bar), set per call by
