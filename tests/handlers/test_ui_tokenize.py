@@ -330,3 +330,30 @@ def test_a_long_view_draws_its_first_tokens_and_symbols_and_counts_the_rest(
     )
     first_line = replay.split("\n\n")[1 if choice == GPT2 else 0]
     assert first_line.count(" … ") >= 1 and re.search(r"… \d+ more", first_line), first_line
+
+
+def test_building_a_real_vocabulary_has_its_own_limit_and_the_text_keeps_its_own(
+    registry, monkeypatch
+):
+    """Building GPT-4's vocabulary (once per server, seconds on a busy one) is not the text's
+    work: a build longer than the text's limit still answers, and one longer than its own
+    limit is refused with a message that says so."""
+    import time
+
+    from ui.serving import limits
+    from ui.tabs.tokenize import choices
+
+    built = choices.load_real_tokenizer("gpt2")
+    run(registry, "Hello world", GPT2)  # the view's own first-call work, done before timing
+
+    def slow_build(name):
+        time.sleep(0.6)
+        return built
+
+    monkeypatch.setattr(choices, "load_real_tokenizer", slow_build)
+    monkeypatch.setattr(limits, "TOKENIZER_TIME_LIMIT_S", 0.4)
+    line, chips, *_ = run(registry, "Hello world", GPT2)
+    assert [text for text, _ in chips] == ["Hello", " world"]  # GPT-2 reads two pieces
+    monkeypatch.setattr(limits, "TOKENIZER_BUILD_LIMIT_S", 0.2)
+    with pytest.raises(Exception, match="building this tokenizer's vocabulary"):
+        run(registry, "Hello again", GPT2)

@@ -206,3 +206,28 @@ def test_readable_pieces_cover_the_text(loaded, text):
         else:
             assert r.text == expected
         assert byte_level_to_bytes(r.piece) == r.data
+
+
+def test_a_vocabulary_asked_for_while_it_is_being_built_is_built_once() -> None:
+    """A class choosing GPT-4's tokenizer at once: the callers that arrive during the build wait
+    for it and get the same tokenizer; the build runs once."""
+    import threading
+    import time
+
+    from transformer.text.real_tokenizers import _built_once
+
+    builds: list[object] = []
+
+    def build() -> object:
+        time.sleep(0.2)
+        builds.append(object())
+        return builds[-1]
+
+    load = _built_once(build)  # type: ignore[arg-type]
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(load())) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert len(builds) == 1 and got == builds * 6

@@ -20,18 +20,20 @@ on the tokenizers we train:
   (Oniguruma reads ``{1,3}+`` as "one or more of {1,3}"). The tests check the result against
   `tiktoken` itself on random Unicode.
 
-`real_tokenizers()` maps each name to a loader; loaders cache their result (cl100k_base takes
-about a second and a half to build the first time).
+`real_tokenizers()` maps each name to a loader; loaders build once and keep their result
+(cl100k_base takes about a second and a half to build the first time): callers that ask while
+it is being built wait for that build instead of starting their own.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 import tokenizers
@@ -249,23 +251,39 @@ def tiktoken_tokenizer(
     return Tokenizer(backend)
 
 
+def _built_once(build: Callable[[], Tokenizer]) -> Callable[[], Tokenizer]:
+    """``build``, run at the first call and kept; calls made while it runs wait for it (a class
+    choosing GPT-4's tokenizer at once builds it once, not thirty times side by side)."""
+    lock = threading.Lock()
+    built: list[Tokenizer] = []
+
+    @functools.wraps(build)
+    def load() -> Tokenizer:
+        with lock:
+            if not built:
+                built.append(build())
+            return built[0]
+
+    return load
+
+
 # -- the shipped ones ---------------------------------------------------------------------------
 
 
-@cache
+@_built_once
 def load_bert_wordpiece() -> Tokenizer:
     """BERT's uncased WordPiece (all-MiniLM-L6-v2's ``tokenizer.json``): ``[CLS] … [SEP]``
     added by its post-processor when ``add_special_tokens`` is on."""
     return Tokenizer.from_json_str(read_pinned("bert-base-uncased/tokenizer.json"))
 
 
-@cache
+@_built_once
 def load_gpt2() -> Tokenizer:
     """GPT-2's byte-level BPE from ``encoder.json`` and ``vocab.bpe``."""
     return gpt2_tokenizer(read_pinned("gpt2/encoder.json"), read_pinned("gpt2/vocab.bpe"))
 
 
-@cache
+@_built_once
 def load_cl100k_base() -> Tokenizer:
     """GPT-4's cl100k_base from tiktoken's rank file (about 1.5 s to build the first time)."""
     return tiktoken_tokenizer(

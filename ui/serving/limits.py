@@ -24,6 +24,10 @@ UPLOAD_IDLE_S = 900.0
 # work past the limit finishes on its thread (it is known not to run away).
 TOKENIZER_TIME_LIMIT_S = 10.0
 TOKENIZER_WORKERS = 2
+# Building a real vocabulary (GPT-4's cl100k_base: 1.5 s on a quiet 2-core CPU, several times
+# that on a busy one) happens once per server and is not the text's work: it has a limit of
+# its own, and the text's limit starts after it.
+TOKENIZER_BUILD_LIMIT_S = 60.0
 # Each worker process that runs an uploaded tokenizer may map this much memory (GPT-2's
 # tokenizer encoding 20,000 characters maps about 125 MiB) and use this much CPU time a request.
 SANDBOX_MEMORY_BYTES = 1024 * 1024 * 1024

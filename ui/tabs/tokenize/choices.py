@@ -118,10 +118,12 @@ def _pick(
     vocab_size: Any,
     upload: str | None,
     run: Callable[[Callable[[], Tokenizer]], Tokenizer] = _at_once,
+    build: Callable[[Callable[[], Tokenizer]], Tokenizer] = _at_once,
 ) -> tuple[Tokenizer | UploadedFile, str]:
-    """The tokenizer and a note on its vocabulary size (for live-trained ones). The tokenizer
-    work (building a real one, training one live) is done by ``run``, which the handlers give
-    a time limit; a model's tokenizer comes with its model; an upload is returned unread."""
+    """The tokenizer and a note on its vocabulary size (for live-trained ones). Training one
+    live is done by ``run`` and building a real one (once per server) by ``build``, which the
+    handlers give time limits; a model's tokenizer comes with its model; an upload is returned
+    unread."""
     choices = tokenizer_choices(registry)
     if not isinstance(choice, str) or choice not in choices:
         raise InputError(
@@ -134,7 +136,7 @@ def _pick(
     if kind == "model":
         return registry.checkpoint(name, None).tokenizer, ""
     if kind == "real":
-        return run(lambda: load_real_tokenizer(name)), ""
+        return build(lambda: load_real_tokenizer(name)), ""
     if kind == "train":
         size, note = vocab_in_range(name, vocab_size)
         return run(lambda: corpus_tokenizer(name, size)), note

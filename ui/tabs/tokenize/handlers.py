@@ -83,13 +83,16 @@ def _ended(future: Future[Any]) -> None:
         _overdue.discard(future)
 
 
-def bounded(work: Callable[[], Any], deadline: float | None = None) -> Any:
+def bounded(
+    work: Callable[[], Any], deadline: float | None = None, overdue: str | None = None
+) -> Any:
     """``work()`` run on one of the few tokenizer threads and answered by ``deadline`` (a
     ``time.monotonic()`` time; by default ``limits.TOKENIZER_TIME_LIMIT_S`` from now): training
     a tokenizer live or drawing 20,000 characters takes a while, and a request must answer
     (an uploaded file never runs here: a worker process runs it, see `UploadedFile`). Past the deadline the request gets a message; the work cannot be
     stopped, so it finishes on its thread. While every thread holds such overdue work, the
-    request is refused at once with a message (nothing is queued)."""
+    request is refused at once with a message (nothing is queued); ``overdue`` is the message
+    past the deadline (by default: the text took too long)."""
     with _overdue_lock:
         busy = len(_overdue) >= _THREADS
     if busy:
@@ -108,8 +111,9 @@ def bounded(work: Callable[[], Any], deadline: float | None = None) -> Any:
                 _overdue.add(future)
             future.add_done_callback(_ended)  # at once if it has ended meanwhile
         raise InputError(
-            f"the tokenizer took longer than {limits.TOKENIZER_TIME_LIMIT_S:g} s on this text: "
-            "try a shorter text or another tokenizer"
+            overdue
+            or f"the tokenizer took longer than {limits.TOKENIZER_TIME_LIMIT_S:g} s on this "
+            "text: try a shorter text or another tokenizer"
         ) from None
 
 
@@ -141,10 +145,25 @@ def _views(
     def within(work: Callable[[], Tokenizer]) -> Tokenizer:
         return bounded(work, deadline)
 
-    tokenizer, note = _pick(registry, request.choice, vocab, upload, within)
+    def building(work: Callable[[], Tokenizer]) -> Tokenizer:
+        # A real vocabulary is built once per server: its own limit, and the text's starts
+        # after it (the first visitor to choose GPT-4 on a busy server is not refused).
+        nonlocal deadline
+        began = time.monotonic()
+        try:
+            return bounded(
+                work,
+                began + limits.TOKENIZER_BUILD_LIMIT_S,
+                "building this tokenizer's vocabulary is taking longer than "
+                f"{limits.TOKENIZER_BUILD_LIMIT_S:g} s on this busy server: try again in a minute",
+            )
+        finally:
+            deadline += time.monotonic() - began
+
+    tokenizer, note = _pick(registry, request.choice, vocab, upload, within, building)
     other = None
     if compare and compare != "(none)":
-        other = _pick(registry, compare, vocab, upload, within)
+        other = _pick(registry, compare, vocab, upload, within, building)
     # An upload runs in a worker process; this thread only waits on its answer.
     first = _uploaded(tokenizer, text, deadline)
     second = None if other is None else (_uploaded(other[0], text, deadline), other[1])
