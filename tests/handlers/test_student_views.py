@@ -150,3 +150,39 @@ def test_a_link_made_while_chat_is_on_keeps_its_step(demo: gr.Blocks) -> None:
     assert "step=3" in views.link("http://x/", "generate", *values, state)
     state.chat = False  # the switch off: the box's own prompt is not what was decoded
     assert "step=" not in views.link("http://x/", "generate", *values, state)
+
+
+def test_the_pages_own_events_read_a_number_out_of_range_as_the_sliders_edge(
+    demo: gr.Blocks,
+) -> None:
+    """9 typed in a 1..4 Head box, read by an event of the page before Enter moved it into
+    range (a link's view settling on a busy server), was refused with an error toast over a
+    view that was fine; the page's events now read the edge, while an API caller is still told
+    what the control takes."""
+    import asyncio
+
+    from gradio.state_holder import SessionState
+
+    head = demo.views.labels["Attention"].controls["head"]
+    over = head.maximum + 5
+
+    def reading_head(visibility: str) -> Any:
+        return next(
+            f
+            for f in demo.fns.values()
+            if f.api_visibility == visibility and any(c._id == head._id for c in f.inputs)
+        )
+
+    def values(function: Any) -> list[Any]:
+        return [
+            over if c._id == head._id else copy.deepcopy(getattr(c, "value", None))
+            for c in function.inputs
+        ]
+
+    private = reading_head("private")
+    read = asyncio.run(demo.preprocess_data(private, values(private), SessionState(demo)))
+    position = next(i for i, c in enumerate(private.inputs) if c._id == head._id)
+    assert read[position] == head.maximum
+    public = reading_head("public")
+    with pytest.raises(gr.Error, match="above the largest value"):
+        asyncio.run(demo.preprocess_data(public, values(public), SessionState(demo)))

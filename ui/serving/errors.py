@@ -22,6 +22,7 @@ import functools
 import html
 import inspect
 import logging
+import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -313,15 +314,51 @@ def _not_text(block_fn: Any, inputs: Any) -> str | None:
     return None
 
 
+def sliders_in_range(block_fn: Any, inputs: Any, state: Any) -> Any:
+    """``inputs`` with every slider's number moved into the slider's range (this session's
+    range, where a refit narrowed it), for the page's own events (private ones): else
+    ``inputs`` as they are.
+
+    A student who types 9 in a 1..4 Head box has it moved to 4 by the page when they press
+    Enter or leave the box (``ui/serving/sliders.py``); an event of the page that reads the box
+    meanwhile (a link's view settling, a first view drawn late on a busy server) read the 9, and
+    gradio refused it with an error toast over a view that was fine. An API caller's number is
+    still refused by name: it is told what the control takes."""
+    if getattr(block_fn, "api_visibility", "public") != "private" or not isinstance(inputs, list):
+        return inputs
+    moved = list(inputs)
+    for i, component in enumerate(getattr(block_fn, "inputs", [])[: len(moved)]):
+        value = moved[i]
+        if not isinstance(component, gr.Slider) or isinstance(value, bool):
+            continue
+        if not isinstance(value, int | float) or math.isnan(value):
+            continue
+        if state is not None and component._id in state:
+            component = state[component._id]  # this session's range
+        low, high = component.minimum, component.maximum
+        if low is not None and value < low:
+            moved[i] = low
+        elif high is not None and value > high:
+            moved[i] = high
+    return moved
+
+
 def guard_preprocessing(demo: gr.Blocks) -> None:
     """Make gradio's own refusals of a value (a choice not offered, a number out of a slider's
     range, a value of the wrong type) short messages without a traceback in the server log or
-    the Python error's text in the answer: one log line each."""
+    the Python error's text in the answer: one log line each. The page's own events have a
+    slider's number moved into its range first (:func:`sliders_in_range`)."""
     original = demo.preprocess_data
 
     async def preprocess_data(*args: Any, **kwargs: Any) -> Any:
         block_fn = args[0] if args else kwargs.get("block_fn")
         inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
+        state = args[2] if len(args) > 2 else kwargs.get("state")
+        inputs = sliders_in_range(block_fn, inputs, state)
+        if len(args) > 1:
+            args = (args[0], inputs, *args[2:])
+        elif "inputs" in kwargs:
+            kwargs["inputs"] = inputs
         refused = _not_text(block_fn, inputs)
         if refused is not None:
             log.info("input refused before the handler: %s", refused)
