@@ -365,10 +365,10 @@ LLAMA_CODE = {
     "angles": "positions.float()[..., None]",
     "q_rotated": "rotate_half(x) * sin",
     "k_rotated": "rotate_half(x) * sin",
-    "gate_in": "self.w_gate(x)",
-    "activation": "self.activation(self.w_gate(x))",
-    "up": "self.w_up(x)",
-    "product": "self.activation(self.w_gate(x)) * self.w_up(x)",
+    "gate_in": "gate = self.w_gate(x)",
+    "activation": "self.activation(gate) if grad",
+    "up": "up = self.w_up(x)",
+    "product": "gate * up if grad",
 }
 LLAMA_CODE_BY_KEY = {"ff.project": "w_down("}
 

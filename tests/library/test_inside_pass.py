@@ -15,7 +15,8 @@ from conftest import family_folder, tiny_llama
 from family_checks import FAMILIES
 
 from transformer import Capture, load_pretrained
-from transformer.core.run import LookInside
+from transformer.core.modern import RMSNorm
+from transformer.core.run import PLAIN, LookInside, Run
 from transformer.lab.inside import query_positions, walkthrough
 from transformer.lab.inspection import analyse
 from transformer.training.bundled import load_bundled
@@ -126,20 +127,44 @@ def test_looking_inside_keeps_one_layer_and_changes_no_output(tmp_path: Path) ->
         )
     assert torch.equal(looked.final, plain.final)
     assert torch.equal(fast_looked, fast)  # the fast path computes the same with a look inside
-    assert set(look.kept) == {
-        ("decoder_self", n) for n in ("queries", "keys", "values", "heads", "output")
-    }
+    layer = model.decoder.layers[1]
+    attention, ff = layer.self_attention, layer.feed_forward
+    attention_norm = layer.self_attention_residual.norm
+    ff_norm = layer.feed_forward_residual.norm
+    # Layer 1's modules, each its own names, and nothing of layer 0's or the final norm's.
+    assert set(look.kept) == (
+        {(attention, n) for n in ("queries", "keys", "values", "heads", "output")}
+        | {(norm, n) for norm in (attention_norm, ff_norm) for n in ("input", "output")}
+        | {(ff, n) for n in ("gate_in", "gate", "up", "units")}
+    )
     config = model.config
     d_head = config.d_model // config.n_heads
-    assert look.kept[("decoder_self", "keys")].shape == (1, config.kv_heads, 6, d_head)
-    assert look.kept[("decoder_self", "heads")].shape == (1, config.n_heads, 6, d_head)
+    assert look.get(attention, "keys").shape == (1, config.kv_heads, 6, d_head)
+    assert look.get(attention, "heads").shape == (1, config.n_heads, 6, d_head)
     # Without an output norm the attention's output is the update the layer added.
-    assert torch.equal(
-        look.kept[("decoder_self", "output")], plain.decoder_layers[1].self_attention_update
-    )
+    assert torch.equal(look.get(attention, "output"), plain.decoder_layers[1].self_attention_update)
     # Layer 1's values, written out independently from its input: W_V of the normed stream.
-    layer = model.decoder.layers[1]
     normed = layer.self_attention_residual.norm(plain.decoder_layers[1].input)
     values = torch.nn.functional.linear(normed, layer.self_attention.w_v.weight)
     expected = values.view(1, 6, config.kv_heads, d_head).transpose(1, 2)
-    torch.testing.assert_close(look.kept[("decoder_self", "values")], expected)
+    torch.testing.assert_close(look.get(attention, "values"), expected)
+
+
+def test_only_the_run_a_looked_at_layer_hands_on_keeps_anything() -> None:
+    look = LookInside("decoder", 1)
+    run = Run(capture=Capture(inside=look))
+    norm = RMSNorm(4)
+    x = torch.randn(1, 3, 4)
+    run.note(norm, input=x)  # the pass outside any layer (embedding, final norm)
+    assert run.within("decoder", 0) is run and run.within("encoder", 1) is run
+    run.within("decoder", 0).note(norm, input=x)
+    assert look.kept == {}
+    assert PLAIN.within("decoder", 1) is PLAIN  # a pass that looks nowhere: the same run
+    inside = run.within("decoder", 1)
+    assert inside.looking and inside.kept is run.kept and inside.ops is run.ops
+    norm(x, inside)
+    kept = look.get(norm, "output")
+    assert torch.equal(kept, x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.eps))
+    assert torch.equal(look.get(norm, "input"), x) and look.get(norm, "input") is not x  # a copy
+    with pytest.raises(KeyError, match=r"kept no 'units'.*'input', 'output'"):
+        look.get(norm, "units")

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
+    from .modern import RMSNorm
     from .run import Run
 
 
@@ -31,8 +32,9 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: Tensor, run: Run | None = None) -> Tensor:
         """``(..., d_model)`` → ``(..., d_model)``: :meth:`normalise`, or the norm of ``run``'s
-        operations where a pass swaps it (``run.ops.layer_norm``)."""
-        return self.normalise(x) if run is None else run.ops.layer_norm(self, x)
+        operations where a pass swaps it (``run.ops.layer_norm``); ``run`` keeps ``x`` and the
+        output where Inside a layer looks at this norm's layer."""
+        return self.normalise(x) if run is None else normalise_in(run, self, x)
 
     def normalise(self, x: Tensor) -> Tensor:
         """``(..., d_model)`` → ``(..., d_model)``, fused (equal to :meth:`explicit`)."""
@@ -43,6 +45,19 @@ class LayerNorm(nn.Module):
         mean = x.mean(dim=-1, keepdim=True)
         var = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # biased variance
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+
+
+def normalise_in(run: Run, norm: LayerNorm | RMSNorm, x: Tensor) -> Tensor:
+    """``norm`` of the ``(..., d)`` ``x`` as ``run`` computes it (``run.ops.layer_norm``: the
+    paper's, or a what-if's), its input and output noted for Inside a layer (:meth:`Run.note`:
+    only where the run looks inside the norm's layer)."""
+    out = run.ops.layer_norm(norm, x)
+    run.note(norm, input=x, output=out)
+    return out
+
+
+def keep_nothing(module: nn.Module, **tensors: Tensor) -> None:
+    """What a module notes for Inside a layer where it was called without a run: nothing."""
 
 
 class Dropout(nn.Dropout):
@@ -103,6 +118,16 @@ class PositionwiseFeedForward(nn.Module):
             raise ValueError(f"activation must be one of {sorted(ACTIVATION_FUNCTIONS)}")
         self.activation = ACTIVATION_FUNCTIONS[activation]
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, run: Run | None = None) -> Tensor:
         """``(B, T, d_model)`` → ``(B, T, d_model)``."""
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+        return self.linear2(self.dropout(self.units(x, run)))
+
+    def units(self, x: Tensor, run: Run | None = None) -> Tensor:
+        """The hidden units after the activation, ``act(x W1 + b1)``: ``(B, T, d_model)`` →
+        ``(B, T, d_ff)``. ``run`` keeps them before (``"hidden"``) and after (``"activated"``)
+        the activation where Inside a layer looks at this layer."""
+        note = keep_nothing if run is None else run.note
+        hidden = self.linear1(x)  # (B, T, d_ff)
+        activated = self.activation(hidden)
+        note(self, hidden=hidden, activated=activated)
+        return activated

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from .layers import ACTIVATION_FUNCTIONS, Dropout, activate_in_place
+from .layers import ACTIVATION_FUNCTIONS, Dropout, activate_in_place, keep_nothing, normalise_in
 
 if TYPE_CHECKING:
     from .run import Run
@@ -47,8 +47,9 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor, run: Run | None = None) -> Tensor:
         """``(..., d_model)`` → ``(..., d_model)``: :meth:`normalise`, or the norm of ``run``'s
-        operations where a pass swaps it (``run.ops.layer_norm``)."""
-        return self.normalise(x) if run is None else run.ops.layer_norm(self, x)
+        operations where a pass swaps it (``run.ops.layer_norm``); ``run`` keeps ``x`` and the
+        output where Inside a layer looks at this norm's layer."""
+        return self.normalise(x) if run is None else normalise_in(run, self, x)
 
     def normalise(self, x: Tensor) -> Tensor:
         """``(..., d_model)`` → ``(..., d_model)``: ``w · x / sqrt(mean(x²) + eps)``."""
@@ -95,14 +96,27 @@ class GatedFeedForward(nn.Module):
         up = self.w_up(x)
         return gate, up, gate * up
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, run: Run | None = None) -> Tensor:
         """``(B, T, d_model)`` → ``(B, T, d_model)``."""
-        if torch.is_grad_enabled():
-            return self.w_down(self.dropout(self.activation(self.w_gate(x)) * self.w_up(x)))
+        return self.w_down(self.dropout(self.units(x, run)))
+
+    def units(self, x: Tensor, run: Run | None = None) -> Tensor:
+        """The unit activity ``act(W_gate x) ⊙ W_up x``: ``(B, T, d_model)`` → ``(B, T,
+        d_ff)``. ``run`` keeps the gate before (``"gate_in"``) and after (``"gate"``) its
+        activation, ``"up"`` and the product (``"units"``) where Inside a layer looks at this
+        layer."""
+        note = keep_nothing if run is None else run.note
+        gate = self.w_gate(x)  # (B, T, d_ff)
+        note(self, gate_in=gate)  # (a copy: inference writes over the gate's buffer next)
         # Inference (no gradient): the same numbers, each written over the gate's own (B, T,
         # d_ff) buffer instead of a new one (SmolLM2 at 512 tokens: 6 MB a layer).
-        gated = activate_in_place(self.activation, self.w_gate(x)).mul_(self.w_up(x))
-        return self.w_down(self.dropout(gated))
+        grad = torch.is_grad_enabled()
+        gate = self.activation(gate) if grad else activate_in_place(self.activation, gate)
+        up = self.w_up(x)
+        note(self, gate=gate, up=up)
+        units = gate * up if grad else gate.mul_(up)
+        note(self, units=units)
+        return units
 
 
 def kv_head_of(n_heads: int, n_kv_heads: int) -> list[int]:

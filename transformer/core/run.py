@@ -16,7 +16,7 @@ from it at the end (:mod:`transformer.core.stacks`): the recording stands beside
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
@@ -30,26 +30,43 @@ if TYPE_CHECKING:
 
 @dataclass
 class LookInside:
-    """What one layer's attentions computed besides their probe, kept for Inside a layer.
+    """What one layer's modules computed on their way, kept for Inside a layer.
 
     ``stack`` (``"encoder"`` or ``"decoder"``) and ``layer`` (from 0) name the layer; a pass
-    whose :class:`Capture` carries this object fills ``kept``, keyed by the attention's kind
-    and a name: what the attention attends with, ``"queries"`` ``(B, H, Tq, d_head)`` and
-    ``"keys"`` ``(B, H_kv, Tk, d_head)`` (projected, QK-normed and rotated where the model does
-    so, not yet scaled: before the rotation they are in the trace's rotary pair), ``"values"``
-    ``(B, H_kv, Tk, d_head)`` (before any expansion to the query
-    heads), ``"heads"`` ``(B, H, Tq, d_head)`` (each head's weighted values) and ``"output"``
-    ``(B, Tq, d_model)`` (after W_O). Make one per call.
+    whose :class:`Capture` carries this object fills ``kept``, keyed by the module that computed
+    a tensor and a name (:meth:`Run.note`), with copies of what that layer's modules computed
+    and of nothing else:
+
+    - each attention: what it attends with, ``"queries"`` ``(B, H, Tq, d_head)`` and ``"keys"``
+      ``(B, H_kv, Tk, d_head)`` (projected, QK-normed and rotated where the model does so, not
+      yet scaled: before the rotation they are in the trace's rotary pair), ``"values"`` ``(B,
+      H_kv, Tk, d_head)`` (before any expansion to the query heads), ``"heads"`` ``(B, H, Tq,
+      d_head)`` (each head's weighted values) and ``"output"`` ``(B, Tq, d_model)`` (after W_O);
+    - each norm (:class:`~transformer.core.layers.LayerNorm`,
+      :class:`~transformer.core.modern.RMSNorm`: a residual's, a QK-norm): its ``"input"`` and
+      ``"output"``, of the shape it normalises (a QK-norm's input is q or k before the norm);
+    - the position-wise feed-forward: ``"hidden"`` ``x·W₁ + b₁`` and ``"activated"`` (after the
+      activation), each ``(B, T, d_ff)``; the gated one: ``"gate_in"`` ``x·W_gate``, ``"gate"``
+      (activated), ``"up"`` ``x·W_up`` and ``"units"`` (gate ⊙ up), each ``(B, T, d_ff)``.
+
+    A pass without one keeps none of these. Make one per call.
     """
 
     stack: str
     layer: int
-    kept: dict[tuple[AttentionKind, str], Tensor] = field(default_factory=dict)
+    kept: dict[tuple[Any, str], Tensor] = field(default_factory=dict)
 
-    def wants(self, kind: AttentionKind | None, layer: int) -> bool:
-        """Whether an attention of ``kind`` in ``layer`` belongs to the layer looked into."""
-        stack = "encoder" if kind == "encoder_self" else "decoder"
-        return kind is not None and stack == self.stack and layer == self.layer
+    def get(self, module: Any, name: str) -> Tensor:
+        """What ``module`` kept as ``name``; ``KeyError`` naming what it kept, where it kept
+        none (a module of another layer, or a pass that did not look inside)."""
+        try:
+            return self.kept[(module, name)]
+        except KeyError:
+            names = sorted(n for m, n in self.kept if m is module)
+            raise KeyError(
+                f"{type(module).__name__} kept no {name!r} in {self.stack} layer {self.layer} "
+                f"(it kept {names or 'nothing'})"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -68,8 +85,10 @@ class Capture:
             can reduce each layer's ``(B, H, Tq, Tk)`` weights (to statistics, one head) before
             the next layer computes its own; the pass then writes attention out even without a
             trace. ``None``: nobody observes.
-        inside: one layer whose attentions also keep their values, heads and output
-            (:class:`LookInside`), so that Inside a layer shows the pass's own numbers.
+        inside: one layer whose modules also keep what they computed on their way (its
+            attentions' values, heads and output, its norms' inputs and outputs, its
+            feed-forward's hidden units: :class:`LookInside`), so that Inside a layer shows the
+            pass's own numbers.
     """
 
     trace: bool = True
@@ -89,11 +108,14 @@ class Run:
     ``kept`` holds, while a traced pass runs, what each attention (its probe and the mask it
     read) and each residual connection (the update it added, the stream after it) left for its
     layer's record, keyed by the module; a layer takes its entries out when it builds its record.
+    ``looking``: this is the run a layer hands its modules where the capture looks inside that
+    layer (:meth:`within`); only there does :meth:`note` keep anything.
     """
 
     ops: Operations = PAPER
     capture: Capture = NO_CAPTURE
     kept: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    looking: bool = False
 
     @property
     def traced(self) -> bool:
@@ -119,13 +141,25 @@ class Run:
         if self.capture.trace:
             self.kept[module] = what
 
-    def note(self, attention: MultiHeadAttention, **tensors: Tensor) -> None:
-        """Keep each of ``tensors`` by its name where this pass looks inside ``attention``'s
-        layer (a copy: the pass may go on to write into its own buffers)."""
+    def within(self, stack: str, layer: int) -> Run:
+        """The run ``stack``'s layer ``layer`` hands its modules: this one, or where the
+        capture looks inside that layer (:class:`LookInside`) the same run marked
+        :attr:`looking` (its operations, capture and kept records shared)."""
         inside = self.capture.inside
-        if inside is not None and inside.wants(attention.kind, attention.layer):
-            for name, tensor in tensors.items():
-                inside.kept[(attention.kind, name)] = tensor.detach().clone()  # type: ignore[index]
+        if inside is None or inside.stack != stack or inside.layer != layer:
+            return self
+        return replace(self, looking=True)
+
+    def note(self, module: Any, **tensors: Tensor) -> None:
+        """Keep each of ``tensors`` by ``module`` and its name where this pass looks inside the
+        module's layer (:meth:`within`; a copy: the pass may go on to write into its own
+        buffers); else nothing."""
+        if not self.looking:
+            return
+        inside = self.capture.inside
+        assert inside is not None  # only a run that looks inside is marked looking
+        for name, tensor in tensors.items():
+            inside.kept[(module, name)] = tensor.detach().clone()
 
     def probe(self, attention: MultiHeadAttention) -> AttentionProbe | None:
         """The probe ``attention`` kept in this traced run (``None`` if it kept none)."""

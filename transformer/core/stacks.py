@@ -232,9 +232,10 @@ class EncoderLayer(nn.Module):
         """``(B, T, d_model)`` → ``(B, T, d_model)``, and the layer's record where ``run`` is
         traced; ``mask`` broadcasts to ``(B, H, T, T)``. Each sub-layer inside its residual
         connection (:class:`Residual`: ``x = x + Sublayer(LayerNorm(x))`` in pre-LN)."""
+        run = run.within("encoder", self.index)  # marked where Inside a layer looks here
         layer_input = x
         x = self.attention_residual(x, lambda h: self.self_attention(h, h, mask, run=run), run)
-        x = self.feed_forward_residual(x, lambda h: self.feed_forward(h), run)
+        x = self.feed_forward_residual(x, lambda h: self.feed_forward(h, run), run)
         return x, _layer_trace(run, self, layer_input, x)
 
 
@@ -296,6 +297,7 @@ class DecoderLayer(nn.Module):
         mask, which broadcasts to ``(B, H, Tq, Ts)`` (source padding). Each sub-layer inside
         its residual connection (:class:`Residual`: ``x = x + Sublayer(LayerNorm(x))`` in pre-LN).
         """
+        run = run.within("decoder", self.index)  # marked where Inside a layer looks here
         self_cache = cache.self_attention if cache is not None else None
         offset = self_cache.length if self_cache is not None else 0  # positions before x
         mask = self._window_mask(self_mask, offset, x.size(1), self_cache)
@@ -308,7 +310,7 @@ class DecoderLayer(nn.Module):
         # GPT-NeoX's parallel residual: x = x + Attention(LN₁(x)) + FeedForward(LN₂(x)), the
         # feed-forward reading the layer's input, not the stream after attention.
         reads = layer_input if self.parallel else None
-        x = self.feed_forward_residual(x, lambda h: self.feed_forward(h), run, reads)
+        x = self.feed_forward_residual(x, lambda h: self.feed_forward(h, run), run, reads)
         return x, _layer_trace(run, self, layer_input, x, offset)
 
     def _cross_attend(

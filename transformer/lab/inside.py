@@ -6,13 +6,15 @@ the formula, the tensor's shape as the model computes it, the values, a short ex
 the line of ``transformer/`` that computes it.
 
 The numbers come from the pass itself: the walkthrough runs the model on the analysis's tokens
-with ``Capture(inside=LookInside(stack, layer))``, so the attention of that one layer keeps its
-queries, keys, values, each head's output and its projection, and the trace keeps its rotated
-queries and keys, scores, weights and every sub-layer's update and output. Inside a layer reads
-those; what it computes itself is only an explanatory split of them (the unscaled q·k before
-÷√d_k, the exp before the normalisation, the −∞ of masked scores, the rotation angles) or a
-step the pass does not keep (a norm's output, the feed-forward's hidden units), computed by the
-model's own modules from the pass's tensors. The cited line is a line of the function that
+with ``Capture(inside=LookInside(stack, layer))``, so the modules of that one layer keep what
+they computed on their way (its attentions' queries, keys, values, each head's output and its
+projection; each norm's input and output, the QK-norms' too; the feed-forward's hidden units,
+before and after the activation, and a gated one's gate, up projection and product), and the
+trace keeps its rotated queries and keys, scores, weights and every sub-layer's update and
+output. Inside a layer reads those and calls none of the model's modules: what it computes
+itself is only an explanatory split of them (the unscaled q·k before ÷√d_k, the exp before the
+normalisation, the −∞ of masked scores, the rotation angles, a norm's mean and spread, the
+concatenation of the heads). The cited line is a line of the function that
 computes the step, found by the shape of its code (:mod:`transformer.lab.inside_citations`): an
 edit elsewhere in a file does not move it, and an edit that removes it fails at import.
 ``inside_layer(model, tokenizer, text, ...)`` does the analysis of one sentence first::
@@ -184,9 +186,9 @@ class _Walker:
         self.b, self.i, self.h = walk.row, walk.query, walk.head
         self.d_head = walk.config.d_head
         self.offset = 0  # the position of the stack's first token (rotary angles)
-        # What the pass kept of this layer's attentions (LookInside), and the one being shown.
-        self.kept: dict[tuple[Any, str], Tensor] = {}
-        self.kind: Any = None
+        # What the pass kept of this layer's modules (LookInside), the attention being shown.
+        self.look = LookInside(walk.stack, walk.layer)
+        self.module: MultiHeadAttention | None = None
         self.record: AttentionRecord | None = None
         # Per sub-layer ("self", "cross", "ff"): the pass's (B, T, d_model) update and the
         # stream after it (LayerTrace), so the residual steps show the pass's own sums.
@@ -194,7 +196,17 @@ class _Walker:
 
     def captured(self, name: str) -> Tensor:
         """What the pass computed as ``name`` in the attention being shown."""
-        return self.kept[(self.kind, name)]
+        return self.look.get(self.module, name)
+
+    def normed(self, norm: LayerNorm | RMSNorm) -> tuple[Tensor, Tensor]:
+        """What ``norm`` read and wrote in the pass, each ``(B, T, d_model)``."""
+        return self.look.get(norm, "input"), self.look.get(norm, "output")
+
+    def sublayer_output(self, prefix: str, residual: Residual) -> Tensor:
+        """The ``(B, T, d_model)`` output of sub-layer ``prefix`` as the pass computed it,
+        before any norm of it (OLMo 2's, Gemma's): else the update the residual added."""
+        norm = residual.norm if residual.output_norm else residual.post_norm
+        return self.passed[prefix][0] if norm is None else self.look.get(norm, "input")
 
     def add(
         self,
@@ -296,13 +308,14 @@ class _Walker:
             code=code,
         )
         if norm is not None:
-            normed = norm(total)
+            # The norm's output is the layer's input: the embedding dropout that follows it
+            # returns its input itself at inference.
             self.add(
                 "embedding.norm",
                 "input",
                 "embedding LayerNorm",
                 f"{formula[4:]} → LayerNorm",
-                full=normed,
+                full=x,
                 explanation=_norm_explanation(total[b, i], norm),
                 code=CODE["embedding.norm"],
             )
@@ -348,31 +361,28 @@ class _Walker:
         b, i, h, dh = self.b, self.i, self.h, self.d_head
         pre = residual.pre_norm
         token = self.walk.query_labels[i]
-        hs = residual.norm(x) if pre else x  # what the sub-layer reads
         if pre and isinstance(residual.norm, RMSNorm):
             self.rms_norm(
                 f"{prefix}.norm_in",
                 section,
-                x,
-                hs,
                 residual.norm,
                 "A pre-norm model normalises what a sub-layer reads and adds the sub-layer's "
                 "output to the un-normalised stream. ",
             )
         elif pre:
+            read, normed = self.normed(residual.norm)  # the stream x, what the sub-layer reads
             self.add(
                 f"{prefix}.norm_in",
                 section,
                 "LayerNorm first (pre-LN)",
                 "LN(x) = γ·(x − μ)/√(σ² + ε) + β",
-                full=hs,
+                full=normed,
                 explanation="A pre-LN model normalises what a sub-layer reads and adds the "
                 "sub-layer's output to the un-normalised stream. "
-                + _norm_explanation(x[b, i], residual.norm),
+                + _norm_explanation(read[b, i], residual.norm),
                 code=CODE["residual.norm_in"],
             )
-        source = hs if memory is None else memory
-        q, k, _ = self.qkv(prefix, section, module, hs, source, memory, key_labels)
+        q, k, _ = self.qkv(prefix, section, module, memory, key_labels)
 
         cols = f"columns {h * dh}…{(h + 1) * dh - 1}"
         record = self.record
@@ -540,8 +550,6 @@ class _Walker:
         prefix: str,
         section: str,
         module: MultiHeadAttention,
-        hs: Tensor,
-        source: Tensor,
         memory: Tensor | None,
         key_labels: list[str],
     ) -> tuple[Tensor, Tensor, Tensor]:
@@ -558,9 +566,11 @@ class _Walker:
         rotated = self.record.rotary if self.record is not None else None
         if rotated is not None:  # the pass attended with them rotated; the pair has them before
             q, k = rotated.queries_before, rotated.keys_before
-        if module.q_norm is not None:  # the q and K steps show them before the norm
-            q = operations.split_heads(module.w_q(hs), n_heads)  # (B, H, Tq, d_head)
-            k = operations.split_heads(module.w_k(source), n_kv)  # (B, H_kv, Tk, d_head)
+        if module.q_norm is not None and module.k_norm is not None:  # shown before the norm
+            q, k = self.look.get(module.q_norm, "input"), self.look.get(module.k_norm, "input")
+            if module.qk_norm == "projection":  # normed whole, then split into heads
+                q = operations.split_heads(q, n_heads)  # (B, H, Tq, d_head)
+                k = operations.split_heads(k, n_kv)  # (B, H_kv, Tk, d_head)
         bias = {
             name: f" + b_{name[-1].upper()}" if getattr(module, name).bias is not None else ""
             for name in ("w_q", "w_k", "w_v")
@@ -582,7 +592,7 @@ class _Walker:
             f"{n_heads} {'heads' if paper else 'query heads'} of d_head = {dh}.",
             code=CODE["attention.q"],
         )
-        q, k = self.qk_norm(prefix, section, module, hs, source, q, k)
+        q, k = self.qk_norm(prefix, section, module, q, k)
         if module.q_norm is not None:
             before = " (QK-normed" + (", before rotation)" if module.rotary is not None else ")")
         kv = self._kv_texts(module, g, memory, paper)
@@ -614,8 +624,6 @@ class _Walker:
         prefix: str,
         section: str,
         module: MultiHeadAttention,
-        hs: Tensor,
-        source: Tensor,
         q: Tensor,
         k: Tensor,
     ) -> tuple[Tensor, Tensor]:
@@ -716,10 +724,10 @@ class _Walker:
             + (f", shared by query heads {', '.join(group)}." if grouped else "."),
         }
 
-    def rms_norm(
-        self, key: str, section: str, x: Tensor, hs: Tensor, norm: RMSNorm, lead: str
-    ) -> None:
-        """The RMSNorm step before a sub-layer of a pre-norm model (``hs = norm(x)``)."""
+    def rms_norm(self, key: str, section: str, norm: RMSNorm, lead: str) -> None:
+        """The RMSNorm step before a sub-layer of a pre-norm model: what ``norm`` wrote, from
+        the stream it read."""
+        x, hs = self.normed(norm)
         gain = "(1 + w)" if norm.offset else "w"
         self.add(
             key,
@@ -818,8 +826,8 @@ class _Walker:
         b, i = self.b, self.i
         summed = residual.pre_norm or residual.output_norm
         after = self.passed[prefix][1]  # the pass's stream after this sub-layer
-        # Post-LN: the sum the pass normalised, x + update as the residual computes it.
-        added = after if summed else x + update
+        # Post-LN: the sum the pass normalised, x + update, as its norm read it.
+        added = after if summed else self.look.get(residual.norm, "input")
         self.add(
             f"{prefix}.residual",
             section,
@@ -866,23 +874,27 @@ class _Walker:
             x_read = reads
         else:
             x_read = x
-        hs = residual.norm(x_read) if residual.pre_norm else x_read  # what the sub-layer reads
         if residual.pre_norm and isinstance(residual.norm, RMSNorm):
-            self.rms_norm("ff.norm_in", section, x_read, hs, residual.norm, lead)
+            self.rms_norm("ff.norm_in", section, residual.norm, lead)
         elif residual.pre_norm:
+            read, normed = self.normed(residual.norm)  # x_read, what the sub-layer reads
             self.add(
                 "ff.norm_in",
                 section,
                 "LayerNorm first (pre-LN)",
                 "LN(x) = γ·(x − μ)/√(σ² + ε) + β",
-                full=hs,
-                explanation=lead + _norm_explanation(x_read[b, i], residual.norm),
+                full=normed,
+                explanation=lead + _norm_explanation(read[b, i], residual.norm),
                 code=CODE["residual.norm_in"],
             )
+        d_model = x_read.size(-1)
         if isinstance(ff, GatedFeedForward):
-            update = self.output_norm("ff", section, residual, self.gated(ff, hs), "FFN")
+            d_ff = self.gated(ff, d_model)
+            update = self.sublayer_output("ff", residual)  # W_down's output, as the pass's
+            self.ff_project("·W_down", "FFN(x) = a·W_down", update, d_ff, CODE["gated.project"])
+            update = self.output_norm("ff", section, residual, update, "FFN")
             return self.residual("ff", section, residual, x, update, "FFN")
-        hidden = ff.linear1(hs)  # (B, T, d_ff)
+        hidden = self.look.get(ff, "hidden")  # (B, T, d_ff): x·W₁ + b₁, as the pass's
         d_ff = hidden.size(-1)
         self.add(
             "ff.hidden",
@@ -891,25 +903,32 @@ class _Walker:
             "u = x·W₁ + b₁",
             full=hidden,
             dims="B, T, d_ff",
-            explanation=f"Widened from d_model = {hs.size(-1)} to d_ff = {d_ff} hidden units, "
+            explanation=f"Widened from d_model = {d_model} to d_ff = {d_ff} hidden units, "
             "each token on its own.",
             code=CODE["ff.hidden"],
         )
-        activated = ff.activation(hidden)
+        activated = self.look.get(ff, "activated")  # act(u), as the pass's
         self.activation(hidden, activated, gate=False, code=CODE["ff.activation"])
-        update = ff.linear2(activated)
+        update = self.sublayer_output("ff", residual)  # W₂'s output, as the pass's
+        self.ff_project("·W₂ + b₂", "FFN(x) = act(u)·W₂ + b₂", update, d_ff, CODE["ff.project"])
+        update = self.output_norm("ff", section, residual, update, "FFN")
+        return self.residual("ff", section, residual, x, update, "FFN")
+
+    def ff_project(
+        self, name: str, formula: str, update: Tensor, d_ff: int, code: CodeLine
+    ) -> None:
+        """The feed-forward's last projection, from ``d_ff`` units back to the ``(B, T,
+        d_model)`` ``update``."""
         self.add(
             "ff.project",
-            section,
-            "·W₂ + b₂",
-            "FFN(x) = act(u)·W₂ + b₂",
+            "feed-forward",
+            name,
+            formula,
             full=update,
             explanation=f"Back from {d_ff} to d_model = {update.size(-1)}: what the "
             "feed-forward network adds to the stream.",
-            code=CODE["ff.project"],
+            code=code,
         )
-        update = self.output_norm("ff", section, residual, update, "FFN")
-        return self.residual("ff", section, residual, x, update, "FFN")
 
     def activation(self, pre: Tensor, post: Tensor, gate: bool, code: CodeLine) -> str:
         """The activation step, ``post = act(pre)`` (both ``(B, T, d_ff)``), greying the units
@@ -948,12 +967,13 @@ class _Walker:
         )
         return formula
 
-    def gated(self, ff: GatedFeedForward, hs: Tensor) -> Tensor:
-        """The gated feed-forward's steps (SwiGLU with SiLU); returns ``(B, T, d_model)``."""
+    def gated(self, ff: GatedFeedForward, d_model: int) -> int:
+        """The gated feed-forward's steps up to the unit activity (SwiGLU with SiLU), each the
+        pass's own ``(B, T, d_ff)`` tensor; returns d_ff."""
         b, i = self.b, self.i
         section = "feed-forward"
-        pre_gate = ff.w_gate(hs)  # (B, T, d_ff)
-        up = ff.w_up(hs)
+        pre_gate = self.look.get(ff, "gate_in")  # (B, T, d_ff)
+        up = self.look.get(ff, "up")
         d_ff = up.size(-1)
         self.add(
             "ff.gate_in",
@@ -962,11 +982,11 @@ class _Walker:
             "g = x·W_gate",
             full=pre_gate,
             dims="B, T, d_ff",
-            explanation=f"Widened from d_model = {hs.size(-1)} to d_ff = {d_ff}: the gate, "
+            explanation=f"Widened from d_model = {d_model} to d_ff = {d_ff}: the gate, "
             "which will decide how much of each unit passes.",
             code=CODE["gated.gate"],
         )
-        gate = ff.activation(pre_gate)
+        gate = self.look.get(ff, "gate")  # act(g)
         formula = self.activation(pre_gate, gate, gate=True, code=CODE["gated.activation"])
         self.add(
             "ff.up",
@@ -978,7 +998,7 @@ class _Walker:
             explanation="A second projection to d_ff, of the same token: what the units carry.",
             code=CODE["gated.up"],
         )
-        product = gate * up
+        product = self.look.get(ff, "units")  # act(g) ⊙ u
         strongest = product[b, i].abs().topk(min(5, d_ff)).indices
         self.add(
             "ff.product",
@@ -991,18 +1011,7 @@ class _Walker:
             f"the most active units here are {_list(strongest.cpu())}.",
             code=CODE["gated.product"],
         )
-        update = ff.w_down(product)
-        self.add(
-            "ff.project",
-            section,
-            "·W_down",
-            "FFN(x) = a·W_down",
-            full=update,
-            explanation=f"Back from {d_ff} to d_model = {update.size(-1)}: what the "
-            "feed-forward network adds to the stream.",
-            code=CODE["gated.project"],
-        )
-        return update
+        return d_ff
 
 
 def _mask_reasons(
@@ -1118,8 +1127,8 @@ def walkthrough(
         memory_labels=memory_labels,
     )
     # The layer's own pass again, on the analysis's tokens, this time keeping what its
-    # attentions computed (values, heads, outputs) and their weights: every number shown below
-    # is that pass's, or (the ÷√d_k and exp steps) an explanatory split of it.
+    # modules computed (norms, q, k, v, heads, outputs, hidden units) and its weights: every
+    # number shown below is that pass's, or (the ÷√d_k and exp steps) an explanatory split of it.
     look = LookInside(stack, layer)
     src = trace.source.tokens if trace.source is not None else None
     tgt = trace.target.tokens if trace.target is not None else None
@@ -1138,7 +1147,7 @@ def walkthrough(
     with eval_mode(model):
         walker = _Walker(walk, model)
         walker.offset = record.position_offset
-        walker.kept = look.kept
+        walker.look = look
         walker.passed = _passed(traced)
         x = traced.input
         if layer == 0:
@@ -1159,7 +1168,7 @@ def walkthrough(
             if isinstance(module, EncoderLayer)
             else module.self_attention_residual
         )
-        walker.kind, walker.record = module.self_attention.kind, traced.self_attention
+        walker.module, walker.record = module.self_attention, traced.self_attention
         x = walker.attention(
             "self",
             "self-attention",
@@ -1178,7 +1187,7 @@ def walkthrough(
             reasons = _mask_reasons(
                 cross.mask[row, 0, query].cpu(), trace.source.real_tokens[row].cpu(), None, query
             )
-            walker.kind, walker.record = "cross", cross
+            walker.module, walker.record = module.cross_attention, cross
             x = walker.attention(
                 "cross",
                 "cross-attention",
