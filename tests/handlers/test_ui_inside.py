@@ -264,3 +264,16 @@ def test_the_shipped_smollm2_draws_its_last_layer_and_runs_its_mistakes():
     if name not in registry.model_names:
         pytest.skip("SmolLM2 is not installed (requirements-models.txt)")
     _check_modern_view(registry, name, "The capital of France is", 30, 9, 4)
+
+
+@pytest.mark.parametrize(
+    "model, stack, numbers",
+    [("translate", "encoder", ["1", "2", "3"]), ("translate", "decoder", ["1", "2", "3", "4"])],
+)
+def test_the_sections_a_layer_has_are_numbered_one_after_another(registry, model, stack, numbers):
+    """An encoder's layer has no cross-attention: its sections read 1, 2, 3 (they read 1, 2, 4,
+    the hidden cross-attention keeping its number)."""
+    outputs = inside.inside_layer(registry, "the small cat", model, stack, 1, 1, 0, False, None)
+    shown = [update["label"] for update in outputs[1::4] if update["visible"]]
+    assert [label.split(" · ")[0] for label in shown] == numbers
+    assert shown[-1].endswith("Feed-forward network and the layer's output")

@@ -120,9 +120,22 @@ def _draw(registry: ModelRegistry, request: InsideRequest) -> tuple[Any, ...]:
     outputs: list[Any] = [text_summary]
     # gr.update, not gr.Accordion(...): the first view is drawn while the layout is built, where
     # a component made here would be placed on the page.
-    for (_, title), (steps, code, figure, present) in zip(SECTIONS, drawn, strict=True):
+    for title, (steps, code, figure, present) in zip(
+        numbered_titles([present for *_, present in drawn]), drawn, strict=True
+    ):
         outputs += [gr.update(label=title, visible=present), steps, code, figure]
     return tuple(outputs)
+
+
+def numbered_titles(present: list[bool]) -> list[str]:
+    """The sections' titles (:data:`SECTIONS`), numbered 1, 2, 3 … over the sections this
+    layer has: an encoder's layer has no cross-attention, and its feed-forward is its third
+    section, not its fourth."""
+    titles, number = [], 0
+    for (_, title), shown in zip(SECTIONS, present, strict=True):
+        number += shown
+        titles.append(f"{number if shown else '–'} · {title.split(' · ', 1)[1]}")
+    return titles
 
 
 @friendly
