@@ -352,7 +352,7 @@ def test_building_a_real_vocabulary_has_its_own_limit_and_the_text_keeps_its_own
 
     monkeypatch.setattr(choices, "load_real_tokenizer", slow_build)
     monkeypatch.setattr(limits, "TOKENIZER_TIME_LIMIT_S", 0.4)
-    line, chips, *_ = run(registry, "Hello world", GPT2)
+    _, chips, *_ = run(registry, "Hello world", GPT2)
     assert [text for text, _ in chips] == ["Hello", " world"]  # GPT-2 reads two pieces
     monkeypatch.setattr(limits, "TOKENIZER_BUILD_LIMIT_S", 0.2)
     with pytest.raises(Exception, match="building this tokenizer's vocabulary"):
