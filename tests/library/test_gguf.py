@@ -261,7 +261,7 @@ def hf_smollm2_model(smollm2_path: Path) -> torch.nn.Module:
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        smollm2_path.parent, gguf_file=smollm2_path.name
+        smollm2_path.parent, gguf_file=smollm2_path.name, torch_dtype=torch.float32
     )
     return model.eval()
 
@@ -269,6 +269,25 @@ def hf_smollm2_model(smollm2_path: Path) -> torch.nn.Module:
 @pytest.fixture(scope="module")
 def hf_smollm2(hf_smollm2_model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: tensor.detach() for name, tensor in hf_smollm2_model.state_dict().items()}
+
+
+@pytest.mark.slow
+@needs_smollm2
+def test_smollm2_gguf_logits_equal_transformers_gguf_loading(
+    smollm2_path: Path, hf_smollm2_model: torch.nn.Module
+) -> None:
+    from transformer.pretrained import load_pretrained
+
+    checkpoint = load_pretrained(smollm2_path)
+    assert checkpoint.config.kv_heads == 3 and checkpoint.config.n_heads == 9
+    ids = checkpoint.tokenizer.encoding("The capital of France is").ids
+    tokens = torch.tensor([ids])
+    with torch.no_grad():
+        expected = hf_smollm2_model(tokens).logits
+        ours = checkpoint.model(tgt=tokens)
+    relative = ((ours - expected).abs().max() / expected.abs().max()).item()
+    assert relative <= 1e-4, relative
+    assert checkpoint.tokenizer.decode([int(ours[0, -1].argmax())]).strip() == "Paris"
 
 
 @needs_smollm2
