@@ -2,10 +2,10 @@
 
 Gradio hands an endpoint its input components' values in order (those of
 :meth:`AttentionRequest.read`'s parameters); :func:`takes_request` turns them into one request
-the moment a handler starts: the model looked up once, the text checked
-once, the kind, layer, head and sentence checked (or fitted) against that model, the what-ifs
-and the seeds' mistake as catalogue records. Handlers and panels read its fields; nothing after
-that reads a raw value, looks the model up or checks the text again.
+the moment a handler starts: the model looked up once, the text checked once, the kind, layer,
+head and sentence checked (or fitted) against that model, the what-ifs and the seeds' mistake
+as catalogue records. Handlers and panels read its fields; nothing after that reads a raw
+value, looks the model up or checks the text again.
 """
 
 from __future__ import annotations
