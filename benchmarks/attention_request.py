@@ -16,7 +16,8 @@ for a slider's redraw (``everything``, from the cached analysis):
 each also as "(registry)": how many of them the shared ``ModelRegistry.analysis`` makes (it
 bounds a capture's size, then runs it), which a cached analysis skips.
 
-    python -m benchmarks.attention_request
+    python -m benchmarks.attention_request          # the table
+    python -m benchmarks.attention_request --moves  # and every redraw's moves, in call order
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ def _rank(module: str) -> int:
 
 
 @contextmanager
-def moves() -> Iterator[Counter[str]]:
-    """Counts ``moves`` and ``up`` of the calls made inside the block."""
+def moves(listed: list[str] | None = None) -> Iterator[Counter[str]]:
+    """Counts ``moves`` and ``up`` of the calls made inside the block; each move is appended to
+    ``listed`` (``caller module.function → callee module.function``) when given."""
     counts: Counter[str] = Counter()
     seen: set[tuple[Any, Any]] = set()
 
@@ -84,6 +86,10 @@ def moves() -> Iterator[Counter[str]]:
             return
         seen.add(edge)
         counts["moves"] += 1
+        if listed is not None:
+            listed.append(
+                f"{caller}.{caller_frame.f_code.co_name} → {callee}.{frame.f_code.co_name}"  # type: ignore[union-attr]
+            )
         if caller == "ui.serving.state":
             counts["registry"] += 1
         if _rank(callee) > _rank(caller):
@@ -174,9 +180,12 @@ def _every(*args: Any, **kwargs: Any) -> bool:
     return True
 
 
-def measure(run: Callable[[], Any], lines: list[str]) -> dict[str, str]:
-    """What one call of ``run`` (a redraw of ``lines``) does, as the table's cells."""
-    with calls(lines) as counted_calls, moves() as counted_moves:
+def measure(
+    run: Callable[[], Any], lines: list[str], listed: list[str] | None = None
+) -> dict[str, str]:
+    """What one call of ``run`` (a redraw of ``lines``) does, as the table's cells (its moves
+    appended to ``listed`` when given)."""
+    with calls(lines) as counted_calls, moves(listed) as counted_moves:
         run()
 
     def cell(key: str, per: int = 1) -> str:
@@ -217,9 +226,14 @@ def main() -> None:
         "| redraw | moves (registry) | up | lookups | checks (registry) | tokenizations (registry) |"
     )
     print("|---|---|---|---|---|---|")
+    listed: dict[str, list[str]] = {}
     for label, run in redraws.items():
-        m = measure(run, text.splitlines())
+        m = measure(run, text.splitlines(), listed.setdefault(label, []))
         print(f"| {label} | {' | '.join(m.values())} |")
+    if "--moves" in sys.argv[1:]:
+        for label, moved in listed.items():
+            print(f"\n{label}:")
+            print("\n".join(f"  {n:2}. {move}" for n, move in enumerate(moved, 1)))
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import torch
 
+from transformer.lab.inspection import pass_input
 from ui.serving import limits
-from ui.serving.costly import CostlyPasses, PoolFull, pass_cost
+from ui.serving.costly import CostlyPasses, PoolFull, admit
 from ui.serving.errors import InputError
 from ui.serving.state import ModelRegistry
 
@@ -24,18 +25,22 @@ def registry() -> ModelRegistry:
     return ModelRegistry(torch.device("cpu"))
 
 
-def test_the_cost_is_parameters_times_the_tokens_read(registry: ModelRegistry) -> None:
+def test_the_cost_is_parameters_times_the_tokens_read(
+    registry: ModelRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
     checkpoint = registry.checkpoint("translate", None)
+    model, cpu = checkpoint.model, torch.device("cpu")
     # The reference: the model's tensors counted by hand, each storage once, and the ids its
     # tokenizer gives the sentence, plus the one token of a translation's answer.
-    storages = {p.untyped_storage().data_ptr(): p.numel() for p in checkpoint.model.parameters()}
-    tokens = len(checkpoint.tokenizer.encoding(LONG).ids)
-    estimate = pass_cost(checkpoint.model, checkpoint.tokenizer, [LONG])
-    assert estimate.parameters == sum(storages.values())
-    assert estimate.tokens == tokens + 1
-    two = pass_cost(checkpoint.model, checkpoint.tokenizer, [LONG, "the cat"])
-    assert two.tokens == 2 * tokens + 2  # padded to the longer sentence, one answer token each
-    assert pass_cost(checkpoint.model, checkpoint.tokenizer, [""]).tokens == 0  # refused later
+    storages = {p.untyped_storage().data_ptr(): p.numel() for p in model.parameters()}
+    params = sum(storages.values())
+    tokens = len(checkpoint.tokenizer.encoding(LONG).ids) + 1
+    assert pass_input(model, checkpoint.tokenizer, [LONG]).tokens == tokens
+    # Admitted up to the limit exactly (outside any event: run in place), refused one past it.
+    monkeypatch.setattr(limits, "MAX_PASS_COST", params * tokens)
+    assert admit("translate", model, tokens, cpu) is False
+    with pytest.raises(InputError, match=f"Shorten the text to at most {tokens} tokens"):
+        admit("translate", model, tokens + 1, cpu)
 
 
 def test_tied_weights_are_counted_once() -> None:

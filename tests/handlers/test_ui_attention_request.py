@@ -153,3 +153,39 @@ def test_fitting_the_controls_alone_needs_no_text_yet(registry):
     assert row.value == 1 and not row.visible
     *_, rows = handlers.controls(registry, "a\n\nb\nc", "continue", CROSS, 1, 1, 9, None)
     assert rows.value == 3 and rows.visible
+
+
+def test_the_handlers_take_the_values_in_the_order_of_the_api_written_once():
+    """Gradio reads a handler's signature to count its inputs and to describe its API: every
+    handler's is the request's parameter list (or the part of it that it names), in one order."""
+    import inspect
+
+    from ui.tabs.attention.request import takes_request
+
+    def names(handler: Any) -> list[str]:
+        return list(inspect.signature(handler).parameters)
+
+    full = ["registry", "sentences", "name", "kind", "layer", "head", "row", "what_if"]
+    full += ["large", "session", "mistake"]
+    for handler in (handlers.attention, handlers.everything, handlers.refit_everything):
+        assert names(handler) == full, handler.__name__
+    assert names(handlers.controls) == [*full[:7], "session"]
+    grid = ["registry", "sentences", "name", "kind", "row", "large", "session"]
+    assert names(handlers.grid) == grid
+    with pytest.raises(TypeError, match="takes no"):
+        takes_request(fit=True, values=("sentences", "model"))
+
+
+def test_the_controls_and_the_grid_read_their_values_by_name(registry):
+    """Named values reach the request as named (a layer is not read as a row)."""
+    kind, layer, head, row = handlers.controls(
+        registry, sentences=TEXT, name="translate", kind=CROSS, layer=2, head=3, row=2, session=None
+    )
+    assert (kind.value, layer.value, head.value, row.value) == (CROSS, 2, 3, 2)
+    everything = handlers.everything(registry, TEXT, "translate", CROSS, 1, 1, 2, [], False, None)
+    grid = handlers.grid(
+        registry, sentences=TEXT, name="translate", kind=CROSS, row=2, large=False, session=None
+    )
+    assert grid.to_plotly_json() == everything[-1].to_plotly_json()  # the same grid, sentence 2
+    other = handlers.grid(registry, TEXT, "translate", CROSS, 1, False, None)
+    assert other.to_plotly_json() != grid.to_plotly_json()

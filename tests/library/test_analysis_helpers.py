@@ -212,3 +212,87 @@ def test_start_decoding_refuses_an_encoder_only_model(hf_models):
     checkpoint = transformer.load_pretrained(hf_models["bert"])
     with pytest.raises(ValueError, match="no decoder"):
         start_decoding(checkpoint.model, checkpoint.tokenizer, "w5", DecodingSettings())
+
+
+def test_a_sentence_s_attention_holds_its_records_pieces_padding_and_legend(bundled):
+    from transformer.lab.analysis import sentence_attention
+
+    checkpoint = bundled["translate"]
+    tokenizer = checkpoint.tokenizer
+    sentences = ["the small cat sees a red ball", "a dog"]
+    analysis = analyse(checkpoint.model, tokenizer, sentences)
+    trace = analysis.trace
+    at = sentence_attention(analysis, tokenizer, "cross", 1)
+    # The records are the decoder layers' own cross-attention, in layer order.
+    assert len(at.records) == len(trace.decoder_layers) and all(
+        r is layer.cross_attention
+        for r, layer in zip(at.records, trace.decoder_layers, strict=True)
+    )
+    # Queries: the answer's ids as the tokenizer writes them; keys: the source's, padded.
+    target_ids = trace.target.tokens[1].tolist()
+    assert at.queries == [tokenizer.id_to_token(i) for i in target_ids]
+    source = tokenizer.encode_ids(sentences[1])
+    longest = max(len(tokenizer.encode_ids(s)) for s in sentences)
+    assert at.keys[: len(source)] == [tokenizer.id_to_token(i) for i in source]
+    assert at.real_keys.tolist() == [True] * len(source) + [False] * (longest - len(source))
+    assert at.shown_queries == at.queries and at.legend == ""  # no byte-level marks here
+    # The [PAD] query rows: the answer's trailing pad ids (its first id may be any).
+    pads = [i == checkpoint.config.pad_id for i in target_ids]
+    trailing = [all(pads[j:]) and j > 0 for j in range(len(pads))]
+    assert at.padded_queries.tolist() == trailing
+    with pytest.raises(ValueError, match="no cross attention"):
+        sentence_attention(
+            analyse(bundled["continue"].model, tokenizer, ["a"]), tokenizer, "cross", 0
+        )
+
+
+def test_a_byte_level_sentence_s_legend_names_the_marks_it_shows():
+    """Checked against the ``tokenizers`` library's own byte-level decoder."""
+    from tokenizers import decoders
+
+    from transformer.lab.analysis import sentence_attention
+    from transformer.text.tokenization import train_tokenizer
+
+    text = "the cat\xa0sat on the mat"
+    tokenizer = train_tokenizer([text, "the cat sat", "on the mat"] * 5, "byte_bpe", 300)
+    config = ModelConfig(
+        architecture="decoder-only",
+        n_encoder_layers=0,
+        n_decoder_layers=1,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        src_vocab_size=tokenizer.vocab_size,
+        tgt_vocab_size=tokenizer.vocab_size,
+    )
+    model = Transformer(config)
+    at = sentence_attention(analyse(model, tokenizer, [text]), tokenizer, "decoder_self", 0)
+    marks = {" ": "␣", "\xa0": "⍽"}
+    reader = decoders.ByteLevel()
+    expected = ["".join(marks.get(c, c) for c in reader.decode([p])) for p in at.queries]
+    special = {tokenizer.id_to_token(i) for i in tokenizer.special_ids}
+    pairs = zip(at.shown_queries, expected, at.queries, strict=True)
+    assert [(s, e) for s, e, p in pairs if p not in special and s != e] == []
+    assert "⍽" in "".join(at.shown_queries) and "Ġ" not in "".join(at.shown_queries)
+    assert at.legend == "␣ is a space (stored as Ġ); ⍽ is a no-break space (stored as Âł)"
+
+
+def test_unread_text_names_the_sentences_holding_the_unknown_token_and_the_toy_words(bundled):
+    from transformer.lab.analysis import unread_text
+
+    reverse = bundled["reverse"]
+    tokenizer = reverse.tokenizer
+    sentences = ["a b c", "a 7 b", "é"]
+    analysis = analyse(reverse.model, tokenizer, sentences)
+    holding = [tokenizer.unk_id in tokenizer.encoding(s).ids for s in sentences]
+    unread = unread_text(analysis, tokenizer, "reverse", sentences)
+    assert unread.rows == tuple(i for i, held in enumerate(holding) if held)
+    assert unread.rows and unread.toy_note == ""  # reverse's own note names its letters
+    translate = bundled["translate"]
+    words = ["the small zebra sees a ball"]
+    plain = analyse(translate.model, translate.tokenizer, words)
+    unread = unread_text(plain, translate.tokenizer, "translate", words)
+    unk = translate.tokenizer.unk_id
+    assert unread.rows == ((0,) if unk in translate.tokenizer.encoding(words[0]).ids else ())
+    assert "`zebra`" in unread.toy_note and "`ball`" in unread.toy_note
+    assert unread_text(plain, translate.tokenizer, "translate", ["the cat"]).toy_note == ""

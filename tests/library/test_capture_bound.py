@@ -118,3 +118,39 @@ def test_the_least_bytes_known_before_an_analysis_are_a_lower_bound(bundled, nam
     if not model.config.has_encoder or not model.config.has_decoder:
         assert least == held
     assert least_captured_bytes(model, tokenizer, [""]) == 0  # refused by analyse itself
+
+
+@pytest.mark.parametrize("name", ["translate", "continue", "reverse"])
+def test_a_pass_input_is_what_its_analysis_reads_weighed_before_it_runs(bundled, name):
+    """The ids the pass reads (the tokenizer's own, padded), the tokens it reads (a
+    translation's answer one token a sentence until decoded; the given targets' once known),
+    and its weights' lower bound, all from one tokenization; refused input is a ValueError
+    with the analysis's own message."""
+    from transformer.lab.inspection import pass_input
+
+    model, tokenizer = bundled[name].model, bundled[name].tokenizer
+    config = model.config
+    sentences = ["  " + " ".join(WORDS[:8]), "", " ".join(WORDS[:4])]
+    if name == "reverse":
+        sentences = ["k d a m q b", "", "a b"]
+    kept = [s.strip() for s in sentences if s.strip()]
+    planned = pass_input(model, tokenizer, sentences)
+    assert planned.sentences == kept
+    bos = [tokenizer.bos_id] if config.architecture == "decoder-only" and config.prompt_bos else []
+    rows = [bos + tokenizer.encoding(s).ids for s in kept]
+    width = max(map(len, rows))
+    assert planned.ids.shape == (2, width)
+    for row, ids in zip(planned.ids.tolist(), rows, strict=True):
+        assert row[: len(ids)] == ids and set(row[len(ids) :]) <= {config.pad_id}
+    answer = 2 if config.architecture == "encoder-decoder" else 0  # one token a sentence
+    assert planned.tokens == 2 * width + answer
+    assert planned.least_bytes == least_captured_bytes(model, tokenizer, kept)
+    if config.architecture == "encoder-decoder":
+        targets = torch.ones(2, 5, dtype=torch.long)
+        assert pass_input(model, tokenizer, kept, targets).tokens == 2 * width + 10
+    held = held_weight_bytes(analyse(model, tokenizer, kept, ids=planned.ids).trace)
+    assert 0 < planned.least_bytes <= held
+    with pytest.raises(ValueError, match="at least one sentence"):
+        pass_input(model, tokenizer, ["", " "])
+    with pytest.raises(ValueError, match="at most 3 sentences"):
+        pass_input(model, tokenizer, ["a", "b", "c", "d"])

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ..core.config import ModelConfig
 from ..core.model import Transformer, count_parameters
-from ..core.trace import AttentionKind, Trace
+from ..core.trace import AttentionKind, AttentionRecord, Trace
 from ..core.util import pad
 from ..generation import DecodingSession, DecodingSettings, decoding_ends, source_ends_with_eos
 from ..text.replay import bytes_to_unicode, readable_piece
@@ -99,16 +99,21 @@ def piece_legend(tokenizer: Tokenizer, pieces: Sequence[str]) -> str:
     """What the marks in these pieces (as :func:`shown_piece` writes them) stand for, and how the
     vocabulary stores them: ``"␣ is a space (stored as Ġ), ↵ a line break (Ċ)"``; ``""`` for
     other tokenizers or pieces without marks."""
+    return _legend(tokenizer, shown_pieces(tokenizer, pieces))
+
+
+def _legend(tokenizer: Tokenizer, shown: Sequence[str]) -> str:
+    """:func:`piece_legend` of pieces already written as :func:`shown_piece` writes them."""
     if not _byte_level(tokenizer):
         return ""
     table = bytes_to_unicode()
-    shown = "".join(shown_pieces(tokenizer, pieces))
+    text = "".join(shown)
     parts = []
     for char, (mark, name) in VISIBLE_MARKS.items():
-        if mark in shown:
+        if mark in text:
             stored = "".join(table[b] for b in char.encode("utf-8"))
             parts.append(f"{mark} is {name} (stored as {stored})")
-    if "<0x" in shown:
+    if "<0x" in text:
         parts.append("<0xE2> is one byte of a character split across pieces")
     return "; ".join(parts)
 
@@ -196,39 +201,84 @@ def padded_query_rows(analysis: Analysis, kind: AttentionKind, row: int) -> Tens
 
 
 @dataclass(frozen=True)
-class AttentionAxes:
-    """What the two axes of one attention kind hold for one sentence of an analysis.
+class SentenceAttention:
+    """One attention kind of an analysis in one of its sentences: every layer's record and
+    what the two axes hold.
 
     Attributes:
-        queries, keys: the token pieces as the tokenizer wrote them, ``Tq`` and ``Tk`` of them.
+        records: the kind's :class:`~transformer.core.trace.AttentionRecord` per layer, in
+            layer order (their tensors hold every sentence: ``(B, H, Tq, Tk)``).
+        queries, keys: the sentence's token pieces as the tokenizer wrote them, ``Tq`` and
+            ``Tk`` of them.
         shown_queries, shown_keys: the same pieces as a student reads them (byte-level marks
             written as text: ``␣licenses``, not ``Ġlicenses``; see :func:`shown_pieces`).
         padded_queries: ``(Tq,)`` bool, the [PAD] query rows (:func:`padded_query_rows`).
         real_keys: ``(Tk,)`` bool, the keys that are real tokens (:func:`real_keys`).
+        legend: what the marks in the shown pieces stand for (:func:`piece_legend`), ``""``
+            where they have none.
     """
 
+    records: list[AttentionRecord]
     queries: list[str]
     keys: list[str]
     shown_queries: list[str]
     shown_keys: list[str]
     padded_queries: Tensor
     real_keys: Tensor
+    legend: str
 
 
-def attention_axes(
+def sentence_attention(
     analysis: Analysis, tokenizer: Tokenizer, kind: AttentionKind, row: int
-) -> AttentionAxes:
-    """The axes of ``kind``'s attention in sentence ``row`` (0-based) of ``analysis``: queries ×
-    keys as :func:`axis_pieces` pairs them, as written and as shown, with their padding."""
+) -> SentenceAttention:
+    """``kind``'s attention in sentence ``row`` (0-based) of ``analysis``: its records and its
+    queries × keys as :func:`axis_pieces` pairs them, as written and as shown, with their
+    padding and the legend of their marks. ``ValueError`` for a kind the model does not have."""
+    records = analysis.trace.attention_records(kind)
     queries, keys = axis_pieces(analysis, kind)
-    return AttentionAxes(
+    shown_queries = shown_pieces(tokenizer, queries[row])
+    shown_keys = shown_pieces(tokenizer, keys[row])
+    return SentenceAttention(
+        records=records,
         queries=queries[row],
         keys=keys[row],
-        shown_queries=shown_pieces(tokenizer, queries[row]),
-        shown_keys=shown_pieces(tokenizer, keys[row]),
+        shown_queries=shown_queries,
+        shown_keys=shown_keys,
         padded_queries=padded_query_rows(analysis, kind, row),
         real_keys=real_keys(analysis.trace, kind, row),
+        legend=_legend(tokenizer, [*shown_queries, *shown_keys]),
     )
+
+
+@dataclass(frozen=True)
+class UnreadText:
+    """What a model did not read as written in the sentences of an analysis.
+
+    Attributes:
+        rows: the sentences (0-based) whose tokens hold the tokenizer's unknown token: those
+            have characters the model cannot read (:func:`unreadable_characters` names them;
+            only these need tokenizing again to find them).
+        toy_note: the words a toy model never saw (:func:`toy_vocabulary_note`), or ``""``.
+    """
+
+    rows: tuple[int, ...]
+    toy_note: str
+
+
+def unread_text(
+    analysis: Analysis, tokenizer: Tokenizer, task: str | None, sentences: Sequence[str]
+) -> UnreadText:
+    """What the model of ``task`` (its checkpoint's task, ``None`` for a pretrained one) did
+    not read as written in ``sentences``, the analysis's own: the sentences whose input holds
+    the unknown token (read from the analysis's tokens, not tokenized again), and the words a
+    toy model's vocabulary lacks."""
+    trace, unk = analysis.trace, tokenizer.unk_id
+    read = trace.source if trace.source is not None else trace.target
+    rows: tuple[int, ...] = ()
+    if unk is not None and read is not None:
+        holds_unk = (read.tokens == unk).any(dim=1).tolist()  # (B,) per sentence
+        rows = tuple(b for b, held in enumerate(holds_unk) if held)
+    return UnreadText(rows, toy_vocabulary_note(task, " ".join(sentences)))
 
 
 def reference_targets(
@@ -403,7 +453,9 @@ __all__ = [
     "prompt_ids",
     "real_keys",
     "reference_targets",
+    "sentence_attention",
     "start_decoding",
+    "unread_text",
     "unreadable_characters",
     "what_if",
 ]

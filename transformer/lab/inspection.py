@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core.config import ModelConfig
 from ..core.model import Transformer
 from ..core.run import Capture
 from ..core.special import PAD_ID
@@ -61,16 +62,59 @@ def least_captured_bytes(
     :func:`~transformer.core.trace.captured_weight_bytes`; a translation's own answer, not known
     before it is decoded, counted as one token). 0 for input :func:`analyse` refuses. ``ids``:
     the :func:`input_ids` of ``sentences`` where already computed."""
-    config = model.config
     if ids is None:
         try:
             ids = input_ids(model, tokenizer, sentences)
         except ValueError:
             return 0
+    return _least_bytes(model.config, ids, targets)
+
+
+def _least_bytes(config: ModelConfig, ids: torch.Tensor, targets: torch.Tensor | None) -> int:
+    """:func:`least_captured_bytes` of the ``(B, T)`` input ids (and ``(B, Tt)`` targets)."""
     if config.architecture == "decoder-only":
         return captured_weight_bytes(config, ids.size(0), 0, ids.size(1))
     answer = 1 if targets is None else targets.size(1)
     return captured_weight_bytes(config, ids.size(0), ids.size(1), answer)
+
+
+@dataclass(frozen=True)
+class PassInput:
+    """What one :func:`analyse` pass will read, known before it runs: its sentences checked
+    and tokenized once (:func:`pass_input`).
+
+    Attributes:
+        sentences: the sentences as :func:`check_sentences` keeps them (stripped, non-empty).
+        ids: ``(B, T)`` the :func:`input_ids` the pass feeds the model first, on the CPU.
+        tokens: how many tokens the pass reads: ``ids`` and, for an encoder-decoder model,
+            the decoder's (the ``(B, Tt)`` targets given, else one a sentence: its answer is
+            not known before it is decoded).
+        least_bytes: :func:`least_captured_bytes`, the attention weights its views will read
+            at the least.
+    """
+
+    sentences: list[str]
+    ids: torch.Tensor
+    tokens: int
+    least_bytes: int
+
+
+def pass_input(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: Sequence[str],
+    targets: torch.Tensor | None = None,
+) -> PassInput:
+    """The sentences of an :func:`analyse` pass, checked and tokenized once, with what the pass
+    will cost (``tokens``, ``least_bytes``), so that a server can weigh it before running it
+    and then hand the same ids on (``analyse(model, tokenizer, p.sentences, ids=p.ids)``).
+    ``ValueError`` for input :func:`analyse` refuses, with its message."""
+    cleaned = check_sentences(sentences)
+    ids = _encoded(model.config, tokenizer, cleaned)
+    tokens = ids.numel()
+    if model.config.architecture == "encoder-decoder":
+        tokens += ids.size(0) if targets is None else targets.numel()
+    return PassInput(cleaned, ids, tokens, _least_bytes(model.config, ids, targets))
 
 
 def input_ids(model: Transformer, tokenizer: Tokenizer, sentences: Sequence[str]) -> torch.Tensor:
@@ -79,8 +123,11 @@ def input_ids(model: Transformer, tokenizer: Tokenizer, sentences: Sequence[str]
     else the encoder's sources. ``ValueError`` for input :func:`analyse` refuses, with its
     message. Computed once, they can be handed to :func:`least_captured_bytes` and
     :func:`analyse` (``ids=``), so a text is checked and tokenized once."""
-    config = model.config
-    cleaned = check_sentences(sentences)
+    return _encoded(model.config, tokenizer, check_sentences(sentences))
+
+
+def _encoded(config: ModelConfig, tokenizer: Tokenizer, cleaned: list[str]) -> torch.Tensor:
+    """:func:`input_ids` of sentences checked already."""
     if config.architecture == "decoder-only":
         return encode_batch(
             tokenizer, cleaned, config.max_len, add_bos=config.prompt_bos, pad_id=config.pad_id

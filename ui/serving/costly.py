@@ -4,8 +4,8 @@ Gradio queues calls by event, not by cost: a click on the Attention tab is one e
 reads a 0.2 M-parameter bundled model (milliseconds) or SmolLM2 over 500 tokens (seconds on a
 CPU). Six such SmolLM2 clicks held all of the event's workers, and a tiny model's click waited
 8 s behind them. So the cost of a pass is estimated before it runs, from the model and the
-request (parameters × tokens; a pass whose analysis is cached costs nothing and never comes
-here), and:
+request (parameters × the tokens it reads, :func:`admit`; a pass whose analysis is cached costs
+nothing and never comes here), and:
 
 - a pass under ``limits.COSTLY_PASS_COST`` runs where it was asked, as before;
 - a costly one is handed to :class:`CostlyPasses`, a bounded pool of the server's own threads
@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
-
-from transformer.lab.inspection import input_ids
 
 from . import limits
 from .errors import InputError
@@ -74,30 +72,6 @@ class PassCost:
     def cost(self) -> int:
         """Parameter-tokens: about half the pass's multiply-adds."""
         return self.parameters * self.tokens
-
-
-def pass_cost(
-    model: Any,
-    tokenizer: Any,
-    sentences: Sequence[str],
-    targets: torch.Tensor | None = None,
-    *,
-    ids: torch.Tensor | None = None,
-) -> PassCost:
-    """The estimated cost of ``analyse(model, tokenizer, sentences, targets=targets)``: its
-    ``(B, T)`` input ids (``ids`` where already computed: :func:`input_ids`; and a
-    translation's ``(B, Tt)`` targets, else one token a sentence) times the model's parameters.
-    Input the analysis will refuse costs 0 tokens (it is refused there, with its own message)."""
-    config = model.config
-    if ids is None:
-        try:
-            ids = input_ids(model, tokenizer, sentences)
-        except (ValueError, AttributeError):
-            return PassCost(parameters(model), 0)
-    tokens = ids.numel()
-    if config.architecture == "encoder-decoder":
-        tokens += ids.size(0) if targets is None else targets.numel()
-    return PassCost(parameters(model), tokens)
 
 
 def device_scale(device: torch.device) -> float:
@@ -226,3 +200,13 @@ def costly_here(estimate: PassCost, device: torch.device) -> bool:
         return False
     queue = current_queue()
     return queue is not None and queue not in APART_QUEUES
+
+
+def admit(name: str, model: torch.nn.Module, tokens: int, device: torch.device) -> bool:
+    """Weigh a pass of ``tokens`` tokens through ``model`` (the menu's ``name``) before it runs
+    (:class:`PassCost`): refused over the limit with what to do instead (:func:`check_cost`);
+    ``True`` when it must leave this thread for the pool (:func:`costly_here`), ``False`` when
+    it runs where it was asked."""
+    estimate = PassCost(parameters(model), tokens)
+    check_cost(name, estimate, device)
+    return costly_here(estimate, device)

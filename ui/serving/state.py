@@ -22,22 +22,14 @@ import torch
 
 from transformer.core.trace import Trace
 from transformer.generation import DecodingSession
-from transformer.lab.inspection import Analysis, analyse, input_ids, least_captured_bytes
+from transformer.lab.inspection import Analysis, analyse, pass_input
 from transformer.lab.interventions import NO_INTERVENTION, Intervention
 from transformer.pretrained import PretrainedError, load_pretrained, shipped_models
 from transformer.pretrained.checkpoint import Checkpoint
 from transformer.training.bundled import load_bundled
 
 from . import limits
-from .costly import (
-    CostlyPasses,
-    PassCost,
-    check_cost,
-    costly_here,
-    parameters,
-    pass_cost,
-    pool_workers,
-)
+from .costly import CostlyPasses, PassCost, admit, costly_here, parameters, pool_workers
 from .errors import InputError, readable_list, user_input
 
 log = logging.getLogger("visualiser")
@@ -333,49 +325,42 @@ class ModelRegistry:
         targets: torch.Tensor | None = None,
     ) -> Analysis:
         """``analyse`` through an LRU cache bounded by bytes (``limits.CACHE_BYTES``). Only
-        shared models are cached: a model trained in a session is that session's alone."""
+        shared models are cached: a model trained in a session is that session's alone.
+
+        An uncached pass is weighed before it runs: refused when too big for the server, run
+        in the costly pool when a cheap event asks for a costly one (``ui/serving/costly.py``)
+        and joined there by the same analysis asked for again meanwhile."""
         model, tokenizer = checkpoint.model, checkpoint.tokenizer
-        if not self.is_shared(name, checkpoint):
-            ids = _input_ids(model, tokenizer, sentences)
-            estimate = pass_cost(model, tokenizer, sentences, targets, ids=ids)
-            check_cost(name, estimate, self.device)
-            return self._pass(
+        key: tuple | None = None
+        if self.is_shared(name, checkpoint):
+            key = (
                 name,
-                None,
-                estimate,
-                lambda: analyse(model, tokenizer, sentences, intervention, targets, ids=ids),
+                tuple(sentences),
+                intervention,
+                None if targets is None else str(targets.tolist()),
             )
-        key = (
-            name,
-            tuple(sentences),
-            intervention,
-            None if targets is None else str(targets.tolist()),
-        )
-        with self._cache_lock:
-            if key in self._analyses:
-                self._analyses.move_to_end(key)
-                return self._analyses[key][0]
-        # What would be dropped once this analysis is kept is dropped before it is computed,
-        # so that both are never held at once: an analysis over the bound alone, and every
-        # other one when this one's attention weights alone pass the bound (its pass computes
-        # them layer by layer, and the grid reads them all: the app's largest moment).
-        # A pass too big for the server is refused before any other analysis is dropped.
-        # The text is checked and tokenized once: the estimates and the pass read these ids.
-        ids = _input_ids(model, tokenizer, sentences)
-        estimate = pass_cost(model, tokenizer, sentences, targets, ids=ids)
-        check_cost(name, estimate, self.device)
-        least = least_captured_bytes(model, tokenizer, sentences, targets, ids=ids)
-        with self._cache_lock:
-            # Keys only: a loop variable bound to a dropped analysis would hold it all along.
-            bound = limits.CACHE_BYTES
-            for old in [k for k, (_, n) in self._analyses.items() if n > bound or least > bound]:
-                del self._analyses[old]
-        result = self._pass(
-            name,
-            key,
-            estimate,
-            lambda: analyse(model, tokenizer, sentences, intervention, targets, ids=ids),
-        )
+            with self._cache_lock:
+                if key in self._analyses:
+                    self._analyses.move_to_end(key)
+                    return self._analyses[key][0]
+        # The library refuses what it cannot read (too many sentences, one too long, a capture
+        # too large) with a ValueError: the user's input, said as such.
+        with user_input():
+            # The text is checked and tokenized once: the estimates and the pass read these ids.
+            planned = pass_input(model, tokenizer, sentences, targets)
+            # A pass too big for the server is refused before any other analysis is dropped.
+            pooled = admit(name, model, planned.tokens, self.device)
+            if key is not None:
+                self._make_room(planned.least_bytes)
+            compute = functools.partial(
+                analyse, model, tokenizer, planned.sentences, intervention, targets, ids=planned.ids
+            )
+            if not pooled:
+                result = compute()
+            else:  # the same analysis asked for meanwhile joins it (a session's own: never)
+                result = self.passes.run(key if key is not None else object(), compute, name)
+        if key is None:
+            return result
         size = _trace_bytes(result.trace)
         with self._cache_lock:
             self._analyses[key] = (result, size)
@@ -385,6 +370,17 @@ class ModelRegistry:
             ):
                 self._analyses.popitem(last=False)
         return result
+
+    def _make_room(self, least: int) -> None:
+        """Drop before a pass what would be dropped once its analysis is kept, so that both are
+        never held at once: an analysis over the bound alone, and every other one when this
+        one's attention weights alone (``least`` bytes) pass the bound (its pass computes them
+        layer by layer, and the grid reads them all: the app's largest moment)."""
+        with self._cache_lock:
+            # Keys only: a loop variable bound to a dropped analysis would hold it all along.
+            bound = limits.CACHE_BYTES
+            for old in [k for k, (_, n) in self._analyses.items() if n > bound or least > bound]:
+                del self._analyses[old]
 
     def decode_step(self, name: str, decoding: DecodingSession) -> Any:
         """``decoding.step()``: a generation's step, handed to the costly pool like an
@@ -397,35 +393,6 @@ class ModelRegistry:
         if not costly_here(estimate, self.device):
             return decoding.step()
         return self.passes.run(object(), decoding.step, name)
-
-    def _pass(
-        self,
-        name: str,
-        key: tuple | None,
-        estimate: PassCost,
-        compute: Callable[[], Analysis],
-    ) -> Analysis:
-        """``compute()`` (an uncached pass, checked against the limit already), run in the
-        costly pool when ``estimate`` is costly and a cheap event asked for it
-        (``ui/serving/costly.py``); ``key`` joins a pass of the same analysis that runs
-        already (None: never joined)."""
-
-        def checked() -> Analysis:
-            with user_input():  # the library checks the sentences' count and lengths
-                return compute()
-
-        if not costly_here(estimate, self.device):
-            return checked()
-        return self.passes.run(key if key is not None else object(), checked, name)
-
-
-def _input_ids(model: Any, tokenizer: Any, sentences: list[str]) -> torch.Tensor | None:
-    """The ``(B, T)`` ids an analysis of ``sentences`` reads first; ``None`` for input the
-    analysis refuses (its own call says why, in the user's words)."""
-    try:
-        return input_ids(model, tokenizer, sentences)
-    except ValueError:
-        return None
 
 
 def once(compute: Callable[[], Any]) -> Callable[[], Any]:

@@ -2,20 +2,19 @@
 what-if switches recomputed beside the original pass.
 
 Modules: `request` (the controls read once: :class:`AttentionRequest`), `view` (the captured
-analysis a view draws, the grid), `panels` (one head's panels), `handlers` (the module-level
+analysis a view draws), `panels` (one head's panels and the grid), `handlers` (the module-level
 handlers), `layout` (build())."""
 
 from transformer.figures.attention import PAD_ROW_MARK
 
 from .handlers import attention, controls, everything, grid
 from .layout import build
+from .panels import GRID_MIN_CELLS, attention_grid
 from .request import AttentionRequest
 from .view import (
     ATTENTION_KINDS,
     EXAMPLE_SENTENCES,
-    GRID_MIN_CELLS,
     AttentionView,
-    attention_grid,
     attention_view,
     kinds_for,
     layers_of,

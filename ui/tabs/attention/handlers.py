@@ -11,9 +11,9 @@ import gradio as gr
 from ...serving.errors import friendly, gpu
 from ...serving.state import ModelRegistry, SessionModels
 from . import mistakes as seed_mistakes
-from .panels import Panels, head_panels
+from .panels import Panels, every_panel, grid_panel, head_panels
 from .request import AttentionRequest, takes_request
-from .view import EXAMPLE_SENTENCES, AttentionView, _grid, request_view
+from .view import EXAMPLE_SENTENCES, request_view
 
 
 def _fitted(request: AttentionRequest) -> tuple[Any, ...]:
@@ -27,30 +27,15 @@ def _fitted(request: AttentionRequest) -> tuple[Any, ...]:
 
 
 @friendly
-def controls(
-    registry: ModelRegistry,
-    sentences: str,
-    name: str,
-    kind: str,
-    layer: Any,
-    head: Any,
-    row: Any,
-    session: SessionModels,
-) -> tuple[Any, ...]:
+@takes_request(
+    fit=True,
+    values=("sentences", "name", "kind", "layer", "head", "row", "session"),
+    check_text=False,
+)
+def controls(registry: ModelRegistry, request: AttentionRequest) -> tuple[Any, ...]:
     """The Which-attention choices and the Layer, Head and Sentence ranges that this model and
-    these sentences have (values kept where they still apply)."""
-    request = AttentionRequest.read(
-        registry,
-        sentences,
-        name,
-        kind,
-        layer,
-        head,
-        row,
-        session=session,
-        fit=True,
-        check_text=False,
-    )
+    these sentences have (values kept where they still apply; the text is not checked: the
+    Sentence range counts its non-empty lines)."""
     return _fitted(request)
 
 
@@ -66,19 +51,12 @@ def attention(registry: ModelRegistry, request: AttentionRequest) -> Panels:
     """The ``/attention`` endpoint: one head (scores beside weights; with a what-if or one of
     the seeds' mistakes, the original weights beside the changed ones), the masks, the change of
     that head's weights and a summary."""
-    return _panels(registry, request)[0]
-
-
-def _panels(registry: ModelRegistry, request: AttentionRequest) -> tuple[Panels, AttentionView]:
-    """One head's panels and the view they were drawn from (which the grid draws too)."""
-    view = request_view(registry, request)
-    return head_panels(registry, request, view), view
+    return head_panels(registry, request, request_view(registry, request))
 
 
 def _everything(registry: ModelRegistry, request: AttentionRequest) -> tuple[Any, ...]:
     """Every panel from one cached analysis."""
-    panels, view = _panels(registry, request)
-    return (*panels, _grid(view, request.large))
+    return every_panel(registry, request, request_view(registry, request))
 
 
 @friendly
@@ -114,20 +92,10 @@ def refit_everything(registry: ModelRegistry, request: AttentionRequest) -> tupl
 
 @friendly
 @gpu
-def grid(
-    registry: ModelRegistry,
-    sentences: str,
-    name: str,
-    kind: str,
-    row: Any,
-    large: bool,
-    session: SessionModels,
-) -> Any:
+@takes_request(fit=False, values=("sentences", "name", "kind", "row", "large", "session"))
+def grid(registry: ModelRegistry, request: AttentionRequest) -> Any:
     """The ``/attention_grid`` endpoint: every head of every layer of one attention kind."""
-    request = AttentionRequest.read(
-        registry, sentences, name, kind, 1, 1, row, None, large, session
-    )
-    return _grid(request_view(registry, request), request.large)
+    return grid_panel(request_view(registry, request), request.large)
 
 
 def _first_view(registry: ModelRegistry, name: str, kind: str) -> tuple[Any, ...]:

@@ -1,5 +1,6 @@
-"""One head's panels: scores beside weights (or original beside what-if), the masks, the
-what-if difference and the summary, drawn from one :class:`AttentionRequest` and its view."""
+"""The panels drawn from one view: one head's (scores beside weights, or original beside
+what-if; the masks, the what-if difference and the summary), from one :class:`AttentionRequest`
+and its view, and every head of every layer (the grid)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,23 @@ from typing import Any
 
 from transformer import figures
 from transformer.core.trace import largest_logit_change
-from transformer.figures.attention import PAD_ROW_MARK, weights_beside_figure
+from transformer.figures.attention import GRID_MAX_CELLS, PAD_ROW_MARK, weights_beside_figure
 from transformer.lab import switches
-from transformer.lab.analysis import piece_legend, toy_vocabulary_note
+from transformer.lab.analysis import unread_text
 from transformer.lab.inspection import Analysis
 from transformer.lab.interventions import NO_INTERVENTION
+from transformer.pretrained.checkpoint import Checkpoint
 
 from ...serving.errors import code_span
 from ...serving.inputs import unreadable_note
-from ...serving.state import ModelRegistry
+from ...serving.state import ModelRegistry, SessionModels
 from . import mistakes as seed_mistakes
 from .request import AttentionRequest, describe_kind
-from .view import AttentionView
+from .view import AttentionView, attention_view
 
 Panels = tuple[Any, Any, Any, str]  # the head, the masks, the change, the summary (Markdown)
+# The fewest cells a grid keeps however long the text (a 6 x 12 grid: ~45 x 45 per tile).
+GRID_MIN_CELLS = 150_000
 
 
 def shared_kv_line(record: Any, head: int) -> str:
@@ -55,6 +59,13 @@ class _Changed:
     broken: seed_mistakes.BrokenPass | None
 
 
+def every_panel(
+    registry: ModelRegistry, request: AttentionRequest, view: AttentionView
+) -> tuple[Any, ...]:
+    """Every panel of the tab from one request's view: :func:`head_panels`, then the grid."""
+    return (*head_panels(registry, request, view), grid_panel(view, request.large))
+
+
 def head_panels(registry: ModelRegistry, request: AttentionRequest, view: AttentionView) -> Panels:
     """The head view, the masks, the what-if difference and the summary of one request's view;
     with one of the seeds' mistakes, the broken pass is the changed one (with any what-if on
@@ -85,18 +96,15 @@ def _text_notes(request: AttentionRequest, analysis: Analysis) -> list[str]:
         notes += [
             f"**Sentence {i + 1}** → {code_span(out)}" for i, out in enumerate(analysis.outputs)
         ]
-    # Only a text whose tokens hold the unknown token has something unreadable to name: the
-    # analysis has tokenized it already, so a readable text is not tokenized again.
-    trace, unk = analysis.trace, tokenizer.unk_id
-    read = trace.source if trace.source is not None else trace.target
-    if unk is not None and read is not None and bool((read.tokens == unk).any()):
-        for number, line in enumerate(request.lines, 1):
-            note = unreadable_note(tokenizer, line, f"Sentence {number}: this model")
-            if note:
-                notes.append(note)
-    unknown = toy_vocabulary_note(request.checkpoint.info.get("task"), " ".join(request.lines))
-    if unknown:
-        notes.append(unknown)
+    # Only a sentence whose tokens hold the unknown token has something unreadable to name:
+    # the analysis has tokenized it already, so a readable one is not tokenized again.
+    unread = unread_text(analysis, tokenizer, request.checkpoint.info.get("task"), request.lines)
+    for row in unread.rows:
+        note = unreadable_note(tokenizer, request.lines[row], f"Sentence {row + 1}: this model")
+        if note:
+            notes.append(note)
+    if unread.toy_note:
+        notes.append(unread.toy_note)
     return notes
 
 
@@ -293,9 +301,8 @@ def _reading_notes(request: AttentionRequest, view: AttentionView) -> list[str]:
     the padding of this sentence."""
     config, tokenizer, row = request.config, request.checkpoint.tokenizer, view.row
     notes = []
-    legend = piece_legend(tokenizer, [*view.query_pieces, *view.key_pieces])
-    if legend:  # the marks on the axes, said where they appear
-        notes.append(f"Pieces are written as the text they stand for: {legend}.")
+    if view.legend:  # the marks on the axes, said where they appear
+        notes.append(f"Pieces are written as the text they stand for: {view.legend}.")
     kv_line = shared_kv_line(view.records[view.layer], view.head)
     if kv_line:
         notes.append(kv_line)
@@ -324,3 +331,39 @@ def _reading_notes(request: AttentionRequest, view: AttentionView) -> list[str]:
             "padding (a shorter one does; choose it with the Sentence slider)."
         )
     return notes
+
+
+def grid_panel(view: AttentionView, large: bool) -> Any:
+    """Every head of every layer of one view's attention kind, on one colour scale. Its cell
+    budget leaves room for the single head (float32, exact, two grid cells' bytes per cell)
+    that ships in the same response: together under 3 MB."""
+    n_queries, n_keys = view.padded.numel(), view.keys_real.numel()  # (Tq,), (Tk,)
+    budget = max(GRID_MIN_CELLS, GRID_MAX_CELLS - 2 * n_queries * n_keys)
+    return figures.grid_figure(
+        view.records,
+        view.row,
+        view.query_labels,
+        view.key_labels,
+        max_cells=budget,
+        padded_queries=view.padded,
+        large_font=large,
+    )
+
+
+def attention_grid(
+    registry: ModelRegistry,
+    session: SessionModels | None,
+    sentences_text: str,
+    name: str,
+    kind_label: str,
+    row: Any,
+    large: bool,
+    checkpoint: Checkpoint | None = None,
+    use_reference: bool = False,
+) -> Any:
+    """Every head of every layer of one attention kind, on one colour scale, from raw control
+    values (:func:`~.view.attention_view`): for other tabs' grids."""
+    view = attention_view(
+        registry, session, sentences_text, name, kind_label, 1, 1, row, checkpoint, use_reference
+    )
+    return grid_panel(view, large)

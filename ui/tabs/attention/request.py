@@ -1,15 +1,17 @@
 """What the Attention tab's controls ask for, read once: :class:`AttentionRequest`.
 
-Gradio hands an endpoint its input components' values in order; :func:`takes_request` turns
-them into one request the moment a handler starts: the model looked up once, the text checked
-once, the kind, layer, head and sentence checked (or fitted) against that model, the what-ifs
-and the seeds' mistake as catalogue records. Handlers and panels read its fields; nothing after
-that reads a raw value, looks the model up or checks the text again.
+Gradio hands an endpoint its input components' values in order (those of
+:meth:`AttentionRequest.read`'s parameters); :func:`takes_request` turns them into one request
+the moment a handler starts: the model looked up once, the text checked once, the kind, layer,
+head and sentence checked (or fitted) against that model, the what-ifs and the seeds' mistake
+as catalogue records. Handlers and panels read its fields; nothing after that reads a raw
+value, looks the model up or checks the text again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,43 +202,41 @@ class AttentionRequest:
         )
 
 
+_POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
+# The components' values in the order the endpoints' API has them: read's own parameters, the
+# registry first (the request's flags, keyword-only, are the decorator's).
+_VALUES = {
+    name: parameter.replace(kind=_POSITIONAL)
+    for name, parameter in inspect.signature(AttentionRequest.read).parameters.items()
+    if parameter.kind is _POSITIONAL
+}
+
+
 def takes_request(
-    fit: bool,
+    fit: bool, values: Sequence[str] | None = None, *, check_text: bool = True
 ) -> Callable[[Callable[[ModelRegistry, AttentionRequest], Any]], Callable[..., Any]]:
     """A decorator: ``handler(registry, request)`` as an event handler that takes the
-    components' values in the order the endpoints' API has them (:meth:`AttentionRequest.read`'s
-    parameters) and reads the request once, fitted to the model when ``fit``."""
+    registry, then the components' values named ``values`` (:meth:`AttentionRequest.read`'s
+    parameters; all of them, in its order, when None) and reads the request once, fitted to
+    the model when ``fit``, its text checked when ``check_text``. The handler's signature,
+    which gradio reads for the API page and to count the inputs, is read's: the order is
+    written once."""
+    names = ["registry", *(values if values is not None else list(_VALUES)[1:])]
+    unknown = [name for name in names if name not in _VALUES]
+    if unknown:
+        raise TypeError(f"AttentionRequest.read takes no {unknown}")
+    signature = inspect.Signature([_VALUES[name] for name in names])
 
     def decorate(handler: Callable[[ModelRegistry, AttentionRequest], Any]) -> Callable[..., Any]:
-        def endpoint(
-            registry: ModelRegistry,
-            sentences: str,
-            name: str,
-            kind: str,
-            layer: Any,
-            head: Any,
-            row: Any,
-            what_if: list[str] | None,
-            large: bool,
-            session: SessionModels,
-            mistake: str | None = None,
-        ) -> Any:
-            request = AttentionRequest.read(
-                registry,
-                sentences,
-                name,
-                kind,
-                layer,
-                head,
-                row,
-                what_if,
-                large,
-                session,
-                mistake,
-                fit=fit,
-            )
+        def endpoint(*args: Any, **kwargs: Any) -> Any:
+            given = signature.bind(*args, **kwargs).arguments
+            registry = given.pop("registry")
+            request = AttentionRequest.read(registry, **given, fit=fit, check_text=check_text)
             return handler(registry, request)
 
+        endpoint.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            return_annotation=inspect.signature(handler).return_annotation
+        )
         endpoint.__name__ = endpoint.__qualname__ = handler.__name__
         endpoint.__doc__ = handler.__doc__
         endpoint.__module__ = handler.__module__

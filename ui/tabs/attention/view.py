@@ -1,5 +1,5 @@
 """The captured analysis behind every attention view (a request's, or other tabs' raw values
-validated here), its padded rows, and the every-head grid."""
+validated here) and its padded rows; the panels drawn from a view are in ``panels``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from typing import Any
 
 from transformer import figures
 from transformer.core.trace import AttentionKind, CaptureTooLarge
-from transformer.figures.attention import GRID_MAX_CELLS
-from transformer.lab.analysis import attention_axes, padded_query_rows, reference_targets
+from transformer.lab.analysis import padded_query_rows, reference_targets, sentence_attention
 from transformer.lab.inspection import Analysis, check_sentences
 from transformer.pretrained.checkpoint import Checkpoint
 from transformer.text.tokenization import Tokenizer
@@ -20,8 +19,6 @@ from ...serving.inputs import as_int, as_text
 from ...serving.state import ModelRegistry, SessionModels
 from .request import ATTENTION_KINDS, AttentionRequest, kinds_for, layers_of, sentence_count
 
-# The fewest cells a grid keeps however long the text (a 6 x 12 grid: ~45 x 45 per tile).
-GRID_MIN_CELLS = 150_000
 EXAMPLE_SENTENCES = (
     "the small cat sees a red ball\na big dog sleeps\nmy old bird eats the green cake"
 )
@@ -30,8 +27,8 @@ EXAMPLE_SENTENCES = (
 @dataclass
 class AttentionView:
     """One captured analysis and the layer, head and sentence a view draws (all 0-based), with
-    what every panel of that sentence reads: its axis labels and pieces, its [PAD] query rows
-    and its real keys."""
+    what every panel of that sentence reads: its axis labels and pieces (and what their marks
+    stand for), its [PAD] query rows and its real keys."""
 
     analysis: Analysis
     kind: AttentionKind
@@ -45,6 +42,7 @@ class AttentionView:
     key_pieces: list[str]
     padded: Any  # (Tq,) bool: padded_query_rows
     keys_real: Any  # (Tk,) bool: real_keys
+    legend: str  # piece_legend of the pieces, "" where they hold no marks
 
 
 def request_view(registry: ModelRegistry, request: AttentionRequest) -> AttentionView:
@@ -84,20 +82,21 @@ def _at(
     analysis: Analysis, tokenizer: Tokenizer, kind: AttentionKind, layer: int, head: int, row: int
 ) -> AttentionView:
     """The view of one analysis at a checked (0-based) layer, head and sentence."""
-    axes = attention_axes(analysis, tokenizer, kind, row)
+    at = sentence_attention(analysis, tokenizer, kind, row)
     return AttentionView(
         analysis=analysis,
         kind=kind,
-        records=analysis.trace.attention_records(kind),
+        records=at.records,
         layer=layer,
         head=head,
         row=row,
-        query_labels=figures.token_labels(axes.shown_queries),
-        key_labels=figures.token_labels(axes.shown_keys),
-        query_pieces=axes.queries,
-        key_pieces=axes.keys,
-        padded=axes.padded_queries,
-        keys_real=axes.real_keys,
+        query_labels=figures.token_labels(at.shown_queries),
+        key_labels=figures.token_labels(at.shown_keys),
+        query_pieces=at.queries,
+        key_pieces=at.keys,
+        padded=at.padded_queries,
+        keys_real=at.real_keys,
+        legend=at.legend,
     )
 
 
@@ -145,46 +144,10 @@ def attention_view(
     )
 
 
-def attention_grid(
-    registry: ModelRegistry,
-    session: SessionModels | None,
-    sentences_text: str,
-    name: str,
-    kind_label: str,
-    row: Any,
-    large: bool,
-    checkpoint: Checkpoint | None = None,
-    use_reference: bool = False,
-) -> Any:
-    """Every head of every layer of one attention kind, on one colour scale."""
-    view = attention_view(
-        registry, session, sentences_text, name, kind_label, 1, 1, row, checkpoint, use_reference
-    )
-    return _grid(view, large)
-
-
-def _grid(view: AttentionView, large: bool) -> Any:
-    """The grid of one view. Its cell budget leaves room for the single head (float32, exact,
-    two grid cells' bytes per cell) that ships in the same response: together under 3 MB."""
-    n_queries, n_keys = view.padded.numel(), view.keys_real.numel()  # (Tq,), (Tk,)
-    budget = max(GRID_MIN_CELLS, GRID_MAX_CELLS - 2 * n_queries * n_keys)
-    return figures.grid_figure(
-        view.records,
-        view.row,
-        view.query_labels,
-        view.key_labels,
-        max_cells=budget,
-        padded_queries=view.padded,
-        large_font=large,
-    )
-
-
 __all__ = [
     "ATTENTION_KINDS",
     "EXAMPLE_SENTENCES",
-    "GRID_MIN_CELLS",
     "AttentionView",
-    "attention_grid",
     "attention_view",
     "kinds_for",
     "layers_of",
