@@ -531,3 +531,16 @@ def test_the_step_by_step_triangle_stays_readable_in_large_font(large_font):
         assert plot_height / n >= 1.4 * font, (n, fig.layout.height)  # a label per row
         # On a 1280 px page the panel's plot area is about 1,000 px wide.
         assert fig.layout.xaxis.domain[1] * 1000 >= 250, n
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_a_placeholders_message_is_broken_into_lines_that_fit_a_narrow_column(large: bool) -> None:
+    """Plotly never wraps an annotation: the What-if panel's sentence, wider than the column
+    beside the tour's sidebar, was cut at both ends."""
+    from transformer.figures.attention import PLACEHOLDER_LINE, placeholder_figure
+
+    text = "Tick a what-if switch or choose one of the seeds' mistakes to see what it changes"
+    shown = placeholder_figure("What-if", text, large_font=large).layout.annotations[0].text
+    lines = shown.split("<br>")
+    assert len(lines) > 1 and max(map(len, lines)) <= PLACEHOLDER_LINE
+    assert " ".join(lines) == text  # every word, in order

@@ -8,6 +8,7 @@ student sees where the mask acted. Attention arrays are ``(..., Tq, Tk)``: query
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -1005,10 +1006,18 @@ def attention_difference_figure(
     return go.Figure(trace, layout)
 
 
+PLACEHOLDER_LINE = 44  # characters a line of a placeholder's message: a 400-pixel column
+
+
 def placeholder_figure(
     title: str, text: str, *, large_font: bool = False, height: int = 240
 ) -> go.Figure:
-    """An empty figure with a message: what a view shows before there is anything to draw."""
+    """An empty figure with a message: what a view shows before there is anything to draw.
+
+    Plotly never wraps an annotation: a sentence wider than a narrow figure (a column beside
+    the tour's sidebar) was cut at both ends. The message is broken into lines of at most
+    ``PLACEHOLDER_LINE`` characters (fewer in large font)."""
+    width = PLACEHOLDER_LINE * 4 // 5 if large_font else PLACEHOLDER_LINE
     layout = base_layout(
         title,
         height,
@@ -1017,7 +1026,7 @@ def placeholder_figure(
         yaxis={"visible": False},
         annotations=[
             {
-                "text": text,
+                "text": "<br>".join(textwrap.wrap(text, width)),
                 "x": 0.5,
                 "y": 0.5,
                 "xref": "paper",
