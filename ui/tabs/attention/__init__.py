@@ -9,7 +9,7 @@ from transformer.figures.attention import PAD_ROW_MARK
 
 from .handlers import attention, controls, everything, grid
 from .layout import build
-from .panels import GRID_MIN_CELLS, attention_grid
+from .panels import GRID_MIN_CELLS, grid_panel
 from .request import AttentionRequest
 from .view import (
     ATTENTION_KINDS,
@@ -30,12 +30,12 @@ __all__ = [
     "AttentionRequest",
     "AttentionView",
     "attention",
-    "attention_grid",
     "attention_view",
     "build",
     "controls",
     "everything",
     "grid",
+    "grid_panel",
     "kinds_for",
     "layers_of",
     "padded_query_rows",

@@ -14,14 +14,13 @@ from transformer.lab import switches
 from transformer.lab.analysis import unread_text
 from transformer.lab.inspection import Analysis
 from transformer.lab.interventions import NO_INTERVENTION
-from transformer.pretrained.checkpoint import Checkpoint
 
 from ...serving.errors import code_span
 from ...serving.inputs import unreadable_note
-from ...serving.state import ModelRegistry, SessionModels
+from ...serving.state import ModelRegistry
 from . import mistakes as seed_mistakes
 from .request import AttentionRequest, describe_kind
-from .view import AttentionView, attention_view
+from .view import AttentionView
 
 Panels = tuple[Any, Any, Any, str]  # the head, the masks, the change, the summary (Markdown)
 # The fewest cells a grid keeps however long the text (a 6 x 12 grid: ~45 x 45 per tile).
@@ -348,22 +347,3 @@ def grid_panel(view: AttentionView, large: bool) -> Any:
         padded_queries=view.padded,
         large_font=large,
     )
-
-
-def attention_grid(
-    registry: ModelRegistry,
-    session: SessionModels | None,
-    sentences_text: str,
-    name: str,
-    kind_label: str,
-    row: Any,
-    large: bool,
-    checkpoint: Checkpoint | None = None,
-    use_reference: bool = False,
-) -> Any:
-    """Every head of every layer of one attention kind, on one colour scale, from raw control
-    values (:func:`~.view.attention_view`): for other tabs' grids."""
-    view = attention_view(
-        registry, session, sentences_text, name, kind_label, 1, 1, row, checkpoint, use_reference
-    )
-    return grid_panel(view, large)

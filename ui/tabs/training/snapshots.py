@@ -14,7 +14,7 @@ from transformer.training.live import snapshot_checkpoint
 from ...serving.errors import InputError, friendly, gpu
 from ...serving.inputs import as_int
 from ...serving.state import TRAINED_HERE, ModelRegistry, SessionModels
-from ..attention import attention_grid
+from ..attention import attention_view, grid_panel
 from .running import _remember, _running_lock
 
 # A sentence each bundled task reads, for the snapshot view.
@@ -98,9 +98,10 @@ def snapshot_live(
         if frozen.config.has_encoder
         else "decoder masked self-attention"
     )
-    grid = attention_grid(
-        registry, session, sentence, name, kind, 1, large, checkpoint=frozen, use_reference=True
+    view = attention_view(
+        registry, session, sentence, name, kind, 1, 1, 1, checkpoint=frozen, use_reference=True
     )
+    grid = grid_panel(view, large)
     grid.update_layout(
         title=f"Snapshot at step {step:,} of training · {kind} · every layer and head"
     )
