@@ -24,9 +24,9 @@ from ui.serving import limits
 pytestmark = pytest.mark.slow
 
 BUDGET_S = 45.0  # stop starting new uploads after this
-# A stalled server answered /info in 28 s; a busy 2-core machine running the other tests beside
-# this one answers it in up to about a second: the bound tells the two apart.
-INFO_BOUND_S = 5.0
+# A stalled server answered /info in 28 s; while the hostile uploads run, it answers in under a
+# second (about 1 s was seen only on a machine running five test suites at once).
+INFO_BOUND_S = 1.0
 
 
 def _word_level(vocab: dict, normalizer=None, pre_tokenizer=None, added=()) -> str:
