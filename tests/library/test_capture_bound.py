@@ -148,7 +148,7 @@ def test_a_pass_input_is_what_its_analysis_reads_weighed_before_it_runs(bundled,
     if config.architecture == "encoder-decoder":
         targets = torch.ones(2, 5, dtype=torch.long)
         assert pass_input(model, tokenizer, kept, targets).tokens == 2 * width + 10
-    held = held_weight_bytes(analyse(model, tokenizer, kept, ids=planned.ids).trace)
+    held = held_weight_bytes(analyse(model, tokenizer, planned).trace)
     assert 0 < planned.least_bytes <= held
     with pytest.raises(ValueError, match="at least one sentence"):
         pass_input(model, tokenizer, ["", " "])

@@ -107,7 +107,7 @@ def pass_input(
 ) -> PassInput:
     """The sentences of an :func:`analyse` pass, checked and tokenized once, with what the pass
     will cost (``tokens``, ``least_bytes``), so that a server can weigh it before running it
-    and then hand the same ids on (``analyse(model, tokenizer, p.sentences, ids=p.ids)``).
+    and then hand it on (``analyse(model, tokenizer, p)``: the pass reads the same ids).
     ``ValueError`` for input :func:`analyse` refuses, with its message."""
     cleaned = check_sentences(sentences)
     ids = _encoded(model.config, tokenizer, cleaned)
@@ -121,8 +121,8 @@ def input_ids(model: Transformer, tokenizer: Tokenizer, sentences: Sequence[str]
     """The ``(B, T)`` ids :func:`analyse` feeds the model first, on the CPU: a decoder-only
     model's prompts (each begun with [BOS] where its prompts are, padded with its own pad id),
     else the encoder's sources. ``ValueError`` for input :func:`analyse` refuses, with its
-    message. Computed once, they can be handed to :func:`least_captured_bytes` and
-    :func:`analyse` (``ids=``), so a text is checked and tokenized once."""
+    message. :func:`pass_input` gives them with what the pass will cost, to hand to
+    :func:`analyse`, so that a text is checked and tokenized once."""
     return _encoded(model.config, tokenizer, check_sentences(sentences))
 
 
@@ -184,26 +184,26 @@ def encode_batch(
 def analyse(
     model: Transformer,
     tokenizer: Tokenizer,
-    sentences: Sequence[str],
+    sentences: Sequence[str] | PassInput,
     intervention: Intervention = NO_INTERVENTION,
     targets: torch.Tensor | None = None,
-    *,
-    ids: torch.Tensor | None = None,
 ) -> Analysis:
     """Capture a forward pass over 1..3 sentences (padded into one batch).
 
     Args:
         model: any architecture (run in eval mode, its training flag restored after).
         tokenizer: the model's tokenizer (needs [BOS]/[EOS] for encoder-decoder and decoder-only).
-        sentences: the inputs; for a decoder-only model, its prompt texts.
+        sentences: the inputs; for a decoder-only model, its prompt texts. Or their
+            :func:`pass_input`, checked and tokenized already: the pass reads its ids.
         intervention: what-if switches applied to the captured pass.
         targets: ``(B, Tt)`` decoder input ids to use instead of the model's greedy output (to
             compare two interventions on the same target).
-        ids: the sentences' :func:`input_ids`, where the caller already has them.
     """
-    cleaned = check_sentences(sentences)
-    if ids is None:
-        ids = input_ids(model, tokenizer, cleaned)
+    if isinstance(sentences, PassInput):
+        cleaned, ids = sentences.sentences, sentences.ids
+    else:
+        cleaned = check_sentences(sentences)
+        ids = _encoded(model.config, tokenizer, cleaned)
     with eval_mode(model):
         return _analyse(model, tokenizer, cleaned, ids, intervention, targets)
 

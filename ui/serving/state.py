@@ -352,9 +352,7 @@ class ModelRegistry:
             pooled = admit(name, model, planned.tokens, self.device)
             if key is not None:
                 self._make_room(planned.least_bytes)
-            compute = functools.partial(
-                analyse, model, tokenizer, planned.sentences, intervention, targets, ids=planned.ids
-            )
+            compute = functools.partial(analyse, model, tokenizer, planned, intervention, targets)
             if not pooled:
                 result = compute()
             else:  # the same analysis asked for meanwhile joins it (a session's own: never)
