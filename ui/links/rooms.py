@@ -234,7 +234,8 @@ class FollowMe:
         # The lecturer's (code, secret), kept in the browser across reloads.
         self.hosting = gr.BrowserState(["", ""], storage_key="visualiser-room")
         self.following = gr.State(["", -1])  # (code, version applied)
-        self.incoming = gr.State(None)  # a view to apply, set when the room's version moves
+        self.incoming = gr.State(None)  # a view to apply (a lecturer's page reloaded)
+        self.polled = gr.State(None)  # set when a poll drew the room's view, to finish it
         self.publish_timer = gr.Timer(PUBLISH_S, active=False)
         self.follow_timer = gr.Timer(POLL_S, active=False)
 
@@ -276,16 +277,33 @@ class FollowMe:
         # The page is read-only exactly while it follows a room.
         self.followed.change(None, [self.followed], None, js=READ_ONLY_JS, **private)
 
-        # Queued (a state set by an unqueued event does not fire its .change), in a queue of
-        # its own that never waits for a costly or a cheap view: each poll takes microseconds.
+        # The poll that finds the room moved brings its view, drawn: one request per follower
+        # per change. Queued (a state set by an unqueued event does not fire its .change), in
+        # a queue of its own that never waits for a costly or a cheap view: a poll that finds
+        # nothing new takes microseconds, and one that finds a change reads the lecturer's view
+        # from the views every session shares (the lecturer's own page drew it, so it is
+        # computed already; when not, the first follower computes it and the others wait for
+        # it). Each poll sends the page's controls, which the tab's redraws read.
+        poll_inputs = [self.following, *views.draw_inputs]
+        poll_outputs = [self.following, self.polled, views.view, *followed[1:], *views.outputs]
+
+        def poll_and_draw(following: list | None, *values: Any) -> tuple:
+            return self.poll_and_draw(views, registry, following, *values)
+
         self.follow_timer.tick(
-            self.poll,
-            [self.following],
-            [self.following, self.incoming, *followed[1:]],
+            poll_and_draw,
+            poll_inputs,
+            poll_outputs,
             api_visibility="private",
             show_progress="hidden",
             concurrency_id="rooms",
             concurrency_limit=None,
+        )
+        # What a link's view does once drawn (settle where a redraw reset a control, scroll,
+        # replay Generate's steps), after a poll that brought one: nothing is drawn again.
+        views.follow(
+            self.polled.change(None, None, None, js="() => []", api_visibility="private"),
+            applied=True,
         )
         # Queued, as the poll is: the view it may set must fire .change.
         opened.then(
@@ -301,7 +319,7 @@ class FollowMe:
                 return None
             return decode_view(view_params(incoming["query"]), views.tabs, registry).view
 
-        # A view arrived (a follower's poll, a lecturer's reload): applied as a link is.
+        # A lecturer's reload brought the room's view back: applied as a link is.
         arrived = self.incoming.change(
             decode,
             [self.incoming],
@@ -403,6 +421,21 @@ class FollowMe:
         if version == seen or not view:
             return gr.skip(), gr.skip(), *unchanged
         return [code, version], self.view_of(view, version), *unchanged
+
+    def poll_and_draw(
+        self, views: Any, registry: Any, following: list | None, *values: Any
+    ) -> tuple:
+        """:meth:`poll`, with the room's view drawn when it moved: the outputs of the follow
+        timer's event, ``(following, polled, view, line, timer, button, followed,
+        *views.outputs)``. ``values`` are those of ``views.draw_inputs`` (the page's controls
+        and the session's state), which the tab's redraws read."""
+        following, incoming, *followed = self.poll(following)
+        view = None
+        if isinstance(incoming, dict) and incoming.get("query"):
+            view = decode_view(view_params(incoming["query"]), views.tabs, registry).view
+        if view is None:
+            return following, gr.skip(), gr.skip(), *followed, *views.apply(None)
+        return following, incoming, view, *followed, *views.apply(view, *values)
 
     def view_of(self, query: str, version: int) -> dict | None:
         """The view a room's query names, as ``Views.restore`` makes one from a link (with the
