@@ -5,7 +5,26 @@ Handlers read them as ``limits.NAME`` at call time, so a changed value takes eff
 
 from __future__ import annotations
 
+import os
+
 from transformer.text.tokenization import MAX_TOKENIZER_JSON_BYTES
+
+
+def _setting(name: str, default: int) -> int:
+    """The whole number the environment variable ``name`` sets, else ``default``."""
+    given = os.environ.get(name, "").strip()
+    if not given:
+        return default
+    try:
+        value = int(given)
+    except ValueError:
+        raise ValueError(
+            f"{name} must be a whole number, such as {default}; got {given!r}"
+        ) from None
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, such as {default}; got {value}")
+    return value
+
 
 MAX_TEXT = 20_000  # characters the tokenize tab accepts (the library's own limit is higher)
 # The word /learn_bpe segments: a word, not a text (a 10 MB one answered 50 million characters).
@@ -34,7 +53,15 @@ MAX_TABLE_ROWS = 1_000
 # Wall-clock limits, so that one visitor's request cannot hold a worker (or the trainer) for long.
 GENERATION_TIME_LIMIT_S = 60.0  # "Run to the end" pauses there; Run again continues
 TRAINING_TIME_LIMIT_S = 300.0  # training stops there and keeps what it has learned
-QUEUE_SIZE = 64  # requests waiting at once, all events together; more are told to retry
+# Requests waiting at once in gradio's queue, all events together (those running are not
+# counted); one more is answered "Queue is full" at once. Sized for a class: when a lecturer's
+# view changes, each page that follows it sends its poll (which brings the view) and two cheap
+# follow-ups within two seconds, so CLASS_SIZE followers put 3 × CLASS_SIZE events in the queue
+# at once, and 64 more are left for the other visitors' clicks (gradio runs 40 at a time).
+# Still a bound: past it a public Space is being flooded, and a prompt refusal beats an answer
+# minutes late. The environment variable VISUALISER_QUEUE_SIZE sets another (a bigger class).
+CLASS_SIZE = 100
+QUEUE_SIZE = _setting("VISUALISER_QUEUE_SIZE", 3 * CLASS_SIZE + 64)
 # Analyses kept for shared models, counted by every tensor they hold; their attention weights
 # are computed again when a view reads them, not held (MiniLM's at 508 tokens holds 31 MB a
 # sentence, SmolLM2's at 534 tokens 164 MB). An analysis bigger than the bound is kept alone,
