@@ -97,6 +97,12 @@ def test_a_running_request_that_holds_the_state_does_not_keep_its_steps(
     assert held() is None and state.decoding is None  # the delete callback let go of it
 
 
+def test_the_apps_queue_is_sized_for_a_class(demo: gr.Blocks) -> None:
+    from ui.serving import limits
+
+    assert demo._queue.max_size == limits.QUEUE_SIZE >= 300
+
+
 def test_the_write_order_forgets_a_session_that_left(demo: gr.Blocks) -> None:
     order = demo.write_order
     number = order.start()
