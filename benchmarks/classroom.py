@@ -569,12 +569,11 @@ def _follow_events(demo: Any) -> dict[str, Any]:
         }
 
     poll = next(
-        fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == "poll_and_draw"
+        fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == "poll_tabs"
     )
-    at = next(
-        fn for fn in demo.fns.values() if (follow_me.polled._id, "change") in map(tuple, fn.targets)
-    )
-    follow_ups = []
+    polled = follow_me.polled["attention"]  # the lecturer's view is on the Attention tab
+    at = next(fn for fn in demo.fns.values() if (polled._id, "change") in map(tuple, fn.targets))
+    follow_ups = [event(at)]
     while True:
         after = next((fn for fn in demo.fns.values() if fn.trigger_after == at._id), None)
         if after is None:
@@ -758,7 +757,13 @@ def follower(
                 change = next((c for c in reversed(record.changes) if c[0] <= now), None)
             moved = bool(output.get("changed_state_ids")) and change is not None
             if moved:
-                for follow_up in room["follow_ups"]:  # as the page runs them after a view
+                # As the page runs them once a poll found a change: the tab's draw (the view
+                # comes with it), then its follow-ups.
+                draw, *rest = room["follow_ups"]
+                answer = _queued(http, url, draw["index"], session, data(draw))
+                shown(draw, answer)
+                drawn = time.time()
+                for follow_up in rest:
                     shown(
                         follow_up, _queued(http, url, follow_up["index"], session, data(follow_up))
                     )
@@ -766,9 +771,9 @@ def follower(
                     record.requests += len(room["follow_ups"])
             if moved and joined:
                 with record.lock:
-                    record.drawn.append(now - change[0])
+                    record.drawn.append(drawn - change[0])
                     record.finished.append(time.time() - change[0])
-                    record.without_figure += not _has_figure(output)
+                    record.without_figure += not _has_figure(answer)
             joined = joined or moved
         except Exception as error:
             with record.lock:
@@ -865,9 +870,8 @@ def run_follow(
         "",
         "| from the lecturer's change to a follower's page | count | p50 (s) | p95 (s) | max (s) |",
         "| --- | ---: | ---: | ---: | ---: |",
-        row("its view drawn (the poll that found the change answered, the view in it)",
-            record.drawn),
-        row("the page's follow-ups done (settle, replay: no model work)", record.finished),
+        row("its view drawn (the poll found the change, the tab's draw answered)", record.drawn),
+        row("the page's follow-up done (settle: no model work)", record.finished),
         "",
         f"Joining (the app opened, Follow pressed), {len(record.joined)} of {followers}: "
         f"p50 {percentile(record.joined, 0.5):.1f} s, max {max(record.joined, default=0):.1f} s, "
@@ -875,8 +879,8 @@ def run_follow(
         "from first to last.",
         f"Polls: {record.polls} ({record.polls / elapsed:.1f}/s); the followers' requests in "
         f"all: {record.requests} ({record.requests / elapsed:.1f}/s, "
-        f"{len(room['follow_ups'])} follow-ups after each change seen); changes seen without a "
-        f"figure: {record.without_figure}; errors: {len(record.errors)}.",
+        f"{len(room['follow_ups'])} after each change seen: the draw, the settle); changes "
+        f"seen without a figure: {record.without_figure}; errors: {len(record.errors)}.",
         f"Server RSS {before['rss']:.0f} MB before (the lecturer's page open, its view drawn), "
         f"{after['rss']:.0f} MB after everyone left "
         f"({100 * (after['rss'] / before['rss'] - 1):+.1f} %); sessions held after: "

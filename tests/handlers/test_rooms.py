@@ -187,7 +187,9 @@ def _prop(value: Any, key: str) -> Any:
     return value.get(key) if isinstance(value, dict) else getattr(value, key)
 
 
-def test_a_followers_poll_brings_the_lecturers_view_drawn(app_demo: Any) -> None:
+def test_a_followers_poll_finds_the_change_and_one_event_draws_the_lecturers_tab(
+    app_demo: Any,
+) -> None:
     import copy
     import inspect
 
@@ -196,10 +198,11 @@ def test_a_followers_poll_brings_the_lecturers_view_drawn(app_demo: Any) -> None
     from ui.links.share import encode_view
 
     views, follow_me = app_demo.views, app_demo.follow_me
-    poll = next(
-        f for f in app_demo.fns.values() if getattr(f.fn, "__name__", "") == "poll_and_draw"
-    )
-    attention = next(f for f in app_demo.fns.values() if f.api_name == "attention")
+    fns = list(app_demo.fns.values())
+    poll = next(f for f in fns if getattr(f.fn, "__name__", "") == "poll_tabs")
+    polled = follow_me.polled["attention"]
+    draw = next(f for f in fns if (polled._id, "change") in [tuple(t) for t in f.targets])
+    attention = next(f for f in fns if f.api_name == "attention")
     controls = {
         "sentences": "the small cat sees a red ball",
         "model": "translate",
@@ -209,15 +212,24 @@ def test_a_followers_poll_brings_the_lecturers_view_drawn(app_demo: Any) -> None
     query = encode_view(views.tabs["attention"], {**controls, "layer": 2, "head": 3})
     follow_me.rooms.publish(room.code, room.secret, query)
 
-    page = [copy.deepcopy(c.value) if isinstance(c, gr.State) else c.value for c in poll.inputs]
-    page[0] = [room.code, -1]  # following the room, nothing applied yet
-    shared = app_demo.model_registry.shared_views
-    out = dict(zip([c._id for c in poll.outputs], poll.fn(*page), strict=True))
+    # The poll is small whatever the page holds: gradio's cost grows with an event's outputs.
+    assert len(poll.inputs) == 1 and len(poll.outputs) <= len(views.tabs) + 5
+    out = dict(zip([c._id for c in poll.outputs], poll.fn([room.code, -1]), strict=True))
     assert out[follow_me.following._id] == [room.code, 1]
-    assert _prop(out[views.tabs_block._id], "selected") == "attention"  # the lecturer's tab
+    incoming = out[polled._id]
+    assert incoming["query"] == query
+    others = [s for slug, s in follow_me.polled.items() if slug != "attention"]
+    assert all(out[s._id] == gr.skip() for s in others)  # only the view's tab draws
+
+    # The tab's draw: its controls and figures only, not the whole page's.
+    assert len(draw.outputs) < len(views.outputs) / 2
+    page = [copy.deepcopy(c.value) if isinstance(c, gr.State) else c.value for c in draw.inputs]
+    page[0] = incoming
+    drawn = dict(zip([c._id for c in draw.outputs], draw.fn(*page), strict=True))
+    assert _prop(drawn[views.tabs_block._id], "selected") == "attention"  # the lecturer's tab
     tab = views.tabs["attention"]
-    assert _prop(out[tab.controls["layer"]._id], "value") == 2
-    assert _prop(out[tab.controls["head"]._id], "value") == 3
+    assert _prop(drawn[tab.controls["layer"]._id], "value") == 2
+    assert _prop(drawn[tab.controls["head"]._id], "value") == 3
     # The same figures as the Attention tab's own handler draws, computed anew here (not
     # through the views every session shares), for the lecturer's controls.
     handler = inspect.unwrap(attention.fn)
@@ -226,16 +238,16 @@ def test_a_followers_poll_brings_the_lecturers_view_drawn(app_demo: Any) -> None
     figures = 0
     for component, expected in zip(attention.outputs, alone, strict=True):
         if isinstance(component, gr.Plot) and expected is not None:
-            got = out[component._id]
+            got = drawn[component._id]
             got = got.get("value") if isinstance(got, dict) else got
             assert got is not expected and got.to_json() == expected.to_json()
             figures += 1
     assert figures >= 1
-    assert "layer 2" in _titles(out[attention.outputs[0]._id]).lower()
+    assert "layer 2" in _titles(drawn[attention.outputs[0]._id]).lower()
 
     # The next poll finds nothing new: nothing is drawn, no view computed.
-    page[0] = out[follow_me.following._id]
+    shared = app_demo.model_registry.shared_views
     computed = shared.computed
-    again = poll.fn(*page)
+    again = poll.fn(out[follow_me.following._id])
     assert all(value == gr.skip() for value in again)
     assert shared.computed == computed

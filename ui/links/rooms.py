@@ -27,6 +27,7 @@ from urllib.parse import parse_qs
 import gradio as gr
 
 from .share import MAX_QUERY, decode_view
+from .views import KEEP_USER_CHANGES_JS, SCROLL_JS, WAIT_UNTIL_IDLE_JS, union
 
 # Letters and digits that cannot be misread on a projector (no 0/O, 1/I/L, 5/S, 2/Z, 8/B).
 CODE_ALPHABET = "ACDEFGHJKMNPQRTUVWXY34679"
@@ -235,7 +236,8 @@ class FollowMe:
         self.hosting = gr.BrowserState(["", ""], storage_key="visualiser-room")
         self.following = gr.State(["", -1])  # (code, version applied)
         self.incoming = gr.State(None)  # a view to apply (a lecturer's page reloaded)
-        self.polled = gr.State(None)  # set when a poll drew the room's view, to finish it
+        # Per tab, the room's view on it, set by a poll that found the room moved to it.
+        self.polled: dict[str, gr.State] = {}
         self.publish_timer = gr.Timer(PUBLISH_S, active=False)
         self.follow_timer = gr.Timer(POLL_S, active=False)
 
@@ -277,34 +279,28 @@ class FollowMe:
         # The page is read-only exactly while it follows a room.
         self.followed.change(None, [self.followed], None, js=READ_ONLY_JS, **private)
 
-        # The poll that finds the room moved brings its view, drawn: one request per follower
-        # per change. Queued (a state set by an unqueued event does not fire its .change), in
-        # a queue of its own that never waits for a costly or a cheap view: a poll that finds
-        # nothing new takes microseconds, and one that finds a change reads the lecturer's view
-        # from the views every session shares (the lecturer's own page drew it, so it is
-        # computed already; when not, the first follower computes it and the others wait for
-        # it). Each poll sends the page's controls, which the tab's redraws read.
-        poll_inputs = [self.following, *views.draw_inputs]
-        poll_outputs = [self.following, self.polled, views.view, *followed[1:], *views.outputs]
-
-        def poll_and_draw(following: list | None, *values: Any) -> tuple:
-            return self.poll_and_draw(views, registry, following, *values)
-
+        # The poll: one tiny event every POLL_S (the code followed in, the version seen out),
+        # queued (a state set by an unqueued event does not fire its .change), in a queue of
+        # its own that never waits for a costly or a cheap view. Gradio's cost of an event
+        # grows with its outputs (each update of a component is a component built anew for
+        # the session: 0.5 ms each), so the poll carries no figure: a poll that drew the whole
+        # page (129 outputs) cost 75 ms even when nothing had changed, and a hundred followers'
+        # polls alone outran a 2-core CPU. When the room moved, the poll sets the state of the
+        # view's tab, whose change draws that tab alone: one request per follower per change,
+        # with that tab's controls and figures only, read from the views every session shares
+        # (the lecturer's own page computed them).
+        self.polled = {slug: gr.State(None) for slug in views.tabs}
         self.follow_timer.tick(
-            poll_and_draw,
-            poll_inputs,
-            poll_outputs,
+            self.poll_tabs,
+            [self.following],
+            [self.following, *self.polled.values(), *followed[1:]],
             api_visibility="private",
             show_progress="hidden",
             concurrency_id="rooms",
             concurrency_limit=None,
         )
-        # What a link's view does once drawn (settle where a redraw reset a control, scroll,
-        # replay Generate's steps), after a poll that brought one: nothing is drawn again.
-        views.follow(
-            self.polled.change(None, None, None, js="() => []", api_visibility="private"),
-            applied=True,
-        )
+        for slug, polled in self.polled.items():
+            self._wire_tab(views, registry, slug, polled)
         # Queued, as the poll is: the view it may set must fire .change.
         opened.then(
             self.resume_room,
@@ -422,20 +418,62 @@ class FollowMe:
             return gr.skip(), gr.skip(), *unchanged
         return [code, version], self.view_of(view, version), *unchanged
 
-    def poll_and_draw(
-        self, views: Any, registry: Any, following: list | None, *values: Any
-    ) -> tuple:
-        """:meth:`poll`, with the room's view drawn when it moved: the outputs of the follow
-        timer's event, ``(following, polled, view, line, timer, button, followed,
-        *views.outputs)``. ``values`` are those of ``views.draw_inputs`` (the page's controls
-        and the session's state), which the tab's redraws read."""
-        following, incoming, *followed = self.poll(following)
-        view = None
+    def poll_tabs(self, following: list | None) -> tuple:
+        """:meth:`poll`, with the room's view (when it moved) given to the state of its tab:
+        ``(following, *one per tab in self.polled, line, timer, button, followed)``."""
+        following, incoming, *rest = self.poll(following)
+        slug = ""
         if isinstance(incoming, dict) and incoming.get("query"):
-            view = decode_view(view_params(incoming["query"]), views.tabs, registry).view
-        if view is None:
-            return following, gr.skip(), gr.skip(), *followed, *views.apply(None)
-        return following, incoming, view, *followed, *views.apply(view, *values)
+            slug = (view_params(incoming["query"]).get("tab") or [""])[0]
+        tabs = [incoming if each == slug else gr.skip() for each in self.polled]
+        return following, *tabs, *rest
+
+    def _wire_tab(self, views: Any, registry: Any, slug: str, polled: gr.State) -> None:
+        """The events that draw a room's view of tab ``slug`` on a follower's page once a poll
+        set ``polled``: that tab's controls and figures, then (as a link's view does) settle
+        where a redraw reset a control, scroll, and replay Generate's steps."""
+        redraws = views._redraws[slug]
+        mine = {c._id for c in views.tabs[slug].controls.values()}
+        mine |= {c._id for f in redraws for c in f.outputs}
+        positions = {c._id: i for i, c in enumerate(views.outputs)}
+        outputs = [views.tabs_block, views.current, views.focus]
+        outputs += [c for c in [*views.controls, *views.drawn] if c._id in mine]
+        picks = [positions[c._id] for c in outputs]
+        inputs = union(c for f in redraws for c in f.inputs)
+        where = [views.draw_inputs.index(c) for c in inputs]
+        count = len(views.draw_inputs)
+
+        def every(values: tuple) -> list[Any]:
+            full: list[Any] = [None] * count
+            for i, value in zip(where, values, strict=True):
+                full[i] = value
+            return full
+
+        def draw(incoming: dict | None, *values: Any) -> tuple:
+            view = None
+            if incoming and incoming.get("query"):
+                view = decode_view(view_params(incoming["query"]), views.tabs, registry).view
+            drawn = views.apply(view, *every(values))
+            return (view if view else gr.skip()), *(drawn[i] for i in picks)
+
+        def settle(view: dict | None, touched: bool, *values: Any) -> tuple:
+            settled = views.settle_untouched(view, touched, *every(values))
+            return tuple(settled[i] for i in picks)
+
+        private: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
+        event = polled.change(draw, [polled, *inputs], [views.view, *outputs], **private)
+        event = event.then(None, None, None, js=WAIT_UNTIL_IDLE_JS, **private)
+        event = event.then(
+            settle,
+            [views.view, views.touched, *inputs],
+            outputs,
+            js=KEEP_USER_CHANGES_JS,
+            **private,
+        )
+        event = event.then(None, views.focus, None, js=SCROLL_JS, **private)
+        replay = views._replay() if slug == "generate" else None
+        if replay is not None:
+            event.then(*replay, api_visibility="private")
 
     def view_of(self, query: str, version: int) -> dict | None:
         """The view a room's query names, as ``Views.restore`` makes one from a link (with the
