@@ -467,15 +467,17 @@ def report(result: Result) -> list[str]:
 def serve_here(port: int, device: str, model: str) -> None:
     """The server side, in its own process (so that the students' clients do not share its
     interpreter): the app built and launched on ``port``, instrumented, the model read; then
-    commands on stdin, one a line: ``reset`` (forget the times so far), ``report`` (one JSON
+    commands on stdin, one a line: ``reset`` (forget the times so far), ``report`` (after a
+    garbage collection and ``malloc_trim``, as the idle app gives memory back: one JSON
     line: handler and pre/post times per endpoint, RSS, GPU memory, shared views), ``quit``."""
     import json
     import sys
 
     import app as visualiser
-    from ui.serving.memory import return_memory_when_idle
+    from ui.serving.memory import glibc_trim, return_memory_when_idle
 
     return_memory_when_idle()
+    trim = glibc_trim()
     threads = os.environ.get("CLASSROOM_TORCH_THREADS")
     if threads:  # to compare how many threads each request's torch work should use
         import torch
@@ -518,6 +520,8 @@ def serve_here(port: int, device: str, model: str) -> None:
             import gc
 
             gc.collect()
+            if trim is not None:  # as the idle app's trimmer does (ui/serving/memory.py)
+                trim()
             shared = getattr(registry, "shared_views", None)
             with times.lock:
                 out = {
@@ -581,7 +585,7 @@ def _follow_events(demo: Any) -> dict[str, Any]:
         if after.fn is not None:
             follow_ups.append(event(after))
         at = after
-    return {"follow": _fn_index(demo, "start_following"), "poll": event(poll),
+    return {"follow": _fn_index(demo, "start_following"), "poll": event(poll), "box": polled._id,
             "follow_ups": follow_ups}  # fmt: skip
 
 
@@ -748,14 +752,21 @@ def follower(
     while not stop.is_set():
         try:
             poll = room["poll"]
-            output = _queued(http, url, poll["index"], session, data(poll))
+            # Not queued, as the page sends it: a plain request.
+            answer = http.post(
+                f"{url}gradio_api/run/predict",
+                json={"data": data(poll), "fn_index": poll["index"], "session_hash": session},
+            )
+            answer.raise_for_status()
+            output = answer.json()
             shown(poll, output)
             now = time.time()
             with record.lock:
                 record.polls += 1
                 record.requests += 1
                 change = next((c for c in reversed(record.changes) if c[0] <= now), None)
-            moved = bool(output.get("changed_state_ids")) and change is not None
+            box = output["data"][poll["outputs"].index(room["box"])]
+            moved = isinstance(box, str) and bool(box) and change is not None
             if moved:
                 # As the page runs them once a poll found a change: the tab's draw (the view
                 # comes with it), then its follow-ups.

@@ -217,9 +217,10 @@ def test_a_followers_poll_finds_the_change_and_one_event_draws_the_lecturers_tab
     out = dict(zip([c._id for c in poll.outputs], poll.fn([room.code, -1]), strict=True))
     assert out[follow_me.following._id] == [room.code, 1]
     incoming = out[polled._id]
-    assert incoming["query"] == query
+    assert incoming == f"1 {query}"  # the version first: each change is a new value
     others = [s for slug, s in follow_me.polled.items() if slug != "attention"]
     assert all(out[s._id] == gr.skip() for s in others)  # only the view's tab draws
+    assert not any(isinstance(s, gr.State) for s in follow_me.polled.values())
 
     # The tab's draw: its controls and figures only, not the whole page's.
     assert len(draw.outputs) < len(views.outputs) / 2

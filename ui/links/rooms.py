@@ -4,13 +4,15 @@ lecturer's view (tab, tour stop, preset, controls, Generate's step) as it change
 The server keeps a registry of rooms (bounded, expiring): per room only the lecturer's latest
 view, as the query of the app's own shareable link (``ui/links/share.py``), and a version number.
 The lecturer's page publishes its view every second while it hosts (nothing is sent when it did
-not change); each follower's page asks for the room's version every two seconds and applies the view
-when it changed, by the same events that open a shared link (``ui/links/views.py``). While it
-follows, the rest of a follower's page is read-only (made ``inert`` in the browser: no click,
-key or focus reaches it), and a button pinned to the screen says "Following <code> — Take
-over": taking over stops following and gives back the page, interactive, at the view it shows.
-The lecturer's code and secret are kept in the browser (``gr.BrowserState``), so a reload resumes
-the same room and brings back its view; a follower's page is not touched by it.
+not change); each follower's page asks for the room's version every two seconds (a tiny
+event), and when it moved one event draws the view's tab (its controls and figures, read from
+the views every session shares), then settles it as a shared link's view is settled
+(``ui/links/views.py``). While it follows, the rest of a follower's page is read-only (made
+``inert`` in the browser: no click, key or focus reaches it), and a button pinned to the
+screen says "Following <code> — Take over": taking over stops following and gives back the
+page, interactive, at the view it shows. The lecturer's code and secret are kept in the browser
+(``gr.BrowserState``), so a reload resumes the same room and brings back its view; a
+follower's page is not touched by it.
 """
 
 from __future__ import annotations
@@ -237,7 +239,7 @@ class FollowMe:
         self.following = gr.State(["", -1])  # (code, version applied)
         self.incoming = gr.State(None)  # a view to apply (a lecturer's page reloaded)
         # Per tab, the room's view on it, set by a poll that found the room moved to it.
-        self.polled: dict[str, gr.State] = {}
+        self.polled: dict[str, gr.Textbox] = {}
         self.publish_timer = gr.Timer(PUBLISH_S, active=False)
         self.follow_timer = gr.Timer(POLL_S, active=False)
 
@@ -275,29 +277,40 @@ class FollowMe:
         following = [*followed, self.accordion]
         self.follow.click(self.start_following, [self.code], following, **private)
         self.code.submit(self.start_following, [self.code], following, **private)
-        self.take_over.click(self.stop_following, None, followed, **private)
+        # Per tab, a hidden box the poll writes a moved room's view into (see below).
+        self.polled = {
+            slug: gr.Textbox("", visible=False, elem_id=f"room-view-{slug}") for slug in views.tabs
+        }
+        boxes = list(self.polled.values())
+
+        def take_over() -> tuple:
+            # The boxes emptied, so that following again draws the room's view even where it
+            # did not move meanwhile.
+            return (*self.stop_following(), *[""] * len(boxes))
+
+        self.take_over.click(take_over, None, [*followed, *boxes], **private)
         # The page is read-only exactly while it follows a room.
         self.followed.change(None, [self.followed], None, js=READ_ONLY_JS, **private)
 
         # The poll: one tiny event every POLL_S (the code followed in, the version seen out),
-        # queued (a state set by an unqueued event does not fire its .change), in a queue of
-        # its own that never waits for a costly or a cheap view. Gradio's cost of an event
-        # grows with its outputs (each update of a component is a component built anew for
-        # the session: 0.5 ms each), so the poll carries no figure: a poll that drew the whole
-        # page (129 outputs) cost 75 ms even when nothing had changed, and a hundred followers'
-        # polls alone outran a 2-core CPU. When the room moved, the poll sets the state of the
-        # view's tab, whose change draws that tab alone: one request per follower per change,
-        # with that tab's controls and figures only, read from the views every session shares
-        # (the lecturer's own page computed them).
-        self.polled = {slug: gr.State(None) for slug in views.tabs}
+        # not queued: a plain request, answered at once, that never waits for a costly or a
+        # cheap view. Gradio's cost of an event grows with its outputs (each update of a
+        # component is a component built anew for the session: 0.5 ms each), so the poll
+        # carries no figure: a poll that drew the whole page (129 outputs) cost 75 ms even
+        # when nothing had changed, and a hundred followers' polls alone outran a 2-core CPU.
+        # When the room moved, the poll writes the view into a hidden box of the view's tab
+        # (a box, not a state: a state set by an unqueued event does not fire its .change),
+        # whose change draws that tab alone: one request per follower per change, with that
+        # tab's controls and figures only, read from the views every session shares (the
+        # lecturer's own page computed them).
+        self.polled = {
+            slug: gr.Textbox("", visible=False, elem_id=f"room-view-{slug}") for slug in views.tabs
+        }
         self.follow_timer.tick(
             self.poll_tabs,
             [self.following],
             [self.following, *self.polled.values(), *followed[1:]],
-            api_visibility="private",
-            show_progress="hidden",
-            concurrency_id="rooms",
-            concurrency_limit=None,
+            **private,
         )
         for slug, polled in self.polled.items():
             self._wire_tab(views, registry, slug, polled)
@@ -422,13 +435,14 @@ class FollowMe:
         """:meth:`poll`, with the room's view (when it moved) given to the state of its tab:
         ``(following, *one per tab in self.polled, line, timer, button, followed)``."""
         following, incoming, *rest = self.poll(following)
-        slug = ""
+        slug, box = "", ""
         if isinstance(incoming, dict) and incoming.get("query"):
             slug = (view_params(incoming["query"]).get("tab") or [""])[0]
-        tabs = [incoming if each == slug else gr.skip() for each in self.polled]
+            box = f"{incoming['version']} {incoming['query']}"  # a new version: a new value
+        tabs = [box if each == slug else gr.skip() for each in self.polled]
         return following, *tabs, *rest
 
-    def _wire_tab(self, views: Any, registry: Any, slug: str, polled: gr.State) -> None:
+    def _wire_tab(self, views: Any, registry: Any, slug: str, polled: gr.Textbox) -> None:
         """The events that draw a room's view of tab ``slug`` on a follower's page once a poll
         set ``polled``: that tab's controls and figures, then (as a link's view does) settle
         where a redraw reset a control, scroll, and replay Generate's steps."""
@@ -449,10 +463,11 @@ class FollowMe:
                 full[i] = value
             return full
 
-        def draw(incoming: dict | None, *values: Any) -> tuple:
+        def draw(incoming: str | None, *values: Any) -> tuple:
+            query = (incoming or "").partition(" ")[2]  # "<version> <query>"
             view = None
-            if incoming and incoming.get("query"):
-                view = decode_view(view_params(incoming["query"]), views.tabs, registry).view
+            if query:
+                view = decode_view(view_params(query), views.tabs, registry).view
             drawn = views.apply(view, *every(values))
             return (view if view else gr.skip()), *(drawn[i] for i in picks)
 
