@@ -853,7 +853,7 @@ def run_follow(
         )
         for i in range(followers)
     ]
-    start = time.perf_counter()
+    start, clients_cpu = time.perf_counter(), time.process_time()
     for thread in threads:
         thread.start()
         time.sleep(min(0.2, 20.0 / max(1, followers)))  # a class opens the link within 20 s
@@ -864,7 +864,7 @@ def run_follow(
     stop.set()
     for thread in threads:
         thread.join(timeout=180)
-    elapsed = time.perf_counter() - start
+    elapsed, clients_cpu = time.perf_counter() - start, time.process_time() - clients_cpu
     lecturer.close()
     after = settled(server)  # the followers and the lecturer have left
 
@@ -895,7 +895,9 @@ def run_follow(
         f"Server RSS {before['rss']:.0f} MB before (the lecturer's page open, its view drawn), "
         f"{after['rss']:.0f} MB after everyone left "
         f"({100 * (after['rss'] / before['rss'] - 1):+.1f} %); sessions held after: "
-        f"{after.get('sessions')}; load average at the end "
+        f"{after.get('sessions')}; CPU time: the server {after['cpu'] - before['cpu']:.0f} s, "
+        f"the followers' clients (this process) {clients_cpu:.0f} s, in {elapsed:.0f} s on "
+        f"{os.cpu_count()} cores; load average at the end "
         + " / ".join(f"{x:.1f}" for x in os.getloadavg())
         + ".",
     ]  # fmt: skip
