@@ -882,7 +882,11 @@ def run_follow(
         "| from the lecturer's change to a follower's page | count | p50 (s) | p95 (s) | max (s) |",
         "| --- | ---: | ---: | ---: | ---: |",
         row("its view drawn (the poll found the change, the tab's draw answered)", record.drawn),
-        row("the page's follow-up done (settle: no model work)", record.finished),
+        *(
+            [row("the page's follow-ups done (no model work)", record.finished)]
+            if len(room["follow_ups"]) > 1
+            else []
+        ),
         "",
         f"Joining (the app opened, Follow pressed), {len(record.joined)} of {followers}: "
         f"p50 {percentile(record.joined, 0.5):.1f} s, max {max(record.joined, default=0):.1f} s, "
@@ -890,7 +894,7 @@ def run_follow(
         "from first to last.",
         f"Polls: {record.polls} ({record.polls / elapsed:.1f}/s); the followers' requests in "
         f"all: {record.requests} ({record.requests / elapsed:.1f}/s, "
-        f"{len(room['follow_ups'])} after each change seen: the draw, the settle); changes "
+        f"{len(room['follow_ups'])} queued after each change seen, the tab's draw first); changes "
         f"seen without a figure: {record.without_figure}; errors: {len(record.errors)}.",
         f"Server RSS {before['rss']:.0f} MB before (the lecturer's page open, its view drawn), "
         f"{after['rss']:.0f} MB after everyone left "

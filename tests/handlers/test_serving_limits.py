@@ -44,8 +44,8 @@ def test_the_caches_are_bounded_by_a_share_of_a_small_machine(tmp_path: Path) ->
 def test_the_queue_holds_a_class_and_the_environment_may_size_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # At a change of the lecturer's view, each follower's page queues a poll and two
-    # follow-ups; the other visitors keep the 64 places the queue had.
+    # At a change of the lecturer's view, each follower's page queues up to three events (the
+    # tab's draw, its settling, Generate's replay); the other visitors keep the 64 places.
     assert limits.QUEUE_SIZE == 3 * limits.CLASS_SIZE + 64 and limits.CLASS_SIZE >= 100
     monkeypatch.delenv("VISUALISER_QUEUE_SIZE", raising=False)
     assert _setting("VISUALISER_QUEUE_SIZE", 364) == 364

@@ -477,14 +477,23 @@ class FollowMe:
 
         private: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
         event = polled.change(draw, [polled, *inputs], [views.view, *outputs], **private)
-        event = event.then(None, None, None, js=WAIT_UNTIL_IDLE_JS, **private)
-        event = event.then(
-            settle,
-            [views.view, views.touched, *inputs],
-            outputs,
-            js=KEEP_USER_CHANGES_JS,
-            **private,
-        )
+        # Settled as a link's view is, where a handler that a set value fires (a control's
+        # .change: Generate's model resets its sliders) may reset a control; a tab with no such
+        # handler (Attention) is drawn once: a settle that finds nothing changed costs gradio
+        # as much as a third of the draw, for every follower at every change.
+        controls = {c._id for c in views.tabs[slug].controls.values()}
+        if any(
+            fn.fn is not None and any(t[0] in controls and t[1] == "change" for t in fn.targets)
+            for fn in views.demo.fns.values()
+        ):
+            event = event.then(None, None, None, js=WAIT_UNTIL_IDLE_JS, **private)
+            event = event.then(
+                settle,
+                [views.view, views.touched, *inputs],
+                outputs,
+                js=KEEP_USER_CHANGES_JS,
+                **private,
+            )
         event = event.then(None, views.focus, None, js=SCROLL_JS, **private)
         replay = views._replay() if slug == "generate" else None
         if replay is not None:

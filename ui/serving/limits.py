@@ -81,10 +81,11 @@ GENERATION_TIME_LIMIT_S = 60.0  # "Run to the end" pauses there; Run again conti
 TRAINING_TIME_LIMIT_S = 300.0  # training stops there and keeps what it has learned
 # Requests waiting at once in gradio's queue, all events together (those running are not
 # counted); one more is answered "Queue is full" at once. Sized for a class: when a lecturer's
-# view changes, each page that follows it sends its poll, the draw of the view's tab and its
-# settling within two seconds (ui/links/rooms.py), so CLASS_SIZE followers put 3 × CLASS_SIZE
-# events in the queue at once, and 64 more are left for the other visitors' clicks (gradio
-# runs 40 at a time).
+# view changes, each page that follows it queues within two seconds the draw of the view's
+# tab, and for some tabs its settling and Generate's replay of the steps (ui/links/rooms.py;
+# the poll itself is not queued), so CLASS_SIZE followers put up to 3 × CLASS_SIZE events in
+# the queue at once, and 64 more are left for the other visitors' clicks (gradio runs 40 at a
+# time).
 # Still a bound: past it a public Space is being flooded, and a prompt refusal beats an answer
 # minutes late. The environment variable VISUALISER_QUEUE_SIZE sets another (a bigger class).
 CLASS_SIZE = 100
