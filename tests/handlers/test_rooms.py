@@ -225,7 +225,7 @@ def test_a_followers_poll_finds_the_change_and_one_event_draws_the_lecturers_tab
     # The tab's draw: its controls and figures only, not the whole page's.
     assert len(draw.outputs) < len(views.outputs) / 2
     page = [copy.deepcopy(c.value) if isinstance(c, gr.State) else c.value for c in draw.inputs]
-    page[0] = incoming
+    page[-1] = incoming  # the box the poll wrote, read last
     drawn = dict(zip([c._id for c in draw.outputs], draw.fn(*page), strict=True))
     assert _prop(drawn[views.tabs_block._id], "selected") == "attention"  # the lecturer's tab
     tab = views.tabs["attention"]

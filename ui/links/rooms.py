@@ -29,7 +29,13 @@ from urllib.parse import parse_qs
 import gradio as gr
 
 from .share import MAX_QUERY, decode_view
-from .views import KEEP_USER_CHANGES_JS, SCROLL_JS, WAIT_UNTIL_IDLE_JS, union
+from .views import SCROLL_JS, WAIT_UNTIL_IDLE_JS, union
+
+# views.KEEP_USER_CHANGES_JS for inputs that end with (view, touched): whether the user clicked
+# or typed while the view settled, which the settle keeps.
+KEEP_USER_CHANGES_LAST_JS = """
+(...values) => [...values.slice(0, -1), window.__viewTouched === true]
+"""
 
 # Letters and digits that cannot be misread on a projector (no 0/O, 1/I/L, 5/S, 2/Z, 8/B).
 CODE_ALPHABET = "ACDEFGHJKMNPQRTUVWXY34679"
@@ -463,20 +469,24 @@ class FollowMe:
                 full[i] = value
             return full
 
-        def draw(incoming: str | None, *values: Any) -> tuple:
+        # The tab's inputs first, the event's own last: a panel's redraws are found by the
+        # state they read last (Generate's cache view reads whether its panel is open).
+        def draw(*values_and_incoming: Any) -> tuple:
+            *values, incoming = values_and_incoming
             query = (incoming or "").partition(" ")[2]  # "<version> <query>"
             view = None
             if query:
                 view = decode_view(view_params(query), views.tabs, registry).view
-            drawn = views.apply(view, *every(values))
+            drawn = views.apply(view, *every(tuple(values)))
             return (view if view else gr.skip()), *(drawn[i] for i in picks)
 
-        def settle(view: dict | None, touched: bool, *values: Any) -> tuple:
-            settled = views.settle_untouched(view, touched, *every(values))
+        def settle(*values_view_touched: Any) -> tuple:
+            *values, view, touched = values_view_touched
+            settled = views.settle_untouched(view, touched, *every(tuple(values)))
             return tuple(settled[i] for i in picks)
 
         private: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
-        event = polled.change(draw, [polled, *inputs], [views.view, *outputs], **private)
+        event = polled.change(draw, [*inputs, polled], [views.view, *outputs], **private)
         # Settled as a link's view is, where a handler that a set value fires (a control's
         # .change: Generate's model resets its sliders) may reset a control; a tab with no such
         # handler (Attention) is drawn once: a settle that finds nothing changed costs gradio
@@ -489,9 +499,9 @@ class FollowMe:
             event = event.then(None, None, None, js=WAIT_UNTIL_IDLE_JS, **private)
             event = event.then(
                 settle,
-                [views.view, views.touched, *inputs],
+                [*inputs, views.view, views.touched],
                 outputs,
-                js=KEEP_USER_CHANGES_JS,
+                js=KEEP_USER_CHANGES_LAST_JS,
                 **private,
             )
         event = event.then(None, views.focus, None, js=SCROLL_JS, **private)
