@@ -252,3 +252,16 @@ def test_a_followers_poll_finds_the_change_and_one_event_draws_the_lecturers_tab
     again = poll.fn(out[follow_me.following._id])
     assert all(value == gr.skip() for value in again)
     assert shared.computed == computed
+
+
+def test_taking_over_empties_the_boxes_so_that_following_again_draws_the_view(
+    app_demo: Any,
+) -> None:
+    follow_me = app_demo.follow_me
+    fns = list(app_demo.fns.values())
+    take_over = next(f for f in fns if (follow_me.take_over._id, "click") in map(tuple, f.targets))
+    out = dict(zip([c._id for c in take_over.outputs], take_over.fn(), strict=True))
+    assert out[follow_me.following._id] == ["", -1]
+    # A box keeping "<version> <query>" would not change when the same view comes again, and
+    # its tab would not be drawn.
+    assert all(out[box._id] == "" for box in follow_me.polled.values())

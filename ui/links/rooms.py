@@ -309,9 +309,6 @@ class FollowMe:
         # whose change draws that tab alone: one request per follower per change, with that
         # tab's controls and figures only, read from the views every session shares (the
         # lecturer's own page computed them).
-        self.polled = {
-            slug: gr.Textbox("", visible=False, elem_id=f"room-view-{slug}") for slug in views.tabs
-        }
         self.follow_timer.tick(
             self.poll_tabs,
             [self.following],
