@@ -202,7 +202,8 @@ def lesson(
     rng = random.Random(seed)
     kind, stack = KIND.get(architecture, KIND["encoder-decoder"])
     try:
-        client = Client(url, verbose=False)
+        # As patient as a browser opening the page (gradio_client's own limit is 20 s).
+        client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})
     except Exception as error:  # a server that refuses a new page is an error of the lesson
         record.add("connect", 0.0, f"{type(error).__name__}: {error}")
         return
@@ -234,6 +235,42 @@ def lesson(
         if rng.random() < long_every:
             scale = [LONG_TEXT, model, "first", layer, head, 0, 32, 3, -1, False]
             click("long view", "/attention_scale", *scale)
+    client.close()  # the student leaves: the page's heartbeat ends, as a closed tab's does
+
+
+def prepare(url: str, model: str, architecture: str) -> None:
+    """The lecturer's preparation before class: each of the lecture's presets opened once
+    (Generate's Reset and three Steps, Attention and Inside a layer at the first layer and
+    head), and the long view once; then the lecturer's page is closed."""
+    from gradio_client import Client
+
+    kind, stack = KIND.get(architecture, KIND["encoder-decoder"])
+    client = Client(url, verbose=False, httpx_kwargs={"timeout": 300})
+    for prompt in PRESETS:
+        settings = [prompt, model, "greedy", 1.0, 0, 1.0, 3, 40, 0, 1, 1, False]
+        client.predict(*settings, api_name="/generate_reset")
+        for _ in range(3):
+            client.predict(*settings, api_name="/generate_step")
+        attention = [prompt, model, kind, 1, 1, 1, [], False, "none (the correct pass)"]
+        client.predict(*attention, api_name="/attention")
+        client.predict(prompt, model, stack, 1, 1, 1, False, api_name="/inside_layer")
+    scale = [LONG_TEXT, model, "first", 1, 1, 0, 32, 3, -1, False]
+    client.predict(*scale, api_name="/attention_scale")
+    client.close()
+
+
+def settled(server: Server, sessions: int = 0, patience: float = 120.0) -> dict[str, Any]:
+    """The server's report once at most ``sessions`` sessions are held (the others' pages
+    closed and their state freed; gradio notices a closed page when its heartbeat ends) and it
+    has been idle long enough to give freed memory back, or after ``patience`` seconds."""
+    from ui.serving.memory import QUIET_SECONDS
+
+    deadline = time.monotonic() + patience
+    while True:
+        time.sleep(QUIET_SECONDS + 1.0)  # idle: the app gives freed memory back (memory.py)
+        report = server.ask("report")
+        if report.get("sessions", 0) <= sessions or time.monotonic() > deadline:
+            return report
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -282,6 +319,10 @@ class Result:
     process: dict[str, list[float]]
     shared: dict[str, int] | None = None
     cpu: tuple[float, float] = (float("nan"), float("nan"))  # CPU seconds: server, clients
+    # What the server held before and after: sessions, and MB of its caches.
+    held_before: dict[str, Any] = field(default_factory=dict)
+    held_after: dict[str, Any] = field(default_factory=dict)
+    load: tuple[float, ...] = ()  # the machine's load average (1, 5, 15 min) at the end
 
     def requests(self) -> int:
         return sum(len(v) for v in self.record.trips.values()) + self.errors()
@@ -307,7 +348,7 @@ def run_class(
 ) -> Result:
     """``students`` students on ``url`` for ``seconds``; their figures (the server's side
     from ``server`` when it was started here, its memory from ``pid`` otherwise)."""
-    before = server.ask("report") if server else {"rss": rss_mb(pid) if pid else float("nan")}
+    before = settled(server) if server else {"rss": rss_mb(pid) if pid else float("nan")}
     clients_cpu = time.process_time()
     if server:
         server.ask("reset")
@@ -331,7 +372,8 @@ def run_class(
         thread.join(timeout=180)
     elapsed = time.perf_counter() - start
     clients_cpu = time.process_time() - clients_cpu
-    after = server.ask("report") if server else {"rss": rss_mb(pid) if pid else float("nan")}
+    # The students have left (each closed its client): memory once the server has freed them.
+    after = settled(server) if server else {"rss": rss_mb(pid) if pid else float("nan")}
     server_cpu = after["cpu"] - before["cpu"] if "cpu" in after else float("nan")
     return Result(
         students,
@@ -346,6 +388,9 @@ def run_class(
         after.get("process", {}),
         after.get("shared"),
         (server_cpu, clients_cpu),
+        {"sessions": before.get("sessions"), **before.get("held_mb", {})},
+        {"sessions": after.get("sessions"), **after.get("held_mb", {})},
+        os.getloadavg(),
     )
 
 
@@ -389,15 +434,25 @@ def report(result: Result) -> list[str]:
     lines += [
         "",
         f"Requests: {result.requests()} ({result.requests() / result.seconds:.1f}/s), "
-        f"errors: {errors}; server RSS {result.rss_before:.0f} MB before, "
-        f"{result.rss_after:.0f} MB after ({100 * (result.rss_after / result.rss_before - 1):+.1f} %)"
+        f"errors: {errors}; server RSS {result.rss_before:.0f} MB before the class "
+        f"(the lecturer's preparation done), {result.rss_after:.0f} MB after the students left "
+        f"({100 * (result.rss_after / result.rss_before - 1):+.1f} %)"
         + (f"; GPU memory {gpu[0]:.0f} MB allocated, {gpu[1]:.0f} MB peak" if gpu else "")
         + ".",
     ]
+
+    def held(what: dict[str, Any]) -> str:
+        return ", ".join(
+            f"{k} {v:.0f} MB" if isinstance(v, float) else f"{k} {v}" for k, v in what.items()
+        )
+
+    if result.held_before or result.held_after:
+        lines.append(f"Held before: {held(result.held_before)}; after: {held(result.held_after)}.")
     server_cpu = "unknown" if result.cpu[0] != result.cpu[0] else f"{result.cpu[0]:.0f} s"
     lines.append(
         f"CPU time: the server {server_cpu}, the students' clients (this process) "
-        f"{result.cpu[1]:.0f} s, in {result.seconds:.0f} s on {os.cpu_count()} cores."
+        f"{result.cpu[1]:.0f} s, in {result.seconds:.0f} s on {os.cpu_count()} cores; "
+        "load average at the end " + " / ".join(f"{x:.1f}" for x in result.load) + "."
     )
     if result.shared:
         lines.append(
@@ -412,15 +467,17 @@ def report(result: Result) -> list[str]:
 def serve_here(port: int, device: str, model: str) -> None:
     """The server side, in its own process (so that the students' clients do not share its
     interpreter): the app built and launched on ``port``, instrumented, the model read; then
-    commands on stdin, one a line: ``reset`` (forget the times so far), ``report`` (one JSON
+    commands on stdin, one a line: ``reset`` (forget the times so far), ``report`` (after a
+    garbage collection and ``malloc_trim``, as the idle app gives memory back: one JSON
     line: handler and pre/post times per endpoint, RSS, GPU memory, shared views), ``quit``."""
     import json
     import sys
 
     import app as visualiser
-    from ui.serving.memory import return_memory_when_idle
+    from ui.serving.memory import glibc_trim, return_memory_when_idle
 
     return_memory_when_idle()
+    trim = glibc_trim()
     threads = os.environ.get("CLASSROOM_TORCH_THREADS")
     if threads:  # to compare how many threads each request's torch work should use
         import torch
@@ -436,6 +493,7 @@ def serve_here(port: int, device: str, model: str) -> None:
         **launch_options(),
     )  # fmt: skip
     registry = demo.model_registry
+    cold = rss_mb()  # the app started, nothing read or opened yet
     checkpoint = registry.checkpoint(model, None)  # read before the class comes
     print(
         json.dumps(
@@ -443,11 +501,16 @@ def serve_here(port: int, device: str, model: str) -> None:
                 "url": f"http://127.0.0.1:{port}/",
                 "architecture": checkpoint.config.architecture,
                 "device": str(registry.device),
+                "cold": cold,
+                "loaded": rss_mb(),
             }
         ),
         flush=True,
     )
+    from ui.links.share import encode_view
+
     lecturer = ("", "")  # the room's code and secret, once "room" opened it
+    kind = ""
     for line in sys.stdin:
         command = line.strip()
         if command == "reset":
@@ -457,6 +520,8 @@ def serve_here(port: int, device: str, model: str) -> None:
             import gc
 
             gc.collect()
+            if trim is not None:  # as the idle app's trimmer does (ui/serving/memory.py)
+                trim()
             shared = getattr(registry, "shared_views", None)
             with times.lock:
                 out = {
@@ -470,23 +535,58 @@ def serve_here(port: int, device: str, model: str) -> None:
                     "shared": None
                     if shared is None
                     else {"hits": shared.hits, "computed": shared.computed, "held": len(shared)},
+                    "sessions": len(demo.state_holder.session_data),
+                    "held_mb": {
+                        "analyses": sum(n for _, n in registry._analyses.values()) / 2**20,
+                        "shared views": 0.0 if shared is None else shared.bytes / 2**20,
+                    },
                 }
             print(json.dumps(out), flush=True)
-        elif command == "room":  # the lecturer hosts a room
+        elif command.startswith("room"):  # the lecturer hosts a room: "room KIND"
             room = demo.follow_me.rooms.open()
             lecturer = (room.code, room.secret)
-            indices = {
-                "follow": _fn_index(demo, "start_following"),
-                "poll": _fn_index(demo, "poll"),
-            }
-            print(json.dumps({"code": room.code, **indices}), flush=True)
+            kind = command.split(" ", 1)[1]
+            print(json.dumps({"code": room.code, **_follow_events(demo)}), flush=True)
         elif command.startswith("publish "):  # the lecturer's page sends its view
-            query = command.split(" ", 1)[1]
+            layer, head = command.split()[1:3]
+            values = {"sentences": PRESETS[0], "model": model, "kind": kind}
+            query = encode_view(
+                demo.views.tabs["attention"], {**values, "layer": int(layer), "head": int(head)}
+            )
             version = demo.follow_me.rooms.publish(*lecturer, query)
             print(json.dumps({"version": version, "at": time.time()}), flush=True)
         elif command == "quit":
             break
     demo.close()
+
+
+def _follow_events(demo: Any) -> dict[str, Any]:
+    """The page's events a follower makes: Follow (its index), the poll and the follow-ups
+    that run after a poll brought a view (each its index and its inputs' ids)."""
+    follow_me = demo.follow_me
+
+    def event(fn: Any) -> dict[str, Any]:
+        return {
+            "index": fn._id,
+            "inputs": [c._id for c in fn.inputs],
+            "outputs": [c._id for c in fn.outputs],
+        }
+
+    poll = next(
+        fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == "poll_tabs"
+    )
+    polled = follow_me.polled["attention"]  # the lecturer's view is on the Attention tab
+    at = next(fn for fn in demo.fns.values() if (polled._id, "change") in map(tuple, fn.targets))
+    follow_ups = [event(at)]
+    while True:
+        after = next((fn for fn in demo.fns.values() if fn.trigger_after == at._id), None)
+        if after is None:
+            break
+        if after.fn is not None:
+            follow_ups.append(event(after))
+        at = after
+    return {"follow": _fn_index(demo, "start_following"), "poll": event(poll), "box": polled._id,
+            "follow_ups": follow_ups}  # fmt: skip
 
 
 def _fn_index(demo: Any, name: str) -> int:
@@ -517,6 +617,7 @@ class Server:
             ready["architecture"],
             ready["device"],
         )
+        self.cold, self.loaded = ready["cold"], ready["loaded"]
 
     def _read(self) -> dict[str, Any]:
         assert self.process.stdout is not None
@@ -547,13 +648,16 @@ class Server:
 @dataclass
 class FollowRecord:
     """Per change of the lecturer's view: when it was published (wall clock, seconds) and
-    its layer and head; per follower and change, when its page knew it and had drawn it."""
+    its layer and head; per follower and change, when its poll brought the view drawn and when
+    the page's follow-ups after it were done."""
 
     changes: list[tuple[float, int, int]] = field(default_factory=list)
-    noticed: list[float] = field(default_factory=list)  # seconds after the change
-    drawn: list[float] = field(default_factory=list)
+    drawn: list[float] = field(default_factory=list)  # seconds after the change
+    finished: list[float] = field(default_factory=list)
+    without_figure: int = 0  # polls that found a change but brought no figure
     joined: list[float] = field(default_factory=list)  # seconds to open the app and follow
     polls: int = 0
+    requests: int = 0  # every request the followers' pages made, the polls included
     errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -581,34 +685,49 @@ def _queued(http: Any, url: str, fn_index: int, session: str, data: list[Any]) -
     raise RuntimeError("the event stream ended before the call completed")
 
 
+def _has_figure(output: dict) -> bool:
+    """Whether an event's answer draws a figure (a ``gr.Plot``'s value)."""
+    return any(isinstance(v, dict) and v.get("type") == "plotly" for v in output.get("data", []))
+
+
 def follower(
     url: str,
     code: str,
-    follow_index: int,
-    poll_index: int,
-    sentence: str,
-    model: str,
-    kind: str,
+    room: dict[str, Any],
+    defaults: dict[int, Any],
     record: FollowRecord,
     stop: threading.Event,
     seed: int,
 ) -> None:
-    """One follower's page until ``stop``: follow ``code`` (the page's Follow button), poll
-    every ``POLL_S`` as its timer does, and when the room moved draw the lecturer's view."""
-    import uuid
-
+    """One follower's page until ``stop``: open the app, follow ``code`` (the page's Follow
+    button), poll every ``POLL_S`` as its timer does, sending the page's controls (their values
+    as the page opens, ``defaults``); when a poll found the room moved (its answer draws the
+    view), run the page's follow-ups of a drawn view. Then leave (close the page)."""
     import httpx
     from gradio_client import Client
 
     from ui.links.rooms import POLL_S
 
+    page = dict(defaults)  # the page's values, as its events' answers set them
+
+    def data(event: dict[str, Any]) -> list[Any]:
+        return [page.get(i) for i in event["inputs"]]
+
+    def shown(event: dict[str, Any], output: dict[str, Any]) -> None:
+        for i, value in zip(event["outputs"], output.get("data", []), strict=False):
+            if isinstance(value, dict) and value.get("__type__") == "update":
+                if "value" in value:
+                    page[i] = value["value"]
+            elif not (isinstance(value, dict) and value.get("type") == "plotly"):
+                page[i] = value
+
     rng = random.Random(seed)
-    session = uuid.uuid4().hex[:11]
     start = time.perf_counter()
     try:
         http = httpx.Client(timeout=120)
-        # As patient as a browser opening the page (gradio_client's own limit is 20 s).
+        # The page's config and its heartbeat (as patient as a browser opening the page).
         client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})
+        session = client.session_hash
     except Exception as error:
         with record.lock:
             record.errors.append(f"open: {type(error).__name__}: {str(error)[:200]}")
@@ -617,40 +736,82 @@ def follower(
         # The Follow button's event: not queued; its state is kept in this session.
         answer = http.post(
             f"{url}gradio_api/run/predict",
-            json={"data": [code], "fn_index": follow_index, "session_hash": session},
+            json={"data": [code], "fn_index": room["follow"], "session_hash": session},
         )
         answer.raise_for_status()
         with record.lock:
             record.joined.append(time.perf_counter() - start)
+            record.requests += 1
     except Exception as error:
         with record.lock:
             record.errors.append(f"follow: {type(error).__name__}: {str(error)[:200]}")
+        client.close()
         return
     stop.wait(rng.uniform(0, POLL_S))  # the pages opened at different moments
     joined = False  # the view found on joining is not a change seen
     while not stop.is_set():
         try:
-            output = _queued(http, url, poll_index, session, [None])
+            poll = room["poll"]
+            # Not queued, as the page sends it: a plain request.
+            answer = http.post(
+                f"{url}gradio_api/run/predict",
+                json={"data": data(poll), "fn_index": poll["index"], "session_hash": session},
+            )
+            answer.raise_for_status()
+            output = answer.json()
+            shown(poll, output)
             now = time.time()
             with record.lock:
                 record.polls += 1
+                record.requests += 1
                 change = next((c for c in reversed(record.changes) if c[0] <= now), None)
-            if output.get("changed_state_ids") and change is not None and not joined:
-                joined = True
-            elif output.get("changed_state_ids") and change is not None:
-                at, layer, head = change
+            box = output["data"][poll["outputs"].index(room["box"])]
+            moved = isinstance(box, str) and bool(box) and change is not None
+            if moved:
+                # As the page runs them once a poll found a change: the tab's draw (the view
+                # comes with it), then its follow-ups.
+                draw, *rest = room["follow_ups"]
+                answer = _queued(http, url, draw["index"], session, data(draw))
+                shown(draw, answer)
+                drawn = time.time()
+                for follow_up in rest:
+                    shown(
+                        follow_up, _queued(http, url, follow_up["index"], session, data(follow_up))
+                    )
                 with record.lock:
-                    record.noticed.append(now - at)
-                client.predict(
-                    sentence, model, kind, layer, head, 1, [], False, "none (the correct pass)",
-                    api_name="/attention",
-                )  # fmt: skip
+                    record.requests += len(room["follow_ups"])
+            if moved and joined:
                 with record.lock:
-                    record.drawn.append(time.time() - at)
+                    record.drawn.append(drawn - change[0])
+                    record.finished.append(time.time() - change[0])
+                    record.without_figure += not _has_figure(answer)
+            joined = joined or moved
         except Exception as error:
             with record.lock:
                 record.errors.append(f"{type(error).__name__}: {str(error)[:200]}")
         stop.wait(POLL_S)
+    client.close()  # the student leaves
+
+
+def page_defaults(url: str) -> dict[int, Any]:
+    """Every component's value as a page opens (component id → value), from the app's
+    config: what a follower's page sends with its poll."""
+    import httpx
+
+    config = httpx.get(f"{url}config", timeout=120).json()
+    values = {}
+    for component in config["components"]:
+        props = component.get("props", {})
+        value, choices = props.get("value"), props.get("choices")
+        if choices:
+            # A menu's value is one of its choices, as the page's own refit makes it on load.
+            offered = [c[1] if isinstance(c, list | tuple) else c for c in choices]
+            if isinstance(value, list):
+                value = [v for v in value if v in offered]
+            elif value not in offered:
+                value = offered[0]
+        values[component["id"]] = value
+    return values
 
 
 def run_follow(
@@ -663,43 +824,36 @@ def run_follow(
     seed: int,
 ) -> list[str]:
     """One lecturer and ``followers`` followers for ``seconds``; the report's lines."""
+    from gradio_client import Client
+
     kind = KIND.get(architecture, KIND["encoder-decoder"])[0]
     sentence = PRESETS[0]
-    room = server.ask("room")
+    room = server.ask(f"room {kind}")
+    defaults = page_defaults(server.url)
     record, stop = FollowRecord(), threading.Event()
     rng = random.Random(seed)
+    lecturer = Client(server.url, verbose=False, httpx_kwargs={"timeout": 300})
 
     def change(layer: int, head: int) -> None:
-        query = (
-            f"tab=attention&attention.layer={layer}&attention.head={head}&n={len(record.changes)}"
-        )
-        published = server.ask(f"publish {query}")
+        # The lecturer's page draws the view (its own request), then publishes it.
+        attention = [sentence, model, kind, layer, head, 1, [], False, "none (the correct pass)"]
+        lecturer.predict(*attention, api_name="/attention")
+        published = server.ask(f"publish {layer} {head}")
         with record.lock:
             record.changes.append((published["at"], layer, head))
 
     change(1, 1)
-    before = server.ask("report")
+    before = settled(server, sessions=1)  # the lecturer's page
     threads = [
         threading.Thread(
             target=follower,
-            args=(
-                server.url,
-                room["code"],
-                room["follow"],
-                room["poll"],
-                sentence,
-                model,
-                kind,
-                record,
-                stop,
-                seed * 1000 + i,
-            ),
+            args=(server.url, room["code"], room, defaults, record, stop, seed * 1000 + i),
             name=f"follower-{i}",
             daemon=True,
         )
         for i in range(followers)
     ]
-    start = time.perf_counter()
+    start, clients_cpu = time.perf_counter(), time.process_time()
     for thread in threads:
         thread.start()
         time.sleep(min(0.2, 20.0 / max(1, followers)))  # a class opens the link within 20 s
@@ -710,8 +864,9 @@ def run_follow(
     stop.set()
     for thread in threads:
         thread.join(timeout=180)
-    after = server.ask("report")
-    elapsed = time.perf_counter() - start
+    elapsed, clients_cpu = time.perf_counter() - start, time.process_time() - clients_cpu
+    lecturer.close()
+    after = settled(server)  # the followers and the lecturer have left
 
     def row(what: str, values: list[float]) -> str:
         return (
@@ -719,27 +874,41 @@ def run_follow(
             f"{percentile(values, 0.95):.3f} | {max(values, default=float('nan')):.3f} |"
         )
 
+    changes = len(record.changes) - 1
     lines = [
         f"### Follow me: 1 lecturer, {followers} followers, {elapsed:.0f} s, "
-        f"{len(record.changes) - 1} changes (one every {stop_every:g} s)",
+        f"{changes} changes (one every {stop_every:g} s)",
         "",
         "| from the lecturer's change to a follower's page | count | p50 (s) | p95 (s) | max (s) |",
         "| --- | ---: | ---: | ---: | ---: |",
-        row("knowing it (its poll answered)", record.noticed),
-        row("its view drawn (`/attention` answered)", record.drawn),
+        row("its view drawn (the poll found the change, the tab's draw answered)", record.drawn),
+        *(
+            [row("the page's follow-ups done (no model work)", record.finished)]
+            if len(room["follow_ups"]) > 1
+            else []
+        ),
         "",
         f"Joining (the app opened, Follow pressed), {len(record.joined)} of {followers}: "
         f"p50 {percentile(record.joined, 0.5):.1f} s, max {max(record.joined, default=0):.1f} s, "
         f"the followers arriving {min(0.2, 20.0 / max(1, followers)) * followers:.0f} s apart "
         "from first to last.",
-        f"Polls: {record.polls} ({record.polls / elapsed:.1f}/s); errors: {len(record.errors)}; "
-        f"server RSS {before['rss']:.0f} MB before, {after['rss']:.0f} MB after "
-        f"({100 * (after['rss'] / before['rss'] - 1):+.1f} %).",
-    ]
+        f"Polls: {record.polls} ({record.polls / elapsed:.1f}/s); the followers' requests in "
+        f"all: {record.requests} ({record.requests / elapsed:.1f}/s, "
+        f"{len(room['follow_ups'])} queued after each change seen, the tab's draw first); changes "
+        f"seen without a figure: {record.without_figure}; errors: {len(record.errors)}.",
+        f"Server RSS {before['rss']:.0f} MB before (the lecturer's page open, its view drawn), "
+        f"{after['rss']:.0f} MB after everyone left "
+        f"({100 * (after['rss'] / before['rss'] - 1):+.1f} %); sessions held after: "
+        f"{after.get('sessions')}; CPU time: the server {after['cpu'] - before['cpu']:.0f} s, "
+        f"the followers' clients (this process) {clients_cpu:.0f} s, in {elapsed:.0f} s on "
+        f"{os.cpu_count()} cores; load average at the end "
+        + " / ".join(f"{x:.1f}" for x in os.getloadavg())
+        + ".",
+    ]  # fmt: skip
     kinds: dict[str, list[str]] = defaultdict(list)
     for error in record.errors:
         kind_ = error.split(":")[0]
-        kinds[kind_ if kind_ in ("open", "follow") else "poll or draw"].append(error)
+        kinds[kind_ if kind_ in ("open", "follow") else "poll"].append(error)
     for kind_, errors in kinds.items():
         lines.append(f"- {kind_}: {len(errors)} error(s), first: {errors[0]}")
     return lines
@@ -788,14 +957,24 @@ def main(argv: list[str] | None = None) -> list[Result]:
     device = server.device if server else f"remote ({args.url})"
     results: list[Result] = []
     try:
-        # One student alone first: the model's first passes, the queue's workers started.
-        run_class(url, 1, 8.0, args.model, architecture, args.seed + 99, None)
+        # The lecturer's preparation: the model read, the lecture's presets opened once.
+        prepare(url, args.model, architecture)
         print(
             f"classroom: {args.model} on {device}; {platform.processor() or platform.machine()}, "
             f"{os.cpu_count()} cores; {args.minutes:g} min per class size; "
-            f"{time.strftime('%Y-%m-%d %H:%M')}",
+            f"{time.strftime('%Y-%m-%d %H:%M')}; load average "
+            + " ".join(f"{x:.1f}" for x in os.getloadavg()),
             flush=True,
         )
+        if server:
+            prepared = settled(server)
+            print(
+                f"Server RSS: {server.cold:.0f} MB cold (the app started, nothing read), "
+                f"{server.loaded:.0f} MB with {args.model} read, {prepared['rss']:.0f} MB "
+                "prepared (the lecture's presets opened once, as a lecturer does before "
+                "class: the figure each class's 'before' starts from).\n",
+                flush=True,
+            )
         for n in sizes:
             result = run_class(
                 url, n, args.minutes * 60, args.model, architecture, args.seed, server, args.pid

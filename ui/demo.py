@@ -30,6 +30,7 @@ from .serving.errors import guard_preprocessing, scrub
 from .serving.export import PLOT_TOOLBAR_JS, ViewExport
 from .serving.ordering import newest_wins
 from .serving.plotly_bundle import ServePrunedPlotly, start_pruning
+from .serving.sessions import drop_left_sessions
 from .serving.shared_views import share_views
 from .serving.sliders import SLIDER_ENTER_JS
 from .serving.state import ModelRegistry, SessionModels
@@ -45,9 +46,11 @@ log = logging.getLogger("visualiser")
 # for up to 10,000 sessions, reachable with plain API calls. The app keeps MAX_SESSIONS, the least
 # recently used evicted first, and drops a session idle for SESSION_IDLE_S (checked every
 # SESSION_SWEEP_S). A visitor whose session was dropped gets a fresh one on their next request.
+# A session whose page has closed is freed sooner (ui/serving/sessions.py): a class that leaves
+# gives its memory back within a minute.
 MAX_SESSIONS = 200
 SESSION_IDLE_S = 3600.0
-SESSION_SWEEP_S = 60.0
+SESSION_SWEEP_S = 10.0
 # Files gradio caches for this app (uploads, the exports it serves) are removed after this age,
 # checked every CACHE_SWEEP_S; ui/serving/export.py bounds the exports' own folder by count and size.
 CACHE_MAX_AGE_S = 3600
@@ -184,7 +187,7 @@ def build_demo(
     with gr.Blocks(
         title="Transformer, step by step", delete_cache=(CACHE_SWEEP_S, CACHE_MAX_AGE_S)
     ) as demo:
-        session = gr.State(SessionModels())
+        session = gr.State(SessionModels(), delete_callback=SessionModels.release)
         with gr.Row(elem_id="top-bar"):
             gr.Markdown(
                 "## Transformer, step by step\nA from-scratch PyTorch Transformer, opened up.",
@@ -238,7 +241,8 @@ def build_demo(
     queue_costly_apart(demo, costly)
     registry.shared_views = share_views(demo)  # a class's common views, computed once
     guard_preprocessing(demo)  # gradio's own refusals: a message and one log line
-    newest_wins(demo)  # an older redraw that ends last does not draw over a newer one
+    # An older redraw that ends last does not draw over a newer one.
+    demo.write_order = newest_wins(demo)
     demo.model_registry = registry  # for preload_models
     demo.follow_me = follow_me  # for the tests
     threading.Thread(
@@ -273,7 +277,8 @@ def evict_idle_sessions(
 
 
 def _sweep_sessions(demo_ref: weakref.ref) -> None:
-    """Every ``SESSION_SWEEP_S``: drop the idle sessions of a launched demo; ends with it."""
+    """Every ``SESSION_SWEEP_S``: drop the idle sessions of a launched demo, and those whose
+    page has closed; ends with it."""
     while True:
         time.sleep(SESSION_SWEEP_S)
         demo = demo_ref()
@@ -282,6 +287,8 @@ def _sweep_sessions(demo_ref: weakref.ref) -> None:
         holder = getattr(demo, "state_holder", None)
         if holder is not None and getattr(demo, "is_running", False):
             evict_idle_sessions(holder, SESSION_IDLE_S)
+            order = getattr(demo, "write_order", None)
+            drop_left_sessions(holder, [order.forget] if order is not None else [])
         del demo
 
 

@@ -3,6 +3,9 @@ that host, follow and poll, called directly."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
 from ui.links.rooms import CODE_ALPHABET, CODE_LENGTH, FollowMe, RoomError, Rooms, normal_code
@@ -153,3 +156,112 @@ def test_a_room_that_closes_gives_the_follower_its_page_back() -> None:
     following, _, line, poll, button, followed = follow_me.poll(following)
     assert following == ["", -1] and followed == "" and not button.visible
     assert not poll.active and "closed" in line
+
+
+# -- a follower's poll, in the whole app -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def app_demo() -> Iterator[Any]:
+    import app
+
+    built = app.build_demo("cpu", (), preload=False)
+    yield built
+    built.model_registry.release()
+
+
+def _titles(figure: Any) -> str:
+    """Every title of a figure (its own and its subplots'), as one text."""
+    import plotly.graph_objects as go
+
+    assert isinstance(figure, go.Figure)
+    layout = figure.to_plotly_json()["layout"]
+    return " | ".join(
+        [str(layout.get("title", {}).get("text", ""))]
+        + [str(a.get("text", "")) for a in layout.get("annotations", [])]
+    )
+
+
+def _prop(value: Any, key: str) -> Any:
+    """A property an output sets: an update's entry, or a component's attribute."""
+    return value.get(key) if isinstance(value, dict) else getattr(value, key)
+
+
+def test_a_followers_poll_finds_the_change_and_one_event_draws_the_lecturers_tab(
+    app_demo: Any,
+) -> None:
+    import copy
+    import inspect
+
+    import gradio as gr
+
+    from ui.links.share import encode_view
+
+    views, follow_me = app_demo.views, app_demo.follow_me
+    fns = list(app_demo.fns.values())
+    poll = next(f for f in fns if getattr(f.fn, "__name__", "") == "poll_tabs")
+    polled = follow_me.polled["attention"]
+    draw = next(f for f in fns if (polled._id, "change") in [tuple(t) for t in f.targets])
+    attention = next(f for f in fns if f.api_name == "attention")
+    controls = {
+        "sentences": "the small cat sees a red ball",
+        "model": "translate",
+        "kind": "encoder self-attention",
+    }
+    room = follow_me.rooms.open()
+    query = encode_view(views.tabs["attention"], {**controls, "layer": 2, "head": 3})
+    follow_me.rooms.publish(room.code, room.secret, query)
+
+    # The poll is small whatever the page holds: gradio's cost grows with an event's outputs.
+    assert len(poll.inputs) == 1 and len(poll.outputs) <= len(views.tabs) + 5
+    out = dict(zip([c._id for c in poll.outputs], poll.fn([room.code, -1]), strict=True))
+    assert out[follow_me.following._id] == [room.code, 1]
+    incoming = out[polled._id]
+    assert incoming == f"1 {query}"  # the version first: each change is a new value
+    others = [s for slug, s in follow_me.polled.items() if slug != "attention"]
+    assert all(out[s._id] == gr.skip() for s in others)  # only the view's tab draws
+    assert not any(isinstance(s, gr.State) for s in follow_me.polled.values())
+
+    # The tab's draw: its controls and figures only, not the whole page's.
+    assert len(draw.outputs) < len(views.outputs) / 2
+    page = [copy.deepcopy(c.value) if isinstance(c, gr.State) else c.value for c in draw.inputs]
+    page[-1] = incoming  # the box the poll wrote, read last
+    drawn = dict(zip([c._id for c in draw.outputs], draw.fn(*page), strict=True))
+    assert _prop(drawn[views.tabs_block._id], "selected") == "attention"  # the lecturer's tab
+    tab = views.tabs["attention"]
+    assert _prop(drawn[tab.controls["layer"]._id], "value") == 2
+    assert _prop(drawn[tab.controls["head"]._id], "value") == 3
+    # The same figures as the Attention tab's own handler draws, computed anew here (not
+    # through the views every session shares), for the lecturer's controls.
+    handler = inspect.unwrap(attention.fn)
+    assert not getattr(handler, "shared_view", False)
+    alone = handler(*controls.values(), 2, 3, 1, [], False, "none (the correct pass)")
+    figures = 0
+    for component, expected in zip(attention.outputs, alone, strict=True):
+        if isinstance(component, gr.Plot) and expected is not None:
+            got = drawn[component._id]
+            got = got.get("value") if isinstance(got, dict) else got
+            assert got is not expected and got.to_json() == expected.to_json()
+            figures += 1
+    assert figures >= 1
+    assert "layer 2" in _titles(drawn[attention.outputs[0]._id]).lower()
+
+    # The next poll finds nothing new: nothing is drawn, no view computed.
+    shared = app_demo.model_registry.shared_views
+    computed = shared.computed
+    again = poll.fn(out[follow_me.following._id])
+    assert all(value == gr.skip() for value in again)
+    assert shared.computed == computed
+
+
+def test_taking_over_empties_the_boxes_so_that_following_again_draws_the_view(
+    app_demo: Any,
+) -> None:
+    follow_me = app_demo.follow_me
+    fns = list(app_demo.fns.values())
+    take_over = next(f for f in fns if (follow_me.take_over._id, "click") in map(tuple, f.targets))
+    out = dict(zip([c._id for c in take_over.outputs], take_over.fn(), strict=True))
+    assert out[follow_me.following._id] == ["", -1]
+    # A box keeping "<version> <query>" would not change when the same view comes again, and
+    # its tab would not be drawn.
+    assert all(out[box._id] == "" for box in follow_me.polled.values())

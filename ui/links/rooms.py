@@ -4,13 +4,15 @@ lecturer's view (tab, tour stop, preset, controls, Generate's step) as it change
 The server keeps a registry of rooms (bounded, expiring): per room only the lecturer's latest
 view, as the query of the app's own shareable link (``ui/links/share.py``), and a version number.
 The lecturer's page publishes its view every second while it hosts (nothing is sent when it did
-not change); each follower's page asks for the room's version every two seconds and applies the view
-when it changed, by the same events that open a shared link (``ui/links/views.py``). While it
-follows, the rest of a follower's page is read-only (made ``inert`` in the browser: no click,
-key or focus reaches it), and a button pinned to the screen says "Following <code> — Take
-over": taking over stops following and gives back the page, interactive, at the view it shows.
-The lecturer's code and secret are kept in the browser (``gr.BrowserState``), so a reload resumes
-the same room and brings back its view; a follower's page is not touched by it.
+not change); each follower's page asks for the room's version every two seconds (a tiny
+event), and when it moved one event draws the view's tab (its controls and figures, read from
+the views every session shares), then settles it as a shared link's view is settled
+(``ui/links/views.py``). While it follows, the rest of a follower's page is read-only (made
+``inert`` in the browser: no click, key or focus reaches it), and a button pinned to the
+screen says "Following <code> — Take over": taking over stops following and gives back the
+page, interactive, at the view it shows. The lecturer's code and secret are kept in the browser
+(``gr.BrowserState``), so a reload resumes the same room and brings back its view; a
+follower's page is not touched by it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ from urllib.parse import parse_qs
 import gradio as gr
 
 from .share import MAX_QUERY, decode_view
+from .views import SCROLL_JS, WAIT_UNTIL_IDLE_JS, union
+
+# views.KEEP_USER_CHANGES_JS for inputs that end with (view, touched): whether the user clicked
+# or typed while the view settled, which the settle keeps.
+KEEP_USER_CHANGES_LAST_JS = """
+(...values) => [...values.slice(0, -1), window.__viewTouched === true]
+"""
 
 # Letters and digits that cannot be misread on a projector (no 0/O, 1/I/L, 5/S, 2/Z, 8/B).
 CODE_ALPHABET = "ACDEFGHJKMNPQRTUVWXY34679"
@@ -234,7 +243,9 @@ class FollowMe:
         # The lecturer's (code, secret), kept in the browser across reloads.
         self.hosting = gr.BrowserState(["", ""], storage_key="visualiser-room")
         self.following = gr.State(["", -1])  # (code, version applied)
-        self.incoming = gr.State(None)  # a view to apply, set when the room's version moves
+        self.incoming = gr.State(None)  # a view to apply (a lecturer's page reloaded)
+        # Per tab, the room's view on it, set by a poll that found the room moved to it.
+        self.polled: dict[str, gr.Textbox] = {}
         self.publish_timer = gr.Timer(PUBLISH_S, active=False)
         self.follow_timer = gr.Timer(POLL_S, active=False)
 
@@ -272,21 +283,40 @@ class FollowMe:
         following = [*followed, self.accordion]
         self.follow.click(self.start_following, [self.code], following, **private)
         self.code.submit(self.start_following, [self.code], following, **private)
-        self.take_over.click(self.stop_following, None, followed, **private)
+        # Per tab, a hidden box the poll writes a moved room's view into (see below).
+        self.polled = {
+            slug: gr.Textbox("", visible=False, elem_id=f"room-view-{slug}") for slug in views.tabs
+        }
+        boxes = list(self.polled.values())
+
+        def take_over() -> tuple:
+            # The boxes emptied, so that following again draws the room's view even where it
+            # did not move meanwhile.
+            return (*self.stop_following(), *[""] * len(boxes))
+
+        self.take_over.click(take_over, None, [*followed, *boxes], **private)
         # The page is read-only exactly while it follows a room.
         self.followed.change(None, [self.followed], None, js=READ_ONLY_JS, **private)
 
-        # Queued (a state set by an unqueued event does not fire its .change), in a queue of
-        # its own that never waits for a costly or a cheap view: each poll takes microseconds.
+        # The poll: one tiny event every POLL_S (the code followed in, the version seen out),
+        # not queued: a plain request, answered at once, that never waits for a costly or a
+        # cheap view. Gradio's cost of an event grows with its outputs (each update of a
+        # component is a component built anew for the session: 0.5 ms each), so the poll
+        # carries no figure: a poll that drew the whole page (129 outputs) cost 75 ms even
+        # when nothing had changed, and a hundred followers' polls alone outran a 2-core CPU.
+        # When the room moved, the poll writes the view into a hidden box of the view's tab
+        # (a box, not a state: a state set by an unqueued event does not fire its .change),
+        # whose change draws that tab alone: one request per follower per change, with that
+        # tab's controls and figures only, read from the views every session shares (the
+        # lecturer's own page computed them).
         self.follow_timer.tick(
-            self.poll,
+            self.poll_tabs,
             [self.following],
-            [self.following, self.incoming, *followed[1:]],
-            api_visibility="private",
-            show_progress="hidden",
-            concurrency_id="rooms",
-            concurrency_limit=None,
+            [self.following, *self.polled.values(), *followed[1:]],
+            **private,
         )
+        for slug, polled in self.polled.items():
+            self._wire_tab(views, registry, slug, polled)
         # Queued, as the poll is: the view it may set must fire .change.
         opened.then(
             self.resume_room,
@@ -301,7 +331,7 @@ class FollowMe:
                 return None
             return decode_view(view_params(incoming["query"]), views.tabs, registry).view
 
-        # A view arrived (a follower's poll, a lecturer's reload): applied as a link is.
+        # A lecturer's reload brought the room's view back: applied as a link is.
         arrived = self.incoming.change(
             decode,
             [self.incoming],
@@ -403,6 +433,78 @@ class FollowMe:
         if version == seen or not view:
             return gr.skip(), gr.skip(), *unchanged
         return [code, version], self.view_of(view, version), *unchanged
+
+    def poll_tabs(self, following: list | None) -> tuple:
+        """:meth:`poll`, with the room's view (when it moved) given to the state of its tab:
+        ``(following, *one per tab in self.polled, line, timer, button, followed)``."""
+        following, incoming, *rest = self.poll(following)
+        slug, box = "", ""
+        if isinstance(incoming, dict) and incoming.get("query"):
+            slug = (view_params(incoming["query"]).get("tab") or [""])[0]
+            box = f"{incoming['version']} {incoming['query']}"  # a new version: a new value
+        tabs = [box if each == slug else gr.skip() for each in self.polled]
+        return following, *tabs, *rest
+
+    def _wire_tab(self, views: Any, registry: Any, slug: str, polled: gr.Textbox) -> None:
+        """The events that draw a room's view of tab ``slug`` on a follower's page once a poll
+        set ``polled``: that tab's controls and figures, then (as a link's view does) settle
+        where a redraw reset a control, scroll, and replay Generate's steps."""
+        redraws = views._redraws[slug]
+        mine = {c._id for c in views.tabs[slug].controls.values()}
+        mine |= {c._id for f in redraws for c in f.outputs}
+        positions = {c._id: i for i, c in enumerate(views.outputs)}
+        outputs = [views.tabs_block, views.current, views.focus]
+        outputs += [c for c in [*views.controls, *views.drawn] if c._id in mine]
+        picks = [positions[c._id] for c in outputs]
+        inputs = union(c for f in redraws for c in f.inputs)
+        where = [views.draw_inputs.index(c) for c in inputs]
+        count = len(views.draw_inputs)
+
+        def every(values: tuple) -> list[Any]:
+            full: list[Any] = [None] * count
+            for i, value in zip(where, values, strict=True):
+                full[i] = value
+            return full
+
+        # The tab's inputs first, the event's own last: a panel's redraws are found by the
+        # state they read last (Generate's cache view reads whether its panel is open).
+        def draw(*values_and_incoming: Any) -> tuple:
+            *values, incoming = values_and_incoming
+            query = (incoming or "").partition(" ")[2]  # "<version> <query>"
+            view = None
+            if query:
+                view = decode_view(view_params(query), views.tabs, registry).view
+            drawn = views.apply(view, *every(tuple(values)))
+            return (view if view else gr.skip()), *(drawn[i] for i in picks)
+
+        def settle(*values_view_touched: Any) -> tuple:
+            *values, view, touched = values_view_touched
+            settled = views.settle_untouched(view, touched, *every(tuple(values)))
+            return tuple(settled[i] for i in picks)
+
+        private: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
+        event = polled.change(draw, [*inputs, polled], [views.view, *outputs], **private)
+        # Settled as a link's view is, where a handler that a set value fires (a control's
+        # .change: Generate's model resets its sliders) may reset a control; a tab with no such
+        # handler (Attention) is drawn once: a settle that finds nothing changed costs gradio
+        # as much as a third of the draw, for every follower at every change.
+        controls = {c._id for c in views.tabs[slug].controls.values()}
+        if any(
+            fn.fn is not None and any(t[0] in controls and t[1] == "change" for t in fn.targets)
+            for fn in views.demo.fns.values()
+        ):
+            event = event.then(None, None, None, js=WAIT_UNTIL_IDLE_JS, **private)
+            event = event.then(
+                settle,
+                [*inputs, views.view, views.touched],
+                outputs,
+                js=KEEP_USER_CHANGES_LAST_JS,
+                **private,
+            )
+        event = event.then(None, views.focus, None, js=SCROLL_JS, **private)
+        replay = views._replay() if slug == "generate" else None
+        if replay is not None:
+            event.then(*replay, api_visibility="private")
 
     def view_of(self, query: str, version: int) -> dict | None:
         """The view a room's query names, as ``Views.restore`` makes one from a link (with the

@@ -5,7 +5,52 @@ Handlers read them as ``limits.NAME`` at call time, so a changed value takes eff
 
 from __future__ import annotations
 
+import os
+
 from transformer.text.tokenization import MAX_TOKENIZER_JSON_BYTES
+
+
+def _setting(name: str, default: int) -> int:
+    """The whole number the environment variable ``name`` sets, else ``default``."""
+    given = os.environ.get(name, "").strip()
+    if not given:
+        return default
+    try:
+        value = int(given)
+    except ValueError:
+        raise ValueError(
+            f"{name} must be a whole number, such as {default}; got {given!r}"
+        ) from None
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, such as {default}; got {value}")
+    return value
+
+
+def machine_memory(
+    limits_files: tuple[str, ...] = (
+        "/sys/fs/cgroup/memory.max",  # a container's limit (cgroup v2), as on a Space
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",  # cgroup v1
+    ),
+) -> int:
+    """Bytes of memory this process may use: its container's limit where one is set and is
+    below the machine's memory, else the machine's (16 GiB where neither can be read)."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not a POSIX system
+        physical = 16 * 2**30
+    for path in limits_files:
+        try:
+            with open(path, encoding="ascii") as limit:
+                text = limit.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < physical:
+            return int(text)
+    return physical
+
+
+MACHINE_BYTES = machine_memory()
+
 
 MAX_TEXT = 20_000  # characters the tokenize tab accepts (the library's own limit is higher)
 # The word /learn_bpe segments: a word, not a text (a 10 MB one answered 50 million characters).
@@ -38,12 +83,23 @@ MAX_TABLE_ROWS = 1_000
 # Wall-clock limits, so that one visitor's request cannot hold a worker (or the trainer) for long.
 GENERATION_TIME_LIMIT_S = 60.0  # "Run to the end" pauses there; Run again continues
 TRAINING_TIME_LIMIT_S = 300.0  # training stops there and keeps what it has learned
-QUEUE_SIZE = 64  # requests waiting at once, all events together; more are told to retry
+# Requests waiting at once in gradio's queue, all events together (those running are not
+# counted); one more is answered "Queue is full" at once. Sized for a class: when a lecturer's
+# view changes, each page that follows it queues within two seconds the draw of the view's
+# tab, and for some tabs its settling and Generate's replay of the steps (ui/links/rooms.py;
+# the poll itself is not queued), so CLASS_SIZE followers put up to 3 × CLASS_SIZE events in
+# the queue at once, and 64 more are left for the other visitors' clicks (gradio runs 40 at a
+# time).
+# Still a bound: past it a public Space is being flooded, and a prompt refusal beats an answer
+# minutes late. The environment variable VISUALISER_QUEUE_SIZE sets another (a bigger class).
+CLASS_SIZE = 100
+QUEUE_SIZE = _setting("VISUALISER_QUEUE_SIZE", 3 * CLASS_SIZE + 64)
 # Analyses kept for shared models, counted by every tensor they hold; their attention weights
 # are computed again when a view reads them, not held (MiniLM's at 508 tokens holds 31 MB a
 # sentence, SmolLM2's at 534 tokens 164 MB). An analysis bigger than the bound is kept alone,
-# and dropped when the next one starts, so that two are never held at once.
-CACHE_BYTES = 192 * 1024 * 1024
+# and dropped when the next one starts, so that two are never held at once. Sized for the
+# machine: 192 MB on one of 12 GB or more (a free CPU Space has 16 GB), 1/64 of a smaller one.
+CACHE_BYTES = min(192 * 1024 * 1024, MACHINE_BYTES // 64)
 # Layer and head sliders are built with these bounds, so that an API call (a new session, which
 # gradio checks against the sliders as built) may name any layer or head of any model the app
 # serves; the page narrows them to the chosen model's own when it loads, and the handlers check
@@ -55,8 +111,8 @@ MAX_SCALE_TOKENS = 2_048
 MAX_HEADS = 64
 # Views shared by every session (ui/serving/shared_views.py), counted by their figures' JSON: a
 # lecture's presets, computed once (the largest answer, SmolLM2's one-head view at 512 tokens,
-# is 2.6 MB).
-SHARED_VIEW_BYTES = 128 * 1024 * 1024
+# is 2.6 MB). Sized for the machine: 128 MB on one of 16 GB or more, 1/128 of a smaller one.
+SHARED_VIEW_BYTES = min(128 * 1024 * 1024, MACHINE_BYTES // 128)
 SHARED_VIEW_ENTRIES = 512
 # A model pass's cost is estimated as parameters × tokens (ui/serving/costly.py). From
 # COSTLY_PASS_COST (SmolLM2 over about 440 tokens, some 0.7 s on a 2-core CPU; an 8-billion-

@@ -65,6 +65,15 @@ class WriteOrder:
         """A number for a call that starts now, larger than every earlier call's."""
         return next(self._numbers)
 
+    def forget(self, session: str) -> None:
+        """Drop what is remembered of ``session`` (its page has closed)."""
+        with self._lock:
+            self._written.pop(session, None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._written)
+
     def deliver(
         self, session: str, number: int, outputs: Sequence[int], values: Sequence[Any], hold: bool
     ) -> list[Any]:

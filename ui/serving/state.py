@@ -44,6 +44,12 @@ class SessionModels:
     trained: Checkpoint | None = None
     snapshots: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
 
+    def release(self) -> None:
+        """Let go of the trained model and its snapshots (the session has ended): freed even
+        where a request still running holds this object."""
+        self.trained = None
+        self.snapshots = {}
+
 
 @dataclass
 class GenerationState:
@@ -61,6 +67,12 @@ class GenerationState:
         # Generate's chat switch: while on, every request reads its prompt wrapped in the
         # model's chat template, whatever the prompt box holds (set by the switch's event).
         self.chat = False
+
+    def release(self) -> None:
+        """Let go of the decoding (the session has ended): its steps are freed even where a
+        Run still holds this state, which then stops (it sees another decoding)."""
+        with self.lock:
+            self.key, self.decoding, self.source_pieces = (), None, []
 
     def __deepcopy__(self, memo: dict) -> GenerationState:
         """gr.State copies its initial value per session; a lock is not copied but made anew."""

@@ -82,7 +82,8 @@ def build(
         reset_button = gr.Button("Reset")
     opened = GenerationState()
     opened.chat = chat_on
-    state = gr.State(opened)
+    # Freed when the session ends (its page closed: ui/serving/sessions.py).
+    state = gr.State(opened, delete_callback=GenerationState.release)
     summary = gr.Markdown()
     # Side by side where each gets 480 px, one below the other where not (the tour's sidebar
     # open at 1280 px): at half of that width the cross-attention's title ran off its edge.

@@ -1,0 +1,88 @@
+"""A visitor who leaves frees what their session held.
+
+Gradio keeps, per session, a copy of every component's config that an event changed and the
+session's ``gr.State`` values (Generate's decoding with its steps, a trained model). When a
+page closes, gradio notices it (the page's heartbeat connection ends) and marks the session
+closed, but keeps its state for an hour "to give the user time to reopen the session", and the
+session's config copy until 200 newer sessions push it out. After a class of a hundred, that is
+a hundred students' generations held for an hour by a server nobody uses any more.
+
+A reloaded page is a new session (the page draws a new session hash), so nothing reopens a
+closed one; only a network blip closes the heartbeat of a page that is still open, and its
+browser then opens a new heartbeat at once and goes on using the same session. So a session
+whose page closed and that no request has used for ``SESSION_CLOSED_S`` is dropped whole (its
+states' ``delete_callback`` run first), and so is what the app keeps for it elsewhere (the
+order of its redraws): a page that comes back after longer starts afresh, as after a reload.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+log = logging.getLogger("visualiser")
+
+# A closed page's session unused this long is dropped: long enough for a browser to reopen the
+# heartbeat of a page that is still open after a blip of the network (it retries at once), short
+# enough that a class that leaves gives its memory back within a minute.
+SESSION_CLOSED_S = 30.0
+
+
+def left_sessions(
+    holder: Any, unused_s: float = SESSION_CLOSED_S, now: datetime.datetime | None = None
+) -> list[str]:
+    """The sessions of gradio's store (``demo.state_holder``) whose page has closed and that
+    no request has used for ``unused_s`` seconds."""
+    now = now or datetime.datetime.now()
+    with holder.lock:
+        closed = [
+            session
+            for session, data in list(holder.session_data.items())
+            if getattr(data, "is_closed", False)
+        ]
+        return [
+            session
+            for session in closed
+            if (now - holder.time_last_used.get(session, now)).total_seconds() >= unused_s
+        ]
+
+
+def drop_sessions(
+    holder: Any, sessions: Iterable[str], forget: Iterable[Callable[[str], object]] = ()
+) -> int:
+    """Drop ``sessions`` from gradio's store with their state (each state's ``delete_callback``
+    runs first), and call each of ``forget`` with each session, for what the app keeps per
+    session elsewhere; returns how many were dropped."""
+    forget = list(forget)
+    dropped = 0
+    for session in sessions:
+        try:
+            holder.delete_state(session)  # runs the states' delete callbacks
+        except Exception:  # a callback's failure must not keep the session
+            log.exception("deleting a session's state failed")
+        with holder.lock:
+            holder.session_data.pop(session, None)
+            holder.time_last_used.pop(session, None)
+        for drop in forget:
+            try:
+                drop(session)
+            except Exception:
+                log.exception("forgetting a session failed")
+        dropped += 1
+    return dropped
+
+
+def drop_left_sessions(
+    holder: Any,
+    forget: Iterable[Callable[[str], object]] = (),
+    unused_s: float = SESSION_CLOSED_S,
+    now: datetime.datetime | None = None,
+) -> int:
+    """Drop every session whose page has closed and that has been unused for ``unused_s``
+    (see the module's doc); returns how many were dropped."""
+    dropped = drop_sessions(holder, left_sessions(holder, unused_s, now), forget)
+    if dropped:
+        log.info("freed %d session(s) whose page closed", dropped)
+    return dropped
