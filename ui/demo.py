@@ -30,7 +30,7 @@ from .serving.errors import guard_preprocessing, scrub
 from .serving.export import PLOT_TOOLBAR_JS, ViewExport
 from .serving.ordering import newest_wins
 from .serving.plotly_bundle import ServePrunedPlotly, start_pruning
-from .serving.sessions import drop_left_sessions
+from .serving.sessions import drop_left_sessions, reopen_on_heartbeat
 from .serving.shared_views import share_views
 from .serving.sliders import SLIDER_ENTER_JS
 from .serving.state import ModelRegistry, SessionModels
@@ -286,6 +286,9 @@ def _sweep_sessions(demo_ref: weakref.ref) -> None:
             return
         holder = getattr(demo, "state_holder", None)
         if holder is not None and getattr(demo, "is_running", False):
+            app = getattr(demo, "server_app", None)
+            if app is not None:  # once the server runs: a heartbeat that comes back reopens
+                reopen_on_heartbeat(app, holder)
             evict_idle_sessions(holder, SESSION_IDLE_S)
             order = getattr(demo, "write_order", None)
             drop_left_sessions(holder, [order.forget] if order is not None else [])

@@ -7,18 +7,21 @@ closed, but keeps its state for an hour "to give the user time to reopen the ses
 session's config copy until 200 newer sessions push it out. After a class of a hundred, that is
 a hundred students' generations held for an hour by a server nobody uses any more.
 
-A reloaded page is a new session (the page draws a new session hash), so nothing reopens a
-closed one; only a network blip closes the heartbeat of a page that is still open, and its
-browser then opens a new heartbeat at once and goes on using the same session. So a session
-whose page closed and that no request has used for ``SESSION_CLOSED_S`` is dropped whole (its
-states' ``delete_callback`` run first), and so is what the app keeps for it elsewhere (the
-order of its redraws): a page that comes back after longer starts afresh, as after a reload.
+A reloaded page is a new session (the page draws a new session hash); only a network blip
+closes the heartbeat of a page that is still open, and its browser then opens a new heartbeat
+at once and goes on using the same session. Gradio never marks such a session open again:
+:func:`reopen_on_heartbeat` does, when the heartbeat comes back. So a session whose page closed
+(and did not come back) and that no request has used for ``SESSION_CLOSED_S`` is dropped whole
+(its states' ``delete_callback`` run first), and so is what the app keeps for it elsewhere (the
+order of its redraws): a student on a flaky network who reads for a minute keeps their
+generation.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -86,3 +89,38 @@ def drop_left_sessions(
     if dropped:
         log.info("freed %d session(s) whose page closed", dropped)
     return dropped
+
+
+_HEARTBEAT = re.compile(r"/heartbeat/([^/]+)$")
+
+
+def reopen_on_heartbeat(app: Any, holder: Any) -> bool:
+    """Make the launched ``app`` mark a session open again when its page's heartbeat comes
+    back (gradio marks it closed when a heartbeat ends, for good): a session's page that
+    reconnects after a blip of the network is then never taken for a page that left. Returns
+    whether it is done (not before the server has answered its first request, when the
+    app's middleware is built; a second call finds it done)."""
+    stack = getattr(app, "middleware_stack", None)
+    if stack is None:
+        return False
+    if not isinstance(stack, _Reopening):
+        app.middleware_stack = _Reopening(stack, holder)
+    return True
+
+
+class _Reopening:
+    """The app's outermost ASGI layer: a heartbeat's request first marks its session open."""
+
+    def __init__(self, app: Any, holder: Any) -> None:
+        self.app = app
+        self.holder = holder
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            found = _HEARTBEAT.search(scope.get("path", ""))
+            if found:
+                with self.holder.lock:
+                    data = self.holder.session_data.get(found.group(1))
+                    if data is not None:
+                        data.is_closed = False
+        await self.app(scope, receive, send)
