@@ -4,7 +4,7 @@ Space: no page, no cookie, a fresh ``session_hash`` per request).
 
 Launches the app in-process on loopback (as ``python app.py`` does, with the same launch
 options), makes ``--sessions`` calls to a cheap named endpoint from ``--threads`` threads, and
-prints, every ``--every`` sessions, the sessions held and the RSS. Issue 24: gradio keeps up to
+prints, every ``--every`` sessions, the sessions held and the RSS. Gradio keeps up to
 10,000 sessions at about 0.46 MB each; the app bounds them (``ui.demo.MAX_SESSIONS``), so RSS
 must stay flat (within 10 %) once the bound is reached. ``--capacity 10000`` shows gradio's own
 default for comparison.

@@ -152,7 +152,7 @@ def _session_values(demo: gr.Blocks) -> list:
 
 
 def test_a_link_s_first_event_applies_and_draws_its_own_view(demo: gr.Blocks) -> None:
-    """Issue 23.5: the page showed the default view under the link's controls for seconds (the
+    """The page showed the default view under the link's controls for seconds (the
     controls were set, then each redraw ran as an event of its own after a wait). The link's
     first event now sets the controls and returns the view's own figures."""
     views = demo.views
@@ -179,7 +179,7 @@ def test_a_link_s_first_event_applies_and_draws_its_own_view(demo: gr.Blocks) ->
 
 
 def test_the_feed_forward_and_residual_stops_scroll_to_their_section(demo: gr.Blocks) -> None:
-    """Issue 23 item 7: those stops opened Inside a layer at its top, 2,000 px above the part
+    """Those stops opened Inside a layer at its top, 2,000 px above the part
     they talk about. Their view must scroll to the feed-forward section (which ends with the
     residual add and the LayerNorm), an element the page has."""
     if not HAS_INSIDE:
@@ -195,7 +195,7 @@ def test_the_feed_forward_and_residual_stops_scroll_to_their_section(demo: gr.Bl
 
 
 def test_the_modern_block_stop_opens_the_comparison_on_smollm2(demo: gr.Blocks) -> None:
-    """Issue 21: the last stop opens Inside a layer in compare mode on SmolLM2; the view it
+    """The last stop opens Inside a layer in compare mode on SmolLM2; the view it
     applies, written into a link and read back, still has the switch on and redraws the
     comparison."""
     from ui.links.share import decode_view, encode_view

@@ -282,7 +282,7 @@ def test_the_view_draws_on_open_and_on_every_control(demo_config):
 
 
 def test_every_token_is_one_chip_and_an_unreadable_character_is_red(registry):
-    """Issue 23 item 12: translate's tokenizer counted 29 tokens but drew 28 chips; the "T" it
+    """Translate's tokenizer counted 29 tokens but drew 28 chips; the "T" it
     cannot read was a blue chip and its word-start marker ▁ read as "T"."""
     tokenizer = registry.checkpoint("translate", None).tokenizer
     text = "The transformer attends to every token."
@@ -312,7 +312,7 @@ def test_a_text_without_replay_steps_hides_the_step_slider(registry):
 def test_a_long_view_draws_its_first_tokens_and_symbols_and_counts_the_rest(
     registry, monkeypatch, choice
 ):
-    """Issue 24.7: 20,000 emoji were 52,000 chips and one word of 80,000 byte symbols in the
+    """20,000 emoji were 52,000 chips and one word of 80,000 byte symbols in the
     replay, 6.5 MB as sent; what is drawn is bounded, and what is left out is counted."""
     from ui.tabs.tokenize import replay_view, views
 

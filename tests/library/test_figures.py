@@ -515,7 +515,7 @@ def test_the_step_by_step_triangle_keeps_its_cells_square_ish_from_the_first_ste
 
 @pytest.mark.parametrize("large_font", [False, True])
 def test_the_step_by_step_triangle_stays_readable_in_large_font(large_font):
-    """Issue 23 item 11: in Large font the first steps drew a 100 × 60 px plot (a label
+    """In Large font the first steps drew a 100 × 60 px plot (a label
     dropped, the colour bar's numbers on top of each other) and long runs squeezed the rows
     below their labels' height, so plotly hid every other one."""
     font = 20 if large_font else 13

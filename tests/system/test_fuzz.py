@@ -267,7 +267,7 @@ def _get(url: str, target: str) -> tuple[int, str]:
 
 
 def test_a_64_kb_link_is_answered_without_a_server_error():
-    """Issue 24.5: a 64 KB link answered HTTP 500 (gradio reads the page's address with httpx,
+    """A 64 KB link answered HTTP 500 (gradio reads the page's address with httpx,
     which raises on a URL over 65,536 characters); it is refused with a page that says why."""
     long_link = "/?tab=attention&text=" + "a" * 64 * 1024
     with serve() as (_, url):
@@ -316,7 +316,7 @@ def _panicking_tokenizer(path) -> None:
 
 
 def test_a_panicking_uploaded_tokenizer_answers_with_a_message(tmp_path):
-    """Issue 24: the panic escaped the error wrapper and /tokenize never answered."""
+    """The panic escaped the error wrapper and /tokenize never answered."""
     from gradio_client import handle_file
 
     path = tmp_path / "tokenizer.json"

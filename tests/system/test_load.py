@@ -223,7 +223,7 @@ def _queued_call(url: str, fn_index: int, data: list) -> bool:
 
 
 def test_exports_asked_for_by_many_clients_stay_bounded_on_disk(monkeypatch):
-    """Issue 24.2: every "Whole view as HTML" wrote a new file that was never removed, and
+    """Every "Whole view as HTML" wrote a new file that was never removed, and
     any client can ask for one through the queue."""
     from ui.serving import export as export_module
 
@@ -264,7 +264,7 @@ def test_exports_asked_for_by_many_clients_stay_bounded_on_disk(monkeypatch):
 
 
 def test_the_built_app_deletes_what_visitors_upload():
-    """Issue 24.2: uploads (a tokenizer.json, up to 20 MB each, from any client) were never
+    """Uploads (a tokenizer.json, up to 20 MB each, from any client) were never
     deleted. gradio removes the files it cached for an app every ``delete_cache[0]`` seconds
     once they are ``delete_cache[1]`` seconds old: the app sets both, the age within an hour."""
     demo = demo_module.build_demo("cpu", preload=False)

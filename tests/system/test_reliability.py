@@ -811,7 +811,7 @@ def _answers_again(registry, *args) -> tuple:
 
 @pytest.mark.parametrize("slow_step", ["parsing an upload", "training live"])
 def test_choosing_the_tokenizer_is_bounded_in_time_too(monkeypatch, tmp_path, slow_step):
-    """Issue 24.3/24.7: the first parse of an uploaded tokenizer.json (up to 21 s for a large
+    """The first parse of an uploaded tokenizer.json (up to 21 s for a large
     one) and training one live ran before the time limit applied, so a request could wait as
     long as they took. A large file, or a stand-in that waits for the test, plays the slow step."""
     from ui.tabs.tokenize import choices
@@ -928,7 +928,7 @@ def live_demo():
 def test_a_refused_input_keeps_every_control_and_figure_and_says_why_beside_it(
     live_demo, handler, args, said
 ):
-    """Issue 23: no live handler may raise into its outputs (gradio would draw a red "Error" in
+    """No live handler may raise into its outputs (gradio would draw a red "Error" in
     place of each control and leave the figures below without a word)."""
     function = _live(live_demo, handler)
     args = [state.SessionModels() if a is SESSION else a for a in args]
@@ -1029,7 +1029,7 @@ EMOJI_TEXT = ("🤖🧠✨👩‍👩‍👧‍👦" * 2_000)[: limits.MAX_TEXT]
     ids=["trained live", "GPT-2 and cl100k", "cl100k and byte-level"],
 )
 def test_a_long_text_answers_in_under_3_mb(url, text, choice, compare):
-    """Issue 24.7: ``/tokenize`` on 20,000 characters sent about 10 MB. Measured as sent over
+    """``/tokenize`` on 20,000 characters sent about 10 MB. Measured as sent over
     HTTP (gradio sends each chip of the token view as an object of its own)."""
     assert len(text) <= limits.MAX_TEXT
     posted = httpx.post(
@@ -1070,7 +1070,7 @@ def test_messages_speak_to_people():
 
 @pytest.mark.parametrize("task", [["reverse"], {"task": "reverse"}, None])
 def test_a_task_that_is_not_a_name_is_named_in_the_message(task):
-    """Issue 24.6: a list sent as the training task answered "something went wrong (TypeError)"
+    """A list sent as the training task answered "something went wrong (TypeError)"
     (a list cannot be looked up among the recipes)."""
     from ui.tabs.training import run_training
 
@@ -1126,7 +1126,7 @@ def _rendered(markdown: str) -> str:
 
 
 def test_user_text_in_markdown_stays_text():
-    """Issue 23 item 17: text a user typed (or a link carried) is shown, never rendered as a
+    """Text a user typed (or a link carried) is shown, never rendered as a
     link, an image or HTML, and a backtick in it does not close the code span that holds it."""
     registry = state.ModelRegistry("cpu")
     from ui.tabs.attention import handlers as attention
