@@ -147,3 +147,38 @@ def test_two_callers_asking_for_one_text_share_one_pass(
     again = scale.reduced_pass(registry, "continue", text, SessionModels())[0]
     assert len(calls) == 2 and results[1] is again
     assert not scale._running
+
+
+def test_the_changed_text_note_never_stays_over_figures_of_that_text(
+    registry: ModelRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A text pasted, then "Show every head" at once: the note that the figures are of the
+    text before may start after the redraw of the new text; written last, it stayed over the
+    new figures. It now says nothing while that redraw runs or once it is drawn, and still
+    speaks for a text the figures are not of."""
+    import threading
+
+    session = SessionModels()
+    text = TEXT + " near the door"
+    started, release = threading.Event(), threading.Event()
+    real = scale.long_pass
+
+    def held_pass(*args, **kwargs):
+        started.set()
+        assert release.wait(10)
+        return real(*args, **kwargs)
+
+    assert "The text changed" in scale.stale_note(registry, text, "continue", session)
+    monkeypatch.setattr(scale, "long_pass", held_pass)
+    draw = threading.Thread(
+        target=scale.attention_scale,
+        args=(registry, text, "continue", "previous", 1, 1, 0, 5, 2, -1, False, session),
+    )
+    draw.start()
+    assert started.wait(10)
+    assert scale.stale_note(registry, text, "continue", session) == gr.skip()  # being drawn
+    release.set()
+    draw.join(10)
+    assert scale.stale_note(registry, text, "continue", session) == gr.skip()  # drawn
+    other = scale.stale_note(registry, TEXT + " by the window", "continue", session)
+    assert "The text changed" in other

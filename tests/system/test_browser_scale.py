@@ -49,7 +49,7 @@ def _what_the_page_and_server_show(page: Any, panel: Any) -> str:
     )
     return (
         f"waiting overlays: {page.locator(BUSY).count()}\ntitles: {_titles(panel)}\n"
-        f"text: {panel.inner_text()[:2_000]}\nthe server's threads:\n{threads}"
+        f"text: …{panel.inner_text()[-3_000:]}\nthe server's threads:\n{threads}"
     )
 
 

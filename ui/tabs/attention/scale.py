@@ -60,6 +60,10 @@ _cache: OrderedDict[tuple[str, str], LongPass] = OrderedDict()
 _cache_lock = threading.Lock()
 # Passes running now, by the same key: a second caller waits for the first's result.
 _running: dict[tuple[str, str], threading.Event] = {}
+# The (model, text) each session's figures were last drawn of (the newest sessions kept), so
+# that the note on a changed text is not shown under figures already of that text.
+_drawn: OrderedDict[int, tuple[str, str]] = OrderedDict()
+DRAWN_SESSIONS = 1_024
 CACHE_PASSES = 2  # a pass of SmolLM2 at 2,000 tokens keeps about 400 MB
 
 
@@ -201,10 +205,11 @@ def estimate_seconds(model: str, checkpoint: Checkpoint, n_tokens: int) -> float
     return None if rate is None else rate * _work(checkpoint, n_tokens)
 
 
-def stale_note(registry: ModelRegistry, text: str, name: str, session: SessionModels) -> str:
+def stale_note(registry: ModelRegistry, text: str, name: str, session: SessionModels) -> Any:
     """The summary while the text box holds a text the figures are not of: its length in
     tokens, how to redraw and, where a pass of this model has run here, about how long the
-    redraw will take (or why the text cannot be read)."""
+    redraw will take (or why the text cannot be read). Nothing (``gr.skip()``) where the
+    figures are of this text, or a redraw of it has started."""
     try:
         checkpoint = registry.checkpoint(name, session)
         text = as_text(text, "text").strip()
@@ -215,9 +220,14 @@ def stale_note(registry: ModelRegistry, text: str, name: str, session: SessionMo
         ids = _ids(checkpoint, text, name)
     except (InputError, ValueError) as error:
         return f"⚠️ **The text changed**: {error}. The figures below are of the text before."
-    key = (registry.menu_name(name), text)
+    key = _key(registry, name, text)
     with _cache_lock:
         cached = key in _cache
+        # A redraw of this very text has started or ended already (the box's blur and the
+        # click on "Show every head" each start one, and this note may start after them): the
+        # figures are, or are about to be, of this text, and the note would stay over them.
+        if key in _running or (session is not None and _drawn.get(id(session)) == key):
+            return gr.skip()
     seconds = None if cached else estimate_seconds(registry.menu_name(name), checkpoint, len(ids))
     when = (
         " (drawn at once: this text was read before)"
@@ -231,6 +241,21 @@ def stale_note(registry: ModelRegistry, text: str, name: str, session: SessionMo
         f"of the text before. Click outside the box, or press **Show every head**, to redraw"
         f"{when}."
     )
+
+
+def _key(registry: ModelRegistry, name: str, text: Any) -> tuple[str, str]:
+    """A pass's key: the model as the menu names it and the text as the pass reads it."""
+    return registry.menu_name(name), as_text(text, "text").strip()
+
+
+def _remember_drawn(session: SessionModels | None, key: tuple[str, str]) -> None:
+    if session is None:
+        return
+    with _cache_lock:
+        _drawn[id(session)] = key
+        _drawn.move_to_end(id(session))
+        while len(_drawn) > DRAWN_SESSIONS:
+            _drawn.popitem(last=False)
 
 
 def _statistic(value: Any) -> str:
@@ -329,6 +354,7 @@ def attention_scale(
         )
         + "the window shows its chosen queries exactly."
     )
+    _remember_drawn(session, _key(registry, name, text))
     return overview, head_fig, window_fig, rollout_fig, summary
 
 
