@@ -22,6 +22,8 @@ from __future__ import annotations
 import datetime
 import logging
 import re
+import weakref
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -45,10 +47,12 @@ def left_sessions(
             for session, data in list(holder.session_data.items())
             if getattr(data, "is_closed", False)
         ]
+        beating = open_heartbeats(holder)
         return [
             session
             for session in closed
-            if (now - holder.time_last_used.get(session, now)).total_seconds() >= unused_s
+            if session not in beating
+            and (now - holder.time_last_used.get(session, now)).total_seconds() >= unused_s
         ]
 
 
@@ -92,14 +96,23 @@ def drop_left_sessions(
 
 
 _HEARTBEAT = re.compile(r"/heartbeat/([^/]+)$")
+# Per store (``demo.state_holder``): the sessions whose page holds a heartbeat open now, and
+# how many (a page that reconnects may briefly hold two).
+_OPEN: weakref.WeakKeyDictionary[Any, Counter[str]] = weakref.WeakKeyDictionary()
+
+
+def open_heartbeats(holder: Any) -> Counter[str]:
+    """The sessions of ``holder`` whose page holds a heartbeat open now (counted by
+    :func:`reopen_on_heartbeat`'s layer; empty before it is installed)."""
+    return _OPEN.setdefault(holder, Counter())
 
 
 def reopen_on_heartbeat(app: Any, holder: Any) -> bool:
-    """Make the launched ``app`` mark a session open again when its page's heartbeat comes
-    back (gradio marks it closed when a heartbeat ends, for good): a session's page that
-    reconnects after a blip of the network is then never taken for a page that left. Returns
-    whether it is done (not before the server has answered its first request, when the
-    app's middleware is built; a second call finds it done)."""
+    """Make the launched ``app`` count the heartbeats open per session, and mark a session
+    open again when its page's heartbeat comes back (gradio marks it closed when a heartbeat
+    ends, for good): a session's page that reconnects after a blip of the network is then never
+    taken for a page that left. Returns whether it is done (not before the server has answered
+    its first request, when the app's middleware is built; a second call finds it done)."""
     stack = getattr(app, "middleware_stack", None)
     if stack is None:
         return False
@@ -109,18 +122,29 @@ def reopen_on_heartbeat(app: Any, holder: Any) -> bool:
 
 
 class _Reopening:
-    """The app's outermost ASGI layer: a heartbeat's request first marks its session open."""
+    """The app's outermost ASGI layer: a heartbeat's request marks its session open and counts
+    as open until its response ends."""
 
     def __init__(self, app: Any, holder: Any) -> None:
         self.app = app
         self.holder = holder
+        self.beating = open_heartbeats(holder)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope.get("type") == "http":
-            found = _HEARTBEAT.search(scope.get("path", ""))
-            if found:
-                with self.holder.lock:
-                    data = self.holder.session_data.get(found.group(1))
-                    if data is not None:
-                        data.is_closed = False
-        await self.app(scope, receive, send)
+        found = _HEARTBEAT.search(scope.get("path", "")) if scope.get("type") == "http" else None
+        if found is None:
+            await self.app(scope, receive, send)
+            return
+        session = found.group(1)
+        with self.holder.lock:
+            self.beating[session] += 1
+            data = self.holder.session_data.get(session)
+            if data is not None:
+                data.is_closed = False
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            with self.holder.lock:
+                self.beating[session] -= 1
+                if self.beating[session] <= 0:
+                    del self.beating[session]
