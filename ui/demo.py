@@ -30,7 +30,7 @@ from .serving.errors import guard_preprocessing, scrub
 from .serving.export import PLOT_TOOLBAR_JS, ViewExport
 from .serving.ordering import newest_wins
 from .serving.plotly_bundle import ServePrunedPlotly, start_pruning
-from .serving.sessions import drop_left_sessions, reopen_on_heartbeat
+from .serving.sessions import drop_left_sessions, drop_sessions, reopen_on_heartbeat
 from .serving.shared_views import share_views
 from .serving.sliders import SLIDER_ENTER_JS
 from .serving.state import ModelRegistry, SessionModels
@@ -263,17 +263,10 @@ def evict_idle_sessions(
             for session, used in list(holder.time_last_used.items())
             if (now - used).total_seconds() > max_idle_s
         ]
-    for session in idle:
-        try:
-            holder.delete_state(session)  # runs the states' delete callbacks
-        except Exception:  # a callback's failure must not keep the session
-            log.exception("deleting an idle session's state failed")
-        with holder.lock:
-            holder.session_data.pop(session, None)
-            holder.time_last_used.pop(session, None)
-    if idle:
-        log.info("dropped %d idle session(s)", len(idle))
-    return len(idle)
+    dropped = drop_sessions(holder, idle)  # their states' delete callbacks run first
+    if dropped:
+        log.info("dropped %d idle session(s)", dropped)
+    return dropped
 
 
 def _sweep_sessions(demo_ref: weakref.ref) -> None:
