@@ -310,12 +310,10 @@ TITLES_CUT_JS = """
 """
 
 
-# The laptop beside the tour's sidebar is the narrowest page, the projector the largest font: a
-# title whole in both is whole on the plain laptop page between them.
 @pytest.mark.parametrize(
     "viewport, large, tour",
-    [(LAPTOP, False, True), (PROJECTOR, True, False)],
-    ids=["laptop-tour", "projector"],
+    [(LAPTOP, False, True), (LAPTOP, False, False), (PROJECTOR, True, False)],
+    ids=["laptop-tour", "laptop", "projector"],
 )
 def test_generate_titles_are_shown_whole(
     browser: Any, app_url: str, viewport: dict, large: bool, tour: bool
