@@ -115,3 +115,42 @@ def test_the_write_order_forgets_a_session_that_left(demo: gr.Blocks) -> None:
     assert order.deliver("kept", number - 1, [1], ["old"], hold=True) == [gr.skip()]
     # Nothing is remembered of the one that left.
     assert order.deliver("gone", number - 1, [1], ["old"], hold=True) == ["old"]
+
+
+def test_a_heartbeat_that_comes_back_marks_its_session_open_while_it_lasts() -> None:
+    """Gradio marks a session closed for good when its page's heartbeat ends; a page on a
+    flaky network opens a new one at once. The app's layer marks the session open again and
+    counts the heartbeat open until its request ends."""
+    import asyncio
+    import threading
+
+    from ui.serving.sessions import _Reopening, left_sessions, open_heartbeats
+
+    class Data:
+        is_closed = True  # its first heartbeat ended
+
+    class Holder:
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+            self.session_data = {"abc": Data()}
+            self.time_last_used: dict = {}
+
+    holder = Holder()
+    seen: list[tuple[bool, int, list[str]]] = []
+
+    async def gradio_app(scope, receive, send) -> None:  # the heartbeat's response, streaming
+        seen.append(
+            (holder.session_data["abc"].is_closed, open_heartbeats(holder)["abc"],
+             left_sessions(holder, unused_s=0))
+        )  # fmt: skip
+
+    assert left_sessions(holder, unused_s=0) == ["abc"]
+    layer = _Reopening(gradio_app, holder)
+    scope = {"type": "http", "path": "/gradio_api/heartbeat/abc"}
+    asyncio.run(layer(scope, None, None))
+    assert seen == [(False, 1, [])]  # open, counted, not left while it lasted
+    assert not open_heartbeats(holder)
+    other = {"type": "http", "path": "/gradio_api/info"}
+    holder.session_data["abc"].is_closed = True
+    asyncio.run(layer(other, None, None))  # any other request changes nothing
+    assert holder.session_data["abc"].is_closed and not open_heartbeats(holder)

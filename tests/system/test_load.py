@@ -175,41 +175,6 @@ def test_the_sessions_kept_are_bounded_and_idle_ones_dropped(monkeypatch):
         assert anonymous_call(url, "model_info", ["translate"])  # and the app serves on
 
 
-def test_a_page_whose_heartbeat_comes_back_keeps_its_session(monkeypatch):
-    """gradio marks a session closed, for good, when its page's heartbeat ends; a page on a
-    flaky network opens a new heartbeat at once and goes on with the same session. Left marked
-    closed, it was taken for a page that left and dropped after a minute unused, with the
-    student's generation."""
-    import gradio.utils
-
-    from ui.serving.sessions import left_sessions, reopen_on_heartbeat
-
-    monkeypatch.setattr(gradio.utils, "get_heartbeat_rate", lambda: 0.2)  # a quick disconnect
-
-    def until(check, seconds: float = 20) -> bool:
-        deadline = time.monotonic() + seconds
-        while not check() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return bool(check())
-
-    with serve() as (demo, url):
-        holder, session = demo.state_holder, uuid.uuid4().hex
-        assert anonymous_call(url, "model_info", ["translate"], session)
-        assert reopen_on_heartbeat(demo.server_app, holder)
-        beat = f"{url}gradio_api/heartbeat/{session}"
-        with httpx.stream("GET", beat, timeout=REQUEST_TIMEOUT) as alive:
-            assert any("ALIVE" in line for line in alive.iter_lines())
-        # The connection dropped: once its request has ended, the session has left and would
-        # be dropped unused (gradio marks it closed a moment before the request ends).
-        assert until(lambda: session in left_sessions(holder, unused_s=0))
-        assert holder.session_data[session].is_closed
-        with httpx.stream("GET", beat, timeout=REQUEST_TIMEOUT) as alive:  # the page is back
-            assert any("ALIVE" in line for line in alive.iter_lines())
-            assert session not in left_sessions(holder, unused_s=0)
-        # And gone again: now it has left.
-        assert until(lambda: session in left_sessions(holder, unused_s=0))
-
-
 def _queued_call(url: str, fn_index: int, data: list) -> bool:
     """One event through gradio's queue by its index, as the page sends it (private events
     too): True when it completed successfully."""
