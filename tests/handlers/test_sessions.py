@@ -123,6 +123,7 @@ def test_a_heartbeat_that_comes_back_marks_its_session_open_while_it_lasts() -> 
     counts the heartbeat open until its request ends."""
     import asyncio
     import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     from ui.serving.sessions import _Reopening, left_sessions, open_heartbeats
 
@@ -146,11 +147,15 @@ def test_a_heartbeat_that_comes_back_marks_its_session_open_while_it_lasts() -> 
 
     assert left_sessions(holder, unused_s=0) == ["abc"]
     layer = _Reopening(gradio_app, holder)
-    scope = {"type": "http", "path": "/gradio_api/heartbeat/abc"}
-    asyncio.run(layer(scope, None, None))
+
+    def call(scope: dict) -> None:
+        # On a thread of its own: a test worker may run an event loop already (the browser's).
+        with ThreadPoolExecutor(1) as thread:
+            thread.submit(asyncio.run, layer(scope, None, None)).result()
+
+    call({"type": "http", "path": "/gradio_api/heartbeat/abc"})
     assert seen == [(False, 1, [])]  # open, counted, not left while it lasted
     assert not open_heartbeats(holder)
-    other = {"type": "http", "path": "/gradio_api/info"}
     holder.session_data["abc"].is_closed = True
-    asyncio.run(layer(other, None, None))  # any other request changes nothing
+    call({"type": "http", "path": "/gradio_api/info"})  # any other request changes nothing
     assert holder.session_data["abc"].is_closed and not open_heartbeats(holder)
