@@ -852,6 +852,9 @@ def test_runaway_work_holding_every_tokenizer_thread_is_answered_at_once(monkeyp
     holds such work, a new request is told at once that the tokenizer is busy, instead of
     waiting behind them for the whole limit (and starting nothing)."""
     registry = state.ModelRegistry("cpu")
+    # The tokenizer chosen once at the normal limit: on a busy machine its first choice alone
+    # (trained live) outlasted 0.05 s, so a runaway never started and no thread was held.
+    tokenize_tab.tokenize(registry, "warm", TOKENIZE[1], 400, None, "(none)", 1)
     monkeypatch.setattr(limits, "TOKENIZER_TIME_LIMIT_S", 0.05)
     release = threading.Event()
     started: list[str] = []
