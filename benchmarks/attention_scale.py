@@ -86,7 +86,7 @@ def measure(registry: ModelRegistry, name: str, n_tokens: int, reference) -> dic
     decoder = checkpoint.config.architecture == "decoder-only"
     text, length = text_of(checkpoint.tokenizer, n_tokens, decoder)
     session = SessionModels()
-    scale._cache.clear()
+    scale._passes.clear()
     n_heads = checkpoint.config.n_heads
     first, cold_s, added = peak_added(
         lambda: scale.attention_scale(

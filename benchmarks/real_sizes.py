@@ -260,7 +260,7 @@ def measure(name: str, folder: Path, device: torch.device, dtype: str, args: Any
     registry.pretrained[name] = checkpoint
     long_ids = torch.randint(2, hf["vocab_size"], (args.long - 1,), generator=generator)
     text = " ".join(f"w{i}" for i in long_ids.tolist())
-    scale._cache.clear()
+    scale._passes.clear()
     start = time.perf_counter()
     scale.attention_scale(registry, text, name, "first", 1, 1, 0, 64, 3, -1, False, SessionModels())
     row["long_s"] = time.perf_counter() - start

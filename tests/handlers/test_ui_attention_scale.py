@@ -146,7 +146,7 @@ def test_two_callers_asking_for_one_text_share_one_pass(
     assert isinstance(results[0], RuntimeError)
     again = scale.reduced_pass(registry, "continue", text, SessionModels())[0]
     assert len(calls) == 2 and results[1] is again
-    assert not scale._running
+    assert not scale._passes.computing(scale._key(registry, "continue", text))
 
 
 def test_the_changed_text_note_never_stays_over_figures_of_that_text(

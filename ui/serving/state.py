@@ -471,9 +471,9 @@ class SharedViews:
     ``max_bytes`` (as :func:`view_bytes` counts them) and ``max_entries``.
 
     :meth:`get` computes a view once even when many sessions ask for it at once: the first
-    computes, the others wait for its result (if it fails, each then computes for itself, so
-    that a failure is reported to each as its own). ``hits`` and ``computed`` count what
-    happened, for the tests and the benchmark."""
+    computes, the others wait for its result (if it fails or keeps nothing, each then computes
+    for itself, so that a failure is reported to each as its own). ``hits`` and ``computed``
+    count what happened, for the tests and the benchmark."""
 
     def __init__(self, max_bytes: int, max_entries: int) -> None:
         self.max_bytes = max_bytes
@@ -499,6 +499,16 @@ class SharedViews:
         with self._lock:
             self._views.clear()
 
+    def holds(self, key: Any) -> bool:
+        """Whether a view is kept under ``key`` now (it is not marked as used)."""
+        with self._lock:
+            return key in self._views
+
+    def computing(self, key: Any) -> bool:
+        """Whether a view under ``key`` is being computed now."""
+        with self._lock:
+            return key in self._pending
+
     def get(self, key: Any, compute: Callable[[], tuple[Any, bool]]) -> Any:
         """The view kept under ``key``, else ``compute()``'s, kept when it says so.
 
@@ -516,7 +526,11 @@ class SharedViews:
                 if key in self._views:
                     return self._hit(key)
                 self.computed += 1
-            return compute()[0]  # the first one failed or kept nothing: this one's own
+            # The first one failed or kept nothing: this one's own, kept when it says so.
+            view, keep = compute()
+            if keep:
+                self._keep(key, view)
+            return view
         try:
             view, keep = compute()
             with self._lock:

@@ -7,6 +7,7 @@ only changes what is drawn does not run the model again."""
 from __future__ import annotations
 
 import contextvars
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -37,7 +38,7 @@ from transformer.pretrained.checkpoint import Checkpoint
 from ...serving import limits
 from ...serving.errors import InputError, friendly, gpu, readable_list
 from ...serving.inputs import as_int, as_text
-from ...serving.state import ModelRegistry, SessionModels
+from ...serving.state import ModelRegistry, SessionModels, SharedViews
 
 SCALE_EXAMPLE = (
     "The cat sat on the mat because it was tired. It slept until the sun rose over the hills, "
@@ -56,15 +57,16 @@ CAVEAT = (
     "as a rough map of where information *could* flow, not as an explanation of the output."
 )
 
-_cache: OrderedDict[tuple[str, str], LongPass] = OrderedDict()
-_cache_lock = threading.Lock()
-# Passes running now, by the same key: a second caller waits for the first's result.
-_running: dict[tuple[str, str], threading.Event] = {}
+CACHE_PASSES = 2  # a pass of SmolLM2 at 2,000 tokens keeps about 400 MB
+# The last passes of the shared models, by (model, text), bounded by count. A pass asked for
+# while it runs (a text pasted, then "Show every head": the box's blur and the click each ask
+# for it) is waited for rather than run a second time beside it, which on a CPU slows both.
+_passes = SharedViews(max_bytes=sys.maxsize, max_entries=CACHE_PASSES)
 # The (model, text) each session's figures were last drawn of (the newest sessions kept), so
 # that the note on a changed text is not shown under figures already of that text.
 _drawn: OrderedDict[int, tuple[str, str]] = OrderedDict()
+_drawn_lock = threading.Lock()
 DRAWN_SESSIONS = 1_024
-CACHE_PASSES = 2  # a pass of SmolLM2 at 2,000 tokens keeps about 400 MB
 
 
 GENERAL_LIMIT = (
@@ -131,31 +133,8 @@ def reduced_pass(
     )
     if not registry.is_shared(name, checkpoint):
         return _timed_pass(registry, name, checkpoint, ids), pieces
-    key = (registry.menu_name(name), text)
-    while True:
-        with _cache_lock:
-            if key in _cache:
-                _cache.move_to_end(key)
-                return _cache[key], pieces
-            running = _running.get(key)
-            if running is None:
-                done = _running[key] = threading.Event()
-                break
-        # The same pass runs already (a text pasted, then "Show every head": the box's blur and
-        # the click each ask for it): wait for it rather than run a second one beside it, which
-        # on a CPU would slow both. If it fails, the next round runs this caller's own.
-        running.wait()
-    try:
-        result = _timed_pass(registry, name, checkpoint, ids)
-        with _cache_lock:
-            _cache[key] = result
-            while len(_cache) > CACHE_PASSES:
-                _cache.popitem(last=False)
-    finally:
-        with _cache_lock:
-            del _running[key]
-        done.set()
-    return result, pieces
+    key = _key(registry, name, text)
+    return _passes.get(key, lambda: (_timed_pass(registry, name, checkpoint, ids), True)), pieces
 
 
 def _timed_pass(
@@ -221,13 +200,16 @@ def stale_note(registry: ModelRegistry, text: str, name: str, session: SessionMo
     except (InputError, ValueError) as error:
         return f"⚠️ **The text changed**: {error}. The figures below are of the text before."
     key = _key(registry, name, text)
-    with _cache_lock:
-        cached = key in _cache
-        # A redraw of this very text has started or ended already (the box's blur and the
-        # click on "Show every head" each start one, and this note may start after them): the
-        # figures are, or are about to be, of this text, and the note would stay over them.
-        if key in _running or (session is not None and _drawn.get(id(session)) == key):
-            return gr.skip()
+    # A redraw of this very text has started or ended already (the box's blur and the click on
+    # "Show every head" each start one, and this note may start after them): the figures are,
+    # or are about to be, of this text, and the note would stay over them. Asked in this order,
+    # a pass that ends in between is found kept.
+    running = _passes.computing(key)
+    cached = _passes.holds(key)
+    with _drawn_lock:
+        drawn = session is not None and _drawn.get(id(session)) == key
+    if running or drawn:
+        return gr.skip()
     seconds = None if cached else estimate_seconds(registry.menu_name(name), checkpoint, len(ids))
     when = (
         " (drawn at once: this text was read before)"
@@ -251,7 +233,7 @@ def _key(registry: ModelRegistry, name: str, text: Any) -> tuple[str, str]:
 def _remember_drawn(session: SessionModels | None, key: tuple[str, str]) -> None:
     if session is None:
         return
-    with _cache_lock:
+    with _drawn_lock:
         _drawn[id(session)] = key
         _drawn.move_to_end(id(session))
         while len(_drawn) > DRAWN_SESSIONS:
