@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gradio_client import Client
-from serving import CROSS, GENERATE, launched
+from serving import CROSS, GENERATE, api_client, launched
 
 import app as visualiser
 from ui.serving.state import TRAINED_HERE
@@ -20,7 +19,7 @@ def url():
 
 @pytest.fixture
 def client(url):
-    return Client(url, verbose=False)
+    return api_client(url)
 
 
 def test_the_named_endpoints_exist(client):
@@ -162,7 +161,7 @@ def test_attention_bad_input(client, args, message):
 
 
 def test_training_is_private_to_its_session(url):
-    alice, bob = Client(url, verbose=False), Client(url, verbose=False)
+    alice, bob = api_client(url), api_client(url)
     job = alice.submit("reverse", 20, 0, False, api_name="/train")
     updates = list(job)
     assert "Done: 20 steps" in updates[-1][0]
@@ -202,7 +201,7 @@ def test_step_back_and_step_again_reproduce(client):
 
 
 def test_generation_state_is_private_to_each_session(url):
-    alice, bob = Client(url, verbose=False), Client(url, verbose=False)
+    alice, bob = api_client(url), api_client(url)
     for _ in range(3):
         alice.predict(*GENERATE, api_name="/generate_step")
     assert "(1 step)" in bob.predict(*GENERATE, api_name="/generate_step")[0]

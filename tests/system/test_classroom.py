@@ -214,8 +214,8 @@ def test_a_cheap_call_completes_while_another_sessions_costly_call_runs() -> Non
     """Over HTTP, with events: one session's long view is held inside its handler; another
     session's attention click and Step complete meanwhile, and a third session's long view
     waits in the costly queue (its position shown) until the first is released."""
-    from gradio_client import Client
     from gradio_client.utils import Status
+    from serving import api_client
 
     import app
     from ui.testing import launched
@@ -238,7 +238,7 @@ def test_a_cheap_call_completes_while_another_sessions_costly_call_runs() -> Non
     scale_args = ["the cat sat on the mat", "translate", "first", 1, 1, 0, 8, 3, -1, False]
     try:
         with launched(demo) as url:
-            first, second, third = (Client(url, verbose=False) for _ in range(3))
+            first, second, third = (api_client(url) for _ in range(3))
             costly = first.submit(*scale_args, api_name="/attention_scale")
             assert started.wait(120)
             # The cheap calls of another session complete while the costly one is held.

@@ -33,7 +33,7 @@ def _attention(client: Any, sentence: str) -> Any:
 def test_small_calls_pass_big_uncached_passes_held_in_the_costly_pool(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from gradio_client import Client
+    from serving import api_client
 
     import app
     from ui.testing import launched
@@ -58,7 +58,7 @@ def test_small_calls_pass_big_uncached_passes_held_in_the_costly_pool(
     capacity = registry.passes.capacity
     try:
         with launched(demo) as url:
-            clients = [Client(url, verbose=False) for _ in range(capacity + 2)]
+            clients = [api_client(url) for _ in range(capacity + 2)]
             # As many big passes as the pool has places (more than a cheap event's own
             # workers): one runs, held; the others sleep on the pool.
             big = [_attention(clients[i], _long(i)) for i in range(capacity)]

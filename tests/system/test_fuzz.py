@@ -12,10 +12,9 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from gradio_client import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from serving import CROSS, Tally, call, leaks, serve, still_serves
+from serving import CROSS, Tally, api_client, call, leaks, serve, still_serves
 
 from transformer.lab.silent_mistakes import SILENT_MISTAKES
 from transformer.pretrained.shipped import SMOLLM2
@@ -140,7 +139,7 @@ TALLY = Tally()
 @pytest.fixture(scope="module")
 def sessions():
     with serve() as (_, url):
-        clients = {name: Client(url, verbose=False) for name in TEXT_ENDPOINTS}
+        clients = {name: api_client(url) for name in TEXT_ENDPOINTS}
         trained = list(clients["/snapshot"].submit("reverse", 20, 0, False, api_name="/train"))
         assert "Done: 20 steps" in trained[-1][0]  # the snapshot endpoint needs a trained model
         yield clients
@@ -323,7 +322,7 @@ def test_a_panicking_uploaded_tokenizer_answers_with_a_message(tmp_path):
     path = tmp_path / "tokenizer.json"
     _panicking_tokenizer(path)
     with serve() as (_, url):
-        client = Client(url, verbose=False)
+        client = api_client(url)
         upload = "uploaded tokenizer.json"
         with ThreadPoolExecutor(1) as pool:
             for text in ["a" * 40 + "c", "a" * 2_000 + "c"]:

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gradio_client import Client
-from serving import BPE, CROSS, GENERATE, Tally, serve, still_serves
+from serving import BPE, CROSS, GENERATE, Tally, api_client, serve, still_serves
 
 from ui import demo as demo_module
 from ui.serving.state import TRAINED_HERE
@@ -67,7 +66,7 @@ def visitor(url: str, index: int, tally: Tally) -> None:
 
     # The client's own timeouts as long as a request may take here: on a loaded machine (the
     # suite runs on every core) joining the queue may take longer than httpx's default 5 s.
-    client = Client(url, verbose=False, httpx_kwargs={"timeout": REQUEST_TIMEOUT})
+    client = api_client(url, timeout=REQUEST_TIMEOUT)
     sentence = ["the small cat sees a red ball", "a big dog sleeps", "my old bird eats"][index % 3]
     request("tokenize", sentence, BPE, 400, None, "(none)", 30, api_name="/tokenize")
     request("attention", sentence, "translate", CROSS, 1, 1, 1, [], False, api_name="/attention")
@@ -132,7 +131,7 @@ def test_many_sessions_at_once(url):
     )
     assert not tally.failures, "\n".join(tally.failures)
     assert wall < DEADLINE
-    still_serves(Client(url, verbose=False))
+    still_serves(api_client(url))
 
 
 # -- what anyone can do to a public Space: many anonymous sessions ----------------

@@ -186,7 +186,7 @@ def test_every_handler_of_the_app_is_ordered_once() -> None:
 def test_an_api_client_gets_every_answer_it_asked_for() -> None:
     """Calls from gradio_client share one session too, but each is a question of its own:
     an older call that ends last still answers with its own result."""
-    from gradio_client import Client
+    from serving import api_client
 
     from ui.testing import launched
 
@@ -203,7 +203,7 @@ def test_an_api_client_gets_every_answer_it_asked_for() -> None:
         gr.Button().click(lambda text: f"fast {text}", box, out, api_name="fast")
     newest_wins(demo)
     with launched(demo) as url:
-        client = Client(url, verbose=False)
+        client = api_client(url)
         older = client.submit("a", api_name="/slow")
         assert started.wait(20)
         assert client.predict("b", api_name="/fast") == "fast b"

@@ -87,11 +87,10 @@ def test_a_text_box_given_text_or_nothing_passes(value):
 
 @pytest.mark.slow
 def test_the_launched_app_refuses_in_plain_words():
-    from gradio_client import Client
-    from serving import call, leaks, raw_call, serve
+    from serving import api_client, call, leaks, raw_call, serve
 
     with serve() as (_, url):
-        client = Client(url, verbose=False)
+        client = api_client(url)
         for text, kind in [
             (["a"], "a list"),
             (7, "a int"),

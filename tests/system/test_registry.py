@@ -19,8 +19,7 @@ from typing import Any
 
 import pytest
 import torch
-from gradio_client import Client
-from serving import CROSS, call, leaks, serve, still_serves
+from serving import CROSS, api_client, call, leaks, serve, still_serves
 
 import app as visualiser
 from ui import demo as demo_module
@@ -145,7 +144,7 @@ def test_a_local_bert_attends_as_transformers_does(hf_models):
 
 def test_the_app_serves_every_family_from_model_flags(hf_models):
     with serve(models=tuple(str(p) for p in hf_models.values())) as (_demo, url):
-        client = Client(url, verbose=False)
+        client = api_client(url)
         for family, kind in KIND.items():
             ok, result = call(client, "/model_info", family)
             assert ok, (family, result)
@@ -247,7 +246,7 @@ def test_broken_folders_are_reported_by_name_and_the_app_serves_the_rest(tmp_pat
     with serve(models=tuple(specs)) as (demo, url):
         registry = _bound_registry(demo)
         _wait_for_preload(registry)
-        client = Client(url, verbose=False)
+        client = api_client(url)
         assert set(registry.pretrained_errors) == {
             "wrong-type",
             "pickled",

@@ -34,6 +34,7 @@ from serving import (
     GENERATE,
     TOKENIZE,
     Tally,
+    api_client,
     call,
     leaks,
     raw_call,
@@ -200,7 +201,7 @@ def url(server):
 
 @pytest.fixture(scope="module")
 def client(url):
-    return Client(url, verbose=False)
+    return api_client(url)
 
 
 WORKERS = 6
@@ -209,13 +210,13 @@ WORKERS = 6
 @pytest.fixture(scope="module")
 def pool(url):
     """Sessions that send the bad-input matrix in parallel (one thread each)."""
-    return [Client(url, verbose=False) for _ in range(WORKERS)]
+    return [api_client(url) for _ in range(WORKERS)]
 
 
 @pytest.fixture(scope="module")
 def trained_client(url):
     """A session that has trained a model, so the snapshot slider is live."""
-    trained = Client(url, verbose=False)
+    trained = api_client(url)
     updates = list(trained.submit("reverse", 20, 0, False, api_name="/train"))
     assert "Done: 20 steps" in updates[-1][0]
     return trained
@@ -257,7 +258,7 @@ def _check(name: str, label: str, args: list, ok: bool, result, out_of_range: bo
 @pytest.fixture(scope="module")
 def watchdog(url):
     """A session of its own that sends a cheap request again and again during each matrix."""
-    return Client(url, verbose=False)
+    return api_client(url)
 
 
 @pytest.mark.parametrize("name", list(ENDPOINTS))
@@ -508,7 +509,7 @@ def test_a_client_that_disconnects_mid_generation_leaves_nothing_running(server,
 
 
 def test_cancelling_a_training_leaves_the_app_usable(url):
-    trainer = Client(url, verbose=False)
+    trainer = api_client(url)
     job = trainer.submit("reverse", 3000, 0, False, api_name="/train")
     assert _wait_until(lambda: len(job.outputs()) >= 2, 60), "training did not report progress"
     job.cancel()
@@ -519,7 +520,7 @@ def test_cancelling_a_training_leaves_the_app_usable(url):
 
 
 def test_time_limits_bound_training_and_generation(url, monkeypatch):
-    limited = Client(url, verbose=False)
+    limited = api_client(url)
     monkeypatch.setattr(limits, "TRAINING_TIME_LIMIT_S", 0.0)
     updates = list(limited.submit("reverse", 3000, 0, False, api_name="/train"))
     assert "Stopped at the time limit of 0 s" in updates[-1][0]
@@ -657,7 +658,7 @@ def test_the_app_starts_without_its_broken_checkpoints(tmp_path, monkeypatch):
         state, "load_bundled", functools.partial(bundled_module.load_bundled, folder=folder)
     )
     with serve() as (_, url):
-        client = Client(url, verbose=False)
+        client = api_client(url)
         for name in ["reverse", "continue"]:
             ok, message = call(client, "/model_info", name)
             # dropped from the menu: gradio's own refusal, in words (no Python list)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gradio_client import Client, handle_file
-from serving import call, leaks, serve
+from gradio_client import handle_file
+from serving import api_client, call, leaks, serve
 
 from ui.serving import limits
 
@@ -98,7 +98,7 @@ def test_hostile_uploads_never_stall_the_server(tmp_path: Path, monkeypatch) -> 
 
         poller = threading.Thread(target=poll, daemon=True)
         poller.start()
-        client = Client(url, verbose=False)
+        client = api_client(url)
         answers = []
         started = time.monotonic()
         with ThreadPoolExecutor(3) as pool:  # more uploads at once than there are workers
