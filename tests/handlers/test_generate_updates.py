@@ -100,3 +100,52 @@ def test_a_layer_or_head_change_re_sends_only_the_two_attention_figures(registry
         gr.skip(),
         gr.skip(),
     )
+
+
+def test_folded_the_residual_stream_is_left_out_of_a_step_and_unfolding_draws_it(registry):
+    """The residual stream's section opens folded, and its figure was most of a step's
+    response. Folded (the page says so when it opens and at each fold), a step leaves it out;
+    unfolding draws the figure a step would send, and the steps send it again. An API caller,
+    whose state no page folded, gets it with every step."""
+    import plotly.io as pio
+
+    session, api, page = SessionModels(), GenerationState(), GenerationState()
+    for _ in range(3):
+        *_, api_norms, api = generate.step(registry, *GREEDY, 1, 1, False, session, api)
+    assert api_norms.layout.title.text.startswith("Residual stream")
+    page = generate.handlers.fold_stream(page)
+    for _ in range(3):
+        *drawn, norms, page = generate.step(registry, *GREEDY, 1, 1, False, session, page)
+    assert norms == gr.skip()
+    sent = sum(len(pio.to_json(f)) for f in drawn[1:] if hasattr(f, "to_plotly_json"))
+    assert len(pio.to_json(api_norms)) > sent / 4  # what folding saves is worth saving
+    # Unfolded: this decoding's stream, as the API caller's step drew it (the same steps).
+    shown, page = generate.handlers.show_stream(registry, *GREEDY, 1, 1, False, session, page)
+    assert shown.to_json() == api_norms.to_json()
+    *_, norms, page = generate.step(registry, *GREEDY, 1, 1, False, session, page)
+    assert norms != gr.skip() and norms.layout.title.text.startswith("Residual stream")
+    # Folded again, and a new session's state (gradio copies the tab's) is the API's default.
+    assert not generate.handlers.fold_stream(page).stream_shown
+    import copy
+
+    assert copy.deepcopy(GenerationState()).stream_shown
+    assert not copy.deepcopy(page).stream_shown  # a copy keeps what the page said
+
+
+def test_the_page_folds_the_stream_when_it_opens_and_at_each_fold_and_unfold():
+    demo = visualiser.build_demo("cpu", preload=False)
+    try:
+        section = next(
+            b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "residual-stream"
+        )
+        by_trigger: dict[str, list[str]] = {}
+        for fn in demo.fns.values():
+            for block, event in fn.targets:
+                if block == section._id:
+                    by_trigger.setdefault(event, []).append(fn.name)
+        assert by_trigger == {"expand": ["show_stream"], "collapse": ["fold_stream"]}
+        loads = [fn for fn in demo.fns.values() if fn.name == "fold_stream"]
+        assert any(event == "load" for fn in loads for _, event in fn.targets)
+        assert all(fn.api_visibility == "private" for fn in loads)
+    finally:
+        demo.close()

@@ -67,6 +67,10 @@ class GenerationState:
         # Generate's chat switch: while on, every request reads its prompt wrapped in the
         # model's chat template, whatever the prompt box holds (set by the switch's event).
         self.chat = False
+        # Whether Generate sends the residual stream's figure with each step. An API caller gets
+        # it; the page, where its section opens folded, says so when it opens and at each fold
+        # and unfold (folded, a step leaves the figure out: most of the step's response).
+        self.stream_shown = True
 
     def release(self) -> None:
         """Let go of the decoding (the session has ended): its steps are freed even where a
@@ -84,6 +88,7 @@ class GenerationState:
             list(self.source_pieces),
         )
         state.chat = self.chat  # a tab that opens with its chat switch on opens every session so
+        state.stream_shown = self.stream_shown
         return state
 
 

@@ -145,10 +145,16 @@ def draw(
         chosen_label=last.chosen_label,
         large_font=large,
     )
-    # Redrawn at every step: the values are in the hover (as the caption says), not written
-    # in hundreds of cells that the browser lays out anew each time.
-    norms_plot = residual_norms_figure(
-        decoding.residual_stream(), labels[: len(last.tokens)], large_font=large, numbers=False
+    # Redrawn at every step while its section is open: the values are in the hover (as the
+    # caption says), not written in hundreds of cells that the browser lays out anew each time.
+    # Folded, it is left out (SmolLM2's at 20 tokens: 42 of the step's 61 kB); unfolding the
+    # section draws it (handlers.show_stream).
+    norms_plot = (
+        residual_norms_figure(
+            decoding.residual_stream(), labels[: len(last.tokens)], large_font=large, numbers=False
+        )
+        if state.stream_shown
+        else gr.skip()
     )
     return text, top, cross, triangle, lens_plot, norms_plot, state
 

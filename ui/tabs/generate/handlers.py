@@ -299,6 +299,30 @@ def redraw(registry: ModelRegistry, *inputs: Any) -> Drawn:
 
 @friendly
 @gpu
+def show_stream(registry: ModelRegistry, *inputs: Any) -> tuple[Any, GenerationState]:
+    """(residual stream, state) when the page unfolds the residual stream's section: drawn for
+    the decoding as it is, and sent with every step from now on (folded, a step leaves it out).
+    While the decoding is not the controls' own, the page is left as it is (that decoding's own
+    event draws it)."""
+    request, session, state = read_request(registry, inputs)
+    state.stream_shown = True
+    if state.decoding is None or state.key[:2] != request.key[:2]:
+        return gr.skip(), state
+    with state.lock:
+        drawn = draw(registry, state, request, session)
+    return drawn[5], drawn[-1]
+
+
+def fold_stream(state: GenerationState | None) -> GenerationState:
+    """The session's generation state, its steps no longer sending the residual stream (the
+    page opened, or folded the section)."""
+    state = state if state is not None else GenerationState()
+    state.stream_shown = False
+    return state
+
+
+@friendly
+@gpu
 def redraw_attention(registry: ModelRegistry, *inputs: Any) -> tuple[Any, Any, GenerationState]:
     """(cross-attention, self-attention triangle, state) redrawn for a new layer or head: the
     next-token chart, the logit lens and the residual stream depend on neither, so the page

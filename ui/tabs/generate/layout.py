@@ -114,7 +114,7 @@ def build(
         "Inside the decoder: the residual stream's size at every layer",
         open=False,
         elem_id="residual-stream",
-    ):
+    ) as stream_section:
         gr.Markdown(
             "**Residual stream.** ‖x‖: each position's vector entering the decoder and after "
             "every sub-layer (attn: self-attention, cross: cross-attention, FFN: feed-forward); "
@@ -245,6 +245,11 @@ def build(
     for control in (layer, head):
         control.release(live_attention, inputs, attention_outputs, **private)
     large.change(live_redraw, inputs, outputs, **private)
+    # Folded, the steps leave the residual stream out; unfolded, it is drawn and sent with each.
+    stream_section.expand(
+        bind(handlers.show_stream, registry), inputs, [norms_plot, state], **private
+    )
+    stream_section.collapse(handlers.fold_stream, state, state, queue=False, **private)
     # The tab opens on its first example's first step.
     demo = gr.context.Context.root_block
     if demo is not None:
@@ -254,6 +259,8 @@ def build(
         )
         # Shown where the model has a template; the value the page opened with is kept.
         demo.load(bind(chat_shown, registry), [model_name, session], chat, **private)
+        # The page opens with the residual stream folded (an API caller gets it with each step).
+        demo.load(handlers.fold_stream, state, state, queue=False, **private)
         demo.load(
             bind(chat_preview, registry), [chat, source, model_name, session], chat_md, **private
         )
