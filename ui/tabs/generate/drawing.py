@@ -81,7 +81,8 @@ def draw(
     """(summary, next-token chart, cross-attention of the new token, self-attention triangle,
     logit lens, residual norms, state) for the decoding so far, at the request's layer, head and
     font; ``note`` (e.g. "settings changed — restarted") leads. Without ``with_figures`` the
-    five figures are ``gr.skip()`` (left as the page shows them) and none is built."""
+    five figures are ``gr.skip()`` (left as the page shows them) and none is built; the residual
+    norms are ``gr.skip()`` too while the page has their section folded (``state.stream_shown``)."""
     large = request.large
     decoding = state.decoding
     checkpoint = registry.checkpoint(state.key[1], session)
