@@ -33,7 +33,7 @@ from .serving.plotly_bundle import ServePrunedPlotly, start_pruning
 from .serving.sessions import drop_left_sessions, drop_sessions, reopen_on_heartbeat
 from .serving.shared_views import share_views
 from .serving.sliders import SLIDER_ENTER_JS
-from .serving.state import ModelRegistry, SessionModels
+from .serving.state import ModelRegistry, SessionModels, SharedViews
 from .serving.textboxes import TEXT_EDIT_JS
 from .serving.uploads import CapUploads
 from .tabs import attention, generate, inside, positions, tokenize, training
@@ -248,7 +248,15 @@ def build_demo(
     cheap += registry.passes.capacity
     _configure_queue(demo, default_concurrency_limit=cheap, max_size=limits.QUEUE_SIZE)
     queue_costly_apart(demo, costly)
-    registry.shared_views = share_views(demo)  # a class's common views, computed once
+    # A class's common views, computed once (by one of the processes serving it, with Redis).
+    registry.shared_views = share_views(
+        demo,
+        SharedViews(
+            limits.SHARED_VIEW_BYTES,
+            limits.SHARED_VIEW_ENTRIES,
+            second=store.shared_views_store(registry),
+        ),
+    )
     guard_preprocessing(demo)  # gradio's own refusals: a message and one log line
     # An older redraw that ends last does not draw over a newer one.
     demo.write_order = newest_wins(demo)
