@@ -33,6 +33,7 @@ from urllib.parse import parse_qs
 
 import gradio as gr
 
+from ..serving.store import Breaker
 from .share import MAX_QUERY, decode_view
 from .views import SCROLL_JS, WAIT_UNTIL_IDLE_JS, union
 
@@ -261,6 +262,9 @@ class RedisRooms:
         self.client = client
         self.max_rooms = max_rooms
         self.idle_s = idle_s
+        # A Redis that failed is not asked again for a poll's period: with a server that does
+        # not answer, each call would hold a thread for its timeout (fifty polls a second).
+        self.breaker = Breaker("follow-me rooms", retry_after_s=POLL_S)
         self._room_prefix = f"{prefix}room:"
         self._set = f"{prefix}rooms"
         self._counter = f"{prefix}rooms:used"
@@ -280,14 +284,18 @@ class RedisRooms:
         common ones."""
         import redis
 
+        unavailable = "follow me is unavailable for a moment (the rooms' store does not answer)"
+        if not self.breaker.closed():
+            raise RoomsUnavailable(unavailable)
         keys = [self._room_prefix + code, self._set, self._counter]
         ttl_ms = max(1, round(self.idle_s * 1000))
         try:
-            return self._scripts[name](keys=keys, args=[ttl_ms, code, *args])
+            found = self._scripts[name](keys=keys, args=[ttl_ms, code, *args])
         except redis.RedisError as error:
-            raise RoomsUnavailable(
-                "follow me is unavailable for a moment (the rooms' store does not answer)"
-            ) from error
+            self.breaker.failed(error)
+            raise RoomsUnavailable(unavailable) from error
+        self.breaker.worked()
+        return found
 
     def __len__(self) -> int:
         return int(self._run("count", "", "", self._room_prefix))

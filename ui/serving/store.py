@@ -98,7 +98,7 @@ class Breaker:
                 return
             self._failing = True
         log.warning(
-            "Redis (%s) did not answer: %s; this process computes for itself meanwhile",
+            "Redis (%s) did not answer (%s): this process works without it meanwhile",
             self.what,
             error,
         )
