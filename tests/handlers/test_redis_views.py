@@ -42,6 +42,10 @@ def same_view(got: Any, expected: Any) -> None:
     assert type(got) is type(expected)
     if isinstance(expected, go.Figure):
         assert figure_json(got) == figure_json(expected)
+    elif isinstance(expected, gr.components.Component):
+        # All gradio reads of a component a handler returns: the arguments it was made with.
+        assert got is not expected
+        same_view(got.constructor_args, expected.constructor_args)
     elif isinstance(expected, tuple | list):
         assert len(got) == len(expected)
         for a, b in zip(got, expected, strict=True):
@@ -69,6 +73,8 @@ def test_a_view_comes_back_from_json_as_it_was() -> None:
         [1, 2.5, True, None],
         (3, float("nan"), float("inf"), -0.0),
         None,
+        gr.Radio(choices=[("a b", "x"), "y"], value="x", label="Kind"),
+        gr.Slider(1, 6, value=2, step=1, visible=False),
     )
     same_view(decode_view(encode_view(view)), view)
     # A tuple inside a list is a tuple again, a list inside a tuple a list.
@@ -80,12 +86,12 @@ def test_a_view_comes_back_from_json_as_it_was() -> None:
     [
         np.zeros(3),
         np.float64(1.5),  # gradio would send it as a float; JSON would not give it back
-        gr.Slider(1, 6, value=2),
+        gr.Textbox(value=lambda: "a value computed at each load"),
         {1: "a key that is not a string"},
         object(),
         ("fine", {"nested": [np.int64(3)]}),
     ],
-    ids=["array", "numpy-float", "component", "int-key", "object", "nested"],
+    ids=["array", "numpy-float", "callable-value", "int-key", "object", "nested"],
 )
 def test_what_json_cannot_give_back_is_not_encoded(value: Any) -> None:
     with pytest.raises(Unencodable):
@@ -154,24 +160,55 @@ def test_processes_of_another_version_do_not_share(registry: ModelRegistry, redi
     assert (views_b.computed, views_b.remote_hits) == (1, 0)
 
 
-def test_a_view_holding_components_stays_in_its_process(
+def test_a_refit_of_the_controls_is_shared_as_the_components_it_made(
     registry: ModelRegistry, redis_url: str
 ) -> None:
-    """The refit of the controls answers with components (sliders, a radio): not written to
-    Redis; the other process computes its own, the same."""
+    """Refitting the controls answers with components (sliders, a radio): the other process
+    makes the same ones again from Redis."""
     demo_a, views_a = worker(registry, redis_url)
     demo_b, views_b = worker(registry, redis_url)
     args = [ATTENTION[0], ATTENTION[1], ATTENTION[2], 2, 3, 1, SessionModels()]
-    first = event(demo_a, "controls")(*args)
-    assert any(isinstance(part, gr.components.Component) for part in first)
+    event(demo_a, "controls")(*args)
+    views_a.second.flush()
+    served = event(demo_b, "controls")(*args)
+    assert (views_b.computed, views_b.remote_hits) == (0, 1)
+    reference = unshared(event(demo_b, "controls"))(*args)
+    assert any(isinstance(part, gr.components.Component) for part in reference)
+    same_view(served, reference)
+
+
+def two_workers_of(handler: Any, url: str) -> list[tuple[Any, SharedViews]]:
+    """Two processes' events that draw ``handler`` (a number in, its view out), their shared
+    views behind the Redis at ``url``."""
+    made = []
+    for _ in range(2):
+        with gr.Blocks() as blocks:
+            number, out = gr.Number(), gr.JSON()
+            number.change(handler, number, out)
+        cache = SharedViews(10_000, 10, second=RedisViews(client(url), "v1", prefix="test:"))
+        share_views(blocks, cache)
+        made.append((next(iter(blocks.fns.values())).fn, cache))
+    return made
+
+
+def test_a_view_json_cannot_hold_stays_in_its_process(redis_url: str) -> None:
+    calls: list[float] = []
+
+    def refresh(number: float) -> tuple[Any, str]:  # one of the shared handlers' names
+        calls.append(number)
+        return np.arange(3) * number, "an array: JSON would give back a list"
+
+    (fn_a, views_a), (fn_b, views_b) = two_workers_of(refresh, redis_url)
+    assert getattr(fn_a, "shared_view", False)
+    fn_a(2.0)
     views_a.second.flush()
     assert (views_a.second.stored, views_a.second.unstored) == (0, 1)
     assert client(redis_url).keys("test:view:*") == []
-    second = event(demo_b, "controls")(*args)
+    served = fn_b(2.0)
     assert (views_b.computed, views_b.remote_hits) == (1, 0)
-    assert [type(part) for part in second] == [type(part) for part in first]
-    event(demo_a, "controls")(*args)
-    assert views_a.hits == 1  # still shared within its process
+    assert isinstance(served[0], np.ndarray) and served[0].tolist() == [0, 2, 4]
+    fn_a(2.0)
+    assert views_a.hits == 1 and len(calls) == 2  # still shared within its process
 
 
 def test_a_view_larger_than_the_bound_is_not_written(redis_url: str) -> None:

@@ -113,8 +113,11 @@ class Breaker:
 
 # -- Views as JSON ------------------------------------------------------------------------
 # A view is what a handler returns: tuples of plotly figures, strings, numbers, gradio update
-# dicts, None. Each node is written as JSON that says what it was, so that it comes back the
-# same type: a tuple is not a list, a figure not a dict.
+# dicts, None, and components that refit a control (gr.Slider(maximum=...)). Each node is
+# written as JSON that says what it was, so that it comes back the same type: a tuple is not a
+# list, a figure not a dict. A component is written as its class (one of gradio's own) and the
+# arguments it was made with, all gradio reads of a component a handler returns, and is made
+# again from them.
 
 
 class Unencodable(TypeError):
@@ -146,7 +149,20 @@ def _encode(value: Any, figure: type | None) -> Any:
         return {"d": {k: _encode(v, figure) for k, v in value.items()}}
     if figure is not None and kind is figure:
         return {"f": value.to_json()}
+    if _component_class(kind.__name__) is kind:
+        return {"c": [kind.__name__, _encode(dict(value.constructor_args), figure)]}
     raise Unencodable(f"a {kind.__name__}")
+
+
+def _component_class(name: str) -> type | None:
+    """Gradio's component class called ``name``, or None (no other class is ever made from a
+    stored view)."""
+    import gradio.components
+
+    found = getattr(gradio.components, name, None)
+    if isinstance(found, type) and issubclass(found, gradio.components.Component):
+        return found
+    return None
 
 
 def _decode(node: Any) -> Any:
@@ -163,6 +179,12 @@ def _decode(node: Any) -> Any:
         return float(payload)
     if tag == "f":
         return _figure(payload)
+    if tag == "c":
+        name, arguments = payload
+        made = _component_class(name)
+        if made is None:
+            raise ValueError(f"a stored view names {name!r}, which is no gradio component")
+        return made(**_decode(arguments))
     raise ValueError(f"a stored view with an unknown tag {tag!r}")
 
 
