@@ -15,12 +15,13 @@ ever unpickled. A view holding anything JSON cannot give back as it was stays in
 
 from __future__ import annotations
 
-import concurrent.futures
+import contextlib
 import hashlib
 import json
 import logging
 import math
 import os
+import queue
 import threading
 import time
 import zlib
@@ -254,10 +255,10 @@ def code_version(extra: Iterable[str] = ()) -> str:
 
 
 def models_version(registry: Any) -> str:
-    """:func:`code_version` with the models ``registry`` (a ``ModelRegistry``) offers: their
-    names, what each ``--model`` stands for, and the size and time of its files where it is a
+    """:func:`code_version` with the device and the models ``registry`` (a ``ModelRegistry``)
+    offers: their names, what each ``--model`` stands for, and the size and time of its files where it is a
     folder here (weights rewritten under the same name are other views)."""
-    parts = [*registry.model_names]
+    parts = [str(registry.device), *registry.model_names]
     for name, source in sorted(registry.sources.items()):
         parts.append(f"{name}={source}")
         folder = Path(source).expanduser()
@@ -296,8 +297,10 @@ class RedisViews:
         self.breaker = breaker or Breaker("shared views")
         self.stored = 0  # views written, for the tests and the benchmark
         self.unstored = 0  # views that stay in their process (unencodable or too large)
-        self._writer: concurrent.futures.ThreadPoolExecutor | None = None
-        self._pending = 0
+        # Views to write, on a daemon thread of their own (started on first use): a process
+        # that exits does not wait for a Redis that does not answer.
+        self._writes: queue.Queue[tuple[str, Any]] = queue.Queue(MAX_PENDING_WRITES)
+        self._writer: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def _key(self, key: str) -> str:
@@ -348,31 +351,30 @@ class RedisViews:
         """:meth:`put`, on a thread of its own: the request that computed ``view`` is answered
         without waiting for its encoding (a 200×200 heat map: 20 ms) or Redis. A view is never
         changed once kept (sessions get copies of its containers), so it is read safely there."""
+        if not self.breaker.closed():
+            return
         with self._lock:
-            if self._pending >= MAX_PENDING_WRITES or not self.breaker.closed():
-                return
-            self._pending += 1
             if self._writer is None:
-                self._writer = concurrent.futures.ThreadPoolExecutor(
-                    1, thread_name_prefix="shared-views-redis"
+                self._writer = threading.Thread(
+                    target=self._write, name="shared-views-redis", daemon=True
                 )
-            writer = self._writer
+                self._writer.start()
+        with contextlib.suppress(queue.Full):  # Redis is slower than the views come: dropped
+            self._writes.put_nowait((key, view))
 
-        def write() -> None:
+    def _write(self) -> None:
+        while True:
+            key, view = self._writes.get()
             try:
                 self.put(key, view)
+            except Exception as error:  # never ends the writer
+                log.warning("a shared view was not written to Redis: %s", error)
             finally:
-                with self._lock:
-                    self._pending -= 1
-
-        writer.submit(write)
+                self._writes.task_done()
 
     def flush(self) -> None:
         """Wait until the views handed to :meth:`put_later` so far are written."""
-        with self._lock:
-            writer = self._writer
-        if writer is not None:
-            writer.submit(lambda: None).result()
+        self._writes.join()
 
 
 def shared_views_store(registry: Any) -> RedisViews | None:
