@@ -247,3 +247,51 @@ def test_a_redis_that_dies_midway_leaves_each_request_computed_here(
         assert views_b.second.stored == 0
     finally:
         server.stop()
+
+
+def test_a_redis_that_does_not_answer_is_a_miss_after_its_timeout() -> None:
+    """A server that takes the connection and never answers (a Redis stuck): the request
+    waits the short timeout once, computes, and the next ones do not wait at all."""
+    import socket
+
+    from ui.serving.store import MISSING, connect
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        cache = SharedViews(10_000, 10, second=RedisViews(connect(url), "v1"))
+        calls: list[int] = []
+
+        def compute() -> tuple[Any, bool]:
+            calls.append(1)
+            return ("the view",), True
+
+        assert cache.get("a", compute, shared_key="a") == ("the view",)
+        assert cache.second is not None
+        assert not cache.second.breaker.closed()  # not asked again for a while
+        assert cache.second.get("b") is MISSING
+        assert cache.get("b", compute, shared_key="b") == ("the view",)
+        assert len(calls) == 2 and cache.remote_hits == 0
+
+
+def test_processes_agree_on_the_version_unless_code_or_models_differ(tmp_path: Any) -> None:
+    from types import SimpleNamespace
+
+    from ui.serving.store import models_version
+
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"weights")
+
+    def registry(*names: str, device: str = "cpu") -> Any:
+        return SimpleNamespace(
+            device=device, model_names=list(names), sources={"my-model": str(folder)}
+        )
+
+    one = models_version(registry("translate", "my-model"))
+    assert models_version(registry("translate", "my-model")) == one
+    assert models_version(registry("translate", "my-model", "other")) != one
+    assert models_version(registry("translate", "my-model", device="cuda")) != one
+    (folder / "model.safetensors").write_bytes(b"other weights")  # retrained in place
+    assert models_version(registry("translate", "my-model")) != one
