@@ -59,15 +59,25 @@ def redis_url() -> str | None:
 
 def connect(url: str) -> redis.Redis:
     """A client of the Redis at ``url`` with short timeouts. It connects on first use, so an
-    app may start before its Redis does."""
-    import redis
-
-    return redis.Redis.from_url(
-        url,
-        socket_timeout=SOCKET_TIMEOUT_S,
-        socket_connect_timeout=SOCKET_TIMEOUT_S,
-        health_check_interval=30,
-    )
+    app may start before its Redis does. Raises RuntimeError, with what to do, for a URL that
+    names no Redis or a missing client."""
+    try:
+        import redis
+    except ImportError:
+        raise RuntimeError(
+            f"{REDIS_URL_ENV} is set but the redis client is not installed: "
+            "pip install -r requirements.txt"
+        ) from None
+    try:
+        return redis.Redis.from_url(
+            url,
+            socket_timeout=SOCKET_TIMEOUT_S,
+            socket_connect_timeout=SOCKET_TIMEOUT_S,
+            health_check_interval=30,
+        )
+    except ValueError as error:
+        # The URL is not repeated: it may hold a password.
+        raise RuntimeError(f"{REDIS_URL_ENV} is not a Redis URL: {error}") from None
 
 
 class Breaker:
