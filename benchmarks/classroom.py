@@ -515,7 +515,9 @@ def _nan() -> float:
 def report(result: Result) -> list[str]:
     """The table of one class size, as printed lines (Markdown). The server's columns are
     medians: the wait in gradio's queue, our handler, gradio's pre- and post-processing, and
-    what is left of the round trip (sending the answer, the client's own work)."""
+    what is left of the round trip (sending the answer, the client's own work). The two
+    Attention clicks share an endpoint, and so its server-side medians (their rest is left
+    blank: a median of both would not be either's)."""
     lines = [
         f"### {result.students} students ({result.own} on their own sentences, "
         f"{result.students - result.own} on the presets), {result.seconds:.0f} s",
@@ -534,11 +536,15 @@ def report(result: Result) -> list[str]:
     for action in (*INTERACTIVE, *COSTLY):
         trips = result.record.trips.get(action, [])
         if not trips:
+            if result.alone.get(action):  # the long view, which no student of the class opened
+                lines.append(f"| {action} | 0 | {cell(_p50(result.alone[action]))} |"
+                             + " – |" * 7)  # fmt: skip
             continue
         name = ENDPOINT[action]
         wait, process = median(result.wait, name), median(result.process, name)
         rest = None
-        if wait is not None and process is not None:
+        shared = sum(e == name for e in ENDPOINT.values()) > 1  # its times are both actions'
+        if wait is not None and process is not None and not shared:
             rest = statistics.median(trips) - wait - process
         waits = result.wait.get(name) or []
         lines.append(
@@ -554,10 +560,15 @@ def report(result: Result) -> list[str]:
     lines += [
         "",
         f"Requests: {result.requests()} ({result.requests() / result.seconds:.1f}/s), "
-        f"errors: {errors}; server RSS {result.rss_before:.0f} MB before the class "
-        f"(the lecturer's preparation done), {result.peak:.0f} MB at its highest during it, "
-        f"{result.rss_after:.0f} MB after the students left "
-        f"({100 * (result.rss_after / result.rss_before - 1):+.1f} %)"
+        f"errors: {errors}; "
+        + (
+            f"server RSS {result.rss_before:.0f} MB before the class (the lecturer's "
+            f"preparation done), {result.peak:.0f} MB at its highest during it, "
+            f"{result.rss_after:.0f} MB after the students left "
+            f"({100 * (result.rss_after / result.rss_before - 1):+.1f} %)"
+            if result.rss_before == result.rss_before
+            else "server memory unknown (--pid names a running app's process)"
+        )
         + (f"; GPU memory {gpu[0]:.0f} MB allocated, {gpu[1]:.0f} MB peak" if gpu else "")
         + ".",
     ]
@@ -567,7 +578,7 @@ def report(result: Result) -> list[str]:
             f"{k} {v:.0f} MB" if isinstance(v, float) else f"{k} {v}" for k, v in what.items()
         )
 
-    if result.held_before or result.held_after:
+    if result.held_before.get("sessions") is not None:
         lines.append(f"Held before: {held(result.held_before)}; after: {held(result.held_after)}.")
     server_cpu = "unknown" if result.cpu[0] != result.cpu[0] else f"{result.cpu[0]:.0f} s"
     lines.append(

@@ -22,6 +22,7 @@ import os
 import platform
 import random
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -393,6 +394,7 @@ def run_against(args: argparse.Namespace) -> list[str]:
         for app in apps:
             app.close()
         tree.close()
+    shutil.rmtree(logs, ignore_errors=True)  # kept when an app failed: its log says why
     return against_report(args, apps, results, alone_trips, cold, prepared, left)
 
 
@@ -406,12 +408,18 @@ def against_report(
     left: dict[str, float],
 ) -> list[str]:
     """The comparison's tables: per side, per action, the requests, one student's p50 alone and
-    the class's p50, p95 and max over every round; then the ratios here / against."""
+    the class's p50, p95 and max over every round; then the ratios here / against (alone: of
+    the p50s of one student alone; then of the class's p50s and p95s)."""
     from benchmarks.classroom import COSTLY, INTERACTIVE, _p50, percentile
 
     lines: list[str] = []
     records = {name: merged(rs) for name, rs in results.items()}
-    actions = [a for a in (*INTERACTIVE, *COSTLY) if any(r.trips.get(a) for r in records.values())]
+    actions = [
+        a
+        for a in (*INTERACTIVE, *COSTLY)
+        if any(r.trips.get(a) for r in records.values())
+        or any(t.get(a) for t in alone_trips.values())
+    ]
     for app in apps:
         rs, record = results[app.name], records[app.name]
         seconds = sum(r.seconds for r in rs)
@@ -448,24 +456,29 @@ def against_report(
         lines.append("")
     here, there = (records[app.name] for app in apps)
 
-    def ratio(q: float, action: str) -> tuple[str, str, str]:
-        a, b = here.trips.get(action, []), there.trips.get(action, [])
+    def ratio(q: float, action: str, a: list[float], b: list[float]) -> tuple[str, str, str]:
         x = percentile(a, q) if a else None
         y = percentile(b, q) if b else None
         r = f"{x / y:.2f}" if x is not None and y else "–"
         return _cell(x), _cell(y), r
 
+    alone_here, alone_there = (alone_trips[app.name] for app in apps)
+
     lines += [
         f"### Here / against: the same lesson, {args.rounds} round(s) each, alternated",
         "",
-        "| action | here p50 (s) | against p50 (s) | p50 ratio | here p95 (s) | "
+        "| action | alone ratio | here p50 (s) | against p50 (s) | p50 ratio | here p95 (s) | "
         "against p95 (s) | p95 ratio |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for action in actions:
-        lines.append(
-            f"| {action} | " + " | ".join((*ratio(0.5, action), *ratio(0.95, action))) + " |"
+        a, b = here.trips.get(action, []), there.trips.get(action, [])
+        cells = (
+            ratio(0.5, action, alone_here.get(action, []), alone_there.get(action, []))[2],
+            *ratio(0.5, action, a, b),
+            *ratio(0.95, action, a, b),
         )
+        lines.append(f"| {action} | " + " | ".join(cells) + " |")
     counts = [sum(len(v) for v in records[app.name].trips.values()) for app in apps]
     lines += [
         "",
