@@ -1,21 +1,36 @@
 """A lesson with a whole class: N simulated students, each its own ``gradio_client`` session,
 clicking through the app at once, with think time between clicks.
 
-Each student follows the lecture's script: open a preset (Generate's Reset on one of a few
-prompts, most students on the lecturer's), step through Generate, change layer and head in
-Attention, open Inside a layer, and now and then the long-input view (the costly one), with
-1–4 s between clicks. Prints, per action, the round trip's p50, p95 and max, requests per second
-and errors; the server's resident memory before and after (and the GPU's memory on CUDA); and
-where a request's time goes: the handler (our Python and torch, measured by a timing wrapper
-that only this benchmark installs), gradio's pre- and post-processing (serialisation), and the
-rest of the round trip (the queue's wait and the transport). With ``--sweep 5,10,15`` it runs
-each class size in turn and prints the largest one whose every interactive action keeps its p95
-within ``--target`` seconds.
+A lecture asks "now try your own sentence": most students (``--own-share``, 80 %) type their
+own short sentences (English, German, French, Spanish, Chinese, Arabic, with emoji; a new one
+each round, every one different, so that the app's shared views cannot answer them from the
+cache: see ``classroom_sides.TextPool``), the others open the lecturer's presets. Each round a
+student clicks Attention on their text, then another layer and head, Generate's Reset on it and
+three Steps, Inside a layer, Tokenize, and now and then the long view (the costly one), with
+1–3 s between clicks. Before the class one student runs the lesson alone (``--alone-rounds``,
+on texts of their own, the long view each round): each action's "alone p50" is printed beside
+the class's p50, p95 and max. It prints requests per second and errors, the server's resident
+memory before, at its highest and after the class (and the GPU's memory on CUDA), and where a
+request's time goes: the handler (our Python and torch, measured by a timing wrapper that only
+this benchmark installs), gradio's pre- and post-processing (serialisation), and the rest of
+the round trip (the queue's wait and the transport). With ``--sweep 5,10,15`` it runs each
+class size in turn and prints the largest one whose every interactive action keeps its p95
+within ``--target`` seconds, with no error. The load average is printed at the start and end.
 
-Without ``--url`` the app is built and launched in this process on a free loopback port (as
-``python app.py`` launches it), which is what lets it measure handler times and memory; with
-``--url`` it drives a running app anywhere (round trips only; ``--pid`` names the server's
-process on this machine for its memory).
+Without ``--url`` the app is built and launched in this process's child on a free loopback port
+(as ``python app.py`` launches it), which is what lets it measure handler times and memory;
+with ``--url`` it drives a running app anywhere (round trips only; ``--pid`` names the server's
+process on this machine for its memory, its children's counted).
+
+With ``--against REV`` it runs the same lesson (the same seed, the same students' texts) on this
+checkout's app and on commit REV's (checked out into a temporary ``git worktree``, removed at
+the end), each launched as ``python app.py --port P`` with its own arguments (``--args-here
+"--workers 2"``, ``--args-against ...``), the classes alternated (here, REV, here, REV, ...)
+for ``--rounds`` rounds, so that a change that slows a class cannot hide in the machine's
+noise; it prints a table per side and the ratios here / REV, the requests answered, and each
+side's memory (its whole process tree: several workers count). Handler times are not known
+there (the apps run unwrapped). Each student fetches the page first and keeps the cookies it
+sets, so a load balancer's sticky-session cookie pins all its requests to one process.
 
 With ``--follow N`` it measures follow me instead: one lecturer's room (opened and changed in
 the server's process, as the lecturer's page publishes it) moves to another layer and head every
@@ -26,7 +41,10 @@ lecturer's change to a follower's page knowing it, and to its view drawn; errors
 server's memory before and after.
 
 Usage: python -m benchmarks.classroom --students 15 --minutes 2 [--sweep 5,10,15,20]
-       [--url URL] [--model NAME] [--device cpu|cuda|auto] [--target 1.0] [--seed 0]
+       [--url URL [--pid PID]] [--model NAME] [--device cpu|cuda|auto] [--target 1.0]
+       [--seed 0] [--own-share 0.8] [--alone-rounds 2]
+       python -m benchmarks.classroom --students 15 --minutes 2 --against REV [--rounds 2]
+       [--args-here "--workers 2"] [--args-against ""] [--port P]
        python -m benchmarks.classroom --follow 100 --minutes 2 [--stop-every 8]
 """
 
