@@ -276,6 +276,7 @@ class Worktree:
             capture_output=True, text=True,
         )  # fmt: skip
         if added.returncode != 0:
+            shutil.rmtree(self.path, ignore_errors=True)
             raise SystemExit(f"git worktree add failed: {added.stderr.strip()}")
         self.subject = subprocess.run(
             ["git", "-C", str(repo), "log", "-1", "--format=%h %s", self.commit],
@@ -335,8 +336,8 @@ def run_against(args: argparse.Namespace) -> list[str]:
     repo = Path(__file__).resolve().parent.parent
     seconds, students, model = args.minutes * 60, args.students, args.model
     architecture = "decoder-only" if model == SMOLLM2 else "encoder-decoder"
-    logs = Path(tempfile.mkdtemp(prefix="classroom-logs-"))
     tree = Worktree(repo, args.against)
+    logs = Path(tempfile.mkdtemp(prefix="classroom-logs-"))
     apps: list[AppProcess] = []
     try:
         ports = [args.port, args.port + 1] if args.port else [free_port(), free_port()]
