@@ -541,7 +541,7 @@ def report(result: Result) -> list[str]:
         f"{result.students - result.own} on the presets), {result.seconds:.0f} s",
         "",
         "| action | requests | alone p50 (s) | p50 (s) | p95 (s) | max (s) | "
-        "queue wait p50 / p95 (s) | handler p50 (s) | pre+post p50 (s) | rest p50 (s) |",
+        "queue wait p50 / p95 (s) | handler p50 / p95 (s) | pre+post p50 (s) | rest p50 (s) |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
 
@@ -564,13 +564,15 @@ def report(result: Result) -> list[str]:
         shared = sum(e == name for e in ENDPOINT.values()) > 1  # its times are both actions'
         if wait is not None and process is not None and not shared:
             rest = statistics.median(trips) - wait - process
-        waits = result.wait.get(name) or []
+        waits, handled = result.wait.get(name) or [], result.handler.get(name) or []
         lines.append(
             f"| {action} | {len(trips)} | {cell(_p50(result.alone.get(action)))} | "
             f"{percentile(trips, 0.5):.3f} | "
             f"{percentile(trips, 0.95):.3f} | {max(trips):.3f} | {cell(wait)} / "
             f"{cell(percentile(waits, 0.95) if waits else None)} | "
-            f"{cell(median(result.handler, name))} | {cell(median(result.serialise, name))} | "
+            f"{cell(median(result.handler, name))} / "
+            f"{cell(percentile(handled, 0.95) if handled else None)} | "
+            f"{cell(median(result.serialise, name))} | "
             f"{cell(rest)} |"
         )
     errors = result.errors()
