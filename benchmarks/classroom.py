@@ -1,21 +1,36 @@
 """A lesson with a whole class: N simulated students, each its own ``gradio_client`` session,
 clicking through the app at once, with think time between clicks.
 
-Each student follows the lecture's script: open a preset (Generate's Reset on one of a few
-prompts, most students on the lecturer's), step through Generate, change layer and head in
-Attention, open Inside a layer, and now and then the long-input view (the costly one), with
-1–4 s between clicks. Prints, per action, the round trip's p50, p95 and max, requests per second
-and errors; the server's resident memory before and after (and the GPU's memory on CUDA); and
-where a request's time goes: the handler (our Python and torch, measured by a timing wrapper
-that only this benchmark installs), gradio's pre- and post-processing (serialisation), and the
-rest of the round trip (the queue's wait and the transport). With ``--sweep 5,10,15`` it runs
-each class size in turn and prints the largest one whose every interactive action keeps its p95
-within ``--target`` seconds.
+A lecture asks "now try your own sentence": most students (``--own-share``, 80 %) type their
+own short sentences (English, German, French, Spanish, Chinese, Arabic, with emoji; a new one
+each round, every one different, so that the app's shared views cannot answer them from the
+cache: see ``classroom_sides.TextPool``), the others open the lecturer's presets. Each round a
+student clicks Attention on their text, then another layer and head, Generate's Reset on it and
+three Steps, Inside a layer, Tokenize, and now and then the long view (the costly one), with
+1–3 s between clicks. Before the class one student runs the lesson alone (``--alone-rounds``,
+on texts of their own, the long view each round): each action's "alone p50" is printed beside
+the class's p50, p95 and max. It prints requests per second and errors, the server's resident
+memory before, at its highest and after the class (and the GPU's memory on CUDA), and where a
+request's time goes: the handler (our Python and torch, measured by a timing wrapper that only
+this benchmark installs), gradio's pre- and post-processing (serialisation), and the rest of
+the round trip (the queue's wait and the transport). With ``--sweep 5,10,15`` it runs each
+class size in turn and prints the largest one whose every interactive action keeps its p95
+within ``--target`` seconds, with no error. The load average is printed at the start and end.
 
-Without ``--url`` the app is built and launched in this process on a free loopback port (as
-``python app.py`` launches it), which is what lets it measure handler times and memory; with
-``--url`` it drives a running app anywhere (round trips only; ``--pid`` names the server's
-process on this machine for its memory).
+Without ``--url`` the app is built and launched in this process's child on a free loopback port
+(as ``python app.py`` launches it), which is what lets it measure handler times and memory;
+with ``--url`` it drives a running app anywhere (round trips only; ``--pid`` names the server's
+process on this machine for its memory, its children's counted).
+
+With ``--against REV`` it runs the same lesson (the same seed, the same students' texts) on this
+checkout's app and on commit REV's (checked out into a temporary ``git worktree``, removed at
+the end), each launched as ``python app.py --port P`` with its own arguments (``--args-here
+"--workers 2"``, ``--args-against ...``), the classes alternated (here, REV, here, REV, ...)
+for ``--rounds`` rounds, so that a change that slows a class cannot hide in the machine's
+noise; it prints a table per side and the ratios here / REV, the requests answered, and each
+side's memory (its whole process tree: several workers count). Handler times are not known
+there (the apps run unwrapped). Each student fetches the page first and keeps the cookies it
+sets, so a load balancer's sticky-session cookie pins all its requests to one process.
 
 With ``--follow N`` it measures follow me instead: one lecturer's room (opened and changed in
 the server's process, as the lecturer's page publishes it) moves to another layer and head every
@@ -26,7 +41,10 @@ lecturer's change to a follower's page knowing it, and to its view drawn; errors
 server's memory before and after.
 
 Usage: python -m benchmarks.classroom --students 15 --minutes 2 [--sweep 5,10,15,20]
-       [--url URL] [--model NAME] [--device cpu|cuda|auto] [--target 1.0] [--seed 0]
+       [--url URL [--pid PID]] [--model NAME] [--device cpu|cuda|auto] [--target 1.0]
+       [--seed 0] [--own-share 0.8] [--alone-rounds 2]
+       python -m benchmarks.classroom --students 15 --minutes 2 --against REV [--rounds 2]
+       [--args-here "--workers 2"] [--args-against ""] [--port P]
        python -m benchmarks.classroom --follow 100 --minutes 2 [--stop-every 8]
 """
 
@@ -46,6 +64,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from benchmarks.classroom_sides import AppProcess, TextPool, sample, tree_rss_mb
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
@@ -68,7 +88,7 @@ LONG_TEXT = " ".join(
     ]
     * 8
 )
-INTERACTIVE = ("preset", "step", "attention", "inside")
+INTERACTIVE = ("attention", "layer/head", "reset", "step", "inside", "tokenize")
 COSTLY = ("long view",)
 KIND = {
     "decoder-only": ("decoder masked self-attention", "decoder"),
@@ -167,19 +187,6 @@ class ServerTimes:
         return timed
 
 
-def student_client(url: str, timeout: float) -> Any:
-    """A ``gradio_client`` session on ``url``, as patient as ``timeout`` seconds.
-
-    gradio_client opens an httpx client for every request, and httpx loads the whole CA bundle
-    for each (about 75 ms of CPU a round trip): on this machine's loopback that is the students'
-    own cost taking the server's cores, so a certificate is checked only over https."""
-    from gradio_client import Client
-
-    return Client(
-        url, verbose=False, ssl_verify=url.startswith("https"), httpx_kwargs={"timeout": timeout}
-    )
-
-
 def _plain(handler: Callable[..., Any]) -> bool:
     return not (
         inspect.isgeneratorfunction(handler)
@@ -188,14 +195,45 @@ def _plain(handler: Callable[..., Any]) -> bool:
     )
 
 
-# The endpoint each action calls, for the breakdown of its time.
+# The endpoint each action calls, for the breakdown of its time (the two Attention clicks share
+# one endpoint, and so its server-side figures).
 ENDPOINT = {
-    "preset": "generate_reset",
-    "step": "generate_step",
     "attention": "attention",
+    "layer/head": "attention",
+    "reset": "generate_reset",
+    "step": "generate_step",
     "inside": "inside_layer",
+    "tokenize": "tokenize",
     "long view": "attention_scale",
 }
+# The Tokenize tab as the page opens it: a BPE trained live, beside a WordPiece.
+TOKENIZE = ["BPE, trained live on the bundled corpus", 500, None,
+            "WordPiece (BERT style), trained live", 30]  # fmt: skip
+OWN_SHARE = 0.8  # of a class, the students who type their own sentences
+
+
+def student_client(url: str, timeout: float) -> Any:
+    """A ``gradio_client`` session on ``url``, as patient as ``timeout`` seconds.
+
+    gradio_client opens an httpx client for every request, and httpx loads the whole CA bundle
+    for each (about 75 ms of CPU a round trip): on this machine's loopback that is the students'
+    own cost taking the server's cores, so a certificate is checked only over https.
+
+    The page is fetched first, as a browser opens it, and the cookies it sets (a load
+    balancer's sticky-session cookie, when several processes serve the app behind one) go with
+    every request of the session, its queue's event stream and heartbeat included: each
+    student's generation lives in one process, which every click of theirs must reach."""
+    import httpx
+    from gradio_client import Client
+
+    verify = url.startswith("https")
+    first = httpx.get(url, timeout=timeout, verify=verify)
+    first.raise_for_status()
+    cookies = {name: value for name, value in first.cookies.items() if value is not None}
+    return Client(
+        url, verbose=False, ssl_verify=verify,
+        httpx_kwargs={"timeout": timeout, "cookies": cookies},
+    )  # fmt: skip
 
 
 def lesson(
@@ -205,11 +243,19 @@ def lesson(
     record: Record,
     stop: threading.Event,
     seed: int,
-    think: tuple[float, float] = (1.0, 4.0),
-    long_every: float = 0.15,
+    texts: list[str] | None = None,
+    think: tuple[float, float] = (1.0, 3.0),
+    long_every: float = 0.1,
+    rounds: int | None = None,
 ) -> None:
-    """One student until ``stop`` is set: the lecture's script, with ``think`` seconds
-    (uniform) between clicks; each round trip (or error) goes into ``record``."""
+    """One student until ``stop`` is set (or after ``rounds`` rounds): the lecture's script,
+    with ``think`` seconds (uniform) between clicks; each round trip (or error) goes into
+    ``record``.
+
+    A round: "now try your own sentence", the next of ``texts`` (the lecturer's presets when
+    None, most of them on the projector's): Attention on it, then at another layer and head;
+    Generate's Reset on it and three Steps; Inside a layer; Tokenize; now and then (``long_every``)
+    the long view, the costly one, of a long text that begins with the student's sentence."""
 
     rng = random.Random(seed)
     kind, stack = KIND.get(architecture, KIND["encoder-decoder"])
@@ -232,28 +278,37 @@ def lesson(
             record.add(action, time.perf_counter() - start)
         stop.wait(rng.uniform(*think))
 
-    while not stop.is_set():
-        prompt = rng.choices(PRESETS, PRESET_WEIGHTS)[0]
+    done = 0
+    while not stop.is_set() and (rounds is None or done < rounds):
+        if texts is None:
+            text = rng.choices(PRESETS, PRESET_WEIGHTS)[0]
+        else:
+            text = texts[done % len(texts)]  # past the last, a text already seen comes back
         layer, head = rng.choice(LAYERS), rng.choice(HEADS)
-        settings = [prompt, model, "greedy", 1.0, 0, 1.0, 3, 40, 0, layer, head, False]
-        click("preset", "/generate_reset", *settings)
-        for _ in range(rng.randint(2, 4)):
+        attention = [text, model, kind, layer, head, 1, [], False, "none (the correct pass)"]
+        click("attention", "/attention", *attention)
+        other = [(lay, h) for lay in LAYERS for h in HEADS if (lay, h) != (layer, head)]
+        layer, head = rng.choice(other)
+        attention = [text, model, kind, layer, head, 1, [], False, "none (the correct pass)"]
+        click("layer/head", "/attention", *attention)
+        settings = [text, model, "greedy", 1.0, 0, 1.0, 3, 40, 0, layer, head, False]
+        click("reset", "/generate_reset", *settings)
+        for _ in range(3):
             click("step", "/generate_step", *settings)
-        for _ in range(rng.randint(1, 3)):
-            layer, head = rng.choice(LAYERS), rng.choice(HEADS)
-            attention = [prompt, model, kind, layer, head, 1, [], False, "none (the correct pass)"]
-            click("attention", "/attention", *attention)
-        click("inside", "/inside_layer", prompt, model, stack, layer, head, 1, False)
+        click("inside", "/inside_layer", text, model, stack, layer, head, 1, False)
+        click("tokenize", "/tokenize", text, *TOKENIZE)
         if rng.random() < long_every:
-            scale = [LONG_TEXT, model, "first", layer, head, 0, 32, 3, -1, False]
+            long_text = LONG_TEXT if texts is None else f"{text} {LONG_TEXT}"
+            scale = [long_text, model, "first", layer, head, 0, 32, 3, -1, False]
             click("long view", "/attention_scale", *scale)
+        done += 1
     client.close()  # the student leaves: the page's heartbeat ends, as a closed tab's does
 
 
 def prepare(url: str, model: str, architecture: str) -> None:
     """The lecturer's preparation before class: each of the lecture's presets opened once
-    (Generate's Reset and three Steps, Attention and Inside a layer at the first layer and
-    head), and the long view once; then the lecturer's page is closed."""
+    (Attention and Inside a layer at the first layer and head, Generate's Reset and three
+    Steps, Tokenize), and the long view once; then the lecturer's page is closed."""
 
     kind, stack = KIND.get(architecture, KIND["encoder-decoder"])
     client = student_client(url, 300)
@@ -265,6 +320,7 @@ def prepare(url: str, model: str, architecture: str) -> None:
         attention = [prompt, model, kind, 1, 1, 1, [], False, "none (the correct pass)"]
         client.predict(*attention, api_name="/attention")
         client.predict(prompt, model, stack, 1, 1, 1, False, api_name="/inside_layer")
+        client.predict(prompt, *TOKENIZE, api_name="/tokenize")
     scale = [LONG_TEXT, model, "first", 1, 1, 0, 32, 3, -1, False]
     client.predict(*scale, api_name="/attention_scale")
     client.close()
@@ -334,6 +390,9 @@ class Result:
     held_before: dict[str, Any] = field(default_factory=dict)
     held_after: dict[str, Any] = field(default_factory=dict)
     load: tuple[float, ...] = ()  # the machine's load average (1, 5, 15 min) at the end
+    peak: float = float("nan")  # the server's memory at its highest during the class (MB)
+    own: int = 0  # the students who typed their own sentences (the others opened presets)
+    alone: dict[str, list[float]] = field(default_factory=dict)  # one student's round trips
 
     def requests(self) -> int:
         return sum(len(v) for v in self.record.trips.values()) + self.errors()
@@ -347,6 +406,52 @@ class Result:
         return max(known) if known else float("nan")
 
 
+def class_texts(
+    pool: TextPool, students: int, seconds: float, seed: int, own_share: float = OWN_SHARE
+) -> list[list[str] | None]:
+    """Each student's texts for a class of ``seconds``: new ones from ``pool`` for the
+    ``own_share`` who type their own sentences, None (the lecturer's presets) for the others,
+    who are chosen with ``seed``."""
+    presets = set(sample(range(students), round(students * (1 - own_share)), seed))
+    each = int(seconds / 8) + 2  # a round is 8 clicks or more, 1 s of thought after each
+    drawn = pool.draw(students, each)
+    return [None if i in presets else drawn[i] for i in range(students)]
+
+
+def alone(
+    url: str, model: str, architecture: str, texts: list[str], rounds: int, seed: int
+) -> Record:
+    """One student alone on the server: ``rounds`` rounds of the lesson on their own
+    ``texts``, the long view in each; their round trips."""
+    record = Record()
+    lesson(url, model, architecture, record, threading.Event(), seed, texts, long_every=1.0,
+           rounds=rounds)  # fmt: skip
+    return record
+
+
+class Sampler:
+    """A server's memory read every ``every`` seconds in a thread, until ``stop``: its peak."""
+
+    def __init__(self, read: Callable[[], float], every: float = 0.5) -> None:
+        self.peak = float("nan")
+        self._read, self._every, self._stop = read, every, threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memory", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            value = self._read()
+            if value == value and not value <= self.peak:  # the first reading, or higher
+                self.peak = value
+            self._stop.wait(self._every)
+
+    def stop(self) -> float:
+        """Stop sampling; the peak in MB (NaN when nothing could be read)."""
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
 def run_class(
     url: str,
     students: int,
@@ -356,10 +461,21 @@ def run_class(
     seed: int,
     server: Server | None,
     pid: int | None = None,
+    texts: list[list[str] | None] | None = None,
+    app: AppProcess | None = None,
 ) -> Result:
-    """``students`` students on ``url`` for ``seconds``; their figures (the server's side
-    from ``server`` when it was started here, its memory from ``pid`` otherwise)."""
-    before = settled(server) if server else {"rss": rss_mb(pid) if pid else float("nan")}
+    """``students`` students on ``url`` for ``seconds``, student ``i`` on ``texts[i]`` (the
+    presets when None or absent); their figures: the server's side from ``server`` when it
+    was started here (its memory once it has freed the students' sessions), from ``app`` when
+    it runs as a subprocess, its memory from ``pid`` otherwise (``app``'s and ``pid``'s as soon
+    as the students have left)."""
+    texts = texts or [None] * students
+    if server:
+        before = settled(server)
+        read: Callable[[], float] = functools.partial(tree_rss_mb, server.process.pid)
+    else:
+        read = app.rss_mb if app else functools.partial(tree_rss_mb, pid) if pid else _nan
+        before = {"rss": read(), **({"cpu": app.cpu_s()} if app else {})}
     clients_cpu = time.process_time()
     if server:
         server.ask("reset")
@@ -367,12 +483,13 @@ def run_class(
     threads = [
         threading.Thread(
             target=lesson,
-            args=(url, model, architecture, record, stop, seed * 1000 + i),
+            args=(url, model, architecture, record, stop, seed * 1000 + i, texts[i]),
             name=f"student-{i}",
             daemon=True,
         )
         for i in range(students)
     ]
+    sampler = Sampler(read)
     start = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -383,8 +500,10 @@ def run_class(
         thread.join(timeout=180)
     elapsed = time.perf_counter() - start
     clients_cpu = time.process_time() - clients_cpu
+    peak = sampler.stop()
     # The students have left (each closed its client): memory once the server has freed them.
-    after = settled(server) if server else {"rss": rss_mb(pid) if pid else float("nan")}
+    idle = {"rss": read(), **({"cpu": app.cpu_s()} if app else {})} if not server else {}
+    after = settled(server) if server else idle
     server_cpu = after["cpu"] - before["cpu"] if "cpu" in after else float("nan")
     return Result(
         students,
@@ -402,19 +521,28 @@ def run_class(
         {"sessions": before.get("sessions"), **before.get("held_mb", {})},
         {"sessions": after.get("sessions"), **after.get("held_mb", {})},
         os.getloadavg(),
+        peak=peak,
+        own=sum(t is not None for t in texts),
     )
+
+
+def _nan() -> float:
+    return float("nan")
 
 
 def report(result: Result) -> list[str]:
     """The table of one class size, as printed lines (Markdown). The server's columns are
     medians: the wait in gradio's queue, our handler, gradio's pre- and post-processing, and
-    what is left of the round trip (sending the answer, the client's own work)."""
+    what is left of the round trip (sending the answer, the client's own work). The two
+    Attention clicks share an endpoint, and so its server-side medians (their rest is left
+    blank: a median of both would not be either's)."""
     lines = [
-        f"### {result.students} students, {result.seconds:.0f} s",
+        f"### {result.students} students ({result.own} on their own sentences, "
+        f"{result.students - result.own} on the presets), {result.seconds:.0f} s",
         "",
-        "| action | requests | p50 (s) | p95 (s) | max (s) | queue wait p50 / p95 (s) | "
-        "handler p50 (s) | pre+post p50 (s) | rest p50 (s) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| action | requests | alone p50 (s) | p50 (s) | p95 (s) | max (s) | "
+        "queue wait p50 / p95 (s) | handler p50 / p95 (s) | pre+post p50 (s) | rest p50 (s) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
 
     def median(table: dict[str, list[float]], name: str) -> float | None:
@@ -426,18 +554,25 @@ def report(result: Result) -> list[str]:
     for action in (*INTERACTIVE, *COSTLY):
         trips = result.record.trips.get(action, [])
         if not trips:
+            if result.alone.get(action):  # the long view, which no student of the class opened
+                lines.append(f"| {action} | 0 | {cell(_p50(result.alone[action]))} |"
+                             + " – |" * 7)  # fmt: skip
             continue
         name = ENDPOINT[action]
         wait, process = median(result.wait, name), median(result.process, name)
         rest = None
-        if wait is not None and process is not None:
+        shared = sum(e == name for e in ENDPOINT.values()) > 1  # its times are both actions'
+        if wait is not None and process is not None and not shared:
             rest = statistics.median(trips) - wait - process
-        waits = result.wait.get(name) or []
+        waits, handled = result.wait.get(name) or [], result.handler.get(name) or []
         lines.append(
-            f"| {action} | {len(trips)} | {percentile(trips, 0.5):.3f} | "
+            f"| {action} | {len(trips)} | {cell(_p50(result.alone.get(action)))} | "
+            f"{percentile(trips, 0.5):.3f} | "
             f"{percentile(trips, 0.95):.3f} | {max(trips):.3f} | {cell(wait)} / "
             f"{cell(percentile(waits, 0.95) if waits else None)} | "
-            f"{cell(median(result.handler, name))} | {cell(median(result.serialise, name))} | "
+            f"{cell(median(result.handler, name))} / "
+            f"{cell(percentile(handled, 0.95) if handled else None)} | "
+            f"{cell(median(result.serialise, name))} | "
             f"{cell(rest)} |"
         )
     errors = result.errors()
@@ -445,9 +580,15 @@ def report(result: Result) -> list[str]:
     lines += [
         "",
         f"Requests: {result.requests()} ({result.requests() / result.seconds:.1f}/s), "
-        f"errors: {errors}; server RSS {result.rss_before:.0f} MB before the class "
-        f"(the lecturer's preparation done), {result.rss_after:.0f} MB after the students left "
-        f"({100 * (result.rss_after / result.rss_before - 1):+.1f} %)"
+        f"errors: {errors}; "
+        + (
+            f"server RSS {result.rss_before:.0f} MB before the class (the lecturer's "
+            f"preparation done), {result.peak:.0f} MB at its highest during it, "
+            f"{result.rss_after:.0f} MB after the students left "
+            f"({100 * (result.rss_after / result.rss_before - 1):+.1f} %)"
+            if result.rss_before == result.rss_before
+            else "server memory unknown (--pid names a running app's process)"
+        )
         + (f"; GPU memory {gpu[0]:.0f} MB allocated, {gpu[1]:.0f} MB peak" if gpu else "")
         + ".",
     ]
@@ -457,7 +598,7 @@ def report(result: Result) -> list[str]:
             f"{k} {v:.0f} MB" if isinstance(v, float) else f"{k} {v}" for k, v in what.items()
         )
 
-    if result.held_before or result.held_after:
+    if result.held_before.get("sessions") is not None:
         lines.append(f"Held before: {held(result.held_before)}; after: {held(result.held_after)}.")
     server_cpu = "unknown" if result.cpu[0] != result.cpu[0] else f"{result.cpu[0]:.0f} s"
     lines.append(
@@ -473,6 +614,10 @@ def report(result: Result) -> list[str]:
     for action, messages in result.record.errors.items():
         lines.append(f"- {action}: {len(messages)} error(s), first: {messages[0]}")
     return lines
+
+
+def _p50(values: list[float] | None) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def serve_here(port: int, device: str, model: str) -> None:
@@ -934,6 +1079,29 @@ def main(argv: list[str] | None = None) -> list[Result]:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--target", type=float, default=1.0, help="interactive p95 bound (s)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--own-share", type=float, default=OWN_SHARE,
+        help="of the class, the share who type their own sentences (the others open presets)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--alone-rounds", type=int, default=2,
+        help="rounds of the lesson one student runs alone before the class",
+    )  # fmt: skip
+    parser.add_argument(
+        "--against", default=None, metavar="REV",
+        help="also run the same lesson on commit REV (a temporary git worktree), alternated",
+    )  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=2, help="with --against: classes a side")
+    parser.add_argument(
+        "--args-here", default="", help="with --against: this checkout's extra app.py arguments"
+    )
+    parser.add_argument(
+        "--args-against", default="", help="with --against: REV's extra app.py arguments"
+    )
+    parser.add_argument(
+        "--port", type=int, default=0,
+        help="with --against: this checkout's app's port (REV's the next); free ports if 0",
+    )  # fmt: skip
     parser.add_argument("--follow", type=int, default=0, help="followers of one lecturer")
     parser.add_argument("--stop-every", type=float, default=8.0, help="s between changes")
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
@@ -958,6 +1126,18 @@ def main(argv: list[str] | None = None) -> list[Result]:
         finally:
             lecture.close()
         return []
+    if not 0.0 <= args.own_share <= 1.0:
+        parser.error("--own-share is a share of the class, between 0 and 1")
+    if args.against:
+        if args.url or args.sweep:
+            parser.error("--against launches both apps itself and runs one class size "
+                         "(--students): leave out --url and --sweep")  # fmt: skip
+        if args.rounds < 1 or args.students < 1:
+            parser.error("--rounds and --students are at least 1")
+        from benchmarks.classroom_sides import run_against
+
+        print("\n".join(run_against(args)), flush=True)
+        return []
     sizes = [int(n) for n in args.sweep.split(",") if n.strip()] or [args.students]
 
     server = None if args.url else Server(args.device, args.model)
@@ -965,14 +1145,15 @@ def main(argv: list[str] | None = None) -> list[Result]:
     architecture = server.architecture if server else "decoder-only"
     device = server.device if server else f"remote ({args.url})"
     results: list[Result] = []
+    pool = TextPool(args.seed)
     try:
         # The lecturer's preparation: the model read, the lecture's presets opened once.
         prepare(url, args.model, architecture)
         print(
             f"classroom: {args.model} on {device}; {platform.processor() or platform.machine()}, "
             f"{os.cpu_count()} cores; {args.minutes:g} min per class size; "
-            f"{time.strftime('%Y-%m-%d %H:%M')}; load average "
-            + " ".join(f"{x:.1f}" for x in os.getloadavg()),
+            f"{time.strftime('%Y-%m-%d %H:%M')}; load average at the start "
+            + " / ".join(f"{x:.1f}" for x in os.getloadavg()),
             flush=True,
         )
         if server:
@@ -984,10 +1165,18 @@ def main(argv: list[str] | None = None) -> list[Result]:
                 "class: the figure each class's 'before' starts from).\n",
                 flush=True,
             )
+        # One student alone first, on sentences of their own: what a click costs unhurried.
+        alone_trips = alone(
+            url, args.model, architecture, pool.draw(1, args.alone_rounds)[0],
+            args.alone_rounds, args.seed,
+        ).trips  # fmt: skip
         for n in sizes:
+            texts = class_texts(pool, n, args.minutes * 60, args.seed, args.own_share)
             result = run_class(
-                url, n, args.minutes * 60, args.model, architecture, args.seed, server, args.pid
-            )
+                url, n, args.minutes * 60, args.model, architecture, args.seed, server, args.pid,
+                texts=texts,
+            )  # fmt: skip
+            result.alone = dict(alone_trips)
             results.append(result)
             print("\n".join(report(result)) + "\n", flush=True)
     finally:
@@ -999,6 +1188,8 @@ def main(argv: list[str] | None = None) -> list[Result]:
     print(
         f"Largest class with every interactive action's p95 ≤ {args.target:g} s and no error: "
         + (str(max(within)) if within else "none of " + ", ".join(map(str, sizes)))
+        + "; load average at the end "
+        + " / ".join(f"{x:.1f}" for x in os.getloadavg())
     )
     return results
 
