@@ -28,6 +28,7 @@ from .links.views import Views
 from .serving import limits, store
 from .serving.errors import guard_preprocessing, scrub
 from .serving.export import PLOT_TOOLBAR_JS, ViewExport
+from .serving.memory import give_back_memory
 from .serving.ordering import newest_wins
 from .serving.plotly_bundle import ServePrunedPlotly, start_pruning
 from .serving.sessions import drop_left_sessions, drop_sessions, reopen_on_heartbeat
@@ -287,8 +288,9 @@ def evict_idle_sessions(
 
 
 def _sweep_sessions(demo_ref: weakref.ref) -> None:
-    """Every ``SESSION_SWEEP_S``: drop the idle sessions of a launched demo, and those whose
-    page has closed; ends with it."""
+    """Every ``SESSION_SWEEP_S``: drop the idle sessions of a launched demo, those whose page
+    has closed, and the cached views nobody has read for ``limits.CACHE_UNUSED_S``, giving
+    their memory back; ends with the demo."""
     while True:
         time.sleep(SESSION_SWEEP_S)
         demo = demo_ref()
@@ -302,6 +304,9 @@ def _sweep_sessions(demo_ref: weakref.ref) -> None:
             evict_idle_sessions(holder, SESSION_IDLE_S)
             order = getattr(demo, "write_order", None)
             drop_left_sessions(holder, [order.forget] if order is not None else [])
+            registry = getattr(demo, "model_registry", None)
+            if registry is not None and registry.forget_unused(limits.CACHE_UNUSED_S):
+                give_back_memory()
         del demo
 
 

@@ -114,6 +114,11 @@ MAX_HEADS = 64
 # is 2.6 MB). Sized for the machine: 128 MB on one of 16 GB or more, 1/128 of a smaller one.
 SHARED_VIEW_BYTES = min(128 * 1024 * 1024, MACHINE_BYTES // 128)
 SHARED_VIEW_ENTRIES = 512
+# An analysis or shared view nobody has read for this long is dropped (checked with the
+# sessions, every 10 s): the bounds above are for a class at work; a class that typed its own
+# sentences and left would otherwise leave them full, and the server hundreds of MB above where
+# it was before the lesson. The lecturer's presets, read again, are computed again (one pass).
+CACHE_UNUSED_S = 60.0
 # A model pass's cost is estimated as parameters × tokens (ui/serving/costly.py). From
 # COSTLY_PASS_COST (SmolLM2 over about 440 tokens, some 0.7 s on a 2-core CPU; an 8-billion-
 # parameter model over about 7; never MiniLM or a bundled model) an

@@ -14,6 +14,7 @@ Step keeps reusing warm memory, and a server nobody is using holds what its cach
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import sys
 import threading
@@ -99,6 +100,16 @@ class IdleTrimmer:
     def stop(self) -> None:
         """End :meth:`run` at its next poll."""
         self._stop.set()
+
+
+def give_back_memory() -> None:
+    """Collect what was just dropped and give the free pages back to the system now (glibc
+    only): caches emptied by a sweep free their memory without a burst of work, so the idle
+    trimmer, which waits for one, would not."""
+    gc.collect()
+    trim = glibc_trim()
+    if trim is not None:
+        trim()
 
 
 def return_memory_when_idle() -> IdleTrimmer | None:

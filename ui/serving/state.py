@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import logging
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -188,6 +189,7 @@ class ModelRegistry:
         self._preloading: threading.Thread | None = None
         self._released = threading.Event()
         self._analyses: OrderedDict[tuple, tuple[Analysis, int]] = OrderedDict()
+        self._analyses_used: dict[tuple, float] = {}  # when each was last read or kept
         self._cache_lock = threading.Lock()
         # The views every session shares (set by the app once its events are built).
         self.shared_views: SharedViews | None = None
@@ -292,8 +294,23 @@ class ModelRegistry:
             self.pretrained.clear()
         with self._cache_lock:
             self._analyses.clear()
+            self._analyses_used.clear()
         if self.shared_views is not None:
             self.shared_views.clear()
+
+    def forget_unused(self, idle_s: float, now: float | None = None) -> int:
+        """Drop the analyses and shared views nobody has read for ``idle_s`` seconds (of
+        ``time.monotonic``; ``now`` for tests); returns how many were dropped.
+
+        The caches are bounded, but a class that typed its own sentences leaves them full of
+        texts nobody will ask for again: without this, a server that served a lesson holds
+        hundreds of MB more than before it, until the next class pushes them out."""
+        now = time.monotonic() if now is None else now
+        with self._cache_lock:
+            dropped = drop_unused(self._analyses, self._analyses_used, now - idle_s)
+        if self.shared_views is not None:
+            dropped += self.shared_views.forget_unused(idle_s, now)
+        return dropped
 
     def menu_name(self, name: str) -> str:
         """The menu name of a model: ``name`` itself, or the name given to the ``--model``
@@ -360,6 +377,7 @@ class ModelRegistry:
             with self._cache_lock:
                 if key in self._analyses:
                     self._analyses.move_to_end(key)
+                    self._analyses_used[key] = time.monotonic()
                     return self._analyses[key][0]
         # The library refuses what it cannot read (too many sentences, one too long, a capture
         # too large) with a ValueError: the user's input, said as such.
@@ -380,11 +398,13 @@ class ModelRegistry:
         size = _trace_bytes(result.trace)
         with self._cache_lock:
             self._analyses[key] = (result, size)
+            self._analyses_used[key] = time.monotonic()
             while (
                 sum(n for _, n in self._analyses.values()) > limits.CACHE_BYTES
                 and len(self._analyses) > 1
             ):
-                self._analyses.popitem(last=False)
+                old, _ = self._analyses.popitem(last=False)
+                self._analyses_used.pop(old, None)
         return result
 
     def _make_room(self, least: int) -> None:
@@ -397,6 +417,7 @@ class ModelRegistry:
             bound = limits.CACHE_BYTES
             for old in [k for k, (_, n) in self._analyses.items() if n > bound or least > bound]:
                 del self._analyses[old]
+                self._analyses_used.pop(old, None)
 
     def decode_step(self, name: str, decoding: DecodingSession) -> Any:
         """``decoding.step()``: a generation's step, handed to the costly pool like an
@@ -472,6 +493,16 @@ def view_bytes(value: Any) -> int:
     return 64
 
 
+def drop_unused(entries: OrderedDict, used: dict, before: float) -> int:
+    """Drop from ``entries`` (least recently used first) every key last used (``used``, its
+    time) before ``before``; returns how many. The caller holds the cache's lock."""
+    stale = [key for key in entries if used.get(key, before) < before]
+    for key in stale:
+        del entries[key]
+        used.pop(key, None)
+    return len(stale)
+
+
 class SharedViews:
     """A least-recently-used cache of deterministic views, shared by every session, bounded by
     ``max_bytes`` (as :func:`view_bytes` counts them) and ``max_entries``.
@@ -492,6 +523,7 @@ class SharedViews:
         self.second = second
         self.remote_hits = 0
         self._views: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self._used: dict[Any, float] = {}  # when each view was last served or kept
         self._pending: dict[Any, threading.Event] = {}
         self._lock = threading.Lock()
         self.hits = 0
@@ -511,6 +543,13 @@ class SharedViews:
         """Drop every view (the app that served them is closed)."""
         with self._lock:
             self._views.clear()
+            self._used.clear()
+
+    def forget_unused(self, idle_s: float, now: float | None = None) -> int:
+        """Drop the views nobody has been served for ``idle_s`` seconds; returns how many."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            return drop_unused(self._views, self._used, now - idle_s)
 
     def holds(self, key: Any) -> bool:
         """Whether a view is kept under ``key`` now (it is not marked as used)."""
@@ -574,6 +613,7 @@ class SharedViews:
     def _hit(self, key: Any) -> Any:
         """The view under ``key``, now the most recently used (the lock is held)."""
         self._views.move_to_end(key)
+        self._used[key] = time.monotonic()
         self.hits += 1
         return self._views[key][0]
 
@@ -583,7 +623,9 @@ class SharedViews:
             return
         with self._lock:
             self._views[key] = (view, size)
+            self._used[key] = time.monotonic()
             total = sum(n for _, n in self._views.values())
             while len(self._views) > self.max_entries or total > self.max_bytes:
-                _, (_, dropped) = self._views.popitem(last=False)
+                old, (_, dropped) = self._views.popitem(last=False)
+                self._used.pop(old, None)
                 total -= dropped
