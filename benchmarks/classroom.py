@@ -326,18 +326,32 @@ def prepare(url: str, model: str, architecture: str) -> None:
     client.close()
 
 
-def settled(server: Server, sessions: int = 0, patience: float = 120.0) -> dict[str, Any]:
+def settled(
+    server: Server, sessions: int = 0, patience: float = 120.0, idle_for: float = 0.0
+) -> dict[str, Any]:
     """The server's report once at most ``sessions`` sessions are held (the others' pages
     closed and their state freed; gradio notices a closed page when its heartbeat ends) and it
-    has been idle long enough to give freed memory back, or after ``patience`` seconds."""
+    has been idle long enough to give freed memory back, or after ``patience`` seconds; not
+    before ``idle_for`` seconds (:func:`after_class_s`: the caches forget the class's texts)."""
     from ui.serving.memory import QUIET_SECONDS
 
+    time.sleep(idle_for)
     deadline = time.monotonic() + patience
     while True:
         time.sleep(QUIET_SECONDS + 1.0)  # idle: the app gives freed memory back (memory.py)
         report = server.ask("report")
         if report.get("sessions", 0) <= sessions or time.monotonic() > deadline:
             return report
+
+
+def after_class_s() -> float:
+    """Seconds a server is left idle after a class before its memory is read "after": its
+    sessions freed, and the analyses and views of the class's own sentences forgotten."""
+    from ui.demo import SESSION_SWEEP_S
+    from ui.serving.limits import CACHE_UNUSED_S
+    from ui.serving.sessions import SESSION_CLOSED_S
+
+    return max(SESSION_CLOSED_S, CACHE_UNUSED_S) + SESSION_SWEEP_S + 5.0
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -503,7 +517,7 @@ def run_class(
     peak = sampler.stop()
     # The students have left (each closed its client): memory once the server has freed them.
     idle = {"rss": read(), **({"cpu": app.cpu_s()} if app else {})} if not server else {}
-    after = settled(server) if server else idle
+    after = settled(server, idle_for=after_class_s()) if server else idle
     server_cpu = after["cpu"] - before["cpu"] if "cpu" in after else float("nan")
     return Result(
         students,
@@ -1020,7 +1034,7 @@ def run_follow(
         thread.join(timeout=180)
     elapsed, clients_cpu = time.perf_counter() - start, time.process_time() - clients_cpu
     lecturer.close()
-    after = settled(server)  # the followers and the lecturer have left
+    after = settled(server, idle_for=after_class_s())  # the followers and lecturer have left
 
     def row(what: str, values: list[float]) -> str:
         return (

@@ -329,8 +329,14 @@ def run_against(args: argparse.Namespace) -> list[str]:
     """The same lesson (the same seed, the same students' texts) on this checkout's app and on
     commit ``args.against``'s, each launched as ``python app.py`` (with its own arguments),
     the classes alternated for ``args.rounds`` rounds; the report's lines."""
-    from benchmarks.classroom import SMOLLM2, alone, class_texts, prepare, run_class
-    from ui.serving.sessions import SESSION_CLOSED_S
+    from benchmarks.classroom import (
+        SMOLLM2,
+        after_class_s,
+        alone,
+        class_texts,
+        prepare,
+        run_class,
+    )
     from ui.testing import free_port
 
     repo = Path(__file__).resolve().parent.parent
@@ -388,8 +394,9 @@ def run_against(args: argparse.Namespace) -> list[str]:
                     "load average " + " / ".join(f"{x:.1f}" for x in os.getloadavg()),
                     flush=True,
                 )
-        # Everyone has left: memory once the servers have freed the sessions.
-        time.sleep(SESSION_CLOSED_S + 5.0)
+        # Everyone has left: memory once the servers have freed the sessions and forgotten
+        # the class's own sentences.
+        time.sleep(after_class_s())
         left = {app.name: app.rss_mb() for app in apps}
     finally:
         for app in apps:
