@@ -29,6 +29,7 @@ from transformer.pretrained.checkpoint import Checkpoint
 from transformer.training.bundled import load_bundled
 
 from . import limits
+from .batching import StepBatcher, batching_enabled
 from .costly import CostlyPasses, PassCost, admit, costly_here, parameters, pool_workers
 from .errors import InputError, readable_list, user_input
 
@@ -192,6 +193,8 @@ class ModelRegistry:
         self.shared_views: SharedViews | None = None
         # Big models' uncached passes asked for by cheap events run here (ui/serving/costly.py).
         self.passes = CostlyPasses(pool_workers(device), limits.COSTLY_PASS_CAPACITY)
+        # Concurrent cheap steps of one model run as one forward (on a GPU; ui/serving/batching.py).
+        self.steps: StepBatcher | None = StepBatcher() if batching_enabled(device) else None
 
     def _name_for(self, spec: str) -> str:
         """The menu name of a ``--model`` argument: a hub id as given, a folder by its own name
@@ -400,13 +403,15 @@ class ModelRegistry:
     def decode_step(self, name: str, decoding: DecodingSession) -> Any:
         """``decoding.step()``: a generation's step, handed to the costly pool like an
         analysis's pass when a cheap event asks for a costly one (a big model's first step
-        reads the whole prompt; with the key/value cache a later one reads one token a beam)."""
+        reads the whole prompt; with the key/value cache a later one reads one token a beam);
+        a cheap one runs in one forward with the other sessions' steps of its model that arrive
+        meanwhile, where batching is on (:attr:`steps`)."""
         fed = len(decoding.prefix) + len(decoding.records)
         if decoding.settings.use_cache and decoding.records:
             fed = 1
         estimate = PassCost(parameters(decoding.model), fed * decoding.width)
         if not costly_here(estimate, self.device):
-            return decoding.step()
+            return decoding.step() if self.steps is None else self.steps.step(decoding)
         return self.passes.run(object(), decoding.step, name)
 
 

@@ -1,0 +1,193 @@
+"""Concurrent requests for one model's pass, run as one batched call.
+
+A small model's decoding step on a GPU is launch-bound: a few hundred tiny kernels, about the
+same time for one row as for sixty-four. A lecture hall whose students press Step at once
+would each wait for the others' steps in turn, about ten steps a second whatever the GPU. The
+:class:`Batcher` here collects the requests for the same model that arrive within a few
+milliseconds (at most ``max_batch``), runs them as one call (for Generate's steps,
+:func:`~transformer.generation.step_together`: one forward, each session its own cache), and
+hands every waiting thread its own result, or its own error.
+
+On by default on CUDA; off on the CPU, where a 2-core machine's rows cost about as much
+together as apart and the window would only add its wait. ``VISUALISER_BATCH=1`` turns it on
+anywhere, ``VISUALISER_BATCH=0`` off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future
+from typing import Generic, TypeVar
+
+import torch
+
+from transformer.generation import DecodingSession, StepRecord, step_together
+
+log = logging.getLogger("visualiser")
+
+BATCH_ENV = "VISUALISER_BATCH"
+WINDOW_S = 0.004
+"""How long the first request of a batch waits for others: a few milliseconds, against a GPU
+step of SmolLM2 of some tens (launch-bound)."""
+MAX_BATCH = 64
+"""The most requests one call runs: a lecture hall's worth, and a bound on the padded pass."""
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+def batching_enabled(device: torch.device | str) -> bool:
+    """Whether the app batches concurrent passes: ``VISUALISER_BATCH`` (``1``/``0``) where set,
+    else on a CUDA device only."""
+    value = os.environ.get(BATCH_ENV, "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return value == "" and torch.device(device).type == "cuda"
+    log.warning("%s=%r is neither 1 nor 0: batching follows the device", BATCH_ENV, value)
+    return torch.device(device).type == "cuda"
+
+
+class _Waiting(Generic[Item, Result]):
+    """One submitted item and the future its caller waits on."""
+
+    def __init__(self, item: Item) -> None:
+        self.item = item
+        self.future: Future[Result] = Future()
+
+
+class Batcher(Generic[Item, Result]):
+    """Runs items submitted under the same key within ``window`` seconds as one call.
+
+    The first caller of a key leads: it waits up to ``window`` (less once ``max_batch`` items
+    wait), takes them, and calls ``together(items)``, which returns one result (or exception)
+    per item, in order; a lone item runs ``alone(item)``. Every caller blocks on its own
+    future. Items that arrive while a batch runs are taken by the same leader next, so a key
+    never has two leaders waiting at once; other keys (other models) run on their own.
+
+    ``sizes`` keeps the sizes of the latest batches (for tests and the benchmark).
+    """
+
+    def __init__(
+        self,
+        together: Callable[[list[Item]], Sequence[Result | BaseException]],
+        alone: Callable[[Item], Result],
+        *,
+        window: float = WINDOW_S,
+        max_batch: int = MAX_BATCH,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be ≥ 1, got {max_batch}")
+        self.together, self.alone = together, alone
+        self.window, self.max_batch = window, max_batch
+        self._changed = threading.Condition()
+        self._waiting: dict[Hashable, list[_Waiting[Item, Result]]] = {}
+        self._leading: set[Hashable] = set()
+        self.sizes: deque[int] = deque(maxlen=1000)
+
+    def submit(self, key: Hashable, item: Item) -> Result:
+        """``item``'s result, computed with the other items of ``key`` that arrive meanwhile;
+        raises what its own computation raised."""
+        waiting: _Waiting[Item, Result] = _Waiting(item)
+        with self._changed:
+            queue = self._waiting.setdefault(key, [])
+            queue.append(waiting)
+            lead = key not in self._leading
+            if lead:
+                self._leading.add(key)
+            elif len(queue) >= self.max_batch:
+                self._changed.notify_all()  # the leader need not wait out its window
+        if lead:
+            self._lead(key)
+        return waiting.future.result()
+
+    def _lead(self, key: Hashable) -> None:
+        """Wait out the window (or until a batch is full), then run batches until none waits."""
+        deadline = time.monotonic() + self.window
+        with self._changed:
+            while len(self._waiting[key]) < self.max_batch:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(left)
+        while True:
+            with self._changed:
+                queue = self._waiting[key]
+                batch, rest = queue[: self.max_batch], queue[self.max_batch :]
+                if rest:
+                    self._waiting[key] = rest
+                else:  # the next arrival leads a batch of its own
+                    del self._waiting[key]
+                    self._leading.discard(key)
+            self._run(batch)
+            if not rest:
+                return
+
+    def _run(self, batch: list[_Waiting[Item, Result]]) -> None:
+        """Run one batch; every future gets its result or its exception, whatever happens."""
+        self.sizes.append(len(batch))
+        try:
+            if len(batch) == 1:
+                outcomes: Sequence[Result | BaseException] = [self._alone(batch[0].item)]
+            else:
+                outcomes = self.together([w.item for w in batch])
+            for waiting, outcome in zip(batch, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    waiting.future.set_exception(outcome)
+                else:
+                    waiting.future.set_result(outcome)
+        except BaseException as error:  # handed to every caller still waiting
+            for waiting in batch:
+                if not waiting.future.done():
+                    waiting.future.set_exception(error)
+
+    def _alone(self, item: Item) -> Result | BaseException:
+        try:
+            return self.alone(item)
+        except Exception as error:
+            return error
+
+
+def steps_together(sessions: list[DecodingSession]) -> list[StepRecord | BaseException]:
+    """Each session's step, their forward passes run as one; where the batch cannot run (a
+    what-if's operations, a session that stopped meanwhile, memory), each steps alone and gets
+    its own result or error. A session the batch already moved is not stepped again."""
+    before = [len(s.records) for s in sessions]
+    try:
+        return list(step_together(sessions))
+    except Exception as error:
+        log.info("a batch of %d steps ran one by one: %s", len(sessions), error)
+    outcomes: list[StepRecord | BaseException] = []
+    for session, taken in zip(sessions, before, strict=True):
+        if len(session.records) > taken:
+            outcomes.append(session.records[-1])
+            continue
+        try:
+            outcomes.append(session.step())
+        except Exception as error:
+            outcomes.append(error)
+    return outcomes
+
+
+class StepBatcher:
+    """Generate's steps, batched per model (:class:`Batcher` over :func:`steps_together`)."""
+
+    def __init__(self, *, window: float = WINDOW_S, max_batch: int = MAX_BATCH) -> None:
+        self.batcher: Batcher[DecodingSession, StepRecord] = Batcher(
+            steps_together, DecodingSession.step, window=window, max_batch=max_batch
+        )
+
+    def step(self, decoding: DecodingSession) -> StepRecord:
+        """``decoding.step()``, run in one forward with the other sessions of its model that
+        step meanwhile."""
+        return self.batcher.submit(("step", id(decoding.model)), decoding)
+
+    @property
+    def sizes(self) -> deque[int]:
+        """The sizes of the latest batches run."""
+        return self.batcher.sizes
