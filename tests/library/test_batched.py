@@ -162,7 +162,7 @@ def assert_same_record(batched: StepRecord, own: StepRecord) -> None:
 def test_step_together_equals_each_sessions_own_step(kind: str, captured: bool) -> None:
     """Sessions of different prompts, strategies and cache lengths (two have stepped alone
     first) step together; each record and the state each is left in (its cache: the next steps
-    taken alone) equal its own steps'."""
+    taken alone, and a rewind over a batched step) equal its own steps'."""
     model = model_of(kind)
     flags = dict(capture_attention=captured, capture_lens=captured)
     own, twins = sessions(model, **flags), sessions(model, **flags)
@@ -177,6 +177,9 @@ def test_step_together_equals_each_sessions_own_step(kind: str, captured: bool) 
     for session, twin in zip(own, twins, strict=True):  # then alone again, from the handed cache
         assert_same_record(twin.step(), session.step())
         assert twin.tokens == session.tokens
+        twin.rewind(2)  # and back over a batched step: the handed cache truncates as its own
+        session.rewind(2)
+        assert_same_record(twin.step(), session.step())
 
 
 def test_the_cache_keeps_key_value_heads_and_matches_its_own() -> None:
@@ -299,10 +302,10 @@ def _without_real_keys(build):  # type: ignore[no-untyped-def]
     also those that mask target padding through the cache's own flags)."""
 
     def wrong(parts, layout):  # type: ignore[no-untyped-def]
-        cache, held = build(parts, layout)
+        cache, held, stacked = build(parts, layout)
         if cache.real_keys is not None:
             cache.real_keys = torch.ones_like(cache.real_keys)
-        return cache, torch.ones_like(held)
+        return cache, torch.ones_like(held), stacked
 
     return wrong
 

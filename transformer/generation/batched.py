@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -153,28 +154,73 @@ def _right_aligned(
     return out
 
 
-def _batch_cache(parts: Sequence[RowsToDecode], layout: _Layout) -> tuple[DecoderCache, Tensor]:
-    """The pass's own cache and the ``(B, span)`` bool of the mask's columns before the new
-    positions that stand for a real key of the row.
+_Stacked = list[tuple[Tensor, Tensor] | None]
+"""Per part, its keys and values of every layer stacked, ``(L, K, H_kv, stored, d)`` each
+(``None`` where it held none), where every layer held as many positions for it."""
+
+
+def _uniform(layout: _Layout) -> bool:
+    """Whether every part held as many keys in every layer (no sliding window has let go of
+    some in one layer and not in another): then each part's caches move as one tensor."""
+    return all(len({layer[i] for layer in layout.stored}) == 1 for i in range(len(layout.fed)))
+
+
+def _batch_cache(
+    parts: Sequence[RowsToDecode], layout: _Layout
+) -> tuple[DecoderCache, Tensor, _Stacked | None]:
+    """The pass's own cache, the ``(B, span)`` bool of the mask's columns before the new
+    positions that stand for a real key of the row, and (where :func:`_uniform`) each part's
+    stacked keys and values, for :func:`_hand_back`.
 
     Every layer's keys are right-aligned in its ``widths[l]`` slots and counted as ``span``
     positions (``dropped`` makes up the difference): the model's mask then has ``span + Tq``
     columns, of which a layer reads the last ``widths[l] + Tq`` (as a sliding-window layer,
     which holds fewer keys, reads the last columns of the whole text's mask in a row's own
     pass), and its window's band, computed from slots, is each row's. No window here: each
-    row's own cache keeps its window when handed its keys."""
-    layers = []
-    span = layout.span
-    for lay, width in enumerate(layout.widths):
-        kvs = [p.cache.layers[lay].self_attention for p in parts]
-        self_cache = KeyValueCache(dropped=span - width)
-        if width:
+    row's own cache keeps its window when handed its keys.
+
+    Where every layer held as many keys for a part, its layers are stacked and copied in one
+    go (on a GPU, a handful of kernels a part instead of four a layer)."""
+    span, n_layers = layout.span, len(layout.widths)
+    self_caches = [KeyValueCache(dropped=span - width) for width in layout.widths]
+    stacked: _Stacked | None = None
+    if span and _uniform(layout):
+        stacked = []
+        buffers: tuple[Tensor, Tensor] | None = None
+        for rows, part, stored in zip(layout.rows, parts, layout.stored[0], strict=True):
+            kvs = [layer.self_attention for layer in part.cache.layers]
+            if not stored:
+                stacked.append(None)
+                continue
+            keys = torch.stack([cast(Tensor, kv.keys) for kv in kvs])  # (L, K, H_kv, S, d)
+            values = torch.stack([cast(Tensor, kv.values) for kv in kvs])
+            stacked.append((keys, values))
+            if buffers is None:
+                batch = layout.rows[-1].stop
+                buffers = (
+                    keys.new_zeros(n_layers, batch, keys.size(2), span, keys.size(4)),
+                    values.new_zeros(n_layers, batch, values.size(2), span, values.size(4)),
+                )
+            buffers[0][:, rows, :, span - stored :] = keys
+            buffers[1][:, rows, :, span - stored :] = values
+        assert buffers is not None  # span > 0: some part held keys
+        for lay, self_cache in enumerate(self_caches):
+            self_cache.keys, self_cache.values = buffers[0][lay], buffers[1][lay]
+    else:
+        for lay, width in enumerate(layout.widths):
+            if not width:
+                continue
+            kvs = [p.cache.layers[lay].self_attention for p in parts]
             keys_like = next(kv.keys for kv in kvs if kv.keys is not None)
             values_like = next(kv.values for kv in kvs if kv.values is not None)
-            self_cache.keys = _right_aligned([kv.keys for kv in kvs], layout, width, keys_like)
-            self_cache.values = _right_aligned(
+            self_caches[lay].keys = _right_aligned(
+                [kv.keys for kv in kvs], layout, width, keys_like
+            )
+            self_caches[lay].values = _right_aligned(
                 [kv.values for kv in kvs], layout, width, values_like
             )
+    layers = []
+    for lay, self_cache in enumerate(self_caches):
         crosses = [p.cache.layers[lay].cross_attention for p in parts]
         cross = KeyValueCache(static=True)
         if parts[0].encoded is not None and all(c.keys is not None for c in crosses):
@@ -191,7 +237,7 @@ def _batch_cache(parts: Sequence[RowsToDecode], layout: _Layout) -> tuple[Decode
             continue
         own = part.cache.real_keys  # (K, length): every position so far
         real[rows, span - seen :] = True if own is None else own[:, length - seen :]
-    return DecoderCache(layers=layers, real_keys=real if span else None), real
+    return DecoderCache(layers=layers, real_keys=real if span else None), real, stacked
 
 
 def _right_padded(held: Sequence[Tensor | None], width: int, layout: _Layout) -> Tensor:
@@ -293,7 +339,7 @@ def decode_together(
         tokens[rows, :fed] = part.tokens
         # A padded query reads the last position (a valid table row): its output is not read.
         positions[rows, :fed] = torch.arange(length, length + fed, device=device)
-    cache, held = _batch_cache(parts, layout)
+    cache, held, stacked = _batch_cache(parts, layout)
     # The new slots are every row's own: a real query never reads a padded one (causal mask).
     keys_allowed = torch.cat([held, held.new_ones(batch, n_new)], dim=1)  # (B, span + Tq)
     decoded = model.decode(
@@ -309,7 +355,7 @@ def decode_together(
     else:
         last = decoded.hidden[torch.arange(batch, device=device), _each_row(layout, device) - 1]
         logits = model.generator(last[:, None])  # (B, 1, V) of each row's last real position
-    _hand_back(parts, layout, cache)
+    _hand_back(parts, layout, cache, stacked)
     return [
         _part_decoded(decoded, logits, layout, i, capture and bool(decoded.layers))
         for i in range(len(parts))
@@ -326,27 +372,54 @@ def _each_row(layout: _Layout, device: torch.device) -> Tensor:
     return torch.tensor(counts, dtype=torch.long, device=device)
 
 
-def _hand_back(parts: Sequence[RowsToDecode], layout: _Layout, cache: DecoderCache) -> None:
+def _hand_back(
+    parts: Sequence[RowsToDecode],
+    layout: _Layout,
+    cache: DecoderCache,
+    stacked: _Stacked | None,
+) -> None:
     """Give every part's own cache its new keys and values (and real-token flags, and its encoder
-    keys where it had none yet), by the same calls its own pass makes."""
+    keys where it had none yet) by its own ``update`` (which keeps a sliding window's latest
+    keys); every tensor handed is the part's own, never a view of the batch's."""
+    span = layout.span
+    new: tuple[Tensor, Tensor] | None = None
+    if stacked is not None:  # every layer's new keys at once: (L, B, H_kv, Tq, d)
+        kvs = [layer.self_attention for layer in cache.layers]
+        new = (
+            torch.stack([cast(Tensor, kv.keys)[:, :, span:] for kv in kvs]),
+            torch.stack([cast(Tensor, kv.values)[:, :, span:] for kv in kvs]),
+        )
     for i, part in enumerate(parts):
         rows, fed = layout.rows[i], layout.fed[i]
-        for lay, width in enumerate(layout.widths):
-            batch_kv = cache.layers[lay].self_attention
-            assert batch_kv.keys is not None and batch_kv.values is not None  # the pass added
-            # Copies: a view would keep the whole batch's keys alive in each part's cache.
-            keys = batch_kv.keys[rows, :, width : width + fed].clone()
-            values = batch_kv.values[rows, :, width : width + fed].clone()
-            part.cache.layers[lay].self_attention.update(keys, values)
-            own_cross = part.cache.layers[lay].cross_attention
-            batch_cross = cache.layers[lay].cross_attention
+        if new is not None and stacked is not None:
+            held = stacked[i]
+            mine = (new[0][:, rows, :, :fed], new[1][:, rows, :, :fed])
+            if held is None:  # its first keys: a copy of its rows
+                keys, values = mine[0].clone(), mine[1].clone()
+            else:  # what it held, then the new: one tensor of its own for every layer
+                keys = torch.cat([held[0], mine[0]], dim=3)
+                values = torch.cat([held[1], mine[1]], dim=3)
+            for lay, layer in enumerate(part.cache.layers):
+                kv = layer.self_attention
+                kv.keys = kv.values = None  # update() then keeps these (and its window)
+                kv.update(keys[lay], values[lay])
+        else:
+            for lay, width in enumerate(layout.widths):
+                batch_kv = cache.layers[lay].self_attention
+                assert batch_kv.keys is not None and batch_kv.values is not None
+                # Copies: a view would keep the whole batch's keys alive in each part's cache.
+                part.cache.layers[lay].self_attention.update(
+                    batch_kv.keys[rows, :, width : width + fed].clone(),
+                    batch_kv.values[rows, :, width : width + fed].clone(),
+                )
+        for lay, layer in enumerate(part.cache.layers):
+            own_cross, batch_cross = layer.cross_attention, cache.layers[lay].cross_attention
             if own_cross.keys is None and batch_cross.keys is not None:
                 assert batch_cross.values is not None
                 source = layout.sources[i]
                 own_cross.keys = batch_cross.keys[rows, :, :source].clone()
                 own_cross.values = batch_cross.values[rows, :, :source].clone()
         assert cache.real_keys is not None  # the pass added the new positions' flags
-        span = layout.span
         part.cache.add_real_keys(cache.real_keys[rows, span : span + fed].clone())
 
 
