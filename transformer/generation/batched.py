@@ -283,10 +283,18 @@ def _row_operations(ops: Operations, positions: Tensor, keys_allowed: Tensor) ->
             return positional.lookup(positions)  # (B, Tq, d_model)
         raise TypeError(f"no per-row positions for {type(positional).__name__}")
 
+    tables: dict[int, tuple[Tensor, Tensor]] = {}
+
     def row_rotary(
         rotary: RotaryEmbedding, q: Tensor, k: Tensor, offset: int
     ) -> tuple[Tensor, Tensor]:
-        return rotary(q, k, positions=positions)
+        # Each table's rows read once a pass, not once a layer: every layer of a stack shares
+        # it. The positions lie within the table (checked before the pass, on the host), so
+        # RotaryEmbedding's own check (a device sync each call) is not needed here.
+        if id(rotary) not in tables:
+            tables[id(rotary)] = (rotary.cos[positions], rotary.sin[positions])
+        cos, sin = tables[id(rotary)]  # (B, Tq, rotary_dims)
+        return rotary.turn(q, cos, sin), rotary.turn(k, cos, sin)
 
     base_mask = ops.attention_mask
 
@@ -334,11 +342,13 @@ def decode_together(
     layout = _layout(parts)
     batch, n_new = layout.rows[-1].stop, max(layout.fed)
     tokens = torch.full((batch, n_new), config.pad_id, dtype=torch.long, device=device)
-    positions = torch.full((batch, n_new), config.max_len - 1, dtype=torch.long, device=device)
+    # Built on the host and sent once: a padded query reads the last position (a valid table
+    # row), its output never read.
+    positions = torch.full((batch, n_new), config.max_len - 1, dtype=torch.long)
     for rows, part, fed, length in zip(layout.rows, parts, layout.fed, layout.lengths, strict=True):
         tokens[rows, :fed] = part.tokens
-        # A padded query reads the last position (a valid table row): its output is not read.
-        positions[rows, :fed] = torch.arange(length, length + fed, device=device)
+        positions[rows, :fed] = torch.arange(length, length + fed)
+    positions = positions.to(device)
     cache, held, stacked = _batch_cache(parts, layout)
     # The new slots are every row's own: a real query never reads a padded one (causal mask).
     keys_allowed = torch.cat([held, held.new_ones(batch, n_new)], dim=1)  # (B, span + Tq)
