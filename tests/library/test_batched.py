@@ -33,6 +33,8 @@ from transformer.generation import (
     step_together,
 )
 from transformer.generation import batched as batched_module
+from transformer.lab.batched import analyse_together
+from transformer.lab.inspection import analyse, pass_input
 
 TOLERANCE = 1e-6
 
@@ -438,3 +440,52 @@ def test_capture_together_refuses_what_it_cannot_cut() -> None:
         capture_together(decoder_only, targets=[[3], []])
     with pytest.raises(ValueError, match="traces"):
         capture_together(decoder_only, targets=TEXTS, capture=Capture(trace=False))
+
+
+# -- several students' analyses as one pass ----------------------------------------------------
+
+REQUESTS = [
+    ["the cat sat on the mat", "a dog"],
+    ["attention is all you need for this long sentence to be read"],
+    ["hello", "the model reads three sentences", "and pads them"],
+]
+
+
+@pytest.mark.parametrize("architecture", ["decoder-only", "encoder-only"])
+def test_analyse_together_equals_each_requests_own_analysis(architecture: str, trained) -> None:  # type: ignore[no-untyped-def]
+    """Three requests (1 to 3 sentences each, each padded to its own longest) analysed in one
+    pass: each Analysis equals its own ``analyse``'s (pieces, texts, predictions, trace)."""
+    tokenizer = trained["bpe"]
+    shape = {"gpt2": KINDS["gpt2"], "bert": CAPTURE_KINDS["bert"]}
+    kind = shape["gpt2"] if architecture == "decoder-only" else shape["bert"]
+    vocab = tokenizer.vocab_size
+    torch.manual_seed(0)
+    config = BASE.replace(**kind, src_vocab_size=vocab, tgt_vocab_size=vocab, max_len=64)
+    model = Transformer(config).eval()
+    planned = [pass_input(model, tokenizer, sentences) for sentences in REQUESTS]
+    together = analyse_together(model, tokenizer, planned)
+    for mine, request in zip(together, planned, strict=True):
+        own = analyse(model, tokenizer, request)
+        assert mine.source_pieces == own.source_pieces
+        assert mine.target_pieces == own.target_pieces
+        assert mine.outputs == own.outputs and mine.predicted == own.predicted
+        close(mine.trace.logits, own.trace.logits, "logits", scale=True)
+        kind_name = "decoder_self" if architecture == "decoder-only" else "encoder_self"
+        close(
+            mine.trace.attention_weights(kind_name),
+            own.trace.attention_weights(kind_name),
+            "attention",
+        )
+        for a, b in zip(
+            mine.trace.attention_records(kind_name),
+            own.trace.attention_records(kind_name),
+            strict=True,
+        ):
+            assert torch.equal(a.mask, b.mask.expand_as(a.mask))
+            assert (a.kept_weights is None) == (b.kept_weights is None)
+
+
+def test_analyse_together_refuses_an_encoder_decoder() -> None:
+    model = model_of("2017")
+    with pytest.raises(ValueError, match="one by one"):
+        analyse_together(model, None, [])  # type: ignore[arg-type]
