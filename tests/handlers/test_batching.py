@@ -183,3 +183,50 @@ def test_each_caller_gets_its_own_result_or_its_own_error() -> None:
     for thread in threads:
         thread.join()
     assert isinstance(results[13], RuntimeError) and isinstance(results[14], RuntimeError)
+
+
+SENTENCES = [["w3 w4 w5"], ["w6", "w7 w8 w9 w10 w11"], ["w12 w13"], ["w14 w15 w16 w17", "w18"]]
+
+
+def _analyses(registry: ModelRegistry) -> list[Any]:
+    """Every student asks for the analysis of their own sentences at once (one thread each)."""
+    with registry._cache_lock:  # each run computes its own: nothing from the run before
+        registry._analyses.clear()
+    checkpoint = registry.checkpoint(NAME, None)
+    start = threading.Barrier(len(SENTENCES))
+    out: list[Any] = [None] * len(SENTENCES)
+
+    def ask(i: int) -> None:
+        start.wait()
+        out[i] = registry.analysis(NAME, checkpoint, SENTENCES[i])
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(SENTENCES))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return out
+
+
+def test_concurrent_analyses_batched_equal_analyses_alone(registry: ModelRegistry) -> None:
+    """Four students ask for the attention of their own sentences at once: with batching on,
+    each analysis (pieces, predictions, every layer's and head's weights) equals its own."""
+    batches = registry.analysis_batches
+    assert batches is not None
+    try:
+        registry.analysis_batches = None
+        alone = _analyses(registry)
+        registry.analysis_batches = type(batches)(window=0.5)
+        together = _analyses(registry)
+        sizes = registry.analysis_batches.sizes
+    finally:
+        registry.analysis_batches = batches
+    assert max(sizes) > 1, "no two analyses shared a pass"
+    for mine, theirs in zip(together, alone, strict=True):
+        assert mine.target_pieces == theirs.target_pieces
+        assert mine.outputs == theirs.outputs and mine.predicted == theirs.predicted
+        a = mine.trace.attention_weights("decoder_self")
+        b = theirs.trace.attention_weights("decoder_self")
+        assert a.shape == b.shape
+        assert float((a - b).abs().max()) <= 1e-6
+        assert torch.allclose(mine.trace.logits, theirs.trace.logits, rtol=1e-5, atol=1e-5)

@@ -291,7 +291,7 @@ def analyse_together(
         config, ids.size(0), 0 if decoder else ids.size(1), ids.size(1) if decoder else 0
     )
     batch = ids.to(model.device)
-    with eval_mode(model):
+    with torch.no_grad(), eval_mode(model):  # as analyse runs its pass
         trace = _traced(
             model, None if decoder else batch, batch if decoder else None, NO_INTERVENTION
         )

@@ -8,6 +8,10 @@ milliseconds (at most ``max_batch``), runs them as one call (for Generate's step
 :func:`~transformer.generation.step_together`: one forward, each session its own cache), and
 hands every waiting thread its own result, or its own error.
 
+The Attention tab's analyses (each student's own sentences) batch the same way, through
+:func:`~transformer.lab.batched.analyse_together`, where that gives each its own analysis: a
+decoder-only or encoder-only model, without a what-if.
+
 On by default on CUDA; off on the CPU, where a 2-core machine's rows cost about as much
 together as apart and the window would only add its wait. ``VISUALISER_BATCH=1`` turns it on
 anywhere, ``VISUALISER_BATCH=0`` off.
@@ -26,7 +30,12 @@ from typing import Generic, TypeVar
 
 import torch
 
+from transformer.core.model import Transformer
 from transformer.generation import DecodingSession, StepRecord, step_together
+from transformer.lab.batched import analyse_together
+from transformer.lab.inspection import Analysis, PassInput, analyse
+from transformer.lab.interventions import NO_INTERVENTION, Intervention
+from transformer.text.tokenization import Tokenizer
 
 log = logging.getLogger("visualiser")
 
@@ -35,7 +44,10 @@ WINDOW_S = 0.004
 """How long the first request of a batch waits for others: a few milliseconds, against a GPU
 step of SmolLM2 of some tens (launch-bound)."""
 MAX_BATCH = 64
-"""The most requests one call runs: a lecture hall's worth, and a bound on the padded pass."""
+"""The most steps one call runs: a lecture hall's worth, and a bound on the padded pass."""
+MAX_ANALYSES = 16
+"""The most analyses one captured pass runs (each up to 3 sentences): their traces are held
+at once until cut apart."""
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -186,6 +198,63 @@ class StepBatcher:
         """``decoding.step()``, run in one forward with the other sessions of its model that
         step meanwhile."""
         return self.batcher.submit(("step", id(decoding.model)), decoding)
+
+    @property
+    def sizes(self) -> deque[int]:
+        """The sizes of the latest batches run."""
+        return self.batcher.sizes
+
+
+class _AnalysisRequest:
+    """One analysis asked for: its model, tokenizer and checked, tokenized sentences."""
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, planned: PassInput) -> None:
+        self.model, self.tokenizer, self.planned = model, tokenizer, planned
+
+    def alone(self) -> Analysis:
+        return analyse(self.model, self.tokenizer, self.planned)
+
+
+def analyses_together(requests: list[_AnalysisRequest]) -> list[Analysis | BaseException]:
+    """Each request's analysis from one captured pass; where that cannot run (the batch's
+    attention too large to capture at once, memory), each alone, with its own result or error."""
+    first = requests[0]
+    try:
+        return list(analyse_together(first.model, first.tokenizer, [r.planned for r in requests]))
+    except Exception as error:
+        log.info("a batch of %d analyses ran one by one: %s", len(requests), error)
+    outcomes: list[Analysis | BaseException] = []
+    for request in requests:
+        try:
+            outcomes.append(request.alone())
+        except Exception as error:
+            outcomes.append(error)
+    return outcomes
+
+
+class AnalysisBatcher:
+    """The Attention tab's analyses, batched per model (:class:`Batcher` over
+    :func:`analyses_together`)."""
+
+    def __init__(self, *, window: float = WINDOW_S, max_batch: int = MAX_ANALYSES) -> None:
+        self.batcher: Batcher[_AnalysisRequest, Analysis] = Batcher(
+            analyses_together, _AnalysisRequest.alone, window=window, max_batch=max_batch
+        )
+
+    @staticmethod
+    def takes(model: Transformer, intervention: Intervention, targets: object) -> bool:
+        """Whether an analysis may share a pass: a decoder-only or encoder-only model (an
+        encoder-decoder decodes each answer first), no what-if (one may switch off the masks
+        that hide the padding), no targets given."""
+        plain = intervention == NO_INTERVENTION and targets is None
+        return plain and model.config.architecture != "encoder-decoder"
+
+    def analysis(self, model: Transformer, tokenizer: Tokenizer, planned: PassInput) -> Analysis:
+        """``analyse(model, tokenizer, planned)``, run in one captured pass with the other
+        analyses of ``model`` asked for meanwhile."""
+        return self.batcher.submit(
+            ("analysis", id(model)), _AnalysisRequest(model, tokenizer, planned)
+        )
 
     @property
     def sizes(self) -> deque[int]:
