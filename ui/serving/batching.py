@@ -25,7 +25,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import Future
 from typing import Generic, TypeVar
 
 import torch
@@ -66,11 +65,21 @@ def batching_enabled(device: torch.device | str) -> bool:
 
 
 class _Waiting(Generic[Item, Result]):
-    """One submitted item and the future its caller waits on."""
+    """One submitted item, and what its caller waits for: its outcome, or its turn to lead."""
 
     def __init__(self, item: Item) -> None:
         self.item = item
-        self.future: Future[Result] = Future()
+        self.ready = threading.Event()
+        self.outcome: Result | BaseException | None = None
+        self.leads = False  # woken to lead the next batch, not with an outcome
+
+    def settle(self, outcome: Result | BaseException) -> None:
+        self.outcome = outcome
+        self.ready.set()
+
+    def hand_lead(self) -> None:
+        self.leads = True
+        self.ready.set()
 
 
 class Batcher(Generic[Item, Result]):
@@ -78,9 +87,11 @@ class Batcher(Generic[Item, Result]):
 
     The first caller of a key leads: it waits up to ``window`` (less once ``max_batch`` items
     wait), takes them, and calls ``together(items)``, which returns one result (or exception)
-    per item, in order; a lone item runs ``alone(item)``. Every caller blocks on its own
-    future. Items that arrive while a batch runs are taken by the same leader next, so a key
-    never has two leaders waiting at once; other keys (other models) run on their own.
+    per item, in order; a lone item runs ``alone(item)``. Every caller blocks until its own
+    outcome is set. Items that arrive while a batch runs wait for it to end (a GPU runs one
+    pass at a time anyway), then the first of them leads the next batch with all of them: a
+    leader runs one batch, its own item in it, so no caller serves others for ever. Other keys
+    (other models) run on their own.
 
     ``sizes`` keeps the sizes of the latest batches (for tests and the benchmark).
     """
@@ -115,33 +126,44 @@ class Batcher(Generic[Item, Result]):
             elif len(queue) >= self.max_batch:
                 self._changed.notify_all()  # the leader need not wait out its window
         if lead:
-            self._lead(key)
-        return waiting.future.result()
+            self._lead(key, wait=True)
+        while True:
+            waiting.ready.wait()
+            if not waiting.leads:
+                break
+            waiting.leads = False
+            waiting.ready.clear()
+            self._lead(key, wait=False)  # they have waited for the batch before: no window
+        if isinstance(waiting.outcome, BaseException):
+            raise waiting.outcome
+        return waiting.outcome  # type: ignore[return-value]
 
-    def _lead(self, key: Hashable) -> None:
-        """Wait out the window (or until a batch is full), then run batches until none waits."""
-        deadline = time.monotonic() + self.window
+    def _lead(self, key: Hashable, wait: bool) -> None:
+        """Wait out the window (or until a batch is full), run one batch, then hand the lead to
+        the first of those who arrived meanwhile (or let the next arrival lead)."""
+        deadline = time.monotonic() + (self.window if wait else 0.0)
         with self._changed:
             while len(self._waiting[key]) < self.max_batch:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._changed.wait(left)
-        while True:
+            queue = self._waiting[key]
+            batch = queue[: self.max_batch]
+            self._waiting[key] = queue[self.max_batch :]
+        try:
+            self._run(batch)
+        finally:
             with self._changed:
                 queue = self._waiting[key]
-                batch, rest = queue[: self.max_batch], queue[self.max_batch :]
-                if rest:
-                    self._waiting[key] = rest
-                else:  # the next arrival leads a batch of its own
+                if queue:
+                    queue[0].hand_lead()
+                else:
                     del self._waiting[key]
                     self._leading.discard(key)
-            self._run(batch)
-            if not rest:
-                return
 
     def _run(self, batch: list[_Waiting[Item, Result]]) -> None:
-        """Run one batch; every future gets its result or its exception, whatever happens."""
+        """Run one batch; every item gets its result or its exception, whatever happens."""
         self.sizes.append(len(batch))
         try:
             if len(batch) == 1:
@@ -149,14 +171,11 @@ class Batcher(Generic[Item, Result]):
             else:
                 outcomes = self.together([w.item for w in batch])
             for waiting, outcome in zip(batch, outcomes, strict=True):
-                if isinstance(outcome, BaseException):
-                    waiting.future.set_exception(outcome)
-                else:
-                    waiting.future.set_result(outcome)
+                waiting.settle(outcome)
         except BaseException as error:  # handed to every caller still waiting
             for waiting in batch:
-                if not waiting.future.done():
-                    waiting.future.set_exception(error)
+                if not waiting.ready.is_set():
+                    waiting.settle(error)
 
     def _alone(self, item: Item) -> Result | BaseException:
         try:
