@@ -489,3 +489,13 @@ def test_analyse_together_refuses_an_encoder_decoder() -> None:
     model = model_of("2017")
     with pytest.raises(ValueError, match="one by one"):
         analyse_together(model, None, [])  # type: ignore[arg-type]
+
+
+def test_decode_together_refuses_ids_outside_the_vocabulary() -> None:
+    model = model_of("llama")
+    with torch.inference_mode():
+        parts = [RowsToDecode(torch.tensor([[3, 4]]), model.new_cache())]
+        parts.append(RowsToDecode(torch.tensor([[BASE.tgt_vocab_size]]), model.new_cache()))
+        with pytest.raises(ValueError, match="outside the vocabulary"):
+            decode_together(model, parts)
+        assert all(part.cache.length == 0 for part in parts)  # nothing moved

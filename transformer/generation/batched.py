@@ -110,9 +110,11 @@ def _check_parts(model: Transformer, parts: Sequence[RowsToDecode]) -> None:
         if len(part.cache.layers) != n_layers:
             raise ValueError(f"part {i}'s cache is not this model's ({n_layers} layers)")
         rows = part.tokens.size(0)
-        held = [kv.keys for layer in part.cache.layers for kv in (layer.self_attention,)]
+        held = [layer.self_attention.keys for layer in part.cache.layers]
         if any(k is not None and k.size(0) != rows for k in held):
             raise ValueError(f"part {i}'s cache holds another number of rows than its tokens")
+        if part.encoded is not None and part.encoded.memory.size(0) != rows:
+            raise ValueError(f"part {i}'s encoding holds another number of rows than its tokens")
         if config.has_encoder != (part.encoded is not None):
             raise ValueError(
                 f"part {i}: an encoder-decoder model decodes against its encoding, a "
@@ -317,6 +319,7 @@ def decode_together(
     *,
     capture: bool = False,
     ops: Operations = PAPER,
+    check_ids: bool = True,
 ) -> list[Decoded]:
     """Decode every part's new tokens in one forward pass; each gets what its own
     ``model.decode(part.tokens, part.encoded, cache=part.cache, capture=capture, ops=ops,
@@ -329,6 +332,8 @@ def decode_together(
         capture: keep each part's layer traces (its attention trimmed to its own queries and
             keys).
         ops: the operations (positions are the paper's: each row's are set here).
+        check_ids: ``ValueError`` for a new id outside the vocabulary (one device sync; a
+            decoding that feeds back its own choices, checked where they entered, needs none).
 
     Returns:
         Per part, a :class:`Decoded`: ``hidden`` ``(K, n, d_model)``, ``logits`` ``(K, 1, V)``
@@ -349,6 +354,11 @@ def decode_together(
         tokens[rows, :fed] = part.tokens
         positions[rows, :fed] = torch.arange(length, length + fed)
     positions = positions.to(device)
+    vocab = config.tgt_vocab_size
+    if check_ids and bool(((tokens < 0) | (tokens >= vocab)).any()):
+        raise ValueError(
+            f"a new token id is outside the vocabulary: ids must lie in 0..{vocab - 1}"
+        )
     cache, held, stacked = _batch_cache(parts, layout)
     # The new slots are every row's own: a real query never reads a padded one (causal mask).
     keys_allowed = torch.cat([held, held.new_ones(batch, n_new)], dim=1)  # (B, span + Tq)
@@ -358,6 +368,7 @@ def decode_together(
         cache=cache,
         capture=capture,
         ops=_row_operations(ops, positions, keys_allowed),
+        check_ids=False,  # checked above, for every row
         last_only=True,
     )
     if all(fed == n_new for fed in layout.fed):
@@ -557,7 +568,8 @@ def step_together(sessions: Sequence[DecodingSession]) -> list[StepRecord]:
     capture = any(s.captures for s in sessions)
     exclude = never_generated(model.config)
     with torch.inference_mode(), eval_mode(model):
-        decodeds = decode_together(model, parts, capture=capture, ops=ops)
+        # Their ids were checked where they entered; since, each feeds back its own choices.
+        decodeds = decode_together(model, parts, capture=capture, ops=ops, check_ids=False)
         records = []
         for session, state, decoded in zip(sessions, states, decodeds, strict=True):
             logits = without_padding(decoded.logits[:, -1], exclude)  # (K, V), as the loop's
