@@ -50,6 +50,8 @@ _LAZY: dict[str, str] = {
     # One input's analysis, and reading it.
     "Analysis": ".lab.inspection",
     "analyse": ".lab.inspection",
+    "analyse_together": ".lab.batched",
+    "capture_together": ".lab.batched",
     "WHAT_IF_SWITCHES": ".lab.analysis",
     "axis_pieces": ".lab.analysis",
     "parameter_groups": ".lab.analysis",
@@ -107,6 +109,7 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time `__getat
         start_decoding,
         what_if,
     )
+    from .lab.batched import analyse_together, capture_together
     from .lab.effects import MistakeEffect, mistake_effect
     from .lab.inspection import Analysis, analyse
     from .lab.interventions import Intervention
@@ -166,9 +169,11 @@ __all__ = [
     "Transformer",
     "WordReplay",
     "analyse",
+    "analyse_together",
     "axis_pieces",
     "base_config",
     "bundled_corpus",
+    "capture_together",
     "causal_mask",
     "combine_masks",
     "count_parameters",

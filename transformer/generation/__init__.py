@@ -31,12 +31,14 @@ when ``max_new_tokens`` asks for more.
 
 Modules, by concern: ``settings`` (how a token is chosen), ``sampling`` (the distribution it is
 drawn from), ``records`` (what a step leaves), ``loop`` (the loop, where decoding starts and
-ends, ``greedy_batch``), ``session`` (step, run, back), ``forcing`` (teacher forcing).
+ends, ``greedy_batch``), ``session`` (step, run, back), ``forcing`` (teacher forcing),
+``batched`` (several sessions' steps as one forward pass, each with its own cache).
 """
 
 from __future__ import annotations
 
 from ..core.special import BOS_ID, EOS_ID, PAD_ID
+from .batched import RowsToDecode, decode_together, step_together
 from .forcing import ForcedPosition, TeacherForcing, teacher_force
 from .loop import DecodingLoop, decoding_ends, greedy_batch, greedy_choice, source_ends_with_eos
 from .records import Beam, StepRecord
@@ -73,11 +75,13 @@ __all__ = [
     "DecodingSession",
     "DecodingSettings",
     "ForcedPosition",
+    "RowsToDecode",
     "StepRecord",
     "StopReason",
     "Strategy",
     "TeacherForcing",
     "best_without_padding",
+    "decode_together",
     "decoding_ends",
     "filter_logits",
     "generate",
@@ -86,6 +90,7 @@ __all__ = [
     "never_generated",
     "sampling_distribution",
     "source_ends_with_eos",
+    "step_together",
     "teacher_force",
     "without_padding",
 ]

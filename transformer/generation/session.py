@@ -195,6 +195,21 @@ class DecodingSession:
 
     def step(self) -> StepRecord:
         """Generate one token and return its record; ``RuntimeError`` once :attr:`done`."""
+        state = self._start_step()
+        with torch.inference_mode(), eval_mode(self.model):
+            decoded, logits = self._loop.forward(capture=self.captures)
+            return self._finish_step(state, decoded, logits)
+
+    @property
+    def captures(self) -> bool:
+        """Whether a step's pass is captured (for its attention rows or its lens)."""
+        return self.settings.capture_attention or self.settings.capture_lens
+
+    def _start_step(self) -> LoopState:
+        """The state a step starts from (the sampler's random state kept in it, for rewinding);
+        ``RuntimeError`` once :attr:`done`. A step is this, the loop's forward, then
+        :meth:`_finish_step`: :func:`~transformer.generation.batched.step_together` runs the
+        forward of several sessions' steps as one."""
         if self.done:
             raise RuntimeError(
                 f"generation has stopped ({self.stop_reason}): rewind or start a new session"
@@ -202,14 +217,15 @@ class DecodingSession:
         state = self._loop.state
         if self._rng is not None:
             state.rng_state = self._rng.get_state()
-        settings = self.settings
-        capture = settings.capture_attention or settings.capture_lens
-        with torch.inference_mode(), eval_mode(self.model):
-            decoded, logits = self._loop.forward(capture=capture)
-            if self.strategy == "beam":
-                record, new_state = self._beam_step(state, decoded, logits)
-            else:
-                record, new_state = self._single_step(state, decoded, logits)
+        return state
+
+    def _finish_step(self, state: LoopState, decoded: Decoded, logits: Tensor) -> StepRecord:
+        """Choose from the step's forward (``decoded`` and its ``(K, V)`` next-token ``logits``,
+        as :meth:`DecodingLoop.forward` returns them), keep the record and move on."""
+        if self.strategy == "beam":
+            record, new_state = self._beam_step(state, decoded, logits)
+        else:
+            record, new_state = self._single_step(state, decoded, logits)
         self._history.append(state)
         self._loop.state = new_state
         self.records.append(record)

@@ -30,6 +30,7 @@ from transformer.pretrained.checkpoint import Checkpoint
 from transformer.training.bundled import load_bundled
 
 from . import limits
+from .batching import AnalysisBatcher, StepBatcher, batching_enabled
 from .costly import CostlyPasses, PassCost, admit, costly_here, parameters, pool_workers
 from .errors import InputError, readable_list, user_input
 from .store import MISSING, RedisViews
@@ -195,6 +196,11 @@ class ModelRegistry:
         self.shared_views: SharedViews | None = None
         # Big models' uncached passes asked for by cheap events run here (ui/serving/costly.py).
         self.passes = CostlyPasses(pool_workers(device), limits.COSTLY_PASS_CAPACITY)
+        # Concurrent cheap steps, and analyses, of one model run as one forward (on a GPU;
+        # ui/serving/batching.py).
+        batching = batching_enabled(device)
+        self.steps: StepBatcher | None = StepBatcher() if batching else None
+        self.analysis_batches: AnalysisBatcher | None = AnalysisBatcher() if batching else None
 
     def _name_for(self, spec: str) -> str:
         """The menu name of a ``--model`` argument: a hub id as given, a folder by its own name
@@ -389,7 +395,10 @@ class ModelRegistry:
             if key is not None:
                 self._make_room(planned.least_bytes)
             compute = functools.partial(analyse, model, tokenizer, planned, intervention, targets)
-            if not pooled:
+            batches = self.analysis_batches
+            if not pooled and batches is not None and batches.takes(model, intervention, targets):
+                result = batches.analysis(model, tokenizer, planned)  # with others meanwhile
+            elif not pooled:
                 result = compute()
             else:  # the same analysis asked for meanwhile joins it (a session's own: never)
                 result = self.passes.run(key if key is not None else object(), compute, name)
@@ -422,13 +431,15 @@ class ModelRegistry:
     def decode_step(self, name: str, decoding: DecodingSession) -> Any:
         """``decoding.step()``: a generation's step, handed to the costly pool like an
         analysis's pass when a cheap event asks for a costly one (a big model's first step
-        reads the whole prompt; with the key/value cache a later one reads one token a beam)."""
+        reads the whole prompt; with the key/value cache a later one reads one token a beam);
+        a cheap one runs in one forward with the other sessions' steps of its model that arrive
+        meanwhile, where batching is on (:attr:`steps`)."""
         fed = len(decoding.prefix) + len(decoding.records)
         if decoding.settings.use_cache and decoding.records:
             fed = 1
         estimate = PassCost(parameters(decoding.model), fed * decoding.width)
         if not costly_here(estimate, self.device):
-            return decoding.step()
+            return decoding.step() if self.steps is None else self.steps.step(decoding)
         return self.passes.run(object(), decoding.step, name)
 
 
