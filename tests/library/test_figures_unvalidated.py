@@ -1,0 +1,118 @@
+"""The figures built without plotly's validation (``transformer.figures.common.figure``) are the
+ones plotly's own validation makes from the same traces and layout: the same JSON (every value,
+named colour scales and templates resolved as plotly resolves them; only the order of keys may
+differ), and every property one plotly accepts (a validated build raises on a misspelt one)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+import torch
+
+import transformer.figures.common as common
+from transformer.figures.generation import (
+    causal_growth_figure,
+    cross_attention_step_figure,
+    next_token_figure,
+    top_k_figure,
+)
+from transformer.figures.inside import section_figure
+from transformer.figures.lens import logit_lens_figure, residual_norms_figure
+from transformer.generation.lens import LogitLens, ResidualNorms
+from transformer.lab.inside import inside_layer
+from transformer.training.bundled import load_bundled
+
+rng = np.random.default_rng(0)
+
+
+def _lens(chosen: bool) -> LogitLens:
+    probs = torch.tensor(rng.dirichlet(np.ones(8), size=4)[:, :5], dtype=torch.float32)
+    return LogitLens(
+        stack="decoder",
+        position=3,
+        layers=[0, 1, 2, 3],
+        top_ids=torch.tensor(rng.integers(0, 50, size=(4, 5))),
+        top_probs=probs,
+        chosen=7 if chosen else None,
+        chosen_rank=torch.tensor([3, 2, 1, 1]) if chosen else None,
+        chosen_prob=torch.tensor([0.1, 0.2, 0.5, 0.7]) if chosen else None,
+        final_norm=True,
+    )
+
+
+def _norms(big: bool) -> ResidualNorms:
+    stages = ["input", "L1 self-attention", "L1 feed-forward"]
+    stream = torch.tensor(rng.uniform(1, 2000 if big else 3, size=(3, 4)), dtype=torch.float32)
+    added = torch.tensor(rng.uniform(0, 5, size=(2, 4)), dtype=torch.float32)
+    return ResidualNorms("decoder", stages, stream, stages[1:], added, "pre")
+
+
+def _sections() -> list[go.Figure]:
+    models = load_bundled("cpu").models
+    figures = []
+    for name, stack in (("translate", "decoder"), ("continue", "decoder"), ("reverse", "encoder")):
+        checkpoint = models[name]
+        walk = inside_layer(checkpoint.model, checkpoint.tokenizer, "a b c", stack, 0, 0, 1)
+        for key in ("input", "self-attention", "cross-attention", "feed-forward"):
+            steps = walk.section(key)
+            if steps:
+                figures.append(section_figure(steps, 1, large_font=name == "continue"))
+    return figures
+
+
+BUILDERS: dict[str, Callable[[], Any]] = {
+    "top k": lambda: top_k_figure(rng.dirichlet(np.ones(30)), [f"w{i}" for i in range(30)], k=5),
+    "top k, chosen below": lambda: top_k_figure(
+        rng.dirichlet(np.ones(30)), None, k=3, chosen=29, large_font=True
+    ),
+    "cross-attention": lambda: cross_attention_step_figure(
+        rng.dirichlet(np.ones(4), size=2),
+        ["0:a", "1:b", "2:<s>", "3:d"],
+        masked=[False, False, False, True],
+        query_label="2:x",
+        layer=1,
+    ),
+    "causal growth": lambda: causal_growth_figure(
+        [rng.dirichlet(np.ones(n)) for n in (1, 2, 3)], ["0:a", "1:b", "2:c", "3:d"], head=1
+    ),
+    "next token": lambda: next_token_figure(["a #1", "b #2"], [0.6, 0.3], chosen=0),
+    "next token, sampled": lambda: next_token_figure(
+        ["a #1", "b #2", "c #9 (rank 9)"], [0.6, 0.3, 0.01], [0.7, 0.3, 0.0], chosen=2
+    ),
+    "logit lens": lambda: logit_lens_figure(
+        _lens(True), lambda i: f"w{i}", position_label="3:d", chosen_label="w7"
+    ),
+    "logit lens, nothing chosen": lambda: logit_lens_figure(_lens(False), large_font=True),
+    "residual norms": lambda: residual_norms_figure(_norms(False), ["0:a", "1:b", "2:c", "3:d"]),
+    "residual norms, log scale": lambda: residual_norms_figure(_norms(True), numbers=False),
+    "inside sections": _sections,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_a_figure_is_what_plotly_s_validation_makes_of_it(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    global rng
+    rng = np.random.default_rng(1)
+    fast = BUILDERS[name]()
+    rng = np.random.default_rng(1)
+    monkeypatch.setattr(common, "VALIDATE", True)
+    validated = BUILDERS[name]()
+    fast = fast if isinstance(fast, list) else [fast]
+    validated = validated if isinstance(validated, list) else [validated]
+    assert len(fast) == len(validated) > 0
+    for built, reference in zip(fast, validated, strict=True):
+        assert isinstance(built, go.Figure)
+        assert json.loads(built.to_json()) == json.loads(reference.to_json())
+
+
+def test_a_named_colour_scale_is_written_out_as_plotly_js_cannot_read_its_name() -> None:
+    built = common.figure([{"type": "heatmap", "z": [[1.0]], "colorscale": "RdBu_r"}], {})
+    scale = built.to_plotly_json()["data"][0]["colorscale"]
+    assert scale[0] == [0.0, "rgb(5,48,97)"] and scale[-1] == [1.0, "rgb(103,0,31)"]
