@@ -15,6 +15,16 @@ import pytest
 import torch
 
 import transformer.figures.common as common
+from transformer.figures.attention import (
+    attention_difference_figure,
+    attention_heatmap,
+    grid_figure,
+    head_figure,
+    masks_figure,
+    placeholder_figure,
+    scores_and_weights_figure,
+    weights_beside_figure,
+)
 from transformer.figures.generation import (
     causal_growth_figure,
     cross_attention_step_figure,
@@ -65,7 +75,40 @@ def _sections() -> list[go.Figure]:
     return figures
 
 
+def _records(kind: str) -> list[Any]:
+    """A bundled translation model's attention records of one kind ("encoder_self",
+    "decoder_self", "cross"), the source's second sentence padded."""
+    model = load_bundled("cpu").models["translate"].model
+    src = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, 0, 0]])
+    tgt = torch.tensor([[1, 10, 11, 12], [1, 13, 14, 15]])
+    with torch.no_grad():
+        trace = model.eval()(src, tgt, capture=True)
+    return trace.attention_records(kind)
+
+
+def _attention() -> list[go.Figure]:
+    cross, self_ = _records("cross"), _records("decoder_self")
+    queries, keys = ["0:a", "1:b", "2:c", "3:d"], ["0:v", "1:w", "2:x", "3:y", "4:z"]
+    before = cross[0].weights[1, 0].numpy()
+    after = np.roll(before, 1, axis=1)
+    masked = cross[0].masked[1, 0].numpy()
+    return [
+        attention_heatmap(before, queries, keys, masked=masked, title="one"),
+        head_figure(self_[1], 0, 1, queries, queries, values="scores", large_font=True),
+        scores_and_weights_figure(cross[0], 1, 0, queries, keys),
+        scores_and_weights_figure(self_[0], 0, 2, queries, queries, exact_scores_up_to=2),
+        weights_beside_figure(before, after, queries, keys, masked_before=masked),
+        grid_figure(cross, 1, queries, keys),
+        grid_figure(self_, 0, queries, queries, exact_up_to=2, max_tile=2, large_font=True),
+        masks_figure([True, True, True, False, False], queries, keys),
+        masks_figure([True] * 4, queries, queries, causal=np.tril(np.ones((4, 4), bool))),
+        attention_difference_figure(before, after, queries, keys, masked=masked),
+        placeholder_figure("Nothing yet", "press Step to generate the first token " * 3),
+    ]
+
+
 BUILDERS: dict[str, Callable[[], Any]] = {
+    "attention": _attention,
     "top k": lambda: top_k_figure(rng.dirichlet(np.ones(30)), [f"w{i}" for i in range(30)], k=5),
     "top k, chosen below": lambda: top_k_figure(
         rng.dirichlet(np.ones(30)), None, k=3, chosen=29, large_font=True
