@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
-from _plotly_utils.basevalidators import ColorscaleValidator
+from plotly.validator_cache import ValidatorCache
 
 # One grey for "the mask removed this cell" in every figure; no colour scale used here has it.
 MASKED_GREY = "#b0b0b0"
@@ -102,7 +102,8 @@ VALIDATE = False
 """Whether :func:`figure` has plotly validate what it is given (tests switch it on to check
 that a builder's figure is the one plotly's validation would make, byte for byte)."""
 
-_COLORSCALE = ColorscaleValidator("colorscale", "figure")
+# plotly's own reading of a colour scale's name (what validating a heatmap's would do)
+_COLORSCALE = ValidatorCache.get_validator("heatmap", "colorscale")
 _LAYOUT_ARRAYS = ("annotations", "shapes", "images", "selections", "sliders", "updatemenus")
 
 
