@@ -159,3 +159,15 @@ def test_a_named_colour_scale_is_written_out_as_plotly_js_cannot_read_its_name()
     built = common.figure([{"type": "heatmap", "z": [[1.0]], "colorscale": "RdBu_r"}], {})
     scale = built.to_plotly_json()["data"][0]["colorscale"]
     assert scale[0] == [0.0, "rgb(5,48,97)"] and scale[-1] == [1.0, "rgb(103,0,31)"]
+
+
+def test_a_change_made_after_the_build_is_validated_as_plotly_validates_it() -> None:
+    """A caller that sets a figure's title as a string (the training snapshots' grid) gets
+    plotly's ``{"text": ...}``, which plotly.js reads; a string would be ignored."""
+    built = causal_growth_figure([np.ones(1)], ["0:a"])
+    built.update_layout(title="Snapshot", xaxis_title="key")
+    built.update_traces(colorscale="RdBu_r")
+    shown = built.to_plotly_json()
+    assert shown["layout"]["title"] == {"text": "Snapshot"}
+    assert shown["layout"]["xaxis"]["title"] == {"text": "key"}
+    assert shown["data"][0]["colorscale"][0] == [0.0, "rgb(5,48,97)"]

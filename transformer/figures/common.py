@@ -127,7 +127,23 @@ def figure(data: Sequence[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
     template = layout.get("template", pio.templates.default)
     if isinstance(template, str):
         layout["template"] = pio.templates[template]
-    return go.Figure(data=[_resolved(trace) for trace in data], layout=layout, _validate=False)
+    built = go.Figure(data=[_resolved(trace) for trace in data], layout=layout, _validate=False)
+    # What a caller changes later (a title set on a grid) is validated as plotly always does:
+    # unvalidated, a title given as a string would reach plotly.js as one, which it ignores.
+    for part in (built, built.layout, *built.data):
+        _validating(part)
+    return built
+
+
+def _validating(part: Any) -> None:
+    """``part`` (a plotly figure or object) and its sub-objects validate their changes again."""
+    part._validate = True
+    for child in getattr(part, "_compound_props", {}).values():
+        if child is not None:
+            _validating(child)
+    for children in getattr(part, "_compound_array_props", {}).values():
+        for child in children or ():
+            _validating(child)
 
 
 def _resolved(spec: dict[str, Any]) -> dict[str, Any]:
