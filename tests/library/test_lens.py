@@ -104,6 +104,27 @@ def test_an_intermediate_layer_is_the_final_norm_and_generator_applied_by_hand(b
         assert lens.final_norm == (checkpoint.config.norm == "pre")
 
 
+def test_the_chosen_rank_is_right_in_and_outside_each_layer_s_top_k(bundled, pretrained):
+    """The rank of the chosen id, read from a row's top k where it is among them and from the
+    whole row where not, is 1 + how many ids the by-hand distribution gives more (a chosen id
+    taken from one layer's top 3: inside that row's top k, outside some others')."""
+    seen_inside = seen_outside = 0
+    for name, checkpoint in _models(bundled, pretrained):
+        trace = _trace(checkpoint, seed=2)
+        layers = trace.decoder_layers or trace.encoder_layers
+        middle = _by_hand(checkpoint, layers[len(layers) // 2].output[0, 3])
+        chosen = int(middle.argsort(descending=True)[2])
+        lens = logit_lens(checkpoint.model, trace, 3, top_k=3, chosen=chosen)
+        for row, layer in enumerate(layers):
+            expected = _by_hand(checkpoint, layer.output[0, 3])
+            rank = int((expected > expected[chosen]).sum()) + 1
+            assert int(lens.chosen_rank[row]) == rank, f"{name} layer {row + 1}"
+            inside = chosen in lens.top_ids[row].tolist()
+            seen_inside += inside
+            seen_outside += not inside
+    assert seen_inside and seen_outside  # both ways of reading the rank were taken
+
+
 def test_the_lens_keeps_no_view_of_the_whole_distribution(bundled):
     """A session keeps every step's lens: each of its tensors must hold only its own numbers,
     not a view that keeps the ``(L, V)`` distribution of every layer alive."""

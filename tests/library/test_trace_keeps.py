@@ -212,6 +212,29 @@ def test_predictions_read_in_pieces_are_the_whole_logits_argmax(monkeypatch):
     assert predicted == expected
 
 
+def test_an_analysis_predicts_only_when_read_and_then_the_passes_argmax():
+    """A new sentence's views do not show the predicted tokens: the analysis projects its
+    positions onto the vocabulary when they are first read (outside the pass's no_grad), and
+    gives the argmax of the plain pass's logits without [PAD]."""
+    from transformer.lab.inspection import analyse
+    from transformer.text.tokenization import train_tokenizer
+
+    tokenizer = train_tokenizer(["the cat sat on the mat", "a dog ran"] * 3, "bpe", 40)
+    pad = tokenizer.pad_id
+    assert pad is not None
+    torch.manual_seed(0)
+    config = replace(CONFIG, tgt_vocab_size=tokenizer.vocab_size, pad_id=pad)
+    model = Transformer(config).eval()
+    analysis = analyse(model, tokenizer, ["the cat sat", "a dog"])
+    assert "predicted" not in vars(analysis)  # nothing projected yet
+    tgt = analysis.trace.target.tokens
+    with torch.no_grad():
+        logits = model(tgt=tgt)
+    expected_ids = logits.index_fill(-1, torch.tensor([pad]), float("-inf")).argmax(-1)
+    expected = [tokenizer.decode(expected_ids[b][tgt[b] != pad].tolist()) for b in range(2)]
+    assert analysis.predicted == expected
+
+
 def test_the_largest_logit_change_is_the_whole_difference():
     from transformer.core.trace import largest_logit_change
     from transformer.lab.interventions import Intervention

@@ -24,6 +24,7 @@ from .common import (
     base_layout,
     category_axis,
     check_labels,
+    figure,
     font_size,
     heatmap_height,
     panel_domains,
@@ -59,9 +60,10 @@ def _heatmap(
     value_name: str,
     value_format: str,
     **style: Any,
-) -> go.Heatmap:
+) -> dict[str, Any]:
     """A heatmap trace in the project's style: NaN cells are gaps with no hover."""
-    return go.Heatmap(
+    return dict(
+        type="heatmap",
         z=z,
         x=key_labels,
         y=query_labels,
@@ -169,7 +171,7 @@ def attention_heatmap(
         plot_bgcolor=MASKED_GREY,
         **_query_key_axes(queries, keys, large_font),
     )
-    return go.Figure(trace, layout)
+    return figure([trace], layout)
 
 
 def head_figure(
@@ -313,7 +315,7 @@ def scores_and_weights_figure(
         ],
     )
     layout["margin"]["t"] += 30
-    return go.Figure(traces, layout)
+    return figure(traces, layout)
 
 
 def weights_beside_figure(
@@ -388,7 +390,7 @@ def weights_beside_figure(
         ],
     )
     layout["margin"]["t"] += 30
-    return go.Figure(traces, layout)
+    return figure(traces, layout)
 
 
 # -- every head of every layer ---------------------------------------------------------------
@@ -581,7 +583,8 @@ def attention_grid(
     ][: z.shape[1]]
 
     size = font_size(large_font)
-    heatmap = go.Heatmap(
+    heatmap = dict(
+        type="heatmap",
         z=z,
         x=x,
         y=y,
@@ -666,7 +669,7 @@ def attention_grid(
         ],
     )
     layout["margin"].update(l=80 if large_font else 60, t=105 if large_font else 80)
-    return go.Figure(heatmap, layout)
+    return figure([heatmap], layout)
 
 
 # The plot area a grid gets at the narrowest supported page (1280 px wide, minus the panel's
@@ -898,7 +901,8 @@ def masks_figure(
     for i, (mask, domain) in enumerate(zip(panels.values(), domains, strict=True)):
         suffix = "" if i == 0 else str(i + 1)
         traces.append(
-            go.Heatmap(
+            dict(
+                type="heatmap",
                 z=mask.astype(np.uint8),
                 x=keys,
                 y=queries,
@@ -942,7 +946,7 @@ def masks_figure(
         **axes,
     )
     layout["margin"]["t"] += 30
-    return go.Figure(traces, layout)
+    return figure(traces, layout)
 
 
 def attention_difference_figure(
@@ -1003,7 +1007,7 @@ def attention_difference_figure(
         plot_bgcolor=MASKED_GREY,
         **_query_key_axes(queries, keys, large_font),
     )
-    return go.Figure(trace, layout)
+    return figure([trace], layout)
 
 
 PLACEHOLDER_LINE = 44  # characters a line of a placeholder's message: a 400-pixel column
@@ -1036,4 +1040,4 @@ def placeholder_figure(
             }
         ],
     )
-    return go.Figure(layout=layout)
+    return figure([], layout)

@@ -18,6 +18,7 @@ from .common import (
     base_layout,
     category_axis,
     check_labels,
+    figure,
     heatmap_height,
     plain_text,
     plot_text,
@@ -66,11 +67,12 @@ def top_k_figure(
         labels.append(f"{vocabulary_label(chosen, vocab)} (rank {rank})")
     colors = [HIGHLIGHT_COLOR if i == chosen else BASE_COLOR for i in ids]
     labels = [plot_text(label) for label in labels]
-    trace = go.Bar(
+    trace = dict(
+        type="bar",
         x=p[ids],
         y=labels,
         orientation="h",
-        marker_color=colors,
+        marker={"color": colors},
         texttemplate="%{x:.1%}",
         textposition="outside",
         cliponaxis=False,
@@ -90,7 +92,7 @@ def top_k_figure(
         yaxis={**category_axis("", labels, large_font), "autorange": "reversed"},
         bargap=0.25,
     )
-    return go.Figure(trace, layout)
+    return figure([trace], layout)
 
 
 def cross_attention_step_figure(
@@ -122,7 +124,8 @@ def cross_attention_step_figure(
     if masked is not None:
         z[:, to_numpy(masked, bool).reshape(-1)] = np.nan
     rows = [f"head {h + 1}" for h in range(n_heads)] + ["mean"]
-    trace = go.Heatmap(
+    trace = dict(
+        type="heatmap",
         z=z,
         x=keys,
         y=rows,
@@ -144,7 +147,7 @@ def cross_attention_step_figure(
         xaxis=category_axis("source key", keys, large_font),
         yaxis={**category_axis("", rows, large_font), "autorange": "reversed"},
     )
-    return go.Figure(trace, layout)
+    return figure([trace], layout)
 
 
 def causal_growth_figure(
@@ -188,7 +191,8 @@ def causal_growth_figure(
     domain_end = min(1.0, max(0.3, width * cell / 900))
     area = max(240 if large_font else 180, (cell + 4) * len(arrays))
     label_room = (8 if large_font else 6) * max((len(plain_text(k)) for k in keys), default=1)
-    trace = go.Heatmap(
+    trace = dict(
+        type="heatmap",
         z=z,
         x=keys,
         y=queries,
@@ -220,7 +224,7 @@ def causal_growth_figure(
         yaxis={**category_axis("query", queries, large_font), "autorange": "reversed"},
     )
     steady_left_margin(layout, queries, large_font, titled=True)  # redrawn at every step
-    return go.Figure(trace, layout)
+    return figure([trace], layout)
 
 
 def next_token_figure(
@@ -254,7 +258,8 @@ def next_token_figure(
     model = np.asarray(model_probs, np.float32)
     edge = ["#222" if i == chosen else "rgba(0,0,0,0)" for i in range(n)]
     traces = [
-        go.Bar(
+        dict(
+            type="bar",
             x=model,
             y=names,
             orientation="h",
@@ -274,7 +279,8 @@ def next_token_figure(
         sampled = np.asarray(sampled_probs, np.float32)
         top = max(top, float(sampled.max()) if n else 0.0)
         traces.append(
-            go.Bar(
+            dict(
+                type="bar",
                 x=sampled,
                 y=names,
                 orientation="h",
@@ -306,4 +312,4 @@ def next_token_figure(
     if sampled_probs is not None:
         layout["margin"] = {**layout["margin"], "b": 100 if large_font else 80}
     steady_left_margin(layout, names, large_font, titled=False)  # redrawn at every step
-    return go.Figure(traces, layout)
+    return figure(traces, layout)

@@ -21,6 +21,7 @@ from .common import (
     HIGHLIGHT_COLOR,
     MASKED_GREY,
     SIGNED_COLORSCALE,
+    figure,
     font_size,
     plot_text,
     short_label,
@@ -163,7 +164,7 @@ def section_figure(
     )
     if title:
         layout["title"] = {"text": title, "font": {"size": round(font * 1.2)}, "x": 0.01}
-    return go.Figure(data=traces, layout=layout)
+    return figure(traces, layout)
 
 
 def _annotation(text: str, y: float, font: int) -> dict[str, Any]:
@@ -218,7 +219,8 @@ def _heatmap_block(
     else:
         hover = "index %{x}: %{z:.4f}<extra></extra>"
     traces.append(
-        go.Heatmap(
+        dict(
+            type="heatmap",
             z=z.astype(np.float32),
             x=columns,
             y=rows,
@@ -238,7 +240,8 @@ def _heatmap_block(
         # What grey means, as the step says it ("grey = switched off", "grey = nearly closed").
         meaning = step.shown.split("grey = ", 1)[1] if "grey = " in step.shown else "switched off"
         traces.append(
-            go.Heatmap(
+            dict(
+                type="heatmap",
                 z=grey,
                 x=columns,
                 y=rows,
@@ -312,7 +315,8 @@ def _per_key_block(
     columns.append([note.split(":")[0] if note else "—" for note in notes])  # "causal", "padding"
     fill = ["#ececec" if masked else "white" for masked in off_list]
     traces.append(
-        go.Table(
+        dict(
+            type="table",
             domain={"x": [0, 0.64], "y": domain},
             columnwidth=[1.3] + [1.0] * len(steps) + [1.1],
             header={
@@ -338,7 +342,8 @@ def _per_key_block(
     ]
     colors = [MASKED_GREY if masked else HIGHLIGHT_COLOR for masked in off_list]
     traces.append(
-        go.Bar(
+        dict(
+            type="bar",
             x=weights.astype(np.float32),
             y=labels,
             orientation="h",

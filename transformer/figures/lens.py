@@ -20,6 +20,7 @@ from .common import (
     base_layout,
     category_axis,
     check_labels,
+    figure,
     font_size,
     panel_title,
     plot_text,
@@ -87,7 +88,8 @@ def logit_lens_figure(
             texts[r, j] = f"{cell}<br>{probs[r, j]:.0%}"
             hover[r, j] = f"{plot_text(token)} #{int(ids[r, j])}"
     size = font_size(large_font)
-    heatmap = go.Heatmap(
+    heatmap = dict(
+        type="heatmap",
         z=probs,
         x=columns,
         y=rows,
@@ -106,13 +108,14 @@ def logit_lens_figure(
     layout_extra: dict[str, Any] = {}
     if has_bars:
         traces.append(
-            go.Bar(
+            dict(
+                type="bar",
                 x=chosen_probs,
                 y=rows,
                 orientation="h",
                 xaxis="x2",
                 yaxis="y",
-                marker_color=HIGHLIGHT_COLOR,
+                marker={"color": HIGHLIGHT_COLOR},
                 texttemplate="%{x:.0%}",
                 textposition="outside",
                 cliponaxis=False,
@@ -163,7 +166,7 @@ def logit_lens_figure(
     )
     layout["margin"] = {**layout["margin"], "t": layout["margin"]["t"] + 20, "b": 50}
     steady_left_margin(layout, rows, large_font, titled=False)  # redrawn at every step
-    return go.Figure(traces, layout)
+    return figure(traces, layout)
 
 
 _SUBLAYER_SHORT = {"self-attention": "attn", "cross-attention": "cross", "feed-forward": "FFN"}
@@ -287,7 +290,8 @@ def residual_norms_figure(
 
     stream_data, stream_key = shown(stream, stream_note)
     added_data, added_key = shown(added_rows, added_note)
-    stream_map = go.Heatmap(
+    stream_map = dict(
+        type="heatmap",
         z=stream_z,
         texttemplate=_cell_format(stream, stream_key) if numbers else "",
         coloraxis="coloraxis",
@@ -295,7 +299,8 @@ def residual_norms_figure(
         **stream_data,
         **common,
     )
-    added_map = go.Heatmap(
+    added_map = dict(
+        type="heatmap",
         z=added_z,
         texttemplate=_cell_format(added, added_key) if numbers else "",
         xaxis="x2",
@@ -328,4 +333,4 @@ def residual_norms_figure(
         ],
     )
     layout["margin"] = {**layout["margin"], "r": 60, "t": layout["margin"]["t"] + 10}
-    return go.Figure([stream_map, added_map], layout)
+    return figure([stream_map, added_map], layout)

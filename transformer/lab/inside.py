@@ -47,11 +47,12 @@ from ..core import rotary as rotary_module
 from ..core.attention import MultiHeadAttention
 from ..core.config import ModelConfig
 from ..core.layers import LayerNorm
+from ..core.masks import one_pass
 from ..core.model import Transformer
 from ..core.modern import GatedFeedForward, RMSNorm, expand_kv_heads, soft_cap
-from ..core.run import Capture, LookInside
-from ..core.stacks import DecoderLayer, EncoderLayer, Residual
-from ..core.trace import AttentionRecord, LayerTrace, StackInput, Trace
+from ..core.run import Capture, LookInside, run_for
+from ..core.stacks import DecoderLayer, Encoded, EncoderLayer, Residual
+from ..core.trace import AttentionRecord, LayerTrace, StackInput
 from ..core.util import eval_mode
 from ..text.tokenization import Tokenizer
 from .inside_citations import CODE, CodeLine
@@ -1126,24 +1127,17 @@ def walkthrough(
         key_labels=labels,
         memory_labels=memory_labels,
     )
-    # The layer's own pass again, on the analysis's tokens, this time keeping what its
-    # modules computed (norms, q, k, v, heads, outputs, hidden units) and its weights: every
-    # number shown below is that pass's, or (the ÷√d_k and exp steps) an explanatory split of it.
+    # The layer's own pass again, on the input the analysis's pass gave it, this time keeping
+    # what its modules computed (norms, q, k, v, heads, outputs, hidden units) and its weights:
+    # every number shown below is that pass's, or (the ÷√d_k and exp steps) an explanatory
+    # split of it.
     look = LookInside(stack, layer)
-    src = trace.source.tokens if trace.source is not None else None
-    tgt = trace.target.tokens if trace.target is not None else None
-    with eval_mode(model):
-        # Weights not kept for every layer: the record of this one computes them again when
-        # read, from the kept queries and keys, bit for bit (a long input's would be large).
-        rerun = model(src, tgt, capture=Capture(keep_attention_weights=False, inside=look))
-    assert isinstance(rerun, Trace)  # a Capture that traces returns the trace
-    trace = rerun
-    layers = trace.encoder_layers if stack == "encoder" else trace.decoder_layers
-    traced: LayerTrace = layers[layer]
     module = cast(
         EncoderLayer | DecoderLayer,
         (model.encoder if stack == "encoder" else model.decoder).layers[layer],
     )
+    with eval_mode(model):
+        traced: LayerTrace = _rerun_layer(module, layers[layer], trace.memory, look)
     with eval_mode(model):
         walker = _Walker(walk, model)
         walker.offset = record.position_offset
@@ -1228,6 +1222,33 @@ def walkthrough(
             code=CODE[f"output.{stack}"],
         )
     return walk
+
+
+def _rerun_layer(
+    module: EncoderLayer | DecoderLayer,
+    kept: LayerTrace,
+    memory: Tensor | None,
+    look: LookInside,
+) -> LayerTrace:
+    """The record of ``module`` run again alone on the ``(B, T, d_model)`` input and masks
+    the analysis's pass gave it (``kept``, its record there), looking inside it (``look``).
+
+    Only this layer runs: a layer's output depends on nothing but its input, its masks and
+    the encoder's ``memory`` (cross-attention), so its numbers are those of a whole pass looking
+    inside it, at a thirtieth of SmolLM2's cost. Its attention weights are not kept: the record
+    computes them again when read, from the kept queries and keys, bit for bit."""
+    run = run_for(Capture(keep_attention_weights=False, inside=look), None, operations.PAPER)
+    with one_pass():
+        if isinstance(module, EncoderLayer):
+            _, traced = module(kept.input, kept.self_attention.mask, run)
+        else:
+            encoded = None
+            if kept.cross_attention is not None:
+                assert memory is not None  # a layer that cross-attended read a memory
+                encoded = Encoded(memory=memory, mask=kept.cross_attention.mask)
+            _, traced = module(kept.input, kept.self_attention.mask, encoded, None, run)
+    assert traced is not None  # a Capture that traces records the layer
+    return traced
 
 
 def _passed(traced: LayerTrace) -> dict[str, tuple[Tensor, Tensor]]:

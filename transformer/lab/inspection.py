@@ -10,8 +10,9 @@ what the model attends to while producing its answer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -41,7 +42,16 @@ class Analysis:
     source_pieces: list[list[str]]
     target_pieces: list[list[str]]
     outputs: list[str]
-    predicted: list[str]
+    # What computes ``predicted`` when it is first read (None: no decoder, nothing predicted).
+    predict: Callable[[], list[str]] | None = field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def predicted(self) -> list[str]:
+        """``predicted[b]``: the teacher-forced argmax text of sentence ``b`` (``[]`` for an
+        encoder-only model). Computed when first read: it projects every position onto the
+        vocabulary (SmolLM2: 49,152 × 576 products each), and only a what-if's summary shows
+        it, not the views of a new sentence."""
+        return self.predict() if self.predict is not None else []
 
     @property
     def batch_size(self) -> int:
@@ -244,13 +254,13 @@ def _analyse(
             source_pieces=[],
             target_pieces=_pieces(tokenizer, tgt.cpu()),
             outputs=list(sentences),
-            predicted=_predicted(tokenizer, trace, tgt),
+            predict=functools.partial(_predicted, tokenizer, trace, tgt),
         )
     src = ids.to(device)
     check_capture_size(config, src.size(0), src.size(1), 0)
     if config.architecture == "encoder-only":
         trace = _traced(model, src, None, intervention)
-        return Analysis(trace, _pieces(tokenizer, src.cpu()), [], list(sentences), [])
+        return Analysis(trace, _pieces(tokenizer, src.cpu()), [], list(sentences))
     if targets is None:
         # An answer much longer than its source is babble: stop it early (each step costs time).
         limit = min(config.max_len - 1, 2 * src.size(1) + 8)
@@ -268,20 +278,22 @@ def _analyse(
         source_pieces=_pieces(tokenizer, src.cpu()),
         target_pieces=_pieces(tokenizer, targets.cpu()),
         outputs=outputs,
-        predicted=_predicted(tokenizer, trace, targets),
+        predict=functools.partial(_predicted, tokenizer, trace, targets),
     )
 
 
 def _predicted(tokenizer: Tokenizer, trace: Trace, inputs: torch.Tensor) -> list[str]:
     """Teacher-forced argmax at every real position, decoded (the logits read a few positions
-    at a time: a long text's are never all held)."""
+    at a time: a long text's are never all held). Read lazily, after the pass's own
+    ``no_grad`` has ended: the projection keeps no graph either."""
     excluded = never_generated(trace.config)  # never [PAD]
-    best = torch.cat(
-        [
-            best_without_padding(trace.logits_at(start, stop), excluded).cpu()
-            for start, stop in trace.chunks()
-        ],
-        dim=1,
-    )
+    with torch.no_grad():
+        best = torch.cat(
+            [
+                best_without_padding(trace.logits_at(start, stop), excluded).cpu()
+                for start, stop in trace.chunks()
+            ],
+            dim=1,
+        )
     real = (inputs != trace.config.pad_id).cpu()
     return [tokenizer.decode(best[b][real[b]].tolist()) for b in range(best.size(0))]

@@ -4,6 +4,7 @@ the residual stream's norms."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
@@ -30,14 +31,28 @@ def _piece(tokenizer: Any, token_id: int) -> str:
     return shown_piece(tokenizer, tokenizer.id_to_token(token_id) or "?")
 
 
-def _chart(record: StepRecord, tokenizer: Any, large: bool) -> Any:
+def _pieces(tokenizer: Any) -> Callable[[int], str]:
+    """:func:`_piece` for one drawing, each id written once: a SmolLM2 step names about 200
+    tokens (the lens' 31 × 5 cells, the context, the chart), most of them more than once, at
+    some 30 µs each (a byte-level tokenizer's marks)."""
+    written: dict[int, str] = {}
+
+    def piece(token_id: int) -> str:
+        if token_id not in written:
+            written[token_id] = _piece(tokenizer, token_id)
+        return written[token_id]
+
+    return piece
+
+
+def _chart(record: StepRecord, piece: Callable[[int], str], large: bool) -> Any:
     """The next-token chart of one step: the model's top tokens (and the chosen one wherever it
     ranks), with the sampled-from distribution beside the model's own when sampling."""
     ids, model_probs = list(record.top_ids), list(record.top_probs)
     sampled = list(record.sampling_probs) if record.sampling_probs is not None else None
 
     def label(i: int) -> str:
-        return f"{short_piece(_piece(tokenizer, i))} #{i}"
+        return f"{short_piece(piece(i))} #{i}"
 
     labels = [label(i) for i in ids]
     if record.chosen_id not in ids:
@@ -103,13 +118,14 @@ def draw(
     # The sliders follow the model; an API caller's larger value shows the last layer/head.
     layer_i = min(request.layer - 1, config.n_decoder_layers - 1)
     head_i = min(request.head - 1, config.n_heads - 1)
-    labels = figures.token_labels([_piece(tokenizer, i) for i in last.tokens])
+    piece = _pieces(tokenizer)
+    labels = figures.token_labels([piece(i) for i in last.tokens])
     # The new query is the last token read: named as in the self-attention rows.
     query = labels[len(last.tokens) - 1]
-    text = _summary(decoding, tokenizer, lead, query)
+    text = _summary(decoding, tokenizer, lead, query, piece)
     if not with_figures:  # a throttled step of Run: the figures stay as they are
         return (text, *[gr.skip()] * 5, state)
-    top = _chart(last, tokenizer, large)
+    top = _chart(last, piece, large)
     if last.cross_attention is not None:
         cross = figures.cross_attention_step_figure(
             last.cross_attention[layer_i],
@@ -141,7 +157,7 @@ def draw(
     assert last.lens is not None  # the tab decodes with capture_lens
     lens_plot = logit_lens_figure(
         last.lens,
-        lambda i: _piece(tokenizer, i),
+        piece,
         position_label=query,
         chosen_label=last.chosen_label,
         large_font=large,
@@ -168,8 +184,16 @@ def _byte_notes(tokenizer: Any, ids: list[int]) -> str:
     return f" ({legend})" if legend else ""
 
 
-def _summary(decoding: DecodingSession, tokenizer: Any, lead: list[str], query: str) -> str:
-    """The summary markdown of a decoding: output so far, the last choice, beams, the end."""
+def _summary(
+    decoding: DecodingSession,
+    tokenizer: Any,
+    lead: list[str],
+    query: str,
+    piece: Callable[[int], str] | None = None,
+) -> str:
+    """The summary markdown of a decoding: output so far, the last choice, beams, the end
+    (``piece`` names a token, :func:`_pieces` of the tokenizer unless given)."""
+    piece = piece or _pieces(tokenizer)
     records = decoding.records
     last = records[-1]
     output = tokenizer.decode(decoding.output_ids)
@@ -180,7 +204,7 @@ def _summary(decoding: DecodingSession, tokenizer: Any, lead: list[str], query: 
         # An output of several lines (a model writing code, a list) keeps its lines.
         + (f"\n\n{code_block(output)}" if "\n" in output.strip("\n") else code_span(output)),
         "Pieces: "
-        + " ".join(code_span(_piece(tokenizer, i)) for i in decoding.output_ids)
+        + " ".join(code_span(piece(i)) for i in decoding.output_ids)
         + _byte_notes(tokenizer, decoding.output_ids),
         f"Chosen at step {last.step + 1} from position {code_span(query)}: "
         f"{code_span(last.chosen_label or f'#{last.chosen_id}')}, "
