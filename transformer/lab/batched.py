@@ -15,6 +15,7 @@ requests at once (each its own 1 to 3 sentences, padded to its own longest): eac
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 from typing import cast
@@ -309,8 +310,9 @@ def analyse_together(
             own_ids = planned.ids
             pieces = _pieces(tokenizer, own_ids)
             if decoder:
-                predicted = _predicted(tokenizer, own, own_ids.to(model.device))
-                out.append(Analysis(own, [], pieces, list(planned.sentences), predicted))
+                # Read when first asked for, as each text's own analysis reads it.
+                predict = functools.partial(_predicted, tokenizer, own, own_ids.to(model.device))
+                out.append(Analysis(own, [], pieces, list(planned.sentences), predict))
             else:
-                out.append(Analysis(own, pieces, [], list(planned.sentences), []))
+                out.append(Analysis(own, pieces, [], list(planned.sentences)))
     return out
