@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     cluster.check_arguments(parser, args)
     logging.basicConfig(level=logging.INFO)
-    if args.workers > 1:  # the launcher: N of this process behind HAProxy
+    if cluster.launches(args):  # the launcher: N of this process behind HAProxy
         raise SystemExit(cluster.serve(args))
     worker = cluster.worker_name()  # set when the launcher started this process
     if worker:
