@@ -11,10 +11,10 @@ are ``cores // N`` so that N workers never oversubscribe the cores.
 
 The launcher supervises: a worker that dies is started again on its port. Its students' pages
 were served by a process that is gone, and so are their sessions: every worker stamps the page
-it serves with a cookie naming itself and its start (``visualiser_page``), refuses the events
-of a page another process served (HTTP 409, :data:`RESTARTED`), and the page's script shows
-that sentence in a banner with a button that reloads the page on its current view (the app's
-own "Link to this view"). Ctrl-C or SIGTERM stops the workers, HAProxy and the Redis it started;
+it serves with a cookie naming itself and its start (``visualiser_page``), refuses the queued
+events of a page another process served (HTTP 409, :data:`RESTARTED`), and the page's script
+shows that sentence in a banner with a button that reloads the page on its current view (the
+app's own "Link to this view"). Ctrl-C or SIGTERM stops the workers, HAProxy and the Redis it started;
 each child also gets SIGTERM if the launcher itself is killed (Linux), so nothing is left.
 
 Several machines: each host runs ``python app.py --workers N --no-balancer --redis URL --host
@@ -498,8 +498,8 @@ RESTARTED_JS = """
 class WorkerIdentity:
     """ASGI middleware of a worker: answers :data:`HEALTH_PATH` itself; stamps the page (``GET
     /`` and gradio's ``/config``) with a cookie naming this process; refuses with 409 and
-    :data:`RESTARTED` every POST to gradio's API from a page another process served (its
-    session is not here); and puts :data:`RESTARTED_JS` in the page, which shows the banner."""
+    :data:`RESTARTED` every queued event of a page another process served (its session is not
+    here); and puts :data:`RESTARTED_JS` in the page, which shows the banner."""
 
     MARK = b'<script type="module"'
 
@@ -542,7 +542,10 @@ class WorkerIdentity:
             await self._answer(send, 200, self.health, [json_type])
             return
         page = self._page_cookie(scope)
-        if method == "POST" and path.startswith("/gradio_api/") and page not in (None, self.stamp):
+        # Queued events (a Step, a view's draw, every API call) need the session, which was in
+        # the process that served the page; unqueued ones (a menu, "Link to this view", which
+        # the banner's Reload asks for) take all they need from the page, and pass.
+        if method == "POST" and path == "/gradio_api/queue/join" and page not in (None, self.stamp):
             refusal = json.dumps({"error": RESTARTED, "detail": RESTARTED}).encode()
             await self._answer(send, 409, refusal, [json_type, (b"x-visualiser-restarted", b"1")])
             return
