@@ -11,11 +11,14 @@ are ``cores // N`` so that N workers never oversubscribe the cores.
 
 The launcher supervises: a worker that dies is started again on its port. Its students' pages
 were served by a process that is gone, and so are their sessions: every worker stamps the page
-it serves with a cookie naming itself and its start (``visualiser_page``), refuses the queued
-events of a page another process served (HTTP 409, :data:`RESTARTED`), and the page's script
-shows that sentence in a banner with a button that reloads the page on its current view (the
-app's own "Link to this view"). Ctrl-C or SIGTERM stops the workers, HAProxy and the Redis it started;
-each child also gets SIGTERM if the launcher itself is killed (Linux), so nothing is left.
+it serves with a cookie naming itself and its start (``visualiser_page``) and names itself in
+every answer; it refuses the queued events of a page another process served (HTTP 409,
+:data:`RESTARTED`: an API client's signal), and the page's script, as soon as another process
+answers it (gradio asks every 2 s once its connection is lost), shows that sentence in a banner
+with a Reload button, instead of gradio's own silent reload, which would leave the student
+wondering why their generation started over. Ctrl-C or SIGTERM stops the workers, HAProxy and
+the Redis it started; each child also gets SIGTERM if the launcher itself is killed (Linux), so
+nothing is left.
 
 Several machines: each host runs ``python app.py --workers N --no-balancer --redis URL --host
 ADDRESS --port P`` (workers on ports P .. P+N-1, supervised, no HAProxy) and one HAProxy in
@@ -56,7 +59,10 @@ PAGE_COOKIE = "visualiser_page"
 """The worker's cookie: which process (name and start) served the page."""
 HEALTH_PATH = "/visualiser-worker"
 """A cheap GET each worker answers itself (name, start, pid): HAProxy's health check."""
-RESTARTED = "This part of the server restarted: reload the page; your view is kept in the address."
+RESTARTED = (
+    "This part of the server restarted: reload the page to go on; the page's address (a "
+    "linked view, a room) is kept."
+)
 """What a page served by a process that is gone is told, and its events are answered."""
 INSTALL = "apt-get install haproxy redis-server"
 STOP_GRACE_S = 10.0
@@ -453,27 +459,15 @@ def limit_threads() -> None:
 RESTARTED_JS = """
 (() => {
   const message = %s;
+  const served = %s;  // the process that served this page
   let shown = false;
-  function reloadOnView() {
-    // The app's own "Link to this view" gives the address of what the page shows now.
-    const make = [...document.querySelectorAll("button")].find(
-      (b) => b.textContent.trim() === "Link to this view");
-    if (!make) { location.reload(); return; }
-    make.click();
-    const start = Date.now();
-    const wait = setInterval(() => {
-      const box = document.querySelector("#view-link textarea, #view-link input");
-      if (box && box.value) { clearInterval(wait); location.assign(box.value); }
-      else if (Date.now() - start > 5000) { clearInterval(wait); location.reload(); }
-    }, 100);
-  }
   function banner() {
     if (shown) return;
     shown = true;
     const bar = document.createElement("div");
     bar.id = "worker-restarted";
     bar.setAttribute("role", "alert");
-    bar.style.cssText = "position:fixed;top:0;left:0;right:0;z-index:10000;padding:12px 16px;"
+    bar.style.cssText = "position:fixed;top:0;left:0;right:0;z-index:2147483647;padding:12px 16px;"
       + "background:#b45309;color:#fff;font:16px sans-serif;display:flex;gap:12px;"
       + "align-items:center;justify-content:center;flex-wrap:wrap";
     const text = document.createElement("span");
@@ -481,14 +475,27 @@ RESTARTED_JS = """
     const button = document.createElement("button");
     button.textContent = "Reload";
     button.style.cssText = "padding:4px 14px;font:inherit;cursor:pointer";
-    button.onclick = reloadOnView;
+    button.onclick = () => location.reload();
     bar.append(text, button);
     document.body.append(bar);
   }
+  // Every worker names itself in each answer. An answer from another process means the
+  // one that served this page is gone, with this page's session.
   const fetchBefore = window.fetch;
   window.fetch = async (...args) => {
     const answer = await fetchBefore(...args);
-    if (answer.status === 409 && answer.headers.get("x-visualiser-restarted")) banner();
+    const from = answer.headers.get("x-visualiser-worker");
+    if (from && from !== served) {
+      banner();
+      // gradio, its connection lost, asks for the app's id every 2 s and reloads the page
+      // without a word when a server answers: here it hears nothing, and the banner says why
+      // a reload is needed (gradio sends no event meanwhile).
+      const url = String(args[0] && args[0].url ? args[0].url : args[0]);
+      const bare = url.split("?")[0];
+      if (bare.endsWith("/app_id") || bare.endsWith("/app_id/")) {
+        return new Response("", { status: 503 });
+      }
+    }
     return answer;
   };
 })();
@@ -496,10 +503,11 @@ RESTARTED_JS = """
 
 
 class WorkerIdentity:
-    """ASGI middleware of a worker: answers :data:`HEALTH_PATH` itself; stamps the page (``GET
-    /`` and gradio's ``/config``) with a cookie naming this process; refuses with 409 and
-    :data:`RESTARTED` every queued event of a page another process served (its session is not
-    here); and puts :data:`RESTARTED_JS` in the page, which shows the banner."""
+    """ASGI middleware of a worker: answers :data:`HEALTH_PATH` itself; names this process
+    (name and start) in a header of every answer; stamps the page (``GET /`` and gradio's
+    ``/config``) with a cookie naming it; refuses with 409 and :data:`RESTARTED` every queued
+    event of a page another process served (its session is not here); and puts
+    :data:`RESTARTED_JS` in the page, which shows the banner when another process answers."""
 
     MARK = b'<script type="module"'
 
@@ -507,12 +515,12 @@ class WorkerIdentity:
         self.app = app
         self.name = worker_name() or "w"
         self.stamp = f"{self.name}.{secrets.token_hex(6)}"
-        self.started = time.time()
-        script = RESTARTED_JS % json.dumps(RESTARTED)
+        script = RESTARTED_JS % (json.dumps(RESTARTED), json.dumps(self.stamp))
         self.script = b"<script>" + script.encode() + b"</script>"
         self.health = json.dumps(
             {"worker": self.name, "stamp": self.stamp, "pid": os.getpid()}
         ).encode()
+        self.named = (b"x-visualiser-worker", self.stamp.encode())
 
     def _page_cookie(self, scope: dict[str, Any]) -> str | None:
         for key, value in scope.get("headers", []):
@@ -525,7 +533,7 @@ class WorkerIdentity:
         return None
 
     async def _answer(self, send: Any, status: int, body: bytes, headers: list) -> None:
-        headers = [*headers, (b"content-length", b"%d" % len(body))]
+        headers = [*headers, self.named, (b"content-length", b"%d" % len(body))]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -543,15 +551,20 @@ class WorkerIdentity:
             return
         page = self._page_cookie(scope)
         # Queued events (a Step, a view's draw, every API call) need the session, which was in
-        # the process that served the page; unqueued ones (a menu, "Link to this view", which
-        # the banner's Reload asks for) take all they need from the page, and pass.
+        # the process that served the page; unqueued ones (a menu, "Link to this view") take
+        # all they need from the page, and pass.
         if method == "POST" and path == "/gradio_api/queue/join" and page not in (None, self.stamp):
             refusal = json.dumps({"error": RESTARTED, "detail": RESTARTED}).encode()
-            await self._answer(send, 409, refusal, [json_type, (b"x-visualiser-restarted", b"1")])
+            await self._answer(send, 409, refusal, [json_type])
             return
-        stamping = method == "GET" and path in ("/", "", "/config")
-        if not stamping:
-            await self.app(scope, receive, send)
+        if not (method == "GET" and path in ("/", "", "/config")):
+
+            async def named(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.start":
+                    message = {**message, "headers": [*message.get("headers", []), self.named]}
+                await send(message)
+
+            await self.app(scope, receive, named)
             return
         cookie = f"{PAGE_COOKIE}={self.stamp}; Path=/; HttpOnly; SameSite=Lax".encode()
         start: dict[str, Any] = {}
@@ -574,7 +587,7 @@ class WorkerIdentity:
                 content = content.replace(self.MARK, self.script + self.MARK, 1)
             fixed = [(k, v) for k, v in start.get("headers", []) if k != b"content-length"]
             fixed += [(b"content-length", b"%d" % len(content)), (b"set-cookie", cookie)]
-            await send({**start, "headers": fixed})
+            await send({**start, "headers": [*fixed, self.named]})
             await send({"type": "http.response.body", "body": content})
 
         await self.app(scope, receive, stamped)
