@@ -164,14 +164,20 @@ def threads_per_worker(workers: int, cores: int | None = None) -> int:
     return max(1, cores // workers)
 
 
+def program(name: str) -> str | None:
+    """Where the program ``name`` is: on PATH, else in an sbin folder (Debian puts haproxy in
+    /usr/sbin, which a user's PATH often lacks)."""
+    return shutil.which(name) or shutil.which(name, path="/usr/local/sbin:/usr/sbin:/sbin")
+
+
 def missing_programs(need_redis: bool, need_haproxy: bool = True) -> str:
-    """ "" when the programs the launcher runs are on PATH, else what to install."""
+    """What to install when a program the launcher runs is missing, else ""."""
     wanted = ["haproxy"] * need_haproxy + ["redis-server"] * need_redis
-    missing = [name for name in wanted if shutil.which(name) is None]
+    missing = [name for name in wanted if program(name) is None]
     if not missing:
         return ""
     return (
-        f"--workers needs {' and '.join(missing)}, not found on PATH: install "
+        f"--workers needs {' and '.join(missing)}, not found: install "
         f"{'them' if len(missing) > 1 else 'it'} ({INSTALL} on Debian or Ubuntu), or run "
         "without --workers (one process)."
     )
@@ -315,7 +321,7 @@ class Cluster:
             port = free_port()
             self.redis = _start(
                 [
-                    "redis-server",
+                    program("redis-server") or "redis-server",
                     *("--port", str(port), "--bind", "127.0.0.1", "--save", ""),
                     *("--appendonly", "no", "--dir", str(self.folder), "--loglevel", "warning"),
                 ],
@@ -344,7 +350,8 @@ class Cluster:
             servers = [(w.name, address(w.host, w.port)) for w in self.workers]
             header = "# Written by `python app.py --workers N` (ui/serving/cluster.py).\n"
             config.write_text(header + haproxy_config(address(args.host, args.port), servers))
-            self.haproxy = _start(["haproxy", "-W", "-db", "-f", str(config)])
+            haproxy = program("haproxy") or "haproxy"
+            self.haproxy = _start([haproxy, "-W", "-db", "-f", str(config)])
             time.sleep(0.5)
             if self.haproxy.poll() is not None:
                 raise RuntimeError(f"haproxy did not start (its message is above; {config})")
