@@ -51,7 +51,7 @@ def test_one_worker_is_the_plain_process(main_launches: dict[str, Any]) -> None:
 def test_missing_programs_are_named_with_what_to_install(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name, path=None: None)
     args = argparse.Namespace(redis=None, no_balancer=False)
     assert cluster.serve(args) == 2
     said = capsys.readouterr().err
