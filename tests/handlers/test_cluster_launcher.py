@@ -113,3 +113,23 @@ def test_the_deployment_is_the_launchers_configuration_for_several_hosts() -> No
     assert len(hosts) >= 2
     rendered = cluster.haproxy_config(bind.group(1), [(n, a) for n, a, _ in servers])
     assert _directives(deployed) == _directives(rendered)
+
+
+def test_a_spaces_variable_sets_the_workers_but_never_inside_a_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(cluster.WORKER_ENV, raising=False)
+    monkeypatch.setenv(cluster.WORKERS_ENV, "3")
+    parser = argparse.ArgumentParser()
+    cluster.add_arguments(parser)
+    assert parser.parse_args([]).workers == 3
+    assert parser.parse_args(["--workers", "2"]).workers == 2
+    monkeypatch.setenv(cluster.WORKER_ENV, "w1")  # a worker the launcher started
+    parser = argparse.ArgumentParser()
+    cluster.add_arguments(parser)
+    assert parser.parse_args([]).workers == 1
+    monkeypatch.delenv(cluster.WORKER_ENV)
+    monkeypatch.setenv(cluster.WORKERS_ENV, "many")
+    parser = argparse.ArgumentParser()
+    cluster.add_arguments(parser)
+    assert parser.parse_args([]).workers == 1

@@ -51,6 +51,8 @@ log = logging.getLogger("visualiser.cluster")
 
 WORKER_ENV = "VISUALISER_WORKER"
 """The worker's name (``w1``, ``w2``, ...), set by the launcher; unset in a plain process."""
+WORKERS_ENV = "VISUALISER_WORKERS"
+"""``--workers``'s default where set (a Space's variable)."""
 REDIS_ENV = "VISUALISER_REDIS_URL"
 """Where the workers keep what sessions share across processes (``redis://host:port/0``)."""
 BALANCER_COOKIE = "VISUALISER_WORKER"
@@ -113,15 +115,26 @@ backend workers
 """
 
 
+def _workers_from_env() -> int:
+    """``--workers``'s default: ``$VISUALISER_WORKERS`` (a Gradio Space runs ``python app.py``
+    with no arguments; a variable of the Space's settings chooses), else 1. A worker started by
+    the launcher is one process, whatever its environment says."""
+    given = os.environ.get(WORKERS_ENV, "").strip()
+    if os.environ.get(WORKER_ENV) or not given.isdigit():
+        return 1
+    return int(given)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The command line's options for serving with several processes."""
     parser.add_argument(
         "--workers",
         type=int,
-        default=1,
+        default=_workers_from_env(),
         metavar="N",
         help="serve with N app processes behind HAProxy, sticky by cookie, sharing a Redis "
-        "(default 1: one plain process, neither needed; see deploy/README.md)",
+        f"(default ${WORKERS_ENV}, else 1: one plain process, neither needed; see "
+        "deploy/README.md)",
     )
     parser.add_argument(
         "--redis",
@@ -305,6 +318,7 @@ class Cluster:
         """The worker's environment: its name, the Redis, and its share of the cores."""
         threads = str(threads_per_worker(self.args.workers))
         env = {**os.environ, WORKER_ENV: worker.name, REDIS_ENV: self.redis_url}
+        env.pop(WORKERS_ENV, None)
         env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
         # An explicit --port reaches the worker; a Space's GRADIO_SERVER_PORT must not.
         env.pop("GRADIO_SERVER_PORT", None)
