@@ -240,9 +240,14 @@ def test_two_hosts_share_a_room_through_redis(tmp_path: Path, browser: Any) -> N
             _open_follow_me(student)
             student.locator("#room-code textarea, #room-code input").first.fill(code)
             student.get_by_role("button", name="Follow", exact=True).click()
+            line = "#room-line"
             _poll(
-                student, "following", lambda: "Following room" in student.inner_text("#room-line")
+                student,
+                "an answer",
+                lambda: {"Following", "⚠️"} & set(student.inner_text(line).split()),
             )
+            # Host B knows the room host A opened: it is in the Redis they share.
+            assert "Following" in student.inner_text(line), student.inner_text(line)
             lecturer.get_by_role("tab", name="Attention", exact=True).click()
             _poll(student, "the lecturer's tab", lambda: _selected_tab(student) == "Attention")
             # Each page stayed on its own host.
