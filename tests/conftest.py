@@ -718,3 +718,23 @@ def page(browser: Any, app_url: str) -> Iterator[PageRecord]:
         yield record
     finally:
         context.close()
+
+
+@pytest.fixture(scope="session")
+def redis_service() -> Iterator[Any]:
+    """One throwaway ``redis-server`` for the session (see ``tests/redis_server.py``)."""
+    from redis_server import RedisServer
+
+    server = RedisServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_service: Any) -> str:
+    """The URL of an empty Redis database (the session's server, flushed for each test)."""
+    import redis
+
+    with redis.Redis.from_url(redis_service.url) as client:
+        client.flushdb()
+    return str(redis_service.url)

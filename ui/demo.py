@@ -22,10 +22,10 @@ from starlette.middleware import Middleware
 from transformer.core.device import pick_device
 
 from .links.first_views import PRELOAD_PLOTLY_JS, REVEAL_LINK_JS, FirstViews, OpenOnLinkedTab
-from .links.rooms import FollowMe, Rooms
+from .links.rooms import FollowMe, RedisRooms, Rooms, RoomStore
 from .links.share import MAX_QUERY, TabView
 from .links.views import Views
-from .serving import limits
+from .serving import limits, store
 from .serving.errors import guard_preprocessing, scrub
 from .serving.export import PLOT_TOOLBAR_JS, ViewExport
 from .serving.ordering import newest_wins
@@ -33,7 +33,7 @@ from .serving.plotly_bundle import ServePrunedPlotly, start_pruning
 from .serving.sessions import drop_left_sessions, drop_sessions, reopen_on_heartbeat
 from .serving.shared_views import share_views
 from .serving.sliders import SLIDER_ENTER_JS
-from .serving.state import ModelRegistry, SessionModels
+from .serving.state import ModelRegistry, SessionModels, SharedViews
 from .serving.textboxes import TEXT_EDIT_JS
 from .serving.uploads import CapUploads
 from .tabs import attention, generate, inside, positions, tokenize, training
@@ -61,9 +61,18 @@ CACHE_SWEEP_S = 600
 # with a message in the page (ui/links/views.py).
 MAX_URL_CHARS = 16_384
 
-# The lecturers' rooms (follow me), one registry per process: a room outlives a page's reload,
-# and the students of one lecture may be answered by any app this process serves.
-ROOMS = Rooms()
+
+def make_rooms() -> RoomStore:
+    """The lecturers' rooms: in this process's memory, or, where several app processes serve
+    one class (``VISUALISER_REDIS_URL`` set), in their Redis, so that a student answered by
+    one process follows a lecturer whose page publishes to another."""
+    url = store.redis_url()
+    return RedisRooms(store.connect(url)) if url else Rooms()
+
+
+# The lecturers' rooms (follow me), one registry per process (or per class, in Redis): a room
+# outlives a page's reload, and the students of one lecture may be answered by any app served.
+ROOMS = make_rooms()
 
 # The tabs in the paper's order: (label, id used by links and the tour, build). Each build takes
 # (registry, large, session) and returns its shareable controls, {key: component}.
@@ -239,7 +248,15 @@ def build_demo(
     cheap += registry.passes.capacity
     _configure_queue(demo, default_concurrency_limit=cheap, max_size=limits.QUEUE_SIZE)
     queue_costly_apart(demo, costly)
-    registry.shared_views = share_views(demo)  # a class's common views, computed once
+    # A class's common views, computed once (by one of the processes serving it, with Redis).
+    registry.shared_views = share_views(
+        demo,
+        SharedViews(
+            limits.SHARED_VIEW_BYTES,
+            limits.SHARED_VIEW_ENTRIES,
+            second=store.shared_views_store(registry),
+        ),
+    )
     guard_preprocessing(demo)  # gradio's own refusals: a message and one log line
     # An older redraw that ends last does not draw over a newer one.
     demo.write_order = newest_wins(demo)

@@ -13,6 +13,11 @@ screen says "Following <code> — Take over": taking over stops following and gi
 page, interactive, at the view it shows. The lecturer's code and secret are kept in the browser
 (``gr.BrowserState``), so a reload resumes the same room and brings back its view; a
 follower's page is not touched by it.
+
+One process keeps its rooms in memory (:class:`Rooms`). Several processes serving one class
+(``app.py --workers N``) keep them in Redis (:class:`RedisRooms`, same interface and rules), so
+that a student's process answers with the lecturer's view whichever process the lecturer's
+page publishes to.
 """
 
 from __future__ import annotations
@@ -23,13 +28,17 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs
 
 import gradio as gr
 
+from ..serving.store import Breaker
 from .share import MAX_QUERY, decode_view
 from .views import SCROLL_JS, WAIT_UNTIL_IDLE_JS, union
+
+if TYPE_CHECKING:
+    import redis
 
 # views.KEEP_USER_CHANGES_JS for inputs that end with (view, touched): whether the user clicked
 # or typed while the view settled, which the settle keeps.
@@ -50,6 +59,10 @@ POLL_S = 2.0
 
 class RoomError(ValueError):
     """A room code that names no open room, or a secret that is not the room's."""
+
+
+class RoomsUnavailable(RoomError):
+    """The rooms' store (Redis) did not answer: the room may well be open still."""
 
 
 @dataclass
@@ -114,7 +127,7 @@ class Rooms:
         """The lecturer's room again (after a reload of their page)."""
         with self._lock:
             room = self._room(code)
-            if not secrets.compare_digest(room.secret, secret):
+            if not same_secret(room.secret, secret):
                 raise RoomError(f"room {room.code} belongs to another page")
             return room
 
@@ -125,7 +138,7 @@ class Rooms:
             raise RoomError(f"a view of {len(view):,} characters is longer than a link may be")
         with self._lock:
             room = self._room(code)
-            if not secrets.compare_digest(room.secret, secret):
+            if not same_secret(room.secret, secret):
                 raise RoomError(f"room {room.code} belongs to another page")
             if view != room.view:
                 room.view = view
@@ -142,6 +155,203 @@ class Rooms:
         now = self.clock()
         for code in [c for c, r in self._rooms.items() if now - r.used > self.idle_s]:
             del self._rooms[code]
+
+
+class RoomStore(Protocol):
+    """What follow me asks of a registry of rooms: :class:`Rooms` or :class:`RedisRooms`."""
+
+    def __len__(self) -> int: ...
+
+    def open(self) -> Room: ...
+
+    def resume(self, code: str, secret: str) -> Room: ...
+
+    def publish(self, code: str, secret: str, view: str) -> int: ...
+
+    def latest(self, code: str) -> tuple[int, str]: ...
+
+
+# The Redis rooms' scripts. Each runs atomically in Redis, so that two processes publishing to
+# one room (a lecturer's two tabs) raise its version once per change, and a code is never
+# given twice. A room is a hash <prefix>room:<CODE> (secret, view, version) that expires
+# idle_s after its last use; the sorted set <prefix>rooms orders the codes by last use (by a
+# counter, <prefix>rooms:used, not a clock: the processes' clocks need not agree), for the
+# bound on their number. KEYS: the room, the set, the counter; ARGV[1]: idle_s in ms, ARGV[2]:
+# the code.
+_TOUCH = """
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[3], ARGV[1])
+"""
+# Codes of rooms that expired leave the set; ARGV[4]: the rooms' key prefix.
+_PRUNE = """
+for _, code in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  if redis.call('EXISTS', ARGV[4] .. code) == 0 then redis.call('ZREM', KEYS[2], code) end
+end
+"""
+# A new room (0 when the code is taken), then the least recently used closed past ARGV[5].
+_OPEN = (
+    """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'secret', ARGV[3], 'view', '', 'version', 0)
+"""
+    + _TOUCH
+    + _PRUNE
+    + """
+local extra = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[5])
+if extra > 0 then
+  for _, code in ipairs(redis.call('ZRANGE', KEYS[2], 0, extra - 1)) do
+    redis.call('DEL', ARGV[4] .. code)
+  end
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, extra - 1)
+end
+return 1
+"""
+)
+# The room's (secret, version, view), now the most recently used; false when it is closed.
+_READ = (
+    """
+local room = redis.call('HMGET', KEYS[1], 'secret', 'version', 'view')
+if not room[1] then return false end
+"""
+    + _TOUCH
+    + "return room"
+)
+# The room's (version, view) alone: a follower's poll, one round trip.
+_LATEST = (
+    """
+local room = redis.call('HMGET', KEYS[1], 'version', 'view')
+if not room[1] then return false end
+"""
+    + _TOUCH
+    + "return room"
+)
+# Set the view ARGV[4] and return the version, raised only when the view changed; the secret
+# ARGV[3] was checked by the caller, and is checked again in case the code was closed and given
+# to another page meanwhile. -1: closed; -2: another page's room.
+_PUBLISH = (
+    """
+local room = redis.call('HMGET', KEYS[1], 'secret', 'view')
+if not room[1] then return -1 end
+if room[1] ~= ARGV[3] then return -2 end
+"""
+    + _TOUCH
+    + """
+if room[2] == ARGV[4] then return tonumber(redis.call('HGET', KEYS[1], 'version')) end
+redis.call('HSET', KEYS[1], 'view', ARGV[4])
+return redis.call('HINCRBY', KEYS[1], 'version', 1)
+"""
+)
+_COUNT = _PRUNE + "return redis.call('ZCARD', KEYS[2])"
+
+
+class RedisRooms:
+    """:class:`Rooms` kept in Redis, shared by the app processes that serve one class: the same
+    codes, secrets, versions, bound and expiry (by Redis, ``idle_s`` after a room's last use),
+    each operation atomic in Redis. A follower's :meth:`latest` is one round trip. An error of
+    Redis is a :class:`RoomsUnavailable` (follow me pauses; the pages stay as they are)."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        max_rooms: int = MAX_ROOMS,
+        idle_s: float = ROOM_IDLE_S,
+        prefix: str = "visualiser:",
+    ) -> None:
+        self.client = client
+        self.max_rooms = max_rooms
+        self.idle_s = idle_s
+        # A Redis that failed is not asked again for a poll's period: with a server that does
+        # not answer, each call would hold a thread for its timeout (fifty polls a second).
+        self.breaker = Breaker("follow-me rooms", retry_after_s=POLL_S)
+        self._room_prefix = f"{prefix}room:"
+        self._set = f"{prefix}rooms"
+        self._counter = f"{prefix}rooms:used"
+        self._scripts = {
+            name: client.register_script(lua)
+            for name, lua in [
+                ("open", _OPEN),
+                ("read", _READ),
+                ("latest", _LATEST),
+                ("publish", _PUBLISH),
+                ("count", _COUNT),
+            ]
+        }
+
+    def _run(self, name: str, code: str, *args: Any) -> Any:
+        """Run script ``name`` for room ``code`` (a normal code) with ``args`` after the
+        common ones."""
+        import redis
+
+        unavailable = "follow me is unavailable for a moment (the rooms' store does not answer)"
+        if not self.breaker.closed():
+            raise RoomsUnavailable(unavailable)
+        keys = [self._room_prefix + code, self._set, self._counter]
+        ttl_ms = max(1, round(self.idle_s * 1000))
+        try:
+            found = self._scripts[name](keys=keys, args=[ttl_ms, code, *args])
+        except redis.RedisError as error:
+            self.breaker.failed(error)
+            raise RoomsUnavailable(unavailable) from error
+        self.breaker.worked()
+        return found
+
+    def __len__(self) -> int:
+        return int(self._run("count", "", "", self._room_prefix))
+
+    def open(self) -> Room:
+        """A new room with a fresh code (unique across the processes) and secret."""
+        secret = secrets.token_urlsafe(16)
+        while True:
+            code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+            if self._run("open", code, secret, self._room_prefix, self.max_rooms):
+                return Room(code, secret, used=time.monotonic())
+
+    def _read(self, code: str) -> Room:
+        key = normal_code(code)
+        found = self._run("read", key) if key else None
+        if not found:
+            raise RoomError(f"there is no open room {key or '(empty)'}: check the code")
+        secret, version, view = (part.decode() for part in found)
+        return Room(key, secret, view, int(version), used=time.monotonic())
+
+    def resume(self, code: str, secret: str) -> Room:
+        """The lecturer's room again (after a reload of their page)."""
+        room = self._read(code)
+        if not same_secret(room.secret, secret):
+            raise RoomError(f"room {room.code} belongs to another page")
+        return room
+
+    def publish(self, code: str, secret: str, view: str) -> int:
+        """Set the room's view (a link's query) and return its version, raised by one only
+        when the view changed (atomically, whichever process publishes)."""
+        if len(view) > MAX_QUERY:
+            raise RoomError(f"a view of {len(view):,} characters is longer than a link may be")
+        room = self.resume(code, secret)
+        version = int(self._run("publish", room.code, room.secret, view))
+        if version == -1:
+            raise RoomError(f"there is no open room {room.code}: check the code")
+        if version == -2:
+            raise RoomError(f"room {room.code} belongs to another page")
+        return version
+
+    def latest(self, code: str) -> tuple[int, str]:
+        """The room's ``(version, view)``."""
+        key = normal_code(code)
+        found = self._run("latest", key) if key else None
+        if not found:
+            raise RoomError(f"there is no open room {key or '(empty)'}: check the code")
+        version, view = found
+        return int(version), view.decode()
+
+
+def same_secret(kept: str, given: Any) -> bool:
+    """Whether ``given`` (from a page: anything) is the room's secret, compared in constant
+    time."""
+    if not isinstance(given, str):
+        return False
+    return secrets.compare_digest(kept.encode(), given.encode())
 
 
 def normal_code(code: Any) -> str:
@@ -212,7 +422,7 @@ def room_line(code: str) -> str:
 class FollowMe:
     """The follow-me controls of the page and their events (see the module's docstring)."""
 
-    def __init__(self, rooms: Rooms) -> None:
+    def __init__(self, rooms: RoomStore) -> None:
         self.rooms = rooms
         with gr.Accordion(
             "Follow a lecturer (room code)", open=False, elem_id="follow-me"
@@ -272,6 +482,8 @@ class FollowMe:
                 return gr.skip()  # and the next one that fits is
             try:
                 self.rooms.publish(code, secret, query)
+            except RoomsUnavailable:  # sent again at the next tick
+                return gr.skip()
             except RoomError:
                 return gr.Timer(active=False)
             return gr.skip()
@@ -354,9 +566,14 @@ class FollowMe:
             try:
                 room = self.rooms.resume(code, secret)
                 return [room.code, room.secret], room_line(room.code), gr.Timer(active=True)
+            except RoomsUnavailable as error:
+                return gr.skip(), f"⚠️ {error}: try again.", gr.skip()
             except RoomError:
                 pass
-        room = self.rooms.open()
+        try:
+            room = self.rooms.open()
+        except RoomsUnavailable as error:
+            return gr.skip(), f"⚠️ {error}: try again.", gr.skip()
         return [room.code, room.secret], room_line(room.code), gr.Timer(active=True)
 
     def resume_room(self, hosting: list[str] | None) -> tuple:
@@ -367,6 +584,9 @@ class FollowMe:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip()
         try:
             room = self.rooms.resume(code, secret)
+        except RoomsUnavailable:  # still hosted: Host a room takes it up again
+            line = f"Room {code}: follow me is unavailable for a moment; press Host a room again."
+            return gr.skip(), line, gr.skip(), gr.skip()
         except RoomError:
             return ["", ""], "The room this page hosted has closed.", gr.skip(), gr.skip()
         # With a view to bring back, publishing starts once it is applied (publish_again).
@@ -427,6 +647,8 @@ class FollowMe:
             return gr.skip(), gr.skip(), *unchanged
         try:
             version, view = self.rooms.latest(code)
+        except RoomsUnavailable:  # asked again at the next poll
+            return gr.skip(), gr.skip(), *unchanged
         except RoomError:  # the room closed: the page is the student's own again
             line = f"Room {code} has closed: this page is yours again."
             return ["", -1], gr.skip(), line, gr.Timer(active=False), take_over_button(""), ""

@@ -7,6 +7,12 @@ wrapper keys the cache by the handler and the values of its inputs (never a sess
 The figures are kept as figures (the views that apply a link read them), so gradio serialises
 a shared figure for each answer: a few milliseconds, against the handler's tens to thousands.
 
+Where several app processes serve one class, the cache has a second level in their Redis
+(``ui/serving/store.py``): a view is named there by the handler's place in the app (its module,
+name and rank among handlers of that name, the same in every process built from the same code)
+and its inputs, under a version of the code and the models, so that a view one process
+computed serves the others.
+
 Not shared: a view of the model trained in one session (any input naming it), a view whose
 computation warned its session about something (the warning belongs to that request), and an
 error (raised to each session as its own).
@@ -26,6 +32,7 @@ from gradio.context import LocalContext
 
 from . import limits
 from .state import TRAINED_HERE, SessionModels, SharedViews
+from .store import stable_key
 
 log = logging.getLogger("visualiser")
 
@@ -66,7 +73,10 @@ def share_views(demo: gr.Blocks, cache: SharedViews | None = None) -> SharedView
     """Serve the events of ``demo`` whose handler is in ``SHARED_HANDLERS`` (and whose inputs
     hold no upload and no state but the session's models) from one cache for every session;
     returns the cache (a new one with the default bounds when ``cache`` is None)."""
-    cache = cache or SharedViews(limits.SHARED_VIEW_BYTES, limits.SHARED_VIEW_ENTRIES)
+    if cache is None:  # (an empty cache is falsy: it has a length)
+        cache = SharedViews(limits.SHARED_VIEW_BYTES, limits.SHARED_VIEW_ENTRIES)
+    names: dict[int, str] = {}  # id of a handler -> its name for every process
+    ranks: dict[str, int] = {}
     for fn in demo.fns.values():
         handler = fn.fn
         if handler is None or getattr(handler, "__name__", "") not in SHARED_HANDLERS:
@@ -75,9 +85,21 @@ def share_views(demo: gr.Blocks, cache: SharedViews | None = None) -> SharedView
             continue
         if not _shareable(handler, fn.inputs):
             continue
-        fn.fn = _shared(handler, cache, _state_positions(fn.inputs))
+        if id(handler) not in names:
+            where = _where(handler)
+            ranks[where] = ranks.get(where, 0) + 1
+            names[id(handler)] = f"{where}#{ranks[where]}"
+        fn.fn = _shared(handler, cache, _state_positions(fn.inputs), names[id(handler)])
     _hear_messages(demo)
     return cache
+
+
+def _where(handler: Callable[..., Any]) -> str:
+    """Where ``handler`` is defined (module and qualified name; a partial's function's)."""
+    inner = handler.func if isinstance(handler, functools.partial) else handler
+    module = getattr(inner, "__module__", None) or "?"
+    name = getattr(inner, "__qualname__", None) or getattr(handler, "__name__", "?")
+    return f"{module}.{name}"
 
 
 def _state_positions(inputs: Iterable[Any]) -> frozenset[int]:
@@ -136,10 +158,12 @@ def _fresh(value: Any) -> Any:
 
 
 def _shared(
-    handler: Callable[..., Any], cache: SharedViews, states: frozenset[int]
+    handler: Callable[..., Any], cache: SharedViews, states: frozenset[int], name: str = ""
 ) -> Callable[..., Any]:
     """``handler`` served through ``cache``, keyed by the handler and the values of its inputs
-    but the states (at ``states``); the events that share a handler share its views."""
+    but the states (at ``states``); the events that share a handler share its views. ``name``
+    names the handler alike in every process (for the cache's second level; none: this
+    process's alone)."""
 
     @functools.wraps(handler)  # gradio reads the signature through __wrapped__
     def shared(*args: Any, **kwargs: Any) -> Any:
@@ -160,7 +184,10 @@ def _shared(
                 _SPOKE.reset(token)
             return view, not heard
 
-        return _fresh(cache.get(key, compute))
+        shared_key = None
+        if name and cache.second is not None:
+            shared_key = stable_key((name, key[1]))
+        return _fresh(cache.get(key, compute, shared_key))
 
     shared.shared_view = True  # type: ignore[attr-defined]  # for the tests
     return shared

@@ -31,6 +31,7 @@ from transformer.training.bundled import load_bundled
 from . import limits
 from .costly import CostlyPasses, PassCost, admit, costly_here, parameters, pool_workers
 from .errors import InputError, readable_list, user_input
+from .store import MISSING, RedisViews
 
 log = logging.getLogger("visualiser")
 
@@ -478,11 +479,18 @@ class SharedViews:
     :meth:`get` computes a view once even when many sessions ask for it at once: the first
     computes, the others wait for its result (if it fails or keeps nothing, each then computes
     for itself, so that a failure is reported to each as its own). ``hits`` and ``computed``
-    count what happened, for the tests and the benchmark."""
+    count what happened, for the tests and the benchmark.
 
-    def __init__(self, max_bytes: int, max_entries: int) -> None:
+    With ``second`` (the app processes serving one class share a Redis), a view this process
+    does not hold is looked for there before it is computed, and a view computed here is
+    stored there too, for the other processes (``remote_hits`` counts the views found there).
+    """
+
+    def __init__(self, max_bytes: int, max_entries: int, second: RedisViews | None = None) -> None:
         self.max_bytes = max_bytes
         self.max_entries = max_entries
+        self.second = second
+        self.remote_hits = 0
         self._views: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
         self._pending: dict[Any, threading.Event] = {}
         self._lock = threading.Lock()
@@ -514,11 +522,17 @@ class SharedViews:
         with self._lock:
             return key in self._pending
 
-    def get(self, key: Any, compute: Callable[[], tuple[Any, bool]]) -> Any:
+    def get(
+        self, key: Any, compute: Callable[[], tuple[Any, bool]], shared_key: str | None = None
+    ) -> Any:
         """The view kept under ``key``, else ``compute()``'s, kept when it says so.
 
         ``compute`` returns ``(view, keep)``: a view that must not be shared (it warned its own
-        session about something) is returned without being kept."""
+        session about something) is returned without being kept. ``shared_key`` names the view
+        for every process (see :func:`ui.serving.store.stable_key`): with it, the second level
+        is asked before computing, and given what is kept; without it, the view is this
+        process's alone."""
+        second = self.second
         with self._lock:
             if key in self._views:
                 return self._hit(key)
@@ -537,11 +551,20 @@ class SharedViews:
                 self._keep(key, view)
             return view
         try:
+            if second is not None and shared_key is not None:
+                view = second.get(shared_key)
+                if view is not MISSING:
+                    with self._lock:
+                        self.remote_hits += 1
+                    self._keep(key, view)
+                    return view
             view, keep = compute()
             with self._lock:
                 self.computed += 1
             if keep:
                 self._keep(key, view)
+                if second is not None and shared_key is not None:
+                    second.put_later(shared_key, view)
             return view
         finally:
             with self._lock:
