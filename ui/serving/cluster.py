@@ -108,9 +108,16 @@ backend workers
     balance roundrobin
     # Sticky by cookie, never by client IP: a lecture hall behind one router is one IP.
     cookie {cookie} insert indirect nocache httponly
+    # A worker busy with a long pass may answer its check late (its event loop shares two
+    # cores with the passes): only a worker that fails three checks of 10 s gets no new
+    # students, and even then a student already pinned to it stays (persist) unless it refuses
+    # the connection (dead: redispatched above). Moving a live worker's students would lose
+    # their sessions.
     option httpchk GET {health}
     http-check expect status 200
-    default-server check inter 2s fall 2 rise 1
+    option persist
+    timeout check 10s
+    default-server check inter 3s fall 3 rise 1
 {servers}
 """
 
