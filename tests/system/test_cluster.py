@@ -59,7 +59,29 @@ def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
             process=process,
         )
         yield url, process, folder / "launcher.log"
+        children = _descendants(process.pid)
+    # SIGTERM stopped everything it started (HAProxy, both workers, Redis): nothing is left.
     assert process.returncode == 0, (folder / "launcher.log").read_text()[-3000:]
+    assert len(children) >= 4 or not Path("/proc").is_dir()
+    assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]
+
+
+def _descendants(pid: int) -> set[int]:
+    """The processes below ``pid`` now (Linux's /proc; none elsewhere)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, todo = set(), [pid]
+    while todo:
+        parent = todo.pop()
+        children = {child for child, of in parents.items() if of == parent}
+        todo += children - found
+        found |= children
+    return found
 
 
 def _two_clients_on_two_workers(url: str) -> tuple[Any, Any]:
@@ -184,7 +206,7 @@ def test_two_hosts_share_a_room_through_redis(tmp_path: Path, browser: Any) -> N
     HAProxy with the deployment's configuration in front: a student pinned to host B follows
     the room a lecturer opened on host A."""
     from conftest import TIMEOUT_MS
-    from test_browser import _poll, _selected_tab
+    from test_browser import _drawn, _poll, _selected_tab
     from test_browser_follow import _open_follow_me, _room_code
 
     env = bundled_only_env(tmp_path / "bundled-only")
@@ -249,6 +271,7 @@ def test_two_hosts_share_a_room_through_redis(tmp_path: Path, browser: Any) -> N
             # Host B knows the room host A opened: it is in the Redis they share.
             assert "Following" in student.inner_text(line), student.inner_text(line)
             lecturer.get_by_role("tab", name="Attention", exact=True).click()
+            _drawn(lecturer, "Attention", 4)
             _poll(student, "the lecturer's tab", lambda: _selected_tab(student) == "Attention")
             # Each page stayed on its own host.
             for page, name in ((lecturer, "a1"), (student, "b1")):

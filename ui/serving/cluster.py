@@ -248,12 +248,14 @@ def _start(command: list[str], env: dict[str, str] | None = None, log_file: Any 
     )
 
 
-def _stop(process: Any, sig: int = signal.SIGTERM) -> None:
-    """Ask ``process`` to stop with ``sig``; kill it after :data:`STOP_GRACE_S`."""
+def _stop(process: Any, sig: int | None = signal.SIGTERM) -> None:
+    """Ask ``process`` to stop with ``sig`` (None: it was asked already); kill it after
+    :data:`STOP_GRACE_S`."""
     if process is None or process.poll() is not None:
         return
-    with contextlib.suppress(ProcessLookupError):
-        process.send_signal(sig)
+    if sig is not None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(sig)
     try:
         process.wait(STOP_GRACE_S)
     except subprocess.TimeoutExpired:
@@ -428,8 +430,8 @@ class Cluster:
             if worker.process is not None and worker.process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     worker.process.send_signal(signal.SIGINT)
-        for worker in self.workers:
-            _stop(worker.process, signal.SIGINT)
+        for worker in self.workers:  # all asked at once, then each waited for
+            _stop(worker.process, None)
         _stop(self.redis)
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
