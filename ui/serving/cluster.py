@@ -584,6 +584,7 @@ class WorkerIdentity:
         # the process that served the page; unqueued ones (a menu, "Link to this view") take
         # all they need from the page, and pass.
         if method == "POST" and path == "/gradio_api/queue/join" and page not in (None, self.stamp):
+            log.info("a page served by %s asked %s for an event: told to reload", page, self.stamp)
             refusal = json.dumps({"error": RESTARTED, "detail": RESTARTED}).encode()
             await self._answer(send, 409, refusal, [json_type])
             return
