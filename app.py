@@ -2,11 +2,12 @@
 
     python app.py [--host 127.0.0.1] [--port 7860] [--device auto|cpu|cuda|mps] [--share]
                   [--model PATH_OR_ID ...] [--dtype auto|float32|bfloat16|float16]
-                  [--allow-download]
+                  [--allow-download] [--workers N [--redis URL] [--no-balancer]]
 
 This file is the entry point only: arguments, building the demo, launching it. The interface
 lives in ``ui/`` (one module per tab), computation in ``transformer/`` and figures in
-``transformer.figures`` (pure plotly functions).
+``transformer.figures`` (pure plotly functions). ``--workers N`` runs N such processes behind
+HAProxy (``ui/serving/cluster.py``, ``deploy/README.md``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 
 from transformer.core.device import DEVICE_CHOICES, DTYPE_CHOICES
 from ui import build_demo, launch_options, preload_models
+from ui.serving import cluster
 from ui.serving.memory import return_memory_when_idle
 from ui.serving.space import install_shipped_models
 
@@ -61,23 +63,32 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="let --model download a hub id that is not in the local cache (safetensors only)",
     )
+    cluster.add_arguments(parser)
     args = parser.parse_args(argv)
+    cluster.check_arguments(parser, args)
     logging.basicConfig(level=logging.INFO)
+    if cluster.launches(args):  # the launcher: N of this process behind HAProxy
+        raise SystemExit(cluster.serve(args))
+    worker = cluster.worker_name()  # set when the launcher started this process
+    if worker:
+        cluster.limit_threads()
     return_memory_when_idle()
     # A Space installs requirements.txt only: the shipped models' packages come here (logged);
-    # a failure leaves the bundled models serving and says why in the page.
-    not_installed = install_shipped_models()
+    # a failure leaves the bundled models serving and says why in the page. (A worker's
+    # launcher did it once for all.)
+    not_installed = {} if worker else install_shipped_models()
     # Pretrained weights are read once the page is served: read during start-up, they would
     # compete with it for the interpreter (about +5 s on two cores).
     demo = build_demo(args.device, args.model, args.allow_download, preload=False, dtype=args.dtype)
     if not_installed:  # the page's status line names each missing model and why
         demo.model_registry.pretrained_errors.update(not_installed)  # type: ignore[attr-defined]
+    options = launch_options()
     demo.launch(
         server_name=args.host,
         server_port=args.port,
         share=args.share,
         prevent_thread_lock=True,
-        **launch_options(),
+        **(cluster.worker_launch_options(options) if worker else options),
     )
     preload_models(demo)
     demo.block_thread()

@@ -4,9 +4,12 @@ it through gradio_client or raw HTTP, and check that an error message is fit for
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -109,3 +112,86 @@ class Tally:
     @property
     def total(self) -> int:
         return sum(self.requests.values())
+
+
+def bundled_only_env(folder: Path) -> dict[str, str]:
+    """The environment of an app process that serves only the bundled models: an empty module
+    of each shipped model's name in ``folder``, first on ``PYTHONPATH``, hides its package
+    (no folder to find), so each process starts in seconds and holds tens of MB, not a GB."""
+    from transformer.pretrained.shipped import shipped_models
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for model in shipped_models():
+        (folder / f"{model.module}.py").write_text("")
+    path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "GRADIO_ANALYTICS_ENABLED": "False"}
+
+
+def worker_of(url: str, cookies: dict[str, str] | None = None) -> dict[str, Any]:
+    """What the worker that ``cookies`` (a client's, with HAProxy's sticky cookie) is pinned to
+    says of itself: ``{"worker": name, "stamp": name and start, "pid": ...}``."""
+    from ui.serving.cluster import HEALTH_PATH
+
+    answer = httpx.get(url.rstrip("/") + HEALTH_PATH, cookies=cookies or {}, timeout=10)
+    answer.raise_for_status()
+    return dict(answer.json())
+
+
+def sticky_client(url: str) -> Client:
+    """A gradio_client session behind HAProxy that stays on its worker.
+
+    gradio_client opens a new httpx client for each request, so nothing keeps cookies between
+    them by itself; but it reads the cookies of its first request (``/config``) and sends them
+    with every later one. That first answer carries HAProxy's ``VISUALISER_WORKER`` (the worker
+    it balanced to) and the worker's ``visualiser_page``: every request goes to that worker.
+    This checks that both cookies are there, so a test never passes on a client that wanders."""
+    from ui.serving.cluster import BALANCER_COOKIE, PAGE_COOKIE
+
+    client = api_client(url)
+    missing = {BALANCER_COOKIE, PAGE_COOKIE} - set(client.cookies)
+    assert not missing, f"the first answer set no {missing} cookie: {client.cookies}"
+    return client
+
+
+@contextmanager
+def launcher(
+    args: list[str], folder: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen]:
+    """``python app.py ARGS`` (the launcher of ``--workers N``) with only the bundled models,
+    its output in ``folder/launcher.log``; stopped with SIGTERM on exit (as a service manager
+    stops it), and killed if it does not stop."""
+    log_path = folder / "launcher.log"
+    process = subprocess.Popen(
+        [sys.executable, "app.py", "--device", "cpu", *args],
+        cwd=Path(__file__).resolve().parents[1],
+        env=env or bundled_only_env(folder / "bundled-only"),
+        stdout=log_path.open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def until(what: str, check: Any, timeout: float = 180, process: Any = None) -> Any:
+    """Poll ``check()`` until it returns something truthy (returned); fail after ``timeout``
+    seconds, or at once if ``process`` exited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            found = check()
+        except (httpx.HTTPError, OSError, ValueError):
+            found = None
+        if found:
+            return found
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the launcher exited ({process.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} after {timeout:.0f} s")
+        time.sleep(0.25)
