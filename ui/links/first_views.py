@@ -21,6 +21,7 @@ from typing import Any
 import gradio as gr
 
 from ..serving.errors import describe
+from ..serving.page_script import serve_with_script
 from ..serving.plotly_bundle import plotly_chunk
 from .views import _as_update, _is_update, _merge, _usable, union
 
@@ -99,8 +100,6 @@ class OpenOnLinkedTab:
     :data:`LINKED_TAB_JS`, run before gradio's script reads the page's configuration (an
     uncompressed HTML page only; anything else passes through unchanged)."""
 
-    MARK = b'<script type="module"'
-
     def __init__(self, app: Any) -> None:
         self.app = app
         self.script = b"<script>" + LINKED_TAB_JS.encode() + b"</script>"
@@ -117,30 +116,7 @@ class OpenOnLinkedTab:
         ):
             await self.app(scope, receive, send)
             return
-        start: dict[str, Any] = {}
-        body: list[bytes] = []
-
-        async def buffered(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                start.update(message)
-                return
-            if message["type"] != "http.response.body":
-                await send(message)
-                return
-            body.append(message.get("body", b""))
-            if message.get("more_body"):
-                return
-            page = b"".join(body)
-            headers = dict(start.get("headers", []))
-            html_page = headers.get(b"content-type", b"").startswith(b"text/html")
-            if start.get("status") == 200 and html_page and b"content-encoding" not in headers:
-                page = page.replace(self.MARK, self.script + self.MARK, 1)
-            fixed = [(k, v) for k, v in start.get("headers", []) if k != b"content-length"]
-            fixed.append((b"content-length", b"%d" % len(page)))
-            await send({**start, "headers": fixed})
-            await send({"type": "http.response.body", "body": page})
-
-        await self.app(scope, receive, buffered)
+        await serve_with_script(self.app, scope, receive, send, self.script)
 
 
 def _descendants(block: Any) -> set[int]:

@@ -47,6 +47,8 @@ from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
 
+from .page_script import serve_with_script
+
 log = logging.getLogger("visualiser.cluster")
 
 WORKER_ENV = "VISUALISER_WORKER"
@@ -539,8 +541,6 @@ class WorkerIdentity:
     event of a page another process served (its session is not here); and puts
     :data:`RESTARTED_JS` in the page, which shows the banner when another process answers."""
 
-    MARK = b'<script type="module"'
-
     def __init__(self, app: Any) -> None:
         self.app = app
         self.name = worker_name() or "w"
@@ -598,30 +598,9 @@ class WorkerIdentity:
             await self.app(scope, receive, named)
             return
         cookie = f"{PAGE_COOKIE}={self.stamp}; Path=/; HttpOnly; SameSite=Lax".encode()
-        start: dict[str, Any] = {}
-        body: list[bytes] = []
-
-        async def stamped(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                start.update(message)
-                return
-            if message["type"] != "http.response.body":
-                await send(message)
-                return
-            body.append(message.get("body", b""))
-            if message.get("more_body"):
-                return
-            content = b"".join(body)
-            headers = dict(start.get("headers", []))
-            html_page = headers.get(b"content-type", b"").startswith(b"text/html")
-            if start.get("status") == 200 and html_page and b"content-encoding" not in headers:
-                content = content.replace(self.MARK, self.script + self.MARK, 1)
-            fixed = [(k, v) for k, v in start.get("headers", []) if k != b"content-length"]
-            fixed += [(b"content-length", b"%d" % len(content)), (b"set-cookie", cookie)]
-            await send({**start, "headers": [*fixed, self.named]})
-            await send({"type": "http.response.body", "body": content})
-
-        await self.app(scope, receive, stamped)
+        await serve_with_script(
+            self.app, scope, receive, send, self.script, [(b"set-cookie", cookie), self.named]
+        )
 
 
 def worker_launch_options(options: dict[str, Any]) -> dict[str, Any]:
