@@ -1,6 +1,6 @@
 """A throwaway ``redis-server`` for the tests: on a free loopback port, nothing saved to disk,
 stopped when the test is done. Where ``redis-server`` (or the ``redis`` client) is missing the
-tests that need it are skipped, unless ``REQUIRE_SERVICES=1`` (as in CI) makes that a failure."""
+tests that need it are skipped, unless ``REQUIRE_CLUSTER=1`` (set by ``.ci/run``) makes that a failure."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 def require(what: str) -> None:
     """Skip the test for lack of ``what``, or fail it where the services are required."""
     message = f"{what} is not installed"
-    if os.environ.get("REQUIRE_SERVICES") == "1":
-        pytest.fail(f"{message} (REQUIRE_SERVICES=1)")
+    if os.environ.get("REQUIRE_CLUSTER") == "1":
+        pytest.fail(f"{message} (REQUIRE_CLUSTER=1)")
     pytest.skip(message)
 
 
