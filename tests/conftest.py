@@ -73,6 +73,7 @@ LONGEST_FIRST = (
     "test_reliability",
     "test_fuzz",
     "test_browser_layout",
+    "test_cluster",
     "test_load",
     "test_browser_follow",
     "test_browser_families",
