@@ -63,6 +63,9 @@ PAGE_COOKIE = "visualiser_page"
 """The worker's cookie: which process (name and start) served the page."""
 HEALTH_PATH = "/visualiser-worker"
 """A cheap GET each worker answers itself (name, start, pid): HAProxy's health check."""
+# How often a page asks its worker's name (a class of 100 makes 20 tiny requests a second,
+# answered by the worker's middleware without gradio).
+ASK_WORKER_MS = 5000
 RESTARTED = (
     "This part of the server restarted: reload the page to go on; the page's address (a "
     "linked view, a room) is kept."
@@ -502,6 +505,8 @@ RESTARTED_JS = """
     bar.style.cssText = "position:fixed;top:0;left:0;right:0;z-index:2147483647;padding:12px 16px;"
       + "background:#b45309;color:#fff;font:16px sans-serif;display:flex;gap:12px;"
       + "align-items:center;justify-content:center;flex-wrap:wrap";
+    // As large as the page's own text when a lecturer projects it (Large font).
+    if (document.body.classList.contains("large-font")) bar.style.fontSize = "22px";
     const text = document.createElement("span");
     text.textContent = message;
     const button = document.createElement("button");
@@ -530,6 +535,15 @@ RESTARTED_JS = """
     }
     return answer;
   };
+  // A page left open on one tab asks nothing of the server, and gradio's heartbeat reconnects
+  // by itself to whichever process answers: the page asks its worker's name every few seconds
+  // (a tiny answer of the worker's own, outside gradio's queue), so that a student reading a
+  // figure is told too.
+  const health = new URL(%s, location.href);
+  const ask = setInterval(() => {
+    if (shown) { clearInterval(ask); return; }
+    window.fetch(health, { cache: "no-store" }).catch(() => {});
+  }, %d);
 })();
 """
 
@@ -545,7 +559,12 @@ class WorkerIdentity:
         self.app = app
         self.name = worker_name() or "w"
         self.stamp = f"{self.name}.{secrets.token_hex(6)}"
-        script = RESTARTED_JS % (json.dumps(RESTARTED), json.dumps(self.stamp))
+        script = RESTARTED_JS % (
+            json.dumps(RESTARTED),
+            json.dumps(self.stamp),
+            json.dumps("." + HEALTH_PATH),
+            ASK_WORKER_MS,
+        )
         self.script = b"<script>" + script.encode() + b"</script>"
         self.health = json.dumps(
             {"worker": self.name, "stamp": self.stamp, "pid": os.getpid()}
