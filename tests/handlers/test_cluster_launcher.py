@@ -84,7 +84,9 @@ def test_the_configuration_pins_by_cookie_checks_health_and_redispatches() -> No
     assert "cookie VISUALISER_WORKER insert indirect nocache httponly" in directives
     assert not any(d.startswith("balance source") for d in directives)  # never by client IP
     assert "option httpchk GET /visualiser-worker" in directives
-    assert "option redispatch 1" in directives
+    # A dead worker's requests go to another on the last retry, never a live one's on the first.
+    assert "option redispatch -1" in directives and "retries 2" in directives
+    assert "http-reuse never" in directives
     assert "server w1 127.0.0.1:40001 cookie w1" in directives
     # Server-sent events stay open between events for as long as a page is open.
     for timeout in ("client", "server", "tunnel"):

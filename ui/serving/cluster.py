@@ -91,8 +91,13 @@ defaults
     # ends without an answer) is retried on another worker, whose answer has the page show
     # "reload the page" (the session was in the dead worker) rather than a 502.
     retries 2
-    option redispatch 1
     retry-on conn-failure empty-response
+    # Only the last retry goes to another worker: the first is on the same one, since a live
+    # worker may close an idle kept-alive connection just as a request is sent on it (an empty
+    # response), and another worker would answer that student "reload" for nothing. Nor are
+    # idle connections to a worker reused, which is where that race starts.
+    option redispatch -1
+    http-reuse never
     # A retried request must be kept whole (gradio's requests are small).
     option http-buffer-request
     option forwardfor
