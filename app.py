@@ -17,6 +17,7 @@ import logging
 import os
 
 from transformer.core.device import DEVICE_CHOICES, DTYPE_CHOICES
+from transformer.pretrained.loading import SUPPORTED
 from ui import build_demo, launch_options, preload_models
 from ui.serving import cluster
 from ui.serving.memory import return_memory_when_idle
@@ -48,8 +49,8 @@ def main(argv: list[str] | None = None) -> None:
         action="append",
         default=[],
         metavar="PATH_OR_ID",
-        help="add a Hugging Face model folder, or a hub id (e.g. gpt2) found in the local "
-        "Hugging Face cache, of the BERT, GPT-2 or Marian family (repeatable)",
+        help="add a Hugging Face model folder, a Llama-family .gguf file, or a hub id (e.g. "
+        "gpt2) found in the local Hugging Face cache (repeatable); the families read: " + SUPPORTED,
     )
     parser.add_argument(
         "--dtype",

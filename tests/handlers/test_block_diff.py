@@ -22,7 +22,6 @@ from transformer.lab.block_diff import (
     block_costs,
     char_starts,
     compare_layers,
-    is_modern,
     matching_query,
 )
 from transformer.lab.inside import inside_layer
@@ -335,7 +334,7 @@ def test_smollm2_beside_the_bundled_model() -> None:
     registry = ModelRegistry("cpu")
     session = SessionModels()
     smol = registry.checkpoint(SMOLLM2.name, None)
-    assert is_modern(smol.config)
+    assert smol.config.is_modern
     costs = block_costs(smol.config)
     counted = _layer_costs(smol.model, "decoder")
     assert (costs.layer, costs.cache_bytes, costs.full_cache_bytes) == (

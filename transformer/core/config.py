@@ -223,6 +223,18 @@ class ModelConfig:
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
     @property
+    def is_modern(self) -> bool:
+        """Whether the model has any of the modern block's four changes from the paper (RMSNorm,
+        rotary positions, a gated feed-forward, shared key/value heads): the views that set it
+        beside the 2017 block, or switch its silent mistakes on, offer themselves by this."""
+        return (
+            self.norm_kind == "rms"
+            or self.positional == "rotary"
+            or self.feed_forward_kind == "gated"
+            or self.kv_heads != self.n_heads
+        )
+
+    @property
     def kv_group_size(self) -> int:
         """Query heads that share one key/value head (1 for the paper's multi-head attention)."""
         return self.n_heads // self.kv_heads

@@ -32,17 +32,6 @@ _ACTIVATION_NAMES = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU", "silu"
 FLOAT32_BYTES = 4  # the app keeps every model in float32 (SmolLM2's Q4_1 is dequantized once)
 
 
-def is_modern(config: ModelConfig) -> bool:
-    """Whether a model has any of the modern block's four changes (RMSNorm, rotary positions,
-    a gated feed-forward, shared key/value heads)."""
-    return (
-        config.norm_kind == "rms"
-        or config.positional == "rotary"
-        or config.feed_forward_kind == "gated"
-        or config.kv_heads != config.n_heads
-    )
-
-
 def compared_stack(config: ModelConfig) -> str:
     """The stack whose layer reads the sentence itself: a decoder-only model's decoder, else the
     encoder (an encoder-decoder's decoder reads the model's own output, not the sentence)."""
@@ -537,10 +526,6 @@ def block_diff(original: LayerWalkthrough, modern: LayerWalkthrough) -> BlockDif
         modern_costs=block_costs(modern.config, modern.stack),
         rows=align(original, modern),
     )
-
-
-def _clean(piece: str) -> str:
-    return piece.replace("▁", " ").replace("Ġ", " ").removeprefix("##").strip()
 
 
 def char_starts(tokenizer: Tokenizer, sentence: str, pieces: list[str]) -> list[int | None]:

@@ -43,8 +43,6 @@ class CodeLine:
         path: the file, relative to the repository (``transformer/core/attention.py``).
         line: the cited line, counted from 1 in the file.
         text: that line, stripped.
-        found: always ``True`` (kept for readers of the older record: a citation that is not
-            found raises :class:`CitationError` instead).
         function: the qualified name of the function the line belongs to
             (``transformer.core.attention.MultiHeadAttention.forward``).
         first: the function's first line in the file (its ``def`` or first decorator).
@@ -55,7 +53,6 @@ class CodeLine:
     path: str
     line: int
     text: str
-    found: bool = True
     function: str = ""
     first: int = 0
     last: int = 0

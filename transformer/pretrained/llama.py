@@ -308,7 +308,6 @@ _GLOBAL_HF = {hf: ours for _, hf, ours in _GLOBALS}
 _GGUF_LAYER = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.(weight|bias)$")
 _HF_LAYER = re.compile(r"^model\.layers\.(\d+)\.([a-z_.]+)\.(weight|bias)$")
 IGNORED_GGUF = re.compile(r"^(rope_freqs\.weight|blk\.\d+\.attn_rot_embd)$")
-IGNORED_HF = re.compile(r"^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$")
 
 
 def _our_name(

@@ -58,8 +58,6 @@ SHA256: dict[str, str] = {
 """The sha256 of every file read, relative to `ASSETS` (GPT-2's and cl100k's equal the hashes
 tiktoken itself checks after downloading them)."""
 
-GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-"""GPT-2's pre-tokeniser regex (also the `tokenizers` ByteLevel regex)."""
 CL100K_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
     r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""

@@ -57,14 +57,9 @@ def _remember(model: Transformer, key: tuple, compute: Any) -> Any:
 
 
 def is_modern(config: ModelConfig) -> bool:
-    """Whether a model has the modern block the silent mistakes are about (and reads text
-    alone, as the meter needs): rotary positions, RMSNorm or grouped-query attention."""
-    modern = (
-        config.positional == "rotary"
-        or config.norm_kind == "rms"
-        or config.kv_heads < config.n_heads
-    )
-    return modern and config.architecture == "decoder-only"
+    """Whether a model has the modern block the silent mistakes are about, and reads text alone
+    (decoder-only), as the meter needs."""
+    return config.is_modern and config.architecture == "decoder-only"
 
 
 def not_modern_note(name: str, config: ModelConfig) -> str:

@@ -21,7 +21,6 @@ from transformer.lab.block_diff import (
     DiffRow,
     Side,
     compare_analyses,
-    is_modern,
 )
 from transformer.lab.inside import LayerWalkthrough, Step
 
@@ -74,11 +73,11 @@ CSS = """
 def _names(registry: ModelRegistry, name: str, session: SessionModels | None) -> tuple[str, str]:
     """(original, modern) model names for the model in the menu (see the module's docstring)."""
     config = registry.checkpoint(name, session).config
-    if not is_modern(config):
+    if not config.is_modern:
         if MODERN_DEFAULT in registry.model_names:
             return name, MODERN_DEFAULT
         for other, checkpoint in registry.pretrained.items():
-            if is_modern(checkpoint.config):
+            if checkpoint.config.is_modern:
                 return name, other
         raise InputError(
             "the comparison needs a modern (Llama-family) model such as SmolLM2: "
@@ -86,7 +85,7 @@ def _names(registry: ModelRegistry, name: str, session: SessionModels | None) ->
         )
     for other, checkpoint in registry.pretrained.items():  # a GPT-2 the app has read
         c = checkpoint.config
-        if not is_modern(c) and c.architecture == "decoder-only" and c.positional == "learned":
+        if not c.is_modern and c.architecture == "decoder-only" and c.positional == "learned":
             return other, name
     if ORIGINAL_DEFAULT in registry.bundled.models:
         return ORIGINAL_DEFAULT, name

@@ -95,7 +95,7 @@ def parameter_counts(model: Transformer) -> dict[str, int]:
     order = [label for label, _ in _COMPONENTS] + ["other"]
     result = {label: counts[label] for label in order if counts.get(label)}
     config = model.config
-    if is_modern(config):  # each layer's matrices, where the four modern changes show
+    if config.is_modern:  # each layer's matrices, where the four modern changes show
         detail = layer_parameter_groups(model)
         shares = _matrix_notes(config)
         refined: dict[str, int] = {}
@@ -115,17 +115,6 @@ def parameter_counts(model: Transformer) -> dict[str, int]:
         }
     result["total"] = count_parameters(model)
     return result
-
-
-def is_modern(config: Any) -> bool:
-    """Whether the config has any of the Llama family's changes (RMSNorm, rotary positions, a
-    gated feed-forward, grouped-query attention)."""
-    return (
-        config.norm_kind == "rms"
-        or config.positional == "rotary"
-        or config.feed_forward_kind == "gated"
-        or config.kv_heads != config.n_heads
-    )
 
 
 def _matrix_notes(config: Any) -> dict[str, str]:
@@ -210,7 +199,7 @@ def describe(name: str, checkpoint: Checkpoint, device: Any) -> str:
         f"{checkpoint.tokenizer.vocab_size:,} tokens; "
         f"**{count_parameters(checkpoint.model):,}** parameters. Running on **{device}**."
     )
-    if is_modern(config):
+    if config.is_modern:
         changes = [
             "RMSNorm" if config.norm_kind == "rms" else "LayerNorm",
             f"rotary positions (RoPE, base {config.rope_base:,.0f})"
