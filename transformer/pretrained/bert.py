@@ -45,6 +45,8 @@ from ._common import (
 )
 
 FAMILY = "bert"
+SUMMARY = "BERT family: an encoder, reads the text whole"
+"""What the model pages say of this family: what it changes from the paper, what it does."""
 MODEL_TYPES = ("bert",)
 PREFIXES = ("", "bert.")
 PROBE = "embeddings.word_embeddings.weight"

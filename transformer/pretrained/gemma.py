@@ -47,6 +47,8 @@ from .llama import (
 from .llama import load_tokenizer as _load_tokenizer
 
 FAMILY = "gemma"
+SUMMARY = "Gemma family (soft caps, local and global layers): continues the prompt"
+"""What the model pages say of this family: what it changes from the paper, what it does."""
 MODEL_TYPES = ("gemma", "gemma2", "gemma3_text")
 PREFIXES = ("",)
 PROBE = "model.embed_tokens.weight"

@@ -41,6 +41,8 @@ from ._common import (
 )
 
 FAMILY = "gpt2"
+SUMMARY = "GPT-2 family: continues the prompt"
+"""What the model pages say of this family: what it changes from the paper, what it does."""
 MODEL_TYPES = ("gpt2",)
 PREFIXES = ("", "transformer.")
 PROBE = "wte.weight"

@@ -28,6 +28,8 @@ from .llama import _token_id, check_model_type, map_named_weights, rope_settings
 from .llama import load_tokenizer as _load_tokenizer
 
 FAMILY = "gpt_neox"
+SUMMARY = "GPT-NeoX / Pythia (parallel attention and feed-forward): continues the prompt"
+"""What the model pages say of this family: what it changes from the paper, what it does."""
 MODEL_TYPES = ("gpt_neox",)
 PREFIXES = ("",)
 PROBE = "gpt_neox.embed_in.weight"

@@ -52,6 +52,8 @@ from .gguf import GGUFError, GGUFFile, read_gguf
 from .gpt2 import byte_level_bpe
 
 FAMILY = "llama"
+SUMMARY = "Llama family: continues the prompt"
+"""What the model pages say of this family: what it changes from the paper, what it does."""
 MODEL_TYPES = ("llama", "qwen2")
 GGUF_ARCHITECTURES = ("llama",)
 PREFIXES = ("",)

@@ -42,6 +42,14 @@ FAMILIES: dict[str, ModuleType] = {
 }
 """Supported families by name; each module maps one ``model_type``'s config, weights, tokenizer."""
 
+
+def family_summary(family: str | None) -> str | None:
+    """What a family's module says of it in one line (``"Qwen3 (QK-norm): continues the
+    prompt"``), or None for a model of no family (the bundled ones, a model trained here)."""
+    module = FAMILIES.get(family or "")
+    return None if module is None else str(module.SUMMARY)
+
+
 SUPPORTED = (
     "BERT (model_type 'bert', MiniLM included), GPT-2 ('gpt2'), Marian ('marian'), the Llama "
     "family ('llama', 'qwen2'; or a Llama .gguf file), Qwen3 ('qwen3'), Mistral ('mistral'), "

@@ -49,6 +49,8 @@ from ._common import (
 from .spm import marian_tokenizer
 
 FAMILY = "marian"
+SUMMARY = "Marian family: translates"
+"""What the model pages say of this family: what it changes from the paper, what it does."""
 MODEL_TYPES = ("marian",)
 PREFIXES = ("model.", "")
 PROBE = "encoder.layers.0.self_attn.q_proj.weight"

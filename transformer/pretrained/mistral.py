@@ -28,6 +28,8 @@ from .llama import (
 from .llama import load_tokenizer as _load_tokenizer
 
 FAMILY = "mistral"
+SUMMARY = "Mistral (sliding-window attention): continues the prompt"
+"""What the model pages say of this family: what it changes from the paper, what it does."""
 MODEL_TYPES = ("mistral",)
 PREFIXES = ("",)
 PROBE = "model.embed_tokens.weight"

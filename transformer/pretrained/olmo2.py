@@ -24,6 +24,8 @@ from .llama import LLAMA_GLOBALS, check_model_type, decoder_config, map_named_we
 from .llama import load_tokenizer as _load_tokenizer
 
 FAMILY = "olmo2"
+SUMMARY = "OLMo 2 (norms after the sub-layers): continues the prompt"
+"""What the model pages say of this family: what it changes from the paper, what it does."""
 MODEL_TYPES = ("olmo2",)
 PREFIXES = ("",)
 PROBE = "model.embed_tokens.weight"

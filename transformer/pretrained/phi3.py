@@ -24,6 +24,8 @@ from .llama import LLAMA_GLOBALS, check_model_type, decoder_config, map_named_we
 from .llama import load_tokenizer as _load_tokenizer
 
 FAMILY = "phi3"
+SUMMARY = "Phi-3 family (fused projections): continues the prompt"
+"""What the model pages say of this family: what it changes from the paper, what it does."""
 MODEL_TYPES = ("phi3",)
 PREFIXES = ("",)
 PROBE = "model.embed_tokens.weight"

@@ -29,6 +29,8 @@ from .llama import (
 from .llama import load_tokenizer as _load_tokenizer
 
 FAMILY = "qwen3"
+SUMMARY = "Qwen3 (QK-norm): continues the prompt"
+"""What the model pages say of this family: what it changes from the paper, what it does."""
 MODEL_TYPES = ("qwen3",)
 PREFIXES = ("",)
 PROBE = "model.embed_tokens.weight"

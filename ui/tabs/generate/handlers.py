@@ -12,6 +12,7 @@ import gradio as gr
 from transformer.generation import teacher_force
 from transformer.lab.analysis import shown_piece
 from transformer.pretrained.checkpoint import Checkpoint
+from transformer.pretrained.loading import family_summary
 
 from ...serving import limits
 from ...serving.errors import InputError, friendly, gpu, user_input
@@ -219,20 +220,9 @@ def model_controls(registry: ModelRegistry, name: str, session: SessionModels) -
     reason = cannot_generate(name, checkpoint)
     can = reason is None
     layers = config.n_decoder_layers
-    family = checkpoint.info.get("family")
-    kind: dict[str | None, str] = {
-        "gpt2": "GPT-2 family: continues the prompt",
-        "marian": "Marian family: translates",
-        "llama": "Llama family: continues the prompt",
-        "qwen3": "Qwen3 (QK-norm): continues the prompt",
-        "mistral": "Mistral (sliding-window attention): continues the prompt",
-        "olmo2": "OLMo 2 (norms after the sub-layers): continues the prompt",
-        "gpt_neox": "GPT-NeoX / Pythia (parallel attention and feed-forward): continues the prompt",
-        "phi3": "Phi-3 family (fused projections): continues the prompt",
-        "gemma": "Gemma family (soft caps, local and global layers): continues the prompt",
-    }
+    kind = family_summary(checkpoint.info.get("family"))
     stored = weights_note(checkpoint.info)
-    described = f"{kind[family]}; {stored}" if stored and family in kind else kind.get(family)
+    described = f"{kind}; {stored}" if stored and kind else kind
     note = reason or (f"_{name}: {described}._" if described else "")
     buttons = [gr.update(interactive=can) for _ in range(5)]
     return (
