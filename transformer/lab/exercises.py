@@ -30,11 +30,12 @@ import torch
 
 from ..core.model import Transformer
 from ..core.trace import Trace
+from ..core.util import eval_mode
 from ..generation.lens import logit_lens
 from ..generation.sampling import never_generated
 from ..text.tokenization import Tokenizer
 from . import mistakes as seed_mistakes
-from .inspection import Analysis, analyse
+from .inspection import Analysis, analyse, input_ids
 from .interventions import NO_INTERVENTION, Intervention
 
 Kind = Literal[
@@ -566,9 +567,12 @@ def attention_row(
     weights = record.weights[0, head]  # (Tq, Tk)
     allowed = record.mask[0, 0]  # (Tq, Tk), True = may attend
     pieces = _stack_pieces(analysis, stack)
-    if not 0 <= query < weights.size(0):
+    if not -weights.size(0) <= query < weights.size(0):
         raise ExerciseError(f"query {query} is past the text's {weights.size(0)} tokens")
     labels = labelled(pieces)
+    if query < 0:  # from the end: the last real token
+        real = [i for i, piece in enumerate(pieces) if piece != "[PAD]"]
+        query = real[query]
     keys = [k for k in range(weights.size(1)) if bool(allowed[query, k])]
     return [labels[k] for k in keys], [float(weights[query, k]) for k in keys]
 
@@ -590,7 +594,8 @@ def _ask_attention(item: Exercise, model: Transformer, tokenizer: Tokenizer) -> 
     analysis = _analysis(item, model, tokenizer)
     keys, weights = attention_row(analysis, stack, layer, head, query)
     best = max(range(len(weights)), key=weights.__getitem__)
-    query_token = labelled(_stack_pieces(analysis, stack))[query]
+    shown_pieces = labelled(_stack_pieces(analysis, stack))
+    query_token = shown_pieces[query if query >= 0 else len(shown_pieces) + query]
     where = "encoder" if stack == "encoder_self" else "decoder"
     question = (
         f"Text: “{item.text}”. In the {where}'s layer {layer + 1}, head {head + 1}: which token "
@@ -611,11 +616,12 @@ def _ask_attention(item: Exercise, model: Transformer, tokenizer: Tokenizer) -> 
 
 
 def _limit(choices: list[str], answer: str) -> list[str]:
-    """At most ``MOST_CHOICES`` of ``choices`` (in their order), ``answer`` always among
-    them."""
+    """At most ``MOST_CHOICES`` of ``choices`` (in their order), the last ones, ``answer``
+    always among them."""
     if len(choices) <= MOST_CHOICES:
         return list(choices)
-    kept = [*[c for c in choices if c != answer][: MOST_CHOICES - 1], answer]
+    # the keys nearest the end: a decoder's query itself and the tokens just before it
+    kept = [*[c for c in choices if c != answer][-(MOST_CHOICES - 1) :], answer]
     return [c for c in choices if c in kept]
 
 
@@ -638,9 +644,42 @@ def _token(tokenizer: Tokenizer, token_id: int) -> str:
     return shown(tokenizer.id_to_token(token_id) or f"#{token_id}")
 
 
+def _step_distribution(
+    item: Exercise, model: Transformer, tokenizer: Tokenizer, step: int
+) -> torch.Tensor:
+    """``(V,)`` the model's probabilities for the token it writes at ``step`` (from 0) after
+    ``item.text``, every earlier token its likeliest (a decoder-only model continues the text;
+    an encoder-decoder model translates it)."""
+    if model.config.architecture == "encoder-only":
+        raise ExerciseError(f"the exercise {item.id!r} needs a model that writes text")
+    analysis = _analysis(item, model, tokenizer)
+    if model.config.architecture == "encoder-decoder":
+        written = analysis.trace.length  # [BOS] and the greedy answer, fed back
+        if step >= written:
+            raise ExerciseError(f"the model's answer ends before step {step + 1}")
+        logits = analysis.trace.logits_at(step, step + 1)[0, 0].float()  # (V,)
+        excluded = never_generated(model.config)
+        if excluded is not None:
+            logits[excluded] = float("-inf")
+        return logits.softmax(-1)
+    ids = input_ids(model, tokenizer, [item.text])  # (1, T)
+    excluded = never_generated(model.config)
+    with torch.no_grad(), eval_mode(model):
+        for _ in range(step + 1):
+            logits = model(None, ids.to(model.device))[0, -1].float()  # (V,)
+            if excluded is not None:
+                logits[excluded] = float("-inf")
+            ids = torch.cat([ids, logits.argmax().view(1, 1).cpu()], dim=1)
+    return logits.softmax(-1)
+
+
 def _ask_next(item: Exercise, model: Transformer, tokenizer: Tokenizer) -> Asked:
-    _decoder_only(item, model)
-    probs = next_distribution(model, _analysis(item, model, tokenizer).trace)
+    step = int(item.params.get("step", 0))
+    if step == 0:
+        _decoder_only(item, model)
+        probs = next_distribution(model, _analysis(item, model, tokenizer).trace)
+    else:
+        probs = _step_distribution(item, model, tokenizer, step - 1)
     top = probs.topk(min(8, probs.numel()))
     labels = [_token(tokenizer, int(i)) for i in top.indices]
     values = [float(v) for v in top.values]
@@ -648,6 +687,11 @@ def _ask_next(item: Exercise, model: Transformer, tokenizer: Tokenizer) -> Asked
     if item.kind == "next_token":
         choices = sorted(labels[:4])  # the likeliest four, in an order that tells nothing
         question = f"Text: “{item.text}”. Which token will the model write next?"
+        if step:
+            question = (
+                f"Text: “{item.text}”, after {step} token(s) written: which token is the "
+                "model's likeliest next?"
+            )
         answer, explanation = best, _fill(item, answer=best, value=_pct(p))
     else:
         answer = [label for lowest, label in BANDS if p >= lowest][-1]
@@ -873,3 +917,70 @@ def _ask_what_if(item: Exercise, model: Transformer, tokenizer: Tokenizer) -> As
         values,
         value_name,
     )
+
+
+# -- ask about this view -------------------------------------------------------------------
+
+VIEW_EXPLANATIONS = {
+    "attention": _LOOKS + "This is the view on screen: the figure is its row.",
+    "next_token": "The model gives every token of its vocabulary a probability; its likeliest "
+    "is {answer} ({value}).",
+}
+
+
+def view_exercise(tab: str, values: dict[str, str]) -> Exercise:
+    """An exercise about the view a page shows (a link's query parameters: ``tab`` and its
+    controls' values): on Attention, which token the head shown attends to most from the last
+    token of the sentence shown; on Generate, which token the model writes at the step shown.
+    :class:`ExerciseError` for a tab or view it cannot ask about."""
+    model = values.get("model", "")
+    if tab == "attention":
+        lines = [line.strip() for line in values.get("sentences", "").splitlines() if line.strip()]
+        row = _whole(values.get("row", "1"), "sentence") - 1
+        if not 0 <= row < len(lines):
+            raise ExerciseError("the view shows no sentence to ask about")
+        stack = {
+            "encoder self-attention": "encoder_self",
+            "decoder masked self-attention": "decoder_self",
+        }.get(values.get("kind", ""))
+        if stack is None:
+            raise ExerciseError("ask about this view works on self-attention (encoder or decoder)")
+        params = {
+            "stack": stack,
+            "layer": _whole(values.get("layer", "1"), "layer") - 1,
+            "head": _whole(values.get("head", "1"), "head") - 1,
+            "query": -1,  # the last token
+        }
+        return Exercise(
+            f"view-attention-{model}",
+            "attention",
+            model,
+            lines[row],
+            "attention",
+            params,
+            VIEW_EXPLANATIONS["attention"],
+        )
+    if tab == "generate":
+        text = values.get("source", "").strip()
+        if not text:
+            raise ExerciseError("the view shows no prompt to ask about")
+        step = _whole(values.get("step", "0") or "0", "step")
+        return Exercise(
+            f"view-next-{model}",
+            "next_token",
+            model,
+            text,
+            "generate",
+            {"step": step},
+            VIEW_EXPLANATIONS["next_token"],
+        )
+    raise ExerciseError(
+        "ask about this view works on the Attention and Generate tabs: open one of them"
+    )
+
+
+def _whole(value: str, what: str) -> int:
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        raise ExerciseError(f"the view's {what} is not a number: {str(value)[:20]!r}") from None
