@@ -540,7 +540,20 @@ def _pct(p: float) -> str:
 
 
 def _stack_pieces(analysis: Analysis, stack: str) -> list[str]:
+    """The pieces of the queries of attention ``stack``."""
     return analysis.source_pieces[0] if stack == "encoder_self" else analysis.target_pieces[0]
+
+
+def _key_pieces(analysis: Analysis, stack: str) -> list[str]:
+    """The pieces of the keys of attention ``stack`` (cross-attention reads the source)."""
+    return analysis.target_pieces[0] if stack == "decoder_self" else analysis.source_pieces[0]
+
+
+def _query_index(pieces: Sequence[str], query: int) -> int:
+    """``query`` as a position; from the end (``-1``: the last) among the real tokens."""
+    if query >= 0:
+        return query
+    return [i for i, piece in enumerate(pieces) if piece != "[PAD]"][query]
 
 
 def _analysis(
@@ -561,18 +574,15 @@ def attention_row(
     analysis: Analysis, stack: str, layer: int, head: int, query: int
 ) -> tuple[list[str], list[float]]:
     """The keys a query may attend to (labels) and the weights head ``head`` of layer
-    ``layer`` gives them: the row ``query`` of its ``(Tq, Tk)`` map, masked keys left out."""
-    trace = analysis.trace
-    record = trace.attention(stack, layer)  # type: ignore[arg-type]
+    ``layer`` gives them: the row ``query`` (``-1``: the last token) of its ``(Tq, Tk)`` map,
+    masked keys left out."""
+    record = analysis.trace.attention(stack, layer)  # type: ignore[arg-type]
     weights = record.weights[0, head]  # (Tq, Tk)
-    allowed = record.mask[0, 0]  # (Tq, Tk), True = may attend
-    pieces = _stack_pieces(analysis, stack)
+    allowed = record.mask[0, 0].expand_as(weights)  # (Tq, Tk), True = may attend
     if not -weights.size(0) <= query < weights.size(0):
         raise ExerciseError(f"query {query} is past the text's {weights.size(0)} tokens")
-    labels = labelled(pieces)
-    if query < 0:  # from the end: the last real token
-        real = [i for i, piece in enumerate(pieces) if piece != "[PAD]"]
-        query = real[query]
+    query = _query_index(_stack_pieces(analysis, stack), query)
+    labels = labelled(_key_pieces(analysis, stack))
     keys = [k for k in range(weights.size(1)) if bool(allowed[query, k])]
     return [labels[k] for k in keys], [float(weights[query, k]) for k in keys]
 
@@ -594,11 +604,13 @@ def _ask_attention(item: Exercise, model: Transformer, tokenizer: Tokenizer) -> 
     analysis = _analysis(item, model, tokenizer)
     keys, weights = attention_row(analysis, stack, layer, head, query)
     best = max(range(len(weights)), key=weights.__getitem__)
-    shown_pieces = labelled(_stack_pieces(analysis, stack))
-    query_token = shown_pieces[query if query >= 0 else len(shown_pieces) + query]
-    where = "encoder" if stack == "encoder_self" else "decoder"
+    pieces = _stack_pieces(analysis, stack)
+    query_token = labelled(pieces)[_query_index(pieces, query)]
+    where = {"encoder_self": "the encoder's", "decoder_self": "the decoder's"}.get(
+        stack, "the cross-attention (decoder → encoder) of"
+    )
     question = (
-        f"Text: “{item.text}”. In the {where}'s layer {layer + 1}, head {head + 1}: which token "
+        f"Text: “{item.text}”. In {where} layer {layer + 1}, head {head + 1}: which token "
         f"does the query **{query_token}** attend to most?"
     )
     return Asked(
@@ -942,9 +954,10 @@ def view_exercise(tab: str, values: dict[str, str]) -> Exercise:
         stack = {
             "encoder self-attention": "encoder_self",
             "decoder masked self-attention": "decoder_self",
+            "cross-attention (decoder → encoder)": "cross",
         }.get(values.get("kind", ""))
         if stack is None:
-            raise ExerciseError("ask about this view works on self-attention (encoder or decoder)")
+            raise ExerciseError("the view shows no attention this question knows")
         params = {
             "stack": stack,
             "layer": _whole(values.get("layer", "1"), "layer") - 1,

@@ -21,6 +21,7 @@ import logging
 import secrets
 import tempfile
 from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from transformer.text.real_tokenizers import REAL_TOKENIZERS, load_real_tokenize
 
 from ..links.exercises import ExerciseStore
 from ..links.rooms import POLL_S, RoomError, RoomStore, RoomsUnavailable, normal_code, view_params
+from ..links.share import decode_view
 
 log = logging.getLogger("visualiser")
 
@@ -181,7 +183,7 @@ def pick(registry: Any, exercise_id: str, predict_first: bool, session: Any = No
     return (
         state,
         asked.question,
-        gr.Radio(choices=asked.choices, value=None, interactive=True),
+        gr.Radio(choices=asked.choices, value=None, interactive=True, visible=True),
         "*Predict first: answer, then see the figure.*" if predict_first else "",
         figure,
         _hidden_plot(),
@@ -254,7 +256,7 @@ def _lecturer_view(round_number: int, asked: Asked, code: str) -> tuple:
     return (
         state,
         question,
-        gr.Radio(choices=[], value=None),
+        gr.Radio(choices=[], value=None, visible=False),  # the lecturer does not answer
         "",
         _hidden_plot(),
         _hidden_plot(),
@@ -282,15 +284,35 @@ def start_room(
     return _lecturer_view(round_.number, asked, normal_code(code))
 
 
+def room_view(query: str, tabs: Mapping[str, Any] | None, registry: Any) -> dict[str, str]:
+    """The values of the view a room shows (its link's ``query``), every control's value with
+    the tab's defaults where the link leaves one out, as text; ``tab`` and ``step`` too."""
+    params = view_params(query)
+    found = {k: v[-1] for k, v in params.items()}
+    if tabs is not None:
+        view = decode_view(params, tabs, registry).view
+        if view is not None:
+            found = {k: str(v) for k, v in view["values"].items()}
+            found["tab"] = view["tab"]
+            found["step"] = str(view.get("step") or 0)
+    return found
+
+
 def start_view(
-    store: ExerciseStore, rooms: RoomStore, registry: Any, hosting: Any, session: Any = None
+    store: ExerciseStore,
+    rooms: RoomStore,
+    registry: Any,
+    hosting: Any,
+    session: Any = None,
+    tabs: Mapping[str, Any] | None = None,
 ) -> tuple:
     """The lecturer asks the room about the view it shows now (Attention: where the head
-    looks most from the last token; Generate: the next token)."""
+    looks most from the last token; Generate: the next token). ``tabs``: the app's
+    ``Views.tabs``, whose defaults fill what a view's link leaves out."""
     try:
         code, secret = _hosting(hosting)
         _, query = rooms.latest(code)
-        params = {k: v[-1] for k, v in view_params(query).items()}
+        params = room_view(query, tabs, registry)
         item = view_exercise(params.get("tab", ""), params)
         asked = ask_exercise(registry, item, session)
         round_ = store.start(code, secret, asked.to_dict())
@@ -413,7 +435,7 @@ def student_tick(store: ExerciseStore, room: str, state: dict | None, student: s
             return (
                 new,
                 f"**Room {code} asks:** {public['question']}",
-                gr.Radio(choices=public["choices"], value=found, interactive=True),
+                gr.Radio(choices=public["choices"], value=found, interactive=True, visible=True),
                 result,
                 _hidden_plot(),
                 _hidden_plot(),
@@ -437,7 +459,7 @@ def student_tick(store: ExerciseStore, room: str, state: dict | None, student: s
     return (
         {**state, "revealed": True},
         question,
-        gr.Radio(choices=asked["choices"], value=mine, interactive=False),
+        gr.Radio(choices=asked["choices"], value=mine, interactive=False, visible=True),
         verdict(asked, mine),
         _plot(asked),
         gr.Plot(class_figure(asked["choices"], counts, asked["answer"], mine), visible=True),
@@ -560,8 +582,9 @@ class ExercisePanel:
             lecturer,
             **private,
         )
+        tabs = getattr(getattr(demo, "views", None), "tabs", None)
         self.ask_view.click(
-            functools.partial(start_view, store, self.rooms, registry),
+            functools.partial(start_view, store, self.rooms, registry, tabs=tabs),
             [follow_me.hosting, session],
             lecturer,
             **private,
