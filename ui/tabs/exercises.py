@@ -46,7 +46,7 @@ from ..links.share import decode_view
 
 log = logging.getLogger("visualiser")
 
-LECTURER_TICK_S = 1.0  # how often the lecturer's page reads the count of answers
+LECTURER_TICK_S = 0.5  # how often the lecturer's page reads the count of answers (one page: cheap)
 ASKED_CACHE = 64  # bank exercises asked of the bundled models, kept per process
 
 KIND_NAMES = {
