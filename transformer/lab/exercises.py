@@ -59,7 +59,7 @@ BANDS: tuple[tuple[float, str], ...] = (
     (0.5, "50 % to 75 %"),
     (0.75, "75 % or more"),
 )
-MOST_CHOICES = 8  # a question offers at most this many answers (a phone shows them all)
+MOST_CHOICES = 16  # a question offers at most this many answers (a phone shows them all)
 
 
 @dataclass(frozen=True)

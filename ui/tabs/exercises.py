@@ -340,7 +340,8 @@ def lecturer_tick(store: ExerciseStore, state: dict | None) -> Any:
         return gr.skip()
     if tally is None or tally.round != state["round"]:
         return gr.skip()
-    return tally_line(tally.total)
+    # A tick that ends after the reveal says what the reveal said.
+    return tally_line(tally.total, tally.counts, tally.answer)
 
 
 def reveal(store: ExerciseStore, hosting: Any, state: dict | None) -> tuple:
@@ -560,10 +561,20 @@ class ExercisePanel:
         quiet: dict[str, Any] = {**private, "show_progress": "hidden"}
         store, registry = self.store, self.registry
         shown = [self.state, self.question, self.choices, self.result, self.figure]
+
+        def answerable(handler: Any, on: bool) -> Any:
+            # The lecturer's page does not answer its own question: no Answer button there.
+            def with_button(*values: Any) -> tuple:
+                out = handler(*values)
+                failed = out[0] == gr.skip()  # a message instead: the page left as it was
+                return (*out, gr.skip() if failed else gr.Button(visible=on))
+
+            return with_button
+
         self.pick.change(
-            functools.partial(pick, registry),
+            answerable(functools.partial(pick, registry), True),
             [self.pick, self.predict_first, session],
-            [*shown, self.class_plot],
+            [*shown, self.class_plot, self.answer],
             **private,
         )
         self.predict_first.change(
@@ -575,16 +586,18 @@ class ExercisePanel:
             [self.state, self.result, self.figure, self.score, self.score_line],
             **private,
         )
-        lecturer = [*shown, self.class_plot, self.tally, self.lecturer_timer]
+        lecturer = [*shown, self.class_plot, self.tally, self.lecturer_timer, self.answer]
         self.ask_room.click(
-            functools.partial(start_room, store, registry),
+            answerable(functools.partial(start_room, store, registry), False),
             [follow_me.hosting, self.pick, session],
             lecturer,
             **private,
         )
         tabs = getattr(getattr(demo, "views", None), "tabs", None)
         self.ask_view.click(
-            functools.partial(start_view, store, self.rooms, registry, tabs=tabs),
+            answerable(
+                functools.partial(start_view, store, self.rooms, registry, tabs=tabs), False
+            ),
             [follow_me.hosting, session],
             lecturer,
             **private,
