@@ -4,15 +4,13 @@ The lecturer's room (opened in the server's process, as the lecturer's page host
 an exercise of the bank; N students, each its own HTTP client, answer it through
 ``/exercise_answer`` at random moments within ``--spread`` seconds (10 s: a class that thinks,
 then clicks), each also looking at the room every two seconds as a student's page does (through
-``/exercise_tally``, which costs a queued call where the page's look is a plain request: the
-heavier of the two). The lecturer's page reads the count every ``LECTURER_TICK_S`` (as the
+``/exercise_tally``: one plain request, as the page's look is). The lecturer's page reads the count every ``LECTURER_TICK_S`` (as the
 page's timer does, through ``/exercise_tally``). It prints when the lecturer's count was first
 complete after the last answer was answered, each answer's round trip (p50, p95, max), the
 errors, and the load average; then the reveal's tally and the CSV's rows."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import statistics
@@ -28,21 +26,11 @@ STUDENT_LOOK_S = 2.0  # how often a student's page looks at the room
 
 
 def call(http: Any, url: str, api: str, data: list[Any]) -> Any:
-    """One call of a public endpoint as a client that is not a page makes it (gradio's
-    ``/gradio_api/call/<api>``: the call queued, its result read from the event stream)."""
-    posted = http.post(f"{url}gradio_api/call/{api}", json={"data": data})
-    posted.raise_for_status()
-    event = posted.json()["event_id"]
-    with http.stream("GET", f"{url}gradio_api/call/{api}/{event}") as stream:
-        kind = ""
-        for line in stream.iter_lines():
-            if line.startswith("event:"):
-                kind = line[6:].strip()
-            elif line.startswith("data:") and kind in ("complete", "error"):
-                if kind == "error":
-                    raise RuntimeError(f"{api}: {line[5:].strip()[:200]}")
-                return json.loads(line[5:])[0]
-    raise RuntimeError(f"{api}: the event stream ended before the call completed")
+    """One call of a public endpoint as a client that is not a page makes it: the exercises'
+    endpoints are not queued, so one plain request (``/gradio_api/run/<api>``)."""
+    answered = http.post(f"{url}gradio_api/run/{api}", json={"data": data})
+    answered.raise_for_status()
+    return answered.json()["data"][0]
 
 
 @dataclass

@@ -19,10 +19,8 @@ from __future__ import annotations
 import functools
 import logging
 import secrets
-import tempfile
 from collections import OrderedDict
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -43,6 +41,7 @@ from transformer.text.real_tokenizers import REAL_TOKENIZERS, load_real_tokenize
 from ..links.exercises import ExerciseStore
 from ..links.rooms import POLL_S, RoomError, RoomStore, RoomsUnavailable, normal_code, view_params
 from ..links.share import decode_view
+from ..serving.export import EXPORTS
 
 log = logging.getLogger("visualiser")
 
@@ -372,9 +371,8 @@ def export(store: ExerciseStore, hosting: Any) -> tuple:
         text = store.export(code, secret)
     except (ExerciseError, RoomError) as error:
         return gr.skip(), f"⚠️ {error}"
-    folder = Path(tempfile.mkdtemp(prefix="exercise-answers-"))
-    path = folder / f"answers-{normal_code(code)}.csv"
-    path.write_text(text, encoding="utf-8")
+    # With the views' exports: bounded by count, size and age.
+    path = EXPORTS.write(f"answers-{normal_code(code)}.csv", text)
     rows = max(0, text.count("\n") - 1)
     return gr.File(str(path), visible=True), f"Exported {rows} answer(s)."
 
@@ -642,5 +640,7 @@ class ExercisePanel:
             once revealed)."""
             return exercise_tally(store, room)
 
-        gr.api(answer_api, api_name="exercise_answer")
-        gr.api(tally_api, api_name="exercise_tally")
+        # Not queued: a store's read or write, answered at once (a hundred students answering
+        # within seconds through gradio's queue waited 20 s each on a 2-core CPU).
+        gr.api(answer_api, api_name="exercise_answer", queue=False)
+        gr.api(tally_api, api_name="exercise_tally", queue=False)
