@@ -135,3 +135,24 @@ def test_ask_about_this_view(registry):
     rooms.publish(room.code, room.secret, "tab=generate&source=the+ca&model=continue")
     state, question, *_ = panel.start_view(store, rooms, registry, hosting)
     assert state["round"] == 2 and "write next" in question
+
+
+BAD = [None, "", "a" * 100_000, "\x00", "a\ud800b", 1e12, float("nan"), ["x"], {"a": 1}]
+
+
+def test_the_api_answers_bad_input_with_a_message(registry):
+    rooms = Rooms()
+    store = RoomExercises(rooms)
+    room = rooms.open()
+    panel.start_room(store, registry, [room.code, room.secret], "band-the-ca")
+    good = [room.code, "student", store.current(room.code).asked["choices"][0]]
+    for place in range(3):
+        for bad in BAD:
+            args = list(good)
+            args[place] = bad
+            found = panel.exercise_answer(store, *args)
+            assert set(found) == {"error"} and isinstance(found["error"], str), (place, bad)
+            assert len(found["error"]) < 300
+    for bad in BAD:
+        assert set(panel.exercise_tally(store, bad)) == {"error"}
+    assert panel.exercise_tally(store, room.code)["total"] == 0  # nothing bad was counted

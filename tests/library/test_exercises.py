@@ -301,3 +301,21 @@ def test_an_unknown_exercise_is_a_clear_error():
 def test_asked_round_trips_through_plain_values(bundled):
     asked = ask(ex.exercise("positions-translate"), *models_of(bundled)("translate"))
     assert ex.Asked.from_dict(asked.to_dict()) == asked
+
+
+def test_the_figures_show_the_answer_and_the_class(bundled):
+    from transformer.figures.exercises import class_figure, exercise_figure
+
+    asked = ask(ex.exercise("next-the-ca"), *models_of(bundled)("continue"))
+    bars = exercise_figure(asked).data[0]
+    values = list(bars.y)
+    assert bars.x[values.index(max(values))] == asked.answer
+    assert len(exercise_figure(asked).to_json()) < 20_000  # small enough for a phone
+    counts = {asked.choices[0]: 3, asked.answer: 1}
+    chart = class_figure(asked.choices, counts, asked.answer, mine=asked.choices[0]).data[0]
+    by_label = dict(zip(chart.y, chart.x, strict=True))
+    assert by_label[f"{asked.answer} ✓ the model"] == 1
+    assert sum(chart.x) == 4 and any(label.endswith("← you") for label in chart.y)
+    mistake = ask(ex.exercise("mistake-continue-flat"), *models_of(bundled)("continue"))
+    heat = exercise_figure(mistake).data[0]
+    assert heat.type == "heatmap" and len(heat.z) == len(mistake.heatmap_labels)

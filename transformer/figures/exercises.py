@@ -70,7 +70,13 @@ def class_figure(
         colours = [OTHER_COLOUR] * len(shown)
     else:
         colours = [RIGHT_COLOUR if choice == answer else WRONG_COLOUR for choice in shown]
-    labels = [f"{choice}  ← you" if choice == mine else choice for choice in shown]
+
+    def label(choice: str) -> str:
+        # The model's answer is named even where nobody chose it (a bar of length 0).
+        marks = [" ✓ the model" if choice == answer else "", "  ← you" if choice == mine else ""]
+        return choice + "".join(marks)
+
+    labels = [label(choice) for choice in shown]
     total = sum(values)
     figure = go.Figure(
         go.Bar(
@@ -89,7 +95,7 @@ def class_figure(
         title += f": the model's answer is {answer}"
     figure.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left"},
-        height=max(220, 60 + 42 * len(shown)),
+        height=max(220, 100 + 30 * len(shown)),
         margin={"l": 20, "r": 40, "t": 50, "b": 40},
         xaxis={
             "title": "students",

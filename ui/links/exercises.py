@@ -91,8 +91,15 @@ def student_label(code: str, student: str) -> str:
 
 
 def _check_answer(round_: Round, student: Any, answer: Any) -> tuple[str, str]:
-    if not isinstance(student, str) or not 0 < len(student) <= MAX_STUDENT_CHARS:
-        raise ExerciseError("an answer needs the student's id (a short text)")
+    if (
+        not isinstance(student, str)
+        or not 0 < len(student) <= MAX_STUDENT_CHARS
+        or not student.isprintable()
+        or not student.isascii()  # a page's id is; anything else could not be stored as given
+    ):
+        raise ExerciseError(
+            f"an answer needs the student's id: up to {MAX_STUDENT_CHARS} printable ASCII characters"
+        )
     if not isinstance(answer, str) or len(answer) > MAX_ANSWER_CHARS:
         raise ExerciseError("an answer is one of the question's choices")
     if answer not in (round_.asked.get("choices") or []):

@@ -390,7 +390,8 @@ def joined(code: str) -> tuple:
 def opened(room: str, student: str) -> tuple:
     """When the page opens: ``(student id, timer)``; a page that answered a room's questions
     before a reload looks at that room again."""
-    student = student if isinstance(student, str) and student else secrets.token_urlsafe(12)
+    kept = isinstance(student, str) and 0 < len(student) <= 64 and student.isascii()
+    student = student if kept and student.isprintable() else secrets.token_urlsafe(12)
     return student, gr.Timer(active=bool(normal_code(room)))
 
 
