@@ -46,6 +46,11 @@ Usage: python -m benchmarks.classroom --students 15 --minutes 2 [--sweep 5,10,15
        python -m benchmarks.classroom --students 15 --minutes 2 --against REV [--rounds 2]
        [--args-here "--workers 2"] [--args-against ""] [--port P]
        python -m benchmarks.classroom --follow 100 --minutes 2 [--stop-every 8]
+       python -m benchmarks.classroom --exercise 100 [--spread 10]
+
+With ``--exercise N`` a room answers a question instead (``benchmarks/classroom_exercise.py``):
+N students answer within ``--spread`` seconds; it prints how soon after the last answer the
+lecturer's count was complete.
 """
 
 from __future__ import annotations
@@ -680,6 +685,7 @@ def serve_here(port: int, device: str, model: str) -> None:
     from ui.links.share import encode_view
 
     lecturer = ("", "")  # the room's code and secret, once "room" opened it
+    asking: dict[str, Any] = {}  # the room that "exercise" opened
     kind = ""
     for line in sys.stdin:
         command = line.strip()
@@ -725,6 +731,10 @@ def serve_here(port: int, device: str, model: str) -> None:
             )
             version = demo.follow_me.rooms.publish(*lecturer, query)
             print(json.dumps({"version": version, "at": time.time()}), flush=True)
+        elif command.startswith("exercise ") or command == "reveal":  # a room's question
+            from benchmarks.classroom_exercise import serve_exercise
+
+            print(json.dumps(serve_exercise(demo, registry, command, asking)), flush=True)
         elif command == "quit":
             break
     demo.close()
@@ -1118,10 +1128,30 @@ def main(argv: list[str] | None = None) -> list[Result]:
     )  # fmt: skip
     parser.add_argument("--follow", type=int, default=0, help="followers of one lecturer")
     parser.add_argument("--stop-every", type=float, default=8.0, help="s between changes")
+    parser.add_argument("--exercise", type=int, default=0, help="students answering a question")
+    parser.add_argument("--spread", type=float, default=10.0, help="s over which they answer")
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve is not None:  # the child process that serves the app
         serve_here(args.serve, args.device, args.model)
+        return []
+    if args.exercise:
+        from benchmarks.classroom_exercise import run_exercise
+
+        # The question is about a bundled model: SmolLM2 need not be read.
+        model = "translate" if args.model == SMOLLM2 else args.model
+        lecture = Server(args.device, model)
+        try:
+            print(
+                f"classroom, exercise: {platform.processor() or platform.machine()}, "
+                f"{os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; load average at "
+                "the start " + " / ".join(f"{x:.1f}" for x in os.getloadavg()),
+                flush=True,
+            )
+            lines = run_exercise(lecture, args.exercise, args.spread, args.seed)
+            print("\n".join(lines), flush=True)
+        finally:
+            lecture.close()
         return []
     if args.follow:
         lecture = Server(args.device, args.model)

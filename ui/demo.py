@@ -21,6 +21,7 @@ from starlette.middleware import Middleware
 
 from transformer.core.device import pick_device
 
+from .links.exercises import make_exercises
 from .links.first_views import PRELOAD_PLOTLY_JS, REVEAL_LINK_JS, FirstViews, OpenOnLinkedTab
 from .links.rooms import FollowMe, RedisRooms, Rooms, RoomStore
 from .links.share import MAX_QUERY, TabView
@@ -38,6 +39,7 @@ from .serving.state import ModelRegistry, SessionModels, SharedViews
 from .serving.textboxes import TEXT_EDIT_JS
 from .serving.uploads import CapUploads
 from .tabs import attention, generate, inside, positions, tokenize, training
+from .tabs.exercises import ExercisePanel
 from .tour import KEYS_JS, Tour
 
 log = logging.getLogger("visualiser")
@@ -74,6 +76,7 @@ def make_rooms() -> RoomStore:
 # The lecturers' rooms (follow me), one registry per process (or per class, in Redis): a room
 # outlives a page's reload, and the students of one lecture may be answered by any app served.
 ROOMS = make_rooms()
+EXERCISES = make_exercises(ROOMS)  # the rooms' questions and answers, kept where the rooms are
 
 # The tabs in the paper's order: (label, id used by links and the tour, build). Each build takes
 # (registry, large, session) and returns its shareable controls, {key: component}.
@@ -238,10 +241,12 @@ def build_demo(
                 views.append(TabView.of(label, slug, controls))
         # Below the tabs: a lecturer opens it once, and the first figure stays above the fold.
         follow_me = FollowMe(ROOMS)
+        exercises = ExercisePanel(registry, ROOMS, EXERCISES)
         opened = _wire_views(
             demo, registry, session, tabs, views, tour, start, make_link, link, status
         )
         follow_me.wire(demo, demo.views, registry, opened)
+        exercises.wire(demo, follow_me, session)
         narrow_progress(demo)
     cheap, costly = concurrency_for(registry.device)
     # Each cheap event gets as many workers more as may sleep on the costly pool: a big model's
