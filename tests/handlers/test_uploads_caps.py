@@ -221,3 +221,50 @@ def test_a_space_trusts_its_private_network_and_a_wrong_proxy_is_refused(
     assert client_address(scope) == "198.51.100.1"
     with pytest.raises(ValueError, match=r"not 'proxy\.example'"):
         parse_proxies("127.0.0.1, proxy.example")
+
+
+def test_the_command_line_names_the_trusted_proxies(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], main_launches: Any
+) -> None:
+    import os
+
+    import app as visualiser
+
+    monkeypatch.setattr(visualiser, "return_memory_when_idle", lambda: None)
+    monkeypatch.setattr(visualiser, "install_shipped_models", lambda: {})
+    # main() writes both for its server (and its workers): restored after the test.
+    monkeypatch.setenv(TRUSTED_PROXIES_ENV, "")
+    monkeypatch.setenv("FORWARDED_ALLOW_IPS", "")
+    with pytest.raises(SystemExit):
+        visualiser.main(["--trusted-proxy", "proxy.example"])
+    error = capsys.readouterr().err
+    assert "--trusted-proxy" in error and "'proxy.example'" in error and "Traceback" not in error
+    visualiser.main(["--trusted-proxy", "10.0.0.1", "--trusted-proxy", "192.168.0.0/16"])
+    assert main_launches["blocked"]
+    assert os.environ[TRUSTED_PROXIES_ENV] == "10.0.0.1,192.168.0.0/16"
+
+
+def test_the_cluster_s_workers_read_the_address_its_haproxy_forwards(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import argparse
+
+    from ui.serving import cluster
+
+    config = cluster.haproxy_config("127.0.0.1:7860", [("w1", "127.0.0.1:40001")])
+    directives = [line.strip() for line in config.splitlines()]
+    assert "option forwardfor" in directives and "timeout http-request 30s" in directives
+    monkeypatch.setenv(TRUSTED_PROXIES_ENV, "10.0.0.9")
+    args = argparse.Namespace(workers=2, no_balancer=False)
+    worker = cluster.Worker("w1", "127.0.0.1", 40001)
+    env = cluster.Cluster(args).worker_env(worker)
+    assert env[TRUSTED_PROXIES_ENV].split(",") == ["10.0.0.9", cluster.HAPROXY_SOURCE]
+    alone = cluster.Cluster(argparse.Namespace(workers=2, no_balancer=True)).worker_env(worker)
+    assert alone[TRUSTED_PROXIES_ENV] == "10.0.0.9"  # only what the operator named
+    # A worker so configured reads the client's address behind HAProxy.
+    monkeypatch.setenv(TRUSTED_PROXIES_ENV, env[TRUSTED_PROXIES_ENV])
+    scope = {
+        "headers": [(b"x-forwarded-for", b"192.0.2.1"), (b"x-forwarded-for", b"198.51.100.7")],
+        "client": (cluster.HAPROXY_SOURCE, 5000),
+    }
+    assert client_address(scope) == "198.51.100.7"

@@ -145,7 +145,7 @@ def check_normalized_text(tokenizer: Tokenizer, text: str, limit: int) -> str:
         raise TokenizerError(
             f"this tokenizer's normaliser ({kind}) makes the text {written:,} characters long "
             f"(from {len(text):,}), and the limit is {limit:,} after normalising: paste a "
-            "shorter text (some characters, such as \ufdfa, become many)"
+            "shorter text (a character may become many: U+FDFA becomes 18)"
         )
     return text
 
