@@ -147,8 +147,9 @@ def test_the_tokenize_tab_marks_its_upload_as_used(tmp_path):
 
 @pytest.mark.slow
 def test_the_app_caps_uploads_per_visitor_and_per_request(tmp_path):
-    """The launched app: 19 MB files from one visitor, until the 50 MB a visitor may keep;
-    200 files of 1 MB in one request; an upload the tab then reads still works."""
+    """The launched app: 19 MB files from one visitor, until the 50 MB a visitor may keep,
+    each request naming a new ``X-Forwarded-For`` (from loopback, which uvicorn trusted by
+    default: a new visitor each time); 200 files of 1 MB in one request."""
     from serving import serve
 
     before = set(uploads.LEDGER.paths())  # what earlier tests of this process uploaded
@@ -157,7 +158,10 @@ def test_the_app_caps_uploads_per_visitor_and_per_request(tmp_path):
         for seed in range(4):
             body = bytes([seed]) * (19 * 2**20)
             answer = httpx.post(
-                f"{url}gradio_api/upload", files={"files": ("t.json", body)}, timeout=60
+                f"{url}gradio_api/upload",
+                files={"files": ("t.json", body)},
+                headers={"x-forwarded-for": f"198.51.100.{seed}"},
+                timeout=60,
             )
             statuses.append(answer.status_code)
             if answer.status_code != 200:
