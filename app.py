@@ -2,7 +2,8 @@
 
     python app.py [--host 127.0.0.1] [--port 7860] [--device auto|cpu|cuda|mps] [--share]
                   [--model PATH_OR_ID ...] [--dtype auto|float32|bfloat16|float16]
-                  [--allow-download] [--workers N [--redis URL] [--no-balancer]]
+                  [--allow-download] [--trusted-proxy ADDR ...]
+                  [--workers N [--redis URL] [--no-balancer]]
 
 This file is the entry point only: arguments, building the demo, launching it. The interface
 lives in ``ui/`` (one module per tab), computation in ``transformer/`` and figures in
@@ -19,7 +20,7 @@ import os
 from transformer.core.device import DEVICE_CHOICES, DTYPE_CHOICES
 from transformer.pretrained.loading import SUPPORTED
 from ui import build_demo, launch_options, preload_models
-from ui.serving import cluster
+from ui.serving import clients, cluster
 from ui.serving.memory import return_memory_when_idle
 from ui.serving.space import install_shipped_models
 
@@ -64,9 +65,24 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="let --model download a hub id that is not in the local cache (safetensors only)",
     )
+    parser.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        help="a proxy in front of the app (an address or network, repeatable; default "
+        f"${clients.TRUSTED_PROXIES_ENV}): only its X-Forwarded-For names a visitor's address",
+    )
     cluster.add_arguments(parser)
     args = parser.parse_args(argv)
     cluster.check_arguments(parser, args)
+    if args.trusted_proxy:
+        try:
+            clients.parse_proxies(",".join(args.trusted_proxy))
+        except ValueError as error:
+            parser.error(f"--trusted-proxy: {error}")
+        # Read by this process's server and inherited by the workers of --workers N.
+        os.environ[clients.TRUSTED_PROXIES_ENV] = ",".join(args.trusted_proxy)
     logging.basicConfig(level=logging.INFO)
     if cluster.launches(args):  # the launcher: N of this process behind HAProxy
         raise SystemExit(cluster.serve(args))

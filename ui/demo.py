@@ -26,7 +26,8 @@ from .links.first_views import PRELOAD_PLOTLY_JS, REVEAL_LINK_JS, FirstViews, Op
 from .links.rooms import FollowMe, RedisRooms, Rooms, RoomStore
 from .links.share import MAX_QUERY, TabView
 from .links.views import Views
-from .serving import limits, store
+from .serving import clients, limits, store
+from .serving.clients import TimeRequestBodies
 from .serving.errors import guard_preprocessing, scrub
 from .serving.export import PLOT_TOOLBAR_JS, ViewExport
 from .serving.memory import give_back_memory
@@ -563,9 +564,11 @@ def launch_options() -> dict[str, Any]:
     """Arguments for ``demo.launch()``, shared by ``python app.py`` and the tests. Starts
     cutting the plotly module its middleware serves, in the background, before the launch."""
     start_pruning()
+    clients.install()  # forwarded addresses from named proxies only; slow requests timed out
     return {
         "app_kwargs": {
             "middleware": [
+                Middleware(TimeRequestBodies),
                 Middleware(RefuseLongAddresses),
                 Middleware(OpenOnLinkedTab),
                 Middleware(ServePrunedPlotly),

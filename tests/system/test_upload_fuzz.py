@@ -1,5 +1,6 @@
 """A fuzz of hostile tokenizer.json uploads against the launched app: regex bombs, normalizer
-chains, sparse ids, huge integers, deep nesting. Every upload gets a message (never a
+chains, sparse ids, huge integers, deep nesting, a WordPiece that tries every prefix of a long
+word, a normaliser that lengthens each character 18 times. Every upload gets a message (never a
 traceback), and all along a plain ``GET /gradio_api/info`` answers in under a second: no upload
 may stall the server for other visitors (an uploaded tokenizer runs only in a worker process).
 
@@ -71,6 +72,19 @@ def hostile_files(rng: random.Random) -> list[tuple[str, str, str]]:
         files.append(("integer", '{"model": {"vocab": {"a": ' + "9" * digits + "}}}", "a"))
     for depth in [40, 900, 50_000]:
         files.append(("nesting", '{"model": ' + "[" * depth + "]" * depth + "}", "a"))
+    # A WordPiece that tries every prefix of a 20,000-letter word (347 bytes), and a normaliser
+    # that writes each of 20,000 characters as 18.
+    wordpiece = json.loads(_word_level(vocab))
+    wordpiece["model"] = {
+        "type": "WordPiece",
+        "unk_token": "[UNK]",
+        "continuing_subword_prefix": "##",
+        "max_input_chars_per_word": 1_000_000_000,
+        "vocab": vocab,
+    }
+    files.append(("wordpiece", json.dumps(wordpiece), "z" * 20_000))
+    nfkc = _word_level(vocab, normalizer={"type": "NFKC"}, pre_tokenizer={"type": "Whitespace"})
+    files.append(("normalised", nfkc, "\ufdfa" * 20_000))
     rng.shuffle(files)
     return files
 
@@ -124,7 +138,7 @@ def test_hostile_uploads_never_stall_the_server(tmp_path: Path, monkeypatch) -> 
         else:  # only a file the checks let through, which the worker ran within its limits
             assert kind in {"regex", "chain"}, (kind, message)
     kinds = {kind for kind, ok, _ in answers if not ok}
-    assert {"regex", "chain", "sparse", "integer", "nesting"} <= kinds
+    assert {"regex", "chain", "sparse", "integer", "nesting", "wordpiece", "normalised"} <= kinds
     # /info was asked all along the uploads, however long they took (a poll 0.1 s after each
     # answer): at least one a second.
     during = [began for began, _ in polls if began < finished]

@@ -36,7 +36,7 @@ def small_limits(monkeypatch):
 
 @pytest.fixture
 def served(tmp_path, small_limits):
-    """(client, ledger, folder): the stand-in upload route behind `CapUploads`."""
+    """(app, ledger, folder): the stand-in upload route behind `CapUploads`."""
     folder = tmp_path / "uploads"
 
     async def upload(request: Request) -> JSONResponse:
@@ -52,14 +52,15 @@ def served(tmp_path, small_limits):
 
     ledger = UploadLedger()
     app = Starlette(routes=[Route("/gradio_api/upload", upload, methods=["POST"])])
-    return TestClient(CapUploads(app, ledger)), ledger, folder
+    return CapUploads(app, ledger), ledger, folder
 
 
-def send(client: TestClient, *sizes: int, visitor: str = "1.2.3.4", seed: int = 0):
+def send(app: CapUploads, *sizes: int, visitor: str = "1.2.3.4", seed: int = 0):
+    """An upload of one file per size, from a connection of ``visitor``'s address."""
     files = [
         ("files", (f"f{i}.json", bytes([(seed + i) % 256]) * size)) for i, size in enumerate(sizes)
     ]
-    return client.post("/gradio_api/upload", files=files, headers={"x-forwarded-for": visitor})
+    return TestClient(app, client=(visitor, 50000)).post("/gradio_api/upload", files=files)
 
 
 def on_disk(folder: Path) -> int:
@@ -112,7 +113,7 @@ def test_unused_uploads_are_deleted_and_a_used_one_is_kept(served, monkeypatch):
 
 
 def test_an_upload_of_unknown_length_is_refused(served):
-    client, _, _ = served
+    client = TestClient(served[0])
 
     def chunks():
         yield b"--x\r\n"
@@ -146,8 +147,9 @@ def test_the_tokenize_tab_marks_its_upload_as_used(tmp_path):
 
 @pytest.mark.slow
 def test_the_app_caps_uploads_per_visitor_and_per_request(tmp_path):
-    """The launched app: 19 MB files from one visitor, until the 50 MB a visitor may keep;
-    200 files of 1 MB in one request; an upload the tab then reads still works."""
+    """The launched app: 19 MB files from one visitor, until the 50 MB a visitor may keep,
+    each request naming a new ``X-Forwarded-For`` (from loopback, which uvicorn trusted by
+    default: a new visitor each time); 200 files of 1 MB in one request."""
     from serving import serve
 
     before = set(uploads.LEDGER.paths())  # what earlier tests of this process uploaded
@@ -156,7 +158,10 @@ def test_the_app_caps_uploads_per_visitor_and_per_request(tmp_path):
         for seed in range(4):
             body = bytes([seed]) * (19 * 2**20)
             answer = httpx.post(
-                f"{url}gradio_api/upload", files={"files": ("t.json", body)}, timeout=60
+                f"{url}gradio_api/upload",
+                files={"files": ("t.json", body)},
+                headers={"x-forwarded-for": f"198.51.100.{seed}"},
+                timeout=60,
             )
             statuses.append(answer.status_code)
             if answer.status_code != 200:

@@ -11,7 +11,18 @@ pickles: what comes back from a worker is read as plain data). A worker
   asks for gigabytes fails inside it;
 - limits the CPU time of each request (``RLIMIT_CPU``; the kernel ends the process past it);
 - is killed by the server when a request runs past its wall-clock deadline, and a fresh one
-  takes its place at the next request.
+  takes its place at the next request;
+- counts the text's length after the tokenizer's normaliser (NFKC writes U+FDFA as 18
+  characters) against the request's limit;
+- answers at most ``MAX_ANSWER_BYTES``: it parses and summarises its own results (a WordPiece
+  choice sends the last `SENT_REJECTED` candidates it rejected, those the view shows; a replay
+  too large to send is dropped, the tokens kept, with a message), so that what the server
+  parses is bounded whatever the file. A 347-byte WordPiece file with
+  ``max_input_chars_per_word`` 10⁹ had the worker send every rejected prefix of a 20,000-letter
+  word, 200 MB that the server parsed in its own memory.
+
+A worker that dies is named by its exit: a signal (``SIGSEGV`` inside `tokenizers`: the file
+made the library crash), the CPU limit, or the memory limit.
 
 The server's thread only waits on a pipe (without the interpreter lock) until the answer or the
 deadline. A worker imports `tokenizers` and this package's text modules, not torch, so that a
@@ -41,7 +52,7 @@ from types import ModuleType
 from typing import IO, Any
 
 from .encoded import EncodedText, encode_text, encoded_from_json, encoded_to_json
-from .tokenization import Tokenizer, TokenizerError
+from .tokenization import Tokenizer, TokenizerError, check_normalized_text
 from .untrusted import check_tokenizer_json
 
 _resource: ModuleType | None
@@ -57,8 +68,14 @@ CPU_LIMIT_S = 20
 """CPU seconds one request may use (a backstop: the wall-clock deadline is usually first)."""
 TIME_LIMIT_S = 10.0
 """Default wall-clock deadline of one request, in seconds."""
-MAX_ANSWER_BYTES = 256 * 2**20
-"""Largest answer read from a worker; a larger one ends it."""
+MAX_ANSWER_BYTES = 8 * 2**20
+"""Largest answer a worker sends: a larger replay is dropped (the tokens kept); the server ends
+a worker that sends more. (A 20,000-character text's answer is 0.7 to 1.8 MB with BERT's,
+GPT-2's or cl100k_base's tokenizer, its replay included.)"""
+MAX_TEXT_CHARS = 20_000
+"""Default limit of a request's text, counted after the tokenizer's normaliser."""
+SENT_REJECTED = 3
+"""Rejected candidates sent for each WordPiece choice (the last ones: those the view shows)."""
 KEPT_PER_WORKER = 4
 """Tokenizers a worker keeps loaded (by the SHA-256 of the file), so that each keystroke that
 redraws does not parse the file again."""
@@ -128,7 +145,46 @@ def serve(memory_bytes: int, cpu_seconds: int) -> None:
             if hard_cpu != resource.RLIM_INFINITY:
                 soft = min(soft, hard_cpu)
             resource.setrlimit(resource.RLIMIT_CPU, (soft, hard_cpu))
-        _write_frame(stdout, json.dumps(_answer(request, data, kept)).encode("utf-8"))
+        _write_frame(stdout, _bounded_answer(_answer(request, data, kept)))
+
+
+def _bounded_answer(answer: dict[str, Any], most: int | None = None) -> bytes:
+    """The answer as JSON of at most ``most`` bytes (`MAX_ANSWER_BYTES`): a result too large
+    loses its replay (with a message), then, if the tokens alone are too large, becomes an
+    error."""
+    most = MAX_ANSWER_BYTES if most is None else most
+    payload = json.dumps(answer).encode("utf-8")
+    result = answer.get("result")
+    if len(payload) <= most or not isinstance(result, dict):
+        return payload
+    if result.get("replay") is not None:
+        size = len(payload)
+        result = {
+            **result,
+            "replay": None,
+            "replay_error": f"the steps of this text take {size / 2**20:.1f} MB, more than the "
+            f"{most / 2**20:g} MB a tokenizer's worker sends: try a shorter text",
+        }
+        payload = json.dumps({"result": result}).encode("utf-8")
+        if len(payload) <= most:
+            return payload
+    return json.dumps(
+        {
+            "error": f"this text's tokens take {len(payload) / 2**20:.1f} MB, more than the "
+            f"{most / 2**20:g} MB a tokenizer's worker sends: try a shorter text"
+        }
+    ).encode("utf-8")
+
+
+def _summarised(result: dict[str, Any]) -> dict[str, Any]:
+    """An encoded text's JSON with each WordPiece choice's rejected candidates cut to the last
+    `SENT_REJECTED` (a word of n letters has up to n²/2 letters of them)."""
+    for word in result.get("replay") or []:
+        steps = word[6]
+        if isinstance(steps, dict) and steps.get("kind") == "wordpiece":
+            for choice in steps["choices"]:
+                choice[2] = choice[2][-SENT_REJECTED:]
+    return result
 
 
 def _answer(request: dict[str, Any], data: bytes | None, kept: OrderedDict) -> dict[str, Any]:
@@ -152,12 +208,15 @@ def _answer(request: dict[str, Any], data: bytes | None, kept: OrderedDict) -> d
     if request.get("op") == "check":
         return {"result": None}
     try:
-        encoded = encode_text(tokenizer, request["text"], bool(request.get("replay", True)))
+        text = check_normalized_text(
+            tokenizer, request["text"], int(request.get("max_chars", MAX_TEXT_CHARS))
+        )
+        encoded = encode_text(tokenizer, text, bool(request.get("replay", True)))
+        return {"result": _summarised(encoded_to_json(encoded))}
     except TokenizerError as err:
         return {"error": str(err)}
     except MemoryError:
         return {"error": "this tokenizer needed more memory than a worker has on this text"}
-    return {"result": encoded_to_json(encoded)}
 
 
 _ROOT = str(Path(__file__).resolve().parent.parent)  # the ``transformer`` package folder
@@ -211,15 +270,39 @@ class _Worker:
             code = self.process.wait(timeout=1.0)
         except subprocess.TimeoutExpired:
             return "the tokenizer's worker stopped answering"
-        names = ("SIGABRT", "SIGSEGV", "SIGKILL", "SIGBUS")
-        if code == -getattr(signal, "SIGXCPU", 0) and code:
-            return f"the tokenizer used more than {cpu_seconds} s of CPU time on this text and was stopped"
-        if code in [-getattr(signal, name, 0) for name in names if hasattr(signal, name)]:
-            return (
-                f"the tokenizer failed on this text, most likely for want of memory (a worker "
-                f"may use {memory_bytes / 2**30:.1f} GiB), and was stopped"
-            )
-        return f"the tokenizer's worker ended unexpectedly (exit status {code})"
+        return ending(code, cpu_seconds, memory_bytes)
+
+
+def ending(code: int, cpu_seconds: int, memory_bytes: int) -> str:
+    """What a worker's exit status ``code`` (``-N``: killed by signal N) tells a visitor: what
+    happened, and what to do."""
+    if code >= 0:
+        return (
+            f"the tokenizer's worker exited with status {code} on this text: try again, and if "
+            "it happens again, check the tokenizer file"
+        )
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    if name == "SIGXCPU":
+        return (
+            f"the tokenizer used more than {cpu_seconds} s of CPU time on this text and was "
+            "stopped (SIGXCPU): try a shorter text or another tokenizer"
+        )
+    if name in ("SIGABRT", "SIGKILL"):
+        # Rust aborts when an allocation fails; the kernel's out-of-memory killer sends SIGKILL.
+        return (
+            f"the tokenizers library stopped on this text ({name}), most likely for want of "
+            f"memory (a worker may use {memory_bytes / 2**30:.1f} GiB): try a shorter text, or "
+            "check the tokenizer file"
+        )
+    if name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE"):
+        return (
+            f"the tokenizer file made the tokenizers library crash on this text ({name}): "
+            "check the file (or try another tokenizer); the server goes on"
+        )
+    return f"the tokenizer's worker was stopped by {name} on this text: try again"
 
 
 class TokenizerSandbox:
@@ -252,15 +335,17 @@ class TokenizerSandbox:
         deadline: float | None = None,
         with_replay: bool = True,
         time_limit_s: float | None = None,
+        max_chars: int = MAX_TEXT_CHARS,
     ) -> EncodedText:
         """The token view of ``text`` by the tokenizer in ``data`` (a ``tokenizer.json``'s
         bytes, or its path: read only when a worker needs it), computed in a worker by
         ``deadline`` (a ``time.monotonic()`` time; by default ``time_limit_s``, else the
-        sandbox's, from now). Raises `TokenizerError` for a refused file or text, and
+        sandbox's, from now), for a text of at most ``max_chars`` characters after the
+        tokenizer's normaliser. Raises `TokenizerError` for a refused file or text, and
         `SandboxError` when the worker was stopped at a limit."""
         if not isinstance(text, str):
             raise TokenizerError(f"expected text as a str, got {type(text).__name__}")
-        request = {"op": "encode", "text": text, "replay": with_replay}
+        request = {"op": "encode", "text": text, "replay": with_replay, "max_chars": max_chars}
         return encoded_from_json(self._call(request, data, deadline, time_limit_s))
 
     def check(self, data: bytes | Path, deadline: float | None = None) -> None:

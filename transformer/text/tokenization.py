@@ -126,6 +126,30 @@ def check_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     return text
 
 
+def check_normalized_text(tokenizer: Tokenizer, text: str, limit: int) -> str:
+    """Refuse ``text`` when the tokenizer's normaliser makes it longer than ``limit``
+    characters; return it cleaned. A normaliser may lengthen a text many times (NFKC writes
+    U+FDFA as 18 characters), and everything after it (the model, the replay, the view)
+    works on what it wrote, so a limit on the typed length alone let 20,000 characters become
+    360,000. Raises `TokenizerError` saying both lengths."""
+    text = check_text(text, limit)
+    normalizer = tokenizer.backend.normalizer
+    if normalizer is None or not text:
+        return text
+    try:
+        written = len(normalizer.normalize_str(text))
+    except Exception as err:  # the library's Rust panic, on a text it cannot normalise
+        raise TokenizerError(f"this tokenizer cannot normalise the text: {err}") from None
+    if written > limit:
+        kind = type(normalizer).__name__
+        raise TokenizerError(
+            f"this tokenizer's normaliser ({kind}) makes the text {written:,} characters long "
+            f"(from {len(text):,}), and the limit is {limit:,} after normalising: paste a "
+            "shorter text (a character may become many: U+FDFA becomes 18)"
+        )
+    return text
+
+
 class Tokenizer:
     """A trained subword tokenizer: a `tokenizers.Tokenizer` with a small, checked interface.
 

@@ -8,7 +8,9 @@ gigabytes or for minutes of one thread. Three shapes are known to:
 - a normalizer that lengthens the text again and again (20 chained ``Replace "a" → "aa"``):
   each step doubles the text, so 96 characters become 100 million;
 - a regex that repeats a part that itself repeats (``(a+)+$``): the engine backtracks
-  exponentially at each of the text's start positions.
+  exponentially at each of the text's start positions;
+- a WordPiece ``max_input_chars_per_word`` of 10⁹ (347 bytes): every word is tried whole, then
+  each shorter prefix, so a 20,000-letter word makes 200 million letters of candidates.
 
 `check_tokenizer_json` refuses these (and integers past Python's 4,300-digit limit, deep
 nesting, long component chains) with a `TokenizerError` that says what was refused and why. It
@@ -35,6 +37,9 @@ MAX_COMPONENTS = 64
 """Normalizer, pre-tokenizer or decoder steps accepted in one section (Sequences included)."""
 MAX_GROWTH = 64
 """How many times longer the normalizer (or decoder) may make a text, at worst."""
+MAX_WORDPIECE_CHARS = 1_000
+"""Largest WordPiece ``max_input_chars_per_word`` accepted (BERT's files say 100): a word up to
+that long is tried whole, then by each shorter prefix, at each of its positions."""
 
 
 def check_tokenizer_json(data: str | bytes) -> dict[str, Any]:
@@ -83,6 +88,7 @@ def check_tokenizer_json(data: str | bytes) -> dict[str, Any]:
             'with a "model" key'
         )
     _check_ids(spec)
+    _check_model_parameters(spec.get("model"))
     for section in ("normalizer", "pre_tokenizer", "decoder", "post_processor"):
         _check_section(section, spec.get(section))
     _check_regexes(spec)
@@ -144,6 +150,24 @@ def _check_ids(spec: dict[str, Any]) -> None:
             f"refused: the largest id is {largest:,} but the file has {count:,} tokens; the "
             f"library would reserve room for every id up to it (ids may run at most "
             f"{MAX_ID_GAP:,} past the number of tokens)"
+        )
+
+
+def _check_model_parameters(model: Any) -> None:
+    """The model's own numbers that set how much work a word costs."""
+    if not isinstance(model, dict) or model.get("type") != "WordPiece":
+        return
+    most = model.get("max_input_chars_per_word", 100)
+    if not (isinstance(most, int) and not isinstance(most, bool) and most > 0):
+        raise TokenizerError(
+            f"refused: the WordPiece max_input_chars_per_word {_shown(most)} is not a positive "
+            "whole number"
+        )
+    if most > MAX_WORDPIECE_CHARS:
+        raise TokenizerError(
+            f"refused: the WordPiece max_input_chars_per_word is {most:,}; each word up to that "
+            "long is tried whole and then by every shorter prefix, so one long word costs the "
+            f"square of its length (the limit is {MAX_WORDPIECE_CHARS:,}; BERT's files say 100)"
         )
 
 

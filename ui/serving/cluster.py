@@ -47,6 +47,7 @@ from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
 
+from .clients import TRUSTED_PROXIES_ENV
 from .page_script import serve_with_script
 
 log = logging.getLogger("visualiser.cluster")
@@ -75,6 +76,8 @@ INSTALL = "apt-get install haproxy redis-server"
 STOP_GRACE_S = 10.0
 """How long a child is given to stop after SIGINT/SIGTERM before it is killed."""
 APP = Path(__file__).resolve().parents[2] / "app.py"
+HAPROXY_SOURCE = "127.0.0.1"
+"""The address our HAProxy reaches the workers from (they listen on loopback)."""
 
 HAPROXY_TEMPLATE = """\
 global
@@ -100,8 +103,12 @@ defaults
     http-reuse never
     # A retried request must be kept whole (gradio's requests are small).
     option http-buffer-request
+    # The client's address goes to the workers appended to X-Forwarded-For, which they read
+    # from this proxy only (--trusted-proxy): the per-visitor caps count visitors, not HAProxy.
     option forwardfor
     timeout connect 5s
+    # A request's head and buffered body must arrive within 30 s (408 after): a client that
+    # sends a byte a second does not hold a connection for ever.
     timeout http-request 30s
     timeout queue 30s
     # gradio's queue streams results as server-sent events and the page keeps a heartbeat
@@ -338,6 +345,12 @@ class Cluster:
         threads = str(threads_per_worker(self.args.workers))
         env = {**os.environ, WORKER_ENV: worker.name, REDIS_ENV: self.redis_url}
         env.pop(WORKERS_ENV, None)
+        if not self.args.no_balancer:
+            # Every request reaches a worker through our HAProxy, which connects from loopback
+            # and appends the client's address to X-Forwarded-For (`option forwardfor`): the
+            # workers read it (ui/serving/clients.py), else every visitor would be HAProxy.
+            named = [p for p in os.environ.get(TRUSTED_PROXIES_ENV, "").split(",") if p]
+            env[TRUSTED_PROXIES_ENV] = ",".join([*named, HAPROXY_SOURCE])
         env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
         # An explicit --port reaches the worker; a Space's GRADIO_SERVER_PORT must not.
         env.pop("GRADIO_SERVER_PORT", None)

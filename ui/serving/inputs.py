@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from transformer.lab.analysis import unreadable_characters
-from transformer.text.tokenization import Tokenizer
+from transformer.text.tokenization import Tokenizer, TokenizerError, check_normalized_text
 
 from .errors import InputError, code_span
 
@@ -91,6 +91,17 @@ def as_text(value: Any, name: str) -> str:
     if not isinstance(value, str):
         raise InputError(f"{name} must be text, got {type(value).__name__}")
     return value
+
+
+def normalized_text(tokenizer: Tokenizer, text: str, limit: int) -> str:
+    """``text`` if the tokenizer's normaliser keeps it within ``limit`` characters (NFKC writes
+    U+FDFA as 18: the limit counts what the tokenizer works on); else `InputError` saying both
+    lengths. Every kind of tokenizer is counted so: the app's own here, an uploaded one in its
+    worker (`transformer.text.sandbox`)."""
+    try:
+        return check_normalized_text(tokenizer, text, limit)
+    except TokenizerError as err:
+        raise InputError(str(err)) from None
 
 
 def size_text(n_bytes: int) -> str:

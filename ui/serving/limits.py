@@ -52,7 +52,10 @@ def machine_memory(
 MACHINE_BYTES = machine_memory()
 
 
-MAX_TEXT = 20_000  # characters the tokenize tab accepts (the library's own limit is higher)
+# Characters the tokenize tab accepts (the library's own limit is higher), counted as typed and
+# again after the tokenizer's normaliser, for every kind of tokenizer: NFKC writes U+FDFA as 18
+# characters, and 20,000 of them kept two requests past 10 s.
+MAX_TEXT = 20_000
 # The word /learn_bpe segments: a word, not a text (a 10 MB one answered 50 million characters).
 MAX_BPE_WORD = 100
 MAX_UPLOAD_BYTES = min(MAX_TOKENIZER_JSON_BYTES, 20 * 1024 * 1024)
@@ -63,6 +66,14 @@ UPLOAD_REQUEST_BYTES = MAX_UPLOAD_BYTES + 64 * 1024
 UPLOAD_VISITOR_BYTES = 50 * 1024 * 1024
 UPLOAD_TOTAL_BYTES = 500 * 1024 * 1024
 UPLOAD_IDLE_S = 900.0
+# A request's head (its first line and headers) must arrive within REQUEST_HEAD_TIMEOUT_S of the
+# connection's start or of the previous answer, and its body within REQUEST_BODY_TIMEOUT_S plus
+# its length at REQUEST_BODY_MIN_RATE bytes a second (a 20 MB upload: 30 s + 5 min), else the
+# client is answered 408 and the connection closed (ui/serving/clients.py): a client that sends
+# a byte a second would otherwise hold its connection for ever.
+REQUEST_HEAD_TIMEOUT_S = 20.0
+REQUEST_BODY_TIMEOUT_S = 30.0
+REQUEST_BODY_MIN_RATE = 64 * 1024
 # Tokenizer work for one request: past this the request is answered with a message. An
 # uploaded tokenizer.json runs only in one of TOKENIZER_WORKERS worker processes, which is
 # killed at this limit (and replaced); the app's own tokenizers run on as many threads, where

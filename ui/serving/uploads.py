@@ -13,8 +13,14 @@ in front of gradio, refuses an upload request
 
 and records the files it let in in `LEDGER`, which deletes a file that no request has used for
 ``limits.UPLOAD_IDLE_S`` (`touch` marks a use), then the least recently used ones while the
-total is over its cap. A visitor is the first address of ``X-Forwarded-For`` (a Space's proxy
-sets it), else the connection's address. Only files this ledger recorded are ever deleted.
+total is over its cap. Only files this ledger recorded are ever deleted.
+
+The caps are counted when a request starts: its declared length is reserved for its visitor
+before a byte of its body is read, and replaced by the files' sizes when it ends (the body
+cannot be longer than its declared length: the HTTP server reads no more). Counted when an
+upload ended, 29 of 30 simultaneous 19.9 MB uploads from one visitor got in. A visitor is the
+client's address as the server sees it (`clients.client_address`: a forwarded address only
+from a proxy the operator named).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from . import limits
+from .clients import client_address
 from .inputs import size_text
 
 UPLOAD_PATH = "/gradio_api/upload"
@@ -46,17 +53,25 @@ class UploadLedger:
 
     def __init__(self) -> None:
         self._files: OrderedDict[str, _Upload] = OrderedDict()  # least recently used first
+        self._reserved: dict[str, int] = {}  # visitor → bytes of their uploads under way
         self._lock = threading.Lock()
 
     def total(self) -> int:
-        """Bytes of every live upload."""
+        """Bytes of every live upload, and of the uploads under way."""
         with self._lock:
-            return sum(u.size for u in self._files.values())
+            return self._total()
+
+    def _total(self) -> int:
+        return sum(u.size for u in self._files.values()) + sum(self._reserved.values())
 
     def visitor_bytes(self, visitor: str) -> int:
-        """Bytes of the live uploads ``visitor`` sent."""
+        """Bytes of the live uploads ``visitor`` sent, and of their uploads under way."""
         with self._lock:
-            return sum(u.size for u in self._files.values() if u.visitor == visitor)
+            return self._visitor_bytes(visitor)
+
+    def _visitor_bytes(self, visitor: str) -> int:
+        kept = sum(u.size for u in self._files.values() if u.visitor == visitor)
+        return kept + self._reserved.get(visitor, 0)
 
     def paths(self) -> list[str]:
         """The live uploads, least recently used first."""
@@ -65,25 +80,51 @@ class UploadLedger:
 
     def refusal(self, visitor: str, incoming: int) -> tuple[int, str] | None:
         """(HTTP status, message) when ``incoming`` more bytes from ``visitor`` would pass a
-        cap, after the idle files were swept; None to let the upload in."""
+        cap, after the idle files were swept; None to let the upload in. (`reserve` checks and
+        counts at once; this only checks.)"""
         self.sweep()
+        with self._lock:
+            return self._refusal(visitor, incoming)
+
+    def _refusal(self, visitor: str, incoming: int) -> tuple[int, str] | None:
         if incoming > limits.UPLOAD_REQUEST_BYTES:
             return 413, (
                 f"an upload may carry one file of at most {size_text(limits.MAX_UPLOAD_BYTES)} "
                 f"(this one is {size_text(incoming)})"
             )
-        mine = self.visitor_bytes(visitor)
+        mine = self._visitor_bytes(visitor)
         if mine + incoming > limits.UPLOAD_VISITOR_BYTES:
             return 429, (
                 f"your uploads take {size_text(mine)}, and the limit per visitor is "
                 f"{size_text(limits.UPLOAD_VISITOR_BYTES)}: a file unused for "
                 f"{limits.UPLOAD_IDLE_S / 60:g} minutes is deleted, then there is room again"
             )
-        if self.total() + incoming > limits.UPLOAD_TOTAL_BYTES:
+        if self._total() + incoming > limits.UPLOAD_TOTAL_BYTES:
             return 503, (
                 "the server holds as many uploaded files as it keeps: try again in a few minutes"
             )
         return None
+
+    def reserve(self, visitor: str, incoming: int) -> tuple[int, str] | None:
+        """Count ``incoming`` bytes against ``visitor``'s cap and the total before the upload
+        is read, if they fit (then return None; `release` them when it ends); else (HTTP
+        status, message) and nothing is counted. Checking and counting under one lock, so that
+        uploads started together cannot all pass the same check."""
+        self.sweep()
+        with self._lock:
+            refused = self._refusal(visitor, incoming)
+            if refused is None:
+                self._reserved[visitor] = self._reserved.get(visitor, 0) + incoming
+            return refused
+
+    def release(self, visitor: str, incoming: int) -> None:
+        """An upload `reserve` counted has ended (its files, if any, are `record`-ed)."""
+        with self._lock:
+            left = self._reserved.get(visitor, 0) - incoming
+            if left > 0:
+                self._reserved[visitor] = left
+            else:
+                self._reserved.pop(visitor, None)
 
     def record(self, visitor: str, paths: list[str], fallback_size: int) -> None:
         """Files just uploaded by ``visitor`` (their size from disk, else ``fallback_size``
@@ -151,14 +192,8 @@ def touch(path: str | os.PathLike[str]) -> None:
 
 
 def visitor_of(scope: dict[str, Any]) -> str:
-    """Who sent a request: the first ``X-Forwarded-For`` address, else the connection's."""
-    for name, value in scope.get("headers") or []:
-        if name == b"x-forwarded-for":
-            first = value.decode("latin-1").split(",")[0].strip()
-            if first:
-                return first
-    client = scope.get("client")
-    return str(client[0]) if client else "unknown"
+    """Who sent a request: the client's address as the server sees it."""
+    return client_address(scope)
 
 
 class CapUploads:
@@ -186,7 +221,7 @@ class CapUploads:
         if length is None:
             await _plain(send, 411, "an upload must say its length (Content-Length)")
             return
-        refused = self.ledger.refusal(visitor, length)
+        refused = self.ledger.reserve(visitor, length)
         if refused is not None:
             await _plain(send, *refused)
             return
@@ -201,13 +236,16 @@ class CapUploads:
                 body.extend(message.get("body", b""))
             await send(message)
 
-        await self.app(scope, receive, watch)
-        if status == 200:
-            try:
-                paths = [str(p) for p in json.loads(bytes(body)) if isinstance(p, str)]
-            except ValueError:
-                paths = []
-            self.ledger.record(visitor, paths, length)
+        try:
+            await self.app(scope, receive, watch)
+            if status == 200:
+                try:
+                    paths = [str(p) for p in json.loads(bytes(body)) if isinstance(p, str)]
+                except ValueError:
+                    paths = []
+                self.ledger.record(visitor, paths, length)
+        finally:
+            self.ledger.release(visitor, length)
 
 
 async def _plain(send: Any, status: int, message: str) -> None:

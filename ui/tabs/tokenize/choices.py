@@ -158,7 +158,11 @@ class UploadedFile:
         if deadline is None:
             deadline = time.monotonic() + limits.TOKENIZER_TIME_LIMIT_S
         return upload_sandbox().encode_text(
-            self.path, text, deadline, time_limit_s=limits.TOKENIZER_TIME_LIMIT_S
+            self.path,
+            text,
+            deadline,
+            time_limit_s=limits.TOKENIZER_TIME_LIMIT_S,
+            max_chars=limits.MAX_TEXT,
         )
 
 

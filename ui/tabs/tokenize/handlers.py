@@ -23,7 +23,7 @@ from transformer.text.tokenization import Tokenizer, TokenizerError
 
 from ...serving import endpoints, limits
 from ...serving.errors import InputError, clean, code_span, describe, friendly, markdown_text, stale
-from ...serving.inputs import as_int, as_text
+from ...serving.inputs import as_int, as_text, normalized_text
 from ...serving.state import ModelRegistry
 from .choices import (
     DEFAULT_VOCAB,
@@ -164,6 +164,9 @@ def _views(
     other = None
     if compare and compare != "(none)":
         other = _pick(registry, compare, vocab, upload, within, building)
+    for picked in (tokenizer, None if other is None else other[0]):
+        if isinstance(picked, Tokenizer):  # an upload's worker counts its own
+            normalized_text(picked, text, limits.MAX_TEXT)
     # An upload runs in a worker process; this thread only waits on its answer.
     first = _uploaded(tokenizer, text, deadline)
     second = None if other is None else (_uploaded(other[0], text, deadline), other[1])
