@@ -91,6 +91,8 @@ _LAZY: dict[str, str] = {
     "load_pretrained": ".pretrained",
     "load_shipped": ".pretrained",
     "shipped_models": ".pretrained",
+    # What researchers do to a model: patching, ablation, attributions, score parts.
+    "activation_patching": ".research",
     # Live training: the recipes and the toy tasks.
     "LiveTraining": ".training.live",
     "TaskRun": ".training.live",
@@ -117,6 +119,7 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time `__getat
     from .lab.switches import SWITCHES, Switch
     from .pretrained import PretrainedError, load_pretrained, load_shipped, shipped_models
     from .pretrained.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+    from .research import activation_patching
     from .text.bpe_learning import BPELearningTrace, MergeStep, learn_bpe
     from .text.corpus import bundled_corpus
     from .text.replay import WordReplay, replay
@@ -168,6 +171,7 @@ __all__ = [
     "Trace",
     "Transformer",
     "WordReplay",
+    "activation_patching",
     "analyse",
     "analyse_together",
     "axis_pieces",
