@@ -5,6 +5,7 @@ of an attention score. Every method runs the model through its own operations
 
 from __future__ import annotations
 
+from .ablation import head_ablation
 from .patching import activation_patching
 
-__all__ = ["activation_patching"]
+__all__ = ["activation_patching", "head_ablation"]
