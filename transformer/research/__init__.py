@@ -6,6 +6,7 @@ of an attention score. Every method runs the model through its own operations
 from __future__ import annotations
 
 from .ablation import head_ablation
+from .logit_attribution import direct_logit_attribution
 from .patching import activation_patching
 
-__all__ = ["activation_patching", "head_ablation"]
+__all__ = ["activation_patching", "direct_logit_attribution", "head_ablation"]
