@@ -95,6 +95,8 @@ _LAZY: dict[str, str] = {
     "activation_patching": ".research",
     "head_ablation": ".research",
     "direct_logit_attribution": ".research",
+    "InputAttribution": ".research",
+    "input_attribution": ".research",
     # Live training: the recipes and the toy tasks.
     "LiveTraining": ".training.live",
     "TaskRun": ".training.live",
@@ -121,7 +123,13 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time `__getat
     from .lab.switches import SWITCHES, Switch
     from .pretrained import PretrainedError, load_pretrained, load_shipped, shipped_models
     from .pretrained.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
-    from .research import activation_patching, direct_logit_attribution, head_ablation
+    from .research import (
+        InputAttribution,
+        activation_patching,
+        direct_logit_attribution,
+        head_ablation,
+        input_attribution,
+    )
     from .text.bpe_learning import BPELearningTrace, MergeStep, learn_bpe
     from .text.corpus import bundled_corpus
     from .text.replay import WordReplay, replay
@@ -148,6 +156,7 @@ __all__ = [
     "DecoderCache",
     "DecoderLayer",
     "EncoderLayer",
+    "InputAttribution",
     "Intervention",
     "KeyValueCache",
     "LayerNorm",
@@ -185,6 +194,7 @@ __all__ = [
     "count_parameters",
     "direct_logit_attribution",
     "head_ablation",
+    "input_attribution",
     "learn_bpe",
     "load_checkpoint",
     "load_pretrained",
