@@ -97,6 +97,7 @@ _LAZY: dict[str, str] = {
     "direct_logit_attribution": ".research",
     "InputAttribution": ".research",
     "input_attribution": ".research",
+    "attention_score_parts": ".research",
     # Live training: the recipes and the toy tasks.
     "LiveTraining": ".training.live",
     "TaskRun": ".training.live",
@@ -126,6 +127,7 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time `__getat
     from .research import (
         InputAttribution,
         activation_patching,
+        attention_score_parts,
         direct_logit_attribution,
         head_ablation,
         input_attribution,
@@ -185,6 +187,7 @@ __all__ = [
     "activation_patching",
     "analyse",
     "analyse_together",
+    "attention_score_parts",
     "axis_pieces",
     "base_config",
     "bundled_corpus",

@@ -9,10 +9,12 @@ from .ablation import head_ablation
 from .input_attribution import InputAttribution, input_attribution
 from .logit_attribution import direct_logit_attribution
 from .patching import activation_patching
+from .score_parts import attention_score_parts
 
 __all__ = [
     "InputAttribution",
     "activation_patching",
+    "attention_score_parts",
     "direct_logit_attribution",
     "head_ablation",
     "input_attribution",
