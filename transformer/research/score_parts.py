@@ -142,14 +142,13 @@ def absolute_parts(
     else:
         read = sources
     d_head, kv = attention.d_head, attention.kv_head_of[head]
-    w_q = attention.w_q.weight[head * d_head : (head + 1) * d_head]  # (d_head, d_model)
-    w_k = attention.w_k.weight[kv * d_head : (kv + 1) * d_head]
-    b_q = bias @ w_q.T + (
-        0 if attention.w_q.bias is None else attention.w_q.bias[head * d_head : (head + 1) * d_head]
+    rows_q, rows_k = (
+        slice(head * d_head, (head + 1) * d_head),
+        slice(kv * d_head, (kv + 1) * d_head),
     )
-    b_k = bias @ w_k.T + (
-        0 if attention.w_k.bias is None else attention.w_k.bias[kv * d_head : (kv + 1) * d_head]
-    )
+    w_q, w_k = attention.w_q.weight[rows_q], attention.w_k.weight[rows_k]  # (d_head, d_model)
+    b_q = bias @ w_q.T + (0 if attention.w_q.bias is None else attention.w_q.bias[rows_q])
+    b_k = bias @ w_k.T + (0 if attention.w_k.bias is None else attention.w_k.bias[rows_k])
     q = {n: h @ w_q.T for n, h in read.items()} | {"bias": b_q.expand(x.size(0), -1)}
     k = {n: h @ w_k.T for n, h in read.items()} | {"bias": b_k.expand(x.size(0), -1)}
     parts = {
