@@ -235,14 +235,11 @@ class EncoderLayer(nn.Module):
         run = run.within("encoder", self.index)  # marked where Inside a layer looks here
         patched, i = run.ops.patched, self.index  # what a patch sees (Operations.patch)
 
-        def attend(h: Tensor) -> Tensor:
-            return patched("encoder", i, "attention", self.self_attention(h, h, mask, run=run))
-
         def feed_forward(h: Tensor) -> Tensor:
             return patched("encoder", i, "mlp", self.feed_forward(h, run))
 
         x = layer_input = patched("encoder", i, "residual", x)
-        x = self.attention_residual(x, attend, run)
+        x = self.attention_residual(x, lambda h: self.self_attention(h, h, mask, run=run), run)
         x = self.feed_forward_residual(x, feed_forward, run)
         return x, _layer_trace(run, self, layer_input, x)
 
@@ -311,21 +308,15 @@ class DecoderLayer(nn.Module):
         mask = self._window_mask(self_mask, offset, x.size(1), self_cache)
         patched, i = run.ops.patched, self.index  # what a patch sees (Operations.patch)
 
-        def attend(h: Tensor) -> Tensor:
-            return patched(
-                "decoder", i, "attention", self.self_attention(h, h, mask, self_cache, run)
-            )
-
         def feed_forward(h: Tensor) -> Tensor:
             return patched("decoder", i, "mlp", self.feed_forward(h, run))
 
         x = layer_input = patched("decoder", i, "residual", x)
-        x = self.self_attention_residual(x, attend, run)
+        x = self.self_attention_residual(
+            x, lambda h: self.self_attention(h, h, mask, self_cache, run), run
+        )
         if self.cross_attention is not None:
-            cross = self._cross_attend(encoded, cache, run)
-            x = self.cross_attention_residual(
-                x, lambda h: patched("decoder", i, "cross", cross(h)), run
-            )
+            x = self.cross_attention_residual(x, self._cross_attend(encoded, cache, run), run)
         # GPT-NeoX's parallel residual: x = x + Attention(LN₁(x)) + FeedForward(LN₂(x)), the
         # feed-forward reading the layer's input, not the stream after attention.
         reads = layer_input if self.parallel else None
