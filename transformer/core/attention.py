@@ -21,6 +21,14 @@ from .probes import AttentionKind, AttentionProbe, Rotated, attention_weights
 from .rotary import RotaryEmbedding
 from .run import PLAIN, Run
 
+_SITES = {
+    "encoder_self": ("encoder", "heads", "attention"),
+    "decoder_self": ("decoder", "heads", "attention"),
+    "cross": ("decoder", "cross heads", "cross"),
+}
+"""Each attention's stack and the :data:`~transformer.core.operations.Site` names of its heads
+and of its output."""
+
 
 def scaled_dot_product_attention(
     q: Tensor,
@@ -240,9 +248,18 @@ class MultiHeadAttention(nn.Module):
                 scale=scale,
                 enable_gqa=grouped,
             )
+        out = self._patched(ops, 1, out)  # what a patch sees of the heads
         if ops.zero_heads and self.kind is not None:
             out = ops.gate_heads(out, self.kind, self.layer)
         run.note(self, heads=out)  # (B, H, Tq, d_head)
         projected = self.w_o(ops.merge_heads(out))  # (B, Tq, d_model)
         run.note(self, output=projected)
-        return projected
+        return self._patched(ops, 2, projected)  # what a patch sees of the output
+
+    def _patched(self, ops: Operations, which: int, x: Tensor) -> Tensor:
+        """``x`` as :attr:`Operations.patch` returns it at this attention's heads (``which``
+        1) or output (2), ``x`` itself where nothing patches."""
+        if ops.patch is None or self.kind is None:
+            return x
+        sites = _SITES[self.kind]
+        return ops.patched(sites[0], self.layer, sites[which], x)
