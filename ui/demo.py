@@ -37,7 +37,7 @@ from .serving.sliders import SLIDER_ENTER_JS
 from .serving.state import ModelRegistry, SessionModels, SharedViews
 from .serving.textboxes import TEXT_EDIT_JS
 from .serving.uploads import CapUploads
-from .tabs import attention, generate, inside, positions, tokenize, training
+from .tabs import attention, generate, inside, positions, research, tokenize, training
 from .tour import KEYS_JS, Tour
 
 log = logging.getLogger("visualiser")
@@ -83,6 +83,8 @@ TABS: list[tuple[str, str, Callable[..., dict[str, gr.Component] | None]]] = [
     ("Attention", "attention", attention.build),
     ("Inside a layer", "inside", inside.build),
     ("Generate", "generate", generate.build),
+    # After the tour's four steps: which part of the model made a prediction.
+    ("Which part?", "research", research.build),
     ("Model & training", "training", training.build),
 ]
 
