@@ -191,7 +191,7 @@ def research_patching(
 
     def compute() -> Tensor:
         return methods.activation_patching(
-            checkpoint.model, clean_ids, corrupted_ids, answer_id, wrong_id, site, report
+            checkpoint.model, clean_ids, corrupted_ids, answer_id, wrong_id, site, progress=report
         )
 
     result = admitted(

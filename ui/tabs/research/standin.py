@@ -28,6 +28,7 @@ def activation_patching(
     answer: int,
     wrong: int,
     site: str,
+    *,
     progress: Callable[..., Any] | None = None,
 ) -> Tensor:
     """Stand-in: ``(layers, positions)`` or ``(layers, heads)`` of noise."""
