@@ -91,6 +91,10 @@ _LAZY: dict[str, str] = {
     "load_pretrained": ".pretrained",
     "load_shipped": ".pretrained",
     "shipped_models": ".pretrained",
+    # What researchers do to a model: patching, ablation, attributions, score parts.
+    "activation_patching": ".research",
+    "head_ablation": ".research",
+    "direct_logit_attribution": ".research",
     # Live training: the recipes and the toy tasks.
     "LiveTraining": ".training.live",
     "TaskRun": ".training.live",
@@ -117,6 +121,7 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time `__getat
     from .lab.switches import SWITCHES, Switch
     from .pretrained import PretrainedError, load_pretrained, load_shipped, shipped_models
     from .pretrained.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+    from .research import activation_patching, direct_logit_attribution, head_ablation
     from .text.bpe_learning import BPELearningTrace, MergeStep, learn_bpe
     from .text.corpus import bundled_corpus
     from .text.replay import WordReplay, replay
@@ -168,6 +173,7 @@ __all__ = [
     "Trace",
     "Transformer",
     "WordReplay",
+    "activation_patching",
     "analyse",
     "analyse_together",
     "axis_pieces",
@@ -177,6 +183,8 @@ __all__ = [
     "causal_mask",
     "combine_masks",
     "count_parameters",
+    "direct_logit_attribution",
+    "head_ablation",
     "learn_bpe",
     "load_checkpoint",
     "load_pretrained",

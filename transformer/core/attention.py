@@ -21,6 +21,9 @@ from .probes import AttentionKind, AttentionProbe, Rotated, attention_weights
 from .rotary import RotaryEmbedding
 from .run import PLAIN, Run
 
+_HEADS = {"encoder_self": "heads", "decoder_self": "heads", "cross": "cross heads"}
+"""The :data:`~transformer.core.operations.Site` name of each attention's heads."""
+
 
 def scaled_dot_product_attention(
     q: Tensor,
@@ -240,6 +243,9 @@ class MultiHeadAttention(nn.Module):
                 scale=scale,
                 enable_gqa=grouped,
             )
+        if ops.patch is not None and self.kind is not None:
+            stack = "encoder" if self.kind == "encoder_self" else "decoder"
+            out = ops.patched(stack, self.layer, _HEADS[self.kind], out)
         if ops.zero_heads and self.kind is not None:
             out = ops.gate_heads(out, self.kind, self.layer)
         run.note(self, heads=out)  # (B, H, Tq, d_head)

@@ -108,6 +108,20 @@ def attention_mask(
     return mask
 
 
+Site = tuple[str, int, str]
+"""Where :attr:`Operations.patch` sees a tensor: ``(stack, layer, what)``, ``stack``
+``"encoder"`` or ``"decoder"``, ``layer`` from 0, ``what`` one of
+
+- ``"residual"``: the ``(B, T, d_model)`` stream entering the layer (layer ``n_layers``: the
+  stack's output before its final norm);
+- ``"attention"`` / ``"cross"``: the self-/cross-attention's ``(B, T, d_model)`` output (after
+  W_O, before the residual connection adds it);
+- ``"mlp"``: the feed-forward's ``(B, T, d_model)`` output, likewise;
+- ``"heads"`` / ``"cross heads"``: each head's ``(B, H, T, d_head)`` weighted values, before
+  W_O merges them (and before :attr:`Operations.zero_heads` switches any off).
+"""
+
+
 @dataclass(frozen=True)
 class Operations:
     """One forward pass's operations; the defaults (:data:`PAPER`) are the paper's.
@@ -128,6 +142,10 @@ class Operations:
         causal_mask: ``False`` lets the decoder see the future.
         padding_mask: ``False`` lets queries attend to padding.
         zero_heads: ``(kind, layer, head)`` triples whose output is switched off.
+        patch: ``(site, tensor)`` → the tensor the pass goes on with, called at each
+            :data:`Site` (see :meth:`patched`): it may read the tensor (a cache of
+            activations) or return another (activation patching, a mean-ablated head).
+            ``None``: the pass runs without the calls.
     """
 
     positions: Callable[[nn.Module, int, int], Tensor] = positions
@@ -146,6 +164,12 @@ class Operations:
     causal_mask: bool = True
     padding_mask: bool = True
     zero_heads: frozenset[tuple[AttentionKind, int, int]] = frozenset()
+    patch: Callable[[Site, Tensor], Tensor] | None = None
+
+    def patched(self, stack: str, layer: int, what: str, x: Tensor) -> Tensor:
+        """``x`` itself, or what :attr:`patch` returns for it at site ``(stack, layer,
+        what)``."""
+        return x if self.patch is None else self.patch((stack, layer, what), x)
 
     def gate_heads(self, out: Tensor, kind: AttentionKind, layer: int) -> Tensor:
         """``(B, H, T, d_head)`` heads of one attention sub-layer, those in :attr:`zero_heads`

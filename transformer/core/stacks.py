@@ -233,9 +233,16 @@ class EncoderLayer(nn.Module):
         traced; ``mask`` broadcasts to ``(B, H, T, T)``. Each sub-layer inside its residual
         connection (:class:`Residual`: ``x = x + Sublayer(LayerNorm(x))`` in pre-LN)."""
         run = run.within("encoder", self.index)  # marked where Inside a layer looks here
-        layer_input = x
-        x = self.attention_residual(x, lambda h: self.self_attention(h, h, mask, run=run), run)
-        x = self.feed_forward_residual(x, lambda h: self.feed_forward(h, run), run)
+        patched, i = run.ops.patched, self.index  # what a patch sees (Operations.patch)
+        x = layer_input = patched("encoder", i, "residual", x)
+        x = self.attention_residual(
+            x,
+            lambda h: patched("encoder", i, "attention", self.self_attention(h, h, mask, run=run)),
+            run,
+        )
+        x = self.feed_forward_residual(
+            x, lambda h: patched("encoder", i, "mlp", self.feed_forward(h, run)), run
+        )
         return x, _layer_trace(run, self, layer_input, x)
 
 
@@ -301,16 +308,26 @@ class DecoderLayer(nn.Module):
         self_cache = cache.self_attention if cache is not None else None
         offset = self_cache.length if self_cache is not None else 0  # positions before x
         mask = self._window_mask(self_mask, offset, x.size(1), self_cache)
-        layer_input = x
+        patched, i = run.ops.patched, self.index  # what a patch sees (Operations.patch)
+        x = layer_input = patched("decoder", i, "residual", x)
         x = self.self_attention_residual(
-            x, lambda h: self.self_attention(h, h, mask, self_cache, run), run
+            x,
+            lambda h: patched(
+                "decoder", i, "attention", self.self_attention(h, h, mask, self_cache, run)
+            ),
+            run,
         )
         if self.cross_attention is not None:
-            x = self.cross_attention_residual(x, self._cross_attend(encoded, cache, run), run)
+            cross = self._cross_attend(encoded, cache, run)
+            x = self.cross_attention_residual(
+                x, lambda h: patched("decoder", i, "cross", cross(h)), run
+            )
         # GPT-NeoX's parallel residual: x = x + Attention(LN₁(x)) + FeedForward(LN₂(x)), the
         # feed-forward reading the layer's input, not the stream after attention.
         reads = layer_input if self.parallel else None
-        x = self.feed_forward_residual(x, lambda h: self.feed_forward(h, run), run, reads)
+        x = self.feed_forward_residual(
+            x, lambda h: patched("decoder", i, "mlp", self.feed_forward(h, run)), run, reads
+        )
         return x, _layer_trace(run, self, layer_input, x, offset)
 
     def _cross_attend(
@@ -367,6 +384,7 @@ class Encoder(nn.Module):
                 x, trace = layer(x, mask, run)
                 if trace is not None:
                     traces.append(trace)
+        x = run.ops.patched("encoder", len(self.layers), "residual", x)  # the stack's output
         if self.final_norm is not None:
             x = self.final_norm(x, run)
         return x, traces
@@ -443,6 +461,7 @@ class Decoder(nn.Module):
                 x, trace = layer(x, self_mask, encoded, layer_cache, run)
                 if trace is not None:
                     traces.append(trace)
+        x = run.ops.patched("decoder", len(self.layers), "residual", x)  # the stack's output
         if self.final_norm is not None:
             x = self.final_norm(x, run)
         return x, traces

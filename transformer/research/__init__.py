@@ -1,0 +1,12 @@
+"""What researchers do to a model, one method a module, each opening with its computation:
+activation patching, head ablation, direct logit attribution, input attribution and the parts
+of an attention score. Every method runs the model through its own operations
+(:attr:`~transformer.core.operations.Operations.patch`): no hooks of a second kind."""
+
+from __future__ import annotations
+
+from .ablation import head_ablation
+from .logit_attribution import direct_logit_attribution
+from .patching import activation_patching
+
+__all__ = ["activation_patching", "direct_logit_attribution", "head_ablation"]
