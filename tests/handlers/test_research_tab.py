@@ -128,15 +128,24 @@ def test_ablation_names_the_head_that_raises_the_loss_most(registry, session):
     assert f"{math.exp(nll):.2f} with every head" in summary
 
 
-def test_logit_attribution_shows_its_parts_sum_beside_the_real_logit(registry, session):
-    fig, summary = _raw(handlers.research_logit)(registry, BUNDLED, text.TEXT, "", False, session)
-    model = registry.checkpoint(BUNDLED, None).model
+def test_logit_attribution_shows_its_parts_sum_beside_the_real_logit(registry, session, hf_models):
+    name = registry.menu_name(str(hf_models["gpt2"]))  # pre-norm
+    prompt = "the cat sat the"
+    fig, summary = _raw(handlers.research_logit)(registry, name, prompt, "", False, session)
+    model = registry.checkpoint(name, None).model
     with torch.inference_mode():
-        logits = model.decode(_ids(registry, BUNDLED, text.TEXT)).logits[0, -1]
-    best = int(logits.argmax())
-    assert "the real logit of" in summary and f"{float(logits[best]):.4f}" in summary
+        logits = model.decode(_ids(registry, name, prompt)).logits[0, -1]
+    real = float(logits.max())
+    assert "the real logit of" in summary and f"{real:.4f}" in summary
     assert "read through the final norm with its scale frozen at the real pass" in summary
-    assert len(fig.data[0].x) == len(fig.data[0].y) > 1
+    bars = np.asarray(fig.data[0].y, dtype=float)
+    assert bars.sum() == pytest.approx(real, abs=1e-3)
+    assert "L1H1" in fig.data[0].x and "L0H0" not in fig.data[0].x  # numbered from 1
+
+
+def test_logit_attribution_says_why_a_post_norm_model_has_none(registry, session):
+    _, summary = _raw(handlers.research_logit)(registry, BUNDLED, text.TEXT, "", False, session)
+    assert "post-norm" in summary and "pre-norm model" in summary
 
 
 def test_input_attribution_has_a_bar_per_token_and_completeness(registry, session):

@@ -15,9 +15,10 @@ import torch
 from torch import Tensor
 
 from transformer.figures import research as figures
+from transformer.figures.attention import placeholder_figure
 from transformer.lab import side_by_side as pair
 from transformer.lab.analysis import shown_piece
-from transformer.lab.perplexity import read_text
+from transformer.lab.perplexity import read_text, reference_paragraph
 from transformer.pretrained.checkpoint import Checkpoint
 
 from ...serving.costly import PassCost, check_cost, costly_here, parameters
@@ -27,6 +28,7 @@ from . import methods
 from .text import (
     IG_STEPS,
     MAX_RESEARCH_TOKENS,
+    POST_NORM,
     SCORES_2017,
     SCORES_ROTARY,
     SITES,
@@ -137,10 +139,10 @@ def _head_labels(n: int) -> list[str]:
     return [f"head {h + 1}" for h in range(n)]
 
 
-def _stand_in_note() -> str:
+def _stand_in_note(method: str) -> str:
     return (
-        "\n\n**Stand-in numbers**: the research library has not landed on this branch yet."
-        if methods.STAND_IN
+        "\n\n**Stand-in numbers**: this method has not landed in the research library yet."
+        if method in methods.STAND_INS
         else ""
     )
 
@@ -220,12 +222,21 @@ def research_patching(
         f"{note_a}{note_w}Metric: logit({answer_piece!r}) − logit({wrong_piece!r}), "
         f"normalised so 0 is the corrupted run and 1 the clean run. The strongest cell is "
         f"layer {layer + 1}, {where}: patching it there restores "
-        f"{float(values[layer, column]):.2f} of the difference." + _stand_in_note()
+        f"{float(values[layer, column]):.2f} of the difference."
+        + _stand_in_note("activation_patching")
     )
     return fig, summary
 
 
 # -- 2. Head ablation ------------------------------------------------------------------------
+
+
+def reference_ids(checkpoint: Checkpoint) -> Tensor:
+    """``(1, T)`` the perplexity meter's reference paragraph as the model reads it (cut to
+    what it reads at once): the text whose mean head outputs a mean ablation puts in."""
+    config, tokenizer = checkpoint.config, checkpoint.tokenizer
+    ids = tokenizer.encode_ids(reference_paragraph(), add_bos=config.prompt_bos)
+    return torch.tensor([ids[: config.max_len]], device=checkpoint.model.device)
 
 
 @friendly
@@ -237,18 +248,27 @@ def research_ablation(
     how: str,
     large: bool,
     session: SessionModels | None,
+    progress: gr.Progress = _PAGE_PROGRESS,
 ) -> tuple[Any, str]:
     """The ``/research_ablation`` endpoint: each head zeroed (``how="zero"``) or replaced by
-    its mean output (``"mean"``) in turn; the change of the next-token loss, layers × heads,
-    the head that matters most named, and the perplexity meter's reading."""
+    its mean output over the meter's reference paragraph (``"mean"``) in turn; the change of
+    the text's next-token loss, layers × heads, the head that matters most named, and the
+    perplexity meter's reading."""
     checkpoint = _checkpoint(registry, name, session)
     if how not in ("zero", "mean"):
         raise InputError("ablation is 'zero' or 'mean'")
     ids, _ = prompt_ids(checkpoint, text)
     n_layers, n_heads = _layer_count(checkpoint), checkpoint.config.n_heads
+    reference = reference_ids(checkpoint) if how == "mean" else None
+
+    def report(done: int, total: int) -> None:
+        progress((int(done), int(total)), desc=f"Ablating heads ({how})", unit="runs")
 
     def compute() -> tuple[Tensor, float]:
-        change = methods.head_ablation(checkpoint.model, ids, how)
+        options: dict[str, Any] = {"progress": report}
+        if reference is not None:
+            options["reference_ids"] = reference
+        change = methods.head_ablation(checkpoint.model, ids, how, **options)
         return change, read_text(checkpoint.model, ids[0]).nll
 
     change, nll = admitted(
@@ -256,7 +276,7 @@ def research_ablation(
         name,
         checkpoint,
         ids.shape[1],
-        n_layers * n_heads + 2,
+        n_layers * n_heads + 2 + (0 if reference is None else reference.shape[1] // ids.shape[1]),
         ("ablation", text, how),
         compute,
     )
@@ -272,12 +292,12 @@ def research_ablation(
     layer, head = divmod(int(values.argmax()), n_heads)
     worst = float(values[layer, head])
     after = nll + worst
+    done = "zeroing" if how == "zero" else "replacing with its mean over a reference paragraph"
     summary = (
-        f"**Layer {layer + 1}, head {head + 1} matters most here**: "
-        f"{'zeroing' if how == 'zero' else 'replacing with its mean output'} it raises the "
+        f"**Layer {layer + 1}, head {head + 1} matters most here**: {done} raises the "
         f"next-token loss by {worst:.3f} nats. Perplexity meter: {math.exp(nll):.2f} with every "
         f"head → {math.exp(min(after, 700)):.2f} without this one "
-        f"(loss {nll:.3f} → {after:.3f} nats a token)." + _stand_in_note()
+        f"(loss {nll:.3f} → {after:.3f} nats a token)." + _stand_in_note("head_ablation")
     )
     return fig, summary
 
@@ -316,6 +336,12 @@ def research_logit(
     the residual stream, read through the final norm frozen at the real pass."""
     checkpoint = _checkpoint(registry, name, session)
     ids, _ = prompt_ids(checkpoint, text)
+    config = checkpoint.config
+    if config.norm != "pre" or config.post_sublayer_norm:
+        # Not an error after the fact: the method does not apply, and the page says why.
+        return placeholder_figure(
+            "Direct logit attribution", "Not for a post-norm model", large_font=large
+        ), POST_NORM.format(name=name)
     token_id, piece, note = _next_token(checkpoint, ids, token)
 
     def compute() -> tuple[Any, float]:
@@ -326,6 +352,7 @@ def research_logit(
         registry, name, checkpoint, ids.shape[1], 2, ("logit", text, token_id), compute
     )
     parts = methods.as_parts(result)
+    parts = methods.Parts([methods.shown_part(n) for n in parts.names], parts.values)
     values = [methods.as_scalar(v) for v in parts.values]
     real = methods.real_logit(result)
     real = computed if real is None else real
@@ -342,7 +369,8 @@ def research_logit(
         f"{note}Each part is read through the final norm with its scale frozen at the real "
         f"pass. The parts sum to {sum(values):.4f}; the real logit of {piece!r} is "
         f"{real:.4f}. Most for it: {', '.join(parts.names[i] for i in ranked[:3])}; most "
-        f"against: {', '.join(parts.names[i] for i in ranked[-2:][::-1])}." + _stand_in_note()
+        f"against: {', '.join(parts.names[i] for i in ranked[-2:][::-1])}."
+        + _stand_in_note("direct_logit_attribution")
     )
     return fig, summary
 
@@ -401,7 +429,7 @@ def research_input(
             "should equal the logit's difference from the baseline's"
             + (f"; they differ by {delta:.2e}." if delta is not None else ".")
         )
-    return fig, summary + _stand_in_note()
+    return fig, summary + _stand_in_note("input_attribution")
 
 
 # -- 5. Why a head attends ---------------------------------------------------------------------
@@ -463,7 +491,7 @@ def research_scores(
     gap = float((total[allowed] - real[allowed]).abs().max()) if allowed.any() else 0.0
     summary = (
         f"The {len(matrices)} parts add up to the real scores (before the softmax, masked keys "
-        f"left out): the largest difference is {gap:.1e}." + _stand_in_note()
+        f"left out): the largest difference is {gap:.1e}." + _stand_in_note("attention_score_parts")
     )
     rotary = checkpoint.config.positional == "rotary"
     return fig, summary, SCORES_ROTARY if rotary else SCORES_2017

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,16 +20,35 @@ from torch import Tensor
 _library: Any
 try:
     _library = importlib.import_module("transformer.research")
-    STAND_IN = False
 except ImportError:  # the library has not landed on this branch yet
-    _library = importlib.import_module(f"{__package__}.standin")
-    STAND_IN = True
+    _library = None
+_stand_in = importlib.import_module(f"{__package__}.standin")
 
-activation_patching = _library.activation_patching
-head_ablation = _library.head_ablation
-direct_logit_attribution = _library.direct_logit_attribution
-input_attribution = _library.input_attribution
-attention_score_parts = _library.attention_score_parts
+# The methods the library does not have yet, drawn by the stand-in (the page says so).
+STAND_INS = frozenset(
+    name
+    for name in (
+        "activation_patching",
+        "head_ablation",
+        "direct_logit_attribution",
+        "input_attribution",
+        "attention_score_parts",
+    )
+    if getattr(_library, name, None) is None
+)
+STAND_IN = bool(STAND_INS)
+
+
+def _method(name: str) -> Callable[..., Any]:
+    found: Callable[..., Any] = getattr(_library, name, None) or getattr(_stand_in, name)
+    return found
+
+
+activation_patching = _method("activation_patching")
+head_ablation = _method("head_ablation")
+direct_logit_attribution = _method("direct_logit_attribution")
+input_attribution = _method("input_attribution")
+attention_score_parts = _method("attention_score_parts")
 
 _ROOT = Path(__file__).resolve().parents[3]
 
@@ -61,6 +81,12 @@ def as_parts(result: Any) -> Parts:
     if not isinstance(mapping, Mapping):
         raise TypeError(f"expected named parts, got {type(result).__name__}")
     return Parts([str(name) for name in mapping], list(mapping.values()))
+
+
+def shown_part(name: str) -> str:
+    """A part's name as the page numbers layers and heads, from 1 (the library's ``"L0H3"``
+    is ``"L1H4"``)."""
+    return re.sub(r"(?<![A-Za-z])([LH])(\d+)", lambda m: f"{m[1]}{int(m[2]) + 1}", name)
 
 
 def as_scalar(value: Any) -> float:

@@ -39,7 +39,7 @@ def activation_patching(
     return _noise(_layers(model), columns).sigmoid()
 
 
-def head_ablation(model: Transformer, ids: Tensor, how: str) -> Tensor:
+def head_ablation(model: Transformer, ids: Tensor, how: str, **_: Any) -> Tensor:
     """Stand-in: ``(layers, heads)`` of noise."""
     return _noise(_layers(model), model.config.n_heads).abs() * 0.1
 

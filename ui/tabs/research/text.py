@@ -66,3 +66,8 @@ SIDE = (
     "the same character. A group's loss is the sum of its tokens' losses, which both models "
     "give for the same characters and so can be compared."
 )
+POST_NORM = (
+    "**{name}** normalises the stream after every sub-layer (the 2017 paper's post-norm), so "
+    "what reaches the output is no sum of parts and its logit cannot be split this way. Choose "
+    "a pre-norm model (GPT-2, SmolLM2 and the Llama family) to see the split."
+)
