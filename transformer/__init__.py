@@ -95,6 +95,9 @@ _LAZY: dict[str, str] = {
     "activation_patching": ".research",
     "head_ablation": ".research",
     "direct_logit_attribution": ".research",
+    "InputAttribution": ".research",
+    "input_attribution": ".research",
+    "attention_score_parts": ".research",
     # Live training: the recipes and the toy tasks.
     "LiveTraining": ".training.live",
     "TaskRun": ".training.live",
@@ -121,7 +124,14 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time `__getat
     from .lab.switches import SWITCHES, Switch
     from .pretrained import PretrainedError, load_pretrained, load_shipped, shipped_models
     from .pretrained.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
-    from .research import activation_patching, direct_logit_attribution, head_ablation
+    from .research import (
+        InputAttribution,
+        activation_patching,
+        attention_score_parts,
+        direct_logit_attribution,
+        head_ablation,
+        input_attribution,
+    )
     from .text.bpe_learning import BPELearningTrace, MergeStep, learn_bpe
     from .text.corpus import bundled_corpus
     from .text.replay import WordReplay, replay
@@ -148,6 +158,7 @@ __all__ = [
     "DecoderCache",
     "DecoderLayer",
     "EncoderLayer",
+    "InputAttribution",
     "Intervention",
     "KeyValueCache",
     "LayerNorm",
@@ -176,6 +187,7 @@ __all__ = [
     "activation_patching",
     "analyse",
     "analyse_together",
+    "attention_score_parts",
     "axis_pieces",
     "base_config",
     "bundled_corpus",
@@ -185,6 +197,7 @@ __all__ = [
     "count_parameters",
     "direct_logit_attribution",
     "head_ablation",
+    "input_attribution",
     "learn_bpe",
     "load_checkpoint",
     "load_pretrained",
