@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 
 import numpy as np
 import pytest
@@ -149,24 +150,41 @@ def test_logit_attribution_says_why_a_post_norm_model_has_none(registry, session
 
 
 def test_input_attribution_has_a_bar_per_token_and_completeness(registry, session):
+    prompt = "the cat sat on"  # integrated gradients runs the model 50 times
     fig, summary = _raw(handlers.research_input)(
-        registry, BUNDLED, text.TEXT, "", "integrated gradients", False, session
+        registry, BUNDLED, prompt, "", "integrated gradients", False, session
     )
-    assert len(fig.data[0].y) == _ids(registry, BUNDLED, text.TEXT).shape[1]
-    assert "Completeness" in summary
+    bars = np.asarray(fig.data[0].y, dtype=float)
+    assert len(bars) == _ids(registry, BUNDLED, prompt).shape[1]
+    assert f"the attributions sum to {bars.sum():.4f}" in summary
+    # Completeness printed: the gap is the sum minus (logit − baseline), and the logit is the
+    # model's own.
+    found = re.search(r"logit (\S+) − baseline's (\S+)\); the gap is (\S+)\.", summary)
+    logit, baseline, gap = (float(x) for x in found.groups())
+    assert gap == pytest.approx(bars.sum() - (logit - baseline), abs=2e-3)
+    model = registry.checkpoint(BUNDLED, None).model
+    with torch.inference_mode():
+        real = model.decode(_ids(registry, BUNDLED, prompt)).logits[0, -1].max()
+    assert logit == pytest.approx(float(real), abs=1e-3)
     _, plain = _raw(handlers.research_input)(
-        registry, BUNDLED, text.TEXT, "", "gradient x input", False, session
+        registry, BUNDLED, prompt, "", "gradient x input", False, session
     )
     assert "Completeness" not in plain
+
+
+def _gap(summary: str) -> float:
+    return float(re.search(r"the largest difference is (\S+)\.", summary).group(1))
 
 
 def test_score_parts_are_drawn_one_panel_each_and_explained_for_the_model(registry, session):
     fig, summary, explanation = _raw(handlers.research_scores)(
         registry, BUNDLED, text.TEXT, 2, 1, False, session
     )
-    assert len(fig.data) >= 2
-    assert "add up to the real scores" in summary
-    assert "token-position" in explanation  # the 2017 model's four parts
+    names = {a.text for a in fig.layout.annotations}
+    assert {"token-token", "token-position", "position-token", "position-position"} <= names
+    assert len(fig.data) == len(names)
+    assert _gap(summary) < 1e-4  # the drawn parts sum to the pass's own scores
+    assert "token-position" in explanation
     with pytest.raises(InputError, match="heads 1 to"):
         _raw(handlers.research_scores)(registry, BUNDLED, text.TEXT, 1, 99, False, session)
 
@@ -176,8 +194,8 @@ def test_a_pretrained_family_goes_through_every_single_pass_view(registry, sessi
     prompt = "the cat sat"
     fig, _ = _raw(handlers.research_logit)(registry, name, prompt, "", False, session)
     assert len(fig.data[0].y) > 1
-    fig, _, _ = _raw(handlers.research_scores)(registry, name, prompt, 1, 1, False, session)
-    assert fig.data
+    fig, summary, _ = _raw(handlers.research_scores)(registry, name, prompt, 1, 1, False, session)
+    assert fig.data and _gap(summary) < 1e-4
 
 
 def test_a_costly_sweep_runs_in_the_costly_pool_with_its_progress(registry, session, monkeypatch):
@@ -206,3 +224,19 @@ def test_the_bundled_model_opens_on_a_preset_it_cuts_evenly(registry):
 def test_first_views_fill_every_output(registry):
     views = layout.first_views(registry, BUNDLED, "not loaded")
     assert views is not None and len(views) == 15
+
+
+def test_a_rotary_head_is_split_into_frequency_bands_that_sum_to_its_scores(session, tmp_path):
+    from conftest import tiny_llama
+
+    tiny_llama(tmp_path / "llama")
+    registry = ModelRegistry(torch.device("cpu"), [str(tmp_path / "llama")])
+    name = registry.menu_name(str(tmp_path / "llama"))
+    fig, summary, explanation = _raw(handlers.research_scores)(
+        registry, name, "w5 w6 w7 w8 w9", 1, 2, False, session
+    )
+    names = [a.text for a in fig.layout.annotations]
+    assert names[0].startswith("pairs 1-") and "(fastest)" in names[0]
+    assert any("(slowest)" in n for n in names)
+    assert _gap(summary) < 1e-4
+    assert "rotary" in explanation

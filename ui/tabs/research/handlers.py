@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextvars
 import math
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import gradio as gr
 import torch
@@ -139,14 +139,6 @@ def _head_labels(n: int) -> list[str]:
     return [f"head {h + 1}" for h in range(n)]
 
 
-def _stand_in_note(method: str) -> str:
-    return (
-        "\n\n**Stand-in numbers**: this method has not landed in the research library yet."
-        if method in methods.STAND_INS
-        else ""
-    )
-
-
 # -- 1. Activation patching ------------------------------------------------------------------
 
 
@@ -193,7 +185,13 @@ def research_patching(
 
     def compute() -> Tensor:
         return methods.activation_patching(
-            checkpoint.model, clean_ids, corrupted_ids, answer_id, wrong_id, site, progress=report
+            checkpoint.model,
+            clean_ids,
+            corrupted_ids,
+            answer_id,
+            wrong_id,
+            cast(Any, site),
+            progress=report,
         )
 
     result = admitted(
@@ -223,7 +221,6 @@ def research_patching(
         f"normalised so 0 is the corrupted run and 1 the clean run. The strongest cell is "
         f"layer {layer + 1}, {where}: patching it there restores "
         f"{float(values[layer, column]):.2f} of the difference."
-        + _stand_in_note("activation_patching")
     )
     return fig, summary
 
@@ -268,7 +265,7 @@ def research_ablation(
         options: dict[str, Any] = {"progress": report}
         if reference is not None:
             options["reference_ids"] = reference
-        change = methods.head_ablation(checkpoint.model, ids, how, **options)
+        change = methods.head_ablation(checkpoint.model, ids, cast(Any, how), **options)
         return change, read_text(checkpoint.model, ids[0]).nll
 
     change, nll = admitted(
@@ -297,7 +294,7 @@ def research_ablation(
         f"**Layer {layer + 1}, head {head + 1} matters most here**: {done} raises the "
         f"next-token loss by {worst:.3f} nats. Perplexity meter: {math.exp(nll):.2f} with every "
         f"head → {math.exp(min(after, 700)):.2f} without this one "
-        f"(loss {nll:.3f} → {after:.3f} nats a token)." + _stand_in_note("head_ablation")
+        f"(loss {nll:.3f} → {after:.3f} nats a token)."
     )
     return fig, summary
 
@@ -370,7 +367,6 @@ def research_logit(
         f"pass. The parts sum to {sum(values):.4f}; the real logit of {piece!r} is "
         f"{real:.4f}. Most for it: {', '.join(parts.names[i] for i in ranked[:3])}; most "
         f"against: {', '.join(parts.names[i] for i in ranked[-2:][::-1])}."
-        + _stand_in_note("direct_logit_attribution")
     )
     return fig, summary
 
@@ -399,19 +395,20 @@ def research_input(
     passes = 2 if method == "gradient x input" else 2 * IG_STEPS
 
     def compute() -> Any:
-        return methods.input_attribution(checkpoint.model, ids, token_id, method)
-
-    scores, delta = methods.as_scores(
-        admitted(
-            registry,
-            name,
-            checkpoint,
-            ids.shape[1],
-            passes,
-            ("input", text, token_id, method),
-            compute,
+        return methods.input_attribution(
+            checkpoint.model, ids, token_id, cast(Any, method.replace(" ", "_"))
         )
+
+    result = admitted(
+        registry,
+        name,
+        checkpoint,
+        ids.shape[1],
+        passes,
+        ("input", text, token_id, method),
+        compute,
     )
+    scores, delta = methods.as_scores(result)
     fig = figures.token_bars_figure(
         pieces,
         scores,
@@ -424,12 +421,19 @@ def research_input(
         f"{note}The token that counts most is {best}:{pieces[best]!r} ({float(scores[best]):+.3f})."
     )
     if method == "integrated gradients":
-        summary += (
-            f" **Completeness**: the attributions sum to {float(scores.sum()):.4f}, which "
-            "should equal the logit's difference from the baseline's"
-            + (f"; they differ by {delta:.2e}." if delta is not None else ".")
+        logit = getattr(result, "logit", None)
+        baseline = getattr(result, "baseline_logit", None)
+        difference = (
+            f"{logit - baseline:.4f} (logit {logit:.4f} − baseline's {baseline:.4f})"
+            if logit is not None and baseline is not None
+            else "the logit's difference from the baseline's"
         )
-    return fig, summary + _stand_in_note("input_attribution")
+        summary += (
+            f" **Completeness**: the attributions sum to {float(scores.sum()):.4f}; the logit's "
+            f"change from the all-zero baseline is {difference}"
+            + (f"; the gap is {delta:.1e}." if delta is not None else ".")
+        )
+    return fig, summary
 
 
 # -- 5. Why a head attends ---------------------------------------------------------------------
@@ -474,10 +478,12 @@ def research_scores(
         compute,
     )
     parts = methods.as_parts(result)
-    matrices = {
-        n: torch.as_tensor(v).detach().float().cpu()
-        for n, v in zip(parts.names, parts.values, strict=True)
-    }
+    matrices = methods.in_bands(
+        {
+            n: torch.as_tensor(v).detach().float().cpu()
+            for n, v in zip(parts.names, parts.values, strict=True)
+        }
+    )
     labels = _position_labels(pieces)
     fig = figures.score_parts_figure(
         matrices,
@@ -491,7 +497,8 @@ def research_scores(
     gap = float((total[allowed] - real[allowed]).abs().max()) if allowed.any() else 0.0
     summary = (
         f"The {len(matrices)} parts add up to the real scores (before the softmax, masked keys "
-        f"left out): the largest difference is {gap:.1e}." + _stand_in_note("attention_score_parts")
+        f"left out): the largest difference is {gap:.1e}. Tokens and layers from 1, positions "
+        "from 0."
     )
     rotary = checkpoint.config.positional == "rotary"
     return fig, summary, SCORES_ROTARY if rotary else SCORES_2017

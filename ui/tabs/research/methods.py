@@ -6,7 +6,6 @@ returns."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import re
 from collections.abc import Callable, Mapping
@@ -17,38 +16,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-_library: Any
-try:
-    _library = importlib.import_module("transformer.research")
-except ImportError:  # the library has not landed on this branch yet
-    _library = None
-_stand_in = importlib.import_module(f"{__package__}.standin")
-
-# The methods the library does not have yet, drawn by the stand-in (the page says so).
-STAND_INS = frozenset(
-    name
-    for name in (
-        "activation_patching",
-        "head_ablation",
-        "direct_logit_attribution",
-        "input_attribution",
-        "attention_score_parts",
-    )
-    if getattr(_library, name, None) is None
+from transformer.research import (
+    activation_patching,
+    attention_score_parts,
+    direct_logit_attribution,
+    head_ablation,
+    input_attribution,
 )
-STAND_IN = bool(STAND_INS)
-
-
-def _method(name: str) -> Callable[..., Any]:
-    found: Callable[..., Any] = getattr(_library, name, None) or getattr(_stand_in, name)
-    return found
-
-
-activation_patching = _method("activation_patching")
-head_ablation = _method("head_ablation")
-direct_logit_attribution = _method("direct_logit_attribution")
-input_attribution = _method("input_attribution")
-attention_score_parts = _method("attention_score_parts")
 
 _ROOT = Path(__file__).resolve().parents[3]
 
@@ -117,3 +91,37 @@ def as_scores(result: Any) -> tuple[Tensor, float | None]:
     if not isinstance(scores, Tensor):
         scores = torch.as_tensor(scores)
     return scores.detach().float().reshape(-1).cpu(), (None if delta is None else as_scalar(delta))
+
+
+BANDS = 4
+"""Rotary pairs are drawn in this many bands (a head has 32 pairs in SmolLM2: too many panels)."""
+
+
+def in_bands(parts: Mapping[str, Tensor], bands: int = BANDS) -> dict[str, Tensor]:
+    """Rotary parts (``"pair 0"`` … fastest first) summed into ``bands`` bands of neighbouring
+    frequencies, named by their pairs from 1 (``"pairs 1-8 (fastest)"``); other parts kept
+    as they are. The bands sum to what the pairs sum to."""
+    pairs = [name for name in parts if re.fullmatch(r"pair \d+", name)]
+    if len(pairs) <= bands:
+        return dict(parts)
+    pairs.sort(key=lambda name: int(name.split()[1]))
+    out: dict[str, Tensor] = {}
+    size = -(-len(pairs) // bands)
+    for band, start in enumerate(range(0, len(pairs), size)):
+        chunk = pairs[start : start + size]
+        first, last = int(chunk[0].split()[1]) + 1, int(chunk[-1].split()[1]) + 1
+        speed = " (fastest)" if band == 0 else " (slowest)" if start + size >= len(pairs) else ""
+        out[f"pairs {first}-{last}{speed}"] = torch.stack([parts[n] for n in chunk]).sum(0)
+    for name, value in parts.items():
+        if name not in pairs:
+            out[name] = value
+    return out
+
+
+__all__ = [
+    "activation_patching",
+    "attention_score_parts",
+    "direct_logit_attribution",
+    "head_ablation",
+    "input_attribution",
+]

@@ -51,13 +51,14 @@ INPUT = (
 )
 SCORES_2017 = (
     "In the 2017 models the query and the key are (token + position) times a matrix, so their "
-    "dot product splits into four parts: token-token, token-position, position-token and "
-    "position-position. Each part is a heat map here; together they are the head's scores."
+    "dot product splits into token-token, token-position, position-token and "
+    "position-position parts (after the first layer, what earlier layers wrote and the biases "
+    "add two more). Each part is a heat map here; together they are the head's scores."
 )
 SCORES_ROTARY = (
     "With rotary positions the score is a sum over pairs of dimensions, each pair turned by "
-    "an angle that grows with the distance at its own frequency; the pairs are grouped into "
-    "bands here. Fast bands carry position (they change from one key to the next), slow bands "
+    "an angle that grows with the position at its own frequency; the pairs are grouped into "
+    "four bands here. Fast bands carry position (they change from one key to the next), slow bands "
     "content; the bands sum to the head's scores."
 )
 SIDE = (
