@@ -18,6 +18,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .common import (
+    BASE_COLOR,
     HIGHLIGHT_COLOR,
     SIGNED_COLORSCALE,
     WEIGHTS_COLORSCALE,
@@ -32,7 +33,8 @@ from .common import (
     to_numpy,
 )
 
-SECOND_COLOR = "#f28e2b"  # Tableau 10's orange: the second model
+FIRST_COLOR = BASE_COLOR  # blue: the first model, and what pushes towards a token
+SECOND_COLOR = HIGHLIGHT_COLOR  # orange: the second model, and what pushes against it
 
 
 def _layer_labels(n: int) -> list[str]:
@@ -106,7 +108,7 @@ def parts_bar_figure(
     dashed line at the sum of the parts and a marker at ``total`` beside it."""
     v = to_numpy(values).reshape(-1)
     labels = check_labels(names, v.size, "part")
-    colours = [HIGHLIGHT_COLOR if x >= 0 else SECOND_COLOR for x in v]
+    colours = [FIRST_COLOR if x >= 0 else SECOND_COLOR for x in v]
     data: list[dict[str, Any]] = [
         {
             "type": "bar",
@@ -151,7 +153,7 @@ def token_bars_figure(
     """One bar per input token (``pieces``, labelled ``"3:cat"``), signed colours."""
     v = to_numpy(scores).reshape(-1)
     labels = check_labels([f"{i}:{p}" for i, p in enumerate(pieces)], v.size, "token")
-    colours = [HIGHLIGHT_COLOR if x >= 0 else SECOND_COLOR for x in v]
+    colours = [FIRST_COLOR if x >= 0 else SECOND_COLOR for x in v]
     data = [
         {
             "type": "bar",
@@ -326,7 +328,7 @@ def paired_bars_figure(
             "hovertemplate": f"{plot_text(name)}<br>%{{x}}: %{{y:.3f}}<extra></extra>",
         }
         for values, name, colour in (
-            (first, names[0], HIGHLIGHT_COLOR),
+            (first, names[0], FIRST_COLOR),
             (second, names[1], SECOND_COLOR),
         )
     ]
@@ -358,7 +360,7 @@ def next_tokens_figure(
     )
     layout["margin"]["t"] += 20
     for index, (tops, name, colour) in enumerate(
-        ((first, names[0], HIGHLIGHT_COLOR), (second, names[1], SECOND_COLOR))
+        ((first, names[0], FIRST_COLOR), (second, names[1], SECOND_COLOR))
     ):
         suffix = "" if index == 0 else "2"
         domain = [0.0, 0.42] if index == 0 else [0.58, 1.0]
