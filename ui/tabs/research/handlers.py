@@ -433,6 +433,14 @@ def research_input(
             f"change from the all-zero baseline is {difference}"
             + (f"; the gap is {delta:.1e}." if delta is not None else ".")
         )
+        span = abs(logit - baseline) if logit is not None and baseline is not None else 1.0
+        if delta is not None and abs(delta) > 0.05 * max(1.0, span):
+            summary += (
+                " The gap is large: the path starts at all-zero embeddings, where a model "
+                "that normalises its stream first (RMSNorm, LayerNorm) divides by almost "
+                "nothing, so the gradient jumps near the baseline and the integral's points "
+                "miss that jump."
+            )
     return fig, summary
 
 
