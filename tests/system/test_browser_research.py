@@ -99,7 +99,7 @@ def test_every_method_is_drawn_and_explained_on_a_laptop_and_a_phone(
                 or "layer 30" in _plot(page, "patching").first.inner_text()
             ),
         )
-        _drawn(page, "patching", "Patching")
+        _drawn(page, "patching", "Restored by patching")
         assert "layer 30" in _plot(page, "patching").first.inner_text()
         for button, key in (
             ("Ablate every head", "ablation"),

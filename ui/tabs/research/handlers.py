@@ -31,6 +31,7 @@ from .text import (
     POST_NORM,
     SCORES_2017,
     SCORES_ROTARY,
+    SHORT_SITES,
     SITES,
 )
 
@@ -208,7 +209,7 @@ def research_patching(
     fig = figures.layer_map_figure(
         values,
         labels,
-        f"Patching {SITES[site]}: how much of the clean answer comes back",
+        f"Restored by patching: {SHORT_SITES[site]}",
         "restored",
         large,
         column_title="head" if site == "head" else "position",
@@ -281,7 +282,7 @@ def research_ablation(
     fig = figures.layer_map_figure(
         values,
         _head_labels(n_heads),
-        f"{how.capitalize()} ablation: how much each head's loss changes",
+        f"{how.capitalize()} ablation: Δ loss",
         "Δ loss (nats)",
         large,
         column_title="head",
@@ -356,7 +357,7 @@ def research_logit(
     fig = figures.parts_bar_figure(
         parts.names,
         values,
-        f"What each part wrote towards {piece!r}",
+        f"Parts of the logit of {piece!r}",
         "logit",
         large,
         total=real,
@@ -412,7 +413,7 @@ def research_input(
     fig = figures.token_bars_figure(
         pieces,
         scores,
-        f"{method.capitalize()}: each input token's part in {piece!r}",
+        f"{method.capitalize()} → {piece!r}",
         "attribution",
         large,
     )
@@ -497,7 +498,7 @@ def research_scores(
         matrices,
         labels,
         labels,
-        f"Layer {layer_i + 1}, head {head_i + 1}: the scores' parts",
+        f"Layer {layer_i + 1}, head {head_i + 1}: score parts",
         large,
     )
     total = torch.stack(list(matrices.values())).sum(dim=0)
@@ -595,7 +596,7 @@ def research_side_by_side(
         result.attention_b,
         result.labels,
         (heads_named[0], heads_named[1]),
-        "Attention, token groups lined up",
+        "Attention, groups lined up",
         large,
     )
     losses = figures.paired_bars_figure(
@@ -603,7 +604,7 @@ def research_side_by_side(
         result.loss_a,
         result.loss_b,
         names,
-        "Loss of each group of characters",
+        "Loss per group of characters",
         "nats",
         large,
     )
@@ -611,7 +612,7 @@ def research_side_by_side(
         _top(result.a.next_probs, first),
         _top(result.b.next_probs, second),
         names,
-        "Next token after the whole text",
+        "Next token after the text",
         large,
     )
     split = [result.labels[n] for n in result.split]

@@ -119,12 +119,15 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
     with gr.Accordion("1 · Activation patching", open=True, elem_id="research-patching"), gr.Row():
         with gr.Column(scale=4, min_width=300):
             gr.Markdown(text.PATCHING)
-            choice = gr.Radio(list(PRESETS), value=next(iter(PRESETS)), label="Preset")
-            clean = gr.Textbox(text.CLEAN, label="Clean prompt", lines=1)
-            corrupted = gr.Textbox(text.CORRUPTED, label="Corrupted prompt", lines=1)
+            # The first preset the first model cuts into equal lengths (its first view's).
+            chosen = fitting_preset(registry, first)
+            choice = gr.Radio(list(PRESETS), value=chosen, label="Preset")
+            first_clean, first_corrupted, first_answer, first_wrong = PRESETS[chosen]
+            clean = gr.Textbox(first_clean, label="Clean prompt", lines=1)
+            corrupted = gr.Textbox(first_corrupted, label="Corrupted prompt", lines=1)
             with gr.Row():
-                answer = gr.Textbox(text.ANSWER, label="Answer", min_width=100)
-                wrong = gr.Textbox(text.WRONG, label="Wrong answer", min_width=100)
+                answer = gr.Textbox(first_answer, label="Answer", min_width=100)
+                wrong = gr.Textbox(first_wrong, label="Wrong answer", min_width=100)
             site = gr.Radio(
                 [(words.split(" before")[0], key) for key, words in text.SITES.items()],
                 value="residual",

@@ -19,6 +19,13 @@ SITES = {
     "mlp": "each MLP's output",
     "head": "each head's output",
 }
+# The same, short enough for a figure's title on a phone.
+SHORT_SITES = {
+    "residual": "residual stream",
+    "attention": "attention outputs",
+    "mlp": "MLP outputs",
+    "head": "head outputs",
+}
 
 INTRO = (
     "Which part of the model made this prediction? Researchers answer with the methods below; "
