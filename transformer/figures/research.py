@@ -184,7 +184,7 @@ def score_parts_figure(
     names = list(parts)
     if not names:
         raise ValueError("no parts to draw")
-    matrices = [to_numpy(parts[name]) for name in names]
+    matrices = [to_numpy(parts[name]).copy() for name in names]  # masked cells set to nan
     for matrix in matrices:
         matrix[~np.isfinite(matrix)] = np.nan
     n_q, n_k = matrices[0].shape
