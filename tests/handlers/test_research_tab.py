@@ -240,3 +240,14 @@ def test_a_rotary_head_is_split_into_frequency_bands_that_sum_to_its_scores(sess
     assert any("(slowest)" in n for n in names)
     assert _gap(summary) < 1e-4
     assert "rotary" in explanation
+
+
+def test_a_sweep_too_big_for_the_server_is_refused_before_it_runs(registry, session, monkeypatch):
+    from ui.serving import limits
+
+    ran: list[bool] = []
+    monkeypatch.setattr(limits, "MAX_PASS_COST", 10**7)  # the bundled model: one pass fits
+    monkeypatch.setattr(handlers.methods, "head_ablation", lambda *a, **k: ran.append(True))
+    with pytest.raises(InputError, match="this sweep runs continue"):
+        _raw(handlers.research_ablation)(registry, BUNDLED, text.TEXT, "zero", False, session)
+    assert not ran

@@ -21,7 +21,8 @@ from transformer.lab.analysis import shown_piece
 from transformer.lab.perplexity import read_text, reference_paragraph
 from transformer.pretrained.checkpoint import Checkpoint
 
-from ...serving.costly import PassCost, check_cost, costly_here, parameters
+from ...serving import limits
+from ...serving.costly import PassCost, check_cost, costly_here, device_scale, parameters
 from ...serving.errors import InputError, friendly, gpu, user_input
 from ...serving.state import ModelRegistry, SessionModels
 from . import methods
@@ -33,6 +34,7 @@ from .text import (
     SCORES_ROTARY,
     SHORT_SITES,
     SITES,
+    SWEEP_COST_FACTOR,
 )
 
 T = TypeVar("T")
@@ -116,6 +118,13 @@ def admitted(
     model = checkpoint.model
     check_cost(name, PassCost(parameters(model), tokens), registry.device)
     sweep = PassCost(parameters(model), tokens * max(1, passes))
+    limit = SWEEP_COST_FACTOR * limits.MAX_PASS_COST * device_scale(registry.device)
+    if sweep.cost > limit:
+        raise InputError(
+            f"this sweep runs {name} {passes:,} times over {tokens} tokens, more than one "
+            "request may ask of this server: shorten the text (a patching sweep grows with "
+            "the square of its length) or choose a smaller model"
+        )
     if not costly_here(sweep, registry.device):
         with user_input():
             return compute()

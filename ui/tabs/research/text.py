@@ -10,6 +10,9 @@ TEXT = "The Eiffel Tower is in the city of"
 # Patching, ablation and integrated gradients run the model once per part (or per step): a
 # prompt is kept short enough that a sweep of SmolLM2 takes seconds, not minutes, on a CPU.
 MAX_RESEARCH_TOKENS = 64
+# A sweep may cost this many times one pass's limit (limits.MAX_PASS_COST): SmolLM2's residual
+# patching over 12 tokens (360 runs, about 5.8e11 parameter-tokens) fits, over 40 tokens not.
+SWEEP_COST_FACTOR = 2
 IG_STEPS = 50  # captum's default number of steps for integrated gradients
 
 # The sites of activation patching, as the library names them, with what the page calls them.
