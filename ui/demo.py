@@ -39,7 +39,7 @@ from .serving.sliders import SLIDER_ENTER_JS
 from .serving.state import ModelRegistry, SessionModels, SharedViews
 from .serving.textboxes import TEXT_EDIT_JS
 from .serving.uploads import CapUploads
-from .tabs import attention, generate, inside, positions, tokenize, training
+from .tabs import attention, generate, inside, positions, research, tokenize, training
 from .tabs.exercises import ExercisePanel
 from .tour import KEYS_JS, Tour
 
@@ -87,6 +87,8 @@ TABS: list[tuple[str, str, Callable[..., dict[str, gr.Component] | None]]] = [
     ("Attention", "attention", attention.build),
     ("Inside a layer", "inside", inside.build),
     ("Generate", "generate", generate.build),
+    # After the tour's four steps: which part of the model made a prediction.
+    ("Which part?", "research", research.build),
     ("Model & training", "training", training.build),
 ]
 

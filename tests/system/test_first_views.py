@@ -104,7 +104,14 @@ def test_one_event_draws_the_tabs_first_views_when_a_page_opens(demo: gr.Blocks)
     loads = _page_loads(demo)
     assert [function.fn.__name__ for function, _ in loads] == ["open"], loads
     (opened, _), first_views = loads[0], demo.first_views
-    every_tab_but_tokenize = {"embeddings", "attention", "inside", "generate", "training"}
+    every_tab_but_tokenize = {
+        "embeddings",
+        "attention",
+        "inside",
+        "generate",
+        "research",
+        "training",
+    }
     assert {slug for *_, slug in _handlers(demo)} == every_tab_but_tokenize
     values = [getattr(c, "value", None) for c in opened.inputs]
     # On a page opened with a link it sends nothing: the link's own view comes first.

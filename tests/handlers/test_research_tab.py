@@ -1,0 +1,253 @@
+"""The Which part? tab's handlers, called directly on the bundled ``continue`` model and a tiny
+random GPT-2 through the registry: what each figure holds is checked against the model run
+in the test (the real logit, the real scores, layer and head counts read off the modules),
+and bad input against the message a student should read."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from transformer.lab.perplexity import read_text
+from ui.serving.errors import InputError
+from ui.serving.state import ModelRegistry, SessionModels
+from ui.tabs.research import handlers, layout, text
+from ui.tabs.research.layout import PRESETS, fitting_preset
+
+BUNDLED = "continue"
+CAT = PRESETS["cat → dog"]
+
+
+def _raw(handler):
+    """The handler without its error wrapper, so a test sees the InputError itself."""
+    return inspect.unwrap(handler)
+
+
+@pytest.fixture(scope="module")
+def registry(hf_models) -> ModelRegistry:
+    return ModelRegistry(torch.device("cpu"), [str(hf_models["gpt2"])])
+
+
+@pytest.fixture
+def session() -> SessionModels:
+    return SessionModels()
+
+
+def _z(fig) -> np.ndarray:
+    return np.asarray(fig.data[0].z, dtype=float)
+
+
+def _ids(registry: ModelRegistry, name: str, prompt: str) -> torch.Tensor:
+    checkpoint = registry.checkpoint(name, None)
+    ids = checkpoint.tokenizer.encode_ids(prompt, add_bos=checkpoint.config.prompt_bos)
+    return torch.tensor([ids])
+
+
+def test_patching_figure_is_layers_by_positions_or_heads(registry, session):
+    model = registry.checkpoint(BUNDLED, None).model
+    n_layers, n_heads = len(model.decoder.layers), model.config.n_heads
+    length = _ids(registry, BUNDLED, CAT[0]).shape[1]
+    fig, summary = _raw(handlers.research_patching)(
+        registry, BUNDLED, *CAT, "residual", False, session
+    )
+    assert _z(fig).shape == (n_layers, length)
+    assert "0 is the corrupted run and 1 the clean run" in summary
+    fig, _ = _raw(handlers.research_patching)(registry, BUNDLED, *CAT, "head", False, session)
+    assert _z(fig).shape == (n_layers, n_heads)
+    assert list(fig.data[0].x) == [f"head {h + 1}" for h in range(n_heads)]
+
+
+def test_patching_reports_its_progress_to_the_page(registry, session):
+    calls: list[tuple] = []
+
+    def progress(value, desc=None, **_):
+        calls.append(value)
+
+    _raw(handlers.research_patching)(
+        registry, BUNDLED, *CAT, "mlp", False, session, progress=progress
+    )
+    assert calls, "the sweep said nothing while it ran"
+    done, total = calls[-1]
+    assert done == total > 1
+
+
+def test_patching_refuses_prompts_of_different_lengths_naming_the_counts(registry, session):
+    clean_n = _ids(registry, BUNDLED, text.CLEAN).shape[1]
+    corrupted_n = _ids(registry, BUNDLED, text.CORRUPTED).shape[1]
+    assert clean_n != corrupted_n  # the bundled tokenizer cuts these two differently
+    with pytest.raises(InputError) as refused:
+        _raw(handlers.research_patching)(
+            registry,
+            BUNDLED,
+            text.CLEAN,
+            text.CORRUPTED,
+            " Paris",
+            " Rome",
+            "residual",
+            False,
+            session,
+        )
+    message = str(refused.value)
+    assert f"has {clean_n} tokens" in message and f"one {corrupted_n}" in message
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ((*CAT[:2], " cat", " cat", "residual"), "the same token"),
+        ((*CAT[:2], "", " dog", "residual"), "enter the answer"),
+        ((*CAT, "everything"), "site must be one of"),
+        (("", CAT[1], " cat", " dog", "residual"), "enter the clean prompt"),
+    ],
+)
+def test_patching_refuses_bad_input_in_words(registry, session, args, says):
+    with pytest.raises(InputError, match=says):
+        _raw(handlers.research_patching)(registry, BUNDLED, *args, False, session)
+
+
+def test_a_model_that_predicts_no_next_token_is_refused_with_the_ones_that_do(registry, session):
+    with pytest.raises(InputError) as refused:
+        _raw(handlers.research_ablation)(registry, "translate", text.TEXT, "zero", False, session)
+    assert "encoder-decoder" in str(refused.value) and "'continue'" in str(refused.value)
+
+
+def test_ablation_names_the_head_that_raises_the_loss_most(registry, session):
+    fig, summary = _raw(handlers.research_ablation)(
+        registry, BUNDLED, text.TEXT, "zero", False, session
+    )
+    z = _z(fig)
+    layer, head = np.unravel_index(np.argmax(z), z.shape)
+    assert f"Layer {layer + 1}, head {head + 1} matters most" in summary
+    # The meter's reading without any ablation, computed here from the model.
+    model = registry.checkpoint(BUNDLED, None).model
+    nll = read_text(model, _ids(registry, BUNDLED, text.TEXT)[0]).nll
+    assert f"{math.exp(nll):.2f} with every head" in summary
+
+
+def test_logit_attribution_shows_its_parts_sum_beside_the_real_logit(registry, session, hf_models):
+    name = registry.menu_name(str(hf_models["gpt2"]))  # pre-norm
+    prompt = "the cat sat the"
+    fig, summary = _raw(handlers.research_logit)(registry, name, prompt, "", False, session)
+    model = registry.checkpoint(name, None).model
+    with torch.inference_mode():
+        logits = model.decode(_ids(registry, name, prompt)).logits[0, -1]
+    real = float(logits.max())
+    assert "the real logit of" in summary and f"{real:.4f}" in summary
+    assert "read through the final norm with its scale frozen at the real pass" in summary
+    bars = np.asarray(fig.data[0].y, dtype=float)
+    assert bars.sum() == pytest.approx(real, abs=1e-3)
+    assert "L1H1" in fig.data[0].x and "L0H0" not in fig.data[0].x  # numbered from 1
+
+
+def test_logit_attribution_says_why_a_post_norm_model_has_none(registry, session):
+    _, summary = _raw(handlers.research_logit)(registry, BUNDLED, text.TEXT, "", False, session)
+    assert "post-norm" in summary and "pre-norm model" in summary
+
+
+def test_input_attribution_has_a_bar_per_token_and_completeness(registry, session):
+    prompt = "the cat sat on"  # integrated gradients runs the model 50 times
+    fig, summary = _raw(handlers.research_input)(
+        registry, BUNDLED, prompt, "", "integrated gradients", False, session
+    )
+    bars = np.asarray(fig.data[0].y, dtype=float)
+    assert len(bars) == _ids(registry, BUNDLED, prompt).shape[1]
+    assert f"the attributions sum to {bars.sum():.4f}" in summary
+    # Completeness printed: the gap is the sum minus (logit − baseline), and the logit is the
+    # model's own.
+    found = re.search(r"logit (\S+) − baseline's (\S+)\); the gap is (\S+)\.", summary)
+    logit, baseline, gap = (float(x) for x in found.groups())
+    assert gap == pytest.approx(bars.sum() - (logit - baseline), abs=2e-3)
+    model = registry.checkpoint(BUNDLED, None).model
+    with torch.inference_mode():
+        real = model.decode(_ids(registry, BUNDLED, prompt)).logits[0, -1].max()
+    assert logit == pytest.approx(float(real), abs=1e-3)
+    _, plain = _raw(handlers.research_input)(
+        registry, BUNDLED, prompt, "", "gradient x input", False, session
+    )
+    assert "Completeness" not in plain
+
+
+def _gap(summary: str) -> float:
+    return float(re.search(r"the largest difference is (\S+)\.", summary).group(1))
+
+
+def test_score_parts_are_drawn_one_panel_each_and_explained_for_the_model(registry, session):
+    fig, summary, explanation = _raw(handlers.research_scores)(
+        registry, BUNDLED, text.TEXT, 2, 1, False, session
+    )
+    names = {a.text for a in fig.layout.annotations}
+    assert {"token-token", "token-position", "position-token", "position-position"} <= names
+    assert len(fig.data) == len(names)
+    assert _gap(summary) < 1e-4  # the drawn parts sum to the pass's own scores
+    assert "token-position" in explanation
+    with pytest.raises(InputError, match="heads 1 to"):
+        _raw(handlers.research_scores)(registry, BUNDLED, text.TEXT, 1, 99, False, session)
+
+
+def test_a_pretrained_family_goes_through_every_single_pass_view(registry, session, hf_models):
+    name = registry.menu_name(str(hf_models["gpt2"]))
+    prompt = "the cat sat"
+    fig, _ = _raw(handlers.research_logit)(registry, name, prompt, "", False, session)
+    assert len(fig.data[0].y) > 1
+    fig, summary, _ = _raw(handlers.research_scores)(registry, name, prompt, 1, 1, False, session)
+    assert fig.data and _gap(summary) < 1e-4
+
+
+def test_a_costly_sweep_runs_in_the_costly_pool_with_its_progress(registry, session, monkeypatch):
+    monkeypatch.setattr(handlers, "costly_here", lambda estimate, device: True)
+    calls: list[tuple] = []
+    before = registry.passes.handed
+    _raw(handlers.research_patching)(
+        registry,
+        BUNDLED,
+        *CAT,
+        "attention",
+        False,
+        session,
+        progress=lambda v, **_: calls.append(v),
+    )
+    assert registry.passes.handed == before + 1
+    assert calls and calls[-1][0] == calls[-1][1]
+
+
+def test_the_bundled_model_opens_on_a_preset_it_cuts_evenly(registry):
+    label = fitting_preset(registry, BUNDLED)
+    clean, corrupted, *_ = PRESETS[label]
+    assert _ids(registry, BUNDLED, clean).shape == _ids(registry, BUNDLED, corrupted).shape
+
+
+def test_first_views_fill_every_output(registry):
+    views = layout.first_views(registry, BUNDLED, "not loaded")
+    assert views is not None and len(views) == 15
+
+
+def test_a_rotary_head_is_split_into_frequency_bands_that_sum_to_its_scores(session, tmp_path):
+    from conftest import tiny_llama
+
+    tiny_llama(tmp_path / "llama")
+    registry = ModelRegistry(torch.device("cpu"), [str(tmp_path / "llama")])
+    name = registry.menu_name(str(tmp_path / "llama"))
+    fig, summary, explanation = _raw(handlers.research_scores)(
+        registry, name, "w5 w6 w7 w8 w9", 1, 2, False, session
+    )
+    names = [a.text for a in fig.layout.annotations]
+    assert names[0].startswith("pairs 1-") and "(fastest)" in names[0]
+    assert any("(slowest)" in n for n in names)
+    assert _gap(summary) < 1e-4
+    assert "rotary" in explanation
+
+
+def test_a_sweep_too_big_for_the_server_is_refused_before_it_runs(registry, session, monkeypatch):
+    from ui.serving import limits
+
+    ran: list[bool] = []
+    monkeypatch.setattr(limits, "MAX_PASS_COST", 10**7)  # the bundled model: one pass fits
+    monkeypatch.setattr(handlers.methods, "head_ablation", lambda *a, **k: ran.append(True))
+    with pytest.raises(InputError, match="this sweep runs continue"):
+        _raw(handlers.research_ablation)(registry, BUNDLED, text.TEXT, "zero", False, session)
+    assert not ran

@@ -1,0 +1,145 @@
+"""Which part? in a real browser, one page load a screen size: the tab opens with every method
+drawn on the bundled model, each beside its explanation and its code; on SmolLM2 each button
+draws its figure (the patching sweep showing its progress while it runs), and two models are
+compared; on a phone (390 × 844) every figure fits the screen's width. Saves ``research.png``
+(``REFRESH_SCREENSHOTS=1`` writes it to ``docs/screenshots/``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_browser import BUSY, PLOT, _poll, _smollm2_or_skip
+from test_browser_layout import LAPTOP, _open
+
+from ui.tabs.research import text
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+TAB = "Which part?"
+PHONE = {"width": 390, "height": 844}
+SECTIONS = {  # element id → the words its explanation starts with
+    "research-patching": text.PATCHING[:40],
+    "research-ablation": text.ABLATION[:40],
+    "research-logit": text.LOGIT[:40],
+    "research-input": text.INPUT[:40],
+    "research-scores": "In the 2017 models",
+    "research-side": text.SIDE[:40],
+}
+FIRST_PLOTS = ("patching", "ablation", "logit", "input", "scores")
+
+
+def _plot(page: Any, key: str) -> Any:
+    return page.locator(f"#research-{key}-plot {PLOT}")
+
+
+def _drawn(page: Any, key: str, title: str = "") -> None:
+    """The section's figure is on the page, idle, with ``title`` in its title."""
+
+    def ready() -> bool:
+        plot = _plot(page, key)
+        if not plot.count() or page.locator(BUSY).count():
+            return False
+        return title in " ".join(plot.first.locator(".gtitle").all_text_contents())
+
+    _poll(page, f"the {key} figure drawn ({title!r})", ready)
+
+
+def _open_tab(page: Any) -> Any:
+    tab = page.get_by_role("tab", name=TAB, exact=True)
+    if tab.count() and tab.first.is_visible():
+        tab.first.click()
+    else:  # a narrow page keeps the tabs that do not fit in gradio's overflow menu
+        page.locator(".overflow-menu > button").first.click()
+        page.locator(".overflow-dropdown button", has_text=TAB).first.click()
+    panel = page.get_by_role("tabpanel")
+    panel.wait_for()
+    for key in FIRST_PLOTS:
+        _drawn(page, key)
+    return panel
+
+
+def _choose(page: Any, label: str, value: str) -> None:
+    box = page.get_by_role("tabpanel").get_by_label(label, exact=True)
+    box.click()
+    page.get_by_role("option", name=value, exact=True).click()
+
+
+def test_every_method_is_drawn_and_explained_on_a_laptop_and_a_phone(
+    browser: Any, app: tuple[str, Any], screenshots: Path
+) -> None:
+    _smollm2_or_skip(app)
+    context, page = _open(browser, app[0], LAPTOP)
+    try:
+        panel = _open_tab(page)
+        for key, words in SECTIONS.items():
+            section = page.locator(f"#{key}")
+            assert words in section.inner_text(), key
+            assert section.get_by_text("The code that computes it").count() == 1, key
+        # The bundled model: patching over layers × positions, its logit said to have no split.
+        assert "layer 1" in _plot(page, "patching").first.inner_text()
+        assert "post-norm" in page.locator("#research-logit").inner_text()
+
+        # SmolLM2: every method's button draws its figure.
+        # Short prompts: a sweep runs the model once per layer and position (or head).
+        _choose(page, "Model", "SmolLM2-135M-Instruct")
+        panel.get_by_role("radio", name="France → Greece").check()
+        text_box = panel.get_by_label("Text (methods 2 to 6)", exact=True)
+        text_box.fill("The capital of France is")
+        panel.get_by_role("button", name="Patch", exact=True).click()
+        # The sweep shows its progress while it runs.
+        _poll(
+            page,
+            "the patching sweep's progress",
+            lambda: (
+                page.locator(
+                    "#research-patching .progress-text, #research-patching .eta-bar"
+                ).count()
+                or "layer 30" in _plot(page, "patching").first.inner_text()
+            ),
+        )
+        _drawn(page, "patching", "Restored by patching")
+        assert "layer 30" in _plot(page, "patching").first.inner_text()
+        for button, key in (
+            ("Ablate every head", "ablation"),
+            ("Split the logit", "logit"),
+            ("Attribute to the input", "input"),
+            ("Split the scores", "scores"),
+        ):
+            panel.get_by_role("button", name=button, exact=True).click()
+            page.wait_for_timeout(300)
+            _drawn(page, key)
+        assert "real logit" in page.locator("#research-logit").inner_text()
+        assert "Completeness" in page.locator("#research-input").inner_text()
+        assert "rotary" in page.locator("#research-scores").inner_text()
+        _choose(page, "Second model", "continue")
+        panel.get_by_role("button", name="Compare", exact=True).click()
+        _poll(
+            page,
+            "two models compared",
+            lambda: (
+                page.locator(f"#research-side-attention {PLOT}").count()
+                and "groups" in page.locator("#research-side").inner_text()
+                and not page.locator(BUSY).count()
+            ),
+        )
+        page.locator("#research-patching").evaluate("e => e.scrollIntoView({block: 'start'})")
+        page.wait_for_timeout(400)
+        page.screenshot(path=str(screenshots / "research.png"))
+        page.screenshot(path=str(screenshots / "research-full.png"), full_page=True)
+    finally:
+        context.close()
+
+    # A phone: one column, every figure within the screen's width.
+    context, page = _open(browser, app[0], PHONE)
+    try:
+        _open_tab(page)
+        for key in FIRST_PLOTS:
+            box = _plot(page, key).first.bounding_box()
+            assert box is not None and box["x"] >= -1 and box["x"] + box["width"] <= 391, key
+        page.locator("#research-patching").evaluate("e => e.scrollIntoView({block: 'start'})")
+        page.wait_for_timeout(400)
+        page.screenshot(path=str(screenshots / "research-phone.png"), full_page=True)
+    finally:
+        context.close()

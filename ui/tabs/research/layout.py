@@ -1,0 +1,338 @@
+"""The tab's layout and event wiring: a section per method, each with its explanation, its
+controls, its code and its figure."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import gradio as gr
+
+from transformer.lab import side_by_side as pair
+
+from ...serving import limits
+from ...serving.state import ModelRegistry, SessionModels, bind, once
+from . import methods, text
+from .handlers import (
+    research_ablation,
+    research_input,
+    research_logit,
+    research_patching,
+    research_scores,
+    research_side_by_side,
+)
+
+# Presets of activation patching: (label, clean, corrupted, answer, wrong).
+PRESETS = {
+    "Eiffel Tower → Colosseum": (text.CLEAN, text.CORRUPTED, text.ANSWER, text.WRONG),
+    "France → Greece": (
+        "The capital of France is",
+        "The capital of Greece is",
+        text.ANSWER,
+        " Athens",
+    ),
+    # Cut the same way by the bundled models' small vocabulary, which cuts the others unevenly.
+    "cat → dog": (
+        "the cat sat on the mat and the",
+        "the dog sat on the mat and the",
+        " cat",
+        " dog",
+    ),
+}
+SECOND_MODEL = "SmolLM2-135M-Instruct"
+
+
+def default_model(registry: ModelRegistry) -> str:
+    """The menu's first model that continues text (the bundled ``continue``)."""
+    for name, checkpoint in registry.bundled.models.items():
+        if checkpoint.config.architecture == "decoder-only":
+            return name
+    return registry.model_names[0]
+
+
+def preset(label: str) -> tuple[str, str, str, str]:
+    """The clean and corrupted prompts, answer and wrong answer of a preset."""
+    return PRESETS.get(label, PRESETS[next(iter(PRESETS))])
+
+
+def fitting_preset(registry: ModelRegistry, name: str) -> str:
+    """The first preset whose two prompts this model cuts into as many tokens (patching
+    compares them position by position)."""
+    try:
+        checkpoint = registry.checkpoint(name, None)
+    except ValueError:
+        return next(iter(PRESETS))
+    tokenizer, bos = checkpoint.tokenizer, checkpoint.config.prompt_bos
+    for label, (clean, corrupted, *_) in PRESETS.items():
+        lengths = {len(tokenizer.encode_ids(p, add_bos=bos)) for p in (clean, corrupted)}
+        if len(lengths) == 1:
+            return label
+    return next(iter(PRESETS))
+
+
+def fit_sliders(
+    registry: ModelRegistry, name: str, session: SessionModels | None, layer: Any, head: Any
+) -> tuple[Any, Any]:
+    """The Layer and Head sliders' ranges for this model, values kept where they still fit."""
+    try:
+        config = registry.checkpoint(name, session).config
+    except ValueError:
+        return gr.skip(), gr.skip()
+    n_layers = config.n_decoder_layers or config.n_encoder_layers
+
+    def kept(value: Any, high: int) -> int:
+        try:
+            return min(max(1, int(float(value))), high)
+        except (TypeError, ValueError, OverflowError):
+            return 1
+
+    return (
+        gr.Slider(minimum=1, maximum=max(2, n_layers), value=kept(layer, n_layers)),
+        gr.Slider(minimum=1, maximum=max(2, config.n_heads), value=kept(head, config.n_heads)),
+    )
+
+
+def _code(function: Any) -> gr.Code:
+    with gr.Accordion("The code that computes it", open=False):
+        return gr.Code(
+            methods.source_of(function), language="python", wrap_lines=True, show_label=False
+        )
+
+
+def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dict[str, Any]:
+    """Lay out the tab and wire its events (``/research_patching``, ``/research_ablation``,
+    ``/research_logit``, ``/research_input``, ``/research_scores``,
+    ``/research_side_by_side``). Returns the shareable controls by name."""
+    gr.Markdown(text.INTRO)
+    first = default_model(registry)
+    names = registry.menu(None)
+    with gr.Row():
+        model = gr.Dropdown(names, value=first, label="Model", scale=2, min_width=250)
+        sentence = gr.Textbox(
+            value=text.TEXT, label="Text (methods 2 to 6)", lines=1, max_lines=2, scale=5
+        )
+    plot_args: dict[str, Any] = {"show_label": False}
+    outputs: dict[str, list[Any]] = {}
+    private: dict[str, Any] = {"api_visibility": "private"}
+
+    # 1. Activation patching
+    with gr.Accordion("1 · Activation patching", open=True, elem_id="research-patching"), gr.Row():
+        with gr.Column(scale=4, min_width=300):
+            gr.Markdown(text.PATCHING)
+            # The first preset the first model cuts into equal lengths (its first view's).
+            chosen = fitting_preset(registry, first)
+            choice = gr.Radio(list(PRESETS), value=chosen, label="Preset")
+            first_clean, first_corrupted, first_answer, first_wrong = PRESETS[chosen]
+            clean = gr.Textbox(first_clean, label="Clean prompt", lines=1)
+            corrupted = gr.Textbox(first_corrupted, label="Corrupted prompt", lines=1)
+            with gr.Row():
+                answer = gr.Textbox(first_answer, label="Answer", min_width=100)
+                wrong = gr.Textbox(first_wrong, label="Wrong answer", min_width=100)
+            site = gr.Radio(
+                [(words.split(" before")[0], key) for key, words in text.SITES.items()],
+                value="residual",
+                label="Patch",
+            )
+            patch = gr.Button("Patch", variant="primary")
+            _code(methods.activation_patching)
+        with gr.Column(scale=6, min_width=300):
+            patch_plot = gr.Plot(**plot_args, elem_id="research-patching-plot")
+            patch_summary = gr.Markdown()
+    outputs["patching"] = [patch_plot, patch_summary]
+    choice.select(preset, choice, [clean, corrupted, answer, wrong], **private)
+    patch_inputs = [model, clean, corrupted, answer, wrong, site, large, session]
+    patch.click(
+        bind(research_patching, registry),
+        patch_inputs,
+        outputs["patching"],
+        api_name="research_patching",
+    )
+    site.select(bind(research_patching, registry), patch_inputs, outputs["patching"], **private)
+
+    # 2. Head ablation
+    with gr.Accordion("2 · Head ablation", open=True, elem_id="research-ablation"), gr.Row():
+        with gr.Column(scale=4, min_width=300):
+            gr.Markdown(text.ABLATION)
+            how = gr.Radio(["zero", "mean"], value="zero", label="Ablation")
+            ablate = gr.Button("Ablate every head", variant="primary")
+            _code(methods.head_ablation)
+        with gr.Column(scale=6, min_width=300):
+            ablation_plot = gr.Plot(**plot_args, elem_id="research-ablation-plot")
+            ablation_summary = gr.Markdown()
+    outputs["ablation"] = [ablation_plot, ablation_summary]
+    ablation_inputs = [model, sentence, how, large, session]
+    ablate.click(
+        bind(research_ablation, registry),
+        ablation_inputs,
+        outputs["ablation"],
+        api_name="research_ablation",
+    )
+    how.select(bind(research_ablation, registry), ablation_inputs, outputs["ablation"], **private)
+
+    # 3. Direct logit attribution
+    with (
+        gr.Accordion("3 · Direct logit attribution", open=True, elem_id="research-logit"),
+        gr.Row(),
+    ):
+        with gr.Column(scale=4, min_width=300):
+            gr.Markdown(text.LOGIT)
+            token = gr.Textbox(
+                "",
+                label="Next token to explain (empty: the model's own prediction)",
+                lines=1,
+            )
+            attribute = gr.Button("Split the logit", variant="primary")
+            _code(methods.direct_logit_attribution)
+        with gr.Column(scale=6, min_width=300):
+            logit_plot = gr.Plot(**plot_args, elem_id="research-logit-plot")
+            logit_summary = gr.Markdown()
+    outputs["logit"] = [logit_plot, logit_summary]
+    logit_inputs = [model, sentence, token, large, session]
+    attribute.click(
+        bind(research_logit, registry), logit_inputs, outputs["logit"], api_name="research_logit"
+    )
+
+    # 4. Input attribution
+    with gr.Accordion("4 · Input attribution", open=True, elem_id="research-input"), gr.Row():
+        with gr.Column(scale=4, min_width=300):
+            gr.Markdown(text.INPUT)
+            method = gr.Radio(
+                ["gradient x input", "integrated gradients"],
+                value="integrated gradients",
+                label="Method",
+            )
+            explain = gr.Button("Attribute to the input", variant="primary")
+            _code(methods.input_attribution)
+        with gr.Column(scale=6, min_width=300):
+            input_plot = gr.Plot(**plot_args, elem_id="research-input-plot")
+            input_summary = gr.Markdown()
+    outputs["input"] = [input_plot, input_summary]
+    input_inputs = [model, sentence, token, method, large, session]
+    explain.click(
+        bind(research_input, registry), input_inputs, outputs["input"], api_name="research_input"
+    )
+    method.select(bind(research_input, registry), input_inputs, outputs["input"], **private)
+
+    # 5. Why a head attends
+    with gr.Accordion("5 · Why a head attends", open=True, elem_id="research-scores"), gr.Row():
+        with gr.Column(scale=4, min_width=300):
+            scores_text = gr.Markdown(text.SCORES_2017)
+            with gr.Row():
+                layer = gr.Slider(1, limits.MAX_LAYERS, value=1, step=1, label="Layer")
+                head = gr.Slider(1, limits.MAX_HEADS, value=1, step=1, label="Head")
+            split = gr.Button("Split the scores", variant="primary")
+            _code(methods.attention_score_parts)
+        with gr.Column(scale=6, min_width=300):
+            scores_plot = gr.Plot(**plot_args, elem_id="research-scores-plot")
+            scores_summary = gr.Markdown()
+    outputs["scores"] = [scores_plot, scores_summary, scores_text]
+    scores_inputs = [model, sentence, layer, head, large, session]
+    split.click(
+        bind(research_scores, registry),
+        scores_inputs,
+        outputs["scores"],
+        api_name="research_scores",
+    )
+    for slider in (layer, head):
+        slider.release(bind(research_scores, registry), scores_inputs, outputs["scores"], **private)
+
+    # 6. Two models side by side
+    with gr.Accordion("6 · Two models side by side", open=True, elem_id="research-side"), gr.Row():
+        with gr.Column(scale=4, min_width=300):
+            gr.Markdown(text.SIDE)
+            second = SECOND_MODEL if SECOND_MODEL in names else first
+            other = gr.Dropdown(names, value=second, label="Second model", min_width=250)
+            with gr.Row():
+                layer_a = gr.Slider(1, limits.MAX_LAYERS, value=1, step=1, label="Layer")
+                head_a = gr.Slider(1, limits.MAX_HEADS, value=1, step=1, label="Head")
+            with gr.Row():
+                layer_b = gr.Slider(
+                    1, limits.MAX_LAYERS, value=1, step=1, label="Second model's layer"
+                )
+                head_b = gr.Slider(
+                    1, limits.MAX_HEADS, value=1, step=1, label="Second model's head"
+                )
+            compare = gr.Button("Compare", variant="primary")
+            _code(pair.align)
+        with gr.Column(scale=6, min_width=300):
+            side_attention = gr.Plot(**plot_args, elem_id="research-side-attention")
+            side_losses = gr.Plot(**plot_args, elem_id="research-side-losses")
+            side_tops = gr.Plot(**plot_args, elem_id="research-side-tops")
+            side_summary = gr.Markdown()
+    outputs["side"] = [side_attention, side_losses, side_tops, side_summary]
+    side_inputs = [model, other, sentence, layer_a, head_a, layer_b, head_b, large, session]
+    compare.click(
+        bind(research_side_by_side, registry),
+        side_inputs,
+        outputs["side"],
+        api_name="research_side_by_side",
+    )
+
+    # Ranges follow the models.
+    model.select(
+        bind(fit_sliders, registry), [model, session, layer, head], [layer, head], **private
+    )
+    model.select(
+        bind(fit_sliders, registry), [model, session, layer_a, head_a], [layer_a, head_a], **private
+    )
+    other.select(
+        bind(fit_sliders, registry), [other, session, layer_b, head_b], [layer_b, head_b], **private
+    )
+    # The text redraws the cheap single-pass views (the sweeps wait for their buttons).
+    sentence.submit(bind(research_logit, registry), logit_inputs, outputs["logit"], **private)
+    sentence.submit(bind(research_scores, registry), scores_inputs, outputs["scores"], **private)
+
+    demo = gr.context.Context.root_block
+    if demo is not None:
+        all_outputs = [item for key in outputs for item in outputs[key]]
+        views = once(functools.partial(first_views, registry, first, second))
+        demo.load(
+            lambda: views() or tuple(gr.skip() for _ in all_outputs),
+            None,
+            all_outputs,
+            **private,
+        )
+        for pair_of in ((layer, head), (layer_a, head_a)):
+            demo.load(
+                functools.partial(fit_sliders, registry, first, None),
+                list(pair_of),
+                list(pair_of),
+                **private,
+            )
+        demo.load(
+            functools.partial(fit_sliders, registry, second, None),
+            [layer_b, head_b],
+            [layer_b, head_b],
+            **private,
+        )
+    return {"model": model, "text": sentence}
+
+
+def first_views(registry: ModelRegistry, first: str, second: str) -> tuple[Any, ...] | None:
+    """Every section's first example on the first model (a bundled one: milliseconds); the
+    comparison with ``second`` only where that model is loaded already, else left for its
+    button. None when the first model is unavailable."""
+    session = SessionModels()
+    try:
+        views: list[Any] = []
+        views += research_patching(
+            registry, first, *PRESETS[fitting_preset(registry, first)], "residual", False, session
+        )
+        views += research_ablation(registry, first, text.TEXT, "zero", False, session)
+        views += research_logit(registry, first, text.TEXT, "", False, session)
+        views += research_input(
+            registry, first, text.TEXT, "", "integrated gradients", False, session
+        )
+        views += research_scores(registry, first, text.TEXT, 1, 1, False, session)
+    except gr.Error:
+        return None
+    if second in registry.pretrained or second in registry.bundled.models:
+        try:
+            views += research_side_by_side(
+                registry, first, second, text.TEXT, 1, 1, 1, 1, False, session
+            )
+            return tuple(views)
+        except gr.Error:
+            pass
+    views += [gr.skip(), gr.skip(), gr.skip(), "Press **Compare** to read the text with both."]
+    return tuple(views)
