@@ -30,6 +30,7 @@ from .serving.errors import guard_preprocessing, scrub
 from .serving.export import PLOT_TOOLBAR_JS, ViewExport
 from .serving.memory import give_back_memory
 from .serving.ordering import newest_wins
+from .serving.phone import PHONE_CSS, WIDTH_HEAD, fit_figures
 from .serving.plotly_bundle import ServePrunedPlotly, start_pruning
 from .serving.sessions import drop_left_sessions, drop_sessions, reopen_on_heartbeat
 from .serving.shared_views import share_views
@@ -152,6 +153,9 @@ body.large-font #top-bar > :has(#large-font), body.large-font #large-font {
 .gradio-container .table-wrap table { width: 100% !important; table-layout: auto; }
 .gradio-container .table-wrap th, .gradio-container .table-wrap td {
   width: auto !important; min-width: 0 !important; max-width: none !important; }
+/* A header breaks between words only ("piec / e" was a column narrowed to a letter or two). */
+.gradio-container .table-wrap th, .gradio-container .table-wrap th .cell-wrap span {
+  overflow-wrap: normal !important; word-break: keep-all !important; }
 .gradio-container .cm-editor { max-width: 100%; }
 /* A plot's panel label floats over its top edge: keep the figure's title below it. */
 .block:has(> label[data-testid="block-label"].float) > .js-plotly-plot { margin-top: 30px; }
@@ -230,7 +234,7 @@ def build_demo(
         demo.load(refresh, None, [status, poll], api_visibility="private", queue=False)
         large.change(None, large, None, js=LARGE_FONT_JS)
         views: list[TabView] = []
-        with gr.Tabs() as tabs:
+        with gr.Tabs(overflow_behavior="wrap") as tabs:  # every tab on screen, also a phone's
             for label, slug, build in TABS:
                 with gr.Tab(label, id=slug, elem_id=f"view-{slug}") as tab:
                     controls = build(registry, large, session)
@@ -263,6 +267,7 @@ def build_demo(
     demo.write_order = newest_wins(demo)
     demo.model_registry = registry  # for preload_models
     demo.follow_me = follow_me  # for the tests
+    fit_figures(demo)  # last: a phone's figures drawn for its width, the cache's untouched
     threading.Thread(
         target=_sweep_sessions, args=(weakref.ref(demo),), name="session-sweeper", daemon=True
     ).start()
@@ -567,7 +572,8 @@ def launch_options() -> dict[str, Any]:
                 Middleware(CapUploads),
             ]
         },
-        "css": CSS,
+        "css": CSS + PHONE_CSS,
+        "head": WIDTH_HEAD,
         "theme": gr.themes.Soft(),
         "footer_links": ["api"],
         "js": PAGE_JS,
