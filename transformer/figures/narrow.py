@@ -11,6 +11,8 @@ Pure: plotly and numbers in, a plotly figure out, as every builder here.
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -84,7 +86,12 @@ def fit_width(fig: go.Figure, width: float) -> go.Figure:
     margin["r"] = min(int(margin.get("r", 80)), 20)
     if any(_bar_numbers_outside(trace) for trace in data):
         margin["r"] = max(margin["r"], int(4.2 * size))  # "98.9%" past the longest bar
-    _stack_panels(layout, data, size)
+    if not _stack_panels(layout, data, size):
+        _widen_shared_rows(layout, data)
+    _shrink_fixed_labels(layout, width, size)
+    for trace in data:
+        if trace.get("type") == "heatmap" and (trace.get("texttemplate") or trace.get("text")):
+            trace["textfont"] = {**(trace.get("textfont") or {}), "size": size - 3}
     for trace in data:
         bar = _colorbar(trace, layout)
         if bar is not None:
@@ -145,7 +152,7 @@ def _panels(layout: dict[str, Any], data: Sequence[dict[str, Any]]) -> list[tupl
     if len(rows) != 1:
         return []
     order = sorted(range(len(keys)), key=lambda i: domains[i][0])
-    for before, after in zip(order, order[1:], strict=False):
+    for before, after in itertools.pairwise(order):
         if domains[before][1] > domains[after][0] + 1e-6:  # overlapping: not side by side
             return []
     return [keys[i] for i in order]
@@ -163,11 +170,12 @@ def _tick_room(axis: dict[str, Any], size: float) -> float:
     return room
 
 
-def _stack_panels(layout: dict[str, Any], data: list[dict[str, Any]], size: float) -> None:
-    """Stack side-by-side panels one above the other (see :func:`fit_width`)."""
+def _stack_panels(layout: dict[str, Any], data: list[dict[str, Any]], size: float) -> bool:
+    """Stack side-by-side panels one above the other (see :func:`fit_width`); False when the
+    figure has none."""
     panels = _panels(layout, data)
     if not panels:
-        return
+        return False
     margin = layout["margin"]
     height = float(layout.get("height") or 450)
     top, bottom = float(margin.get("t", 100)), float(margin.get("b", 80))
@@ -191,13 +199,52 @@ def _stack_panels(layout: dict[str, Any], data: list[dict[str, Any]], size: floa
         _move_panel_title(note, old, domains)
     axis_of = {x[5:]: i for i, (x, _) in enumerate(panels)}
     for trace in data:
-        index = axis_of.get(trace.get("xaxis", "x")[1:])
+        panel = axis_of.get(trace.get("xaxis", "x")[1:])
         bar = _colorbar(trace, layout)
-        if index is None or bar is None:
+        if panel is None or bar is None:
             continue
-        low, high = domains[index]
+        low, high = domains[panel]
         bar.update(x=1.02, xanchor="left", y=(low + high) / 2, yanchor="middle")
         bar.update(len=0.95 * (high - low), lenmode="fraction")
+    return True
+
+
+# Beside a panel whose rows it shares (the logit lens's bars of p(chosen)), a second panel keeps
+# this share of a narrow figure's width: the rows' cells are what the figure is read by.
+SIDE_PANEL = 0.16
+
+
+def _widen_shared_rows(layout: dict[str, Any], data: Sequence[dict[str, Any]]) -> None:
+    """Two panels side by side on one y axis, the right one of bars: that one narrowed to
+    :data:`SIDE_PANEL`."""
+    pairs = {(t.get("xaxis", "x"), t.get("yaxis", "y")) for t in data}
+    if len(pairs) != 2 or len({y for _, y in pairs}) != 1:
+        return
+    keys = sorted(f"xaxis{x[1:]}" for x, _ in pairs)
+    domains = [list((layout.get(k) or {}).get("domain", [0, 1])) for k in keys]
+    left, right = sorted(range(2), key=lambda i: domains[i][0])
+    side = keys[right].replace("axis", "")
+    if domains[left][1] > domains[right][0] or not all(
+        t.get("type") == "bar" for t in data if t.get("xaxis", "x") == side
+    ):
+        return
+    layout[keys[left]] = {**layout[keys[left]], "domain": [0.0, 1 - SIDE_PANEL - 0.03]}
+    layout[keys[right]] = {**layout[keys[right]], "domain": [1 - SIDE_PANEL, 1.0]}
+
+
+def _shrink_fixed_labels(layout: dict[str, Any], width: float, size: float) -> None:
+    """A left margin the builder fitted to its labels (automargin off) that takes more than
+    30 % of a narrow figure: its labels (and the margin) at most a fifth smaller."""
+    margin = layout["margin"]
+    left = float(margin.get("l", 80))
+    if _automargin_left(layout) or left <= 0.3 * width:
+        return
+    factor = max(0.8, 0.3 * width / left)
+    axis = layout.get("yaxis") or {}
+    tick = axis.get("tickfont") or {}
+    axis["tickfont"] = {**tick, "size": max(9, round(float(tick.get("size") or size - 1) * factor))}
+    layout["yaxis"] = axis
+    margin["l"] = math.ceil(left * factor)
 
 
 def _move_panel_title(

@@ -72,7 +72,7 @@ def figure_width() -> int | None:
     """The width a figure of the event being handled will be drawn at, when its window is
     narrow (a phone); None otherwise (a wide window, no page, the API)."""
     width = window_width(LocalContext.request.get(None))
-    return width - FIGURE_INSET if is_narrow(width) else None
+    return width - FIGURE_INSET if width is not None and is_narrow(width) else None
 
 
 def fitted(value: Any, width: int | None) -> Any:
