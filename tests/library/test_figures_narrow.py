@@ -4,6 +4,8 @@ width and start below the toolbar; a wide window's figure is left alone."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import torch
 
@@ -89,7 +91,7 @@ def test_wrap_words_keeps_words_whole_and_lines_within_the_room() -> None:
     assert " ".join(lines) == text
     assert all(text_width(line, 14) <= 200 for line in lines)
     # Greedy: no line could have taken the next line's first word.
-    for line, following in zip(lines, lines[1:], strict=False):
+    for line, following in itertools.pairwise(lines):
         assert text_width(f"{line} {following.split(' ')[0]}", 14) > 200
     assert wrap_words("supercalifragilistic", 14, 20) == ["supercalifragilistic"]
     assert wrap_words("a<br>b", 14, 200) == ["a", "b"]
