@@ -65,7 +65,7 @@ def test_events_that_draw_figures_fit_them_for_a_phone_only() -> None:
     assert fns[0].fn.__name__ == "draw"  # the name the queues are chosen by
     assert list(inspect.signature(fns[0].fn).parameters) == ["text"]
     for cookie, wrapped in ((f"{COOKIE}=390", True), (f"{COOKIE}=1280", False), (None, False)):
-        token = LocalContext.request.set(_request(cookie))
+        token = LocalContext.request.set(_request(cookie))  # type: ignore[arg-type]
         try:
             drawn = [fns[0].fn("x"), *fns[1].fn("x")]
         finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import plotly.graph_objects as go
 import torch
 
 from transformer.core.trace import AttentionRecord
@@ -26,7 +27,7 @@ def _record(length: int = 9) -> AttentionRecord:
     return AttentionRecord("decoder_self", 0, scores, torch.softmax(scores, -1), mask)
 
 
-def _head_figure() -> object:
+def _head_figure() -> go.Figure:
     labels = token_labels(["the", "small", "cat", "sees", "a", "red", "ball", "on", "mats"])
     return scores_and_weights_figure(_record(), 0, 1, labels, labels)
 
