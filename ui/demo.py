@@ -137,6 +137,8 @@ body.large-font .textspan, body.large-font .textfield, body.large-font .text,
 body.large-font .token, body.large-font .label { font-size: 20px !important; }
 body.large-font .tab-nav button, body.large-font [role="tab"] { font-size: 21px !important; }
 body.large-font .min_value, body.large-font .max_value { font-size: 18px !important; }
+body.large-font textarea[style*="overflow-y: hidden"] {
+  field-sizing: content; height: auto !important; }  /* boxes not yet on screen */
 /* The top bar's buttons keep to one line, also in Large font. */
 #top-bar button { white-space: nowrap; }
 #top-bar { padding-left: 1.75rem; }  /* clear of the closed tour sidebar's toggle */
@@ -163,7 +165,13 @@ body.large-font .block:has(> label[data-testid="block-label"].float) > .js-plotl
   margin-top: 40px; }
 """
 )
-LARGE_FONT_JS = "(on) => { document.body.classList.toggle('large-font', on); }"
+# Gradio fixes a text box's height (inline) when it is drawn or typed in: grown by Large font,
+# the text was cut (the third sentence of Attention's box). Boxes that show all their lines are
+# sized to their text again (those that scroll past their most lines keep their height).
+LARGE_FONT_JS = """(on) => { document.body.classList.toggle('large-font', on);
+  requestAnimationFrame(() => { for (const t of document.querySelectorAll('textarea')) {
+    if (!t.clientHeight || t.style.overflowY !== 'hidden') continue;
+    t.style.height = 'auto'; t.style.height = t.scrollHeight + 'px'; } }); }"""
 # Run once when the page opens: the plots' export buttons, the tour's arrow keys, Enter in a
 # slider's box, every edit of a textbox.
 PAGE_JS = (
