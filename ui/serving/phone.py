@@ -181,4 +181,21 @@ html.narrow .gradio-container .js-plotly-plot .modebar { transform: scale(0.7);
 /* Long text wraps at words, never one word a line beside a figure. */
 html.narrow .gradio-container .prose, html.narrow .gradio-container .md { overflow-wrap: break-word;
   word-break: normal; }
+/* The lecture's essentials high on the page. Attention: its two columns opened into one, the
+   head's map right after the controls that choose it, then the notes, the what-ifs and the
+   rest. Generate: Step four buttons in two rows under the prompt, its chart next, the decoding
+   options after it, then the rest. */
+html.narrow #attention-main, html.narrow #attention-main > .column,
+html.narrow #attention-main > .column > .form { display: contents !important; }
+html.narrow #attention-main .phone-first { order: 1; }
+html.narrow #attention-main .phone-next { order: 2; }
+html.narrow #attention-main .phone-later { order: 3; }
+html.narrow #attention-main .phone-last { order: 4; }
+html.narrow #attention-main ~ * { order: 5; }
+html.narrow .phone-later:not(#attention-main *) { order: 1; }
+html.narrow #generate-chart ~ * { order: 2; }
+html.narrow .gradio-container #generate-steps.row { flex-direction: row !important;
+  flex-wrap: wrap !important; }
+html.narrow .gradio-container #generate-steps.row > * { min-width: 0 !important;
+  width: auto !important; flex: 1 1 40% !important; }
 """
