@@ -95,6 +95,8 @@ FIGURES_JS = """
       .filter((b) => b.right > b.left && b.bottom > b.top);
     const bars = [...plot.querySelectorAll('g.colorbar')].map(box)
       .filter((b) => b.right > b.left);
+    for (const note of notes)
+      if (note.right > frame.right + 1) problems.push(`"${note.text}" cut at the figure's edge`);
     for (let i = 0; i < notes.length; i++) for (let j = i + 1; j < notes.length; j++)
       if (overlap(notes[i], notes[j])) problems.push(`"${notes[i].text}" over "${notes[j].text}"`);
     for (const bar of bars) {

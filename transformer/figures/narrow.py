@@ -98,6 +98,7 @@ def fit_width(fig: go.Figure, width: float) -> go.Figure:
             bar.setdefault("thickness", COLORBAR_THICKNESS)
             bar["thickness"] = min(bar["thickness"], COLORBAR_THICKNESS)
             bar.setdefault("xpad", 4)
+    _fit_captions(layout, width, size)
     _wrap_title(layout, width, size)
     return go.Figure(data=data, layout=layout, skip_invalid=False, _validate=False)
 
@@ -282,3 +283,25 @@ def _wrap_title(layout: dict[str, Any], width: float, size: float) -> None:
     layout["height"] = height
     title.update(x=0.01, xanchor="left", yref="container", y=1 - TOOLBAR_ROOM / height)
     title["yanchor"] = "top"
+
+
+# A caption is made smaller down to this share of its size to fit a narrow figure's width.
+SMALLEST_CAPTION = 0.7
+
+
+def _fit_captions(layout: dict[str, Any], width: float, size: float) -> None:
+    """Captions written from the plot's left edge (Inside a layer's, one per block) that would
+    run past the figure's right edge: their font made smaller, as far as
+    :data:`SMALLEST_CAPTION` of its size (their place is laid out in pixels by the builder,
+    so they are not wrapped onto more lines)."""
+    margin = layout["margin"]
+    room = width - float(margin.get("l", 80)) - 4
+    for note in layout.get("annotations") or []:
+        if note.get("xref") != "paper" or note.get("xanchor") != "left" or note.get("x") != 0:
+            continue
+        font = note.setdefault("font", {})
+        own = float(font.get("size") or size)
+        lines = re.split(r"<br\s*/?>", str(note.get("text", "")))
+        widest = max(text_width(_shown(line), own) for line in lines)
+        if widest > room:
+            font["size"] = max(round(own * SMALLEST_CAPTION), math.floor(own * room / widest))
