@@ -12,7 +12,7 @@ import torch
 
 from transformer.core.trace import AttentionRecord
 from transformer.figures import scores_and_weights_figure, top_k_figure, training_curves_figure
-from transformer.figures.common import text_width, token_labels
+from transformer.figures.common import base_layout, figure, text_width, token_labels
 from transformer.figures.narrow import TOOLBAR_ROOM, fit_width, is_narrow, wrap_words
 
 PHONE = 362  # a 390 px window less the page's margins
@@ -112,3 +112,20 @@ def test_two_curves_side_by_side_are_stacked() -> None:
     fig = fit_width(training_curves_figure(history), PHONE)
     first, second = fig.layout.yaxis.domain, fig.layout.yaxis2.domain
     assert second[1] < first[0] or first[1] < second[0]
+
+
+def test_a_long_caption_is_made_smaller_then_shortened_to_the_width() -> None:
+    caption = "<b>5. query q</b>   q = x·W_Q + b_Q   (head 1: columns 0…15)   head 1, token 4:cat"
+    short = "<b>1. the input x</b>"
+    notes = [
+        {"text": text, "x": 0, "y": y, "xref": "paper", "yref": "paper", "xanchor": "left"}
+        for text, y in ((caption, 0.9), (short, 0.5))
+    ]
+    layout = base_layout("", 400, False, annotations=notes)
+    fig = fit_width(figure([{"type": "bar", "x": [1], "y": ["a"]}], layout), PHONE)
+    cut, kept = fig.layout.annotations
+    room = PHONE - fig.layout.margin.l
+    assert text_width(cut.text.replace("<b>", "").replace("</b>", ""), cut.font.size) <= room
+    assert cut.text.startswith("<b>5. query q</b>   q = x·W_Q") and cut.text.endswith("…")
+    assert cut.font.size >= round(13 * 0.8)
+    assert kept.text == short and kept.font.size is None  # a caption that fits is left alone

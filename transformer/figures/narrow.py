@@ -286,16 +286,19 @@ def _wrap_title(layout: dict[str, Any], width: float, size: float) -> None:
 
 
 # A caption is made smaller down to this share of its size to fit a narrow figure's width.
-SMALLEST_CAPTION = 0.7
+SMALLEST_CAPTION = 0.8
+# What separates the parts of a caption (name, formula, which slice): a narrow figure's caption
+# keeps the parts that fit and ends with "…".
+CAPTION_PARTS = "   "
 
 
 def _fit_captions(layout: dict[str, Any], width: float, size: float) -> None:
     """Captions written from the plot's left edge (Inside a layer's, one per block) that would
     run past the figure's right edge: their font made smaller, as far as
-    :data:`SMALLEST_CAPTION` of its size (their place is laid out in pixels by the builder,
-    so they are not wrapped onto more lines)."""
+    :data:`SMALLEST_CAPTION` of its size, then their last parts left out (each line ends "…"
+    where it lost some). They are not wrapped: the builder laid out their places in pixels."""
     margin = layout["margin"]
-    room = width - float(margin.get("l", 80)) - 4
+    room = width - float(margin.get("l", 80)) - 6
     for note in layout.get("annotations") or []:
         if note.get("xref") != "paper" or note.get("xanchor") != "left" or note.get("x") != 0:
             continue
@@ -303,5 +306,21 @@ def _fit_captions(layout: dict[str, Any], width: float, size: float) -> None:
         own = float(font.get("size") or size)
         lines = re.split(r"<br\s*/?>", str(note.get("text", "")))
         widest = max(text_width(_shown(line), own) for line in lines)
-        if widest > room:
-            font["size"] = max(round(own * SMALLEST_CAPTION), math.floor(own * room / widest))
+        if widest <= room:
+            continue
+        font["size"] = max(round(own * SMALLEST_CAPTION), math.floor(own * room / widest))
+        note["text"] = "<br>".join(_cut_line(line, font["size"], room) for line in lines)
+
+
+def _cut_line(line: str, size: float, room: float) -> str:
+    """``line`` without its last :data:`CAPTION_PARTS`-separated parts, to fit ``room`` px at
+    ``size`` (its first part kept whole); "…" where parts were left out."""
+    if text_width(_shown(line), size) <= room:
+        return line
+    parts = line.split(CAPTION_PARTS)
+    kept = parts[:1]
+    for part in parts[1:]:
+        if text_width(_shown(CAPTION_PARTS.join([*kept, part, "…"])), size) > room:
+            break
+        kept.append(part)
+    return CAPTION_PARTS.join(kept) + " …"
