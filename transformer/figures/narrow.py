@@ -313,8 +313,9 @@ def _fit_captions(layout: dict[str, Any], width: float, size: float) -> None:
 
 
 def _cut_line(line: str, size: float, room: float) -> str:
-    """``line`` without its last :data:`CAPTION_PARTS`-separated parts, to fit ``room`` px at
-    ``size`` (its first part kept whole); "…" where parts were left out."""
+    """``line`` without its last :data:`CAPTION_PARTS`-separated parts (and, where its first
+    part alone is too long, that part's last words), to fit ``room`` px at ``size``; "…" where
+    something was left out."""
     if text_width(_shown(line), size) <= room:
         return line
     parts = line.split(CAPTION_PARTS)
@@ -323,4 +324,13 @@ def _cut_line(line: str, size: float, room: float) -> str:
         if text_width(_shown(CAPTION_PARTS.join([*kept, part, "…"])), size) > room:
             break
         kept.append(part)
-    return CAPTION_PARTS.join(kept) + " …"
+    cut = CAPTION_PARTS.join(kept)
+    if text_width(_shown(cut + " …"), size) > room:  # the first part alone: cut at a word
+        words = cut.split(" ")
+        while len(words) > 1 and text_width(_shown(" ".join(words) + " …"), size) > room:
+            words.pop()
+        cut = " ".join(words)
+    for tag in ("b", "i"):  # a bold or italic run cut short is closed
+        if cut.count(f"<{tag}>") > cut.count(f"</{tag}>"):
+            cut += f"</{tag}>"
+    return cut + " …"
