@@ -142,15 +142,18 @@ def fit_figures(demo: gr.Blocks) -> int:
     return wrapped
 
 
-# In a narrow window (the root element's class ``narrow``): one column. Gradio's own sizes are variables; rows of columns stack, and
-# the page's side margins shrink so that figures keep the screen's width.
+# In a narrow window (the root element's class ``narrow``): one column. Rows stack, and the
+# page's side margins shrink so that figures keep the screen's width. Every rule starts at the
+# root element: gradio copies a custom rule that starts there unchanged, and scopes the others
+# (and everything inside an @media rule) to its own container.
 PHONE_CSS = """
 html.narrow .gradio-container > .main.app { padding: 8px 6px !important; }
 html.narrow .gradio-container .wrap.fillable { padding: 0 !important; }
 html.narrow .gradio-container .contain { padding: 0 !important; }
 html.narrow .gradio-container .row:not(#top-bar) { flex-direction: column !important;
   flex-wrap: nowrap !important; }
-html.narrow .gradio-container .row:not(#top-bar) > * { min-width: 100% !important; width: 100% !important; }
+html.narrow .gradio-container .row:not(#top-bar) > * { min-width: 100% !important;
+  width: 100% !important; }
 html.narrow .gradio-container .block { padding: 6px !important; }
 html.narrow .gradio-container .block.padded { padding: 8px !important; }
 /* The title whole: no word cut ("Transforme / r"), the buttons under it. */
@@ -160,10 +163,10 @@ html.narrow #top-bar > :not(#title) { min-width: 0 !important; flex: 1 1 auto !i
 html.narrow #title h2 { font-size: 1.45rem !important; line-height: 1.2; overflow-wrap: normal;
   word-break: normal; hyphens: manual; margin-bottom: 0.2rem; }
 html.narrow #title p { margin: 0; }
-/* Every tab on screen, a row that scrolls sideways when they do not fit. */
+/* Every tab on screen: gradio lays them out whole (the Tabs wrap), on as many rows as needed. */
 html.narrow .tabs .tab-wrapper { overflow: visible; height: auto; }
-html.narrow .tabs [role="tablist"] { flex-wrap: wrap !important; row-gap: 2px; height: auto !important;
-  overflow: visible !important; }
+html.narrow .tabs [role="tablist"] { flex-wrap: wrap !important; row-gap: 2px;
+  height: auto !important; overflow: visible !important; }
 html.narrow .tabs [role="tablist"] button[role="tab"] { min-height: 40px; padding: 0 10px;
   white-space: nowrap; flex: 0 0 auto; }
 html.narrow .tabs .overflow-menu { display: none !important; }
@@ -179,11 +182,11 @@ html.narrow .gradio-container [data-testid="plotly"] {
 html.narrow .gradio-container .js-plotly-plot .modebar { transform: scale(0.7);
   transform-origin: top right; }
 /* Long text wraps at words, never one word a line beside a figure. */
-html.narrow .gradio-container .prose, html.narrow .gradio-container .md { overflow-wrap: break-word;
-  word-break: normal; }
+html.narrow .gradio-container .prose, html.narrow .gradio-container .md {
+  overflow-wrap: break-word; word-break: normal; }
 /* The lecture's essentials high on the page. Attention: its two columns opened into one, the
    head's map right after the controls that choose it, then the notes, the what-ifs and the
-   rest. Generate: Step four buttons in two rows under the prompt, its chart next, the decoding
+   rest. Generate: its four step buttons in two rows under the prompt, its chart next, the decoding
    options after it, then the rest. */
 html.narrow #attention-main, html.narrow #attention-main > .column,
 html.narrow #attention-main > .column > .form { display: contents !important; }
