@@ -32,6 +32,7 @@ from .serving.errors import guard_preprocessing, scrub
 from .serving.export import PLOT_TOOLBAR_JS, ViewExport
 from .serving.memory import give_back_memory
 from .serving.ordering import newest_wins
+from .serving.phone import PHONE_CSS, WIDTH_HEAD, fit_figures
 from .serving.plotly_bundle import ServePrunedPlotly, start_pruning
 from .serving.sessions import drop_left_sessions, drop_sessions, reopen_on_heartbeat
 from .serving.shared_views import share_views
@@ -142,6 +143,8 @@ body.large-font .textspan, body.large-font .textfield, body.large-font .text,
 body.large-font .token, body.large-font .label { font-size: 20px !important; }
 body.large-font .tab-nav button, body.large-font [role="tab"] { font-size: 21px !important; }
 body.large-font .min_value, body.large-font .max_value { font-size: 18px !important; }
+body.large-font textarea[style*="overflow-y: hidden"] {
+  field-sizing: content; height: auto !important; }  /* boxes not yet on screen */
 /* The top bar's buttons keep to one line, also in Large font. */
 #top-bar button { white-space: nowrap; }
 #top-bar { padding-left: 1.75rem; }  /* clear of the closed tour sidebar's toggle */
@@ -158,6 +161,9 @@ body.large-font #top-bar > :has(#large-font), body.large-font #large-font {
 .gradio-container .table-wrap table { width: 100% !important; table-layout: auto; }
 .gradio-container .table-wrap th, .gradio-container .table-wrap td {
   width: auto !important; min-width: 0 !important; max-width: none !important; }
+/* A header breaks between words only ("piec / e" was a column narrowed to a letter or two). */
+.gradio-container .table-wrap th, .gradio-container .table-wrap th .cell-wrap span {
+  overflow-wrap: normal !important; word-break: keep-all !important; }
 .gradio-container .cm-editor { max-width: 100%; }
 /* A plot's panel label floats over its top edge: keep the figure's title below it. */
 .block:has(> label[data-testid="block-label"].float) > .js-plotly-plot { margin-top: 30px; }
@@ -165,7 +171,13 @@ body.large-font .block:has(> label[data-testid="block-label"].float) > .js-plotl
   margin-top: 40px; }
 """
 )
-LARGE_FONT_JS = "(on) => { document.body.classList.toggle('large-font', on); }"
+# Gradio fixes a text box's height (inline) when it is drawn or typed in: grown by Large font,
+# the text was cut (the third sentence of Attention's box). Boxes that show all their lines are
+# sized to their text again (those that scroll past their most lines keep their height).
+LARGE_FONT_JS = """(on) => { document.body.classList.toggle('large-font', on);
+  requestAnimationFrame(() => { for (const t of document.querySelectorAll('textarea')) {
+    if (!t.clientHeight || t.style.overflowY !== 'hidden') continue;
+    t.style.height = 'auto'; t.style.height = t.scrollHeight + 'px'; } }); }"""
 # Run once when the page opens: the plots' export buttons, the tour's arrow keys, Enter in a
 # slider's box, every edit of a textbox.
 PAGE_JS = (
@@ -236,7 +248,7 @@ def build_demo(
         demo.load(refresh, None, [status, poll], api_visibility="private", queue=False)
         large.change(None, large, None, js=LARGE_FONT_JS)
         views: list[TabView] = []
-        with gr.Tabs() as tabs:
+        with gr.Tabs(overflow_behavior="wrap") as tabs:  # every tab on screen, also a phone's
             for label, slug, build in TABS:
                 with gr.Tab(label, id=slug, elem_id=f"view-{slug}") as tab:
                     controls = build(registry, large, session)
@@ -271,6 +283,7 @@ def build_demo(
     demo.write_order = newest_wins(demo)
     demo.model_registry = registry  # for preload_models
     demo.follow_me = follow_me  # for the tests
+    fit_figures(demo)  # last: a phone's figures drawn for its width, the cache's untouched
     threading.Thread(
         target=_sweep_sessions, args=(weakref.ref(demo),), name="session-sweeper", daemon=True
     ).start()
@@ -577,7 +590,8 @@ def launch_options() -> dict[str, Any]:
                 Middleware(CapUploads),
             ]
         },
-        "css": CSS,
+        "css": CSS + PHONE_CSS,
+        "head": WIDTH_HEAD,
         "theme": gr.themes.Soft(),
         "footer_links": ["api"],
         "js": PAGE_JS,

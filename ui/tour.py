@@ -340,7 +340,9 @@ class Tour:
         self.views = views
         if not self.stops:
             return
-        outputs = [self.index, self.menu, self.text, self.box, views.view]
+        # Previous and Next last: greyed out at the tour's ends, where they would only reload
+        # the stop on screen (seconds of redrawing for nothing).
+        outputs = [self.index, self.menu, self.text, self.box, views.view, self.previous, self.next]
         private: dict[str, Any] = {
             "api_visibility": "private",
             "queue": False,
@@ -358,7 +360,8 @@ class Tour:
 
     def go(self, index: int) -> tuple:
         """Updates that show stop ``index`` (clamped to the tour): the index, the menu, the
-        paragraph, the open sidebar and the view to apply (the stop's tab, its controls)."""
+        paragraph, the open sidebar, the view to apply (the stop's tab, its controls), and
+        Previous and Next, each disabled where there is no stop that way."""
         index = min(max(int(index), 0), len(self.stops) - 1)
         stop = self.stops[index]
         tab = self.views.labels[stop.tab]
@@ -371,6 +374,8 @@ class Tour:
             stop_text(index, self.stops),
             gr.Sidebar(open=True),
             view,
+            gr.Button(interactive=index > 0),
+            gr.Button(interactive=index < len(self.stops) - 1),
         )
 
     def start_at(self, name: str) -> tuple:

@@ -110,10 +110,28 @@ def test_next_and_previous_stay_inside_the_tour(demo: gr.Blocks) -> None:
     assert tour.start_at("no such stop")[0] == 0
 
 
+def test_previous_and_next_are_disabled_at_the_ends_of_the_tour(demo: gr.Blocks) -> None:
+    """At the last stop Next only reloaded the stop on screen (seconds of redrawing)."""
+    tour = demo.tour
+    last = len(tour.stops) - 1
+    enabled = {
+        index: (update[5].interactive, update[6].interactive)
+        for index in (0, 1, last - 1, last)
+        for update in [tour.go(index)]
+    }
+    assert enabled == {
+        0: (False, True),
+        1: (True, True),
+        last - 1: (True, True),
+        last: (True, False),
+    }
+    assert tour.next_stop(last)[6].interactive is False
+
+
 def test_a_stop_applies_its_tab_with_defaults_for_the_rest(demo: gr.Blocks) -> None:
     tour = demo.tour
     for index, stop in enumerate(tour.stops):
-        _, menu, text, _, view = tour.go(index)
+        _, menu, text, _, view, *_ = tour.go(index)
         tab = demo.views.labels[stop.tab]
         assert view["tab"] == tab.slug
         assert menu["value"] == tour.names[index]

@@ -39,8 +39,9 @@ def build(
     n_rows = sentence_count(EXAMPLE_SENTENCES)
     first = once(functools.partial(_first_view, registry, first_model, first_kind))
     # The controls in a side column, the figures beside them: in Large font at 1920×1080 the
-    # head's figure is above the fold.
-    with gr.Row(equal_height=False):
+    # head's figure is above the fold. On a phone (one column) the head's map comes right after
+    # the controls that choose it (ui/serving/phone.py orders the "phone-…" classes).
+    with gr.Row(equal_height=False, elem_id="attention-main"):
         with gr.Column(scale=1, min_width=380):
             sentences = gr.Textbox(
                 value=EXAMPLE_SENTENCES,
@@ -66,17 +67,26 @@ def build(
                 1, max(2, n_rows), value=1, step=1, label="Sentence", visible=n_rows > 1
             )
             what_if = gr.CheckboxGroup(
-                [s.label for s in WHAT_IFS], label="What if… (recomputed live)"
+                [s.label for s in WHAT_IFS],
+                label="What if… (recomputed live)",
+                elem_classes=["phone-later"],
             )
             mistake = seed_mistakes.control(first_config)
-            run = gr.Button("Show attention", variant="primary")
+            mistake.elem_classes = ["phone-later"]
+            run = gr.Button("Show attention", variant="primary", elem_classes=["phone-later"])
         with gr.Column(scale=2):
-            summary = gr.Markdown()
+            summary = gr.Markdown(elem_classes=["phone-next"])
             single = gr.Plot(
-                label="One head: scores before softmax, weights after", show_label=False
+                label="One head: scores before softmax, weights after",
+                show_label=False,
+                elem_classes=["phone-first"],
             )
-            diff = gr.Plot(label="What-if: change in this head's weights", show_label=False)
-            masks = gr.Plot(label="Masks", show_label=False)
+            diff = gr.Plot(
+                label="What-if: change in this head's weights",
+                show_label=False,
+                elem_classes=["phone-last"],
+            )
+            masks = gr.Plot(label="Masks", show_label=False, elem_classes=["phone-last"])
     grid_plot = gr.Plot(label="Every head of every layer (one colour scale)", show_label=False)
     at_scale = build_scale(registry, large, session)
 

@@ -53,7 +53,9 @@ def build(
         visible=chat_on,
     )
     chat_md = gr.Markdown()
-    with gr.Row():
+    # On a phone (one column) the decoding options follow the step's chart, and Step comes
+    # right after the prompt (ui/serving/phone.py orders the "phone-…" classes).
+    with gr.Row(elem_classes=["phone-later"]):
         strategy = gr.Radio(["greedy", "sample", "beam"], value=first_strategy, label="Decoding")
         temperature = gr.Slider(
             0, 2, value=1.0, step=0.05, label="Temperature (0 = greedy)", visible=False
@@ -64,7 +66,7 @@ def build(
     first = registry.bundled.models.get(first_model)
     layers = first.config.n_decoder_layers if first else 6
     heads = first.config.n_heads if first else 8
-    with gr.Row():
+    with gr.Row(elem_classes=["phone-later"]):
         max_tokens = gr.Slider(1, 128, value=40, step=1, label="Max new tokens")
         seed = gr.Number(value=0, precision=0, label="Seed")
         # 1-based pickers, fixed where the model has one layer or one head.
@@ -75,7 +77,7 @@ def build(
                 (limits.MAX_HEADS, "Head (self-attention view)", heads),
             )
         )
-    with gr.Row():
+    with gr.Row(elem_id="generate-steps"):
         step_button = gr.Button("Step", variant="primary")
         back_button = gr.Button("Back")
         run_button = gr.Button("Run to the end")
@@ -87,7 +89,7 @@ def build(
     summary = gr.Markdown()
     # Side by side where each gets 480 px, one below the other where not (the tour's sidebar
     # open at 1280 px): at half of that width the cross-attention's title ran off its edge.
-    with gr.Row():
+    with gr.Row(elem_id="generate-chart"):
         top_plot = gr.Plot(label="Next-token distribution", show_label=False, min_width=480)
         cross_plot = gr.Plot(
             label="Cross-attention of the new token over the source",
