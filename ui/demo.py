@@ -27,7 +27,9 @@ from .links.share import MAX_QUERY, TabView
 from .links.views import Views
 from .serving import limits, store
 from .serving.errors import guard_preprocessing, scrub
+from .serving.event_streams import QuietEventStreams
 from .serving.export import PLOT_TOOLBAR_JS, ViewExport
+from .serving.fairness import share_fairly
 from .serving.memory import give_back_memory
 from .serving.ordering import newest_wins
 from .serving.plotly_bundle import ServePrunedPlotly, start_pruning
@@ -249,6 +251,7 @@ def build_demo(
     cheap += registry.passes.capacity
     _configure_queue(demo, default_concurrency_limit=cheap, max_size=limits.QUEUE_SIZE)
     queue_costly_apart(demo, costly)
+    share_fairly(demo, COSTLY)  # served in turns by client, each client's waiting calls capped
     # A class's common views, computed once (by one of the processes serving it, with Redis).
     registry.shared_views = share_views(
         demo,
@@ -561,6 +564,7 @@ def launch_options() -> dict[str, Any]:
     return {
         "app_kwargs": {
             "middleware": [
+                Middleware(QuietEventStreams),
                 Middleware(RefuseLongAddresses),
                 Middleware(OpenOnLinkedTab),
                 Middleware(ServePrunedPlotly),
