@@ -17,7 +17,6 @@ from transformer.core.model import Transformer
 from transformer.generation import DecodingSession, DecodingSettings
 from ui.serving import limits
 from ui.serving.costly import decoding_cost
-from ui.serving.errors import InputError
 from ui.serving.state import GenerationState, HeldDecodings, ModelRegistry, SessionModels
 from ui.tabs.generate import handlers
 

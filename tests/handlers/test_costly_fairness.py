@@ -68,7 +68,12 @@ def test_without_turns_gradio_serves_in_arrival_order(demo):
 def test_sessions_behind_one_address_take_turns_too(demo):
     share_fairly(demo, COSTLY)
     hall = "192.168.1.1"  # a lecture hall behind one router
-    arrivals = [(hall, "anna", "a1"), (hall, "anna", "a2"), (hall, "anna", "a3"), (hall, "ben", "b1")]
+    arrivals = [
+        (hall, "anna", "a1"),
+        (hall, "anna", "a2"),
+        (hall, "anna", "a3"),
+        (hall, "ben", "b1"),
+    ]
     assert _queued(demo, arrivals) == ["a1", "b1", "a2", "a3"]
 
 
