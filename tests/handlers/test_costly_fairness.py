@@ -134,10 +134,13 @@ def _call(app, path: str) -> list[dict]:
 
 def test_an_event_stream_that_ends_early_is_one_line(caplog):
     quiet = QuietEventStreams(_stream_app(fail_after_start=True))
+    sent_all: list[dict] = []
     with caplog.at_level(logging.INFO):
         for _ in range(3):
-            _call(quiet, "/gradio_api/queue/data")
+            sent_all += _call(quiet, "/gradio_api/queue/data")
     assert quiet.ended == 3
+    ends = [m for m in sent_all if m["type"] == "http.response.body"]
+    assert len(ends) == 3 and not any(m.get("more_body") for m in ends)  # each response ended
     lines = [r for r in caplog.records if "event stream ended" in r.getMessage()]
     assert len(lines) == 3 and all(r.exc_info is None for r in lines)
     assert all("\n" not in r.getMessage() for r in lines)

@@ -4,16 +4,19 @@ Gradio sends each page's results over one server-sent event stream
 (``/gradio_api/queue/data``). A stream asked for a session with nothing pending, or whose
 client went away, ends with an exception raised inside the response, after its headers were
 sent; Starlette can no longer answer it, so it raises again ("response already started") and
-uvicorn's ``uvicorn.error`` logger prints "Exception in ASGI application" with both tracebacks.
+uvicorn's ``uvicorn.error`` logger prints "Exception in ASGI application" with both tracebacks
+(and, were the exception only swallowed, "ASGI callable returned without completing response").
 A client that opens and drops hundreds of streams filled the log with them (two tracebacks a
 stream), burying the real errors.
 
 :class:`QuietEventStreams` catches exactly that case, an exception out of an event stream whose
-response has started, and logs one line naming it; any other failure passes on unchanged.
+response has started, logs one line naming it and ends the response; any other failure passes
+on unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -50,6 +53,9 @@ class QuietEventStreams:
             self.ended += 1
             cause = error.__cause__ or error
             log.info("an event stream ended early: %s", _short(cause))
+            # Ended, or uvicorn logs the response as left incomplete (a second line).
+            with contextlib.suppress(Exception):  # the client may be gone already
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _short(error: BaseException) -> str:
