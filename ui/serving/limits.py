@@ -134,7 +134,7 @@ COSTLY_PASS_CAPACITY = 4
 # cache (beams × positions × layers × 2 × key/value heads × head width, in the weights' dtype)
 # and its steps' records (each step's attention row over every head of every layer). One over
 # MAX_DECODING_BYTES is refused with what to change (SmolLM2: 5 beams of 512 new tokens hold
-# about 270 MB; 3 beams of 128 about 33 MB); every session's together are kept within
+# about 262 MB; 3 beams of 128 about 27 MB); every session's together are kept within
 # DECODINGS_BYTES, the least recently used let go past it (their sessions start again from the
 # prompt at their next step). Sized for the machine: 256 MB and 1 GB on one of 16 GB or more.
 MAX_DECODING_BYTES = min(256 * 1024 * 1024, MACHINE_BYTES // 64)
