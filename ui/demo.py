@@ -579,4 +579,6 @@ def launch_options() -> dict[str, Any]:
         "max_file_size": f"{limits.MAX_UPLOAD_BYTES >> 20}mb",
         # gradio's own bound on the sessions it keeps (least recently used evicted first).
         "state_session_capacity": MAX_SESSIONS,
+        # The handlers' threads apart from those of the plain routes (limits.HANDLER_THREADS).
+        "max_threads": limits.HANDLER_THREADS,
     }

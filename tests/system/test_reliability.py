@@ -1273,6 +1273,8 @@ def test_after_a_burst_of_sessions_what_they_held_is_let_go(server, monkeypatch)
     demo, url = server
     registry, holder = demo.model_registry, demo.state_holder
     monkeypatch.setattr(limits, "COSTLY_QUEUED_PER_CLIENT", 64)  # a class behind one address
+    # The handlers run on a pool of their own, not the one /gradio_api/info is answered from.
+    assert demo.limiter is not None and demo.limiter.total_tokens == limits.HANDLER_THREADS
     from ui.serving.memory import give_back_memory
     from ui.serving.sessions import drop_left_sessions
 

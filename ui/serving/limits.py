@@ -144,3 +144,8 @@ DECODINGS_BYTES = min(1024 * 1024 * 1024, MACHINE_BYTES // 16)
 # clients in turns (ui/serving/fairness.py). A lecture hall behind one router is one address:
 # VISUALISER_COSTLY_QUEUED_PER_CLIENT sets a larger number for such a class.
 COSTLY_QUEUED_PER_CLIENT = _setting("VISUALISER_COSTLY_QUEUED_PER_CLIENT", 8)
+# Threads that run the handlers (gradio's own pool). Gradio's default, 40, shares the web
+# server's pool of 40 with its plain routes (/gradio_api/info, /config, uploads, heartbeats):
+# handlers sleeping on a session's lock or the costly pool then held every thread, and /info
+# waited for one. Any other number gives the handlers a pool of their own.
+HANDLER_THREADS = 48
