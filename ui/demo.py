@@ -36,7 +36,7 @@ from .serving.plotly_bundle import ServePrunedPlotly, start_pruning
 from .serving.sessions import drop_left_sessions, drop_sessions, reopen_on_heartbeat
 from .serving.shared_views import share_views
 from .serving.sliders import SLIDER_ENTER_JS
-from .serving.state import ModelRegistry, SessionModels, SharedViews
+from .serving.state import ModelRegistry, SessionModels, SharedViews, forget_unused_views
 from .serving.textboxes import TEXT_EDIT_JS
 from .serving.uploads import CapUploads
 from .tabs import attention, generate, inside, positions, tokenize, training
@@ -308,7 +308,11 @@ def _sweep_sessions(demo_ref: weakref.ref) -> None:
             order = getattr(demo, "write_order", None)
             drop_left_sessions(holder, [order.forget] if order is not None else [])
             registry = getattr(demo, "model_registry", None)
-            if registry is not None and registry.forget_unused(limits.CACHE_UNUSED_S):
+            idle = limits.CACHE_UNUSED_S
+            dropped = forget_unused_views(idle)  # every cache of views, the tabs' own too
+            if registry is not None:
+                dropped += registry.forget_unused(idle)
+            if dropped:
                 give_back_memory()
         del demo
 

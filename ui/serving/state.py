@@ -408,9 +408,8 @@ class ModelRegistry:
         now = time.monotonic() if now is None else now
         with self._cache_lock:
             dropped = drop_unused(self._analyses, self._analyses_used, now - idle_s)
-        # Every cache of views, the tabs' own among them (the long view keeps its last passes).
-        for views in list(_ALL_SHARED_VIEWS):
-            dropped += views.forget_unused(idle_s, now)
+        if self.shared_views is not None:
+            dropped += self.shared_views.forget_unused(idle_s, now)
         return dropped
 
     def admit_decoding(self, name: str, state: GenerationState) -> None:
@@ -638,6 +637,14 @@ def drop_unused(entries: OrderedDict, used: dict, before: float) -> int:
 
 
 _ALL_SHARED_VIEWS: weakref.WeakSet[SharedViews] = weakref.WeakSet()
+
+
+def forget_unused_views(idle_s: float, now: float | None = None) -> int:
+    """Drop from every :class:`SharedViews` of this process, the tabs' own among them (the long
+    view keeps its last passes: up to 400 MB each), the views nobody has been served for
+    ``idle_s`` seconds; returns how many. The app's sweep calls it with the registry's
+    :meth:`ModelRegistry.forget_unused`: a cache it did not know held its last texts for ever."""
+    return sum(views.forget_unused(idle_s, now) for views in list(_ALL_SHARED_VIEWS))
 
 
 class SharedViews:
