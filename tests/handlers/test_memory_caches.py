@@ -16,9 +16,11 @@ def test_every_cache_of_views_is_swept_once_unused():
     now = time.monotonic()
     assert own.get(("long text", 2), lambda: ("never computed", True)) == "x" * 3000  # a hit
     assert len(own) == 3
-    assert forget_unused_views(60.0, now=now + 30.0) == 0  # within the minute: all kept
-    dropped = forget_unused_views(60.0, now=time.monotonic() + 61.0)
-    assert dropped >= 3 and len(own) == 0
+    forget_unused_views(60.0, now=now + 30.0)  # within the minute: all kept
+    assert len(own) == 3
+    # Other tests' caches of this process may be swept too: what counts is that this one is.
+    assert forget_unused_views(60.0, now=time.monotonic() + 61.0) >= 3
+    assert len(own) == 0
 
 
 def test_the_long_views_passes_are_among_them():
