@@ -304,12 +304,14 @@ def _sweep_sessions(demo_ref: weakref.ref) -> None:
             app = getattr(demo, "server_app", None)
             if app is not None:  # once the server runs: a heartbeat that comes back reopens
                 reopen_on_heartbeat(app, holder)
-            evict_idle_sessions(holder, SESSION_IDLE_S)
+            # Sessions dropped free their generations: given back too (the idle trimmer waits
+            # for a stretch of work, and a sweep is not one).
+            dropped = evict_idle_sessions(holder, SESSION_IDLE_S)
             order = getattr(demo, "write_order", None)
-            drop_left_sessions(holder, [order.forget] if order is not None else [])
+            dropped += drop_left_sessions(holder, [order.forget] if order is not None else [])
             registry = getattr(demo, "model_registry", None)
             idle = limits.CACHE_UNUSED_S
-            dropped = forget_unused_views(idle)  # every cache of views, the tabs' own too
+            dropped += forget_unused_views(idle)  # every cache of views, the tabs' own too
             if registry is not None:
                 dropped += registry.forget_unused(idle)
             if dropped:
