@@ -30,3 +30,27 @@ def test_the_long_views_passes_are_among_them():
     assert passes.holds(("model", "a long text"))
     forget_unused_views(60.0, now=time.monotonic() + 61.0)
     assert not passes.holds(("model", "a long text"))
+
+
+def test_the_sweep_gives_memory_back_after_dropping_sessions(monkeypatch):
+    """Sessions dropped (their pages closed) free their generations: the sweep gives the pages
+    back then, even with no cache emptied (the idle trimmer only follows a stretch of work)."""
+    from types import SimpleNamespace
+
+    from ui import demo as demo_module
+
+    given: list[int] = []
+    monkeypatch.setattr(demo_module, "SESSION_SWEEP_S", 0.0)
+    monkeypatch.setattr(demo_module, "give_back_memory", lambda: given.append(1))
+    monkeypatch.setattr(demo_module, "reopen_on_heartbeat", lambda app, holder: True)
+    monkeypatch.setattr(demo_module, "evict_idle_sessions", lambda holder, idle: 0)
+    monkeypatch.setattr(demo_module, "forget_unused_views", lambda idle: 0)
+    left = iter([2, 0])  # two sessions left at the first sweep, none at the second
+    monkeypatch.setattr(demo_module, "drop_left_sessions", lambda holder, forget: next(left))
+    fake = SimpleNamespace(
+        state_holder=object(), is_running=True, server_app=None, write_order=None,
+        model_registry=None,
+    )  # fmt: skip
+    sweeps = iter([fake, fake, None])
+    demo_module._sweep_sessions(lambda: next(sweeps))
+    assert given == [1]  # after the sweep that dropped sessions, not after the empty one
