@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -439,6 +440,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8510)
     args = parser.parse_args(argv)
     model = SMALL if args.small else SMOLLM2
+    # Stopped with SIGTERM, end as with Ctrl-C: the app child is terminated on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     def n(count: int) -> int:
         return max(1, round(count * args.scale))
