@@ -29,7 +29,9 @@ from .links.views import Views
 from .serving import clients, limits, store
 from .serving.clients import TimeRequestBodies
 from .serving.errors import guard_preprocessing, scrub
+from .serving.event_streams import QuietEventStreams
 from .serving.export import PLOT_TOOLBAR_JS, ViewExport
+from .serving.fairness import share_fairly
 from .serving.memory import give_back_memory
 from .serving.ordering import newest_wins
 from .serving.phone import PHONE_CSS, WIDTH_HEAD, fit_figures
@@ -37,7 +39,7 @@ from .serving.plotly_bundle import ServePrunedPlotly, start_pruning
 from .serving.sessions import drop_left_sessions, drop_sessions, reopen_on_heartbeat
 from .serving.shared_views import share_views
 from .serving.sliders import SLIDER_ENTER_JS
-from .serving.state import ModelRegistry, SessionModels, SharedViews
+from .serving.state import ModelRegistry, SessionModels, SharedViews, forget_unused_views
 from .serving.textboxes import TEXT_EDIT_JS
 from .serving.uploads import CapUploads
 from .tabs import attention, generate, inside, positions, research, tokenize, training
@@ -269,6 +271,7 @@ def build_demo(
     cheap += registry.passes.capacity
     _configure_queue(demo, default_concurrency_limit=cheap, max_size=limits.QUEUE_SIZE)
     queue_costly_apart(demo, costly)
+    share_fairly(demo, COSTLY)  # served in turns by client, each client's waiting calls capped
     # A class's common views, computed once (by one of the processes serving it, with Redis).
     registry.shared_views = share_views(
         demo,
@@ -322,11 +325,17 @@ def _sweep_sessions(demo_ref: weakref.ref) -> None:
             app = getattr(demo, "server_app", None)
             if app is not None:  # once the server runs: a heartbeat that comes back reopens
                 reopen_on_heartbeat(app, holder)
-            evict_idle_sessions(holder, SESSION_IDLE_S)
+            # Sessions dropped free their generations: given back too (the idle trimmer waits
+            # for a stretch of work, and a sweep is not one).
+            dropped = evict_idle_sessions(holder, SESSION_IDLE_S)
             order = getattr(demo, "write_order", None)
-            drop_left_sessions(holder, [order.forget] if order is not None else [])
+            dropped += drop_left_sessions(holder, [order.forget] if order is not None else [])
             registry = getattr(demo, "model_registry", None)
-            if registry is not None and registry.forget_unused(limits.CACHE_UNUSED_S):
+            idle = limits.CACHE_UNUSED_S
+            dropped += forget_unused_views(idle)  # every cache of views, the tabs' own too
+            if registry is not None:
+                dropped += registry.forget_unused(idle)
+            if dropped:
                 give_back_memory()
         del demo
 
@@ -583,6 +592,7 @@ def launch_options() -> dict[str, Any]:
     return {
         "app_kwargs": {
             "middleware": [
+                Middleware(QuietEventStreams),
                 Middleware(TimeRequestBodies),
                 Middleware(RefuseLongAddresses),
                 Middleware(OpenOnLinkedTab),
@@ -599,4 +609,6 @@ def launch_options() -> dict[str, Any]:
         "max_file_size": f"{limits.MAX_UPLOAD_BYTES >> 20}mb",
         # gradio's own bound on the sessions it keeps (least recently used evicted first).
         "state_session_capacity": MAX_SESSIONS,
+        # The handlers' threads apart from those of the plain routes (limits.HANDLER_THREADS).
+        "max_threads": limits.HANDLER_THREADS,
     }

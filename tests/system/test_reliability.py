@@ -14,6 +14,7 @@ import html
 import io
 import itertools
 import json
+import logging
 import pickle
 import re
 import shutil
@@ -1253,3 +1254,135 @@ def test_a_model_output_of_several_lines_keeps_its_lines_and_stays_text():
         )
     )
     assert "<pre>" not in one_line and "<code> Paris.</code>" in one_line  # one line stays inline
+
+
+# -- bursts: memory comes back, dropped streams are quiet, costly work in turns ---------------
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as status:
+        return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmRSS:"))
+
+
+def test_after_a_burst_of_sessions_what_they_held_is_let_go(server, monkeypatch):
+    """Six sessions generate at once (beam 3), others take one step and leave, long texts
+    with lone surrogates and null bytes go through the caches; once the sessions have gone
+    and the caches' idle time has passed, nothing of theirs is held: no session in gradio's
+    store, no decoding counted, no cached analysis or view. The server's RSS (this process's:
+    the app runs in it) is checked with a generous bound, the object counts strictly."""
+    demo, url = server
+    registry, holder = demo.model_registry, demo.state_holder
+    monkeypatch.setattr(limits, "COSTLY_QUEUED_PER_CLIENT", 64)  # a class behind one address
+    # The handlers run on a pool of their own, not the one /gradio_api/info is answered from.
+    assert demo.limiter is not None and demo.limiter.total_tokens == limits.HANDLER_THREADS
+    from ui.serving.memory import give_back_memory
+    from ui.serving.sessions import drop_left_sessions
+
+    give_back_memory()
+    before_decodings = len(registry.decodings)  # other tests' sessions, still open
+    before_mb = _rss_mb()
+    beam = [GENERATE[0], "continue", "beam", 1.0, 0, 1.0, 3, 8, 0, 1, 1, False]
+    clients = [api_client(url, timeout=120) for _ in range(6)]
+    with ThreadPoolExecutor(6) as threads:
+        runs = list(threads.map(lambda c: call(c, "/generate", *beam), clients))
+    assert all(ok for ok, _ in runs), [r for ok, r in runs if not ok][:2]
+    for text in ("a\ud800b " * 2_000, "a\x00b " * 2_000):  # raw HTTP: gradio_client cannot
+        for api, args in [
+            ("/attention", [text, "reverse", CROSS, 1, 1, 1, [], False]),
+            ("/generate_step", [text, *GENERATE[1:]]),
+            ("/embeddings", [text, "translate", False]),
+        ]:
+            raw_call(url, api, *args)
+    assert len(registry.decodings) >= before_decodings + 6
+    for c in clients:
+        c.close()  # the pages leave: their heartbeats end
+
+    burst = {c.session_hash for c in clients}
+
+    def gone() -> bool:  # as the sweeper does every 10 s, without waiting for its 30 s
+        drop_left_sessions(holder, unused_s=0.0)
+        return not burst & set(holder.session_data)
+
+    assert _wait_until(gone, 30), burst & set(holder.session_data)
+    registry.forget_unused(0.0)
+    give_back_memory()
+    assert len(registry.decodings) <= before_decodings
+    assert len(registry.shared_views) == 0 and not registry._analyses
+    after_mb = _rss_mb()
+    assert after_mb < before_mb * 1.15 + 150, (before_mb, after_mb)
+
+
+def test_dropped_event_streams_leave_no_traceback(url, caplog):
+    """Twenty event streams for sessions with nothing pending, opened and dropped: one line
+    each at most in the log (uvicorn's own logger, which does not reach the root's, listened
+    to as well), no traceback, nothing at ERROR."""
+    port = int(url.rstrip("/").rsplit(":", 1)[1])
+    import socket
+
+    uvicorn = logging.getLogger("uvicorn")
+    uvicorn.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO):
+            streams = []
+            for n in range(20):
+                sock = socket.create_connection(("127.0.0.1", port))
+                sock.sendall(
+                    f"GET /gradio_api/queue/data?session_hash=gone{n} HTTP/1.1\r\n"
+                    f"Host: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n".encode()
+                )
+                streams.append(sock)
+            time.sleep(1.0)
+            for sock in streams:
+                sock.close()
+            time.sleep(1.0)
+    finally:
+        uvicorn.removeHandler(caplog.handler)
+    records = caplog.records
+    tracebacks = [r for r in records if r.exc_info or "Traceback" in r.getMessage()]
+    assert not tracebacks, [r.getMessage() for r in tracebacks][:2]
+    assert not [r for r in records if r.levelno >= logging.ERROR], [
+        r.getMessage() for r in records
+    ][:3]
+    assert len([r for r in records if "stream" in r.getMessage()]) <= 20
+
+
+def test_one_clients_queued_runs_do_not_hold_another_client(url, monkeypatch):
+    """One client queues more "Run to the end" than it may (the rest are refused with a
+    message); another client's run, from another address, is served after at most one turn of
+    each client ahead of it, not after the whole queue."""
+    monkeypatch.setattr(limits, "COSTLY_QUEUED_PER_CLIENT", 3)
+    order: list[str] = []
+    run = [GENERATE[0], "continue", "greedy", 1.0, 0, 1.0, 1, 40, 0, 1, 1, False]
+    flood = [api_client(url, timeout=120) for _ in range(6)]
+    jobs = [c.submit(*run, api_name="/generate") for c in flood]
+    for n, job in enumerate(jobs):
+        job.add_done_callback(lambda j, n=n: j.exception() or order.append(f"flood{n}"))
+    time.sleep(0.5)
+    other = _from_address(url, "127.0.0.2", [f"other {GENERATE[0]}", *run[1:]])
+    order.append("other")
+    outcomes = []
+    for job in jobs:
+        try:
+            job.result(timeout=120)
+            outcomes.append("ok")
+        except Exception as error:
+            outcomes.append(str(error))
+    for c in flood:
+        c.close()
+    assert other, "the other client's run failed"
+    refused = [o for o in outcomes if o != "ok"]
+    assert refused and all("long runs waiting" in o for o in refused), outcomes
+    # First come, first served, the three runs waiting would end before the other's; in turns,
+    # only the one running when it came (or, on a slow machine, the next one too).
+    assert order.index("other") <= 2, order
+    assert len(order) == 1 + len(outcomes) - len(refused), order
+
+
+def _from_address(url: str, address: str, data: list) -> bool:
+    """``/generate`` through gradio's REST API from the loopback ``address``."""
+    transport = httpx.HTTPTransport(local_address=address)
+    with httpx.Client(transport=transport, timeout=120) as http:
+        posted = http.post(f"{url}gradio_api/call/generate", json={"data": data})
+        posted.raise_for_status()
+        event = posted.json()["event_id"]
+        return "event: complete" in http.get(f"{url}gradio_api/call/generate/{event}").text

@@ -210,3 +210,55 @@ def admit(name: str, model: torch.nn.Module, tokens: int, device: torch.device) 
     estimate = PassCost(parameters(model), tokens)
     check_cost(name, estimate, device)
     return costly_here(estimate, device)
+
+
+@dataclass(frozen=True)
+class DecodingCost:
+    """What a generation will hold once it has run to the end, estimated before its first
+    step from the model's configuration: the key/value cache (two tensors a layer of
+    ``kv_heads × d_head`` values per beam and position, in the model's dtype) and the records
+    of its steps (each step keeps its query's attention row over every head of every layer,
+    and over the source's positions for a translation, as float32)."""
+
+    beams: int
+    positions: int  # the prefix and every new token
+    steps: int
+    cache_bytes: int
+    record_bytes: int
+
+    @property
+    def bytes(self) -> int:
+        """The whole estimate."""
+        return self.cache_bytes + self.record_bytes
+
+
+def decoding_cost(
+    config: Any, beams: int, prefix: int, steps: int, source: int = 0, element_bytes: int = 4
+) -> DecodingCost:
+    """:class:`DecodingCost` of ``steps`` new tokens after ``prefix`` read ones, ``beams`` wide,
+    through a model of ``config`` (a ``ModelConfig``) whose weights take ``element_bytes``
+    each; ``source`` counts a translation's source positions."""
+    positions = prefix + steps
+    layers = config.n_decoder_layers
+    per_position = 2 * layers * config.kv_heads * config.d_head * element_bytes  # K and V
+    cache = beams * positions * per_position
+    # Step s reads prefix + s positions: Σ over the steps of the positions its row spans.
+    read = steps * prefix + steps * (steps - 1) // 2
+    rows = layers * config.n_heads * (read + steps * source) * 4
+    return DecodingCost(beams, positions, steps, cache, rows)
+
+
+def check_decoding(name: str, cost: DecodingCost, device: torch.device) -> None:
+    """Refuse a generation whose :class:`DecodingCost` passes ``limits.MAX_DECODING_BYTES``
+    (on a GPU too: it is memory, not time), saying how to make it fit."""
+    limit = limits.MAX_DECODING_BYTES
+    if cost.bytes <= limit:
+        return
+    fits = max(0, int(cost.steps * limit / cost.bytes))
+    width = f"{cost.beams} beams, " if cost.beams > 1 else ""
+    raise InputError(
+        f"this generation is too big for {name} on this server: {width}{cost.positions:,} "
+        f"tokens would hold about {cost.bytes / 2**20:,.0f} MB (the most one generation may "
+        f"hold is {limit / 2**20:,.0f} MB). Ask for fewer new tokens (about {fits:,}), a "
+        "narrower beam, or a shorter prompt"
+    )

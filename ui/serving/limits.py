@@ -141,3 +141,22 @@ COSTLY_PASS_COST = 6 * 10**10
 MAX_PASS_COST = 5 * 10**11
 GPU_PASS_SPEEDUP = 50.0
 COSTLY_PASS_CAPACITY = 4
+# A generation is weighed before its first step by what it will hold at its end: its key/value
+# cache (beams × positions × layers × 2 × key/value heads × head width, in the weights' dtype)
+# and its steps' records (each step's attention row over every head of every layer). One over
+# MAX_DECODING_BYTES is refused with what to change (SmolLM2: 5 beams of 512 new tokens hold
+# about 262 MB; 3 beams of 128 about 27 MB); every session's together are kept within
+# DECODINGS_BYTES, the least recently used let go past it (their sessions start again from the
+# prompt at their next step). Sized for the machine: 256 MB and 1 GB on one of 16 GB or more.
+MAX_DECODING_BYTES = min(256 * 1024 * 1024, MACHINE_BYTES // 64)
+DECODINGS_BYTES = min(1024 * 1024 * 1024, MACHINE_BYTES // 16)
+# Calls one client (an address as the server sees it) may have waiting in the costly queue
+# (Run to the end, the long view); one more is refused with a message. The queue serves
+# clients in turns (ui/serving/fairness.py). A lecture hall behind one router is one address:
+# VISUALISER_COSTLY_QUEUED_PER_CLIENT sets a larger number for such a class.
+COSTLY_QUEUED_PER_CLIENT = _setting("VISUALISER_COSTLY_QUEUED_PER_CLIENT", 8)
+# Threads that run the handlers (gradio's own pool). Gradio's default, 40, shares the web
+# server's pool of 40 with its plain routes (/gradio_api/info, /config, uploads, heartbeats):
+# handlers sleeping on a session's lock or the costly pool then held every thread, and /info
+# waited for one. Any other number gives the handlers a pool of their own.
+HANDLER_THREADS = 48

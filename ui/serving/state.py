@@ -31,7 +31,16 @@ from transformer.training.bundled import load_bundled
 
 from . import limits
 from .batching import AnalysisBatcher, StepBatcher, batching_enabled
-from .costly import CostlyPasses, PassCost, admit, costly_here, parameters, pool_workers
+from .costly import (
+    CostlyPasses,
+    PassCost,
+    admit,
+    check_decoding,
+    costly_here,
+    decoding_cost,
+    parameters,
+    pool_workers,
+)
 from .errors import InputError, readable_list, user_input
 from .store import MISSING, RedisViews
 
@@ -81,6 +90,17 @@ class GenerationState:
         with self.lock:
             self.key, self.decoding, self.source_pieces = (), None, []
 
+    def release_if_idle(self) -> bool:
+        """Let go of the decoding unless a request is using it now; whether it was let go.
+        The session's next request starts it again from the prompt."""
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            self.key, self.decoding, self.source_pieces = (), None, []
+            return True
+        finally:
+            self.lock.release()
+
     def __deepcopy__(self, memo: dict) -> GenerationState:
         """gr.State copies its initial value per session; a lock is not copied but made anew."""
         import copy
@@ -93,6 +113,78 @@ class GenerationState:
         state.chat = self.chat  # a tab that opens with its chat switch on opens every session so
         state.stream_shown = self.stream_shown
         return state
+
+
+class HeldDecodings:
+    """Every session's decoding, counted by what it will hold once run to the end
+    (:func:`~ui.serving.costly.decoding_cost`), within ``limits.DECODINGS_BYTES`` in all.
+
+    Gradio keeps a session's state until the session is dropped (its page closed, or an hour
+    unused), and a generation's key/value cache and step records are most of it: 300 sessions
+    that each took one step and went away held a decoding each. Past the bound, the decodings
+    used least recently are let go (never one a request is using); their sessions start again
+    from the prompt at their next step. ``released`` counts them."""
+
+    def __init__(self) -> None:
+        self._held: OrderedDict[int, tuple[weakref.ref[GenerationState], int]] = OrderedDict()
+        self._lock = threading.RLock()  # a collected state's callback may run inside hold()
+        self.released = 0
+
+    @property
+    def bytes(self) -> int:
+        """The estimated bytes of the decodings held now (states still alive, with one)."""
+        with self._lock:
+            return sum(n for ref, n in self._held.values() if _holding(ref()))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(1 for ref, _ in self._held.values() if _holding(ref()))
+
+    def hold(self, state: GenerationState, nbytes: int) -> int:
+        """Count ``state``'s decoding as ``nbytes`` and used now; let go of the least recently
+        used others while the total passes the bound. Returns how many were let go."""
+        key = id(state)
+        released = 0
+        with self._lock:
+            self._held.pop(key, None)
+            self._held[key] = (weakref.ref(state, self._forget(key)), nbytes)
+            total = 0
+            for k, (ref, n) in list(self._held.items()):
+                if _holding(ref()):
+                    total += n
+                else:
+                    del self._held[k]
+            for k, (ref, n) in list(self._held.items()):
+                if total <= limits.DECODINGS_BYTES or k == key:
+                    break
+                other = ref()
+                if other is not None and other.release_if_idle():
+                    del self._held[k]
+                    total -= n
+                    released += 1
+            self.released += released
+        if released:
+            log.info("let go of %d unused generation(s) to keep memory bounded", released)
+        return released
+
+    def touch(self, state: GenerationState) -> None:
+        """Count ``state``'s decoding as used now (a step of a run)."""
+        with self._lock:
+            if id(state) in self._held:
+                self._held.move_to_end(id(state))
+
+    def _forget(self, key: int) -> Callable[[Any], None]:
+        def forget(_: Any) -> None:  # the state was collected: its id may be reused
+            with self._lock:
+                entry = self._held.get(key)
+                if entry is not None and entry[0]() is None:
+                    del self._held[key]
+
+        return forget
+
+
+def _holding(state: GenerationState | None) -> bool:
+    return state is not None and state.decoding is not None
 
 
 def _tensor_bytes(value: Any, seen: set[int]) -> int:
@@ -201,6 +293,8 @@ class ModelRegistry:
         batching = batching_enabled(device)
         self.steps: StepBatcher | None = StepBatcher() if batching else None
         self.analysis_batches: AnalysisBatcher | None = AnalysisBatcher() if batching else None
+        # Every session's decoding, within a bound in all (HeldDecodings).
+        self.decodings = HeldDecodings()
 
     def _name_for(self, spec: str) -> str:
         """The menu name of a ``--model`` argument: a hub id as given, a folder by its own name
@@ -317,6 +411,34 @@ class ModelRegistry:
         if self.shared_views is not None:
             dropped += self.shared_views.forget_unused(idle_s, now)
         return dropped
+
+    def admit_decoding(self, name: str, state: GenerationState) -> None:
+        """Weigh ``state``'s decoding before its first step (:func:`decoding_cost`: the
+        key/value cache and the step records it will hold at its end): refused with what to
+        change when it alone is over ``limits.MAX_DECODING_BYTES``, else counted among every
+        session's (:class:`HeldDecodings`), which lets go of the least recently used others
+        past their bound. Call with the state's lock held."""
+        decoding = state.decoding
+        if decoding is None:
+            return
+        model = decoding.model
+        config = model.config
+        first = next(iter(model.parameters()), None)
+        element = first.element_size() if first is not None else 4
+        cost = decoding_cost(
+            config,
+            decoding.width,
+            len(decoding.prefix),
+            decoding.max_steps,
+            source=len(decoding.source) if config.has_encoder else 0,
+            element_bytes=element,
+        )
+        try:
+            check_decoding(name, cost, self.device)
+        except InputError:  # nothing of it is kept: a next request starts again, and is refused
+            state.key, state.decoding, state.source_pieces = (), None, []
+            raise
+        self.decodings.hold(state, cost.bytes)
 
     def menu_name(self, name: str) -> str:
         """The menu name of a model: ``name`` itself, or the name given to the ``--model``
@@ -514,6 +636,17 @@ def drop_unused(entries: OrderedDict, used: dict, before: float) -> int:
     return len(stale)
 
 
+_ALL_SHARED_VIEWS: weakref.WeakSet[SharedViews] = weakref.WeakSet()
+
+
+def forget_unused_views(idle_s: float, now: float | None = None) -> int:
+    """Drop from every :class:`SharedViews` of this process, the tabs' own among them (the long
+    view keeps its last passes: up to 400 MB each), the views nobody has been served for
+    ``idle_s`` seconds; returns how many. The app's sweep calls it with the registry's
+    :meth:`ModelRegistry.forget_unused`: a cache it did not know held its last texts for ever."""
+    return sum(views.forget_unused(idle_s, now) for views in list(_ALL_SHARED_VIEWS))
+
+
 class SharedViews:
     """A least-recently-used cache of deterministic views, shared by every session, bounded by
     ``max_bytes`` (as :func:`view_bytes` counts them) and ``max_entries``.
@@ -539,6 +672,7 @@ class SharedViews:
         self._lock = threading.Lock()
         self.hits = 0
         self.computed = 0
+        _ALL_SHARED_VIEWS.add(self)  # forgotten when unused, with the registry's (forget_unused)
 
     def __len__(self) -> int:
         with self._lock:

@@ -45,6 +45,7 @@ def step(registry: ModelRegistry, *inputs: Any) -> Drawn:
     with state.lock:
         state, note = current(registry, state, session, request)
         assert state.decoding is not None  # current() starts one
+        registry.admit_decoding(request.model, state)  # weighed, and counted among all
         if state.decoding.done:
             gr.Warning("Generation has finished: press Back or Reset.")
         else:
@@ -88,6 +89,7 @@ def run(registry: ModelRegistry, *inputs: Any) -> Iterator[Drawn]:
     with state.lock:
         state, note = current(registry, state, session, request)
         assert state.decoding is not None  # current() starts one
+        registry.admit_decoding(request.model, state)  # weighed, and counted among all
         decoding = state.decoding
         if decoding.done:
             drawn = draw(registry, state, request, session, note)
@@ -103,6 +105,7 @@ def run(registry: ModelRegistry, *inputs: Any) -> Iterator[Drawn]:
         with state.lock:
             if state.decoding is not decoding or decoding.done:
                 return
+            registry.decodings.touch(state)  # a run in progress is never the least recently used
             decoding.step()
             now = time.monotonic()
             # Every step sends its summary; the five figures go at most every
@@ -270,6 +273,7 @@ def first_step(registry: ModelRegistry, *inputs: Any) -> Drawn:
         changed = state.key[:2] == request.key[:2] and state.key != request.key
         _restart(registry, state, session, request)
         assert state.decoding is not None  # _restart starts one
+        registry.admit_decoding(request.model, state)  # weighed, and counted among all
         registry.decode_step(request.model, state.decoding)  # a big prompt: the costly pool
         note = RESTARTED if had_records and changed else ""
         return draw(registry, state, request, session, note)
