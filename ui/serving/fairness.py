@@ -11,9 +11,9 @@ another client's call waits at most one turn of each client already queued. With
 And one client may hold at most ``limits.COSTLY_QUEUED_PER_CLIENT`` calls waiting there: one
 more is refused when it is asked for, with a message that says why, before it waits at all.
 
-A client is the address the server sees (``request.client.host``): the address of the
-proxy in front, where there is one, unless the operator names that proxy as trusted
-(:func:`client_address`).
+A client is the address the server sees (:func:`ui.serving.clients.client_address`): the
+address of the proxy in front, where there is one, unless the operator names that proxy as
+trusted (as ``--workers N`` names its own HAProxy).
 """
 
 from __future__ import annotations
@@ -25,18 +25,9 @@ from collections.abc import Callable
 from typing import Any
 
 from . import limits
+from .clients import client_address
 
 log = logging.getLogger("visualiser")
-
-UNKNOWN = "unknown"
-
-
-def client_address(request: Any) -> str:
-    """The address a request came from, as the server sees it (``UNKNOWN`` when it cannot
-    tell: a test's request, a Unix socket)."""
-    client = getattr(request, "client", None)
-    host = getattr(client, "host", None)
-    return str(host) if host else UNKNOWN
 
 
 def _event_client(event: Any) -> tuple[str, str]:
