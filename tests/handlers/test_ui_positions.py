@@ -183,7 +183,9 @@ def test_every_control_and_large_font_redraw_the_tab_on_open(demo_config):
         targets = {tuple(t) for t in dependency["targets"]}
         # Drawn on open: by its own page-load event, or by the one that draws every tab's
         # first view (ui.links.first_views), whose handlers are these functions.
-        on_open = [fn for fn, *_ in demo.first_views.functions if fn.__name__ == name]
+        on_open = [
+            fn for fn, *_ in demo.first_views.functions if getattr(fn, "__name__", "") == name
+        ]
         assert on_open or any(t[1] == "load" for t in targets)
         assert (large, "change") in targets  # Large font redraws the plots
         labels = {components[t[0]]["props"].get("label") for t in targets if t[0] in components}

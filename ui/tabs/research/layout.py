@@ -294,13 +294,13 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
         )
         for pair_of in ((layer, head), (layer_a, head_a)):
             demo.load(
-                functools.partial(fit_sliders, registry, first, None),
+                bind(fit_sliders, registry, first, None),
                 list(pair_of),
                 list(pair_of),
                 **private,
             )
         demo.load(
-            functools.partial(fit_sliders, registry, second, None),
+            bind(fit_sliders, registry, second, None),
             [layer_b, head_b],
             [layer_b, head_b],
             **private,
