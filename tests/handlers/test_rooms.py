@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from ui.links.rooms import CODE_ALPHABET, CODE_LENGTH, FollowMe, RoomError, Rooms, normal_code
+from ui.links.rooms import (
+    CODE_ALPHABET,
+    CODE_LENGTH,
+    FollowMe,
+    RoomError,
+    RoomRefused,
+    Rooms,
+    normal_code,
+)
 
 
 class Clock:
@@ -79,6 +87,82 @@ def test_an_idle_room_closes_and_a_used_one_stays() -> None:
     assert len(rooms) == 1
     with pytest.raises(RoomError):
         rooms.latest(idle.code)
+
+
+def flood_beside_a_lecture(rooms: Any) -> dict[str, Any]:
+    """A lecture (its room published to and followed) while one client opens rooms until it
+    is refused, then clients at other addresses open as many again as the registry holds:
+    what each part saw. Shared with the Redis registry's test."""
+    lecture = rooms.open("10.0.0.1")
+    rooms.publish(lecture.code, lecture.secret, "tab=generate&step=3")
+    rooms.latest(lecture.code)  # a follower's read
+    opened, refusal = 0, ""
+    for _ in range(3 * rooms.per_client):
+        try:
+            rooms.open("10.6.6.6")
+            opened += 1
+        except RoomRefused as error:
+            refusal = str(error)
+            break
+    others = [rooms.open(f"10.7.{n // 5}.{n % 5}") for n in range(2 * rooms.max_rooms)]
+    return {
+        "opened": opened,
+        "refusal": refusal,
+        "lecture": rooms.latest(lecture.code),
+        "still": rooms.publish(lecture.code, lecture.secret, "tab=generate&step=4"),
+        "count": len(rooms),
+        "newest open": rooms.latest(others[-1].code),
+    }
+
+
+def check_flood(seen: dict[str, Any], per_client: int, max_rooms: int) -> None:
+    """What :func:`flood_beside_a_lecture` must see: the flooding client stopped at its bound
+    with a message that says why, the lecture's room never closed, the registry bounded."""
+    assert seen["opened"] == per_client
+    assert f"this address has {per_client} rooms open already" in seen["refusal"]
+    assert seen["lecture"] == (1, "tab=generate&step=3")  # the same code, the same view
+    assert seen["still"] == 2
+    assert seen["count"] == max_rooms
+    assert seen["newest open"] == (0, "")
+
+
+def test_one_client_opening_many_rooms_is_refused_and_never_closes_a_lecture() -> None:
+    check_flood(flood_beside_a_lecture(Rooms(max_rooms=12, per_client=4)), 4, 12)
+
+
+def test_when_every_room_is_a_lecture_a_new_one_is_refused_and_an_idle_lecture_makes_way() -> None:
+    clock = Clock()
+    rooms = Rooms(max_rooms=2, clock=clock, active_s=600.0)
+    first, second = rooms.open("a"), rooms.open("b")
+    rooms.latest(first.code)
+    rooms.publish(second.code, second.secret, "tab=tokenize")
+    with pytest.raises(RoomRefused, match="all 2 rooms are lectures in progress"):
+        rooms.open("c")
+    clock.now += 500.0
+    rooms.latest(second.code)  # still followed; the first lecture ended 500 s ago
+    clock.now += 200.0
+    third = rooms.open("c")
+    with pytest.raises(RoomError, match="no open room"):
+        rooms.latest(first.code)
+    assert rooms.latest(second.code) == (1, "tab=tokenize")
+    assert rooms.latest(third.code) == (0, "")
+
+
+def test_hosting_past_the_bound_says_why_in_the_page() -> None:
+    import gradio as gr
+
+    class Request:  # what the handler reads of gradio's request: the client's address
+        def __init__(self, host: str) -> None:
+            self.client = type("Client", (), {"host": host})()
+
+    with gr.Blocks():
+        follow_me = FollowMe(Rooms(per_client=2))
+    for _ in range(2):
+        assert "Room code" in follow_me.open_room(None, Request("10.1.1.1"))[1]  # type: ignore[arg-type]
+    hosting, line, timer = follow_me.open_room(None, Request("10.1.1.1"))  # type: ignore[arg-type]
+    assert hosting == gr.skip() and timer == gr.skip()
+    assert line.startswith("⚠️ No room: this address has 2 rooms open already")
+    assert "Room code" in follow_me.open_room(None, Request("10.2.2.2"))[1]  # type: ignore[arg-type]
 
 
 def test_a_view_longer_than_a_link_is_refused() -> None:

@@ -50,7 +50,14 @@ KEEP_USER_CHANGES_LAST_JS = """
 CODE_ALPHABET = "ACDEFGHJKMNPQRTUVWXY34679"
 CODE_LENGTH = 5
 MAX_ROOMS = 200
+# Rooms one client address may hold open at once: a lecturer hosts one per page, while a client
+# that opened hundreds made an active lecture's room close (the least recently used went first)
+# and its lecturer silently got a new code.
+MAX_ROOMS_PER_CLIENT = 10
 ROOM_IDLE_S = 4 * 3600.0  # a room nobody published to or read from for this long is closed
+# A room a lecturer's page published to, or a follower read, within this long is a lecture's:
+# another client's new room never closes it (that new room is refused instead).
+ACTIVE_S = 15 * 60.0
 PUBLISH_S = 1.0  # how often a lecturer's page sends its view (nothing when it is unchanged)
 # How often a follower's page looks: each look is one queued event, so a hundred followers
 # make fifty a second.
@@ -65,6 +72,24 @@ class RoomsUnavailable(RoomError):
     """The rooms' store (Redis) did not answer: the room may well be open still."""
 
 
+class RoomRefused(RoomError):
+    """No new room: the client holds as many as one may, or every room is a lecture's."""
+
+
+def too_many_for_client(limit: int) -> RoomRefused:
+    """The refusal of a client that holds ``limit`` rooms already."""
+    return RoomRefused(
+        f"this address has {limit} rooms open already, the most one may host: host from a page "
+        f"that hosts one (it keeps its code), or wait until one closes "
+        f"({ROOM_IDLE_S / 3600:g} hours after its last use)"
+    )
+
+
+def all_rooms_in_use(limit: int) -> RoomRefused:
+    """The refusal when every one of the ``limit`` rooms is a lecture in progress."""
+    return RoomRefused(f"all {limit} rooms are lectures in progress: try again in a few minutes")
+
+
 @dataclass
 class Room:
     """One lecture: its code, the lecturer's secret, the latest view and its version."""
@@ -74,61 +99,85 @@ class Room:
     view: str = ""  # the query of the lecturer's view link ("tab=generate&source=...")
     version: int = 0
     used: float = 0.0  # when it was last published to or read (the registry's clock)
+    client: str = ""  # the address that opened it ("" when not known)
+    # When a lecturer's page last published to it or a follower read it (never: -inf).
+    active: float = float("-inf")
 
 
 class Rooms:
-    """The open rooms, at most ``max_rooms`` (the least recently used closed first), each
-    closed after ``idle_s`` seconds unused. Safe to use from many threads."""
+    """The open rooms, at most ``max_rooms``, each closed after ``idle_s`` seconds unused. Past
+    the bound the least recently used room that is not a lecture's (published to or read within
+    ``active_s``) is closed; when every room is a lecture's, the new one is refused. A client
+    address holds at most ``per_client`` rooms. Safe to use from many threads."""
 
     def __init__(
         self,
         max_rooms: int = MAX_ROOMS,
         idle_s: float = ROOM_IDLE_S,
         clock: Callable[[], float] = time.monotonic,
+        per_client: int = MAX_ROOMS_PER_CLIENT,
+        active_s: float = ACTIVE_S,
     ) -> None:
         self.max_rooms = max_rooms
         self.idle_s = idle_s
         self.clock = clock
+        self.per_client = per_client
+        self.active_s = active_s
         self._rooms: OrderedDict[str, Room] = OrderedDict()
         self._lock = threading.Lock()
+        self._expired_at = float("-inf")
 
     def __len__(self) -> int:
         with self._lock:
             self._expire()
             return len(self._rooms)
 
-    def open(self) -> Room:
-        """A new room with a fresh code and secret."""
+    def open(self, client: str = "") -> Room:
+        """A new room with a fresh code and secret, opened by the address ``client`` (""
+        when not known: no bound per address); :class:`RoomRefused` when that address holds
+        ``per_client`` rooms already, or every room is a lecture's."""
         with self._lock:
-            self._expire()
+            self._expire(force=True)
+            if client and sum(r.client == client for r in self._rooms.values()) >= self.per_client:
+                raise too_many_for_client(self.per_client)
+            now = self.clock()
+            if len(self._rooms) >= self.max_rooms:
+                # The least recently used room that is no lecture's makes way.
+                idle = next(
+                    (c for c, r in self._rooms.items() if now - r.active > self.active_s), None
+                )
+                if idle is None:
+                    raise all_rooms_in_use(self.max_rooms)
+                del self._rooms[idle]
             while True:
                 code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
                 if code not in self._rooms:
                     break
-            room = Room(code, secrets.token_urlsafe(16), used=self.clock())
+            room = Room(code, secrets.token_urlsafe(16), used=now, client=client)
             self._rooms[code] = room
-            while len(self._rooms) > self.max_rooms:
-                self._rooms.popitem(last=False)
             return room
 
-    def _room(self, code: str) -> Room:
+    def _room(self, code: str, active: bool = True) -> Room:
         """The open room called ``code`` (any case, spaces ignored), now the most recently
-        used; the lock is held."""
+        used (and, when ``active``, a lecture's); the lock is held."""
         self._expire()
         key = normal_code(code)
         room = self._rooms.get(key)
-        if room is None:
+        if room is None or self.clock() - room.used > self.idle_s:
             raise RoomError(f"there is no open room {key or '(empty)'}: check the code")
         room.used = self.clock()
+        if active:
+            room.active = room.used
         self._rooms.move_to_end(key)
         return room
 
     def resume(self, code: str, secret: str) -> Room:
         """The lecturer's room again (after a reload of their page)."""
         with self._lock:
-            room = self._room(code)
+            room = self._room(code, active=False)
             if not same_secret(room.secret, secret):
                 raise RoomError(f"room {room.code} belongs to another page")
+            room.active = room.used
             return room
 
     def publish(self, code: str, secret: str, view: str) -> int:
@@ -137,9 +186,10 @@ class Rooms:
         if len(view) > MAX_QUERY:
             raise RoomError(f"a view of {len(view):,} characters is longer than a link may be")
         with self._lock:
-            room = self._room(code)
+            room = self._room(code, active=False)
             if not same_secret(room.secret, secret):
                 raise RoomError(f"room {room.code} belongs to another page")
+            room.active = room.used
             if view != room.view:
                 room.view = view
                 room.version += 1
@@ -151,8 +201,13 @@ class Rooms:
             room = self._room(code)
             return room.version, room.view
 
-    def _expire(self) -> None:
+    def _expire(self, force: bool = False) -> None:
+        """Close the rooms unused for ``idle_s``: at most once a second (a follower's wait
+        looks at its room many times a second), or now when ``force``. The lock is held."""
         now = self.clock()
+        if not force and now - self._expired_at < 1.0:
+            return
+        self._expired_at = now
         for code in [c for c, r in self._rooms.items() if now - r.used > self.idle_s]:
             del self._rooms[code]
 
@@ -162,7 +217,7 @@ class RoomStore(Protocol):
 
     def __len__(self) -> int: ...
 
-    def open(self) -> Room: ...
+    def open(self, client: str = "") -> Room: ...
 
     def resume(self, code: str, secret: str) -> Room: ...
 
@@ -190,39 +245,69 @@ for _, code in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   if redis.call('EXISTS', ARGV[4] .. code) == 0 then redis.call('ZREM', KEYS[2], code) end
 end
 """
-# A new room (0 when the code is taken), then the least recently used closed past ARGV[5].
-_OPEN = (
-    """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'secret', ARGV[3], 'view', '', 'version', 0)
+# Now in milliseconds, by Redis's clock (the processes' clocks need not agree).
+_NOW = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 """
-    + _TOUCH
+# A new room (0 when the code is taken), opened by the client whose set of codes is KEYS[4]
+# (none when ARGV[6] is ""), which may hold ARGV[7] rooms (-3 past that). Past ARGV[5] rooms,
+# the least recently used one that no lecturer published to and no follower read within
+# ARGV[8] ms closes; when every room is a lecture's, no room is opened (-4).
+_OPEN = (
+    _NOW
     + _PRUNE
     + """
-local extra = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[5])
-if extra > 0 then
-  for _, code in ipairs(redis.call('ZRANGE', KEYS[2], 0, extra - 1)) do
-    redis.call('DEL', ARGV[4] .. code)
+if ARGV[6] ~= '' then
+  for _, code in ipairs(redis.call('SMEMBERS', KEYS[4])) do
+    if redis.call('EXISTS', ARGV[4] .. code) == 0 then redis.call('SREM', KEYS[4], code) end
   end
-  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, extra - 1)
+  if redis.call('SCARD', KEYS[4]) >= tonumber(ARGV[7]) then return -3 end
 end
-return 1
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then
+  local closed = false
+  for _, code in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    local active = tonumber(redis.call('HGET', ARGV[4] .. code, 'active') or '-1')
+    if active < 0 or now - active > tonumber(ARGV[8]) then
+      redis.call('DEL', ARGV[4] .. code)
+      redis.call('ZREM', KEYS[2], code)
+      closed = true
+      break
+    end
+  end
+  if not closed then return -4 end
+end
+redis.call('HSET', KEYS[1], 'secret', ARGV[3], 'view', '', 'version', 0, 'active', -1,
+  'client', ARGV[6])
+if ARGV[6] ~= '' then
+  redis.call('SADD', KEYS[4], ARGV[2])
+  redis.call('PEXPIRE', KEYS[4], ARGV[1])
+end
 """
+    + _TOUCH
+    + "return 1"
 )
 # The room's (secret, version, view), now the most recently used; false when it is closed.
+# ARGV[3]: the secret that asks (a lecturer's page resuming it): when it is the room's, the
+# room is a lecture's now.
 _READ = (
-    """
+    _NOW
+    + """
 local room = redis.call('HMGET', KEYS[1], 'secret', 'version', 'view')
 if not room[1] then return false end
+if room[1] == ARGV[3] then redis.call('HSET', KEYS[1], 'active', now) end
 """
     + _TOUCH
     + "return room"
 )
-# The room's (version, view) alone: a follower's poll, one round trip.
+# The room's (version, view) alone: a follower's poll, one round trip; it is a lecture's now.
 _LATEST = (
-    """
+    _NOW
+    + """
 local room = redis.call('HMGET', KEYS[1], 'version', 'view')
 if not room[1] then return false end
+redis.call('HSET', KEYS[1], 'active', now)
 """
     + _TOUCH
     + "return room"
@@ -231,10 +316,12 @@ if not room[1] then return false end
 # ARGV[3] was checked by the caller, and is checked again in case the code was closed and given
 # to another page meanwhile. -1: closed; -2: another page's room.
 _PUBLISH = (
-    """
+    _NOW
+    + """
 local room = redis.call('HMGET', KEYS[1], 'secret', 'view')
 if not room[1] then return -1 end
 if room[1] ~= ARGV[3] then return -2 end
+redis.call('HSET', KEYS[1], 'active', now)
 """
     + _TOUCH
     + """
@@ -258,16 +345,21 @@ class RedisRooms:
         max_rooms: int = MAX_ROOMS,
         idle_s: float = ROOM_IDLE_S,
         prefix: str = "visualiser:",
+        per_client: int = MAX_ROOMS_PER_CLIENT,
+        active_s: float = ACTIVE_S,
     ) -> None:
         self.client = client
         self.max_rooms = max_rooms
         self.idle_s = idle_s
+        self.per_client = per_client
+        self.active_s = active_s
         # A Redis that failed is not asked again for a poll's period: with a server that does
         # not answer, each call would hold a thread for its timeout (fifty polls a second).
         self.breaker = Breaker("follow-me rooms", retry_after_s=POLL_S)
         self._room_prefix = f"{prefix}room:"
         self._set = f"{prefix}rooms"
         self._counter = f"{prefix}rooms:used"
+        self._clients = f"{prefix}client:"
         self._scripts = {
             name: client.register_script(lua)
             for name, lua in [
@@ -279,18 +371,18 @@ class RedisRooms:
             ]
         }
 
-    def _run(self, name: str, code: str, *args: Any) -> Any:
+    def _run(self, name: str, code: str, *args: Any, keys: tuple[str, ...] = ()) -> Any:
         """Run script ``name`` for room ``code`` (a normal code) with ``args`` after the
-        common ones."""
+        common ones, and ``keys`` after the common keys."""
         import redis
 
         unavailable = "follow me is unavailable for a moment (the rooms' store does not answer)"
         if not self.breaker.closed():
             raise RoomsUnavailable(unavailable)
-        keys = [self._room_prefix + code, self._set, self._counter]
+        every = [self._room_prefix + code, self._set, self._counter, *keys]
         ttl_ms = max(1, round(self.idle_s * 1000))
         try:
-            found = self._scripts[name](keys=keys, args=[ttl_ms, code, *args])
+            found = self._scripts[name](keys=every, args=[ttl_ms, code, *args])
         except redis.RedisError as error:
             self.breaker.failed(error)
             raise RoomsUnavailable(unavailable) from error
@@ -300,17 +392,26 @@ class RedisRooms:
     def __len__(self) -> int:
         return int(self._run("count", "", "", self._room_prefix))
 
-    def open(self) -> Room:
-        """A new room with a fresh code (unique across the processes) and secret."""
+    def open(self, client: str = "") -> Room:
+        """A new room with a fresh code (unique across the processes) and secret, opened by
+        the address ``client`` (see :meth:`Rooms.open`)."""
         secret = secrets.token_urlsafe(16)
+        client = client[:100]
         while True:
             code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
-            if self._run("open", code, secret, self._room_prefix, self.max_rooms):
-                return Room(code, secret, used=time.monotonic())
+            active_ms = max(1, round(self.active_s * 1000))
+            args = (secret, self._room_prefix, self.max_rooms, client, self.per_client, active_ms)
+            opened = int(self._run("open", code, *args, keys=(self._clients + client,)))
+            if opened == -3:
+                raise too_many_for_client(self.per_client)
+            if opened == -4:
+                raise all_rooms_in_use(self.max_rooms)
+            if opened == 1:
+                return Room(code, secret, used=time.monotonic(), client=client)
 
-    def _read(self, code: str) -> Room:
+    def _read(self, code: str, secret: str = "") -> Room:
         key = normal_code(code)
-        found = self._run("read", key) if key else None
+        found = self._run("read", key, secret) if key else None
         if not found:
             raise RoomError(f"there is no open room {key or '(empty)'}: check the code")
         secret, version, view = (part.decode() for part in found)
@@ -318,7 +419,7 @@ class RedisRooms:
 
     def resume(self, code: str, secret: str) -> Room:
         """The lecturer's room again (after a reload of their page)."""
-        room = self._read(code)
+        room = self._read(code, secret if isinstance(secret, str) else "")
         if not same_secret(room.secret, secret):
             raise RoomError(f"room {room.code} belongs to another page")
         return room
@@ -344,6 +445,13 @@ class RedisRooms:
             raise RoomError(f"there is no open room {key or '(empty)'}: check the code")
         version, view = found
         return int(version), view.decode()
+
+
+def client_address(request: gr.Request | None) -> str:
+    """The address a request came from, as the server sees it ("" when not known)."""
+    client = getattr(request, "client", None)
+    host = getattr(client, "host", None)
+    return str(host)[:100] if host else ""
 
 
 def same_secret(kept: str, given: Any) -> bool:
@@ -559,8 +667,9 @@ class FollowMe:
 
     # -- handlers (module-level logic, callable from tests) --------------------------------
 
-    def open_room(self, hosting: list[str] | None) -> tuple:
-        """Host a room (the one this page hosts already, if it is still open)."""
+    def open_room(self, hosting: list[str] | None, request: gr.Request | None = None) -> tuple:
+        """Host a room (the one this page hosts already, if it is still open); the client's
+        address (``request``'s) bounds the rooms it holds."""
         code, secret = (hosting or ["", ""])[:2]
         if code:
             try:
@@ -571,9 +680,11 @@ class FollowMe:
             except RoomError:
                 pass
         try:
-            room = self.rooms.open()
+            room = self.rooms.open(client_address(request))
         except RoomsUnavailable as error:
             return gr.skip(), f"⚠️ {error}: try again.", gr.skip()
+        except RoomRefused as error:
+            return gr.skip(), f"⚠️ No room: {error}.", gr.skip()
         return [room.code, room.secret], room_line(room.code), gr.Timer(active=True)
 
     def resume_room(self, hosting: list[str] | None) -> tuple:
