@@ -272,8 +272,9 @@ def _prop(value: Any, key: str) -> Any:
 
 
 def test_a_followers_poll_finds_the_change_and_one_event_draws_the_lecturers_tab(
-    app_demo: Any,
+    app_demo: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import asyncio
     import copy
     import inspect
 
@@ -298,7 +299,8 @@ def test_a_followers_poll_finds_the_change_and_one_event_draws_the_lecturers_tab
 
     # The poll is small whatever the page holds: gradio's cost grows with an event's outputs.
     assert len(poll.inputs) == 1 and len(poll.outputs) <= len(views.tabs) + 5
-    out = dict(zip([c._id for c in poll.outputs], poll.fn([room.code, -1]), strict=True))
+    answer = asyncio.run(poll.fn([room.code, -1]))
+    out = dict(zip([c._id for c in poll.outputs], answer, strict=True))
     assert out[follow_me.following._id] == [room.code, 1]
     incoming = out[polled._id]
     assert incoming == f"1 {query}"  # the version first: each change is a new value
@@ -333,7 +335,8 @@ def test_a_followers_poll_finds_the_change_and_one_event_draws_the_lecturers_tab
     # The next poll finds nothing new: nothing is drawn, no view computed.
     shared = app_demo.model_registry.shared_views
     computed = shared.computed
-    again = poll.fn(out[follow_me.following._id])
+    monkeypatch.setattr("ui.links.rooms.WAIT_S", 0.2)  # how long a question waits for a change
+    again = asyncio.run(poll.fn(out[follow_me.following._id]))
     assert all(value == gr.skip() for value in again)
     assert shared.computed == computed
 
@@ -344,7 +347,10 @@ def test_taking_over_empties_the_boxes_so_that_following_again_draws_the_view(
     follow_me = app_demo.follow_me
     fns = list(app_demo.fns.values())
     take_over = next(f for f in fns if (follow_me.take_over._id, "click") in map(tuple, f.targets))
-    out = dict(zip([c._id for c in take_over.outputs], take_over.fn(), strict=True))
+    following = ["ABCDE", 3]
+    out = dict(zip([c._id for c in take_over.outputs], take_over.fn(following), strict=True))
+    # Emptied in place too: a question the page asked before taking over brings nothing.
+    assert following == ["", -1]
     assert out[follow_me.following._id] == ["", -1]
     # A box keeping "<version> <query>" would not change when the same view comes again, and
     # its tab would not be drawn.

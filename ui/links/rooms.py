@@ -34,8 +34,9 @@ from urllib.parse import parse_qs
 import gradio as gr
 
 from ..serving.store import Breaker
+from .following import SharedSteps
 from .share import MAX_QUERY, decode_view
-from .views import SCROLL_JS, WAIT_UNTIL_IDLE_JS, union
+from .views import SCROLL_JS, WAIT_UNTIL_IDLE_JS, _merge, union
 
 if TYPE_CHECKING:
     import redis
@@ -58,10 +59,16 @@ ROOM_IDLE_S = 4 * 3600.0  # a room nobody published to or read from for this lon
 # A room a lecturer's page published to, or a follower read, within this long is a lecture's:
 # another client's new room never closes it (that new room is refused instead).
 ACTIVE_S = 15 * 60.0
-PUBLISH_S = 1.0  # how often a lecturer's page sends its view (nothing when it is unchanged)
-# How often a follower's page looks: each look is one queued event, so a hundred followers
-# make fifty a second.
-POLL_S = 2.0
+# How often a lecturer's page sends its view (nothing is kept when it is unchanged): a second
+# was half a second of every change's way to the followers, on average.
+PUBLISH_S = 0.25
+# A follower's page asks again this long after its last question was answered. A question is
+# answered when the room moves, or after WAIT_S: the server waits for the change (looking every
+# LOOK_S, at no cost but a lookup), so that a change reaches the followers at once, where a
+# question every two seconds made it wait a second on average and cost a request each time.
+POLL_S = 0.25
+WAIT_S = 10.0
+LOOK_S = 0.05
 
 
 class RoomError(ValueError):
@@ -355,7 +362,7 @@ class RedisRooms:
         self.active_s = active_s
         # A Redis that failed is not asked again for a poll's period: with a server that does
         # not answer, each call would hold a thread for its timeout (fifty polls a second).
-        self.breaker = Breaker("follow-me rooms", retry_after_s=POLL_S)
+        self.breaker = Breaker("follow-me rooms", retry_after_s=2.0)
         self._room_prefix = f"{prefix}room:"
         self._set = f"{prefix}rooms"
         self._counter = f"{prefix}rooms:used"
@@ -564,6 +571,7 @@ class FollowMe:
         self.incoming = gr.State(None)  # a view to apply (a lecturer's page reloaded)
         # Per tab, the room's view on it, set by a poll that found the room moved to it.
         self.polled: dict[str, gr.Textbox] = {}
+        self.shared: SharedSteps | None = None  # Generate's steps as followers see them
         self.publish_timer = gr.Timer(PUBLISH_S, active=False)
         self.follow_timer = gr.Timer(POLL_S, active=False)
 
@@ -609,14 +617,34 @@ class FollowMe:
         }
         boxes = list(self.polled.values())
 
-        def take_over() -> tuple:
+        def take_over(following: list | None) -> tuple:
+            # Emptied in place: a question the page asked before (waiting for the room to
+            # move) sees it and brings nothing.
+            if isinstance(following, list):
+                following[:] = ["", -1]
             # The boxes emptied, so that following again draws the room's view even where it
             # did not move meanwhile.
             return (*self.stop_following(), *[""] * len(boxes))
 
-        self.take_over.click(take_over, None, [*followed, *boxes], **private)
+        self.take_over.click(take_over, [self.following], [*followed, *boxes], **private)
         # The page is read-only exactly while it follows a room.
         self.followed.change(None, [self.followed], None, js=READ_ONLY_JS, **private)
+        self.shared = SharedSteps(views, registry) if "generate" in views.tabs else None
+        if self.shared is not None and self.shared.step is not None:
+            self.shared.quiet_while_following()
+            shared = self.shared
+
+            # Once the page is its own again, its generation goes on from the step it shows.
+            def catch_up(code: str, *values: Any) -> Any:
+                return gr.skip() if code else shared.catch_up(*values)
+
+            self.followed.change(
+                catch_up,
+                [self.followed, *shared.catch_up_inputs()],
+                [shared.state],
+                api_visibility="private",
+                show_progress="hidden",
+            )
 
         # The poll: one tiny event every POLL_S (the code followed in, the version seen out),
         # not queued: a plain request, answered at once, that never waits for a costly or a
@@ -767,10 +795,35 @@ class FollowMe:
             return gr.skip(), gr.skip(), *unchanged
         return [code, version], self.view_of(view, version), *unchanged
 
-    def poll_tabs(self, following: list | None) -> tuple:
-        """:meth:`poll`, with the room's view (when it moved) given to the state of its tab:
-        ``(following, *one per tab in self.polled, line, timer, button, followed)``."""
-        following, incoming, *rest = self.poll(following)
+    async def poll_tabs(self, following: list | None) -> tuple:
+        """:meth:`poll`, once the room moved (or closed), or after ``WAIT_S``, with the room's
+        view given to the box of its tab: ``(following, *one per tab in self.polled, line,
+        timer, button, followed)``. Waiting holds no thread: the rooms in memory are looked
+        up in the event loop, Redis's from a worker thread, every ``LOOK_S`` (Redis's every
+        ``5 * LOOK_S``)."""
+        import asyncio
+
+        import anyio
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT_S
+        here = isinstance(self.rooms, Rooms)
+        while True:
+            if here:
+                polled = self.poll(following)
+            else:
+                polled = await anyio.to_thread.run_sync(self.poll, following)
+            # A view to draw, or the room closed (the page's own again).
+            moved = isinstance(polled[1], dict) and "query" in polled[1]
+            moved = moved or isinstance(polled[0], list)
+            # The page took over meanwhile (its state emptied in place): nothing to bring.
+            gone = isinstance(following, list) and not following[0]
+            if gone:
+                return (gr.skip(),) * (len(self.polled) + 5)
+            if moved or loop.time() > deadline:
+                break
+            await asyncio.sleep(LOOK_S if here else 5 * LOOK_S)
+        following, incoming, *rest = polled
         slug, box = "", ""
         if isinstance(incoming, dict) and incoming.get("query"):
             slug = (view_params(incoming["query"]).get("tab") or [""])[0]
@@ -799,6 +852,8 @@ class FollowMe:
                 full[i] = value
             return full
 
+        shared = self.shared if slug == "generate" else None
+
         # The tab's inputs first, the event's own last: a panel's redraws are found by the
         # state they read last (Generate's cache view reads whether its panel is open).
         def draw(*values_and_incoming: Any) -> tuple:
@@ -807,7 +862,16 @@ class FollowMe:
             view = None
             if query:
                 view = decode_view(view_params(query), views.tabs, registry).view
-            drawn = views.apply(view, *every(tuple(values)))
+            if shared is not None and view and view.get("tab") == slug:
+                # Generate at the lecturer's step, in this one event (see ui/links/following.py).
+                figures = shared.draw(view, query, tuple(values))
+                drawn = views.apply(view)  # the tab, its controls set
+                drawn = tuple(
+                    _merge(out, figures[c._id]) if c._id in figures else out
+                    for c, out in zip(views.outputs, drawn, strict=True)
+                )
+            else:
+                drawn = views.apply(view, *every(tuple(values)))
             return (view if view else gr.skip()), *(drawn[i] for i in picks)
 
         def settle(*values_view_touched: Any) -> tuple:
@@ -835,7 +899,8 @@ class FollowMe:
                 **private,
             )
         event = event.then(None, views.focus, None, js=SCROLL_JS, **private)
-        replay = views._replay() if slug == "generate" else None
+        # Generate's step came with the view (above); a page without that shares a replay.
+        replay = views._replay() if slug == "generate" and shared is None else None
         if replay is not None:
             event.then(*replay, api_visibility="private")
 
