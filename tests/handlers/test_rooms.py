@@ -355,3 +355,83 @@ def test_taking_over_empties_the_boxes_so_that_following_again_draws_the_view(
     # A box keeping "<version> <query>" would not change when the same view comes again, and
     # its tab would not be drawn.
     assert all(out[box._id] == "" for box in follow_me.polled.values())
+
+
+def test_a_followers_generate_view_comes_at_the_lecturers_step_drawn_once_for_all(
+    app_demo: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The view's own event shows the lecturer's step (never the first step first); a second
+    follower is sent the same figures without a step of the model; the next Step is one step
+    of the model in all; the page's own Generate events draw nothing while it follows; once it
+    stops following, its own decoding is at the step it shows."""
+    import copy
+
+    import gradio as gr
+
+    from ui.links.share import encode_view
+    from ui.tabs.generate import handlers
+
+    views, follow_me = app_demo.views, app_demo.follow_me
+    registry = app_demo.model_registry
+    fns = list(app_demo.fns.values())
+    polled = follow_me.polled["generate"]
+    draw = next(f for f in fns if (polled._id, "change") in [tuple(t) for t in f.targets])
+    tab = views.tabs["generate"]
+    state = tab.extra["state"]
+    values = {"source": "the small cat sees a red ball", "model": "translate", "max_tokens": 12}
+    steps = []
+    real_step = registry.decode_step
+    monkeypatch.setattr(
+        registry, "decode_step", lambda *a, **k: steps.append(1) or real_step(*a, **k)
+    )
+
+    def page() -> list[Any]:
+        return [copy.deepcopy(c.value) if isinstance(c, gr.State) else c.value for c in draw.inputs]
+
+    def summary(inputs: list[Any], step: int) -> tuple[str, dict[int, Any]]:
+        inputs[-1] = f"{step} " + encode_view(tab, values, step)
+        out = dict(zip([c._id for c in draw.outputs], draw.fn(*inputs), strict=True))
+        assert out[state._id] == gr.skip()  # the follower's own state is not sent
+        text = out[summary_box._id]
+        return str(text.get("value") if isinstance(text, dict) else text), out
+
+    step_event = next(f for f in fns if f.api_name == "generate_step")
+    summary_box = step_event.outputs[0]
+    # The Generate tab's own handlers, three Steps from a fresh state: the reference.
+    reference = copy.deepcopy(state.value)
+    step_inputs = step_event.inputs
+    by_id = {c._id: c.value for c in step_inputs}
+    by_id |= {tab.controls[k]._id: v for k, v in values.items()}
+    args = [by_id.get(c._id) for c in step_inputs]
+    args[-1] = reference
+    for _ in range(3):
+        expected = handlers.step(registry, *args)
+    assert "(3 steps)" in expected[0]
+    steps.clear()
+
+    first, second = page(), page()
+    shown, _ = summary(first, 3)
+    assert shown == expected[0]  # the lecturer's step, in the view's own event
+    assert 0 < len(steps) <= 3
+    steps.clear()
+    assert summary(second, 3)[0] == expected[0]
+    assert steps == []  # the same figures, no model run for the second follower
+    expected = handlers.step(registry, *args)
+    steps.clear()
+    assert summary(first, 4)[0] == expected[0] and len(steps) == 1  # one Step: one step
+
+    # The page's own events (a model or prompt the view set fires them) draw nothing meanwhile.
+    mine = first[[c._id for c in draw.inputs].index(state._id)]
+    live = next(
+        f for f in fns if getattr(f.fn, "__name__", "") == "first_step" and state in f.inputs
+    )
+    live_args = [mine if c is state else by_id.get(c._id) for c in live.inputs]
+    assert all(out == gr.skip() for out in live.fn(*live_args))
+
+    # Taken over: its own decoding at the step its page shows, for its next Step.
+    catch_up = next(f for f in fns if getattr(f.fn, "__name__", "") == "catch_up")
+    assert catch_up.fn("ABCDE", mine, *[None] * (len(catch_up.inputs) - 2)) == gr.skip()
+    rest = [by_id.get(c._id) for c in catch_up.inputs[2:]]
+    assert catch_up.fn("", mine, *rest) is mine
+    assert len(mine.decoding.records) == 4 and not mine.following
+    assert live.fn(*live_args)[0] != gr.skip()  # its own again

@@ -865,7 +865,8 @@ class FollowMe:
             if shared is not None and view and view.get("tab") == slug:
                 # Generate at the lecturer's step, in this one event (see ui/links/following.py).
                 figures = shared.draw(view, query, tuple(values))
-                drawn = views.apply(view)  # the tab, its controls set
+                # The tab and its controls set; the figures are the shared ones.
+                drawn = (*views._set(view), *[gr.skip()] * len(views.drawn))
                 drawn = tuple(
                     _merge(out, figures[c._id]) if c._id in figures else out
                     for c, out in zip(views.outputs, drawn, strict=True)
