@@ -1,7 +1,9 @@
-"""Follow me in a real browser: a lecturer hosts a room, several students follow it with its
-code, and their pages follow the lecturer's tab and controls as they change, read-only, also
-after the lecturer reloads; a student who takes over gets their page back, interactive, where it
-was. Reuses ``test_browser``'s browser, app and helpers."""
+"""Follow me in a real browser: a lecturer hosts a room, two students (a laptop's screen and a
+phone's) follow it with its code, and their pages follow the lecturer's Generate steps (never
+through another step), tab and controls as they change, read-only, with Take over pinned in
+sight, also after the lecturer reloads; a student who takes over gets their page back,
+interactive, where it was, their generation going on from the step it showed. Reuses
+``test_browser``'s browser, app and helpers."""
 
 from __future__ import annotations
 
@@ -20,16 +22,66 @@ from ui.testing import VIEWPORT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-FOLLOWERS = 3
+PHONE = {"width": 390, "height": 844}
+# The followers' screens: a laptop's and a phone's (touch).
+SCREENS = [VIEWPORT, PHONE]
+# The lecturer's page opens on Generate with a small model (a link's view).
+LECTURE = "?tab=generate&model=translate&source=the+small+cat+sees+a+red+ball"
+
+# Every step count Generate's summary shows on the page, in order (a change of count once):
+# a follower's page must go from the step it showed straight to the lecturer's.
+WATCH_STEPS_JS = r"""
+() => {
+  window.__steps = [];
+  const read = () => {
+    const found = document.body.innerText.match(/Output so far\D{0,40}\((\d+) steps?\)/);
+    const n = found ? Number(found[1]) : null;
+    if (n !== null && window.__steps[window.__steps.length - 1] !== n) window.__steps.push(n);
+  };
+  read();
+  new MutationObserver(read).observe(document.body,
+    {subtree: true, childList: true, characterData: true});
+}
+"""
 
 
-def _page(browser: Any, url: str) -> tuple[Any, Any]:
-    context = browser.new_context(viewport=VIEWPORT)
+def _page(browser: Any, url: str, viewport: dict[str, int] = VIEWPORT) -> tuple[Any, Any]:
+    phone = viewport["width"] < 600
+    context = browser.new_context(viewport=viewport, has_touch=phone, is_mobile=phone)
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(url)
-    page.get_by_role("tab", name="Tokenize").wait_for()
+    page.get_by_role("tab", name="Tokenize").wait_for(state="attached")
     return context, page
+
+
+def _steps_shown(page: Any) -> int | None:
+    """The step count Generate's summary shows (None when none is shown)."""
+    found = re.search(r"Output so far\D{0,40}\((\d+) steps?\)", page.inner_text("body"))
+    return int(found.group(1)) if found else None
+
+
+def _pinned(page: Any) -> bool:
+    """Whether Take over is on screen, whole, narrower than the screen, wherever the page is
+    scrolled (its end and its top)."""
+    for where in ("document.scrollingElement.scrollHeight", "0"):
+        page.evaluate(f"() => window.scrollTo(0, {where})")
+        page.wait_for_timeout(100)
+        box = page.evaluate(
+            """() => {
+              const r = document.getElementById("take-over").getBoundingClientRect();
+              return [r.top, r.bottom, r.left, r.right, window.innerHeight, window.innerWidth];
+            }"""
+        )
+        top, bottom, left, right, height, width = box
+        if not (0 <= top < bottom <= height and 0 <= left < right <= width):
+            return False
+    return True
+
+
+def _step(page: Any, button: str, wanted: int) -> None:
+    page.get_by_role("button", name=button, exact=True).click()
+    _poll(page, f"step {wanted}", lambda: _steps_shown(page) == wanted)
 
 
 def _open_follow_me(page: Any) -> None:
@@ -85,15 +137,16 @@ def test_followers_pages_follow_the_lecturer_also_after_a_reload(
 ) -> None:
     contexts = []
     try:
-        lecture, lecturer = _page(browser, app_url)
+        lecture, lecturer = _page(browser, app_url + LECTURE)
         contexts.append(lecture)
+        _poll(lecturer, "the lecture's first step", lambda: _steps_shown(lecturer) == 1)
         _open_follow_me(lecturer)
         lecturer.get_by_role("button", name="Host a room (lecturer)").click()
         code = _room_code(lecturer)
 
         students = []
-        for _ in range(FOLLOWERS):
-            context, student = _page(browser, app_url)
+        for screen in SCREENS:
+            context, student = _page(browser, app_url, screen)
             contexts.append(context)
             _open_follow_me(student)
             box = student.locator("#room-code textarea, #room-code input").first
@@ -104,13 +157,28 @@ def test_followers_pages_follow_the_lecturer_also_after_a_reload(
                 "following",
                 lambda s=student: "Following room" in s.inner_text("#room-line"),
             )
-            # Read-only while it follows, with the way back in sight.
+            # Read-only while it follows, with the way back in sight wherever it is scrolled.
             _poll(student, "read-only", lambda s=student: _read_only(s))
             button = _take_over_button(student)
             assert button.is_visible() and button.inner_text() == f"Following {code} — Take over"
             assert button.is_enabled() and not button.evaluate("e => !!e.closest('[inert]')")
+            _poll(student, "the lecture's step", lambda s=student: _steps_shown(s) == 1)
+            assert _pinned(student), f"Take over not pinned at {screen}"
             students.append(student)
         assert not _read_only(lecturer)  # the lecturer's page is theirs
+
+        # Step, Step, Back: each follower's page goes from the step it showed straight to the
+        # lecturer's, never through another (the first step, drawn by a default, was shown
+        # for seconds before the lecturer's).
+        for student in students:
+            student.evaluate(WATCH_STEPS_JS)
+        for button, wanted in (("Step", 2), ("Step", 3), ("Back", 2)):
+            _step(lecturer, button, wanted)
+            for student in students:
+                _poll(student, f"step {wanted}", lambda s=student, w=wanted: _steps_shown(s) == w)
+        for student in students:
+            shown = student.evaluate("() => window.__steps")
+            assert shown in ([1, 2, 3, 2], [1, 3, 2]), shown  # (two Steps may come as one)
 
         # The lecturer opens Attention and points at layer 3, head 2.
         lecturer.get_by_role("tab", name="Attention", exact=True).click()
@@ -149,10 +217,14 @@ def test_followers_pages_follow_the_lecturer_also_after_a_reload(
         for student in students[1:]:
             _drawn(student, "Attention", 4, ("layer 2", "head 4"))
             assert _read_only(student)
-        # The taker's page stayed where it was, and is theirs to change.
+        # The taker's page stayed where it was, and is theirs to change; their generation goes
+        # on from the step their page showed.
         assert _layer_and_head(taker) == ("3", "4")
         _set(taker, "Head", "1")
         _drawn(taker, "Attention", 4, ("layer 3", "head 1"))
+        taker.get_by_role("tab", name="Generate", exact=True).click()
+        _poll(taker, "Generate at step 2", lambda: _steps_shown(taker) == 2)
+        _step(taker, "Step", 3)
     finally:
         for context in contexts:
             context.close()

@@ -482,22 +482,34 @@ def view_params(query: str) -> dict[str, list[str]]:
 
 
 # The follower's page, read-only while it follows: every part of the page but the follow-me
-# accordion (and the toasts) is made inert, marked so that taking over undoes exactly that; the
-# Take over button is pinned to the bottom of the screen, so it is seen wherever the page is
-# scrolled. Run whenever the code followed changes (set by following, taking over, a closed
+# accordion (and the toasts) is made inert, marked so that taking over undoes exactly that. The
+# Take over button is pinned to the bottom of the screen by a style sheet keyed on the page's
+# class (the button's element is made anew when it is shown, so a style set on the element
+# that was there was lost, and the button sat at the page's end, thousands of pixels down),
+# narrower than the screen, with room left below the page's end so that it hides nothing
+# there. Run whenever the code followed changes (set by following, taking over, a closed
 # room), with that code ("" when the page is its own).
 READ_ONLY_JS = """
 (code) => {
+  if (!document.getElementById("follow-me-style")) {
+    const style = document.createElement("style");
+    style.id = "follow-me-style";
+    style.textContent = `
+      body.following-room #take-over {
+        position: fixed !important; left: 50% !important; right: auto !important;
+        top: auto !important; bottom: calc(12px + env(safe-area-inset-bottom, 0px)) !important;
+        transform: translateX(-50%); z-index: 1000; width: auto !important;
+        min-width: 0 !important; max-width: calc(100vw - 24px); flex: none !important;
+        white-space: nowrap; overflow: hidden; text-overflow: ellipsis;
+        box-shadow: 0 2px 12px rgba(0, 0, 0, 0.35);
+      }
+      body.following-room { padding-bottom: 72px; }
+    `;
+    document.head.appendChild(style);
+  }
   for (const node of document.querySelectorAll("[data-follow-inert]")) {
     node.inert = false;
     node.removeAttribute("data-follow-inert");
-  }
-  const take = document.getElementById("take-over");
-  if (take) {
-    Object.assign(take.style, code
-      ? {position: "fixed", bottom: "16px", left: "50%", transform: "translateX(-50%)",
-         zIndex: "1000", boxShadow: "0 2px 12px rgba(0,0,0,0.35)"}
-      : {position: "", bottom: "", left: "", transform: "", zIndex: "", boxShadow: ""});
   }
   document.body.classList.toggle("following-room", Boolean(code));
   if (!code) return [];
