@@ -46,13 +46,17 @@ WATCH_STEPS_JS = r"""
 
 
 def _page(browser: Any, url: str, viewport: dict[str, int] = VIEWPORT) -> tuple[Any, Any]:
+    """A page opening ``url`` (not waited for: the pages of a test open side by side)."""
     phone = viewport["width"] < 600
     context = browser.new_context(viewport=viewport, has_touch=phone, is_mobile=phone)
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
-    page.goto(url)
-    page.get_by_role("tab", name="Tokenize").wait_for(state="attached")
+    page.goto(url, wait_until="commit")
     return context, page
+
+
+def _opened(page: Any) -> None:
+    page.get_by_role("tab", name="Tokenize").wait_for(state="attached")
 
 
 def _steps_shown(page: Any) -> int | None:
@@ -139,15 +143,17 @@ def test_followers_pages_follow_the_lecturer_also_after_a_reload(
     try:
         lecture, lecturer = _page(browser, app_url + LECTURE)
         contexts.append(lecture)
+        pages = [_page(browser, app_url, screen) for screen in SCREENS]
+        contexts += [context for context, _ in pages]
+        _opened(lecturer)
         _poll(lecturer, "the lecture's first step", lambda: _steps_shown(lecturer) == 1)
         _open_follow_me(lecturer)
         lecturer.get_by_role("button", name="Host a room (lecturer)").click()
         code = _room_code(lecturer)
 
         students = []
-        for screen in SCREENS:
-            context, student = _page(browser, app_url, screen)
-            contexts.append(context)
+        for screen, (_, student) in zip(SCREENS, pages, strict=True):
+            _opened(student)
             _open_follow_me(student)
             box = student.locator("#room-code textarea, #room-code input").first
             box.fill(code.lower())  # typed as heard: the case does not matter
@@ -194,7 +200,7 @@ def test_followers_pages_follow_the_lecturer_also_after_a_reload(
 
         # The lecturer reloads: the page hosts the same room and shows its view again.
         lecturer.reload()
-        lecturer.get_by_role("tab", name="Tokenize").wait_for()
+        _opened(lecturer)
         _open_follow_me(lecturer)
         assert _room_code(lecturer) == code
         _drawn(lecturer, "Attention", 4, ("layer 3", "head 2"))
