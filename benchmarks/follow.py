@@ -6,8 +6,10 @@ making the requests their pages make: Follow, then the poll as the page's timer 
 side's own ``POLL_S``, not queued), and, when a poll found the room moved, the events the page
 runs then, in order, each as the page sends it (queued); the page's own script steps (wait
 until idle, scroll) are waited out as their shortest time in a browser (0.55 s, 0.3 s). The
-lecturer's page is simulated: its view is published in the server's process, at the next tick
-of its timer (a uniform wait within the side's ``PUBLISH_S``) after each change. The lecturer
+lecturer's page is simulated in the server's process: it steps its own generation (or draws
+its Attention view, which the followers then find among the shared views), and its view is
+published at the next tick of its timer (a uniform wait within the side's ``PUBLISH_S``); the
+times count from when the lecturer's page showed the change. The lecturer
 steps Generate to step 2, 3, ... (one every ``--every`` seconds), goes back one step, then
 switches between Attention and Generate. Per change and follower: the time from the
 lecturer's change to the follower's page showing it (Generate: the summary at the lecturer's
@@ -109,15 +111,55 @@ def serve(port: int, model: str) -> None:
         "publish_s": rooms_module.PUBLISH_S,
     }  # fmt: skip
     print(json.dumps(info), flush=True)
+    lecturer = Lecturer(demo, model)
     for line in sys.stdin:
         words = line.split()
         if not words or words[0] == "quit":
             break
         _, delay, slug, n = words
-        time.sleep(float(delay))
+        lecturer.show(slug, int(n))  # the lecturer's page draws its view
+        shown = time.time()
+        time.sleep(float(delay))  # until its timer's next tick
         version = follow_me.rooms.publish(room.code, room.secret, queries[slug](int(n)))
-        print(json.dumps({"version": version, "at": time.time()}), flush=True)
+        print(json.dumps({"version": version, "shown": shown}), flush=True)
     demo.close()
+
+
+class Lecturer:
+    """The lecturer's page, in the server's process: its Generate steps on a session state of
+    its own, its Attention view drawn as its page draws it (which the followers' pages then
+    find among the views every session shares)."""
+
+    def __init__(self, demo: Any, model: str) -> None:
+        import copy
+
+        import gradio as gr
+
+        self.views = demo.views
+        fns = demo.fns.values()
+        self.step = next(f for f in fns if f.api_name == "generate_step")
+        self.back = next(f for f in fns if f.api_name == "generate_back")
+        tab = self.views.tabs["generate"]
+        values = {tab.controls["source"]._id: SOURCE, tab.controls["model"]._id: model}
+
+        def value(c: Any) -> Any:
+            return copy.deepcopy(c.value) if isinstance(c, gr.State) else c.value
+
+        self.args = [values.get(c._id, value(c)) for c in self.step.inputs]
+        self.page = [value(c) for c in self.views.draw_inputs]
+        self.at = 0
+
+    def show(self, slug: str, step: int) -> None:
+        """Draw the view of ``slug`` (Generate at ``step``) as the lecturer's page does."""
+        if slug == "attention":
+            tab = self.views.tabs["attention"]
+            view = {"tab": "attention", "values": dict(tab.defaults), "step": None}
+            self.views.apply(view, *self.page)
+            return
+        while self.at != step:
+            handler = self.step if step > self.at else self.back
+            self.args[-1] = handler.fn(*self.args)[-1]
+            self.at += 1 if step > self.at else -1
 
 
 # -- the followers ------------------------------------------------------------------------------
@@ -282,10 +324,9 @@ def lecture(side: Side, followers: int, every: float, seed: int) -> Lecture:
     info = side.info
 
     def change(kind: str, slug: str, step: int) -> None:
-        at = time.time()  # the lecturer's page shows the change
         published = side.publish(rng.uniform(0, info["publish_s"]), slug, step)
-        with record.lock:
-            record.changes[published["version"]] = (at, kind, step)
+        with record.lock:  # from when the lecturer's page showed it
+            record.changes[published["version"]] = (published["shown"], kind, step)
 
     change("join", "generate", 1)
     threads = [

@@ -132,6 +132,10 @@ class SharedSteps:
                 result = function.fn(*[known.get(c._id) for c in function.inputs])
                 self._merge(drawn, function, result, known)
         drawn.pop(self.state._id, None)  # never a follower's
+        # Serialised once here, not once per follower (gradio sends a PlotData as it is).
+        plots = {c._id for c in self.views.outputs if isinstance(c, gr.Plot)}
+        for key in plots & drawn.keys():
+            drawn[key] = _serialised(drawn[key])
         self._decodings[base] = private
         while len(self._decodings) > KEPT_DECODINGS:
             _, old = self._decodings.popitem(last=False)
@@ -199,6 +203,18 @@ class SharedSteps:
         if self.step is None:
             return [self.state]
         return [self.state, *[c for c in self.step.inputs if c is not self.state]]
+
+
+def _serialised(out: Any) -> Any:
+    """A plot's output with its figure as gradio's ``PlotData`` (its JSON made once)."""
+    from gradio.components.plot import PlotData
+
+    if isinstance(out, dict) and out.get("__type__") == "update":
+        return {**out, "value": _serialised(out["value"])} if "value" in out else out
+    to_json = getattr(out, "to_json", None)
+    if out is None or isinstance(out, PlotData) or to_json is None:
+        return out
+    return PlotData(type="plotly", plot=to_json())
 
 
 def union_of(groups: Any) -> list[Any]:

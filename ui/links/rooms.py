@@ -36,7 +36,7 @@ import gradio as gr
 from ..serving.store import Breaker
 from .following import SharedSteps
 from .share import MAX_QUERY, decode_view
-from .views import SCROLL_JS, WAIT_UNTIL_IDLE_JS, _merge, union
+from .views import SCROLL_JS, WAIT_UNTIL_IDLE_JS, _merge, _same, union
 
 if TYPE_CHECKING:
     import redis
@@ -877,10 +877,19 @@ class FollowMe:
             if shared is not None and view and view.get("tab") == slug:
                 # Generate at the lecturer's step, in this one event (see ui/links/following.py).
                 figures = shared.draw(view, query, tuple(values))
-                # The tab and its controls set; the figures are the shared ones.
+                # The tab and the controls that changed set (each output costs gradio time, for
+                # every follower); the figures are the shared ones.
                 drawn = (*views._set(view), *[gr.skip()] * len(views.drawn))
+                page = {c._id: v for c, v in zip(inputs, values, strict=True)}
+                wanted = {
+                    c._id: view["values"].get(k) for k, c in views.tabs[slug].controls.items()
+                }
                 drawn = tuple(
-                    _merge(out, figures[c._id]) if c._id in figures else out
+                    _merge(out, figures[c._id])
+                    if c._id in figures
+                    else gr.skip()
+                    if c._id in page and c._id in wanted and _same(page[c._id], wanted[c._id])
+                    else out
                     for c, out in zip(views.outputs, drawn, strict=True)
                 )
             else:
@@ -889,6 +898,21 @@ class FollowMe:
 
         def settle(*values_view_touched: Any) -> tuple:
             *values, view, touched = values_view_touched
+            if shared is not None:
+                # Generate's figures are the lecturer's already (its own redraws are quiet
+                # while the page follows): only a control that a handler reset (a model's
+                # sliders) is set again, unless the user clicked or typed meanwhile.
+                page = {c._id: v for c, v in zip(inputs, values, strict=True)}
+                wanted = {} if touched or not view else view["values"]
+                keys = {c._id: k for k, c in views.tabs[slug].controls.items()}
+                return tuple(
+                    gr.update(value=wanted[keys[c._id]])
+                    if keys.get(c._id) in wanted
+                    and c._id in page
+                    and not _same(page[c._id], wanted[keys[c._id]])
+                    else gr.skip()
+                    for c in outputs
+                )
             settled = views.settle_untouched(view, touched, *every(tuple(values)))
             return tuple(settled[i] for i in picks)
 
