@@ -3,16 +3,20 @@ lecturer's view (tab, tour stop, preset, controls, Generate's step) as it change
 
 The server keeps a registry of rooms (bounded, expiring): per room only the lecturer's latest
 view, as the query of the app's own shareable link (``ui/links/share.py``), and a version number.
-The lecturer's page publishes its view every second while it hosts (nothing is sent when it did
-not change); each follower's page asks for the room's version every two seconds (a tiny
-event), and when it moved one event draws the view's tab (its controls and figures, read from
-the views every session shares), then settles it as a shared link's view is settled
+The lecturer's page publishes its view four times a second while it hosts (nothing is kept when
+it did not change); each follower's page asks for the room's version (a tiny event, answered
+once the room moves), and when it moved one event draws the view's tab (its controls and
+figures, read from the views every session shares; Generate's step drawn once for every
+follower, ``ui/links/following.py``), then settles it as a shared link's view is settled
 (``ui/links/views.py``). While it follows, the rest of a follower's page is read-only (made
 ``inert`` in the browser: no click, key or focus reaches it), and a button pinned to the
 screen says "Following <code> — Take over": taking over stops following and gives back the
 page, interactive, at the view it shows. The lecturer's code and secret are kept in the browser
 (``gr.BrowserState``), so a reload resumes the same room and brings back its view; a
 follower's page is not touched by it.
+
+A client address holds at most ``MAX_ROOMS_PER_CLIENT`` rooms, and a lecture's room (published
+to or read within ``ACTIVE_S``) is never closed to make way for another client's new one.
 
 One process keeps its rooms in memory (:class:`Rooms`). Several processes serving one class
 (``app.py --workers N``) keep them in Redis (:class:`RedisRooms`, same interface and rules), so
