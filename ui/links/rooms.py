@@ -937,6 +937,9 @@ class FollowMe:
                 [*inputs, views.view, views.touched],
                 outputs,
                 js=KEEP_USER_CHANGES_LAST_JS,
+                # Generate's settling draws nothing: answered at once, outside the queue where
+                # thirty followers' draws wait.
+                **({"queue": False} if shared is not None else {}),
                 **private,
             )
         event = event.then(None, views.focus, None, js=SCROLL_JS, **private)
