@@ -28,21 +28,33 @@ SCREENS = [VIEWPORT, PHONE]
 # The lecturer's page opens on Generate with a small model (a link's view).
 LECTURE = "?tab=generate&model=translate&source=the+small+cat+sees+a+red+ball"
 
-# Every step count Generate's summary shows on the page, in order (a change of count once):
-# a follower's page must go from the step it showed straight to the lecturer's.
-WATCH_STEPS_JS = r"""
+# The step count Generate's summary shows (null when none): read from the text, not the layout.
+STEPS_JS = r"""
+() => {
+  const found = document.body.textContent.match(/Output so far\D{0,40}\((\d+) steps?\)/);
+  return found ? Number(found[1]) : null;
+}
+"""
+# Every step count the page shows, in order (a change of count once), read once a frame at
+# most: a follower's page must go from the step it showed straight to the lecturer's.
+WATCH_STEPS_JS = (
+    r"""
 () => {
   window.__steps = [];
+  const count = STEPS;
+  let queued = false;
   const read = () => {
-    const found = document.body.innerText.match(/Output so far\D{0,40}\((\d+) steps?\)/);
-    const n = found ? Number(found[1]) : null;
+    queued = false;
+    const n = count();
     if (n !== null && window.__steps[window.__steps.length - 1] !== n) window.__steps.push(n);
   };
   read();
-  new MutationObserver(read).observe(document.body,
-    {subtree: true, childList: true, characterData: true});
+  new MutationObserver(() => {
+    if (!queued) { queued = true; requestAnimationFrame(read); }
+  }).observe(document.body, {subtree: true, childList: true, characterData: true});
 }
 """
+).replace("STEPS", STEPS_JS.strip())
 
 
 def _page(browser: Any, url: str, viewport: dict[str, int] = VIEWPORT) -> tuple[Any, Any]:
@@ -61,8 +73,8 @@ def _opened(page: Any) -> None:
 
 def _steps_shown(page: Any) -> int | None:
     """The step count Generate's summary shows (None when none is shown)."""
-    found = re.search(r"Output so far\D{0,40}\((\d+) steps?\)", page.inner_text("body"))
-    return int(found.group(1)) if found else None
+    shown = page.evaluate(STEPS_JS)
+    return int(shown) if shown is not None else None
 
 
 def _pinned(page: Any) -> bool:
