@@ -84,6 +84,23 @@ def test_redis_rooms_behave_as_the_rooms_in_memory(redis_url: str) -> None:
     assert "('ok', 3)" in expected[0]
 
 
+def test_one_client_opening_many_rooms_is_refused_and_never_closes_a_lecture_in_redis(
+    redis_url: str,
+) -> None:
+    from test_rooms import check_flood, flood_beside_a_lecture
+
+    rooms = RedisRooms(client(redis_url), max_rooms=12, per_client=4, prefix="flood:")
+    check_flood(flood_beside_a_lecture(rooms), 4, 12)
+    # Every room a lecture: the next is refused, none closed.
+    full = RedisRooms(client(redis_url), max_rooms=2, prefix="full:")
+    first, second = full.open("a"), full.open("b")
+    full.latest(first.code)
+    full.publish(second.code, second.secret, "tab=tokenize")
+    with pytest.raises(RoomError, match="all 2 rooms are lectures in progress"):
+        full.open("c")
+    assert full.latest(first.code) == (0, "") and len(full) == 2
+
+
 def test_two_processes_share_rooms_and_codes_never_repeat(redis_url: str) -> None:
     first, second = RedisRooms(client(redis_url)), RedisRooms(client(redis_url))
     lecturer = first.open()

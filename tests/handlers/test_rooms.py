@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from ui.links.rooms import CODE_ALPHABET, CODE_LENGTH, FollowMe, RoomError, Rooms, normal_code
+from ui.links.rooms import (
+    CODE_ALPHABET,
+    CODE_LENGTH,
+    FollowMe,
+    RoomError,
+    RoomRefused,
+    Rooms,
+    normal_code,
+)
 
 
 class Clock:
@@ -79,6 +87,82 @@ def test_an_idle_room_closes_and_a_used_one_stays() -> None:
     assert len(rooms) == 1
     with pytest.raises(RoomError):
         rooms.latest(idle.code)
+
+
+def flood_beside_a_lecture(rooms: Any) -> dict[str, Any]:
+    """A lecture (its room published to and followed) while one client opens rooms until it
+    is refused, then clients at other addresses open as many again as the registry holds:
+    what each part saw. Shared with the Redis registry's test."""
+    lecture = rooms.open("10.0.0.1")
+    rooms.publish(lecture.code, lecture.secret, "tab=generate&step=3")
+    rooms.latest(lecture.code)  # a follower's read
+    opened, refusal = 0, ""
+    for _ in range(3 * rooms.per_client):
+        try:
+            rooms.open("10.6.6.6")
+            opened += 1
+        except RoomRefused as error:
+            refusal = str(error)
+            break
+    others = [rooms.open(f"10.7.{n // 5}.{n % 5}") for n in range(2 * rooms.max_rooms)]
+    return {
+        "opened": opened,
+        "refusal": refusal,
+        "lecture": rooms.latest(lecture.code),
+        "still": rooms.publish(lecture.code, lecture.secret, "tab=generate&step=4"),
+        "count": len(rooms),
+        "newest open": rooms.latest(others[-1].code),
+    }
+
+
+def check_flood(seen: dict[str, Any], per_client: int, max_rooms: int) -> None:
+    """What :func:`flood_beside_a_lecture` must see: the flooding client stopped at its bound
+    with a message that says why, the lecture's room never closed, the registry bounded."""
+    assert seen["opened"] == per_client
+    assert f"this address has {per_client} rooms open already" in seen["refusal"]
+    assert seen["lecture"] == (1, "tab=generate&step=3")  # the same code, the same view
+    assert seen["still"] == 2
+    assert seen["count"] == max_rooms
+    assert seen["newest open"] == (0, "")
+
+
+def test_one_client_opening_many_rooms_is_refused_and_never_closes_a_lecture() -> None:
+    check_flood(flood_beside_a_lecture(Rooms(max_rooms=12, per_client=4)), 4, 12)
+
+
+def test_when_every_room_is_a_lecture_a_new_one_is_refused_and_an_idle_lecture_makes_way() -> None:
+    clock = Clock()
+    rooms = Rooms(max_rooms=2, clock=clock, active_s=600.0)
+    first, second = rooms.open("a"), rooms.open("b")
+    rooms.latest(first.code)
+    rooms.publish(second.code, second.secret, "tab=tokenize")
+    with pytest.raises(RoomRefused, match="all 2 rooms are lectures in progress"):
+        rooms.open("c")
+    clock.now += 500.0
+    rooms.latest(second.code)  # still followed; the first lecture ended 500 s ago
+    clock.now += 200.0
+    third = rooms.open("c")
+    with pytest.raises(RoomError, match="no open room"):
+        rooms.latest(first.code)
+    assert rooms.latest(second.code) == (1, "tab=tokenize")
+    assert rooms.latest(third.code) == (0, "")
+
+
+def test_hosting_past_the_bound_says_why_in_the_page() -> None:
+    import gradio as gr
+
+    class Request:  # what the handler reads of gradio's request: the client's address
+        def __init__(self, host: str) -> None:
+            self.client = type("Client", (), {"host": host})()
+
+    with gr.Blocks():
+        follow_me = FollowMe(Rooms(per_client=2))
+    for _ in range(2):
+        assert "Room code" in follow_me.open_room(None, Request("10.1.1.1"))[1]  # type: ignore[arg-type]
+    hosting, line, timer = follow_me.open_room(None, Request("10.1.1.1"))  # type: ignore[arg-type]
+    assert hosting == gr.skip() and timer == gr.skip()
+    assert line.startswith("⚠️ No room: this address has 2 rooms open already")
+    assert "Room code" in follow_me.open_room(None, Request("10.2.2.2"))[1]  # type: ignore[arg-type]
 
 
 def test_a_view_longer_than_a_link_is_refused() -> None:
@@ -188,8 +272,9 @@ def _prop(value: Any, key: str) -> Any:
 
 
 def test_a_followers_poll_finds_the_change_and_one_event_draws_the_lecturers_tab(
-    app_demo: Any,
+    app_demo: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import asyncio
     import copy
     import inspect
 
@@ -214,7 +299,8 @@ def test_a_followers_poll_finds_the_change_and_one_event_draws_the_lecturers_tab
 
     # The poll is small whatever the page holds: gradio's cost grows with an event's outputs.
     assert len(poll.inputs) == 1 and len(poll.outputs) <= len(views.tabs) + 5
-    out = dict(zip([c._id for c in poll.outputs], poll.fn([room.code, -1]), strict=True))
+    answer = asyncio.run(poll.fn([room.code, -1]))
+    out = dict(zip([c._id for c in poll.outputs], answer, strict=True))
     assert out[follow_me.following._id] == [room.code, 1]
     incoming = out[polled._id]
     assert incoming == f"1 {query}"  # the version first: each change is a new value
@@ -249,7 +335,8 @@ def test_a_followers_poll_finds_the_change_and_one_event_draws_the_lecturers_tab
     # The next poll finds nothing new: nothing is drawn, no view computed.
     shared = app_demo.model_registry.shared_views
     computed = shared.computed
-    again = poll.fn(out[follow_me.following._id])
+    monkeypatch.setattr("ui.links.rooms.WAIT_S", 0.2)  # how long a question waits for a change
+    again = asyncio.run(poll.fn(out[follow_me.following._id]))
     assert all(value == gr.skip() for value in again)
     assert shared.computed == computed
 
@@ -260,8 +347,91 @@ def test_taking_over_empties_the_boxes_so_that_following_again_draws_the_view(
     follow_me = app_demo.follow_me
     fns = list(app_demo.fns.values())
     take_over = next(f for f in fns if (follow_me.take_over._id, "click") in map(tuple, f.targets))
-    out = dict(zip([c._id for c in take_over.outputs], take_over.fn(), strict=True))
+    following = ["ABCDE", 3]
+    out = dict(zip([c._id for c in take_over.outputs], take_over.fn(following), strict=True))
+    # Emptied in place too: a question the page asked before taking over brings nothing.
+    assert following == ["", -1]
     assert out[follow_me.following._id] == ["", -1]
     # A box keeping "<version> <query>" would not change when the same view comes again, and
     # its tab would not be drawn.
     assert all(out[box._id] == "" for box in follow_me.polled.values())
+
+
+def test_a_followers_generate_view_comes_at_the_lecturers_step_drawn_once_for_all(
+    app_demo: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The view's own event shows the lecturer's step (never the first step first); a second
+    follower is sent the same figures without a step of the model; the next Step is one step
+    of the model in all; the page's own Generate events draw nothing while it follows; once it
+    stops following, its own decoding is at the step it shows."""
+    import copy
+
+    import gradio as gr
+
+    from ui.links.share import encode_view
+    from ui.tabs.generate import handlers
+
+    views, follow_me = app_demo.views, app_demo.follow_me
+    registry = app_demo.model_registry
+    fns = list(app_demo.fns.values())
+    polled = follow_me.polled["generate"]
+    draw = next(f for f in fns if (polled._id, "change") in [tuple(t) for t in f.targets])
+    tab = views.tabs["generate"]
+    state = tab.extra["state"]
+    values = {"source": "the small cat sees a red ball", "model": "translate", "max_tokens": 12}
+    steps = []
+    real_step = registry.decode_step
+    monkeypatch.setattr(
+        registry, "decode_step", lambda *a, **k: steps.append(1) or real_step(*a, **k)
+    )
+
+    def page() -> list[Any]:
+        return [copy.deepcopy(c.value) if isinstance(c, gr.State) else c.value for c in draw.inputs]
+
+    def summary(inputs: list[Any], step: int) -> tuple[str, dict[int, Any]]:
+        inputs[-1] = f"{step} " + encode_view(tab, values, step)
+        out = dict(zip([c._id for c in draw.outputs], draw.fn(*inputs), strict=True))
+        assert out[state._id] == gr.skip()  # the follower's own state is not sent
+        text = out[summary_box._id]
+        return str(text.get("value") if isinstance(text, dict) else text), out
+
+    step_event = next(f for f in fns if f.api_name == "generate_step")
+    summary_box = step_event.outputs[0]
+    # The Generate tab's own handlers, three Steps from a fresh state: the reference.
+    reference = copy.deepcopy(state.value)
+    step_inputs = step_event.inputs
+    by_id = {c._id: c.value for c in step_inputs}
+    by_id |= {tab.controls[k]._id: v for k, v in values.items()}
+    args = [by_id.get(c._id) for c in step_inputs]
+    args[-1] = reference
+    for _ in range(3):
+        expected = handlers.step(registry, *args)
+    assert "(3 steps)" in expected[0]
+    steps.clear()
+
+    first, second = page(), page()
+    shown, _ = summary(first, 3)
+    assert shown == expected[0]  # the lecturer's step, in the view's own event
+    assert 0 < len(steps) <= 3
+    steps.clear()
+    assert summary(second, 3)[0] == expected[0]
+    assert steps == []  # the same figures, no model run for the second follower
+    expected = handlers.step(registry, *args)
+    steps.clear()
+    assert summary(first, 4)[0] == expected[0] and len(steps) == 1  # one Step: one step
+
+    # The page's own events (a model or prompt the view set fires them) draw nothing meanwhile.
+    mine = first[[c._id for c in draw.inputs].index(state._id)]
+    live = next(
+        f for f in fns if getattr(f.fn, "__name__", "") == "first_step" and state in f.inputs
+    )
+    live_args = [mine if c is state else by_id.get(c._id) for c in live.inputs]
+    assert all(out == gr.skip() for out in live.fn(*live_args))
+
+    # Taken over: its own decoding at the step its page shows, for its next Step.
+    catch_up = next(f for f in fns if getattr(f.fn, "__name__", "") == "catch_up")
+    assert catch_up.fn("ABCDE", mine, *[None] * (len(catch_up.inputs) - 2)) == gr.skip()
+    rest = [by_id.get(c._id) for c in catch_up.inputs[2:]]
+    assert catch_up.fn("", mine, *rest) is mine
+    assert len(mine.decoding.records) == 4 and not mine.following
+    assert live.fn(*live_args)[0] != gr.skip()  # its own again

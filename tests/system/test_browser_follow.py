@@ -1,7 +1,9 @@
-"""Follow me in a real browser: a lecturer hosts a room, several students follow it with its
-code, and their pages follow the lecturer's tab and controls as they change, read-only, also
-after the lecturer reloads; a student who takes over gets their page back, interactive, where it
-was. Reuses ``test_browser``'s browser, app and helpers."""
+"""Follow me in a real browser: a lecturer hosts a room, two students (a laptop's screen and a
+phone's) follow it with its code, and their pages follow the lecturer's Generate steps (never
+through another step), tab and controls as they change, read-only, with Take over pinned in
+sight, also after the lecturer reloads; a student who takes over gets their page back,
+interactive, where it was. Reuses
+``test_browser``'s browser, app and helpers."""
 
 from __future__ import annotations
 
@@ -20,16 +22,82 @@ from ui.testing import VIEWPORT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-FOLLOWERS = 3
+PHONE = {"width": 390, "height": 844}
+# The followers' screens: a laptop's and a phone's (touch).
+SCREENS = [VIEWPORT, PHONE]
+# The lecturer's page opens on Generate with a small model (a link's view).
+LECTURE = "?tab=generate&model=translate&source=the+small+cat+sees+a+red+ball"
+
+# The step count Generate's summary shows (null when none): read from the text, not the layout.
+STEPS_JS = r"""
+() => {
+  const found = document.body.textContent.match(/Output so far\D{0,40}\((\d+) steps?\)/);
+  return found ? Number(found[1]) : null;
+}
+"""
+# Every step count the page shows, in order (a change of count once), read once a frame at
+# most: a follower's page must go from the step it showed straight to the lecturer's.
+WATCH_STEPS_JS = (
+    r"""
+() => {
+  window.__steps = [];
+  const count = STEPS;
+  let queued = false;
+  const read = () => {
+    queued = false;
+    const n = count();
+    if (n !== null && window.__steps[window.__steps.length - 1] !== n) window.__steps.push(n);
+  };
+  read();
+  new MutationObserver(() => {
+    if (!queued) { queued = true; requestAnimationFrame(read); }
+  }).observe(document.body, {subtree: true, childList: true, characterData: true});
+}
+"""
+).replace("STEPS", STEPS_JS.strip())
 
 
-def _page(browser: Any, url: str) -> tuple[Any, Any]:
-    context = browser.new_context(viewport=VIEWPORT)
+def _page(browser: Any, url: str, viewport: dict[str, int] = VIEWPORT) -> tuple[Any, Any]:
+    """A page opening ``url`` (not waited for: the pages of a test open side by side)."""
+    phone = viewport["width"] < 600
+    context = browser.new_context(viewport=viewport, has_touch=phone, is_mobile=phone)
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
-    page.goto(url)
-    page.get_by_role("tab", name="Tokenize").wait_for()
+    page.goto(url, wait_until="commit")
     return context, page
+
+
+def _opened(page: Any) -> None:
+    page.get_by_role("tab", name="Tokenize").wait_for(state="attached")
+
+
+def _steps_shown(page: Any) -> int | None:
+    """The step count Generate's summary shows (None when none is shown)."""
+    shown = page.evaluate(STEPS_JS)
+    return int(shown) if shown is not None else None
+
+
+def _pinned(page: Any) -> bool:
+    """Whether Take over is on screen, whole, narrower than the screen, wherever the page is
+    scrolled (its end and its top)."""
+    for where in ("document.scrollingElement.scrollHeight", "0"):
+        page.evaluate(f"() => window.scrollTo(0, {where})")
+        page.wait_for_timeout(100)
+        box = page.evaluate(
+            """() => {
+              const r = document.getElementById("take-over").getBoundingClientRect();
+              return [r.top, r.bottom, r.left, r.right, window.innerHeight, window.innerWidth];
+            }"""
+        )
+        top, bottom, left, right, height, width = box
+        if not (0 <= top < bottom <= height and 0 <= left < right <= width):
+            return False
+    return True
+
+
+def _step(page: Any, button: str, wanted: int) -> None:
+    page.get_by_role("button", name=button, exact=True).click()
+    _poll(page, f"step {wanted}", lambda: _steps_shown(page) == wanted)
 
 
 def _open_follow_me(page: Any) -> None:
@@ -85,16 +153,19 @@ def test_followers_pages_follow_the_lecturer_also_after_a_reload(
 ) -> None:
     contexts = []
     try:
-        lecture, lecturer = _page(browser, app_url)
+        lecture, lecturer = _page(browser, app_url + LECTURE)
         contexts.append(lecture)
+        pages = [_page(browser, app_url, screen) for screen in SCREENS]
+        contexts += [context for context, _ in pages]
+        _opened(lecturer)
+        _poll(lecturer, "the lecture's first step", lambda: _steps_shown(lecturer) == 1)
         _open_follow_me(lecturer)
         lecturer.get_by_role("button", name="Host a room (lecturer)").click()
         code = _room_code(lecturer)
 
         students = []
-        for _ in range(FOLLOWERS):
-            context, student = _page(browser, app_url)
-            contexts.append(context)
+        for screen, (_, student) in zip(SCREENS, pages, strict=True):
+            _opened(student)
             _open_follow_me(student)
             box = student.locator("#room-code textarea, #room-code input").first
             box.fill(code.lower())  # typed as heard: the case does not matter
@@ -104,13 +175,28 @@ def test_followers_pages_follow_the_lecturer_also_after_a_reload(
                 "following",
                 lambda s=student: "Following room" in s.inner_text("#room-line"),
             )
-            # Read-only while it follows, with the way back in sight.
+            # Read-only while it follows, with the way back in sight wherever it is scrolled.
             _poll(student, "read-only", lambda s=student: _read_only(s))
             button = _take_over_button(student)
             assert button.is_visible() and button.inner_text() == f"Following {code} — Take over"
             assert button.is_enabled() and not button.evaluate("e => !!e.closest('[inert]')")
+            _poll(student, "the lecture's step", lambda s=student: _steps_shown(s) == 1)
+            assert _pinned(student), f"Take over not pinned at {screen}"
             students.append(student)
         assert not _read_only(lecturer)  # the lecturer's page is theirs
+
+        # Step, Step: each follower's page goes from the step it showed straight to the
+        # lecturer's, never through another (the first step, drawn by a default, was shown
+        # for seconds before the lecturer's).
+        for student in students:
+            student.evaluate(WATCH_STEPS_JS)
+        for button, wanted in (("Step", 2), ("Step", 3)):
+            _step(lecturer, button, wanted)
+            for student in students:
+                _poll(student, f"step {wanted}", lambda s=student, w=wanted: _steps_shown(s) == w)
+        for student in students:
+            shown = student.evaluate("() => window.__steps")
+            assert shown in ([1, 2, 3], [1, 3]), shown  # (two Steps may come as one)
 
         # The lecturer opens Attention and points at layer 3, head 2.
         lecturer.get_by_role("tab", name="Attention", exact=True).click()
@@ -126,7 +212,7 @@ def test_followers_pages_follow_the_lecturer_also_after_a_reload(
 
         # The lecturer reloads: the page hosts the same room and shows its view again.
         lecturer.reload()
-        lecturer.get_by_role("tab", name="Tokenize").wait_for()
+        _opened(lecturer)
         _open_follow_me(lecturer)
         assert _room_code(lecturer) == code
         _drawn(lecturer, "Attention", 4, ("layer 3", "head 2"))
@@ -149,7 +235,8 @@ def test_followers_pages_follow_the_lecturer_also_after_a_reload(
         for student in students[1:]:
             _drawn(student, "Attention", 4, ("layer 2", "head 4"))
             assert _read_only(student)
-        # The taker's page stayed where it was, and is theirs to change.
+        # The taker's page stayed where it was, and is theirs to change (that their generation
+        # goes on from the step their page showed is checked in tests/handlers/test_rooms.py).
         assert _layer_and_head(taker) == ("3", "4")
         _set(taker, "Head", "1")
         _drawn(taker, "Attention", 4, ("layer 3", "head 1"))

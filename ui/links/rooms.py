@@ -3,16 +3,20 @@ lecturer's view (tab, tour stop, preset, controls, Generate's step) as it change
 
 The server keeps a registry of rooms (bounded, expiring): per room only the lecturer's latest
 view, as the query of the app's own shareable link (``ui/links/share.py``), and a version number.
-The lecturer's page publishes its view every second while it hosts (nothing is sent when it did
-not change); each follower's page asks for the room's version every two seconds (a tiny
-event), and when it moved one event draws the view's tab (its controls and figures, read from
-the views every session shares), then settles it as a shared link's view is settled
+The lecturer's page publishes its view four times a second while it hosts (nothing is kept when
+it did not change); each follower's page asks for the room's version (a tiny event, answered
+once the room moves), and when it moved one event draws the view's tab (its controls and
+figures, read from the views every session shares; Generate's step drawn once for every
+follower, ``ui/links/following.py``), then settles it as a shared link's view is settled
 (``ui/links/views.py``). While it follows, the rest of a follower's page is read-only (made
 ``inert`` in the browser: no click, key or focus reaches it), and a button pinned to the
 screen says "Following <code> — Take over": taking over stops following and gives back the
 page, interactive, at the view it shows. The lecturer's code and secret are kept in the browser
 (``gr.BrowserState``), so a reload resumes the same room and brings back its view; a
 follower's page is not touched by it.
+
+A client address holds at most ``MAX_ROOMS_PER_CLIENT`` rooms, and a lecture's room (published
+to or read within ``ACTIVE_S``) is never closed to make way for another client's new one.
 
 One process keeps its rooms in memory (:class:`Rooms`). Several processes serving one class
 (``app.py --workers N``) keep them in Redis (:class:`RedisRooms`, same interface and rules), so
@@ -34,8 +38,9 @@ from urllib.parse import parse_qs
 import gradio as gr
 
 from ..serving.store import Breaker
+from .following import SharedSteps
 from .share import MAX_QUERY, decode_view
-from .views import SCROLL_JS, WAIT_UNTIL_IDLE_JS, union
+from .views import SCROLL_JS, WAIT_UNTIL_IDLE_JS, _merge, _same, union
 
 if TYPE_CHECKING:
     import redis
@@ -50,11 +55,24 @@ KEEP_USER_CHANGES_LAST_JS = """
 CODE_ALPHABET = "ACDEFGHJKMNPQRTUVWXY34679"
 CODE_LENGTH = 5
 MAX_ROOMS = 200
+# Rooms one client address may hold open at once: a lecturer hosts one per page, while a client
+# that opened hundreds made an active lecture's room close (the least recently used went first)
+# and its lecturer silently got a new code.
+MAX_ROOMS_PER_CLIENT = 10
 ROOM_IDLE_S = 4 * 3600.0  # a room nobody published to or read from for this long is closed
-PUBLISH_S = 1.0  # how often a lecturer's page sends its view (nothing when it is unchanged)
-# How often a follower's page looks: each look is one queued event, so a hundred followers
-# make fifty a second.
-POLL_S = 2.0
+# A room a lecturer's page published to, or a follower read, within this long is a lecture's:
+# another client's new room never closes it (that new room is refused instead).
+ACTIVE_S = 15 * 60.0
+# How often a lecturer's page sends its view (nothing is kept when it is unchanged): a second
+# was half a second of every change's way to the followers, on average.
+PUBLISH_S = 0.25
+# A follower's page asks again this long after its last question was answered. A question is
+# answered when the room moves, or after WAIT_S: the server waits for the change (looking every
+# LOOK_S, at no cost but a lookup), so that a change reaches the followers at once, where a
+# question every two seconds made it wait a second on average and cost a request each time.
+POLL_S = 0.25
+WAIT_S = 10.0
+LOOK_S = 0.05
 
 
 class RoomError(ValueError):
@@ -63,6 +81,24 @@ class RoomError(ValueError):
 
 class RoomsUnavailable(RoomError):
     """The rooms' store (Redis) did not answer: the room may well be open still."""
+
+
+class RoomRefused(RoomError):
+    """No new room: the client holds as many as one may, or every room is a lecture's."""
+
+
+def too_many_for_client(limit: int) -> RoomRefused:
+    """The refusal of a client that holds ``limit`` rooms already."""
+    return RoomRefused(
+        f"this address has {limit} rooms open already, the most one may host: host from a page "
+        f"that hosts one (it keeps its code), or wait until one closes "
+        f"({ROOM_IDLE_S / 3600:g} hours after its last use)"
+    )
+
+
+def all_rooms_in_use(limit: int) -> RoomRefused:
+    """The refusal when every one of the ``limit`` rooms is a lecture in progress."""
+    return RoomRefused(f"all {limit} rooms are lectures in progress: try again in a few minutes")
 
 
 @dataclass
@@ -74,61 +110,85 @@ class Room:
     view: str = ""  # the query of the lecturer's view link ("tab=generate&source=...")
     version: int = 0
     used: float = 0.0  # when it was last published to or read (the registry's clock)
+    client: str = ""  # the address that opened it ("" when not known)
+    # When a lecturer's page last published to it or a follower read it (never: -inf).
+    active: float = float("-inf")
 
 
 class Rooms:
-    """The open rooms, at most ``max_rooms`` (the least recently used closed first), each
-    closed after ``idle_s`` seconds unused. Safe to use from many threads."""
+    """The open rooms, at most ``max_rooms``, each closed after ``idle_s`` seconds unused. Past
+    the bound the least recently used room that is not a lecture's (published to or read within
+    ``active_s``) is closed; when every room is a lecture's, the new one is refused. A client
+    address holds at most ``per_client`` rooms. Safe to use from many threads."""
 
     def __init__(
         self,
         max_rooms: int = MAX_ROOMS,
         idle_s: float = ROOM_IDLE_S,
         clock: Callable[[], float] = time.monotonic,
+        per_client: int = MAX_ROOMS_PER_CLIENT,
+        active_s: float = ACTIVE_S,
     ) -> None:
         self.max_rooms = max_rooms
         self.idle_s = idle_s
         self.clock = clock
+        self.per_client = per_client
+        self.active_s = active_s
         self._rooms: OrderedDict[str, Room] = OrderedDict()
         self._lock = threading.Lock()
+        self._expired_at = float("-inf")
 
     def __len__(self) -> int:
         with self._lock:
             self._expire()
             return len(self._rooms)
 
-    def open(self) -> Room:
-        """A new room with a fresh code and secret."""
+    def open(self, client: str = "") -> Room:
+        """A new room with a fresh code and secret, opened by the address ``client`` (""
+        when not known: no bound per address); :class:`RoomRefused` when that address holds
+        ``per_client`` rooms already, or every room is a lecture's."""
         with self._lock:
-            self._expire()
+            self._expire(force=True)
+            if client and sum(r.client == client for r in self._rooms.values()) >= self.per_client:
+                raise too_many_for_client(self.per_client)
+            now = self.clock()
+            if len(self._rooms) >= self.max_rooms:
+                # The least recently used room that is no lecture's makes way.
+                idle = next(
+                    (c for c, r in self._rooms.items() if now - r.active > self.active_s), None
+                )
+                if idle is None:
+                    raise all_rooms_in_use(self.max_rooms)
+                del self._rooms[idle]
             while True:
                 code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
                 if code not in self._rooms:
                     break
-            room = Room(code, secrets.token_urlsafe(16), used=self.clock())
+            room = Room(code, secrets.token_urlsafe(16), used=now, client=client)
             self._rooms[code] = room
-            while len(self._rooms) > self.max_rooms:
-                self._rooms.popitem(last=False)
             return room
 
-    def _room(self, code: str) -> Room:
+    def _room(self, code: str, active: bool = True) -> Room:
         """The open room called ``code`` (any case, spaces ignored), now the most recently
-        used; the lock is held."""
+        used (and, when ``active``, a lecture's); the lock is held."""
         self._expire()
         key = normal_code(code)
         room = self._rooms.get(key)
-        if room is None:
+        if room is None or self.clock() - room.used > self.idle_s:
             raise RoomError(f"there is no open room {key or '(empty)'}: check the code")
         room.used = self.clock()
+        if active:
+            room.active = room.used
         self._rooms.move_to_end(key)
         return room
 
     def resume(self, code: str, secret: str) -> Room:
         """The lecturer's room again (after a reload of their page)."""
         with self._lock:
-            room = self._room(code)
+            room = self._room(code, active=False)
             if not same_secret(room.secret, secret):
                 raise RoomError(f"room {room.code} belongs to another page")
+            room.active = room.used
             return room
 
     def publish(self, code: str, secret: str, view: str) -> int:
@@ -137,9 +197,10 @@ class Rooms:
         if len(view) > MAX_QUERY:
             raise RoomError(f"a view of {len(view):,} characters is longer than a link may be")
         with self._lock:
-            room = self._room(code)
+            room = self._room(code, active=False)
             if not same_secret(room.secret, secret):
                 raise RoomError(f"room {room.code} belongs to another page")
+            room.active = room.used
             if view != room.view:
                 room.view = view
                 room.version += 1
@@ -151,8 +212,13 @@ class Rooms:
             room = self._room(code)
             return room.version, room.view
 
-    def _expire(self) -> None:
+    def _expire(self, force: bool = False) -> None:
+        """Close the rooms unused for ``idle_s``: at most once a second (a follower's wait
+        looks at its room many times a second), or now when ``force``. The lock is held."""
         now = self.clock()
+        if not force and now - self._expired_at < 1.0:
+            return
+        self._expired_at = now
         for code in [c for c, r in self._rooms.items() if now - r.used > self.idle_s]:
             del self._rooms[code]
 
@@ -162,7 +228,7 @@ class RoomStore(Protocol):
 
     def __len__(self) -> int: ...
 
-    def open(self) -> Room: ...
+    def open(self, client: str = "") -> Room: ...
 
     def resume(self, code: str, secret: str) -> Room: ...
 
@@ -190,39 +256,69 @@ for _, code in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   if redis.call('EXISTS', ARGV[4] .. code) == 0 then redis.call('ZREM', KEYS[2], code) end
 end
 """
-# A new room (0 when the code is taken), then the least recently used closed past ARGV[5].
-_OPEN = (
-    """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'secret', ARGV[3], 'view', '', 'version', 0)
+# Now in milliseconds, by Redis's clock (the processes' clocks need not agree).
+_NOW = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 """
-    + _TOUCH
+# A new room (0 when the code is taken), opened by the client whose set of codes is KEYS[4]
+# (none when ARGV[6] is ""), which may hold ARGV[7] rooms (-3 past that). Past ARGV[5] rooms,
+# the least recently used one that no lecturer published to and no follower read within
+# ARGV[8] ms closes; when every room is a lecture's, no room is opened (-4).
+_OPEN = (
+    _NOW
     + _PRUNE
     + """
-local extra = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[5])
-if extra > 0 then
-  for _, code in ipairs(redis.call('ZRANGE', KEYS[2], 0, extra - 1)) do
-    redis.call('DEL', ARGV[4] .. code)
+if ARGV[6] ~= '' then
+  for _, code in ipairs(redis.call('SMEMBERS', KEYS[4])) do
+    if redis.call('EXISTS', ARGV[4] .. code) == 0 then redis.call('SREM', KEYS[4], code) end
   end
-  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, extra - 1)
+  if redis.call('SCARD', KEYS[4]) >= tonumber(ARGV[7]) then return -3 end
 end
-return 1
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then
+  local closed = false
+  for _, code in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    local active = tonumber(redis.call('HGET', ARGV[4] .. code, 'active') or '-1')
+    if active < 0 or now - active > tonumber(ARGV[8]) then
+      redis.call('DEL', ARGV[4] .. code)
+      redis.call('ZREM', KEYS[2], code)
+      closed = true
+      break
+    end
+  end
+  if not closed then return -4 end
+end
+redis.call('HSET', KEYS[1], 'secret', ARGV[3], 'view', '', 'version', 0, 'active', -1,
+  'client', ARGV[6])
+if ARGV[6] ~= '' then
+  redis.call('SADD', KEYS[4], ARGV[2])
+  redis.call('PEXPIRE', KEYS[4], ARGV[1])
+end
 """
+    + _TOUCH
+    + "return 1"
 )
 # The room's (secret, version, view), now the most recently used; false when it is closed.
+# ARGV[3]: the secret that asks (a lecturer's page resuming it): when it is the room's, the
+# room is a lecture's now.
 _READ = (
-    """
+    _NOW
+    + """
 local room = redis.call('HMGET', KEYS[1], 'secret', 'version', 'view')
 if not room[1] then return false end
+if room[1] == ARGV[3] then redis.call('HSET', KEYS[1], 'active', now) end
 """
     + _TOUCH
     + "return room"
 )
-# The room's (version, view) alone: a follower's poll, one round trip.
+# The room's (version, view) alone: a follower's poll, one round trip; it is a lecture's now.
 _LATEST = (
-    """
+    _NOW
+    + """
 local room = redis.call('HMGET', KEYS[1], 'version', 'view')
 if not room[1] then return false end
+redis.call('HSET', KEYS[1], 'active', now)
 """
     + _TOUCH
     + "return room"
@@ -231,10 +327,12 @@ if not room[1] then return false end
 # ARGV[3] was checked by the caller, and is checked again in case the code was closed and given
 # to another page meanwhile. -1: closed; -2: another page's room.
 _PUBLISH = (
-    """
+    _NOW
+    + """
 local room = redis.call('HMGET', KEYS[1], 'secret', 'view')
 if not room[1] then return -1 end
 if room[1] ~= ARGV[3] then return -2 end
+redis.call('HSET', KEYS[1], 'active', now)
 """
     + _TOUCH
     + """
@@ -258,16 +356,21 @@ class RedisRooms:
         max_rooms: int = MAX_ROOMS,
         idle_s: float = ROOM_IDLE_S,
         prefix: str = "visualiser:",
+        per_client: int = MAX_ROOMS_PER_CLIENT,
+        active_s: float = ACTIVE_S,
     ) -> None:
         self.client = client
         self.max_rooms = max_rooms
         self.idle_s = idle_s
+        self.per_client = per_client
+        self.active_s = active_s
         # A Redis that failed is not asked again for a poll's period: with a server that does
         # not answer, each call would hold a thread for its timeout (fifty polls a second).
-        self.breaker = Breaker("follow-me rooms", retry_after_s=POLL_S)
+        self.breaker = Breaker("follow-me rooms", retry_after_s=2.0)
         self._room_prefix = f"{prefix}room:"
         self._set = f"{prefix}rooms"
         self._counter = f"{prefix}rooms:used"
+        self._clients = f"{prefix}client:"
         self._scripts = {
             name: client.register_script(lua)
             for name, lua in [
@@ -279,18 +382,18 @@ class RedisRooms:
             ]
         }
 
-    def _run(self, name: str, code: str, *args: Any) -> Any:
+    def _run(self, name: str, code: str, *args: Any, keys: tuple[str, ...] = ()) -> Any:
         """Run script ``name`` for room ``code`` (a normal code) with ``args`` after the
-        common ones."""
+        common ones, and ``keys`` after the common keys."""
         import redis
 
         unavailable = "follow me is unavailable for a moment (the rooms' store does not answer)"
         if not self.breaker.closed():
             raise RoomsUnavailable(unavailable)
-        keys = [self._room_prefix + code, self._set, self._counter]
+        every = [self._room_prefix + code, self._set, self._counter, *keys]
         ttl_ms = max(1, round(self.idle_s * 1000))
         try:
-            found = self._scripts[name](keys=keys, args=[ttl_ms, code, *args])
+            found = self._scripts[name](keys=every, args=[ttl_ms, code, *args])
         except redis.RedisError as error:
             self.breaker.failed(error)
             raise RoomsUnavailable(unavailable) from error
@@ -300,17 +403,26 @@ class RedisRooms:
     def __len__(self) -> int:
         return int(self._run("count", "", "", self._room_prefix))
 
-    def open(self) -> Room:
-        """A new room with a fresh code (unique across the processes) and secret."""
+    def open(self, client: str = "") -> Room:
+        """A new room with a fresh code (unique across the processes) and secret, opened by
+        the address ``client`` (see :meth:`Rooms.open`)."""
         secret = secrets.token_urlsafe(16)
+        client = client[:100]
         while True:
             code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
-            if self._run("open", code, secret, self._room_prefix, self.max_rooms):
-                return Room(code, secret, used=time.monotonic())
+            active_ms = max(1, round(self.active_s * 1000))
+            args = (secret, self._room_prefix, self.max_rooms, client, self.per_client, active_ms)
+            opened = int(self._run("open", code, *args, keys=(self._clients + client,)))
+            if opened == -3:
+                raise too_many_for_client(self.per_client)
+            if opened == -4:
+                raise all_rooms_in_use(self.max_rooms)
+            if opened == 1:
+                return Room(code, secret, used=time.monotonic(), client=client)
 
-    def _read(self, code: str) -> Room:
+    def _read(self, code: str, secret: str = "") -> Room:
         key = normal_code(code)
-        found = self._run("read", key) if key else None
+        found = self._run("read", key, secret) if key else None
         if not found:
             raise RoomError(f"there is no open room {key or '(empty)'}: check the code")
         secret, version, view = (part.decode() for part in found)
@@ -318,7 +430,7 @@ class RedisRooms:
 
     def resume(self, code: str, secret: str) -> Room:
         """The lecturer's room again (after a reload of their page)."""
-        room = self._read(code)
+        room = self._read(code, secret if isinstance(secret, str) else "")
         if not same_secret(room.secret, secret):
             raise RoomError(f"room {room.code} belongs to another page")
         return room
@@ -346,6 +458,13 @@ class RedisRooms:
         return int(version), view.decode()
 
 
+def client_address(request: gr.Request | None) -> str:
+    """The address a request came from, as the server sees it ("" when not known)."""
+    client = getattr(request, "client", None)
+    host = getattr(client, "host", None)
+    return str(host)[:100] if host else ""
+
+
 def same_secret(kept: str, given: Any) -> bool:
     """Whether ``given`` (from a page: anything) is the room's secret, compared in constant
     time."""
@@ -367,22 +486,34 @@ def view_params(query: str) -> dict[str, list[str]]:
 
 
 # The follower's page, read-only while it follows: every part of the page but the follow-me
-# accordion (and the toasts) is made inert, marked so that taking over undoes exactly that; the
-# Take over button is pinned to the bottom of the screen, so it is seen wherever the page is
-# scrolled. Run whenever the code followed changes (set by following, taking over, a closed
+# accordion (and the toasts) is made inert, marked so that taking over undoes exactly that. The
+# Take over button is pinned to the bottom of the screen by a style sheet keyed on the page's
+# class (the button's element is made anew when it is shown, so a style set on the element
+# that was there was lost, and the button sat at the page's end, thousands of pixels down),
+# narrower than the screen, with room left below the page's end so that it hides nothing
+# there. Run whenever the code followed changes (set by following, taking over, a closed
 # room), with that code ("" when the page is its own).
 READ_ONLY_JS = """
 (code) => {
+  if (!document.getElementById("follow-me-style")) {
+    const style = document.createElement("style");
+    style.id = "follow-me-style";
+    style.textContent = `
+      body.following-room #take-over {
+        position: fixed !important; left: 50% !important; right: auto !important;
+        top: auto !important; bottom: calc(12px + env(safe-area-inset-bottom, 0px)) !important;
+        transform: translateX(-50%); z-index: 1000; width: auto !important;
+        min-width: 0 !important; max-width: calc(100vw - 24px); flex: none !important;
+        white-space: nowrap; overflow: hidden; text-overflow: ellipsis;
+        box-shadow: 0 2px 12px rgba(0, 0, 0, 0.35);
+      }
+      body.following-room { padding-bottom: 72px; }
+    `;
+    document.head.appendChild(style);
+  }
   for (const node of document.querySelectorAll("[data-follow-inert]")) {
     node.inert = false;
     node.removeAttribute("data-follow-inert");
-  }
-  const take = document.getElementById("take-over");
-  if (take) {
-    Object.assign(take.style, code
-      ? {position: "fixed", bottom: "16px", left: "50%", transform: "translateX(-50%)",
-         zIndex: "1000", boxShadow: "0 2px 12px rgba(0,0,0,0.35)"}
-      : {position: "", bottom: "", left: "", transform: "", zIndex: "", boxShadow: ""});
   }
   document.body.classList.toggle("following-room", Boolean(code));
   if (!code) return [];
@@ -456,6 +587,7 @@ class FollowMe:
         self.incoming = gr.State(None)  # a view to apply (a lecturer's page reloaded)
         # Per tab, the room's view on it, set by a poll that found the room moved to it.
         self.polled: dict[str, gr.Textbox] = {}
+        self.shared: SharedSteps | None = None  # Generate's steps as followers see them
         self.publish_timer = gr.Timer(PUBLISH_S, active=False)
         self.follow_timer = gr.Timer(POLL_S, active=False)
 
@@ -501,14 +633,34 @@ class FollowMe:
         }
         boxes = list(self.polled.values())
 
-        def take_over() -> tuple:
+        def take_over(following: list | None) -> tuple:
+            # Emptied in place: a question the page asked before (waiting for the room to
+            # move) sees it and brings nothing.
+            if isinstance(following, list):
+                following[:] = ["", -1]
             # The boxes emptied, so that following again draws the room's view even where it
             # did not move meanwhile.
             return (*self.stop_following(), *[""] * len(boxes))
 
-        self.take_over.click(take_over, None, [*followed, *boxes], **private)
+        self.take_over.click(take_over, [self.following], [*followed, *boxes], **private)
         # The page is read-only exactly while it follows a room.
         self.followed.change(None, [self.followed], None, js=READ_ONLY_JS, **private)
+        self.shared = SharedSteps(views, registry) if "generate" in views.tabs else None
+        if self.shared is not None and self.shared.step is not None:
+            self.shared.quiet_while_following()
+            shared = self.shared
+
+            # Once the page is its own again, its generation goes on from the step it shows.
+            def catch_up(code: str, *values: Any) -> Any:
+                return gr.skip() if code else shared.catch_up(*values)
+
+            self.followed.change(
+                catch_up,
+                [self.followed, *shared.catch_up_inputs()],
+                [shared.state],
+                api_visibility="private",
+                show_progress="hidden",
+            )
 
         # The poll: one tiny event every POLL_S (the code followed in, the version seen out),
         # not queued: a plain request, answered at once, that never waits for a costly or a
@@ -559,8 +711,9 @@ class FollowMe:
 
     # -- handlers (module-level logic, callable from tests) --------------------------------
 
-    def open_room(self, hosting: list[str] | None) -> tuple:
-        """Host a room (the one this page hosts already, if it is still open)."""
+    def open_room(self, hosting: list[str] | None, request: gr.Request | None = None) -> tuple:
+        """Host a room (the one this page hosts already, if it is still open); the client's
+        address (``request``'s) bounds the rooms it holds."""
         code, secret = (hosting or ["", ""])[:2]
         if code:
             try:
@@ -571,9 +724,11 @@ class FollowMe:
             except RoomError:
                 pass
         try:
-            room = self.rooms.open()
+            room = self.rooms.open(client_address(request))
         except RoomsUnavailable as error:
             return gr.skip(), f"⚠️ {error}: try again.", gr.skip()
+        except RoomRefused as error:
+            return gr.skip(), f"⚠️ No room: {error}.", gr.skip()
         return [room.code, room.secret], room_line(room.code), gr.Timer(active=True)
 
     def resume_room(self, hosting: list[str] | None) -> tuple:
@@ -656,10 +811,35 @@ class FollowMe:
             return gr.skip(), gr.skip(), *unchanged
         return [code, version], self.view_of(view, version), *unchanged
 
-    def poll_tabs(self, following: list | None) -> tuple:
-        """:meth:`poll`, with the room's view (when it moved) given to the state of its tab:
-        ``(following, *one per tab in self.polled, line, timer, button, followed)``."""
-        following, incoming, *rest = self.poll(following)
+    async def poll_tabs(self, following: list | None) -> tuple:
+        """:meth:`poll`, once the room moved (or closed), or after ``WAIT_S``, with the room's
+        view given to the box of its tab: ``(following, *one per tab in self.polled, line,
+        timer, button, followed)``. Waiting holds no thread: the rooms in memory are looked
+        up in the event loop, Redis's from a worker thread, every ``LOOK_S`` (Redis's every
+        ``5 * LOOK_S``)."""
+        import asyncio
+
+        import anyio
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT_S
+        here = isinstance(self.rooms, Rooms)
+        while True:
+            if here:
+                polled = self.poll(following)
+            else:
+                polled = await anyio.to_thread.run_sync(self.poll, following)
+            # A view to draw, or the room closed (the page's own again).
+            moved = isinstance(polled[1], dict) and "query" in polled[1]
+            moved = moved or isinstance(polled[0], list)
+            # The page took over meanwhile (its state emptied in place): nothing to bring.
+            gone = isinstance(following, list) and not following[0]
+            if gone:
+                return (gr.skip(),) * (len(self.polled) + 5)
+            if moved or loop.time() > deadline:
+                break
+            await asyncio.sleep(LOOK_S if here else 5 * LOOK_S)
+        following, incoming, *rest = polled
         slug, box = "", ""
         if isinstance(incoming, dict) and incoming.get("query"):
             slug = (view_params(incoming["query"]).get("tab") or [""])[0]
@@ -688,6 +868,8 @@ class FollowMe:
                 full[i] = value
             return full
 
+        shared = self.shared if slug == "generate" else None
+
         # The tab's inputs first, the event's own last: a panel's redraws are found by the
         # state they read last (Generate's cache view reads whether its panel is open).
         def draw(*values_and_incoming: Any) -> tuple:
@@ -696,11 +878,45 @@ class FollowMe:
             view = None
             if query:
                 view = decode_view(view_params(query), views.tabs, registry).view
-            drawn = views.apply(view, *every(tuple(values)))
+            if shared is not None and view and view.get("tab") == slug:
+                # Generate at the lecturer's step, in this one event (see ui/links/following.py).
+                figures = shared.draw(view, query, tuple(values))
+                # The tab and the controls that changed set (each output costs gradio time, for
+                # every follower); the figures are the shared ones.
+                drawn = (*views._set(view), *[gr.skip()] * len(views.drawn))
+                page = {c._id: v for c, v in zip(inputs, values, strict=True)}
+                wanted = {
+                    c._id: view["values"].get(k) for k, c in views.tabs[slug].controls.items()
+                }
+                drawn = tuple(
+                    _merge(out, figures[c._id])
+                    if c._id in figures
+                    else gr.skip()
+                    if c._id in page and c._id in wanted and _same(page[c._id], wanted[c._id])
+                    else out
+                    for c, out in zip(views.outputs, drawn, strict=True)
+                )
+            else:
+                drawn = views.apply(view, *every(tuple(values)))
             return (view if view else gr.skip()), *(drawn[i] for i in picks)
 
         def settle(*values_view_touched: Any) -> tuple:
             *values, view, touched = values_view_touched
+            if shared is not None:
+                # Generate's figures are the lecturer's already (its own redraws are quiet
+                # while the page follows): only a control that a handler reset (a model's
+                # sliders) is set again, unless the user clicked or typed meanwhile.
+                page = {c._id: v for c, v in zip(inputs, values, strict=True)}
+                wanted = {} if touched or not view else view["values"]
+                keys = {c._id: k for k, c in views.tabs[slug].controls.items()}
+                return tuple(
+                    gr.update(value=wanted[keys[c._id]])
+                    if keys.get(c._id) in wanted
+                    and c._id in page
+                    and not _same(page[c._id], wanted[keys[c._id]])
+                    else gr.skip()
+                    for c in outputs
+                )
             settled = views.settle_untouched(view, touched, *every(tuple(values)))
             return tuple(settled[i] for i in picks)
 
@@ -721,10 +937,14 @@ class FollowMe:
                 [*inputs, views.view, views.touched],
                 outputs,
                 js=KEEP_USER_CHANGES_LAST_JS,
+                # Generate's settling draws nothing: answered at once, outside the queue where
+                # thirty followers' draws wait.
+                **({"queue": False} if shared is not None else {}),
                 **private,
             )
         event = event.then(None, views.focus, None, js=SCROLL_JS, **private)
-        replay = views._replay() if slug == "generate" else None
+        # Generate's step came with the view (above); a page without that shares a replay.
+        replay = views._replay() if slug == "generate" and shared is None else None
         if replay is not None:
             event.then(*replay, api_visibility="private")
 
