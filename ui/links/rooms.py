@@ -37,6 +37,7 @@ from urllib.parse import parse_qs
 
 import gradio as gr
 
+from ..serving import clients
 from ..serving.store import Breaker
 from .following import SharedSteps
 from .share import MAX_QUERY, decode_view
@@ -459,10 +460,13 @@ class RedisRooms:
 
 
 def client_address(request: gr.Request | None) -> str:
-    """The address a request came from, as the server sees it ("" when not known)."""
-    client = getattr(request, "client", None)
-    host = getattr(client, "host", None)
-    return str(host)[:100] if host else ""
+    """The address a request came from, as the server sees it everywhere (a forwarded address
+    only from a proxy the operator names: :func:`ui.serving.clients.client_address`); "" when
+    not known (a test's call, a Unix socket), which no room limit counts."""
+    if request is None:
+        return ""
+    address = clients.client_address(request)
+    return "" if address == "unknown" else address
 
 
 def same_secret(kept: str, given: Any) -> bool:
