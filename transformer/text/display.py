@@ -468,14 +468,17 @@ def label_pieces(scheme: PieceScheme, pieces: Sequence[str]) -> list[PieceLabel]
             labels.append(PieceLabel(piece, piece, f"{piece}: a special token", None))
             continue
         # A byte-level piece as stored is mojibake (``"ç¾"``): its bytes say what it holds.
-        hover = [] if scheme.byte_level else [f"stored as {piece}"]
+        text = _label(prefix, own) or piece
+        stored = not scheme.byte_level and plain_label(text) != piece
+        hover = [f"stored as {piece}"] if stored else []
         hover.append(f"bytes {_codes(data)}" if data else "no bytes")
+        hover += [
+            f"{VISIBLE_MARKS[char][0]} is {VISIBLE_MARKS[char][1]}"
+            for char in dict.fromkeys(p.char for p in own if p.char in VISIBLE_MARKS)
+            if char is not None
+        ]
         hover += [_part_hover(p) for p in own if p.partial or invisible_name(p.char or "a")]
-        labels.append(
-            PieceLabel(
-                piece, _label(prefix, own) or piece, "; ".join(hover), data, tuple(own), prefix
-            )
-        )
+        labels.append(PieceLabel(piece, text, "; ".join(hover), data, tuple(own), prefix))
     return labels
 
 
