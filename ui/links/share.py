@@ -320,7 +320,7 @@ def decode_view(
     if limits is not None:
         for key, high in zip(("layer", "head"), limits, strict=True):
             if key in outside:  # past the slider's own range: say the model's real one
-                low = int(tab.controls[key].minimum or 1)
+                low = int(getattr(tab.controls[key], "minimum", None) or 1)
                 shown = min(max(round(outside[key]), low), high)
                 messages[refused.pop(key)] = (
                     f"{tab.label} › {key}: {outside[key]:g} is outside {low} to {high} "

@@ -172,7 +172,7 @@ def highlighted(
     if split:
         notes.append(split)
     if notes:
-        shown = notes[:6] + ([f"… {len(notes) - 6} more in the table"] if len(notes) > 6 else [])
-        stats += "\n\nBytes explained: " + "; ".join(shown) + "."
+        listed = notes[:6] + ([f"… {len(notes) - 6} more in the table"] if len(notes) > 6 else [])
+        stats += "\n\nBytes explained: " + "; ".join(listed) + "."
     stats += unknown_message(encoded, text)
     return segments, rows, stats
