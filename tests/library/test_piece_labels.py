@@ -41,7 +41,7 @@ INVISIBLE = {
     "\U000e007f": "CANCEL TAG",
 }
 MARKS = {" ": "␣", "\n": "↵", "\t": "⇥", "\xa0": "⍽", "\r": "␍"}
-ISOLATES = "\u2066\u2067\u2068\u2069"
+ISOLATES = "\u200e\u2066\u2067\u2068\u2069"
 
 
 def _gpt2_bytes_to_unicode() -> dict[int, str]:
@@ -133,7 +133,7 @@ def _check_sequence(labels: list[str], datas: list[bytes], text_chars: set[str])
         assert not any(c in INVISIBLE for c in label), label  # named, never raw
         if any(unicodedata.bidirectional(c) in ("R", "AL") for c in label):
             # FSI … PDI around the label, each mark (``[1/2]``, ``⟨ZWJ⟩``) in LRI … PDI.
-            assert label.startswith("\u2068") and label.endswith("\u2069"), repr(label)
+            assert label.startswith("\u200e\u2068") and label.endswith("\u2069"), repr(label)
             outside = re.sub("\u2066[^\u2069]*\u2069", "", label)
             assert not re.search(r"\[\d+(?:-\d+)?/\d+\]|⟨[^⟩]*⟩", outside), repr(label)
         else:
@@ -174,10 +174,10 @@ def test_the_cases_the_page_got_wrong(vocabularies: dict[str, Any]) -> None:
     # A piece holding a letter and the first byte of the next: both named, isolated.
     scheme = piece_scheme(gpt2)
     mixed = label_pieces(scheme, ["Ø§Ø", "¨"])  # ا then the 2 bytes of ب
-    assert mixed[0].text == "\u2068اب\u2066[1/2]\u2069\u2069"
+    assert mixed[0].text == "\u200e\u2068اب\u2066[1/2]\u2069\u2069"
     assert "D8 A8" in mixed[0].hover and "byte 1" in mixed[0].hover
     # The index before a right-to-left piece stays before it: "3:" then an isolate.
-    assert f"3:{label_pieces(scheme, ['Ø¨'])[0].text}" == "3:\u2068ب\u2069"
+    assert f"3:{label_pieces(scheme, ['Ø¨'])[0].text}" == "3:\u200e\u2068ب\u2069"
     # Alone, a byte whose character is not among the pieces is its code, never "�".
     assert label_pieces(scheme, ["ç"])[0].text == "⟨0xE7⟩[1/3]"
     assert label_pieces(scheme, ["¾İ"])[0].text == "⟨…0xBE 0x8E⟩"

@@ -18,8 +18,9 @@ names that character:
   the sequence (its rest is not generated yet) or that is no UTF-8 at all as ``⟨0xE7⟩``;
 - invisible characters by name: ``⟨VS16⟩`` (the variation selector of ☕️), ``⟨ZWJ⟩``,
   ``⟨ZWSP⟩``, control characters by their abbreviation (``⟨ESC⟩``) or ``⟨U+XXXX⟩``;
-- a label holding right-to-left text inside Unicode bidi isolates (FSI … PDI, and its marks in
-  LRI … PDI), so that ``"3:"`` in front of it stays in front: ``"3:ب"`` reads ``3:ب``;
+- a label holding right-to-left text inside Unicode bidi isolates (LRM, then FSI … PDI, and its
+  marks in LRI … PDI), so that ``"3:"`` in front of it stays in front: ``"3:ب"`` reads
+  ``3:ب``, in an SVG tick label and in an element whose direction is ``auto`` alike;
 - a piece that opens with a combining mark (a Hindi vowel sign) after a dotted circle ``◌``.
 
 Each label also has a ``hover``: the piece as stored, its byte codes and what a split or
@@ -121,8 +122,8 @@ _C0 = [
 
 # Bidi isolates: a label with right-to-left text is first-strong isolated, its marks
 # (``[1-2/3]``, ``⟨VS16⟩``) left-to-right isolated, so no digit or bracket moves across.
-FSI, LRI, PDI = "\u2068", "\u2066", "\u2069"
-ISOLATES = (FSI, LRI, PDI)
+FSI, LRI, PDI, LRM = "\u2068", "\u2066", "\u2069", "\u200e"
+ISOLATES = (LRM, FSI, LRI, PDI)
 NAME_OPEN, NAME_CLOSE = "⟨", "⟩"
 DOTTED_CIRCLE = "◌"
 _BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -206,7 +207,9 @@ def _isolated(parts: list[str], marks: list[int]) -> str:
         return text
     for i in marks:
         parts[i] = f"{LRI}{parts[i]}{PDI}"
-    return f"{FSI}{''.join(parts)}{PDI}"
+    # LRM first: a page that sets a label's direction from its first strong character
+    # (``dir="auto"``) would otherwise read the Arabic inside and put "3:" on the right.
+    return f"{LRM}{FSI}{''.join(parts)}{PDI}"
 
 
 def plain_label(label: str) -> str:
@@ -558,6 +561,7 @@ __all__ = [
     "FSI",
     "ISOLATES",
     "LRI",
+    "LRM",
     "PDI",
     "VISIBLE_MARKS",
     "CharPart",
