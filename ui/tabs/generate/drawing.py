@@ -239,7 +239,7 @@ def _summary(
         lines.append(
             "Beams: "
             + "; ".join(
-                f"{code_span(tokenizer.decode(b.tokens))} (log-prob {b.score:.2f})"
+                f"{code_span(_output_text(tokenizer, list(b.tokens))[0])} (log-prob {b.score:.2f})"
                 for b in last.beams[:4]
             )
         )
