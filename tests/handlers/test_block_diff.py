@@ -349,7 +349,7 @@ def test_smollm2_beside_the_bundled_model() -> None:
     )["value"]
     assert "2017 · continue" in page and "today · SmolLM2" in page
     # The same word on both sides (SmolLM2's prompt has no [BOS] in front, its file says so).
-    assert "<code>2:Ġcat</code>" in page and "▁ca" in page
+    assert "<code>2:␣cat</code>" in page and "▁ca" in page  # as Tokenize writes it
 
 
 def test_a_loaded_gpt2_is_the_original_beside_a_modern_model(hf_models, tiny_llama_folder) -> None:

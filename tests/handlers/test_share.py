@@ -371,3 +371,17 @@ def test_the_attention_kind_follows_the_model_and_a_refused_one_names_what_is_sh
         OneModelRegistry("encoder-decoder"),
     )
     assert full.view["values"]["kind"] == "encoder self-attention" and full.messages == []
+
+
+@pytest.mark.parametrize(("raw", "shown"), [("99", 3), ("0", 1), ("-4", 1)])
+def test_a_layer_past_the_slider_names_the_model_s_own_range(
+    tab: TabView, raw: str, shown: int
+) -> None:
+    # The slider reaches 48 for every model; the message must name the 3 this model has.
+    params = {"tab": ["attention"], "model": ["reverse"], "layer": [raw]}
+    restored = decode_view(params, {"attention": tab}, FakeRegistry())
+    assert restored.view["values"]["layer"] == shown
+    assert len(restored.messages) == 1
+    message = restored.messages[0]
+    assert f"{raw} is outside 1 to 3" in message and "reverse has 3" in message, message
+    assert "48" not in message

@@ -569,7 +569,7 @@ def test_figures_views_and_tables_export(page: PageRecord, tmp_path: Path) -> No
     assert tables[0][0][:3] == ["#", "piece", "id"] and len(tables[0]) > 3
     assert tables[1][0] == ["rank", "pair", "new token", "count", "vocabulary size"]
     text = panel.get_by_label("Text", exact=True).input_value()
-    pieces = [row[1].replace("▁", "").replace("Ġ", "").replace("##", "") for row in tables[0][1:]]
+    pieces = [row[1].replace("▁", "").replace("␣", "").replace("##", "") for row in tables[0][1:]]
     assert all(piece in text for piece in pieces if not piece.startswith("[")), pieces
 
 

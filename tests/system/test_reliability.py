@@ -1188,6 +1188,7 @@ def test_model_text_in_generate_and_mistake_summaries_stays_text():
 
     record = SimpleNamespace(
         step=0,
+        tokens=[1],
         chosen_label=HOSTILE,
         chosen_id=5,
         chosen_prob=0.5,
@@ -1216,7 +1217,9 @@ def test_model_text_in_generate_and_mistake_summaries_stays_text():
     ):
         rendered = _rendered(markdown)
         assert "<a " not in rendered and "<img" not in rendered and "<b>" not in rendered
-        assert rendered.count(f"<code>{shown}</code>") == spans, rendered
+        # A piece is written with its spaces marked (␣), the text as it is: both whole spans.
+        whole = rendered.count(f"<code>{shown}</code>")
+        assert whole + rendered.count(f"<code>{shown.replace(' ', '␣')}</code>") == spans, rendered
 
 
 def test_a_model_output_of_several_lines_keeps_its_lines_and_stays_text():
@@ -1231,6 +1234,7 @@ def test_a_model_output_of_several_lines_keeps_its_lines_and_stays_text():
     )
     record = SimpleNamespace(
         step=0,
+        tokens=[1],
         chosen_label="`",
         chosen_id=5,
         chosen_prob=0.5,

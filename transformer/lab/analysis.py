@@ -20,7 +20,17 @@ from ..core.model import Transformer, count_parameters
 from ..core.trace import AttentionKind, AttentionRecord, Trace
 from ..core.util import pad
 from ..generation import DecodingSession, DecodingSettings, decoding_ends, source_ends_with_eos
-from ..text.replay import bytes_to_unicode, readable_piece
+from ..text.display import (
+    VISIBLE_MARKS,
+    PieceLabel,
+    describe_char,
+    invisible_name,
+    label_pieces,
+    labels_of_pieces,
+    piece_scheme,
+    split_character_note,
+)
+from ..text.replay import bytes_to_unicode
 from ..text.tokenization import Tokenizer, unreadable_characters
 from . import switches
 from .inspection import Analysis
@@ -52,17 +62,6 @@ def what_if(
     return switches.combined(switches.what_ifs(labels), head)
 
 
-# How the app writes the characters a piece may hold that a reader cannot see: one way in
-# every view (Tokenize's chips and replay, the attention axes, the menus, the logit lens).
-VISIBLE_MARKS: dict[str, tuple[str, str]] = {
-    " ": ("␣", "a space"),
-    "\xa0": ("⍽", "a no-break space"),
-    "\n": ("↵", "a line break"),
-    "\r": ("␍", "a carriage return"),
-    "\t": ("⇥", "a tab"),
-}
-
-
 def visible_text(text: str) -> str:
     """``text`` with the characters a reader cannot see written as marks (:data:`VISIBLE_MARKS`):
     ``" cat\n"`` → ``"␣cat↵"``."""
@@ -76,45 +75,49 @@ def _byte_level(tokenizer: Tokenizer) -> bool:
 
 
 def shown_piece(tokenizer: Tokenizer, piece: str) -> str:
-    """A token piece as the app writes it: a byte-level piece (GPT-2, SmolLM2, cl100k_base) as
-    the text its bytes stand for with spaces and line breaks as marks (``"Ġlicenses"`` →
-    ``"␣licenses"``, ``"Ċ"`` → ``"↵"``, ``"Âł"`` → ``"⍽"``; a byte of a character split across
-    pieces as ``<0xE2>``); special tokens and other tokenizers' pieces as they are."""
-    if not _byte_level(tokenizer):
-        return piece
-    token_id = tokenizer.token_to_id(piece)
-    if token_id is not None and token_id in tokenizer.special_ids:
-        return piece
-    return visible_text(readable_piece(piece).text)
+    """A token piece alone as the app writes it (:mod:`transformer.text.display`): a byte-level
+    piece (GPT-2, SmolLM2, cl100k_base) as the text its bytes stand for with spaces and line
+    breaks as marks (``"Ġlicenses"`` → ``"␣licenses"``, ``"Ċ"`` → ``"↵"``), invisible
+    characters named (``⟨VS16⟩``), right-to-left text isolated; alone, a byte of a split
+    character is its code (``⟨0xE7⟩[1/3]``): :func:`shown_pieces` names the character from the
+    sequence. Special tokens as they are."""
+    return label_pieces(piece_scheme(tokenizer), [piece])[0].text
 
 
 def shown_pieces(tokenizer: Tokenizer, pieces: Sequence[str]) -> list[str]:
-    """:func:`shown_piece` of every piece."""
-    if not _byte_level(tokenizer):
-        return list(pieces)
-    return [shown_piece(tokenizer, piece) for piece in pieces]
+    """The pieces of one sequence as the app writes them, each split character named with
+    which of its bytes the piece holds (``美[1-2/3]``, ``美[3/3]``): see
+    :mod:`transformer.text.display`."""
+    return labels_of_pieces(tokenizer, pieces)
 
 
 def piece_legend(tokenizer: Tokenizer, pieces: Sequence[str]) -> str:
-    """What the marks in these pieces (as :func:`shown_piece` writes them) stand for, and how the
-    vocabulary stores them: ``"␣ is a space (stored as Ġ), ↵ a line break (Ċ)"``; ``""`` for
-    other tokenizers or pieces without marks."""
-    return _legend(tokenizer, shown_pieces(tokenizer, pieces))
+    """What the marks in these pieces (one sequence, as :func:`shown_pieces` writes them) stand
+    for, and how the vocabulary stores them: ``"␣ is a space (stored as Ġ); 美[1-2/3] is bytes
+    1-2 of the 3 bytes of 美 (U+7F8E), split across pieces"``; ``""`` for pieces without
+    marks."""
+    return _legend(tokenizer, label_pieces(piece_scheme(tokenizer), pieces))
 
 
-def _legend(tokenizer: Tokenizer, shown: Sequence[str]) -> str:
-    """:func:`piece_legend` of pieces already written as :func:`shown_piece` writes them."""
-    if not _byte_level(tokenizer):
-        return ""
-    table = bytes_to_unicode()
-    text = "".join(shown)
+def _legend(tokenizer: Tokenizer, labels: Sequence[PieceLabel]) -> str:
+    """:func:`piece_legend` of pieces already labelled."""
     parts = []
-    for char, (mark, name) in VISIBLE_MARKS.items():
-        if mark in text:
-            stored = "".join(table[b] for b in char.encode("utf-8"))
-            parts.append(f"{mark} is {name} (stored as {stored})")
-    if "<0x" in text:
-        parts.append("<0xE2> is one byte of a character split across pieces")
+    if _byte_level(tokenizer):
+        table = bytes_to_unicode()
+        text = "".join(label.text for label in labels)
+        for char, (mark, name) in VISIBLE_MARKS.items():
+            if mark in text:
+                stored = "".join(table[b] for b in char.encode("utf-8"))
+                parts.append(f"{mark} is {name} (stored as {stored})")
+    split = split_character_note(labels)
+    if split:
+        parts.append(split)
+    invisible = next(
+        (p.char for label in labels for p in label.parts if p.char and invisible_name(p.char)),
+        None,
+    )
+    if invisible is not None:
+        parts.append(f"{describe_char(invisible).replace(' U+', ' is U+', 1)}")
     return "; ".join(parts)
 
 
@@ -236,8 +239,11 @@ def sentence_attention(
     padding and the legend of their marks. ``ValueError`` for a kind the model does not have."""
     records = analysis.trace.attention_records(kind)
     queries, keys = axis_pieces(analysis, kind)
-    shown_queries = shown_pieces(tokenizer, queries[row])
-    shown_keys = shown_pieces(tokenizer, keys[row])
+    scheme = piece_scheme(tokenizer)
+    query_labels = label_pieces(scheme, queries[row])
+    key_labels = label_pieces(scheme, keys[row])
+    shown_queries = [label.text for label in query_labels]
+    shown_keys = [label.text for label in key_labels]
     return SentenceAttention(
         records=records,
         queries=queries[row],
@@ -246,7 +252,7 @@ def sentence_attention(
         shown_keys=shown_keys,
         padded_queries=padded_query_rows(analysis, kind, row),
         real_keys=real_keys(analysis.trace, kind, row),
-        legend=_legend(tokenizer, [*shown_queries, *shown_keys]),
+        legend=_legend(tokenizer, [*query_labels, *key_labels]),
     )
 
 

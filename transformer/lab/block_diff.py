@@ -629,6 +629,7 @@ def compare_analyses(
                 min(layer, layers - 1),
                 min(head, config.n_heads - 1),
                 queries[id(side)],
+                tokenizer=side.tokenizer,
             )
         )
     return block_diff(walks[0], walks[1])

@@ -54,6 +54,7 @@ from ..core.run import Capture, LookInside, run_for
 from ..core.stacks import DecoderLayer, Encoded, EncoderLayer, Residual
 from ..core.trace import AttentionRecord, LayerTrace, StackInput
 from ..core.util import eval_mode
+from ..text.display import labels_of_pieces
 from ..text.tokenization import Tokenizer
 from .inside_citations import CODE, CodeLine
 from .inspection import Analysis, analyse
@@ -1070,6 +1071,7 @@ def walkthrough(
     head: int,
     query: int,
     row: int = 0,
+    tokenizer: Tokenizer | None = None,
 ) -> LayerWalkthrough:
     """Every step of one layer for one query token and one head (all counted from 0).
 
@@ -1082,6 +1084,9 @@ def walkthrough(
         head: the head whose attention arithmetic is shown (the concatenation shows them all).
         query: the position of the query token in the stack's input; a real token, not padding.
         row: the sentence of the batch.
+        tokenizer: the model's tokenizer, to label the tokens as every view writes them
+            (``"4:␣bread"``, not ``"4:Ġbread"``: :func:`~transformer.text.display.labels_of_pieces`);
+            without it, the pieces as stored.
 
     Returns:
         A :class:`LayerWalkthrough` whose steps follow the model's order: the input (the
@@ -1112,10 +1117,15 @@ def walkthrough(
         raise ValueError(
             f"token {query} is padding: choose a real token (0..{max(len(choosable) - 1, 0)})"
         )
-    labels = [f"{n}:{piece}" for n, piece in enumerate(pieces[row])]
+
+    def numbered(sequence: list[str]) -> list[str]:
+        shown = labels_of_pieces(tokenizer, sequence) if tokenizer is not None else sequence
+        return [f"{n}:{piece}" for n, piece in enumerate(shown)]
+
+    labels = numbered(pieces[row])
     memory_labels = None
     if stack == "decoder" and config.has_encoder:
-        memory_labels = [f"{n}:{piece}" for n, piece in enumerate(analysis.source_pieces[row])]
+        memory_labels = numbered(analysis.source_pieces[row])
     walk = LayerWalkthrough(
         config=config,
         stack=stack,
@@ -1295,4 +1305,4 @@ def inside_layer(
     """
     sentence = check_sentence(text)
     analysis = analyse(model, tokenizer, [sentence])
-    return walkthrough(model, analysis, stack, layer, head, query)
+    return walkthrough(model, analysis, stack, layer, head, query, tokenizer=tokenizer)

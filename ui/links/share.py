@@ -144,6 +144,17 @@ def check_value(component: gr.Component, raw: list[str], tab: str = "", key: str
     raise ValueError(f"a {type(component).__name__} cannot be set from a link")
 
 
+def _slider_number(component: Any, raw: list[str]) -> float | None:
+    """The finite number a slider's link value holds (out of range or not), else None."""
+    if not isinstance(component, gr.Slider) or not raw:
+        return None
+    try:
+        number = float(raw[-1])
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _quote(text: str) -> str:
     """The link's own ``text`` quoted in a message: at most ``MAX_SHOWN`` characters, one line."""
     text = " ".join(str(text).split())
@@ -276,6 +287,7 @@ def decode_view(
     values = dict(tab.defaults)
     messages = []
     refused: dict[str, int] = {}  # a refused key → the index of its message
+    outside: dict[str, float] = {}  # a layer or head past its slider's range → the number
     for key, raw in lists.items():
         if key in {"tab", "step"}:
             continue
@@ -301,9 +313,21 @@ def decode_view(
             # What is shown instead is said once the model has fitted the values (below).
             refused[key] = len(messages)
             messages.append(f"{tab.label} › {key}: {error}")
+            number = _slider_number(component, raw)
+            if key in ("layer", "head") and number is not None:
+                outside[key] = number
     limits = _model_limits(registry, values.get("model"))
     if limits is not None:
         for key, high in zip(("layer", "head"), limits, strict=True):
+            if key in outside:  # past the slider's own range: say the model's real one
+                low = int(getattr(tab.controls[key], "minimum", None) or 1)
+                shown = min(max(round(outside[key]), low), high)
+                messages[refused.pop(key)] = (
+                    f"{tab.label} › {key}: {outside[key]:g} is outside {low} to {high} "
+                    f"({values['model']} has {high}); showing {shown}."
+                )
+                values[key] = shown
+                continue
             if key in values and isinstance(values[key], (int, float)) and values[key] > high:
                 messages.append(
                     f"{tab.label} › {key} {values[key]}: {values['model']} has {high}; "

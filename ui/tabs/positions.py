@@ -23,6 +23,7 @@ from transformer.core.embeddings import (
 )
 from transformer.core.rotary import scaled_frequencies
 from transformer.figures.positional import readable_number
+from transformer.lab.analysis import shown_pieces
 
 from ..serving.errors import InputError, beside_input, friendly
 from ..serving.inputs import as_choice, as_float, as_int, as_int_list
@@ -320,7 +321,7 @@ def _sentence_figures(
     config = checkpoint.model.config
     analysis = registry.analysis(name, checkpoint, [sentence])
     stack, layer_input, pieces = _first_layer_input(analysis)
-    labels = figures.token_labels(pieces)
+    labels = figures.token_labels(shown_pieces(checkpoint.tokenizer, pieces))  # ␣cat, 美[1/3]
     types = None if stack.token_type_embedding is None else stack.token_type_embedding[0]
     normed = layer_input if config.embedding_norm else None
     options: dict[str, Any] = {

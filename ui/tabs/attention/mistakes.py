@@ -20,6 +20,7 @@ from transformer.core.config import ModelConfig
 from transformer.core.trace import AttentionKind
 from transformer.figures.attention import weights_beside_figure
 from transformer.lab import switches
+from transformer.lab.analysis import shown_pieces
 from transformer.lab.effects import MistakeEffect, compare_passes
 from transformer.lab.inspection import Analysis, check_sentences
 from transformer.lab.interventions import NO_INTERVENTION, Intervention
@@ -29,6 +30,7 @@ from transformer.lab.mistakes import (
 )
 from transformer.lab.switches import Switch
 from transformer.pretrained.checkpoint import Checkpoint
+from transformer.text.tokenization import Tokenizer
 
 from ...serving.errors import InputError, code_span, friendly, gpu, readable_list
 from ...serving.state import ModelRegistry, SessionModels, bind
@@ -132,6 +134,12 @@ def broken_pass(
     return BrokenPass(mistake, analysis=analysis, effect=effect)
 
 
+def _shown(tokenizer: Tokenizer | None, pieces: list[str]) -> list[str]:
+    """A sentence's pieces as every view writes them (␣cat, 美[1/3]) when the tokenizer is
+    known."""
+    return shown_pieces(tokenizer, pieces) if tokenizer is not None else pieces
+
+
 def _seeds(seed: str) -> str:
     """``"004"`` → "seed 004"; ``"003, 004"`` → "seeds 003 and 004"."""
     numbers = [n.strip() for n in seed.split(",")]
@@ -147,7 +155,13 @@ def _changed_count(effect: MistakeEffect) -> str:
     return f"predictions changed in {n} of {total} sentences"
 
 
-def describe(result: BrokenPass, config: ModelConfig, row: int, also: str = "") -> str:
+def describe(
+    result: BrokenPass,
+    config: ModelConfig,
+    row: int,
+    also: str = "",
+    tokenizer: Tokenizer | None = None,
+) -> str:
     """Markdown: where the mistake came from, why it is wrong, and what it did here (the
     largest logit change, where, and sentence ``row``'s predictions before → after).
     ``also`` names other what-ifs that were on in the same pass."""
@@ -164,7 +178,7 @@ def describe(result: BrokenPass, config: ModelConfig, row: int, also: str = "") 
     with_also = f" (with {also})" if also else ""
     broken_trace = effect.broken.trace
     if config.architecture == "encoder-only":
-        pieces = effect.correct.source_pieces[effect.sentence]
+        pieces = _shown(tokenizer, effect.correct.source_pieces[effect.sentence])
         lines.append(
             f"**What it did here{with_also}:** largest change of any encoder output "
             f"{effect.largest_hidden_change:.3f}; of the tied read-out's logits "
@@ -178,7 +192,7 @@ def describe(result: BrokenPass, config: ModelConfig, row: int, also: str = "") 
             f"sentence {row + 1} now read as another token."
         )
     else:
-        pieces = effect.correct.target_pieces[effect.sentence]
+        pieces = _shown(tokenizer, effect.correct.target_pieces[effect.sentence])
         reads = pieces[effect.position]
         lines.append(
             f"**What it did here{with_also}:** largest change of any output logit "
@@ -291,7 +305,11 @@ def panel(
         single = figures.scores_and_weights_figure(
             record, 0, view.head, view.query_labels, view.key_labels, large_font=large
         )
-        return single, cannot_run(result, large), describe(result, config, 0)
+        return (
+            single,
+            cannot_run(result, large),
+            describe(result, config, 0, tokenizer=checkpoint.tokenizer),
+        )
     row = result.effect.sentence
     view = attention_view(
         registry, session, sentences, name, kind, layer, head, row + 1, checkpoint
@@ -312,7 +330,7 @@ def panel(
         name_of,
         large,
     )
-    return single, diff, describe(result, config, row)
+    return single, diff, describe(result, config, row, tokenizer=checkpoint.tokenizer)
 
 
 def build(

@@ -192,7 +192,11 @@ def _beside(
     if changed.analysis is None:
         # The broken pass cannot run (the shapes clash): its message is what the mistake does.
         assert broken is not None
-        summary.append(seed_mistakes.describe(broken, config, row, switched))
+        summary.append(
+            seed_mistakes.describe(
+                broken, config, row, switched, tokenizer=request.checkpoint.tokenizer
+            )
+        )
         return (
             _scores_and_weights(request, view),
             _masks(request, view),
@@ -273,7 +277,11 @@ def _what_it_did(
     what a switch that is offered but idle here leaves as it was."""
     config, trace, row = request.config, view.analysis.trace, view.row
     if broken is not None:
-        lines = [seed_mistakes.describe(broken, config, row, switched)]
+        lines = [
+            seed_mistakes.describe(
+                broken, config, row, switched, tokenizer=request.checkpoint.tokenizer
+            )
+        ]
     elif config.architecture == "encoder-only":
         assert changed.trace.memory is not None and trace.memory is not None  # has an encoder
         delta = (changed.trace.memory - trace.memory).abs().max().item()

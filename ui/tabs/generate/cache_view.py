@@ -22,6 +22,7 @@ from transformer.generation.cache_stats import (
     layer_sizes,
     step_costs,
 )
+from transformer.lab.analysis import shown_piece
 
 from ...serving.errors import InputError, friendly, gpu, markdown_text
 from ...serving.state import ModelRegistry, bind
@@ -164,7 +165,10 @@ def kv_cache(registry: ModelRegistry, *inputs: Any) -> tuple[str, str, str]:
         tokenizer = registry.checkpoint(request.model, session).tokenizer
 
         def piece(i: int) -> str:  # the text a token adds, a line break shown as ⏎
-            return tokenizer.decode([i]).replace("\n", "⏎") or tokenizer.id_to_token(i) or "?"
+            text = tokenizer.decode([i])
+            if "\ufffd" in text:  # part of a character: named as every view names it
+                return shown_piece(tokenizer, tokenizer.id_to_token(i) or "?")
+            return text.replace("\n", "⏎") or tokenizer.id_to_token(i) or "?"
 
         return overview(decoding), steps(decoding, piece), measured(decoding)
 

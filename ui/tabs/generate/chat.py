@@ -11,7 +11,7 @@ from typing import Any
 
 import gradio as gr
 
-from transformer.lab.analysis import piece_legend, shown_piece
+from transformer.lab.analysis import piece_legend, shown_pieces
 
 from ...serving.errors import code_span
 from ...serving.state import GenerationState, ModelRegistry, SessionModels
@@ -65,9 +65,10 @@ def chat_tokens(registry: ModelRegistry, name: str, text: str, session: SessionM
     special = set(tokenizer.special_ids)
     raw = [tokenizer.id_to_token(i) or "?" for i in ids]
     # Written as every view writes a piece (␣You, ↵), the marks explained below the line.
+    shown = shown_pieces(tokenizer, raw)  # one sequence: a split character named in each piece
     pieces = [
-        f"**{code_span(piece)}**" if i in special else code_span(shown_piece(tokenizer, piece))
-        for i, piece in zip(ids, raw, strict=True)
+        f"**{code_span(piece)}**" if i in special else code_span(label)
+        for i, piece, label in zip(ids, raw, shown, strict=True)
     ]
     legend = piece_legend(tokenizer, raw)
     return (

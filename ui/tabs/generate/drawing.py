@@ -14,7 +14,13 @@ from transformer.figures.common import short_piece
 from transformer.figures.generation import next_token_figure
 from transformer.figures.lens import logit_lens_figure, residual_norms_figure
 from transformer.generation import DecodingSession, StepRecord
-from transformer.lab.analysis import piece_legend, shown_piece, shown_pieces, toy_vocabulary_note
+from transformer.lab.analysis import piece_legend, shown_pieces, toy_vocabulary_note
+from transformer.text.display import (
+    next_piece_label,
+    pending_character,
+    piece_labels,
+    piece_scheme,
+)
 
 from ...serving.errors import code_block, code_span
 from ...serving.state import GenerationState, ModelRegistry, SessionModels
@@ -26,23 +32,30 @@ from .request import GenerateRequest
 Drawn = tuple[str, Any, Any, Any, Any, Any, GenerationState]
 
 
-def _piece(tokenizer: Any, token_id: int) -> str:
-    """A token as every view writes it (:func:`transformer.lab.analysis.shown_piece`)."""
-    return shown_piece(tokenizer, tokenizer.id_to_token(token_id) or "?")
-
-
-def _pieces(tokenizer: Any) -> Callable[[int], str]:
-    """:func:`_piece` for one drawing, each id written once: a SmolLM2 step names about 200
-    tokens (the lens' 31 × 5 cells, the context, the chart), most of them more than once, at
-    some 30 µs each (a byte-level tokenizer's marks)."""
+def _candidates(tokenizer: Any, context: list[int]) -> Callable[[int], str]:
+    """A next token as it reads after ``context`` (the ids the model read), each id written
+    once: a piece that ends a character the context began names it (``美[3/3]``), as the
+    sequence's own labels do (:func:`transformer.text.display.next_piece_label`)."""
+    scheme = piece_scheme(tokenizer)
+    tail = [tokenizer.id_to_token(i) or "?" for i in context[-3:]]
     written: dict[int, str] = {}
 
     def piece(token_id: int) -> str:
         if token_id not in written:
-            written[token_id] = _piece(tokenizer, token_id)
+            stored = tokenizer.id_to_token(token_id) or "?"
+            written[token_id] = next_piece_label(scheme, tail, stored).text
         return written[token_id]
 
     return piece
+
+
+def _output_text(tokenizer: Any, ids: list[int]) -> tuple[str, str]:
+    """``(text, held back)``: the output decoded, without the first bytes of a character whose
+    rest is not generated yet (``tokenizer.decode`` writes them "�"), and those bytes as a
+    label writes them (``"⟨0xE7⟩[1/3]"``), ``""`` when every character is whole."""
+    text = tokenizer.decode(ids)
+    held = pending_character(piece_labels(tokenizer, ids))
+    return (text.rstrip("\ufffd"), held) if held else (text, "")
 
 
 def _chart(record: StepRecord, piece: Callable[[int], str], large: bool) -> Any:
@@ -118,8 +131,10 @@ def draw(
     # The sliders follow the model; an API caller's larger value shows the last layer/head.
     layer_i = min(request.layer - 1, config.n_decoder_layers - 1)
     head_i = min(request.head - 1, config.n_heads - 1)
-    piece = _pieces(tokenizer)
-    labels = figures.token_labels([piece(i) for i in last.tokens])
+    # The sequence read, written as one (a split character named in each of its pieces); the
+    # candidates for the next token as they read after it (the chart, the lens).
+    labels = figures.token_labels([label.text for label in piece_labels(tokenizer, last.tokens)])
+    piece = _candidates(tokenizer, last.tokens)
     # The new query is the last token read: named as in the self-attention rows.
     query = labels[len(last.tokens) - 1]
     text = _summary(decoding, tokenizer, lead, query, piece)
@@ -159,7 +174,7 @@ def draw(
         last.lens,
         piece,
         position_label=query,
-        chosen_label=last.chosen_label,
+        chosen_label=piece(last.chosen_id),
         large_font=large,
     )
     # Redrawn at every step while its section is open: the values are in the hover (as the
@@ -193,21 +208,25 @@ def _summary(
 ) -> str:
     """The summary markdown of a decoding: output so far, the last choice, beams, the end
     (``piece`` names a token, :func:`_pieces` of the tokenizer unless given)."""
-    piece = piece or _pieces(tokenizer)
     records = decoding.records
     last = records[-1]
-    output = tokenizer.decode(decoding.output_ids)
+    piece = piece or _candidates(tokenizer, last.tokens)
+    output, held = _output_text(tokenizer, decoding.output_ids)
+    if held:  # a character cut between pieces: shown once its last byte is generated
+        held = f" (and {held}: the first bytes of a character whose rest is still to come)"
+    output_pieces = piece_labels(tokenizer, decoding.output_ids)
     n = len(records)
     lines = [
         *lead,
         f"**Output so far** ({n} step{'s' if n != 1 else ''}): "
         # An output of several lines (a model writing code, a list) keeps its lines.
-        + (f"\n\n{code_block(output)}" if "\n" in output.strip("\n") else code_span(output)),
+        + (f"\n\n{code_block(output)}" if "\n" in output.strip("\n") else code_span(output))
+        + held,
         "Pieces: "
-        + " ".join(code_span(piece(i)) for i in decoding.output_ids)
+        + " ".join(code_span(label.text) for label in output_pieces)
         + _byte_notes(tokenizer, decoding.output_ids),
         f"Chosen at step {last.step + 1} from position {code_span(query)}: "
-        f"{code_span(last.chosen_label or f'#{last.chosen_id}')}, "
+        f"{code_span(piece(last.chosen_id))}, "
         f"probability {last.chosen_prob:.3f} under the model"
         + (
             f", {last.chosen_sampling_prob:.3f} in the distribution sampled from"
@@ -220,7 +239,7 @@ def _summary(
         lines.append(
             "Beams: "
             + "; ".join(
-                f"{code_span(tokenizer.decode(b.tokens))} (log-prob {b.score:.2f})"
+                f"{code_span(_output_text(tokenizer, list(b.tokens))[0])} (log-prob {b.score:.2f})"
                 for b in last.beams[:4]
             )
         )

@@ -10,9 +10,10 @@ from typing import Any
 import gradio as gr
 
 from transformer.generation import teacher_force
-from transformer.lab.analysis import shown_piece
+from transformer.lab.analysis import shown_pieces
 from transformer.pretrained.checkpoint import Checkpoint
 from transformer.pretrained.loading import family_summary
+from transformer.text.display import next_piece_label, piece_scheme
 
 from ...serving import limits
 from ...serving.errors import InputError, friendly, gpu, user_input
@@ -167,18 +168,21 @@ def force(
             decode_token=lambda i: tokenizer.id_to_token(i) or "?",
         )
 
-    def piece(i: int) -> str:  # as every view writes a piece (␣Paris, not ĠParis)
-        return shown_piece(tokenizer, tokenizer.id_to_token(i) or "?")
-
+    # As every view writes a piece (␣Paris, not ĠParis): the reference as one sequence (a
+    # split character named in each of its pieces), each prediction as it reads after the
+    # reference before it.
+    stored = [tokenizer.id_to_token(p.reference_id) or "?" for p in result.positions]
+    references = shown_pieces(tokenizer, stored)
+    scheme = piece_scheme(tokenizer)
     rows = [
         [
             p.position + 1,
-            piece(p.reference_id),
+            references[n],
             round(p.reference_prob, 4),
-            piece(p.predicted_id),
+            next_piece_label(scheme, stored[:n], tokenizer.id_to_token(p.predicted_id) or "?").text,
             "✓" if p.matches else "✗",
         ]
-        for p in result.positions
+        for n, p in enumerate(result.positions)
     ]
     what = "translation" if model.config.has_encoder else "continuation"
     text = (

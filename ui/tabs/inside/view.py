@@ -10,7 +10,6 @@ from typing import Any
 from transformer.figures.inside import section_figure
 from transformer.lab.analysis import (
     piece_legend,
-    shown_piece,
     shown_pieces,
     toy_vocabulary_note,
 )
@@ -196,7 +195,7 @@ def summary(chosen: Chosen, walk: LayerWalkthrough, name: str) -> str:
     tokenizer = chosen.checkpoint.tokenizer
     analysis = chosen.analysis
     pieces = (analysis.source_pieces if chosen.stack == "encoder" else analysis.target_pieces)[0]
-    query = f"{walk.query}:{shown_piece(tokenizer, pieces[walk.query])}"
+    query = walk.query_labels[walk.query]  # written as every view writes it
     lines = [
         f"**{name}**: {config.architecture}, {norm}{rotary}, d_model {config.d_model}, "
         f"{heads} × d_head {config.d_head}, d_ff {config.d_ff}, {activation}. "
@@ -266,5 +265,6 @@ def draw(chosen: Chosen, name: str, large: bool) -> tuple[str, list[tuple[str, s
         chosen.layer,
         chosen.head,
         chosen.query,
+        tokenizer=chosen.checkpoint.tokenizer,
     )
     return summary(chosen, walk, name), sections(walk, large)

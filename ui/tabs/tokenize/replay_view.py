@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from transformer.text.display import PieceScheme, label_pieces
 from transformer.text.replay import (
     BPEReplay,
     UnigramReplay,
@@ -38,16 +39,30 @@ def _symbol(symbol: str, byte_level: bool) -> str:
     return visible(readable_piece(symbol).text) if byte_level else symbol
 
 
+_BYTES = PieceScheme(byte_level=True)
+
+
+def _symbols(symbols: Sequence[str], byte_level: bool) -> list[str]:
+    """The first symbols of a word (those drawn) as one sequence: byte-level ones as every view
+    writes a piece, a byte of a split character named with its character (``美[1/3]``)."""
+    drawn = list(symbols[: REPLAY_SYMBOLS + 1])
+    if not byte_level:
+        return drawn
+    return [label.text for label in label_pieces(_BYTES, drawn)]
+
+
 def _bpe_line(head: str, detail: BPEReplay, step: int, byte_level: bool = False) -> str:
     if detail.whole_word:
         return head + " (whole word in the vocabulary: no merge)"
     shown = detail.merges[:step]
     symbols = shown[-1].symbols if shown else detail.symbols
-    state = _listed(symbols, lambda s: code_span(_symbol(s, byte_level)))
+    written = _symbols(symbols, byte_level)
+    state = _listed([*written, *symbols[len(written) :]], code_span)
     last = shown[-1] if shown else None
+    pair = _symbols(last.pair, byte_level) if last else []
     note = (
-        f"merge {len(shown)}/{len(detail.merges)}: {code_span(_symbol(last.pair[0], byte_level))} + "
-        f"{code_span(_symbol(last.pair[1], byte_level))} → {code_span(_symbol(last.result, byte_level))} "
+        f"merge {len(shown)}/{len(detail.merges)}: {code_span(pair[0])} + "
+        f"{code_span(pair[1])} → {code_span(_symbols([last.result], byte_level)[0])} "
         f"(rank {last.rank:,})"
         if last
         else f"start: {plural(len(detail.symbols), 'symbol')}, "
@@ -116,8 +131,9 @@ def replay_markdown(words: list[WordReplay], step: int, byte_level: bool = False
         text = _symbol(word.word, byte_level)
         if len(text) > REPLAY_WORD_CHARS:
             text = text[: REPLAY_WORD_CHARS - 1] + "…"
+        pieces = _symbols(word.pieces, byte_level)
         head = f"**{code_span(text)}** → " + _listed(
-            word.pieces, lambda p: code_span(_symbol(p, byte_level))
+            [*pieces, *word.pieces[len(pieces) :]], code_span
         )
         detail = word.steps
         if word.added_token or detail is None:

@@ -6,6 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from transformer.lab.analysis import visible_text
+from transformer.text.display import (
+    NAME_OPEN,
+    PieceLabel,
+    PieceScheme,
+    invisible_name,
+    label_pieces,
+    readable_text,
+    split_character_note,
+)
 from transformer.text.encoded import EncodedText, encode_text
 from transformer.text.replay import (
     readable_piece,
@@ -30,6 +39,11 @@ def visible(text: str) -> str:
     """Text for a code span: a space shown as ␣, line breaks and tabs as ↵ and ⇥ (the marks
     every view writes, :func:`transformer.lab.analysis.visible_text`)."""
     return visible_text(text)
+
+
+def _named(label: PieceLabel) -> bool:
+    """Whether the label names an invisible character (``⟨VS16⟩``), which the text would hide."""
+    return NAME_OPEN in label.text
 
 
 def unknown_message(encoded: EncodedText, text: str) -> str:
@@ -71,6 +85,14 @@ def highlighted(
     )
     records = encoded.records
     byte_level = encoded.algorithm == "byte_bpe"
+    # Every piece as every view writes it: a split character named in each of its pieces
+    # (美[1-2/3]), invisible characters named, right-to-left text isolated.
+    scheme = PieceScheme(
+        byte_level=byte_level,
+        continuation="##" if encoded.algorithm == "wordpiece" else "",
+        special=frozenset(r.piece for r in records if r.special),
+    )
+    labels = label_pieces(scheme, [r.piece for r in records])
     segments: list[tuple[str, str | None]] = []
     rows = []
     notes: list[str] = []
@@ -89,16 +111,20 @@ def highlighted(
             reads, note = "␣", "the word-start marker the tokenizer adds (no character of the text)"
         elif byte_level:
             readable = readable_piece(record.piece)
-            reads, note = readable.text, "; ".join(readable.notes)
+            shown = labels[index]
+            whole = all(not part.partial for part in shown.parts)
+            # Whole characters read as the text (a space as a space); a split one as its label.
+            reads = readable.text if whole and not _named(shown) else shown.text
             if not reads.strip():  # a piece of spaces or line breaks: make them visible
                 reads = visible(reads)
-            notes.extend(n for n in readable.notes if n not in notes)
+            note = shown.hover
+            notes.extend(n for n in readable.notes if n not in notes and "<0x" not in n)
         else:
-            reads, note = text[record.start : record.end], ""
+            reads, note = text[record.start : record.end], labels[index].hover
         rows.append(
             [
                 index,
-                record.piece,
+                labels[index].text,
                 record.id,
                 record.start,
                 record.end,
@@ -123,7 +149,10 @@ def highlighted(
             continue
         if record.start > cursor:
             segments.append((text[cursor : record.start], None))
-        segments.append((text[record.start : record.end], label))
+        span = text[record.start : record.end]
+        if span and all(invisible_name(c) for c in span):  # else an empty chip: name it
+            span = readable_text(span)
+        segments.append((span, label))
         cursor = record.end
     n_tokens = len(records)
     if n_tokens > MAX_CHIPS:
@@ -139,8 +168,11 @@ def highlighted(
         f"{plural(len(text), 'character')} → **{plural(n_tokens, 'token')}**, "
         f"{ratio} characters per token"
     )
+    split = split_character_note(labels)
+    if split:
+        notes.append(split)
     if notes:
-        shown = notes[:6] + ([f"… {len(notes) - 6} more in the table"] if len(notes) > 6 else [])
-        stats += "\n\nBytes explained: " + "; ".join(shown) + "."
+        listed = notes[:6] + ([f"… {len(notes) - 6} more in the table"] if len(notes) > 6 else [])
+        stats += "\n\nBytes explained: " + "; ".join(listed) + "."
     stats += unknown_message(encoded, text)
     return segments, rows, stats
