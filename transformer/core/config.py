@@ -225,8 +225,8 @@ class ModelConfig:
     @property
     def is_modern(self) -> bool:
         """Whether the model has any of the modern block's four changes from the paper (RMSNorm,
-        rotary positions, a gated feed-forward, shared key/value heads): the views that set it
-        beside the 2017 block, or switch its silent mistakes on, offer themselves by this."""
+        rotary positions, a gated feed-forward, shared key/value heads): the views about the
+        modern block offer themselves by this."""
         return (
             self.norm_kind == "rms"
             or self.positional == "rotary"
