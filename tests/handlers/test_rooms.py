@@ -435,3 +435,45 @@ def test_a_followers_generate_view_comes_at_the_lecturers_step_drawn_once_for_al
     assert catch_up.fn("", mine, *rest) is mine
     assert len(mine.decoding.records) == 4 and not mine.following
     assert live.fn(*live_args)[0] != gr.skip()  # its own again
+
+
+def test_a_quieted_event_keeps_its_kind_and_answers_only_when_not_following():
+    """Gradio streams a handler's values only when the function it holds is a generator
+    function: quieting Generate's Run to the end for followers must keep it one."""
+    import inspect
+    from types import SimpleNamespace
+
+    from ui.links.following import _quiet
+
+    def steps(state: Any, n: int) -> Iterator[tuple[int, int]]:
+        for i in range(n):
+            yield i, i * i
+
+    async def awaited(state: Any) -> tuple[int, int]:
+        return 1, 2
+
+    def called(state: Any) -> tuple[int, int]:
+        return 3, 4
+
+    alone, following = SimpleNamespace(following=None), SimpleNamespace(following="?tab=x")
+    quiet_steps = _quiet(steps, 0, 2)
+    assert inspect.isgeneratorfunction(quiet_steps)
+    assert list(quiet_steps(alone, 3)) == [(0, 0), (1, 1), (2, 4)]
+    (skipped,) = list(quiet_steps(following, 3))
+    assert len(skipped) == 2 and all(isinstance(s, dict) for s in skipped)
+    quiet_awaited = _quiet(awaited, 0, 2)
+    assert inspect.iscoroutinefunction(quiet_awaited)
+    assert _result(quiet_awaited(alone)) == (1, 2)
+    assert _result(quiet_awaited(following)) != (1, 2)
+    quiet_called = _quiet(called, 0, 2)
+    assert quiet_called(alone) == (3, 4) and quiet_called(following) != (3, 4)
+
+
+def _result(coroutine: Any) -> Any:
+    """A coroutine that never waits, run to its value without an event loop (a browser module
+    on the same test worker may hold one, where asyncio.run refuses to start)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError("the coroutine waited")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import logging
 import threading
 from collections import OrderedDict
@@ -240,14 +241,49 @@ def _handler(fns: list[Any], button: Any, api_name: str) -> Any:
 
 
 def _quiet(fn: Callable[..., Any], position: int, outputs: int) -> Callable[..., Any]:
-    """``fn``, answering with nothing while the state at ``position`` follows a room."""
+    """``fn``, answering with nothing while the state at ``position`` follows a room. Of the
+    same kind as ``fn`` (a generator stays a generator, a coroutine a coroutine): gradio reads
+    the kind from the function it is handed, and streams only a generator's values."""
 
-    @functools.wraps(fn)
-    def quiet(*args: Any, **kwargs: Any) -> Any:
+    def following(args: tuple[Any, ...]) -> bool:
         state = args[position] if position < len(args) else None
-        if getattr(state, "following", None):
-            return _skip(outputs)
-        return fn(*args, **kwargs)
+        return bool(getattr(state, "following", None))
 
-    quiet.quiet_while_following = True  # type: ignore[attr-defined]
+    quiet: Callable[..., Any]
+    if inspect.isasyncgenfunction(fn):
+
+        @functools.wraps(fn)
+        async def quiet_async_steps(*args: Any, **kwargs: Any) -> Any:
+            if following(args):
+                yield _skip(outputs)
+                return
+            async for value in fn(*args, **kwargs):
+                yield value
+
+        quiet = quiet_async_steps
+    elif inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def quiet_awaited(*args: Any, **kwargs: Any) -> Any:
+            return _skip(outputs) if following(args) else await fn(*args, **kwargs)
+
+        quiet = quiet_awaited
+    elif inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def quiet_steps(*args: Any, **kwargs: Any) -> Any:
+            if following(args):
+                yield _skip(outputs)
+                return
+            yield from fn(*args, **kwargs)
+
+        quiet = quiet_steps
+    else:
+
+        @functools.wraps(fn)
+        def quiet_called(*args: Any, **kwargs: Any) -> Any:
+            return _skip(outputs) if following(args) else fn(*args, **kwargs)
+
+        quiet = quiet_called
+    setattr(quiet, "quiet_while_following", True)  # noqa: B010  (a mark read back by getattr)
     return quiet
