@@ -3,6 +3,7 @@ the numbers drawn as given, layers and heads numbered from 1, and payloads small
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -84,3 +85,25 @@ def test_score_parts_get_a_panel_each_on_one_colour_scale():
     assert [a.text for a in fig.layout.annotations] == ["a", "b", "c"]
     assert {trace.coloraxis for trace in fig.data} == {"coloraxis"}
     assert np.isnan(np.asarray(fig.data[0].z, dtype=float)[0, 2])
+
+
+def test_the_score_parts_grid_is_stacked_on_a_phone_its_titles_apart():
+    """At 390 px the two columns of parts become one: each panel at the full width, in the
+    grid's reading order, each title above its own panel and none on another's."""
+    from transformer.figures.narrow import fit_width
+
+    names = ["token-token", "token-position", "position-token", "position-position", "rest"]
+    parts = {n: np.full((3, 3), float(i)) for i, n in enumerate(names)}
+    labels = ["0:a", "1:b", "2:c"]
+    fig = fit_width(figures.score_parts_figure(parts, labels, labels, "parts"), 370).to_dict()
+    layout = fig["layout"]
+    xs = [layout[f"xaxis{'' if i == 0 else i + 1}"]["domain"] for i in range(len(names))]
+    ys = [layout[f"yaxis{'' if i == 0 else i + 1}"]["domain"] for i in range(len(names))]
+    assert all(list(x) == [0.0, 1.0] for x in xs)
+    for upper, lower in itertools.pairwise(ys):  # top to bottom in the grid's reading order
+        assert lower[1] < upper[0]
+    titles = {a["text"]: a for a in layout["annotations"] if a["text"] in names}
+    for name, (_, high) in zip(names, ys, strict=True):
+        assert titles[name]["y"] == pytest.approx(high) and titles[name]["x"] == 0.5
+    # Each panel drawn the same height as in the grid, at least.
+    assert layout["height"] > 2 * 420

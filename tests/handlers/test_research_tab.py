@@ -8,11 +8,14 @@ from __future__ import annotations
 import inspect
 import math
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
+from transformer import research
+from transformer.core.operations import PAPER
 from transformer.lab.perplexity import read_text
 from ui.serving.errors import InputError
 from ui.serving.state import ModelRegistry, SessionModels
@@ -110,10 +113,170 @@ def test_patching_refuses_bad_input_in_words(registry, session, args, says):
         _raw(handlers.research_patching)(registry, BUNDLED, *args, False, session)
 
 
-def test_a_model_that_predicts_no_next_token_is_refused_with_the_ones_that_do(registry, session):
-    with pytest.raises(InputError) as refused:
-        _raw(handlers.research_ablation)(registry, "translate", text.TEXT, "zero", False, session)
-    assert "encoder-decoder" in str(refused.value) and "'continue'" in str(refused.value)
+TRANSLATE = text.ENCODER_DECODER_PRESETS["translate"]
+MINILM = "all-MiniLM-L6-v2"
+
+
+def _translate_ids(registry: ModelRegistry, target: str = TRANSLATE[2]):
+    """The bundled translate model, its clean and corrupted sources and decoder ids, as the
+    model's own tokenizer and start token give them."""
+    checkpoint = registry.checkpoint("translate", None)
+    tokenizer = checkpoint.tokenizer
+    sources = [torch.tensor([tokenizer.encoding(s).ids]) for s in TRANSLATE[:2]]
+    ids = torch.tensor([[tokenizer.bos_id, *tokenizer.encode_ids(target)]])
+    answer, wrong = (tokenizer.encode_ids(t)[0] for t in TRANSLATE[3:])
+    return checkpoint.model, sources, ids, answer, wrong
+
+
+@pytest.mark.parametrize("site", ["residual", "cross", "head"])
+def test_translate_patching_two_sources_equals_the_library(registry, session, site):
+    model, (clean, corrupted), ids, answer, wrong = _translate_ids(registry)
+    fig, summary = _raw(handlers.research_patching)(
+        registry, "translate", *TRANSLATE[:2], *TRANSLATE[3:], site, False, session, TRANSLATE[2]
+    )
+    expected = research.activation_patching(
+        model, ids, ids, answer, wrong, site, source=clean, corrupted_source=corrupted
+    )
+    np.testing.assert_allclose(_z(fig), expected.numpy(), atol=1e-6)
+    assert "encoder-decoder" in summary and "two sources" in summary
+
+
+def test_patching_a_corrupted_source_matches_a_patch_written_out(registry):
+    """The library's two-source sweep against the same patch done by hand: the clean run's
+    cross-attention output at (last layer, last position) copied into the corrupted run."""
+    model, (clean, corrupted), ids, answer, wrong = _translate_ids(registry)
+    last = model.config.n_decoder_layers - 1
+    kept = {}
+
+    def keep(site, x):
+        if site == ("decoder", last, "cross"):
+            kept["x"] = x.clone()
+        return x
+
+    def put(site, x):
+        if site == ("decoder", last, "cross"):
+            x = x.clone()
+            x[:, -1] = kept["x"][:, -1]
+        return x
+
+    with torch.no_grad():
+        diff = [
+            float(out[0, -1, answer] - out[0, -1, wrong])
+            for out in (
+                model(clean, ids, ops=replace(PAPER, patch=keep)),
+                model(corrupted, ids),
+                model(corrupted, ids, ops=replace(PAPER, patch=put)),
+            )
+        ]
+    restored = (diff[2] - diff[1]) / (diff[0] - diff[1])
+    swept = research.activation_patching(
+        model, ids, ids, answer, wrong, "cross", source=clean, corrupted_source=corrupted
+    )
+    assert abs(float(swept[last, -1]) - restored) < 1e-5
+    assert abs(float(swept[last, 0]) - restored) > 1e-3  # the wrong position differs
+
+
+def test_translate_decoder_methods_equal_the_library(registry, session):
+    model, (source, _), ids, _, _ = _translate_ids(registry)
+    fig, summary = _raw(handlers.research_ablation)(
+        registry, "translate", TRANSLATE[2], "zero", False, session, TRANSLATE[0]
+    )
+    with pytest.raises(InputError, match="loss is measured"):
+        _raw(handlers.research_ablation)(
+            registry, "translate", "", "zero", False, session, TRANSLATE[0]
+        )
+    np.testing.assert_allclose(
+        _z(fig), research.head_ablation(model, ids, "zero", source=source).numpy(), atol=1e-6
+    )
+    with torch.no_grad():
+        best = int(model(source, ids)[0, -1].argmax())
+    fig, summary = _raw(handlers.research_input)(
+        registry, "translate", TRANSLATE[2], "", "gradient x input", False, session, TRANSLATE[0]
+    )
+    expected = research.input_attribution(model, ids, best, "gradient_x_input", source=source)
+    scores = expected if isinstance(expected, torch.Tensor) else expected.scores
+    np.testing.assert_allclose(np.asarray(fig.data[0].y, float), scores.numpy(), atol=1e-5)
+    assert "source held fixed" in summary
+    fig, summary, _ = _raw(handlers.research_scores)(
+        registry, "translate", TRANSLATE[2], 2, 3, False, session, TRANSLATE[0]
+    )
+    parts = research.attention_score_parts(model, ids, 1, 2, source=source)
+    assert len(fig.data) == len(parts)
+    for trace, part in zip(fig.data, parts.values(), strict=True):
+        np.testing.assert_allclose(np.asarray(trace.z, float), part.numpy(), atol=1e-6)
+    assert _gap(summary) < 1e-5
+    # The 2017 block normalises after each sub-layer: its logit has no parts, said in words.
+    fig, summary = _raw(handlers.research_logit)(
+        registry, "translate", TRANSLATE[2], "", False, session, TRANSLATE[0]
+    )
+    assert "post-norm" in summary and fig.layout.annotations
+
+
+def test_an_encoder_decoder_model_needs_its_source(registry, session):
+    with pytest.raises(InputError, match="the text the encoder reads"):
+        _raw(handlers.research_scores)(registry, "translate", "le", 1, 1, False, session, "")
+    with pytest.raises(InputError, match="as many tokens"):
+        _raw(handlers.research_patching)(
+            registry,
+            "translate",
+            TRANSLATE[0],
+            "a cat",
+            " minou",
+            " chenot",
+            "residual",
+            False,
+            session,
+            "le",
+        )
+
+
+def test_the_page_shows_a_source_for_an_encoder_decoder_model_only(registry):
+    fitted = layout.fit_inputs(registry, "translate", None, "residual")
+    assert fitted[0].visible is True and fitted[0].value == TRANSLATE[0]
+    assert fitted[1].label == text.TARGET_LABEL and fitted[1].value == TRANSLATE[2]
+    assert "cross" in [key for _, key in fitted[7].choices]
+    fitted = layout.fit_inputs(registry, BUNDLED, None, "cross")
+    assert fitted[0].visible is False and fitted[7].value == "residual"
+    assert "cross" not in [key for _, key in fitted[7].choices]
+
+
+@pytest.mark.parametrize("layer", [1, 4])
+def test_minilm_score_parts_sum_to_its_captured_encoder_scores(registry, session, layer):
+    checkpoint = registry.checkpoint(MINILM, None)
+    sentence = text.ENCODER_TEXT
+    fig, _, words = _raw(handlers.research_scores)(
+        registry, MINILM, sentence, layer, 2, False, session
+    )
+    ids = torch.tensor([checkpoint.tokenizer.encoding(sentence).ids])
+    with torch.no_grad():
+        record = checkpoint.model(ids, capture=True).attention("encoder_self", layer - 1)
+    total = sum(np.asarray(trace.z, float) for trace in fig.data)
+    np.testing.assert_allclose(total, record.scores[0, 1].numpy(), atol=1e-5)
+    assert "encoder" in words and "token-position" in words
+
+
+@pytest.mark.parametrize(
+    ("handler", "args", "says"),
+    [
+        (handlers.research_patching, (*CAT, "residual"), "no answer logits"),
+        (handlers.research_ablation, (text.TEXT, "zero"), "no next-token loss"),
+        (handlers.research_logit, (text.TEXT, ""), "not logits"),
+        (handlers.research_input, (text.TEXT, "", "gradient x input"), "computes no logits"),
+    ],
+)
+def test_an_encoder_only_model_is_told_why_a_method_needs_a_next_token(
+    registry, session, handler, args, says
+):
+    fig, summary = _raw(handler)(registry, MINILM, *args, False, session)
+    assert "encoder-only" in summary and says in summary
+    assert fig.layout.annotations  # a figure that says so, not an empty plot
+
+
+def test_side_by_side_tells_why_it_needs_two_models_that_continue_text(registry, session):
+    with pytest.raises(InputError, match="does not continue text"):
+        _raw(handlers.research_side_by_side)(
+            registry, MINILM, BUNDLED, text.TEXT, 1, 1, 1, 1, False, session
+        )
 
 
 def test_ablation_names_the_head_that_raises_the_loss_most(registry, session):

@@ -149,13 +149,22 @@ def _panels(layout: dict[str, Any], data: Sequence[dict[str, Any]]) -> list[tupl
     if len({y for _, y in keys}) != len(keys):
         return []
     domains = [list((layout.get(x) or {}).get("domain", [0, 1])) for x, _ in keys]
-    rows = {tuple((layout.get(y) or {}).get("domain", [0, 1])) for _, y in keys}
-    if len(rows) != 1:
-        return []
-    order = sorted(range(len(keys)), key=lambda i: domains[i][0])
-    for before, after in itertools.pairwise(order):
-        if domains[before][1] > domains[after][0] + 1e-6:  # overlapping: not side by side
+    heights = [tuple((layout.get(y) or {}).get("domain", [0, 1])) for _, y in keys]
+    # A grid (the score parts' two columns of three rows) is read row by row, top first.
+    rows: dict[tuple[float, ...], list[int]] = {}
+    for index, row in enumerate(heights):
+        rows.setdefault(row, []).append(index)
+    order: list[int] = []
+    tops = sorted(rows, key=lambda row: -row[1])
+    for upper, lower in itertools.pairwise(tops):
+        if lower[1] > upper[0] + 1e-6:  # overlapping rows: not a grid
             return []
+    for row in tops:
+        members = sorted(rows[row], key=lambda i: domains[i][0])
+        for before, after in itertools.pairwise(members):
+            if domains[before][1] > domains[after][0] + 1e-6:  # overlapping: not side by side
+                return []
+        order += members
     return [keys[i] for i in order]
 
 
@@ -180,24 +189,32 @@ def _stack_panels(layout: dict[str, Any], data: list[dict[str, Any]], size: floa
     margin = layout["margin"]
     height = float(layout.get("height") or 450)
     top, bottom = float(margin.get("t", 100)), float(margin.get("b", 80))
-    panel_height = max(height - top - bottom, 160.0)
+    area = height - top - bottom
+    rows = [list((layout.get(y) or {}).get("domain", [0, 1])) for _, y in panels]
+    # Each panel keeps the height it had (a whole row's, for one row of panels).
+    panel_heights = [max(area * (high - low), 160.0) for low, high in rows]
     old = [list((layout.get(x) or {}).get("domain", [0, 1])) for x, _ in panels]
     # Below each panel but the last: its tick labels and axis title, then the next one's title.
     gaps = [_tick_room(layout.get(x) or {}, size) + 2.2 * size for x, _ in panels[:-1]]
-    plot = panel_height * len(panels) + sum(gaps)
+    plot = sum(panel_heights) + sum(gaps)
     layout["height"] = round(top + bottom + plot)
     start = 0.0
     domains = []
     for index, (x, y) in enumerate(panels):
         upper = 1 - start / plot
-        lower = 1 - (start + panel_height) / plot
+        lower = 1 - (start + panel_heights[index]) / plot
         domains.append([max(0.0, lower), min(1.0, upper)])
         layout[x] = {**(layout.get(x) or {}), "domain": [0.0, 1.0]}
         layout[y] = {**(layout.get(y) or {}), "domain": domains[-1]}
+        # Stacked, every panel shows its keys (a grid showed them under its last row only).
+        if layout[x].get("showticklabels") is False:
+            layout[x]["showticklabels"] = True
+        if layout[y].get("showticklabels") is False:
+            layout[y]["showticklabels"] = True
         if index < len(gaps):
-            start += panel_height + gaps[index]
+            start += panel_heights[index] + gaps[index]
     for note in layout.get("annotations") or []:
-        _move_panel_title(note, old, domains)
+        _move_panel_title(note, old, domains, [top for _, top in rows])
     axis_of = {x[5:]: i for i, (x, _) in enumerate(panels)}
     for trace in data:
         panel = axis_of.get(trace.get("xaxis", "x")[1:])
@@ -249,17 +266,22 @@ def _shrink_fixed_labels(layout: dict[str, Any], width: float, size: float) -> N
 
 
 def _move_panel_title(
-    note: dict[str, Any], old: Sequence[Sequence[float]], new: Sequence[Sequence[float]]
+    note: dict[str, Any],
+    old: Sequence[Sequence[float]],
+    new: Sequence[Sequence[float]],
+    tops: Sequence[float] | None = None,
 ) -> None:
-    """A panel title (an annotation on the paper just above the panels, over one of the old
-    side-by-side ``old`` domains) moved above its stacked panel's ``new`` domain."""
+    """A panel title (an annotation on the paper just above a panel: over one of the old
+    side-by-side ``old`` domains, at its row's top ``tops``, 1 by default) moved above its
+    stacked panel's ``new`` domain."""
     if note.get("xref", "x") != "paper" or note.get("yref", "y") != "paper":
         return
     x, y = note.get("x"), note.get("y")
-    if not isinstance(x, (int, float)) or not isinstance(y, (int, float)) or y < 0.98:
+    if not isinstance(x, (int, float)) or not isinstance(y, (int, float)):
         return
-    for (left, right), (_, high) in zip(old, new, strict=True):
-        if left - 1e-6 <= x <= right + 1e-6:
+    for (left, right), (_, high), top in zip(old, new, tops or [1.0] * len(old), strict=True):
+        above = y >= top - 0.02 and (top >= 1.0 - 1e-6 or y <= top + 0.1)
+        if above and left - 1e-6 <= x <= right + 1e-6:
             note.update(x=0.5, xanchor="center", y=high, yanchor="bottom")
             return
 

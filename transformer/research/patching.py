@@ -20,8 +20,14 @@ from ..core.model import Transformer
 from ..core.operations import Site
 from ._common import Progress, as_ids, check_token, logits, n_layers, recorded, source_for, stack_of
 
-PatchSite = Literal["residual", "attention", "mlp", "head"]
-_WHAT = {"residual": "residual", "attention": "attention", "mlp": "mlp", "head": "heads"}
+PatchSite = Literal["residual", "attention", "mlp", "head", "cross"]
+_WHAT = {
+    "residual": "residual",
+    "attention": "attention",
+    "mlp": "mlp",
+    "head": "heads",
+    "cross": "cross",
+}
 
 
 def activation_patching(
@@ -33,6 +39,7 @@ def activation_patching(
     site: PatchSite = "residual",
     *,
     source: Tensor | Sequence[int] | None = None,
+    corrupted_source: Tensor | Sequence[int] | None = None,
     progress: Progress | None = None,
     batch_size: int | None = None,
 ) -> Tensor:
@@ -54,9 +61,15 @@ def activation_patching(
             - ``"attention"``: each self-attention layer's output (after W_O), at each position;
             - ``"mlp"``: each feed-forward's output, at each position;
             - ``"head"``: each head's output (its weighted values, before W_O), at every
-              position at once.
+              position at once;
+            - ``"cross"``: each cross-attention layer's output (after W_O), at each position,
+              on an encoder-decoder model: where the decoder reads the source.
         source: the encoder's input of an encoder-decoder model, the same for both runs (the
             prompts are then the decoder's input and the layers the decoder's).
+        corrupted_source: the corrupted run's source where it differs from ``source`` (two
+            sources one word apart, the decoder's prompt the same): the decoder's activations
+            are still what is patched, so the sweep shows where in the decoder the changed
+            word arrives through cross-attention.
         progress: called with ``(done, total)`` patched runs as the sweep goes.
         batch_size: patched runs computed together in one batch (default: about 512 tokens).
 
@@ -73,8 +86,11 @@ def activation_patching(
             f"the clean and corrupted prompts must have the same number of tokens "
             f"({clean.size(1)} and {corrupted.size(1)})"
         )
+    if site == "cross" and not model.config.has_encoder:
+        raise ValueError("only an encoder-decoder model has cross-attention to patch")
     answer, wrong = check_token(model, answer, "answer"), check_token(model, wrong, "wrong")
     stack, src, what = stack_of(model), source_for(model, source), _WHAT[site]
+    src_corrupted = src if corrupted_source is None else source_for(model, corrupted_source)
     n_layer = n_layers(model, stack)
     width = model.config.n_heads if site == "head" else clean.size(1)
     cells = [(layer, i) for layer in range(n_layer) for i in range(width)]
@@ -86,7 +102,7 @@ def activation_patching(
     with torch.inference_mode():
         clean_logits, kept = recorded(model, clean, [what], src)
         clean_metric = metric(clean_logits)[0]
-        corrupted_metric = metric(logits(model, corrupted, src))[0]
+        corrupted_metric = metric(logits(model, corrupted, src_corrupted))[0]
         span = clean_metric - corrupted_metric
         if abs(float(span)) < 1e-6:
             raise ValueError(
@@ -97,7 +113,7 @@ def activation_patching(
         for start in range(0, len(cells), rows):
             chunk = cells[start : start + rows]
             patch = _patch_of(stack, what, chunk, kept)
-            out = logits(model, corrupted.expand(len(chunk), -1), src, patch)
+            out = logits(model, corrupted.expand(len(chunk), -1), src_corrupted, patch)
             result[start : start + len(chunk)] = ((metric(out) - corrupted_metric) / span).cpu()
             if progress is not None:
                 progress(start + len(chunk), len(cells))

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from transformer.figures import research as figures
 from transformer.figures.attention import placeholder_figure
+from transformer.generation.loop import decoding_ends
 from transformer.lab import side_by_side as pair
 from transformer.lab.analysis import shown_piece
 from transformer.lab.perplexity import read_text, reference_paragraph
@@ -27,10 +28,13 @@ from ...serving.errors import InputError, friendly, gpu, user_input
 from ...serving.state import ModelRegistry, SessionModels
 from . import methods
 from .text import (
+    ENCODER_DECODER,
+    ENCODER_ONLY,
     IG_STEPS,
     MAX_RESEARCH_TOKENS,
     POST_NORM,
     SCORES_2017,
+    SCORES_ENCODER,
     SCORES_ROTARY,
     SHORT_SITES,
     SITES,
@@ -44,22 +48,86 @@ _PAGE_PROGRESS = gr.Progress()
 
 
 def _checkpoint(registry: ModelRegistry, name: str, session: SessionModels | None) -> Checkpoint:
-    """The model called ``name``, one that reads a text and predicts its next token."""
-    checkpoint = registry.checkpoint(name, session)
-    architecture = checkpoint.config.architecture
-    if architecture != "decoder-only":
+    """The model called ``name``, whatever its architecture (each method says what applies)."""
+    return registry.checkpoint(name, session)
+
+
+def encoder_only(checkpoint: Checkpoint, name: str, method: str, large: bool) -> tuple[Any, str]:
+    """The figure and words a method shows for an encoder-only model: why it does not apply."""
+    titles = {
+        "patching": "Activation patching",
+        "ablation": "Head ablation",
+        "logit": "Direct logit attribution",
+        "input": "Input attribution",
+    }
+    return placeholder_figure(
+        titles[method], "Not for an encoder-only model", large_font=large
+    ), ENCODER_ONLY[method].format(name=name)
+
+
+def source_ids(checkpoint: Checkpoint, text: Any, what: str = "the source") -> Tensor:
+    """``(1, Ts)`` ids of an encoder-decoder model's source, as its encoder reads one (the
+    tokenizer's own special tokens: Marian's closing ``</s>``; none for the bundled models)."""
+    if not isinstance(text, str) or not text.strip():
+        raise InputError(f"enter {what}: the text the encoder reads")
+    with user_input():
+        ids = checkpoint.tokenizer.encoding(text.strip()).ids
+    if not ids:
+        raise InputError(f"{what} has no tokens for this model")
+    if len(ids) > MAX_RESEARCH_TOKENS:
         raise InputError(
-            f"'{name}' is an {architecture} model: these methods follow a prediction of the "
-            "next token, which only a model that continues text makes. Choose "
-            + ", ".join(
-                f"'{n}'"
-                for n in registry.menu(session)
-                if n in registry.bundled.models
-                and registry.bundled.models[n].config.architecture == "decoder-only"
-            )
-            + " or a pretrained model such as SmolLM2"
+            f"{what} is {len(ids)} tokens long; these methods read at most "
+            f"{MAX_RESEARCH_TOKENS} here: shorten it"
         )
-    return checkpoint
+    return torch.tensor([ids], device=checkpoint.model.device)
+
+
+def decoder_ids(
+    checkpoint: Checkpoint, text: Any, least: int = 1, what: str = "the decoder's input"
+) -> tuple[Tensor, list[str]]:
+    """``(1, T)`` ids an encoder-decoder's decoder reads: its start token, then ``text`` (the
+    output so far, may be empty), and their pieces as shown."""
+    config, tokenizer = checkpoint.config, checkpoint.tokenizer
+    start, _ = decoding_ends(config, tokenizer.bos_id, tokenizer.eos_id)
+    if start is None:
+        raise InputError("this model names no start token for its decoder")
+    words = text.strip() if isinstance(text, str) else ""
+    with user_input():
+        ids = [start, *(tokenizer.encode_ids(words) if words else [])]
+    if len(ids) < least:
+        raise InputError(
+            f"{what} needs at least {least - 1} token after the start token here (the loss is "
+            "measured on the tokens the decoder writes): enter the output so far"
+        )
+    if len(ids) > MAX_RESEARCH_TOKENS:
+        raise InputError(f"{what} is {len(ids)} tokens long; shorten it")
+    pieces = [shown_piece(tokenizer, tokenizer.id_to_token(i) or "?") for i in ids]
+    return torch.tensor([ids], device=checkpoint.model.device), pieces
+
+
+def read_inputs(
+    checkpoint: Checkpoint, text: Any, source: Any, least: int = 2
+) -> tuple[Tensor, list[str], dict[str, Any]]:
+    """The ids the method follows and their pieces, and ``{"source": ids}`` for an
+    encoder-decoder model (``{}`` otherwise): a decoder-only model reads ``text`` as its
+    prompt; an encoder-decoder's decoder reads ``text`` after its start token, the encoder
+    ``source``; an encoder-only model reads ``text`` with its own special tokens."""
+    architecture = checkpoint.config.architecture
+    if architecture == "encoder-decoder":
+        ids, pieces = decoder_ids(checkpoint, text, max(1, least))
+        return ids, pieces, {"source": source_ids(checkpoint, source)}
+    if architecture == "encoder-only":
+        if not isinstance(text, str) or not text.strip():
+            raise InputError("enter the text")
+        tokenizer = checkpoint.tokenizer
+        with user_input():
+            read = tokenizer.encoding(text.strip()).ids
+        if len(read) > MAX_RESEARCH_TOKENS:
+            raise InputError(f"the text is {len(read)} tokens long; shorten it")
+        pieces = [shown_piece(tokenizer, tokenizer.id_to_token(i) or "?") for i in read]
+        return torch.tensor([read], device=checkpoint.model.device), pieces, {}
+    ids, pieces = prompt_ids(checkpoint, text)
+    return ids, pieces, {}
 
 
 def prompt_ids(
@@ -138,7 +206,8 @@ def admitted(
 
 
 def _layer_count(checkpoint: Checkpoint) -> int:
-    return checkpoint.config.n_decoder_layers
+    config = checkpoint.config
+    return config.n_decoder_layers or config.n_encoder_layers
 
 
 def _position_labels(pieces: list[str]) -> list[str]:
@@ -164,16 +233,39 @@ def research_patching(
     site: str,
     large: bool,
     session: SessionModels | None,
+    target: str = "",
     progress: gr.Progress = _PAGE_PROGRESS,
 ) -> tuple[Any, str]:
     """The ``/research_patching`` endpoint: patch ``site`` ("residual", "attention", "mlp" or
     "head") of the clean run into the corrupted one, everywhere in turn; the figure (layers ×
-    positions, or layers × heads) and what it says."""
+    positions, or layers × heads) and what it says. On an encoder-decoder model ``clean`` and
+    ``corrupted`` are two sources and ``target`` the decoder's input in both runs."""
     checkpoint = _checkpoint(registry, name, session)
+    architecture = checkpoint.config.architecture
+    if architecture == "encoder-only":
+        return encoder_only(checkpoint, name, "patching", large)
     if site not in SITES:
         raise InputError(f"site must be one of {', '.join(SITES)}")
-    clean_ids, clean_pieces = prompt_ids(checkpoint, clean, "the clean prompt")
-    corrupted_ids, _ = prompt_ids(checkpoint, corrupted, "the corrupted prompt")
+    if site == "cross" and architecture != "encoder-decoder":
+        raise InputError(
+            f"{name} reads no source, so it has no cross-attention to patch: choose another site"
+        )
+    sources: dict[str, Any] = {}
+    if architecture == "encoder-decoder":
+        clean_source = source_ids(checkpoint, clean, "the clean source")
+        corrupted_source = source_ids(checkpoint, corrupted, "the corrupted source")
+        if clean_source.shape != corrupted_source.shape:
+            raise InputError(
+                f"the clean source has {clean_source.shape[1]} tokens and the corrupted one "
+                f"{corrupted_source.shape[1]}: change one word for one cut into as many tokens, "
+                "so that the two runs differ in that word only"
+            )
+        sources = {"source": clean_source, "corrupted_source": corrupted_source}
+        clean_ids, clean_pieces = decoder_ids(checkpoint, target)
+        corrupted_ids = clean_ids
+    else:
+        clean_ids, clean_pieces = prompt_ids(checkpoint, clean, "the clean prompt")
+        corrupted_ids, _ = prompt_ids(checkpoint, corrupted, "the corrupted prompt")
     if clean_ids.shape[1] != corrupted_ids.shape[1]:
         raise InputError(
             f"the clean prompt has {clean_ids.shape[1]} tokens and the corrupted one "
@@ -202,6 +294,7 @@ def research_patching(
             wrong_id,
             cast(Any, site),
             progress=report,
+            **sources,
         )
 
     result = admitted(
@@ -210,7 +303,7 @@ def research_patching(
         checkpoint,
         clean_ids.shape[1],
         n_layers * columns + 2,
-        ("patching", clean, corrupted, answer_id, wrong_id, site),
+        ("patching", clean, corrupted, target if sources else "", answer_id, wrong_id, site),
         compute,
     )
     values = result.detach().float().cpu()
@@ -227,7 +320,8 @@ def research_patching(
     layer, column = divmod(int(values.abs().argmax()), values.shape[1])
     where = f"head {column + 1}" if site == "head" else f"position {labels[column]!r}"
     summary = (
-        f"{note_a}{note_w}Metric: logit({answer_piece!r}) − logit({wrong_piece!r}), "
+        (ENCODER_DECODER.format(name=name) + " " if sources else "")
+        + f"{note_a}{note_w}Metric: logit({answer_piece!r}) − logit({wrong_piece!r}), "
         f"normalised so 0 is the corrupted run and 1 the clean run. The strongest cell is "
         f"layer {layer + 1}, {where}: patching it there restores "
         f"{float(values[layer, column]):.2f} of the difference."
@@ -255,6 +349,7 @@ def research_ablation(
     how: str,
     large: bool,
     session: SessionModels | None,
+    source: str = "",
     progress: gr.Progress = _PAGE_PROGRESS,
 ) -> tuple[Any, str]:
     """The ``/research_ablation`` endpoint: each head zeroed (``how="zero"``) or replaced by
@@ -262,10 +357,17 @@ def research_ablation(
     the text's next-token loss, layers × heads, the head that matters most named, and the
     perplexity meter's reading."""
     checkpoint = _checkpoint(registry, name, session)
+    if checkpoint.config.architecture == "encoder-only":
+        return encoder_only(checkpoint, name, "ablation", large)
     if how not in ("zero", "mean"):
         raise InputError("ablation is 'zero' or 'mean'")
-    ids, _ = prompt_ids(checkpoint, text)
+    ids, _, sources = read_inputs(checkpoint, text, source, least=2)
     n_layers, n_heads = _layer_count(checkpoint), checkpoint.config.n_heads
+    if sources and how == "mean":
+        raise InputError(
+            "mean ablation averages each head over a reference paragraph, which an "
+            "encoder-decoder model's decoder never reads on its own: choose zero ablation"
+        )
     reference = reference_ids(checkpoint) if how == "mean" else None
 
     def report(done: int, total: int) -> None:
@@ -275,8 +377,8 @@ def research_ablation(
         options: dict[str, Any] = {"progress": report}
         if reference is not None:
             options["reference_ids"] = reference
-        change = methods.head_ablation(checkpoint.model, ids, cast(Any, how), **options)
-        return change, read_text(checkpoint.model, ids[0]).nll
+        change = methods.head_ablation(checkpoint.model, ids, cast(Any, how), **options, **sources)
+        return change, _loss(checkpoint, ids, sources)
 
     change, nll = admitted(
         registry,
@@ -284,7 +386,7 @@ def research_ablation(
         checkpoint,
         ids.shape[1],
         n_layers * n_heads + 2 + (0 if reference is None else reference.shape[1] // ids.shape[1]),
-        ("ablation", text, how),
+        ("ablation", text, source if sources else "", how),
         compute,
     )
     values = change.detach().float().cpu()
@@ -301,7 +403,8 @@ def research_ablation(
     after = nll + worst
     done = "zeroing" if how == "zero" else "replacing with its mean over a reference paragraph"
     summary = (
-        f"**Layer {layer + 1}, head {head + 1} matters most here**: {done} raises the "
+        ("The decoder's heads, its source held fixed. " if sources else "")
+        + f"**Layer {layer + 1}, head {head + 1} matters most here**: {done} raises the "
         f"next-token loss by {worst:.3f} nats. Perplexity meter: {math.exp(nll):.2f} with every "
         f"head → {math.exp(min(after, 700)):.2f} without this one "
         f"(loss {nll:.3f} → {after:.3f} nats a token)."
@@ -309,23 +412,42 @@ def research_ablation(
     return fig, summary
 
 
+def _loss(checkpoint: Checkpoint, ids: Tensor, sources: dict[str, Any]) -> float:
+    """The mean next-token loss (nats) of ``ids``: the perplexity meter's for a decoder-only
+    model; for an encoder-decoder, the decoder's on its own input with the source given."""
+    if not sources:
+        return read_text(checkpoint.model, ids[0]).nll
+    with torch.inference_mode():
+        logits = checkpoint.model(sources["source"], ids)[0, :-1].float()
+    return float(torch.nn.functional.cross_entropy(logits, ids[0, 1:]))
+
+
 # -- 3. Direct logit attribution ---------------------------------------------------------------
 
 
-def _next_token(checkpoint: Checkpoint, ids: Tensor, token: Any) -> tuple[int, str, str]:
+def _next_token(
+    checkpoint: Checkpoint, ids: Tensor, token: Any, sources: dict[str, Any] | None = None
+) -> tuple[int, str, str]:
     """The token to explain: the one named, else the model's own prediction."""
     if isinstance(token, str) and token:
         return one_token(checkpoint, token, "the token")
-    with torch.inference_mode():
-        logits = checkpoint.model.decode(ids, last_only=True).logits
-    best = int(logits[0, -1].argmax())
+    best = int(_last_logits(checkpoint, ids, sources or {}).argmax())
     piece = shown_piece(checkpoint.tokenizer, checkpoint.tokenizer.id_to_token(best) or "?")
     return best, piece, f"The model's own next token, {piece!r}, is explained. "
 
 
-def _logit(checkpoint: Checkpoint, ids: Tensor, token: int) -> float:
+def _last_logits(checkpoint: Checkpoint, ids: Tensor, sources: dict[str, Any]) -> Tensor:
+    """``(V,)`` the logits after the last of ``ids`` (the decoder's, its source given)."""
     with torch.inference_mode():
-        return float(checkpoint.model.decode(ids, last_only=True).logits[0, -1, token])
+        if sources:
+            return checkpoint.model(sources["source"], ids)[0, -1]
+        return checkpoint.model.decode(ids, last_only=True).logits[0, -1]
+
+
+def _logit(
+    checkpoint: Checkpoint, ids: Tensor, token: int, sources: dict[str, Any] | None = None
+) -> float:
+    return float(_last_logits(checkpoint, ids, sources or {})[token])
 
 
 @friendly
@@ -337,26 +459,35 @@ def research_logit(
     token: str,
     large: bool,
     session: SessionModels | None,
+    source: str = "",
 ) -> tuple[Any, str]:
     """The ``/research_logit`` endpoint: the next token's logit (``token``, or the model's own
     prediction when empty) as the sum of what the embedding, each head and each MLP wrote into
     the residual stream, read through the final norm frozen at the real pass."""
     checkpoint = _checkpoint(registry, name, session)
-    ids, _ = prompt_ids(checkpoint, text)
+    if checkpoint.config.architecture == "encoder-only":
+        return encoder_only(checkpoint, name, "logit", large)
+    ids, _, sources = read_inputs(checkpoint, text, source, least=1)
     config = checkpoint.config
     if config.norm != "pre" or config.post_sublayer_norm:
         # Not an error after the fact: the method does not apply, and the page says why.
         return placeholder_figure(
             "Direct logit attribution", "Not for a post-norm model", large_font=large
         ), POST_NORM.format(name=name)
-    token_id, piece, note = _next_token(checkpoint, ids, token)
+    token_id, piece, note = _next_token(checkpoint, ids, token, sources)
 
     def compute() -> tuple[Any, float]:
-        result = methods.direct_logit_attribution(checkpoint.model, ids, token_id)
-        return result, _logit(checkpoint, ids, token_id)
+        result = methods.direct_logit_attribution(checkpoint.model, ids, token_id, **sources)
+        return result, _logit(checkpoint, ids, token_id, sources)
 
     result, computed = admitted(
-        registry, name, checkpoint, ids.shape[1], 2, ("logit", text, token_id), compute
+        registry,
+        name,
+        checkpoint,
+        ids.shape[1],
+        2,
+        ("logit", text, source if sources else "", token_id),
+        compute,
     )
     parts = methods.as_parts(result)
     parts = methods.Parts([methods.shown_part(n) for n in parts.names], parts.values)
@@ -394,19 +525,22 @@ def research_input(
     method: str,
     large: bool,
     session: SessionModels | None,
+    source: str = "",
 ) -> tuple[Any, str]:
     """The ``/research_input`` endpoint: how much each input token's embedding counts for the
     next token's logit, by gradient × input or integrated gradients (with its completeness)."""
     checkpoint = _checkpoint(registry, name, session)
+    if checkpoint.config.architecture == "encoder-only":
+        return encoder_only(checkpoint, name, "input", large)
     if method not in ("gradient x input", "integrated gradients"):
         raise InputError("method is 'gradient x input' or 'integrated gradients'")
-    ids, pieces = prompt_ids(checkpoint, text)
-    token_id, piece, note = _next_token(checkpoint, ids, token)
+    ids, pieces, sources = read_inputs(checkpoint, text, source, least=1)
+    token_id, piece, note = _next_token(checkpoint, ids, token, sources)
     passes = 2 if method == "gradient x input" else 2 * IG_STEPS
 
     def compute() -> Any:
         return methods.input_attribution(
-            checkpoint.model, ids, token_id, cast(Any, method.replace(" ", "_"))
+            checkpoint.model, ids, token_id, cast(Any, method.replace(" ", "_")), **sources
         )
 
     result = admitted(
@@ -415,7 +549,7 @@ def research_input(
         checkpoint,
         ids.shape[1],
         passes,
-        ("input", text, token_id, method),
+        ("input", text, source if sources else "", token_id, method),
         compute,
     )
     scores, delta = methods.as_scores(result)
@@ -428,8 +562,8 @@ def research_input(
     )
     best = int(scores.abs().argmax())
     summary = (
-        f"{note}The token that counts most is {best}:{pieces[best]!r} ({float(scores[best]):+.3f})."
-    )
+        "Over the decoder's input, its source held fixed. " if sources else ""
+    ) + f"{note}The token that counts most is {best}:{pieces[best]!r} ({float(scores[best]):+.3f})."
     if method == "integrated gradients":
         logit = getattr(result, "logit", None)
         baseline = getattr(result, "baseline_logit", None)
@@ -457,10 +591,19 @@ def research_input(
 # -- 5. Why a head attends ---------------------------------------------------------------------
 
 
-def _real_scores(checkpoint: Checkpoint, ids: Tensor, layer: int, head: int) -> Tensor:
+def _real_scores(
+    checkpoint: Checkpoint, ids: Tensor, layer: int, head: int, sources: dict[str, Any]
+) -> Tensor:
+    """``(T, T)`` the head's scores as the model captures them in its own pass."""
+    model = checkpoint.model
     with torch.inference_mode():
-        decoded = checkpoint.model.decode(ids, capture=True)
-        return decoded.layers[layer].self_attention.scores[0, head].float().cpu()
+        if checkpoint.config.architecture == "encoder-only":
+            record = model(ids, capture=True).attention("encoder_self", layer)
+        elif sources:
+            record = model(sources["source"], ids, capture=True).attention("decoder_self", layer)
+        else:
+            record = model.decode(ids, capture=True).layers[layer].self_attention
+        return record.scores[0, head].float().cpu()
 
 
 @friendly
@@ -473,18 +616,19 @@ def research_scores(
     head: Any,
     large: bool,
     session: SessionModels | None,
+    source: str = "",
 ) -> tuple[Any, str, str]:
     """The ``/research_scores`` endpoint: one head's scores q·k split into parts (token and
     position for the 2017 models; the rotary frequency bands for rotary ones), each drawn, and
     their sum checked against the real scores; then the explanation that fits the model."""
     checkpoint = _checkpoint(registry, name, session)
-    ids, pieces = prompt_ids(checkpoint, text)
+    ids, pieces, sources = read_inputs(checkpoint, text, source, least=1)
     n_layers, n_heads = _layer_count(checkpoint), checkpoint.config.n_heads
     layer_i, head_i = _in_range(layer, n_layers, "layer"), _in_range(head, n_heads, "head")
 
     def compute() -> tuple[Any, Tensor]:
-        parts = methods.attention_score_parts(checkpoint.model, ids, layer_i, head_i)
-        return parts, _real_scores(checkpoint, ids, layer_i, head_i)
+        parts = methods.attention_score_parts(checkpoint.model, ids, layer_i, head_i, **sources)
+        return parts, _real_scores(checkpoint, ids, layer_i, head_i, sources)
 
     result, real = admitted(
         registry,
@@ -492,7 +636,7 @@ def research_scores(
         checkpoint,
         ids.shape[1],
         3,
-        ("scores", text, layer_i, head_i),
+        ("scores", text, source if sources else "", layer_i, head_i),
         compute,
     )
     parts = methods.as_parts(result)
@@ -519,7 +663,12 @@ def research_scores(
         "from 0."
     )
     rotary = checkpoint.config.positional == "rotary"
-    return fig, summary, SCORES_ROTARY if rotary else SCORES_2017
+    words = SCORES_ROTARY if rotary else SCORES_2017
+    if checkpoint.config.architecture == "encoder-only":
+        words += SCORES_ENCODER
+    elif sources:
+        summary = "The decoder's self-attention, its source held fixed. " + summary
+    return fig, summary, words
 
 
 def _in_range(value: Any, high: int, what: str) -> int:
@@ -564,6 +713,12 @@ def research_side_by_side(
     characters, and each model's most likely next tokens."""
     first = _checkpoint(registry, name_a, session)
     second = _checkpoint(registry, name_b, session)
+    for name, checkpoint in ((name_a, first), (name_b, second)):
+        architecture = checkpoint.config.architecture
+        if architecture != "decoder-only":
+            raise InputError(
+                ENCODER_ONLY["side"].format(name=name, architecture=f"an {architecture} model")
+            )
     if not isinstance(text, str) or not text.strip():
         raise InputError("enter a text")
     text = text.strip()

@@ -70,6 +70,59 @@ def fitting_preset(registry: ModelRegistry, name: str) -> str:
     return next(iter(PRESETS))
 
 
+def encoder_decoder_preset(name: str) -> tuple[str, str, str, str, str]:
+    """An encoder-decoder model's (clean source, corrupted source, decoder's input after its
+    start token, answer, wrong answer): the bundled model's own, else a plain sentence."""
+    return text.ENCODER_DECODER_PRESETS.get(name, text.OTHER_ENCODER_DECODER)
+
+
+def _sites(encoder_decoder: bool) -> list[tuple[str, str]]:
+    return [
+        (words.split(" before")[0].split(" (")[0], key)
+        for key, words in text.SITES.items()
+        if encoder_decoder or key != "cross"
+    ]
+
+
+def fit_inputs(
+    registry: ModelRegistry, name: str, session: SessionModels | None, site: Any
+) -> tuple[Any, ...]:
+    """What the inputs read for this model: a decoder-only model a prompt (the presets); an
+    encoder-decoder a source (shown) and its decoder's input so far, patching two sources; an
+    encoder-only one a text. Updates of (source, text, preset, clean, corrupted, answer,
+    wrong, site)."""
+    try:
+        architecture = registry.checkpoint(name, session).config.architecture
+    except ValueError:
+        return tuple(gr.skip() for _ in range(8))
+    if architecture == "encoder-decoder":
+        clean, corrupted, target, answer, wrong = encoder_decoder_preset(name)
+        return (
+            gr.Textbox(value=clean, visible=True),
+            gr.Textbox(value=target, label=text.TARGET_LABEL),
+            gr.Radio(visible=False),
+            gr.Textbox(value=clean, label="Clean source"),
+            gr.Textbox(value=corrupted, label="Corrupted source (as many tokens)"),
+            gr.Textbox(value=answer),
+            gr.Textbox(value=wrong),
+            gr.Radio(choices=_sites(True), value=site if site in text.SITES else "residual"),
+        )
+    label = text.ENCODER_LABEL if architecture == "encoder-only" else text.TEXT_LABEL
+    shown = text.ENCODER_TEXT if architecture == "encoder-only" else text.TEXT
+    chosen = fitting_preset(registry, name)
+    clean, corrupted, answer, wrong = PRESETS[chosen]
+    return (
+        gr.Textbox(visible=False),
+        gr.Textbox(value=shown, label=label),
+        gr.Radio(value=chosen, visible=True),
+        gr.Textbox(value=clean, label="Clean prompt"),
+        gr.Textbox(value=corrupted, label="Corrupted prompt"),
+        gr.Textbox(value=answer),
+        gr.Textbox(value=wrong),
+        gr.Radio(choices=_sites(False), value="residual" if site == "cross" else site),
+    )
+
+
 def fit_sliders(
     registry: ModelRegistry, name: str, session: SessionModels | None, layer: Any, head: Any
 ) -> tuple[Any, Any]:
@@ -108,9 +161,16 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
     names = registry.menu(None)
     with gr.Row():
         model = gr.Dropdown(names, value=first, label="Model", scale=2, min_width=250)
-        sentence = gr.Textbox(
-            value=text.TEXT, label="Text (methods 2 to 6)", lines=1, max_lines=2, scale=5
-        )
+        sentence = gr.Textbox(value=text.TEXT, label=text.TEXT_LABEL, lines=1, max_lines=2, scale=5)
+    # Shown for an encoder-decoder model only: its encoder's input, held fixed by every method.
+    source = gr.Textbox(
+        value="",
+        label=text.SOURCE_LABEL,
+        lines=1,
+        max_lines=2,
+        visible=False,
+        elem_id="research-source",
+    )
     plot_args: dict[str, Any] = {"show_label": False}
     outputs: dict[str, list[Any]] = {}
     private: dict[str, Any] = {"api_visibility": "private"}
@@ -128,11 +188,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             with gr.Row():
                 answer = gr.Textbox(first_answer, label="Answer", min_width=100)
                 wrong = gr.Textbox(first_wrong, label="Wrong answer", min_width=100)
-            site = gr.Radio(
-                [(words.split(" before")[0], key) for key, words in text.SITES.items()],
-                value="residual",
-                label="Patch",
-            )
+            site = gr.Radio(_sites(False), value="residual", label="Patch")
             patch = gr.Button("Patch", variant="primary")
             _code(methods.activation_patching)
         with gr.Column(scale=6, min_width=300):
@@ -140,7 +196,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             patch_summary = gr.Markdown()
     outputs["patching"] = [patch_plot, patch_summary]
     choice.select(preset, choice, [clean, corrupted, answer, wrong], **private)
-    patch_inputs = [model, clean, corrupted, answer, wrong, site, large, session]
+    patch_inputs = [model, clean, corrupted, answer, wrong, site, large, session, sentence]
     patch.click(
         bind(research_patching, registry),
         patch_inputs,
@@ -160,7 +216,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             ablation_plot = gr.Plot(**plot_args, elem_id="research-ablation-plot")
             ablation_summary = gr.Markdown()
     outputs["ablation"] = [ablation_plot, ablation_summary]
-    ablation_inputs = [model, sentence, how, large, session]
+    ablation_inputs = [model, sentence, how, large, session, source]
     ablate.click(
         bind(research_ablation, registry),
         ablation_inputs,
@@ -187,7 +243,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             logit_plot = gr.Plot(**plot_args, elem_id="research-logit-plot")
             logit_summary = gr.Markdown()
     outputs["logit"] = [logit_plot, logit_summary]
-    logit_inputs = [model, sentence, token, large, session]
+    logit_inputs = [model, sentence, token, large, session, source]
     attribute.click(
         bind(research_logit, registry), logit_inputs, outputs["logit"], api_name="research_logit"
     )
@@ -207,7 +263,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             input_plot = gr.Plot(**plot_args, elem_id="research-input-plot")
             input_summary = gr.Markdown()
     outputs["input"] = [input_plot, input_summary]
-    input_inputs = [model, sentence, token, method, large, session]
+    input_inputs = [model, sentence, token, method, large, session, source]
     explain.click(
         bind(research_input, registry), input_inputs, outputs["input"], api_name="research_input"
     )
@@ -226,7 +282,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             scores_plot = gr.Plot(**plot_args, elem_id="research-scores-plot")
             scores_summary = gr.Markdown()
     outputs["scores"] = [scores_plot, scores_summary, scores_text]
-    scores_inputs = [model, sentence, layer, head, large, session]
+    scores_inputs = [model, sentence, layer, head, large, session, source]
     split.click(
         bind(research_scores, registry),
         scores_inputs,
@@ -268,7 +324,13 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
         api_name="research_side_by_side",
     )
 
-    # Ranges follow the models.
+    # Inputs and ranges follow the models.
+    model.select(
+        bind(fit_inputs, registry),
+        [model, session, site],
+        [source, sentence, choice, clean, corrupted, answer, wrong, site],
+        **private,
+    )
     model.select(
         bind(fit_sliders, registry), [model, session, layer, head], [layer, head], **private
     )
@@ -281,6 +343,8 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
     # The text redraws the cheap single-pass views (the sweeps wait for their buttons).
     sentence.submit(bind(research_logit, registry), logit_inputs, outputs["logit"], **private)
     sentence.submit(bind(research_scores, registry), scores_inputs, outputs["scores"], **private)
+    source.submit(bind(research_logit, registry), logit_inputs, outputs["logit"], **private)
+    source.submit(bind(research_scores, registry), scores_inputs, outputs["scores"], **private)
 
     demo = gr.context.Context.root_block
     if demo is not None:

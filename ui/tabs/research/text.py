@@ -21,6 +21,7 @@ SITES = {
     "attention": "each attention layer's output",
     "mlp": "each MLP's output",
     "head": "each head's output",
+    "cross": "each cross-attention layer's output (encoder-decoder models)",
 }
 # The same, short enough for a figure's title on a phone.
 SHORT_SITES = {
@@ -28,12 +29,16 @@ SHORT_SITES = {
     "attention": "attention outputs",
     "mlp": "MLP outputs",
     "head": "head outputs",
+    "cross": "cross-attention outputs",
 }
 
 INTRO = (
     "Which part of the model made this prediction? Researchers answer with the methods below; "
     "each is explained beside its figure, with the code that computes it. They follow a "
-    "model that continues text (the bundled **continue** model, SmolLM2, GPT-2 …)."
+    "model's next token: one that continues text (the bundled **continue** model, SmolLM2, "
+    "GPT-2 …) or the decoder of a translating one (**translate**, **reverse**, Marian), its "
+    "source held fixed. An encoder-only model (MiniLM) predicts no token: only *Why a head "
+    "attends* applies to it, and each other section says why."
 )
 
 PATCHING = (
@@ -81,4 +86,71 @@ POST_NORM = (
     "**{name}** normalises the stream after every sub-layer (the 2017 paper's post-norm), so "
     "what reaches the output is no sum of parts and its logit cannot be split this way. Choose "
     "a pre-norm model (GPT-2, SmolLM2 and the Llama family) to see the split."
+)
+
+# Encoder-decoder models: the encoder reads a source, the decoder the output so far. Per
+# bundled model: (source, the same source one word changed (as many tokens), the decoder's
+# input so far (after its start token: the model's own greedy output's first word), the
+# next token the clean source makes it write, the one the corrupted source makes it write).
+ENCODER_DECODER_PRESETS = {
+    "translate": (
+        "the small cat sees a red ball",
+        "the small dog sees a red ball",
+        "le",
+        " minou",
+        " chenot",
+    ),
+    "reverse": ("a b c d e f g h", "a b c d e f g k", "", "h", "k"),
+}
+# Any other encoder-decoder model (Marian): an English sentence, the decoder's start token only.
+OTHER_ENCODER_DECODER = (
+    "The cat sees a red ball.",
+    "The dog sees a red ball.",
+    "",
+    "",
+    "",
+)
+ENCODER_TEXT = "The cat sat on the mat because it was tired."
+
+SOURCE_LABEL = "Source (what the encoder reads)"
+TEXT_LABEL = "Text (methods 2 to 6)"
+TARGET_LABEL = "Decoder's input so far, after its start token (methods 2 to 5)"
+ENCODER_LABEL = "Text the encoder reads (method 5)"
+
+ENCODER_DECODER = (
+    "**{name}** is an encoder-decoder model: the encoder reads the source, the decoder writes "
+    "the output one token at a time. Every method here follows the decoder's next token with "
+    "the source held fixed; patching compares two sources one word apart (its clean and "
+    "corrupted prompts are sources), the decoder's input the same in both runs."
+)
+# Why each method needs a next-token prediction, for a model that makes none.
+ENCODER_ONLY = {
+    "patching": (
+        "**{name}** is an encoder-only model: it turns a text into one vector per token (for "
+        "search and similarity) and predicts no next token, so there are no answer logits "
+        "whose difference a patch could restore. Patching needs a model with a decoder."
+    ),
+    "ablation": (
+        "**{name}** is an encoder-only model: it has no next-token loss to measure a head's "
+        "removal against (it was trained to make similar sentences' vectors close, and ships "
+        "no output layer over the vocabulary). Ablation here needs a model with a decoder."
+    ),
+    "logit": (
+        "**{name}** is an encoder-only model: it ends with token vectors, not logits over a "
+        "vocabulary, so there is no next token's logit to split into parts."
+    ),
+    "input": (
+        "**{name}** is an encoder-only model: input attribution here explains a next token's "
+        "logit, and this model computes no logits, only one vector per token."
+    ),
+    "side": (
+        "**{name}** does not continue text (it is {architecture}): side by side compares two "
+        "models predicting the next token of the same text. Choose two models that continue "
+        "text (the bundled continue, GPT-2, SmolLM2, the Llama family)."
+    ),
+}
+SCORES_ENCODER = (
+    " Here the head is in the encoder, which reads the whole text at once (no mask). Its "
+    "embedding adds a token-type vector and normalises the sum before layer 1, so even there "
+    "part of the stream is neither token nor position: the earlier-layers part."
 )
