@@ -43,6 +43,21 @@ def test_fitted_reaches_every_figure_of_a_return_value() -> None:
     assert fitted(fig, None) is fig
 
 
+def test_a_plot_component_returned_has_its_figure_fitted() -> None:
+    # The exercises' events return gr.Plot(figure, visible=True); gradio sends it as an update
+    # of the component's arguments.
+    fig = _figure()
+    update = fitted(gr.Plot(fig, visible=True), 362)
+    assert update["__type__"] == "update" and update["visible"] is True
+    assert isinstance(update["value"], go.Figure) and update["value"] is not fig
+    assert "<br>" in update["value"].layout.title.text
+    assert fig.layout.title.text.count("<br>") == 0  # the figure given is left as it was
+    hidden = gr.Plot(None, visible=False)
+    assert fitted(hidden, 362) is hidden  # no figure: gradio reads it as it always did
+    button = gr.Button(visible=False)
+    assert fitted(button, 362) is button
+
+
 def test_events_that_draw_figures_fit_them_for_a_phone_only() -> None:
     def draw(text: str) -> go.Figure:
         return _figure()

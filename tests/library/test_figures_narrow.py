@@ -71,6 +71,34 @@ def test_side_by_side_heat_maps_are_stacked_at_the_full_width() -> None:
         assert low <= bar.y - bar.len / 2 and bar.y + bar.len / 2 <= high
 
 
+def test_a_colour_bars_title_runs_along_it() -> None:
+    # A grid of heat maps sharing one colour bar (Which part?'s score parts): the bar's title
+    # printed above the bar sat over the top right panel's own title on a phone.
+    traces = [
+        {"type": "heatmap", "z": [[0, 1], [1, 0]], "coloraxis": "coloraxis",
+         "xaxis": f"x{i or ''}", "yaxis": f"y{i or ''}"}
+        for i in range(4)
+    ]  # fmt: skip
+    layout = {
+        "coloraxis": {"colorbar": {"title": {"text": "score part"}}},
+        "height": 500,
+        **{
+            f"xaxis{i or ''}": {"domain": [0.55 * (i % 2), 0.45 + 0.55 * (i % 2)]} for i in range(4)
+        },
+        **{
+            f"yaxis{i or ''}": {"domain": [0.55 * (i // 2), 0.45 + 0.55 * (i // 2)]}
+            for i in range(4)
+        },
+    }
+    wide = go.Figure(traces, layout)
+    assert wide.layout.coloraxis.colorbar.title.side is None  # plotly's default: above the bar
+    narrow = fit_width(wide, PHONE)
+    assert narrow.layout.coloraxis.colorbar.title.side == "right"
+    assert narrow.layout.coloraxis.colorbar.title.text == "score part"
+    assert wide.layout.coloraxis.colorbar.title.side is None  # the figure given is untouched
+    assert fit_width(go.Figure(traces, layout), 1000).layout.coloraxis.colorbar.title.side is None
+
+
 def test_a_title_is_wrapped_to_the_width_below_the_toolbar() -> None:
     fig = _head_figure()
     narrow = fit_width(fig, PHONE)

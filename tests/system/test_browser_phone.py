@@ -69,11 +69,12 @@ PAGE_JS = """
 })
 """
 
-# Every figure of the visible panel: its width, and the boxes that must not overlap.
+# Every figure of the visible panel (or of the element ``selector`` names): its width, and the
+# boxes that must not overlap.
 FIGURES_JS = """
-() => {
-  const panel = [...document.querySelectorAll('[role=tabpanel]')]
-    .find((e) => e.getBoundingClientRect().width > 0);
+(selector) => {
+  const panel = selector ? document.querySelector(selector)
+    : [...document.querySelectorAll('[role=tabpanel]')].find((e) => e.getBoundingClientRect().width > 0);
   const box = (e) => { const r = e.getBoundingClientRect();
     return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
   const overlap = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > 2
@@ -117,6 +118,31 @@ FIGURES_JS = """
 """
 
 
+# The sizes of the figures of the visible panel (or of ``selector``'s element) as drawn now:
+# plotly redraws a figure once the page's narrow layout has given it its width.
+SIZES_JS = """
+(selector) => {
+  const root = selector ? document.querySelector(selector)
+    : [...document.querySelectorAll('[role=tabpanel]')].find((e) => e.getBoundingClientRect().width > 0);
+  return [...root.querySelectorAll('.js-plotly-plot svg.main-svg')].map((svg) => {
+    const r = svg.getBoundingClientRect(); return [r.left, r.width, r.height]; });
+}
+"""
+
+# Which part? opens with every method's first example drawn on the bundled model (the
+# comparison of two models waits for its button while the second is not loaded).
+RESEARCH = ("Which part?", "which-part", 5)
+# A cheap exercise (the bundled model's next token): with Predict first, its figure is hidden
+# until the answer.
+EXERCISE = "Next token · continue · the ca"
+
+
+def _phone_tabs() -> list[tuple[str, str, int]]:
+    """Every tab a phone opens: its label, its screenshot's name, the figures it opens with."""
+    tabs = [(spec.tab, spec.slug, PLOTS_ON_OPEN[spec.tab]) for spec in TABS]
+    return tabs if any(tab == RESEARCH[0] for tab, _, _ in tabs) else [*tabs, RESEARCH]
+
+
 def _open(browser: Any, url: str, viewport: dict, phone: bool) -> tuple[Any, Any]:
     context = browser.new_context(viewport=viewport, has_touch=phone, is_mobile=phone)
     page = context.new_page()
@@ -126,29 +152,76 @@ def _open(browser: Any, url: str, viewport: dict, phone: bool) -> tuple[Any, Any
     return context, page
 
 
+def _settled(page: Any, what: str, plots: int, selector: str | None = None) -> None:
+    """At least ``plots`` figures drawn and their sizes the same twice in a row (plotly done
+    with its last relayout)."""
+    last: list[Any] = []
+
+    def steady() -> bool:
+        sizes = page.evaluate(SIZES_JS, selector)
+        same = len(sizes) >= plots and sizes == last
+        last[:] = sizes
+        return same
+
+    _poll(page, f"{what}: {plots} figures drawn and still", steady)
+
+
+def _fit_the_phone(page: Any, what: str, plots: int, selector: str | None = None) -> None:
+    """Every figure (at least ``plots``) the screen's width less its margins, nothing in it
+    over anything else, and the page not scrolling sideways."""
+    figures = page.evaluate(FIGURES_JS, selector)
+    assert len(figures) >= plots, (what, figures)
+    for figure in figures:
+        assert figure["width"] >= PHONE["width"] - MARGINS, (what, figure)
+        assert not figure["problems"], (what, figure)
+    width = page.evaluate(PAGE_JS)
+    assert width["scroll"] <= width["width"], f"{what}: the page scrolls sideways"
+
+
 def test_every_tab_reads_on_a_phone(browser: Any, app_url: str, screenshots: Path) -> None:
     context, page = _open(browser, app_url, PHONE, phone=True)
+    tabs = _phone_tabs()
     try:
-        page.wait_for_timeout(500)
-        shown = page.evaluate(PAGE_JS)
-        assert not shown["menu"], "tabs hidden behind the overflow menu"
-        assert {tab["name"] for tab in shown["tabs"]} == {spec.tab for spec in TABS}
-        for tab in shown["tabs"]:  # each on screen, whole
-            assert tab["shown"] and tab["left"] >= 0 and tab["right"] <= PHONE["width"], tab
+        # Every tab's button on screen, whole (gradio's overflow menu hidden once the narrow
+        # layout applies).
+        shown = _poll(
+            page,
+            "every tab on screen",
+            lambda: (
+                (found := page.evaluate(PAGE_JS))["tabs"]
+                and not found["menu"]
+                and all(tab["shown"] for tab in found["tabs"])
+                and found
+            ),
+        )
+        assert {tab["name"] for tab in shown["tabs"]} == {tab for tab, _, _ in tabs}
+        for tab in shown["tabs"]:
+            assert tab["left"] >= 0 and tab["right"] <= PHONE["width"], tab
         assert not page.evaluate(BROKEN_WORDS_JS, "#title h2")
-        for spec in TABS:
-            page.get_by_role("tab", name=spec.tab, exact=True).click()
-            _drawn(page, spec.tab, PLOTS_ON_OPEN[spec.tab])
-            page.wait_for_timeout(1000)  # plotly's last relayout
-            _drawn(page, spec.tab, PLOTS_ON_OPEN[spec.tab])
-            figures = page.evaluate(FIGURES_JS)
-            assert len(figures) >= PLOTS_ON_OPEN[spec.tab], figures
-            for figure in figures:
-                assert figure["width"] >= PHONE["width"] - MARGINS, (spec.tab, figure)
-                assert not figure["problems"], (spec.tab, figure)
-            width = page.evaluate(PAGE_JS)
-            assert width["scroll"] <= width["width"], f"{spec.tab}: the page scrolls sideways"
-            page.screenshot(path=str(screenshots / f"phone-{spec.slug}.png"), full_page=True)
+        for tab, slug, plots in tabs:
+            page.get_by_role("tab", name=tab, exact=True).click()
+            _drawn(page, tab, plots)
+            _settled(page, tab, plots)
+            _fit_the_phone(page, tab, plots)
+            page.screenshot(path=str(screenshots / f"phone-{slug}.png"), full_page=True)
+
+        # The exercises below the tabs: Predict first hides the figure until the answer, then
+        # shows it at the screen's width.
+        page.get_by_text("Exercises: predict, then see").click()
+        page.locator("#exercise-pick input").click()
+        page.get_by_role("option", name=EXERCISE, exact=True).click()
+        choices = page.locator("#exercise-choices input[type=radio]")
+        choices.first.wait_for()
+        assert page.locator("#exercise-predict-first input").is_checked()
+        figure = page.locator("#exercise-figure .js-plotly-plot")
+        assert not figure.count(), "the figure shown before the answer"
+        choices.first.check()
+        page.locator("#exercise-answer").click()
+        figure.wait_for()
+        _settled(page, "the exercise", 1, "#exercises")
+        _fit_the_phone(page, "the exercise", 1, "#exercises")
+        assert "The model's answer" in page.locator("#exercise-result").inner_text()
+        page.locator("#exercises").screenshot(path=str(screenshots / "phone-exercises.png"))
     finally:
         context.close()
 

@@ -68,7 +68,8 @@ def fit_width(fig: go.Figure, width: float) -> go.Figure:
 
     - side-by-side panels (each x axis with its own y axis, one row) are stacked, each at the
       full width and its own height, its title above it and its colour bar beside it;
-    - colour bars are thin and beside their own panel, never over another;
+    - colour bars are thin and beside their own panel, never over another, their titles along
+      them;
     - the title is wrapped onto as many lines as the width needs and starts below the toolbar;
     - the margins shrink (automargin still widens them for long labels), and a bar chart's
       numbers printed past its bars get room on the right.
@@ -98,6 +99,10 @@ def fit_width(fig: go.Figure, width: float) -> go.Figure:
             bar.setdefault("thickness", COLORBAR_THICKNESS)
             bar["thickness"] = min(bar["thickness"], COLORBAR_THICKNESS)
             bar.setdefault("xpad", 4)
+            title = bar.get("title")
+            if isinstance(title, dict) and title.get("text"):
+                # Along the bar: above it, the title reached over the panels' own titles.
+                title["side"] = "right"
     _fit_captions(layout, width, size)
     _wrap_title(layout, width, size)
     return go.Figure(data=data, layout=layout, skip_invalid=False, _validate=False)

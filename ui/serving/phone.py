@@ -26,6 +26,7 @@ from typing import Any
 
 import gradio as gr
 import plotly.graph_objects as go
+from gradio.blocks import Block
 from gradio.context import LocalContext
 
 from transformer.figures.narrow import NARROW_WIDTH, fit_width, is_narrow
@@ -77,11 +78,15 @@ def figure_width() -> int | None:
 
 def fitted(value: Any, width: int | None) -> Any:
     """An event's return ``value`` (one output's value, a tuple or list of them, a dict by
-    component, an update dict) with each plotly figure in it laid out for ``width``."""
+    component, an update dict, a component such as ``gr.Plot(figure, visible=True)``) with
+    each plotly figure in it laid out for ``width``."""
     if width is None:
         return value
     if isinstance(value, go.Figure):
         return fit_width(value, width)
+    if isinstance(value, Block) and isinstance(value.constructor_args.get("value"), go.Figure):
+        # gr.Plot(figure, visible=True): gradio reads it as this update of its arguments
+        return fitted({**value.constructor_args, "__type__": "update"}, width)
     if isinstance(value, tuple | list):
         return type(value)(fitted(item, width) for item in value)
     if isinstance(value, dict):
@@ -170,8 +175,15 @@ html.narrow .tabs [role="tablist"] { flex-wrap: wrap !important; row-gap: 2px;
 html.narrow .tabs [role="tablist"] button[role="tab"] { min-height: 40px; padding: 0 10px;
   white-space: nowrap; flex: 0 0 auto; }
 html.narrow .tabs .overflow-menu { display: none !important; }
-/* Controls a thumb can hit. */
+/* Controls a thumb can hit. An accordion keeps its label and arrow centred in its taller button
+   (the arrow, stretched to the height of the button and then turned, was pushed past the right
+   edge). */
 html.narrow .gradio-container button { min-height: 44px; }
+html.narrow .gradio-container .label-wrap { align-items: center; }
+/* The toggle of the closed tour stays beside the title, where the page keeps room for it:
+   fixed to the screen, it covered the start of the lines of every screen below. Open, the tour
+   covers the screen. */
+html.narrow .gradio-container .sidebar:not(.open) { position: absolute !important; }
 html.narrow .gradio-container input[type="range"] { height: 28px; }
 html.narrow .gradio-container label:has(input[type="checkbox"]),
 html.narrow .gradio-container label:has(input[type="radio"]) { min-height: 40px; }
@@ -181,6 +193,10 @@ html.narrow .gradio-container [data-testid="plotly"] {
   width: 100% !important; min-width: 0 !important; }
 html.narrow .gradio-container .js-plotly-plot .modebar { transform: scale(0.7);
   transform-origin: top right; }
+/* A figure without a visible label needs no room above it for one (its title starts below the
+   toolbar already). */
+html.narrow .block:has(> label[data-testid="block-label"].float.hide) > .js-plotly-plot {
+  margin-top: 0 !important; }
 /* Long text wraps at words, never one word a line beside a figure. */
 html.narrow .gradio-container .prose, html.narrow .gradio-container .md {
   overflow-wrap: break-word; word-break: normal; }
