@@ -29,7 +29,7 @@ from urllib.parse import parse_qsl, urlencode
 import gradio as gr
 
 from .share import decode_view
-from .views import _merge, _skip, _usable, replay_steps
+from .views import merge_outputs, replay_steps, skip_outputs, usable
 
 log = logging.getLogger("visualiser")
 
@@ -57,7 +57,7 @@ class SharedSteps:
         self.redraws = views._redraws["generate"]
         self.inputs = union_of(f.inputs for f in self.redraws)
         self.controls = {c._id for c in tab.controls.values()}
-        fns = [f for f in views.demo.fns.values() if _usable(f)]
+        fns = [f for f in views.demo.fns.values() if usable(f)]
         self.step = _handler(fns, tab.extra.get("step_button"), "generate_step")
         self.back = _handler(fns, None, "generate_back")
         self._lock = threading.Lock()
@@ -116,9 +116,11 @@ class SharedSteps:
         if moves and handler is not None:
             args = [known.get(c._id) for c in handler.inputs]
             if moves > 0:
-                result = replay_steps(handler.fn, moves + 1, args, _skip(len(handler.outputs)))
+                result = replay_steps(
+                    handler.fn, moves + 1, args, skip_outputs(len(handler.outputs))
+                )
             else:
-                result = _skip(len(handler.outputs))
+                result = skip_outputs(len(handler.outputs))
                 for _ in range(-moves):
                     result = handler.fn(*args)
             self._merge(drawn, handler, result, known)
@@ -151,7 +153,7 @@ class SharedSteps:
         for component, out in zip(function.outputs, result, strict=False):
             if isinstance(out, gr.State) or component._id == -1:
                 continue
-            drawn[component._id] = _merge(drawn.get(component._id), out)
+            drawn[component._id] = merge_outputs(drawn.get(component._id), out)
 
     # -- a follower's own state -------------------------------------------------------------
 
@@ -246,7 +248,7 @@ def _quiet(fn: Callable[..., Any], position: int, outputs: int) -> Callable[...,
     def quiet(*args: Any, **kwargs: Any) -> Any:
         state = args[position] if position < len(args) else None
         if getattr(state, "following", None):
-            return _skip(outputs)
+            return skip_outputs(outputs)
         return fn(*args, **kwargs)
 
     quiet.quiet_while_following = True  # type: ignore[attr-defined]
