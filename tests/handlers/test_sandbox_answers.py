@@ -169,9 +169,9 @@ def test_the_app_s_own_tokenizers_count_the_text_after_their_normaliser(
     over = WIDE * (400 // 18 + 1)
     assert len(unicodedata.normalize("NFKC", within)) <= 400
     assert len(unicodedata.normalize("NFKC", over)) > 400
-    _views(registry, TokenizeRequest.of(within, choice, 500, None, "(none)"))
+    _views(registry, TokenizeRequest.of(registry, within, choice, 500, None, "(none)"))
     with pytest.raises(InputError) as raised:
-        _views(registry, TokenizeRequest.of(over, choice, 500, None, "(none)"))
+        _views(registry, TokenizeRequest.of(registry, over, choice, 500, None, "(none)"))
     assert "414 characters long" in str(raised.value) and "400" in str(raised.value)
 
 

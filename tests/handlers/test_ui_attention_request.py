@@ -160,7 +160,8 @@ def test_the_handlers_take_the_values_in_the_order_of_the_api_written_once():
     handler's is the request's parameter list (or the part of it that it names), in one order."""
     import inspect
 
-    from ui.tabs.attention.request import takes_request
+    from ui.serving.endpoints import takes_request
+    from ui.tabs.attention.request import reading
 
     def names(handler: Any) -> list[str]:
         return list(inspect.signature(handler).parameters)
@@ -173,7 +174,7 @@ def test_the_handlers_take_the_values_in_the_order_of_the_api_written_once():
     grid = ["registry", "sentences", "name", "kind", "row", "large", "session"]
     assert names(handlers.grid) == grid
     with pytest.raises(TypeError, match="takes no"):
-        takes_request(fit=True, values=("sentences", "model"))
+        takes_request(reading(fit=True), ("sentences", "model"))
 
 
 def test_the_controls_and_the_grid_read_their_values_by_name(registry):

@@ -206,7 +206,7 @@ def test_predictions_read_in_pieces_are_the_whole_logits_argmax(monkeypatch):
         trace = model(tgt=tgt, capture=True)
         logits = model(tgt=tgt)
     assert len(trace.chunks()) == 9  # one position at a time
-    predicted = inspection._predicted(tokenizer, trace, tgt)
+    predicted = inspection.predicted_tokens(tokenizer, trace, tgt)
     expected_ids = logits.index_fill(-1, torch.tensor([pad]), float("-inf")).argmax(-1)
     expected = [tokenizer.decode(expected_ids[b][tgt[b] != pad].tolist()) for b in range(2)]
     assert predicted == expected

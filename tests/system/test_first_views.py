@@ -77,20 +77,20 @@ def _comparable(out: Any) -> Any:
 
 
 def test_merge_keeps_what_an_earlier_update_set() -> None:
-    from ui.links.views import _merge
+    from ui.links.views import merge_outputs
 
     figure = go.Figure()
     # Generate's model controls hide the cross-attention plot of a decoder-only model, and its
     # first step then draws into it: the plot stays hidden (it was shown, empty).
-    merged = _merge(gr.update(visible=False), figure)
+    merged = merge_outputs(gr.update(visible=False), figure)
     assert merged["visible"] is False and merged["value"] is figure
-    assert _merge(figure, gr.update(visible=True)) == {
+    assert merge_outputs(figure, gr.update(visible=True)) == {
         "__type__": "update",
         "value": figure,
         "visible": True,
     }
-    assert _merge(gr.update(value=1, visible=False), gr.update(value=2))["value"] == 2
-    assert _merge(1, 2) == 2 and _merge(None, 2) == 2
+    assert merge_outputs(gr.update(value=1, visible=False), gr.update(value=2))["value"] == 2
+    assert merge_outputs(1, 2) == 2 and merge_outputs(None, 2) == 2
 
 
 def _handlers(demo: gr.Blocks) -> list[tuple[Any, list[Any], list[Any], str]]:

@@ -31,7 +31,7 @@ from ..core.run import Capture
 from ..core.trace import AttentionRecord, LayerTrace, StackInput, Trace, check_capture_size
 from ..core.util import eval_mode, pad
 from ..text.tokenization import Tokenizer
-from .inspection import Analysis, PassInput, _pieces, _predicted, _traced
+from .inspection import Analysis, PassInput, predicted_tokens, token_pieces, traced_pass
 from .interventions import NO_INTERVENTION
 
 __all__ = ["analyse_together", "capture_together"]
@@ -293,7 +293,7 @@ def analyse_together(
     )
     batch = ids.to(model.device)
     with torch.no_grad(), eval_mode(model):  # as analyse runs its pass
-        trace = _traced(
+        trace = traced_pass(
             model, None if decoder else batch, batch if decoder else None, NO_INTERVENTION
         )
         none = [0] * len(inputs)
@@ -308,10 +308,12 @@ def analyse_together(
         out = []
         for planned, own in zip(inputs, traces, strict=True):
             own_ids = planned.ids
-            pieces = _pieces(tokenizer, own_ids)
+            pieces = token_pieces(tokenizer, own_ids)
             if decoder:
                 # Read when first asked for, as each text's own analysis reads it.
-                predict = functools.partial(_predicted, tokenizer, own, own_ids.to(model.device))
+                predict = functools.partial(
+                    predicted_tokens, tokenizer, own, own_ids.to(model.device)
+                )
                 out.append(Analysis(own, [], pieces, list(planned.sentences), predict))
             else:
                 out.append(Analysis(own, pieces, [], list(planned.sentences)))

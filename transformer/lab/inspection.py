@@ -145,7 +145,9 @@ def _encoded(config: ModelConfig, tokenizer: Tokenizer, cleaned: list[str]) -> t
     return encode_batch(tokenizer, cleaned, config.max_len)
 
 
-def _pieces(tokenizer: Tokenizer, ids: torch.Tensor) -> list[list[str]]:
+def token_pieces(tokenizer: Tokenizer, ids: torch.Tensor) -> list[list[str]]:
+    """Each row of ``ids`` (batch, seq) as its tokens' text (``"?"`` for an id the
+    tokenizer has no text for)."""
     return [[tokenizer.id_to_token(int(i)) or "?" for i in row] for row in ids]
 
 
@@ -223,7 +225,7 @@ def analyse(
 _LIGHT = Capture(keep_attention_weights=False)
 
 
-def _traced(
+def traced_pass(
     model: Transformer,
     src: torch.Tensor | None,
     tgt: torch.Tensor | None,
@@ -248,19 +250,19 @@ def _analyse(
     if config.architecture == "decoder-only":
         tgt = ids.to(device)  # each prompt begun with [BOS] where the model's prompts are
         check_capture_size(config, tgt.size(0), 0, tgt.size(1))
-        trace = _traced(model, None, tgt, intervention)
+        trace = traced_pass(model, None, tgt, intervention)
         return Analysis(
             trace=trace,
             source_pieces=[],
-            target_pieces=_pieces(tokenizer, tgt.cpu()),
+            target_pieces=token_pieces(tokenizer, tgt.cpu()),
             outputs=list(sentences),
-            predict=functools.partial(_predicted, tokenizer, trace, tgt),
+            predict=functools.partial(predicted_tokens, tokenizer, trace, tgt),
         )
     src = ids.to(device)
     check_capture_size(config, src.size(0), src.size(1), 0)
     if config.architecture == "encoder-only":
-        trace = _traced(model, src, None, intervention)
-        return Analysis(trace, _pieces(tokenizer, src.cpu()), [], list(sentences))
+        trace = traced_pass(model, src, None, intervention)
+        return Analysis(trace, token_pieces(tokenizer, src.cpu()), [], list(sentences))
     if targets is None:
         # An answer much longer than its source is babble: stop it early (each step costs time).
         limit = min(config.max_len - 1, 2 * src.size(1) + 8)
@@ -271,18 +273,18 @@ def _analyse(
         targets = pad([[bos, *row] for row in generated], config.pad_id)
     targets = targets.to(device)
     check_capture_size(config, src.size(0), src.size(1), targets.size(1))
-    trace = _traced(model, src, targets, intervention)
+    trace = traced_pass(model, src, targets, intervention)
     outputs = [tokenizer.decode(row.tolist()) for row in targets]
     return Analysis(
         trace=trace,
-        source_pieces=_pieces(tokenizer, src.cpu()),
-        target_pieces=_pieces(tokenizer, targets.cpu()),
+        source_pieces=token_pieces(tokenizer, src.cpu()),
+        target_pieces=token_pieces(tokenizer, targets.cpu()),
         outputs=outputs,
-        predict=functools.partial(_predicted, tokenizer, trace, targets),
+        predict=functools.partial(predicted_tokens, tokenizer, trace, targets),
     )
 
 
-def _predicted(tokenizer: Tokenizer, trace: Trace, inputs: torch.Tensor) -> list[str]:
+def predicted_tokens(tokenizer: Tokenizer, trace: Trace, inputs: torch.Tensor) -> list[str]:
     """Teacher-forced argmax at every real position, decoded (the logits read a few positions
     at a time: a long text's are never all held). Read lazily, after the pass's own
     ``no_grad`` has ended: the projection keeps no graph either."""

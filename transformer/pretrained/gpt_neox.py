@@ -24,7 +24,7 @@ from torch import Tensor
 from ..core.config import ModelConfig
 from ..text.tokenization import Tokenizer
 from ._common import PretrainedError, TensorReader, activation, build_config, require
-from .llama import _token_id, check_model_type, map_named_weights, rope_settings
+from .llama import check_model_type, map_named_weights, rope_settings, special_token_id
 from .llama import load_tokenizer as _load_tokenizer
 
 FAMILY = "gpt_neox"
@@ -59,7 +59,7 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
         rope["rope_base"] = float(hf["rotary_emb_base"])
     parameters = hf.get("rope_parameters") or {}
     fraction = hf.get("rotary_pct", parameters.get("partial_rotary_factor", 1.0))
-    eos = _token_id(hf.get("eos_token_id"), vocab)
+    eos = special_token_id(hf.get("eos_token_id"), vocab)
     bias = bool(hf.get("attention_bias", True))
     return build_config(
         architecture="decoder-only",

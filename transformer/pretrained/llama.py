@@ -121,7 +121,9 @@ def head_dim(hf: dict[str, Any], d_model: int, n_heads: int) -> int | None:
     return value
 
 
-def _token_id(value: Any, vocab: int) -> int | None:
+def special_token_id(value: Any, vocab: int) -> int | None:
+    """A config's special-token entry (an id, or a list whose first id counts) as an id
+    within ``vocab``; None when it is missing or out of range."""
     if isinstance(value, list):  # some configs list several end tokens: the first one
         value = value[0] if value else None
     return value if isinstance(value, int) and 0 <= value < vocab else None
@@ -147,8 +149,8 @@ def decoder_config(hf: dict[str, Any], family: str, **changes: Any) -> ModelConf
         raise PretrainedError("config.json: pretraining_tp > 1 is not supported")
     vocab = require(hf, "vocab_size", family)
     attention_bias = bool(hf.get("attention_bias", False))
-    eos = _token_id(hf.get("eos_token_id"), vocab)
-    pad = _token_id(hf.get("pad_token_id"), vocab)
+    eos = special_token_id(hf.get("eos_token_id"), vocab)
+    pad = special_token_id(hf.get("pad_token_id"), vocab)
     fields: dict[str, Any] = dict(
         architecture="decoder-only",
         src_vocab_size=vocab,
@@ -245,8 +247,8 @@ def config_from_gguf(metadata: dict[str, Any], tensor_names: set[str] | list[str
     vocab = metadata.get(p + "vocab_size", len(tokens) if isinstance(tokens, list) else None)
     if not isinstance(vocab, int):
         raise GGUFError(f"the GGUF metadata has neither {p}vocab_size nor tokenizer.ggml.tokens")
-    eos = _token_id(metadata.get("tokenizer.ggml.eos_token_id"), vocab)
-    pad = _token_id(metadata.get("tokenizer.ggml.padding_token_id"), vocab)
+    eos = special_token_id(metadata.get("tokenizer.ggml.eos_token_id"), vocab)
+    pad = special_token_id(metadata.get("tokenizer.ggml.padding_token_id"), vocab)
     n_kv = metadata.get(p + "attention.head_count_kv", n_heads)
     try:
         return ModelConfig(

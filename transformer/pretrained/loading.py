@@ -19,7 +19,7 @@ from . import bert, gemma, gpt2, gpt_neox, llama, marian, mistral, olmo2, phi3, 
 from ._common import (
     PretrainedError,
     TensorReader,
-    _all_finite,
+    all_finite,
     assign_weights,
     check_fits,
     fits,
@@ -319,7 +319,7 @@ def _model_from(config: ModelConfig, weights: dict[str, torch.Tensor]) -> Transf
                 f"the GGUF tensor for {name} has shape {tuple(tensor.shape)}, the model needs "
                 f"{expected[name]}"
             )
-        if not _all_finite(tensor):
+        if not all_finite(tensor):
             raise PretrainedError(f"the GGUF tensor for {name} has NaN or inf")
     model.load_state_dict(weights, strict=False, assign=True)
     if config.tie_embeddings:  # assign replaced the embedding: tie the read-out to it again

@@ -11,12 +11,12 @@ from typing import Any
 from .replay import (
     BPEMerge,
     BPEReplay,
+    MergeHistory,
     UnigramPiece,
     UnigramReplay,
     WordPieceChoice,
     WordPieceReplay,
     WordReplay,
-    _MergeHistory,
     replay,
 )
 from .tokenization import Tokenizer, TokenizerError, TokenRecord, unreadable_characters
@@ -104,7 +104,7 @@ def _step_from_json(data: Any) -> BPEReplay | WordPieceReplay | UnigramReplay | 
     if data is None:
         return None
     if data["kind"] == "bpe":
-        history = _MergeHistory(tuple(data["symbols"]))
+        history = MergeHistory(tuple(data["symbols"]))
         history.steps = [(int(a), int(b), str(c)) for a, b, c in data["history"]]
         merges = tuple(
             BPEMerge(

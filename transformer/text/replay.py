@@ -48,7 +48,7 @@ UNIGRAM_UNK_PENALTY = 10.0
 """`tokenizers` scores an unknown character ``min(vocab scores) - UNIGRAM_UNK_PENALTY``."""
 
 
-class _MergeHistory:
+class MergeHistory:
     """The merges of one word as linked-list operations, so that the symbols after any step can
     be rebuilt in O(word length) without storing a copy per step (which is quadratic)."""
 
@@ -83,7 +83,7 @@ class BPEMerge:
     result: str
     position: int
     result_id: int
-    _history: _MergeHistory = field(repr=False, compare=False)
+    _history: MergeHistory = field(repr=False, compare=False)
     _index: int = field(repr=False, compare=False)
 
     @property
@@ -359,7 +359,7 @@ class _BPEModel:
             return [word], BPEReplay(symbols=(word,), merges=(), whole_word=True)
         symbols = self.initial_symbols(word)
         initial = tuple(symbols)
-        history = _MergeHistory(initial)
+        history = MergeHistory(initial)
         # A doubly linked list over the symbols, and a heap of candidate merges ordered by
         # (rank, position): exactly the order of `tokenizers`' Word::merge_all. A Fenwick tree
         # over the live symbols gives each merge's position in O(log n): the whole word costs

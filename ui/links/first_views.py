@@ -23,7 +23,7 @@ import gradio as gr
 from ..serving.errors import describe
 from ..serving.page_script import serve_with_script
 from ..serving.plotly_bundle import plotly_chunk
-from .views import _as_update, _is_update, _merge, _usable, union
+from .views import as_update, is_update, merge_outputs, union, usable
 
 log = logging.getLogger("visualiser")
 
@@ -160,7 +160,7 @@ class FirstViews:
         replaced = []
         for function in sorted(demo.fns.values(), key=lambda f: f._id):
             on_load = any(event == "load" for _, event in function.targets)
-            if not on_load or not function.queue or not _usable(function):
+            if not on_load or not function.queue or not usable(function):
                 continue  # also: the model menus and the status line, not views, and quick
             outputs = {c._id for c in function.outputs}
             slug = next((s for s, ids in inside.items() if outputs & ids), None)
@@ -230,14 +230,14 @@ class FirstViews:
                     out = _without_value(out)
                     if out is None:
                         continue
-                outputs[component._id] = _merge(outputs.get(component._id), out)
+                outputs[component._id] = merge_outputs(outputs.get(component._id), out)
         return tuple(outputs.get(c._id, gr.skip()) for c in self.outputs)
 
 
 def _without_value(out: Any) -> dict | None:
     """A handler's output to a component whose value a link set: its update without the value
     (its range, visibility, interactivity), or ``None`` when it sets nothing else."""
-    if not _is_update(out):
+    if not is_update(out):
         return None
-    update = {k: v for k, v in _as_update(out).items() if k != "value"}
+    update = {k: v for k, v in as_update(out).items() if k != "value"}
     return update if len(update) > 1 else None

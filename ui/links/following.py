@@ -30,7 +30,7 @@ from urllib.parse import parse_qsl, urlencode
 import gradio as gr
 
 from .share import decode_view
-from .views import _merge, _skip, _usable, replay_steps
+from .views import merge_outputs, replay_steps, skip_outputs, usable
 
 log = logging.getLogger("visualiser")
 
@@ -58,7 +58,7 @@ class SharedSteps:
         self.redraws = views._redraws["generate"]
         self.inputs = union_of(f.inputs for f in self.redraws)
         self.controls = {c._id for c in tab.controls.values()}
-        fns = [f for f in views.demo.fns.values() if _usable(f)]
+        fns = [f for f in views.demo.fns.values() if usable(f)]
         self.step = _handler(fns, tab.extra.get("step_button"), "generate_step")
         self.back = _handler(fns, None, "generate_back")
         self._lock = threading.Lock()
@@ -117,9 +117,11 @@ class SharedSteps:
         if moves and handler is not None:
             args = [known.get(c._id) for c in handler.inputs]
             if moves > 0:
-                result = replay_steps(handler.fn, moves + 1, args, _skip(len(handler.outputs)))
+                result = replay_steps(
+                    handler.fn, moves + 1, args, skip_outputs(len(handler.outputs))
+                )
             else:
-                result = _skip(len(handler.outputs))
+                result = skip_outputs(len(handler.outputs))
                 for _ in range(-moves):
                     result = handler.fn(*args)
             self._merge(drawn, handler, result, known)
@@ -152,7 +154,7 @@ class SharedSteps:
         for component, out in zip(function.outputs, result, strict=False):
             if isinstance(out, gr.State) or component._id == -1:
                 continue
-            drawn[component._id] = _merge(drawn.get(component._id), out)
+            drawn[component._id] = merge_outputs(drawn.get(component._id), out)
 
     # -- a follower's own state -------------------------------------------------------------
 
@@ -255,7 +257,7 @@ def _quiet(fn: Callable[..., Any], position: int, outputs: int) -> Callable[...,
         @functools.wraps(fn)
         async def quiet_async_steps(*args: Any, **kwargs: Any) -> Any:
             if following(args):
-                yield _skip(outputs)
+                yield skip_outputs(outputs)
                 return
             async for value in fn(*args, **kwargs):
                 yield value
@@ -265,7 +267,7 @@ def _quiet(fn: Callable[..., Any], position: int, outputs: int) -> Callable[...,
 
         @functools.wraps(fn)
         async def quiet_awaited(*args: Any, **kwargs: Any) -> Any:
-            return _skip(outputs) if following(args) else await fn(*args, **kwargs)
+            return skip_outputs(outputs) if following(args) else await fn(*args, **kwargs)
 
         quiet = quiet_awaited
     elif inspect.isgeneratorfunction(fn):
@@ -273,7 +275,7 @@ def _quiet(fn: Callable[..., Any], position: int, outputs: int) -> Callable[...,
         @functools.wraps(fn)
         def quiet_steps(*args: Any, **kwargs: Any) -> Any:
             if following(args):
-                yield _skip(outputs)
+                yield skip_outputs(outputs)
                 return
             yield from fn(*args, **kwargs)
 
@@ -282,7 +284,7 @@ def _quiet(fn: Callable[..., Any], position: int, outputs: int) -> Callable[...,
 
         @functools.wraps(fn)
         def quiet_called(*args: Any, **kwargs: Any) -> Any:
-            return _skip(outputs) if following(args) else fn(*args, **kwargs)
+            return skip_outputs(outputs) if following(args) else fn(*args, **kwargs)
 
         quiet = quiet_called
     setattr(quiet, "quiet_while_following", True)  # noqa: B010  (a mark read back by getattr)

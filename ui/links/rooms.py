@@ -41,7 +41,7 @@ from ..serving import clients
 from ..serving.store import Breaker
 from .following import SharedSteps
 from .share import MAX_QUERY, decode_view
-from .views import SCROLL_JS, WAIT_UNTIL_IDLE_JS, _merge, _same, union
+from .views import SCROLL_JS, WAIT_UNTIL_IDLE_JS, merge_outputs, same_value, union
 
 if TYPE_CHECKING:
     import redis
@@ -893,10 +893,10 @@ class FollowMe:
                     c._id: view["values"].get(k) for k, c in views.tabs[slug].controls.items()
                 }
                 drawn = tuple(
-                    _merge(out, figures[c._id])
+                    merge_outputs(out, figures[c._id])
                     if c._id in figures
                     else gr.skip()
-                    if c._id in page and c._id in wanted and _same(page[c._id], wanted[c._id])
+                    if c._id in page and c._id in wanted and same_value(page[c._id], wanted[c._id])
                     else out
                     for c, out in zip(views.outputs, drawn, strict=True)
                 )
@@ -917,7 +917,7 @@ class FollowMe:
                     gr.update(value=wanted[keys[c._id]])
                     if keys.get(c._id) in wanted
                     and c._id in page
-                    and not _same(page[c._id], wanted[keys[c._id]])
+                    and not same_value(page[c._id], wanted[keys[c._id]])
                     else gr.skip()
                     for c in outputs
                 )

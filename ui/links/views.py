@@ -96,13 +96,14 @@ async (id) => {
 """
 
 
-def _skip(n: int) -> Any:
+def skip_outputs(n: int) -> Any:
+    """What a handler with ``n`` outputs returns to change none of them."""
     if n == 0:
         return None
     return gr.skip() if n == 1 else tuple(gr.skip() for _ in range(n))
 
 
-def _usable(function: Any) -> bool:
+def usable(function: Any) -> bool:
     """Whether a registered handler can be called again from here: a plain function (no
     generator, no gradio-injected request or progress parameter)."""
     fn = function.fn
@@ -146,7 +147,7 @@ def redraw_functions(demo: gr.Blocks, controls: Iterable[gr.Component]) -> list[
         if key(function) in visiting:  # a chain that leads back to itself: once is enough
             return
         visiting.add(key(function))
-        if function.fn is not None and _usable(function):
+        if function.fn is not None and usable(function):
             ordered[:] = [f for f in ordered if key(f) != key(function)]
             ordered.append(function)
         for follower in followers[key(function)]:
@@ -165,13 +166,16 @@ def redraw_functions(demo: gr.Blocks, controls: Iterable[gr.Component]) -> list[
 _NO_VALUE = object()
 
 
-def _is_update(out: Any) -> bool:
+def is_update(out: Any) -> bool:
+    """Whether a handler's output is an update (``gr.update`` or a component) rather than a
+    plain value."""
     return (isinstance(out, dict) and out.get("__type__") == "update") or isinstance(
         out, gr.blocks.Block
     )
 
 
-def _as_update(out: Any) -> dict:
+def as_update(out: Any) -> dict:
+    """An update output as a ``gr.update`` dictionary (a component's constructor arguments)."""
     if isinstance(out, gr.blocks.Block):  # gr.Slider(maximum=..., value=...) as an update
         return {"__type__": "update", **out.constructor_args}
     return out
@@ -179,25 +183,25 @@ def _as_update(out: Any) -> dict:
 
 def _value_of(out: Any) -> Any:
     """The value an output of a handler gives its component (``_NO_VALUE`` when it sets none)."""
-    if _is_update(out):
-        update = _as_update(out)
+    if is_update(out):
+        update = as_update(out)
         return update.get("value", _NO_VALUE)
     return out
 
 
-def _merge(first: Any, then: Any) -> Any:
+def merge_outputs(first: Any, then: Any) -> Any:
     """Two outputs for one component as one: the later wins per property, a plain value being
     the update of its value alone (a figure drawn after an update that hid its plot stays
     hidden); two plain values, the later."""
     if first is None:
         return then
-    if not _is_update(first) and not _is_update(then):
+    if not is_update(first) and not is_update(then):
         return then
-    as_update = [_as_update(out) if _is_update(out) else {"value": out} for out in (first, then)]
-    return {"__type__": "update", **as_update[0], **as_update[1]}
+    updates = [as_update(out) if is_update(out) else {"value": out} for out in (first, then)]
+    return {"__type__": "update", **updates[0], **updates[1]}
 
 
-def _same(shown: Any, wanted: Any) -> bool:
+def same_value(shown: Any, wanted: Any) -> bool:
     """Whether a control's value on the page is the view's (a slider sends 3.0 for 3)."""
     if isinstance(shown, (int, float)) and isinstance(wanted, (int, float)):
         return float(shown) == float(wanted)
@@ -285,7 +289,7 @@ class Views:
         n = 3 + len(self.controls)
         head = list(fixed[:3])
         controls = [
-            _merge(update, drawn[c._id]) if c._id in drawn else update
+            merge_outputs(update, drawn[c._id]) if c._id in drawn else update
             for c, update in zip(self.controls, fixed[3:n], strict=True)
         ]
         rest = [drawn.get(c._id, gr.skip()) for c in self.drawn]
@@ -304,7 +308,7 @@ class Views:
             for key, component in tab.controls.items()
             if key in view["values"]
             and component._id in now
-            and not _same(now[component._id], view["values"][key])
+            and not same_value(now[component._id], view["values"][key])
         ]
         if not changed:
             return self.apply(None)
@@ -343,7 +347,7 @@ class Views:
             drawn = {c._id for c in function.outputs}
             refused = [(message, ids - drawn) for message, ids in refused]
             for component, out in zip(function.outputs, result, strict=True):
-                outputs[component._id] = _merge(outputs.get(component._id), out)
+                outputs[component._id] = merge_outputs(outputs.get(component._id), out)
                 value = _value_of(out)
                 if value is not _NO_VALUE:
                     known[component._id] = value
@@ -416,19 +420,19 @@ class Views:
         steps = [
             f
             for f in self.demo.fns.values()
-            if (button._id, "click") in [tuple(t) for t in f.targets] and _usable(f)
+            if (button._id, "click") in [tuple(t) for t in f.targets] and usable(f)
         ]
         if not steps:
             log.info("the Generate tab's Step button has no handler: links keep step 1")
             return None
         function = steps[0]
         fn, n = function.fn, len(function.outputs)
-        assert fn is not None  # _usable kept only the functions with a Python handler
+        assert fn is not None  # usable kept only the functions with a Python handler
 
         def replay(view: dict | None, *args: Any) -> Any:
             if not view or view.get("tab") != "generate" or not view.get("step"):
-                return _skip(n)
-            return replay_steps(fn, int(view["step"]), list(args), _skip(n))
+                return skip_outputs(n)
+            return replay_steps(fn, int(view["step"]), list(args), skip_outputs(n))
 
         return replay, [self.view, *function.inputs], function.outputs
 

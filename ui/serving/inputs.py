@@ -29,6 +29,15 @@ def as_int(value: Any, name: str, low: int, high: int) -> int:
     return number
 
 
+def clamped(value: Any, high: int, default: int = 1) -> int:
+    """A live control's number fitted into ``1..high`` rather than refused (a slider may still
+    hold a value from before it was fitted to a new model); ``default`` when it is no number."""
+    try:
+        return min(max(1, int(float(value))), high)
+    except (TypeError, ValueError, OverflowError):
+        return default
+
+
 def as_float(value: Any, name: str, low: float, high: float) -> float:
     """A slider or number input as a finite float in ``low..high`` (NaN and infinity rejected)."""
     try:

@@ -8,11 +8,12 @@ from typing import Any
 
 import gradio as gr
 
+from ...serving.endpoints import takes_request
 from ...serving.errors import friendly, gpu
 from ...serving.state import ModelRegistry, SessionModels
 from . import mistakes as seed_mistakes
 from .panels import Panels, every_panel, grid_panel, head_panels
-from .request import AttentionRequest, takes_request
+from .request import AttentionRequest, reading
 from .view import EXAMPLE_SENTENCES, request_view
 
 
@@ -28,9 +29,9 @@ def _fitted(request: AttentionRequest) -> tuple[Any, ...]:
 
 @friendly
 @takes_request(
-    fit=True,
-    values=("sentences", "name", "kind", "layer", "head", "row", "session"),
-    check_text=False,
+    reading(fit=True, check_text=False),
+    ("sentences", "name", "kind", "layer", "head", "row", "session"),
+    optional=True,
 )
 def controls(registry: ModelRegistry, request: AttentionRequest) -> tuple[Any, ...]:
     """The Which-attention choices and the Layer, Head and Sentence ranges that this model and
@@ -46,7 +47,7 @@ def _slider(n: int, value: int) -> Any:
 
 @friendly
 @gpu
-@takes_request(fit=False)
+@takes_request(reading(fit=False), optional=True)
 def attention(registry: ModelRegistry, request: AttentionRequest) -> Panels:
     """The ``/attention`` endpoint: one head (scores beside weights; with a what-if or one of
     the seeds' mistakes, the original weights beside the changed ones), the masks, the change of
@@ -61,7 +62,7 @@ def _everything(registry: ModelRegistry, request: AttentionRequest) -> tuple[Any
 
 @friendly
 @gpu
-@takes_request(fit=True)
+@takes_request(reading(fit=True), optional=True)
 def everything(registry: ModelRegistry, request: AttentionRequest) -> tuple[Any, ...]:
     """Every panel of the tab from one cached analysis: what each control redraws.
 
@@ -74,7 +75,7 @@ def everything(registry: ModelRegistry, request: AttentionRequest) -> tuple[Any,
 
 @friendly
 @gpu
-@takes_request(fit=True)
+@takes_request(reading(fit=True), optional=True)
 def refit_everything(registry: ModelRegistry, request: AttentionRequest) -> tuple[Any, ...]:
     """Fit the choices and ranges to the model and sentences (:func:`controls`, the seeds'
     mistakes that apply) and redraw every panel with the fitted values, in one event.
@@ -92,13 +93,15 @@ def refit_everything(registry: ModelRegistry, request: AttentionRequest) -> tupl
 
 @friendly
 @gpu
-@takes_request(fit=False, values=("sentences", "name", "kind", "row", "large", "session"))
+@takes_request(
+    reading(fit=False), ("sentences", "name", "kind", "row", "large", "session"), optional=True
+)
 def grid(registry: ModelRegistry, request: AttentionRequest) -> Any:
     """The ``/attention_grid`` endpoint: every head of every layer of one attention kind."""
     return grid_panel(request_view(registry, request), request.large)
 
 
-def _first_view(registry: ModelRegistry, name: str, kind: str) -> tuple[Any, ...]:
+def first_view(registry: ModelRegistry, name: str, kind: str) -> tuple[Any, ...]:
     """What the tab shows when it opens: every panel of its first example (built once, at
     start; a bundled model takes milliseconds). Empty panels if the model is unavailable."""
     try:

@@ -13,7 +13,7 @@ from ...serving import limits
 from ...serving.errors import beside_input
 from ...serving.state import ModelRegistry, bind, once
 from . import mistakes as seed_mistakes
-from .handlers import _first_view, attention, controls, everything, grid, refit_everything
+from .handlers import attention, controls, everything, first_view, grid, refit_everything
 from .overview import build_scale
 from .view import ATTENTION_KINDS, EXAMPLE_SENTENCES, kinds_for, layers_of, sentence_count
 
@@ -37,7 +37,7 @@ def build(
     n_layers = layers_of(first_config, ATTENTION_KINDS[first_kind]) if first_config else 6
     n_heads = first_config.n_heads if first_config else 8
     n_rows = sentence_count(EXAMPLE_SENTENCES)
-    first = once(functools.partial(_first_view, registry, first_model, first_kind))
+    first = once(functools.partial(first_view, registry, first_model, first_kind))
     # The controls in a side column, the figures beside them: in Large font at 1920×1080 the
     # head's figure is above the fold. On a phone (one column) the head's map comes right after
     # the controls that choose it (ui/serving/phone.py orders the "phone-…" classes).

@@ -1,7 +1,8 @@
 """What the Attention tab's controls ask for, read once: :class:`AttentionRequest`.
 
 Gradio hands an endpoint its input components' values in order (those of
-:meth:`AttentionRequest.read`'s parameters); :func:`takes_request` turns them into one request
+:meth:`AttentionRequest.read`'s parameters); :func:`ui.serving.endpoints.takes_request` turns
+them into one request
 the moment a handler starts: the model looked up once, the text checked once, the kind, layer,
 head and sentence checked (or fitted) against that model, the what-ifs and the seeds' mistake
 as catalogue records. Handlers and panels read its fields; nothing after that reads a raw
@@ -10,8 +11,8 @@ value, looks the model up or checks the text again.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from transformer.lab.switches import Switch
 from transformer.pretrained.checkpoint import Checkpoint
 
 from ...serving.errors import InputError, readable_list, user_input
-from ...serving.inputs import as_int, as_text
+from ...serving.inputs import as_int, as_text, clamped
 from ...serving.state import ModelRegistry, SessionModels
 
 ATTENTION_KINDS: dict[str, AttentionKind] = {
@@ -58,13 +59,6 @@ def layers_of(config: Any, kind: AttentionKind) -> int:
 def sentence_count(sentences_text: str | None) -> int:
     """The non-empty lines given (what the Sentence slider ranges over), at least 1."""
     return max(1, len([line for line in (sentences_text or "").splitlines() if line.strip()]))
-
-
-def _clamp(value: Any, high: int) -> int:
-    try:
-        return min(max(1, int(float(value))), high)
-    except (TypeError, ValueError, OverflowError):
-        return 1
 
 
 def seed_mistake(value: Any) -> Switch | None:
@@ -177,7 +171,7 @@ class AttentionRequest:
         n_rows = len(lines) if check_text else min(sentence_count(text), MAX_SENTENCES)
 
         def number(value: Any, what: str, high: int) -> int:
-            return (_clamp(value, high) if fit else as_int(value, what, 1, high)) - 1
+            return (clamped(value, high) if fit else as_int(value, what, 1, high)) - 1
 
         return cls(
             text=text,
@@ -202,44 +196,8 @@ class AttentionRequest:
         )
 
 
-_POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
-# The components' values in the order the endpoints' API has them: read's own parameters, the
-# registry first (the request's flags, keyword-only, are the decorator's).
-_VALUES = {
-    name: parameter.replace(kind=_POSITIONAL)
-    for name, parameter in inspect.signature(AttentionRequest.read).parameters.items()
-    if parameter.kind is _POSITIONAL
-}
-
-
-def takes_request(
-    fit: bool, values: Sequence[str] | None = None, *, check_text: bool = True
-) -> Callable[[Callable[[ModelRegistry, AttentionRequest], Any]], Callable[..., Any]]:
-    """A decorator: ``handler(registry, request)`` as an event handler that takes the
-    registry, then the components' values named ``values`` (:meth:`AttentionRequest.read`'s
-    parameters; all of them, in its order, when None) and reads the request once, fitted to
-    the model when ``fit``, its text checked when ``check_text``. The handler's signature,
-    which gradio reads for the API page and to count the inputs, is read's: the order is
-    written once."""
-    names = ["registry", *(values if values is not None else list(_VALUES)[1:])]
-    unknown = [name for name in names if name not in _VALUES]
-    if unknown:
-        raise TypeError(f"AttentionRequest.read takes no {unknown}")
-    signature = inspect.Signature([_VALUES[name] for name in names])
-
-    def decorate(handler: Callable[[ModelRegistry, AttentionRequest], Any]) -> Callable[..., Any]:
-        def endpoint(*args: Any, **kwargs: Any) -> Any:
-            given = signature.bind(*args, **kwargs).arguments
-            registry = given.pop("registry")
-            request = AttentionRequest.read(registry, **given, fit=fit, check_text=check_text)
-            return handler(registry, request)
-
-        endpoint.__signature__ = signature.replace(  # type: ignore[attr-defined]
-            return_annotation=inspect.signature(handler).return_annotation
-        )
-        endpoint.__name__ = endpoint.__qualname__ = handler.__name__
-        endpoint.__doc__ = handler.__doc__
-        endpoint.__module__ = handler.__module__
-        return endpoint
-
-    return decorate
+def reading(fit: bool, *, check_text: bool = True) -> Callable[..., AttentionRequest]:
+    """:meth:`AttentionRequest.read` with its flags set, as the builder
+    :func:`ui.serving.endpoints.takes_request` makes the tab's handlers from: fitted to the
+    model when ``fit``, the text checked when ``check_text``."""
+    return functools.partial(AttentionRequest.read, fit=fit, check_text=check_text)

@@ -42,7 +42,7 @@ from .handlers import (
     strategy_controls,
 )
 from .layout import build
-from .request import INPUT_NAMES, TOP_K_SHOWN, GenerateRequest, decoding_settings, read_inputs
+from .request import INPUT_NAMES, TOP_K_SHOWN, GenerateRequest, decoding_settings
 
 __all__ = [
     "EXAMPLES",
@@ -66,7 +66,6 @@ __all__ = [
     "generating_models",
     "model_controls",
     "placeholders",
-    "read_inputs",
     "redraw",
     "redraw_attention",
     "reference_for",

@@ -26,7 +26,7 @@ from transformer.lab.analysis import shown_piece
 
 from ...serving.errors import InputError, friendly, gpu, markdown_text
 from ...serving.state import ModelRegistry, bind
-from .chat import read_request
+from .chat import GenerateCall, takes_call
 from .decoding import current
 from .shown import PRIVATE, if_shown, open_flag
 
@@ -150,11 +150,12 @@ def measured(decoding: DecodingSession) -> str:
 
 @friendly
 @gpu
-def kv_cache(registry: ModelRegistry, *inputs: Any) -> tuple[str, str, str]:
+@takes_call
+def kv_cache(registry: ModelRegistry, call: GenerateCall) -> tuple[str, str, str]:
     """The ``/kv_cache`` endpoint (the Generate endpoints' inputs): (what the cache of the
     session's decoding holds; what each step computed; the next step measured with and
     without the cache)."""
-    request, session, state = read_request(registry, inputs)
+    request, session, state = call.request, call.session, call.state
     with state.lock:
         try:
             state, _note = current(registry, state, session, request)

@@ -7,15 +7,17 @@ reads its prompt wrapped, also a prompt typed over the wrapped one while the swi
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
 from transformer.lab.analysis import piece_legend, shown_pieces
 
+from ...serving import endpoints
 from ...serving.errors import code_span
 from ...serving.state import GenerationState, ModelRegistry, SessionModels
-from .request import GenerateRequest, read_inputs
+from .request import GenerateRequest
 
 CHATML_USER = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 """The minimal ChatML form, used when a template cannot be rendered with jinja2."""
@@ -125,13 +127,58 @@ def chat_request(
     return dataclasses.replace(request, source=wrapped)
 
 
-def read_request(
-    registry: ModelRegistry, values: tuple
-) -> tuple[GenerateRequest, SessionModels, GenerationState]:
-    """An endpoint's inputs as :func:`read_inputs` reads them, the prompt as the model reads
-    it (:func:`chat_request`)."""
-    request, session, state = read_inputs(values)
-    return chat_request(registry, request, session, state), session, state
+@dataclass(frozen=True)
+class GenerateCall:
+    """One Generate event's inputs, read once: the request (its prompt as the model reads it,
+    :func:`chat_request`), the session's models and its generation state."""
+
+    request: GenerateRequest
+    session: SessionModels
+    state: GenerationState
+
+    @classmethod
+    def of(
+        cls,
+        registry: ModelRegistry,
+        source: Any,
+        model: Any,
+        strategy: Any,
+        temperature: Any,
+        top_k: Any,
+        top_p: Any,
+        beam: Any,
+        max_tokens: Any,
+        seed: Any,
+        layer: Any,
+        head: Any,
+        large: Any,
+        session: SessionModels,
+        state: GenerationState | None,
+    ) -> GenerateCall:
+        """The event's values in the order of ``request.INPUT_NAMES``, then the session's
+        models and its generation state (a missing one is a fresh one); an
+        :class:`InputError` naming a bad value."""
+        request = GenerateRequest.parse(
+            source,
+            model,
+            strategy,
+            temperature,
+            top_k,
+            top_p,
+            beam,
+            max_tokens,
+            seed,
+            layer,
+            head,
+            large,
+        )
+        state = state or GenerationState()
+        return cls(chat_request(registry, request, session, state), session, state)
+
+
+takes_call = endpoints.takes_request(GenerateCall.of)
+"""``handler(registry, call)`` as an event handler taking the Generate endpoints' values in
+the order their API has them (``request.INPUT_NAMES``, then the session and the state)."""
 
 
 def chat_preview(

@@ -155,7 +155,7 @@ def unreadable_note(checkpoint: Checkpoint, text: str) -> str:
     return inputs.unreadable_note(checkpoint.tokenizer, text or "")
 
 
-def _restart(
+def restart(
     registry: ModelRegistry,
     state: GenerationState,
     session: SessionModels,
@@ -179,7 +179,7 @@ def start(
 ) -> GenerationState:
     """A new decoding from ``request``."""
     state = GenerationState()
-    _restart(registry, state, session, request)
+    restart(registry, state, session, request)
     return state
 
 
@@ -206,5 +206,5 @@ def current(
             note = "input changed — restarted"
         else:
             note = "the model was retrained — restarted"
-    _restart(registry, state, session, request)
+    restart(registry, state, session, request)
     return state, note

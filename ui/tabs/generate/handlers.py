@@ -18,12 +18,12 @@ from transformer.text.display import next_piece_label, piece_scheme
 from ...serving import limits
 from ...serving.errors import InputError, friendly, gpu, user_input
 from ...serving.state import GenerationState, ModelRegistry, SessionModels
-from .chat import read_request
+from .chat import GenerateCall, takes_call
 from .decoding import (
     RESTARTED,
-    _restart,
     cannot_generate,
     current,
+    restart,
     start_ids,
     unreadable_note,
     weights_note,
@@ -35,14 +35,15 @@ RUN_FIGURE_INTERVAL_S = 0.5
 
 # The generation endpoints share one signature, their inputs in the order of
 # ``request.INPUT_NAMES`` (source, model name, the seven decoding controls, layer, head, large
-# font), then the session's models and its generation state: ``read_inputs`` reads them once.
+# font), then the session's models and its generation state: ``takes_call`` reads them once.
 
 
 @friendly
 @gpu
-def step(registry: ModelRegistry, *inputs: Any) -> Drawn:
+@takes_call
+def step(registry: ModelRegistry, call: GenerateCall) -> Drawn:
     """The ``/generate_step`` endpoint: one more token."""
-    request, session, state = read_request(registry, inputs)
+    request, session, state = call.request, call.session, call.state
     with state.lock:
         state, note = current(registry, state, session, request)
         assert state.decoding is not None  # current() starts one
@@ -56,9 +57,10 @@ def step(registry: ModelRegistry, *inputs: Any) -> Drawn:
 
 @friendly
 @gpu
-def back(registry: ModelRegistry, *inputs: Any) -> Drawn:
+@takes_call
+def back(registry: ModelRegistry, call: GenerateCall) -> Drawn:
     """The ``/generate_back`` endpoint: undo the last step."""
-    request, session, state = read_request(registry, inputs)
+    request, session, state = call.request, call.session, call.state
     with state.lock:
         state, note = current(registry, state, session, request)
         assert state.decoding is not None  # current() starts one
@@ -69,24 +71,26 @@ def back(registry: ModelRegistry, *inputs: Any) -> Drawn:
 
 @friendly
 @gpu
-def reset(registry: ModelRegistry, *inputs: Any) -> Drawn:
+@takes_call
+def reset(registry: ModelRegistry, call: GenerateCall) -> Drawn:
     """The ``/generate_reset`` endpoint: start again from the source."""
-    request, session, state = read_request(registry, inputs)
+    request, session, state = call.request, call.session, call.state
     with state.lock:
-        _restart(registry, state, session, request)
+        restart(registry, state, session, request)
         return draw(registry, state, request, session)
 
 
 @friendly
 @gpu
-def run(registry: ModelRegistry, *inputs: Any) -> Iterator[Drawn]:
+@takes_call
+def run(registry: ModelRegistry, call: GenerateCall) -> Iterator[Drawn]:
     """The ``/generate`` endpoint: step to the end, one update per step (its figures throttled
     to one set per ``RUN_FIGURE_INTERVAL_S``, the last step's always sent), pausing at the time
     limit of a run (``limits.GENERATION_TIME_LIMIT_S``).
 
     Each step holds the session's lock, so a Step pressed meanwhile takes its turn between two
     of these steps and never runs inside one; a restart meanwhile ends this run."""
-    request, session, state = read_request(registry, inputs)
+    request, session, state = call.request, call.session, call.state
     with state.lock:
         state, note = current(registry, state, session, request)
         assert state.decoding is not None  # current() starts one
@@ -260,10 +264,15 @@ def strategy_controls(strategy: str) -> tuple:
 
 @friendly
 @gpu
-def first_step(registry: ModelRegistry, *inputs: Any) -> Drawn:
+@takes_call
+def first_step(registry: ModelRegistry, call: GenerateCall) -> Drawn:
     """The live view after an input or a setting changed: restart and show the first step
     (a model that cannot generate gets its note and placeholders, not an error)."""
-    request, session, state = read_request(registry, inputs)
+    return _first_step(registry, call)
+
+
+def _first_step(registry: ModelRegistry, call: GenerateCall) -> Drawn:
+    request, session, state = call.request, call.session, call.state
     checkpoint = registry.checkpoint(request.model, session)
     reason = cannot_generate(request.model, checkpoint)
     large = request.large
@@ -275,8 +284,8 @@ def first_step(registry: ModelRegistry, *inputs: Any) -> Drawn:
     with state.lock:
         had_records = state.decoding is not None and bool(state.decoding.records)
         changed = state.key[:2] == request.key[:2] and state.key != request.key
-        _restart(registry, state, session, request)
-        assert state.decoding is not None  # _restart starts one
+        restart(registry, state, session, request)
+        assert state.decoding is not None  # restart starts one
         registry.admit_decoding(request.model, state)  # weighed, and counted among all
         registry.decode_step(request.model, state.decoding)  # a big prompt: the costly pool
         note = RESTARTED if had_records and changed else ""
@@ -285,24 +294,26 @@ def first_step(registry: ModelRegistry, *inputs: Any) -> Drawn:
 
 @friendly
 @gpu
-def redraw(registry: ModelRegistry, *inputs: Any) -> Drawn:
+@takes_call
+def redraw(registry: ModelRegistry, call: GenerateCall) -> Drawn:
     """Redraw the decoding as it is (layer, head or font changed); nothing is stepped (the
     logit lens was recorded with each step, so a redraw runs no model)."""
-    request, session, state = read_request(registry, inputs)
+    request, session, state = call.request, call.session, call.state
     if state.decoding is None or state.key[:2] != request.key[:2]:
-        return first_step(registry, *inputs)
+        return _first_step(registry, call)
     with state.lock:
         return draw(registry, state, request, session)
 
 
 @friendly
 @gpu
-def show_stream(registry: ModelRegistry, *inputs: Any) -> tuple[Any, GenerationState]:
+@takes_call
+def show_stream(registry: ModelRegistry, call: GenerateCall) -> tuple[Any, GenerationState]:
     """(residual stream, state) when the page unfolds the residual stream's section: drawn for
     the decoding as it is, and sent with every step from now on (folded, a step leaves it out).
     While the decoding is not the controls' own, the page is left as it is (that decoding's own
     event draws it)."""
-    request, session, state = read_request(registry, inputs)
+    request, session, state = call.request, call.session, call.state
     state.stream_shown = True
     if state.decoding is None or state.key[:2] != request.key[:2]:
         return gr.skip(), state
@@ -321,13 +332,16 @@ def fold_stream(state: GenerationState | None) -> GenerationState:
 
 @friendly
 @gpu
-def redraw_attention(registry: ModelRegistry, *inputs: Any) -> tuple[Any, Any, GenerationState]:
+@takes_call
+def redraw_attention(
+    registry: ModelRegistry, call: GenerateCall
+) -> tuple[Any, Any, GenerationState]:
     """(cross-attention, self-attention triangle, state) redrawn for a new layer or head: the
     next-token chart, the logit lens and the residual stream depend on neither, so the page
     keeps them (they are not outputs of the sliders' event) and only these two are re-sent.
     While the decoding is not the controls' own (a new source or model is on its way, and its
     own event draws everything), the page is left as it is."""
-    request, session, state = read_request(registry, inputs)
+    request, session, state = call.request, call.session, call.state
     if state.decoding is None or state.key[:2] != request.key[:2]:
         return gr.skip(), gr.skip(), state
     with state.lock:

@@ -1,8 +1,9 @@
 """What the Generate tab's controls ask for, read once: :class:`GenerateRequest`.
 
-Gradio hands an endpoint its input components' values in order; :func:`read_inputs` turns them
-into one request (the decoding settings validated, the layer and head as numbers) the moment a
-handler starts, and nothing after that reads a positional value.
+Gradio hands an endpoint its input components' values in order; :meth:`GenerateRequest.parse`
+turns them into one request (the decoding settings validated, the layer and head as numbers) the
+moment a handler starts (:class:`ui.tabs.generate.chat.GenerateCall`), and nothing after that
+reads a positional value.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from transformer.generation.settings import Strategy
 
 from ...serving.errors import user_input
 from ...serving.inputs import as_float, as_int
-from ...serving.state import GenerationState, SessionModels
 
 TOP_K_SHOWN = 10  # bars in the next-token chart
 LENS_TOP_K = 5  # columns of the logit lens
@@ -106,15 +106,3 @@ class GenerateRequest:
             head=as_int(head, "head", 1, 1000),
             large=bool(large),
         )
-
-
-def read_inputs(values: tuple) -> tuple[GenerateRequest, SessionModels, GenerationState]:
-    """An endpoint's inputs (``INPUT_NAMES`` in order, then the session's models and its
-    generation state) as (request, session, state); a missing state is a fresh one."""
-    if len(values) != len(INPUT_NAMES) + 2:
-        raise TypeError(
-            f"the Generate endpoints take {len(INPUT_NAMES) + 2} inputs "
-            f"({', '.join(INPUT_NAMES)}, session, state), got {len(values)}"
-        )
-    *controls, session, state = values
-    return GenerateRequest.parse(*controls), session, state or GenerationState()

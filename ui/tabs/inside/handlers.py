@@ -11,6 +11,7 @@ import gradio as gr
 
 from ...serving import endpoints
 from ...serving.errors import friendly, gpu
+from ...serving.inputs import clamped
 from ...serving.state import ModelRegistry, SessionModels
 from .view import (
     EXAMPLE_TEXT,
@@ -25,13 +26,6 @@ from .view import (
 )
 
 N_OUTPUTS = 1 + 4 * len(SECTIONS)
-
-
-def _clamp(value: Any, high: int, default: int = 1) -> int:
-    try:
-        return min(max(1, int(float(value))), high)
-    except (TypeError, ValueError, OverflowError):
-        return default
 
 
 @dataclass
@@ -74,9 +68,9 @@ def fit(registry: ModelRegistry, request: InsideRequest) -> Fitted:
         stacks,
         stack,
         n_layers,
-        _clamp(request.layer, n_layers),
+        clamped(request.layer, n_layers),
         config.n_heads,
-        _clamp(request.head, config.n_heads),
+        clamped(request.head, config.n_heads),
         choices,
         position,
     )

@@ -88,6 +88,18 @@ def tokenizer_choices(registry: ModelRegistry) -> dict[str, tuple[str, str]]:
     return choices
 
 
+def checked_choice(registry: ModelRegistry, choice: Any) -> str:
+    """``choice`` if it is one of the menu's labels (:func:`tokenizer_choices`), else an
+    :class:`InputError` naming them."""
+    choices = tokenizer_choices(registry)
+    if not isinstance(choice, str) or choice not in choices:
+        raise InputError(
+            f"there is no tokenizer called {shown(choice, 60)}: choose "
+            f"{readable_list(list(choices), most=4)}"
+        )
+    return choice
+
+
 def vocab_in_range(algorithm: str, vocab_size: Any) -> tuple[int, str]:
     """The vocabulary size to train ``algorithm`` with, and a note when the asked size was
     moved into the range the bundled corpus allows (`VOCAB_RANGE`)."""
@@ -105,14 +117,14 @@ def pick_tokenizer(
 ) -> Tokenizer | UploadedFile:
     """The tokenizer a dropdown choice names (a bundled model's, one trained live, a real one, a
     pretrained model's), or the uploaded file (which only a worker process runs)."""
-    return _pick(registry, choice, vocab_size, upload)[0]
+    return pick_with_note(registry, choice, vocab_size, upload)[0]
 
 
 def _at_once(work: Callable[[], Tokenizer]) -> Tokenizer:
     return work()
 
 
-def _pick(
+def pick_with_note(
     registry: ModelRegistry,
     choice: str,
     vocab_size: Any,
@@ -124,13 +136,7 @@ def _pick(
     live is done by ``run`` and building a real one (once per server) by ``build``, which the
     handlers give time limits; a model's tokenizer comes with its model; an upload is returned
     unread."""
-    choices = tokenizer_choices(registry)
-    if not isinstance(choice, str) or choice not in choices:
-        raise InputError(
-            f"there is no tokenizer called {shown(choice, 60)}: choose "
-            f"{readable_list(list(choices), most=4)}"
-        )
-    kind, name = choices[choice]
+    kind, name = tokenizer_choices(registry)[checked_choice(registry, choice)]
     if kind == "bundled":
         return registry.checkpoint(name, None).tokenizer, ""
     if kind == "model":

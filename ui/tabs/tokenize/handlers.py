@@ -30,29 +30,35 @@ from .choices import (
     VOCAB_INFO,
     VOCAB_RANGE,
     UploadedFile,
-    _pick,
+    checked_choice,
+    pick_with_note,
     tokenizer_choices,
 )
 from .replay_view import replay_markdown, replay_steps
 from .views import highlighted, plural
 
+NO_COMPARISON = "(none)"  # the comparison menu's first choice
+
 
 @dataclass(frozen=True)
 class TokenizeRequest:
-    """What the tab's controls say, as one value: the layout's components fill it (in the
-    order of :meth:`of`'s parameters, the ``/tokenize`` API signature) and the handlers
-    receive it. ``step`` None draws every replay step."""
+    """What the tab's controls say, as one value, checked once: the layout's components fill
+    it (in the order of :meth:`of`'s parameters, the ``/tokenize`` API signature) and the
+    handlers receive it. ``choice`` is one of the menu's tokenizers, ``compare`` one too or
+    :data:`NO_COMPARISON`; ``step`` None draws every replay step. ``vocab`` is read only when a
+    tokenizer is trained live (its note says when it was moved into range)."""
 
     text: str
     choice: str
     vocab: Any
     upload: str | None
     compare: str
-    step: Any = None
+    step: int | None = None
 
     @classmethod
     def of(
         cls,
+        registry: ModelRegistry,
         text: Any,
         choice: Any,
         vocab: Any,
@@ -60,8 +66,16 @@ class TokenizeRequest:
         compare: Any,
         step: Any = None,
     ) -> TokenizeRequest:
-        """The request from the components' values, in the order the events send them."""
-        return cls(as_text(text, "text"), choice, vocab, upload, compare, step)
+        """The request from the components' values, in the order the events send them; an
+        :class:`InputError` naming what to choose for a tokenizer the menus do not have."""
+        text = as_text(text, "text")
+        choice = checked_choice(registry, choice)
+        if compare and compare != NO_COMPARISON:
+            compare = checked_choice(registry, compare)
+        else:
+            compare = NO_COMPARISON
+        shown = None if step is None else as_int(step, "step", 0, 1_000_000)
+        return cls(text, choice, vocab, upload, compare, shown)
 
 
 takes_request = endpoints.takes_request(TokenizeRequest.of)
@@ -137,7 +151,7 @@ def _views(
             f"the text is longer than {limits.MAX_TEXT:,} characters ({len(text):,}): "
             "paste a shorter one"
         )
-    shown = None if request.step is None else as_int(request.step, "step", 0, 1_000_000)
+    shown = request.step
     # One limit for the request: choosing each tokenizer (parsing an upload, training one live,
     # building a real one) and drawing run on the tokenizer threads within the same deadline.
     deadline = time.monotonic() + limits.TOKENIZER_TIME_LIMIT_S
@@ -160,10 +174,10 @@ def _views(
         finally:
             deadline += time.monotonic() - began
 
-    tokenizer, note = _pick(registry, request.choice, vocab, upload, within, building)
+    tokenizer, note = pick_with_note(registry, request.choice, vocab, upload, within, building)
     other = None
-    if compare and compare != "(none)":
-        other = _pick(registry, compare, vocab, upload, within, building)
+    if compare != NO_COMPARISON:
+        other = pick_with_note(registry, compare, vocab, upload, within, building)
     for picked in (tokenizer, None if other is None else other[0]):
         if isinstance(picked, Tokenizer):  # an upload's worker counts its own
             normalized_text(picked, text, limits.MAX_TEXT)
@@ -309,10 +323,11 @@ def tokenize_view(
             ask = "_Drop a `tokenizer.json` file in the box under the menu to see its tokens._"
             if choices.get(choice, ("",))[0] == "upload":
                 return (ask, [], "", [], [], "", slider, step_control(0), show_upload, "")
-            request = TokenizeRequest.of(text, choice, vocab, upload, "(none)")
+            request = TokenizeRequest.of(registry, text, choice, vocab, upload, NO_COMPARISON)
             views, steps = _views(registry, request)
             return (*views[:2], ask, *views[3:], slider, step_control(steps), show_upload, "")
-        views, steps = _views(registry, TokenizeRequest.of(text, choice, vocab, upload, compare))
+        request = TokenizeRequest.of(registry, text, choice, vocab, upload, compare)
+        views, steps = _views(registry, request)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as error:

@@ -28,7 +28,8 @@ BAR_WIDTH = 30  # characters of the progress bar
 _RUNNING: OrderedDict[str, tuple[LiveTraining, threading.Event]] = OrderedDict()
 _HISTORIES: OrderedDict[str, list[dict[str, float]]] = OrderedDict()
 _KEEP_SESSIONS = 256
-_running_lock = threading.Lock()
+# Held while the tables above change, by the running training and by the snapshots.
+running_lock = threading.Lock()
 
 
 def training_curves(history: list[dict[str, float]], large: bool) -> Any:
@@ -50,8 +51,9 @@ def progress_line(step: int, total: int, loss: float, tokens_per_second: float) 
     return f"`{bar}` step {step}/{total} · loss {loss:.3f} · {tokens_per_second:,.0f} tokens/s"
 
 
-def _remember(table: OrderedDict, key: Hashable, value: Any) -> None:
-    with _running_lock:
+def remember(table: OrderedDict, key: Hashable, value: Any) -> None:
+    """Store ``value`` under ``key`` as the newest entry of ``table``, under ``running_lock``."""
+    with running_lock:
         table[key] = value
         table.move_to_end(key)
         while len(table) > _KEEP_SESSIONS:
@@ -104,7 +106,7 @@ def run_training(
     key = _session_key(request)
     asked = threading.Event()  # set by Cancel
     if key is not None:
-        _remember(_RUNNING, key, (live, asked))
+        remember(_RUNNING, key, (live, asked))
     history: list[dict[str, float]] = []
     try:
         for report in live.reports():
@@ -115,11 +117,11 @@ def run_training(
     finally:
         live.cancel()  # a cancelled or disconnected client stops the training thread too
         if key is not None:
-            with _running_lock:
+            with running_lock:
                 if _RUNNING.get(key, (None,))[0] is live:
                     del _RUNNING[key]
     if key is not None:
-        _remember(_HISTORIES, key, history)
+        remember(_HISTORIES, key, history)
     result = live.result()
     session = SessionModels(trained=live.checkpoint(result), snapshots=result.snapshots)
     kept = (
@@ -143,7 +145,7 @@ def run_training(
 def cancel_training(request: gr.Request) -> str:
     """Ask this session's training to stop; it reports where it stopped and keeps the model."""
     key = _session_key(request)
-    with _running_lock:
+    with running_lock:
         running = _RUNNING.get(key) if key is not None else None
     if running is None:
         return "_No training is running in this session._"

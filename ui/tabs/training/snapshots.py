@@ -15,7 +15,7 @@ from ...serving.errors import InputError, friendly, gpu
 from ...serving.inputs import as_int
 from ...serving.state import TRAINED_HERE, ModelRegistry, SessionModels
 from ..attention import attention_view, grid_panel
-from .running import _remember, _running_lock
+from .running import remember, running_lock
 
 # A sentence each bundled task reads, for the snapshot view.
 TASK_SENTENCES = {
@@ -44,7 +44,7 @@ _SNAPSHOTS: OrderedDict[tuple[str, int], Checkpoint] = OrderedDict()
 def _bundled_snapshot(name: str, checkpoint: Checkpoint, step: int) -> Checkpoint:
     """A bundled model's snapshot as a checkpoint, read from disk once (a few kept)."""
     key = (name, step)
-    with _running_lock:
+    with running_lock:
         if key in _SNAPSHOTS:
             return _SNAPSHOTS[key]
     frozen = Checkpoint(
@@ -53,7 +53,7 @@ def _bundled_snapshot(name: str, checkpoint: Checkpoint, step: int) -> Checkpoin
         tokenizer=checkpoint.tokenizer,
         info=checkpoint.info,
     )
-    _remember(_SNAPSHOTS, key, frozen)
+    remember(_SNAPSHOTS, key, frozen)
     return frozen
 
 
