@@ -152,9 +152,10 @@ MAX_DECODING_BYTES = min(256 * 1024 * 1024, MACHINE_BYTES // 64)
 DECODINGS_BYTES = min(1024 * 1024 * 1024, MACHINE_BYTES // 16)
 # Calls one client (an address as the server sees it) may have waiting in the costly queue
 # (Run to the end, the long view); one more is refused with a message. The queue serves
-# clients in turns (ui/serving/fairness.py). A lecture hall behind one router is one address:
-# VISUALISER_COSTLY_QUEUED_PER_CLIENT sets a larger number for such a class.
-COSTLY_QUEUED_PER_CLIENT = _setting("VISUALISER_COSTLY_QUEUED_PER_CLIENT", 8)
+# clients in turns (ui/serving/fairness.py). A lecture hall behind one router is one address,
+# so the default leaves room for a class of 64 pressing Run to the end at once;
+# VISUALISER_COSTLY_QUEUED_PER_CLIENT sets another number.
+COSTLY_QUEUED_PER_CLIENT = _setting("VISUALISER_COSTLY_QUEUED_PER_CLIENT", 64)
 # Threads that run the handlers (gradio's own pool). Gradio's default, 40, shares the web
 # server's pool of 40 with its plain routes (/gradio_api/info, /config, uploads, heartbeats):
 # handlers sleeping on a session's lock or the costly pool then held every thread, and /info
