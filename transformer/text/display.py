@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .replay import byte_level_to_bytes
+from .replay import byte_level_to_bytes, utf8_length
 
 # How the app writes the characters a piece may hold that a reader cannot see: one way in
 # every view (Tokenize's chips and replay, the attention axes, the menus, the logit lens).
@@ -312,20 +312,6 @@ def piece_data(scheme: PieceScheme, piece: str) -> tuple[str, bytes | None]:
     ):
         return scheme.continuation, piece[len(scheme.continuation) :].encode("utf-8")
     return "", piece.encode("utf-8", "surrogatepass")
-
-
-def utf8_length(lead: int) -> int:
-    """Bytes in a UTF-8 sequence that starts with ``lead`` (0 for a continuation or an invalid
-    byte)."""
-    if lead < 0x80:
-        return 1
-    if 0xC2 <= lead <= 0xDF:
-        return 2
-    if 0xE0 <= lead <= 0xEF:
-        return 3
-    if 0xF0 <= lead <= 0xF4:
-        return 4
-    return 0
 
 
 def _characters(stream: bytes) -> list[tuple[int, int, str | None]]:

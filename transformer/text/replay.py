@@ -228,8 +228,9 @@ class ReadablePiece:
     notes: tuple[str, ...]
 
 
-def _utf8_length(lead: int) -> int:
-    """Bytes in a UTF-8 sequence starting with ``lead`` (0 for a continuation/invalid byte)."""
+def utf8_length(lead: int) -> int:
+    """Bytes in a UTF-8 sequence that starts with ``lead`` (0 for a continuation or an invalid
+    byte)."""
     if lead < 0x80:
         return 1
     if 0xC2 <= lead <= 0xDF:
@@ -256,7 +257,7 @@ def readable_piece(piece: str) -> ReadablePiece:
     partial: list[int] = []
     i = 0
     while i < len(data):
-        length = _utf8_length(data[i])
+        length = utf8_length(data[i])
         chunk = data[i : i + length] if length else b""
         try:
             char = chunk.decode("utf-8") if length and len(chunk) == length else None
@@ -279,8 +280,8 @@ def readable_piece(piece: str) -> ReadablePiece:
 def _partial_note(partial: list[int]) -> str:
     shown = "".join(f"<0x{b:02X}>" for b in partial)
     lead = partial[0]
-    if _utf8_length(lead) > 1:
-        need = _utf8_length(lead)
+    if utf8_length(lead) > 1:
+        need = utf8_length(lead)
         return (
             f"{shown}: the first {len(partial)} of the {need} bytes of one character; the rest "
             "is in the next piece"
