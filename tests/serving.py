@@ -3,6 +3,7 @@ it through gradio_client or raw HTTP, and check that an error message is fit for
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -11,7 +12,8 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,14 @@ TOKENIZE = ["the cat sat", BPE, 400, None, "(none)", 5]
 # What must never reach a user: a traceback, a source location, an absolute path of this machine.
 _LEAKS = ["Traceback", 'File "', "site-packages", "/work", "/tmp", "/root", "/home", "/usr/"]
 _LEAKS += [str(Path.cwd()), sys.prefix]
+
+
+def run_async(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """``asyncio.run(coroutine)`` on a thread of its own: a browser module earlier on the same
+    test worker leaves Playwright's event loop running on the main thread, where asyncio.run
+    refuses to start."""
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()
 
 
 @contextmanager

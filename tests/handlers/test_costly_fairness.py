@@ -5,12 +5,12 @@ line (``ui/serving/event_streams.py``)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from types import SimpleNamespace
 
 import gradio as gr
 import pytest
+from serving import run_async
 
 from ui.serving import limits
 from ui.serving.event_streams import QuietEventStreams
@@ -91,7 +91,7 @@ def test_a_clients_waiting_calls_are_capped_with_a_message(demo, monkeypatch):
     def push(index: int, address: str):
         body = SimpleNamespace(fn_index=index, session_hash=None)
         request = SimpleNamespace(client=SimpleNamespace(host=address))
-        return asyncio.run(queue.push(body=body, request=request, username=None))
+        return run_async(queue.push(body=body, request=request, username=None))
 
     accepted, detail, status = push(costly, "10.0.0.1")
     assert (accepted, status) == (False, "validator_error")
@@ -128,7 +128,7 @@ def _call(app, path: str) -> list[dict]:
     async def receive():
         return {"type": "http.disconnect"}
 
-    asyncio.run(app({"type": "http", "path": path}, receive, send))
+    run_async(app({"type": "http", "path": path}, receive, send))
     return sent
 
 

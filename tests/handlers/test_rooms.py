@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from serving import run_async
 
 from ui.links.rooms import (
     CODE_ALPHABET,
@@ -274,7 +275,6 @@ def _prop(value: Any, key: str) -> Any:
 def test_a_followers_poll_finds_the_change_and_one_event_draws_the_lecturers_tab(
     app_demo: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import asyncio
     import copy
     import inspect
 
@@ -299,7 +299,7 @@ def test_a_followers_poll_finds_the_change_and_one_event_draws_the_lecturers_tab
 
     # The poll is small whatever the page holds: gradio's cost grows with an event's outputs.
     assert len(poll.inputs) == 1 and len(poll.outputs) <= len(views.tabs) + 5
-    answer = asyncio.run(poll.fn([room.code, -1]))
+    answer = run_async(poll.fn([room.code, -1]))
     out = dict(zip([c._id for c in poll.outputs], answer, strict=True))
     assert out[follow_me.following._id] == [room.code, 1]
     incoming = out[polled._id]
@@ -336,7 +336,7 @@ def test_a_followers_poll_finds_the_change_and_one_event_draws_the_lecturers_tab
     shared = app_demo.model_registry.shared_views
     computed = shared.computed
     monkeypatch.setattr("ui.links.rooms.WAIT_S", 0.2)  # how long a question waits for a change
-    again = asyncio.run(poll.fn(out[follow_me.following._id]))
+    again = run_async(poll.fn(out[follow_me.following._id]))
     assert all(value == gr.skip() for value in again)
     assert shared.computed == computed
 

@@ -12,7 +12,10 @@ import asyncio
 import json
 from typing import Any
 
+import gradio as gr
 import pytest
+from serving import run_async
+from starlette.requests import Request
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from ui.serving import limits
@@ -96,7 +99,7 @@ def test_a_forwarded_address_from_an_unnamed_proxy_is_not_a_new_visitor() -> Non
             await upload(capped, 1000, "203.0.113.7", forwarded=f"198.51.100.{i}") for i in range(6)
         ]
 
-    statuses = asyncio.run(run())
+    statuses = run_async(run())
     assert statuses == [200, 200, 200, 429, 429, 429]  # 3 KB a visitor, 1,000 bytes each
 
 
@@ -116,7 +119,7 @@ def test_a_named_proxy_s_forwarded_address_is_read_from_its_right_end(
         other = await upload(capped, 1000, "10.0.0.1", forwarded="198.51.100.2")
         return [*first, other]
 
-    assert asyncio.run(run()) == [200, 200, 200, 429, 200]
+    assert run_async(run()) == [200, 200, 200, 429, 200]
 
 
 def test_simultaneous_uploads_are_counted_when_they_start() -> None:
@@ -132,7 +135,7 @@ def test_simultaneous_uploads_are_counted_when_they_start() -> None:
         gate.set()
         return list(await asyncio.gather(*tasks))
 
-    statuses = asyncio.run(run())
+    statuses = run_async(run())
     assert route.entered == 3
     assert sorted(statuses) == [200] * 3 + [429] * 27
 
@@ -153,7 +156,7 @@ def test_an_upload_under_way_counts_against_everyone_s_total(
         gate.set()
         return list(await asyncio.gather(*tasks)), under_way, ledger.total()
 
-    statuses, under_way, after = asyncio.run(run())
+    statuses, under_way, after = run_async(run())
     assert statuses == [200, 200, 503]
     assert under_way == 2000
     assert after == 2000  # the two recorded files (1,000 bytes each, said by their length)
@@ -186,8 +189,13 @@ def test_the_client_address_is_uvicorn_s_reading_of_the_same_proxies(
         seen.append(scope["client"][0])
 
     # uvicorn with no trusted host: "" matches none (its default trusts loopback).
-    asyncio.run(ProxyHeadersMiddleware(app, trusted_hosts=trusted)(dict(scope), None, None))  # type: ignore[arg-type]
+    run_async(ProxyHeadersMiddleware(app, trusted_hosts=trusted)(dict(scope), None, None))  # type: ignore[arg-type]
+    # As a handler meets it: the scope, Starlette's request, and gradio's request wrapping one
+    # (whose unknown attributes gradio reads through JSON, which the scope's bytes refuse).
+    starlette = Request(dict(scope))
     assert client_address(scope) == seen[0]
+    assert client_address(starlette) == seen[0]
+    assert client_address(gr.Request(request=starlette)) == seen[0]
 
 
 def test_install_tells_uvicorn_the_same_proxies(monkeypatch: pytest.MonkeyPatch) -> None:

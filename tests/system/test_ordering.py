@@ -15,6 +15,7 @@ from typing import Any
 import gradio as gr
 import pytest
 from gradio.context import LocalContext
+from serving import run_async
 
 from ui.serving.ordering import WriteOrder, newest_wins, ordered
 
@@ -159,6 +160,42 @@ def test_a_stream_delivers_every_result_and_holds_back_older_redraws(blocks: Any
     thread.join(10)
     assert results == [SKIP]
     assert _in_session("s", older) == "the view before Run"  # started after the stream
+
+
+def test_a_long_poll_awaited_in_the_event_loop_is_ordered_too(blocks: Any) -> None:
+    """A follower's poll waits in the event loop (a coroutine, no thread): an older redraw
+    that ends after the poll brought the room's view leaves that view on the page."""
+    import asyncio
+
+    order = WriteOrder()
+
+    async def poll() -> str:
+        await asyncio.sleep(0)
+        return "the room's view"
+
+    awaited = ordered(poll, order, [blocks.figure])
+    assert asyncio.iscoroutinefunction(awaited)
+    started, polled = threading.Event(), threading.Event()
+    results: list[Any] = []
+
+    def before_poll() -> Any:
+        started.set()
+        assert polled.wait(10)
+        return "the view before the poll"
+
+    slow = ordered(before_poll, order, [blocks.figure])
+    thread = threading.Thread(target=lambda: results.append(_in_session("s", slow)))
+    thread.start()
+    assert started.wait(10)
+
+    async def in_session() -> Any:  # the event loop's thread has a context of its own
+        LocalContext.request.set(SimpleNamespace(session_hash="s"))  # type: ignore[arg-type]
+        return await awaited()
+
+    assert run_async(in_session()) == "the room's view"
+    polled.set()
+    thread.join(10)
+    assert results == [SKIP]
 
 
 def test_a_handler_called_inside_another_is_part_of_it(blocks: Any) -> None:

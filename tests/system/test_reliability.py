@@ -39,6 +39,7 @@ from serving import (
     call,
     leaks,
     raw_call,
+    run_async,
     serve,
     still_serves,
 )
@@ -1101,7 +1102,6 @@ def test_a_task_that_is_not_a_name_is_named_in_the_message(task):
 
 
 def test_gradios_own_refusals_are_short_messages_without_a_traceback(live_demo):
-    import asyncio
 
     function = _live(live_demo, "refit_everything")
     # the model dropdown refusing a name, as gradio's preprocessing does
@@ -1109,7 +1109,7 @@ def test_gradios_own_refusals_are_short_messages_without_a_traceback(live_demo):
     values = [None] * len(function.inputs)
     values[index] = "nonexistent"
     with pytest.raises(gr.Error) as raised:
-        asyncio.run(live_demo.preprocess_data(function, values, None))
+        run_async(live_demo.preprocess_data(function, values, None))
     assert raised.value.print_exception is False
     assert "not in the list of choices" in raised.value.message
     assert "[" not in raised.value.message  # no Python list
@@ -1117,7 +1117,7 @@ def test_gradios_own_refusals_are_short_messages_without_a_traceback(live_demo):
     values = [c.value if hasattr(c, "value") else None for c in function.inputs]
     values[slider] = [1, 2]  # the wrong type: gradio's message would quote a TypeError
     with pytest.raises(gr.Error) as raised:
-        asyncio.run(live_demo.preprocess_data(function, values, None))
+        run_async(live_demo.preprocess_data(function, values, None))
     assert "TypeError" not in raised.value.message and " at 0x" not in raised.value.message
 
 

@@ -102,9 +102,13 @@ def _host(hop: str) -> str:
 def _scope_parts(request: Any) -> tuple[str, list[str]]:
     """(the connection's address, the ``X-Forwarded-For`` values in order) of an ASGI scope,
     a Starlette request or a ``gr.Request``."""
-    scope = request if isinstance(request, dict) else getattr(request, "scope", None)
-    if scope is None and getattr(request, "request", None) is not None:  # gr.Request
-        scope = getattr(request.request, "scope", None)
+    # A gr.Request reads an attribute it lacks from its Starlette request through JSON, which
+    # the scope's bytes refuse: its own request is taken from its __dict__.
+    inner = vars(request).get("request") if hasattr(request, "__dict__") else None
+    if isinstance(request, dict):
+        scope = request
+    else:
+        scope = getattr(inner if inner is not None else request, "scope", None)
     if isinstance(scope, dict):
         client = scope.get("client")
         forwarded = [

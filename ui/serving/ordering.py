@@ -170,6 +170,15 @@ def ordered(
 
         return stream
 
+    if inspect.iscoroutinefunction(fn):  # a long poll: it waits in the event loop, not a thread
+
+        @functools.wraps(fn)
+        async def awaited(*args: Any, **kwargs: Any) -> Any:
+            session, number = _page_session(), order.start()
+            return settle(session, number, await fn(*args, **kwargs), hold)
+
+        return awaited
+
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
         if getattr(_calls, "inside", False):
@@ -192,7 +201,7 @@ def newest_wins(demo: gr.Blocks) -> WriteOrder:
         fn = block_fn.fn
         if fn is None or not block_fn.outputs or getattr(fn, "_newest_wins", False):
             continue
-        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        if inspect.isasyncgenfunction(fn):
             continue
         wrapped = ordered(fn, order, block_fn.outputs)
         wrapped._newest_wins = True  # type: ignore[attr-defined]
