@@ -131,16 +131,6 @@ def bounded(
         ) from None
 
 
-def table_rows(rows: list[list[Any]]) -> list[list[Any]]:
-    """The token table as sent: at most ``limits.MAX_TABLE_ROWS`` rows, the rest counted in a
-    last row (a 20,000-character text has up to 20,000 tokens)."""
-    if len(rows) <= limits.MAX_TABLE_ROWS:
-        return rows
-    left = len(rows) - limits.MAX_TABLE_ROWS + 1
-    last = ["…", f"{left:,} more tokens (the first {limits.MAX_TABLE_ROWS - 1:,} are listed)"]
-    return [*rows[: limits.MAX_TABLE_ROWS - 1], last + [""] * (len(rows[0]) - 2)]
-
-
 def _views(
     registry: ModelRegistry, request: TokenizeRequest
 ) -> tuple[tuple[str, Any, str, Any, list[list[Any]], str], int]:
@@ -226,7 +216,7 @@ def _draw(
     if other is not None:
         seg_b, _, line_b = highlighted(other[0], text)
         out_b = (seg_b, line_b.replace(":", other[1] + ":", 1) if other[1] else line_b)
-    return (line, segments, out_b[1], out_b[0], table_rows(rows), replay_text), steps
+    return (line, segments, out_b[1], out_b[0], rows, replay_text), steps
 
 
 @friendly

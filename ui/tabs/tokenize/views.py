@@ -21,6 +21,7 @@ from transformer.text.replay import (
 )
 from transformer.text.tokenization import Tokenizer
 
+from ...serving import limits
 from ...serving.errors import code_span
 
 METASPACE = "▁"  # SentencePiece's word-start marker (Metaspace pre-tokenizer)
@@ -28,6 +29,8 @@ METASPACE = "▁"  # SentencePiece's word-start marker (Metaspace pre-tokenizer)
 # object of about 55 bytes, and 20,000 emoji are 52,000 cl100k_base tokens, 2.7 MB of chips.
 # The lecture-length texts (20,000 characters of prose, about 5,000 tokens) are drawn whole.
 MAX_CHIPS = 10_000
+# Rows of the token table sent (the rest counted in a last row).
+MAX_TABLE_ROWS = limits.MAX_TABLE_ROWS
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
@@ -77,7 +80,9 @@ def highlighted(
     its bytes stand for (a byte that is part of a character split across pieces as ``<0xE2>``),
     and the stats line explains the byte symbols found (``Ġ`` is a space). Table rows are
     ``[index, piece, id, start, end, special, word, reads as, bytes explained]``. The first
-    ``MAX_CHIPS`` tokens are drawn, and a last segment counts the rest. ``tokenizer`` may be
+    ``MAX_CHIPS`` tokens are drawn, and a last segment counts the rest; past
+    ``MAX_TABLE_ROWS`` tokens, the table lists one fewer and a last row counts the rest
+    (a 20,000-character text has up to 20,000 tokens). ``tokenizer`` may be
     one of the app's, or an uploaded one's `EncodedText` of ``text`` (computed in a worker).
     """
     encoded = (
@@ -92,12 +97,17 @@ def highlighted(
         continuation="##" if encoded.algorithm == "wordpiece" else "",
         special=frozenset(r.piece for r in records if r.special),
     )
-    labels = label_pieces(scheme, [r.piece for r in records])
+    # Only the pieces drawn (as chips or table rows) are labelled and explained: a piece's
+    # label reads at most three pieces on (a character has at most four bytes), and 20,000
+    # emoji are 52,000 cl100k_base pieces, whose labels alone took seconds.
+    n_rows = len(records) if len(records) <= MAX_TABLE_ROWS else MAX_TABLE_ROWS - 1
+    drawn = records[: max(MAX_CHIPS + 1, n_rows)]
+    labels = label_pieces(scheme, [r.piece for r in records[: len(drawn) + 3]])
     segments: list[tuple[str, str | None]] = []
     rows = []
     notes: list[str] = []
     cursor = 0
-    for index, record in enumerate(records):
+    for index, record in enumerate(drawn):
         unknown = record.id == encoded.unk_id
         label = "unknown" if unknown else ("A" if index % 2 == 0 else "B")
         # SentencePiece's word-start marker as a piece of its own: the space the tokenizer
@@ -121,19 +131,20 @@ def highlighted(
             notes.extend(n for n in readable.notes if n not in notes and "<0x" not in n)
         else:
             reads, note = text[record.start : record.end], labels[index].hover
-        rows.append(
-            [
-                index,
-                labels[index].text,
-                record.id,
-                record.start,
-                record.end,
-                record.special,
-                record.word,
-                reads,
-                note,
-            ]
-        )
+        if index < n_rows:
+            rows.append(
+                [
+                    index,
+                    labels[index].text,
+                    record.id,
+                    record.start,
+                    record.end,
+                    record.special,
+                    record.word,
+                    reads,
+                    note,
+                ]
+            )
         if index >= MAX_CHIPS:
             continue
         if record.special and record.start == record.end:
@@ -175,4 +186,7 @@ def highlighted(
         listed = notes[:6] + ([f"… {len(notes) - 6} more in the table"] if len(notes) > 6 else [])
         stats += "\n\nBytes explained: " + "; ".join(listed) + "."
     stats += unknown_message(encoded, text)
+    if n_rows < len(records):  # the rest counted in a last row
+        more = f"{len(records) - n_rows:,} more tokens (the first {n_rows:,} are listed)"
+        rows.append(["…", more, *[""] * 7])
     return segments, rows, stats
