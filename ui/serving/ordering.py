@@ -174,8 +174,11 @@ def ordered(
 
         @functools.wraps(fn)
         async def awaited(*args: Any, **kwargs: Any) -> Any:
-            session, number = _page_session(), order.start()
-            return settle(session, number, await fn(*args, **kwargs), hold)
+            session = _page_session()
+            result = await fn(*args, **kwargs)
+            # Numbered when its wait ends: what it brings is the news of that moment, newer
+            # than a redraw that started while it waited.
+            return settle(session, order.start(), result, hold)
 
         return awaited
 
