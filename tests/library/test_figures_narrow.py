@@ -157,3 +157,32 @@ def test_a_long_caption_is_made_smaller_then_shortened_to_the_width() -> None:
     assert cut.text.startswith("<b>5. query q</b>   q = x·W_Q") and cut.text.endswith("…")
     assert cut.font.size >= round(13 * 0.8)
     assert kept.text == short and kept.font.size is None  # a caption that fits is left alone
+
+
+def test_a_column_of_panels_keeps_its_captions_at_the_left_edge_fitted() -> None:
+    """Inside a layer's blocks are one column, each block with its axes and a caption above it
+    at the plot's left edge: nothing to stack, and each caption is fitted where it is (moved
+    to the centre as a panel title, it ran past the figure's edge)."""
+    caption = "<b>5. query q</b>   q = x·W_Q + b_Q   (head 1: columns 0…15)   head 1, token 4:cat"
+    rows = ([0.7, 0.95], [0.35, 0.6], [0.0, 0.25])
+    traces, layout = [], base_layout("", 600, False)
+    notes = []
+    for index, domain in enumerate(rows, start=1):
+        suffix = "" if index == 1 else str(index)
+        traces.append(
+            {"type": "heatmap", "z": [[1, 2]], "xaxis": f"x{suffix}", "yaxis": f"y{suffix}"}
+        )
+        layout[f"xaxis{suffix}"] = {"domain": [0, 1], "anchor": f"y{suffix}"}
+        layout[f"yaxis{suffix}"] = {"domain": domain, "anchor": f"x{suffix}"}
+        notes.append(
+            {"text": caption, "x": 0, "y": domain[1], "xref": "paper", "yref": "paper",
+             "xanchor": "left", "yanchor": "bottom"}
+        )  # fmt: skip
+    layout["annotations"] = notes
+    fig = fit_width(figure(traces, layout), PHONE)
+    assert [list(fig.layout[f"yaxis{s}"].domain) for s in ("", "2", "3")] == [*map(list, rows)]
+    room = PHONE - fig.layout.margin.l
+    for note in fig.layout.annotations:
+        assert note.x == 0 and note.xanchor == "left"
+        shown = note.text.replace("<b>", "").replace("</b>", "")
+        assert text_width(shown, note.font.size) <= room and note.text.endswith("…")

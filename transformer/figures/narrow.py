@@ -142,8 +142,9 @@ def _colorbar(trace: dict[str, Any], layout: dict[str, Any]) -> dict[str, Any] |
 
 
 def _panels(layout: dict[str, Any], data: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
-    """The ``(x axis, y axis)`` layout keys of side-by-side panels that can be stacked, left to
-    right: at least two, each x axis with a y axis of its own, all on one row. [] otherwise."""
+    """The ``(x axis, y axis)`` layout keys of side-by-side panels that can be stacked, row by
+    row and left to right: at least two, each x axis with a y axis of its own, in rows that do
+    not overlap, at least one row of two or more. [] otherwise."""
     pairs: dict[str, set[str]] = {}
     for trace in data:
         x, y = trace.get("xaxis", "x"), trace.get("yaxis", "y")
@@ -159,6 +160,8 @@ def _panels(layout: dict[str, Any], data: Sequence[dict[str, Any]]) -> list[tupl
     rows: dict[tuple[float, ...], list[int]] = {}
     for index, row in enumerate(heights):
         rows.setdefault(row, []).append(index)
+    if all(len(members) == 1 for members in rows.values()):
+        return []  # one column (Inside a layer's blocks): already stacked
     order: list[int] = []
     tops = sorted(rows, key=lambda row: -row[1])
     for upper, lower in itertools.pairwise(tops):
