@@ -154,6 +154,8 @@ body.large-font textarea[style*="overflow-y: hidden"] {
    (gradio wraps the checkbox in a form that keeps the 260 px it was given). */
 body.large-font #top-bar > :has(#large-font), body.large-font #large-font {
   min-width: max-content !important; }
+/* The models' status line takes no room while it has nothing to say (every model loaded). */
+#model-status:not(:has(p)) { display: none !important; }
 /* With the tour's sidebar open a 1280 px page keeps about 860 px: tables and code wrap within
    the width left (or scroll inside it), never past its right edge. */
 .gradio-container table { max-width: 100%; }
@@ -241,7 +243,7 @@ def build_demo(
         )
         tour = Tour([label for label, _, _ in TABS])
         tour.layout()
-        status = gr.Markdown(model_status(registry))
+        status = gr.Markdown(model_status(registry), elem_id="model-status")
         # Pretrained weights are read in the background: a load that fails after the page was
         # opened shows up here too (the timer polls only while that reading goes on).
         poll = gr.Timer(1.0, active=registry.preloading)

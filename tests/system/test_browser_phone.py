@@ -24,6 +24,19 @@ LAPTOP = {"width": 1280, "height": 800}
 TOKENIZE_LINK = (
     "?tab=tokenize&text=%E2%98%95%EF%B8%8F%20caf%C3%A9%20%E7%BE%8E%E5%91%B3%20na%C3%AFve"
 )
+# Tabs whose first figure (in the page's order: Attention's head map, Generate's next-token
+# chart) is the lecture's essential one, and starts on the first screen of a phone.
+ESSENTIALS = ("Attention", "Generate")
+# Where the plot area of the visible tab's first figure starts, the page scrolled to its top.
+FIRST_PLOT_TOP_JS = """
+() => {
+  window.scrollTo(0, 0);
+  const panel = [...document.querySelectorAll('[role=tabpanel]')]
+    .find((e) => e.getBoundingClientRect().width > 0);
+  const area = panel && panel.querySelector('.js-plotly-plot .nsewdrag');
+  return area ? area.getBoundingClientRect().top : null;
+}
+"""
 # A figure is at least the screen's width less the page's and its panel's margins.
 MARGINS = 40
 
@@ -203,6 +216,9 @@ def test_every_tab_reads_on_a_phone(browser: Any, app_url: str, screenshots: Pat
             _drawn(page, tab, plots)
             _settled(page, tab, plots)
             _fit_the_phone(page, tab, plots)
+            if tab in ESSENTIALS:  # the lecture's essential figure starts on the first screen
+                top = page.evaluate(FIRST_PLOT_TOP_JS)
+                assert top is not None and top < PHONE["height"], (tab, top)
             page.screenshot(path=str(screenshots / f"phone-{slug}.png"), full_page=True)
 
         # The exercises below the tabs: Predict first hides the figure until the answer, then

@@ -200,21 +200,28 @@ html.narrow .block:has(> label[data-testid="block-label"].float.hide) > .js-plot
 /* Long text wraps at words, never one word a line beside a figure. */
 html.narrow .gradio-container .prose, html.narrow .gradio-container .md {
   overflow-wrap: break-word; word-break: normal; }
-/* The lecture's essentials high on the page. Attention: its two columns opened into one, the
-   head's map right after the controls that choose it, then the notes, the what-ifs and the
-   rest. Generate: its four step buttons in two rows under the prompt, its chart next, the decoding
-   options after it, then the rest. */
+/* The lecture's essentials on the first screen. Attention: its two columns opened into one, the
+   head's map first, then the tab's note and the controls that choose the head, the view's
+   notes, the what-ifs and the rest. Generate: the prompt, its four step buttons in two rows and
+   the step's chart, then what the step chose, the model and the decoding options, then the
+   rest. */
 html.narrow #attention-main, html.narrow #attention-main > .column,
 html.narrow #attention-main > .column > .form { display: contents !important; }
-html.narrow #attention-main .phone-first { order: 1; }
+html.narrow #attention-main .phone-first { order: -1; }
 html.narrow #attention-main .phone-next { order: 2; }
 html.narrow #attention-main .phone-later { order: 3; }
 html.narrow #attention-main .phone-last { order: 4; }
 html.narrow #attention-main ~ * { order: 5; }
-html.narrow .phone-later:not(#attention-main *) { order: 1; }
-html.narrow #generate-chart ~ * { order: 2; }
+html.narrow #generate-prompt,
+html.narrow #generate-prompt > .form { display: contents !important; }
+html.narrow .phone-after-chart { order: 1; }
+html.narrow .phone-later:not(#attention-main *),
+html.narrow .form:has(> .phone-later) { order: 2; }
+html.narrow #generate-chart ~ * { order: 3; }
 html.narrow .gradio-container #generate-steps.row { flex-direction: row !important;
   flex-wrap: wrap !important; }
 html.narrow .gradio-container #generate-steps.row > * { min-width: 0 !important;
   width: auto !important; flex: 1 1 40% !important; }
+/* Large font is for a projector: a phone has no use for it, and the first screen needs room. */
+html.narrow #top-bar > :has(#large-font) { display: none !important; }
 """

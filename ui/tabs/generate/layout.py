@@ -37,12 +37,18 @@ def build(
     names = generating_models(registry)
     # SmolLM2 where it is installed (a real language model), else the first toy example.
     first_source, first_model, first_strategy = opening(names)
-    with gr.Row():
+    # On a phone (one column) the prompt, the step buttons and the step's chart come first;
+    # the model, its notes and the decoding options follow the chart (ui/serving/phone.py
+    # orders the "phone-…" classes).
+    with gr.Row(elem_id="generate-prompt"):
         source = gr.Textbox(value=first_source, label="Prompt, or source sentence to translate")
         model_name = gr.Dropdown(
-            names, value=first_model if first_model in names else names[0], label="Model"
+            names,
+            value=first_model if first_model in names else names[0],
+            label="Model",
+            elem_classes=["phone-later"],
         )
-    model_note = gr.Markdown()
+    model_note = gr.Markdown(elem_classes=["phone-later"])
     # Shown only for a model with a chat template (SmolLM2): it rewrites the prompt box. On
     # for the opening question, whose answer then ends by itself ("… is Paris." and the end of
     # the turn): the model reads the question wrapped while the box shows the question.
@@ -51,10 +57,9 @@ def build(
         chat_on,
         label="chat: wrap the prompt in the model's own chat template",
         visible=chat_on,
+        elem_classes=["phone-later"],
     )
-    chat_md = gr.Markdown()
-    # On a phone (one column) the decoding options follow the step's chart, and Step comes
-    # right after the prompt (ui/serving/phone.py orders the "phone-…" classes).
+    chat_md = gr.Markdown(elem_classes=["phone-later"])
     with gr.Row(elem_classes=["phone-later"]):
         strategy = gr.Radio(["greedy", "sample", "beam"], value=first_strategy, label="Decoding")
         temperature = gr.Slider(
@@ -86,7 +91,7 @@ def build(
     opened.chat = chat_on
     # Freed when the session ends (its page closed: ui/serving/sessions.py).
     state = gr.State(opened, delete_callback=GenerationState.release)
-    summary = gr.Markdown()
+    summary = gr.Markdown(elem_classes=["phone-after-chart"])
     # Side by side where each gets 480 px, one below the other where not (the tour's sidebar
     # open at 1280 px): at half of that width the cross-attention's title ran off its edge.
     with gr.Row(elem_id="generate-chart"):
