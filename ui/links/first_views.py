@@ -68,7 +68,9 @@ LINKED_TAB_JS = r"""
   };
   if (!visit(config.layout || {})) return;
   // The tab's controls show their defaults until the link's event sets them: the tab stays
-  // hidden behind a line that says what is coming (REVEAL_LINK_JS, or 20 s, shows it).
+  // hidden behind a line that says what is coming. REVEAL_LINK_JS shows it once the link's
+  // event has ended, well or not; the timer only where that event never ends (a lost
+  // connection): a busy server took over 20 s, and the page then showed the defaults first.
   const style = document.createElement("style");
   style.textContent = `
     html.link-pending .tabitem { visibility: hidden; }
@@ -78,7 +80,7 @@ LINKED_TAB_JS = r"""
     }`;
   document.head.appendChild(style);
   document.documentElement.classList.add("link-pending");
-  setTimeout(() => document.documentElement.classList.remove("link-pending"), 20000);
+  setTimeout(() => document.documentElement.classList.remove("link-pending"), 60000);
   const chunk = CHUNK;
   if (chunk) {
     const preload = document.createElement("link");
