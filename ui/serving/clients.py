@@ -105,10 +105,11 @@ def _scope_parts(request: Any) -> tuple[str, list[str]]:
     # A gr.Request reads an attribute it lacks from its Starlette request through JSON, which
     # the scope's bytes refuse: its own request is taken from its __dict__.
     inner = vars(request).get("request") if hasattr(request, "__dict__") else None
-    if isinstance(request, dict):
-        scope = request
-    else:
-        scope = getattr(inner if inner is not None else request, "scope", None)
+    scope: Any = (
+        request
+        if isinstance(request, dict)
+        else getattr(inner if inner is not None else request, "scope", None)
+    )
     if isinstance(scope, dict):
         client = scope.get("client")
         forwarded = [
