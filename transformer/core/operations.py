@@ -1,14 +1,15 @@
 """The operations a forward pass is made of, where a what-if may swap one for another.
 
-:data:`PAPER` computes exactly the paper. A forward pass takes an :class:`Operations` per call
-(``model(src, tgt, ops=...)``) and hands it down, inside its :class:`~transformer.core.run.Run`,
-to every stack, layer and attention; it is never stored on a module, so requests that share one
-model cannot see each other's choice. What a pass keeps (a trace, an observer) is not here but
-in the run's :class:`~transformer.core.run.Capture`.
+:data:`PAPER` computes exactly the paper. A forward pass takes an :class:`Operations` per call,
+in its :class:`~transformer.core.run.Call` (``model(src, tgt, call=Call(ops=...))``), and hands
+it down, inside its :class:`~transformer.core.run.Run`, to every stack, layer and attention; it
+is never stored on a module, so requests that share one model cannot see each other's choice.
+What a pass keeps (a trace, an observer) is not here but in the call's
+:class:`~transformer.core.run.Capture`.
 
     >>> from dataclasses import replace
     >>> leaky = replace(PAPER, causal_mask=False)  # let the decoder see the future
-    >>> logits = model(tgt=tgt, ops=leaky)
+    >>> logits = model(tgt=tgt, call=Call(ops=leaky))
 
 :class:`~transformer.lab.interventions.Intervention` builds these from named switches.
 """
@@ -184,13 +185,3 @@ class Operations:
 
 PAPER = Operations()
 """The paper's operations: what a forward pass runs unless told otherwise."""
-
-
-class HasOperations(Protocol):
-    """What a forward pass's ``intervention=`` takes: anything that names the operations of
-    a pass (an :class:`~transformer.lab.interventions.Intervention`)."""
-
-    @property
-    def operations(self) -> Operations:
-        """The operations to run."""
-        ...
