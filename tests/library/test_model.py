@@ -11,7 +11,6 @@ import torch
 
 import transformer.core.attention as attention_module
 import transformer.core.masks as masks_module
-import transformer.core.probes as probes_module
 from transformer.core.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer.core.config import ModelConfig
 from transformer.core.masks import causal_mask, combine_masks, is_causal, padding_mask
@@ -195,7 +194,9 @@ def test_a_pass_asks_its_mask_once_not_once_per_layer(capture):
     for batch in (ids(2, 6), tgt):
         with (
             mock.patch.object(masks_module, "causal_mask", wraps=causal_mask) as triangles,
-            mock.patch.object(probes_module, "mask_bias", wraps=probes_module.mask_bias) as biases,
+            mock.patch.object(
+                attention_module, "mask_bias", wraps=attention_module.mask_bias
+            ) as biases,
         ):
             model(tgt=batch, call=Call(capture=Capture(trace=capture)))
         assert triangles.call_count == (0 if capture else 1)

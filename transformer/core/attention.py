@@ -1,7 +1,10 @@
 """Scaled dot-product attention and multi-head attention (paper sections 3.2.1 and 3.2.2).
 
-What keeps these cheap (the masked softmax in place, scores recomputed when read) is in
-:mod:`transformer.core.probes`; the key/value cache of decoding in :mod:`transformer.core.cache`.
+The paper's formula comes first: the weights ``softmax(Q Kᵀ / √d_k)`` (:func:`attention_weights`)
+and the attention that reads the values with them (:func:`scaled_dot_product_attention`), then
+the module of h heads. What a call keeps for the trace (its probe, scores recomputed when read)
+is in :mod:`transformer.core.probes`; the key/value cache of decoding in
+:mod:`transformer.core.cache`.
 """
 
 from __future__ import annotations
@@ -9,15 +12,16 @@ from __future__ import annotations
 import math
 from typing import cast
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .cache import KeyValueCache
 from .layers import Dropout
 from .masks import is_causal, remembered
-from .modern import RMSNorm, expand_kv_heads, kv_head_of
-from .operations import PAPER, Operations
-from .probes import AttentionKind, AttentionProbe, Rotated, attention_weights
+from .modern import RMSNorm, expand_kv_heads, kv_head_of, soft_cap
+from .operations import PAPER, AttentionKind, Operations
+from .probes import AttentionProbe, Rotated
 from .rotary import RotaryEmbedding
 from .run import PLAIN, Run
 
@@ -28,6 +32,41 @@ _SITES = {
 }
 """Each attention's stack and the :data:`~transformer.core.operations.Site` names of its heads
 and of its output."""
+
+
+def attention_weights(
+    queries: Tensor, keys: Tensor, mask: Tensor | None = None, softcap: float | None = None
+) -> Tensor:
+    """``(B, H, Tq, Tk)`` weights ``softmax(Q Kᵀ)`` from already scaled ``(B, H, Tq, d_k)``
+    queries and ``(B, H, Tk, d_k)`` keys, exactly zero in masked cells and in rows with no
+    allowed key (``mask`` bool, broadcastable, ``True`` = may attend); the scores soft-capped
+    first where ``softcap`` is given.
+
+    The attention runs this, and a trace that did not keep its weights runs it again on the
+    same tensors when they are read: the same numbers, bit for bit."""
+    given = mask
+    if given is not None and remembered(given, "all", lambda: bool(given.all())):
+        mask = None  # nothing is masked (an unpadded batch): skip a pass over the scores
+    scores = queries @ keys.transpose(-2, -1)  # (B, H, Tq, Tk), as attention_scores computes them
+    if softcap is not None:
+        scores = soft_cap(scores, softcap)
+    if mask is not None:
+        # Masked cells far below any score, not -inf; one bias for all layers' scores.
+        dtype = scores.dtype
+        scores += remembered(mask, ("bias", dtype), lambda: mask_bias(mask, dtype))
+    # Softmax in place where no gradient needs the scores: the same kernel and bits, one
+    # (B, H, Tq, Tk) buffer instead of two (a captured pass keeps it; a trace recomputes
+    # the scores when read).
+    weights = torch.softmax(scores, dim=-1, out=None if scores.requires_grad else scores)
+    del scores
+    if mask is not None:
+        # A row with no allowed key would spread its weight evenly over keys it may not read
+        # (over -inf, 0/0 = NaN); a query that may attend to nothing receives nothing instead.
+        # The check runs on the small mask, once per mask; the fill only if needed.
+        empty = remembered(mask, "empty rows", lambda: _empty_rows(mask))
+        if empty is not None:
+            weights = weights.masked_fill(empty, 0.0)
+    return weights
 
 
 def scaled_dot_product_attention(
@@ -64,6 +103,26 @@ def scaled_dot_product_attention(
     attended = dropout(weights) if dropout is not None else weights
     probe = AttentionProbe(queries=queries, keys=k, weights=weights, mask=mask, softcap=softcap)
     return attended @ v, probe
+
+
+def mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """What the attention adds to its scores for a bool ``mask`` (``True`` = may attend): 0
+    where a key may be read, the lowest finite number of ``dtype`` where not; the mask's shape.
+
+    The same weights as ``-inf`` bit for bit: ``exp`` of a cell that far below its row's
+    maximum is exactly 0. But softmax over ``-inf`` runs a third slower on the CPU, and one
+    broadcast addition costs less than filling the ``(B, H, Tq, Tk)`` scores through a
+    broadcast bool mask."""
+    return torch.zeros((), dtype=dtype, device=mask.device).masked_fill(
+        ~mask, torch.finfo(dtype).min
+    )
+
+
+def _empty_rows(mask: Tensor) -> Tensor | None:
+    """Where a query of a bool ``mask`` may attend to no key (``(..., Tq, 1)``, ``True`` there),
+    or ``None`` when every query has one."""
+    has_key = mask.any(dim=-1, keepdim=True)
+    return None if bool(has_key.all()) else ~has_key
 
 
 class MultiHeadAttention(nn.Module):

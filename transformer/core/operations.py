@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -30,9 +30,13 @@ if TYPE_CHECKING:
     from .cache import KeyValueCache
     from .layers import LayerNorm
     from .modern import RMSNorm
-    from .probes import AttentionKind
     from .rotary import RotaryEmbedding
-    from .run import Run
+
+AttentionKind = Literal["encoder_self", "decoder_self", "cross"]
+"""Which attention a record comes from: the encoder's self-attention, the decoder's masked
+self-attention, or the decoder's cross-attention over the encoder's memory."""
+
+R = TypeVar("R")
 
 # -- the paper's operations ------------------------------------------------------------------
 
@@ -74,30 +78,18 @@ def rotary_positions(
     return rotary(q, k, offset=offset)
 
 
-class Attends(Protocol):
-    """What a decoder layer calls for its cross-attention: a multi-head attention module."""
-
-    def __call__(
-        self,
-        x: Tensor,
-        memory: Tensor | None,
-        mask: Tensor | None,
-        cache: KeyValueCache | None,
-        run: Run,
-    ) -> Tensor: ...
-
-
 def cross_attention(
-    attention: Attends,
+    attention: Callable[[Tensor, Tensor | None, Tensor | None, KeyValueCache | None, R], Tensor],
     x: Tensor,
     memory: Tensor | None,
     mask: Tensor | None,
     cache: KeyValueCache | None,
-    run: Run,
+    run: R,
 ) -> Tensor:
     """Encoder-decoder attention (section 3.2.3): queries from the decoder's ``(B, Tq,
     d_model)`` ``x``, keys and values from the ``(B, Ts, d_model)`` encoder ``memory``;
-    ``(B, Tq, d_model)``."""
+    ``(B, Tq, d_model)``. ``attention`` is the decoder layer's cross-attention module, called
+    with the pass's ``run``."""
     return attention(x, memory, mask, cache, run)
 
 

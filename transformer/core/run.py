@@ -23,15 +23,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torch import Tensor
 
-from .operations import PAPER, Operations
-from .probes import AttentionKind, AttentionProbe
+from .operations import PAPER, AttentionKind, Operations
+from .probes import AttentionProbe
 
 if TYPE_CHECKING:
-    from .attention import MultiHeadAttention
+    from .layers import LayerNorm
+    from .modern import RMSNorm
 
 
 @dataclass
@@ -107,6 +108,13 @@ NO_CAPTURE = Capture(trace=False)
 """Keep nothing, observe nothing: the fast path (``F.scaled_dot_product_attention``)."""
 
 
+class Sited(Protocol):
+    """An attention module, as the run sees it: where it sits in the model."""
+
+    kind: AttentionKind | None
+    layer: int
+
+
 @dataclass(frozen=True)
 class Run:
     """One forward call's operations and capture policy; make one per call.
@@ -133,9 +141,7 @@ class Run:
         """Whether attention runs written out (a trace or an observer reads its weights)."""
         return self.capture.trace or self.capture.observe_attention is not None
 
-    def observe(
-        self, attention: MultiHeadAttention, probe: AttentionProbe, mask: Tensor | None
-    ) -> None:
+    def observe(self, attention: Sited, probe: AttentionProbe, mask: Tensor | None) -> None:
         """Hand one attention call's probe to the observer, and keep it and the ``(B, 1, Tq,
         Tk)``-broadcastable mask it read for the trace."""
         if self.capture.observe_attention is not None:
@@ -167,7 +173,15 @@ class Run:
         for name, tensor in tensors.items():
             inside.kept[(module, name)] = tensor.detach().clone()
 
-    def probe(self, attention: MultiHeadAttention) -> AttentionProbe | None:
+    def normalise(self, norm: LayerNorm | RMSNorm, x: Tensor) -> Tensor:
+        """``norm`` of the ``(..., d)`` ``x`` as this run computes it (``ops.layer_norm``: the
+        paper's, or a what-if's), its input and output noted for Inside a layer (:meth:`note`:
+        only where the run looks inside the norm's layer)."""
+        out = self.ops.layer_norm(norm, x)
+        self.note(norm, input=x, output=out)
+        return out
+
+    def probe(self, attention: Sited) -> AttentionProbe | None:
         """The probe ``attention`` kept in this traced run (``None`` if it kept none)."""
         kept = self.kept.get(attention)
         return None if kept is None else kept[0]
