@@ -230,7 +230,7 @@ def test_answers_about_a_mask_hold_for_one_pass_only():
 
 @pytest.mark.parametrize("capture", [False, True])
 def test_a_query_with_every_key_masked_gets_zeros_not_nan(capture, device):
-    mha = MultiHeadAttention(16, 2).to(device).eval()
+    mha = MultiHeadAttention(ModelConfig(d_model=16, n_heads=2, dropout=0.0)).to(device).eval()
     x = torch.randn(2, 3, 16, device=device, requires_grad=True)
     mask = torch.ones(2, 1, 3, 3, dtype=torch.bool, device=device)
     mask[0, :, 1, :] = False  # query 1 of sequence 0 may attend to nothing
