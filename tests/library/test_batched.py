@@ -422,7 +422,7 @@ def test_captured_texts_unmasked_padding_differs() -> None:
     src = pad(TEXTS, model.config.pad_id)
     with torch.inference_mode():
         leaky = model(src, call=Call(ops=replace(PAPER, padding_mask=False), capture=Capture()))
-    own = _own_pass(model, {"sources": TEXTS}, 0, True)
+    own = _own_pass(model, {"sources": TEXTS}, 0, Capture())
     n = len(TEXTS[0])
     weights = leaky.attention_weights("encoder_self")[:, :1, :, :n, :n]
     assert float((weights - own.attention_weights("encoder_self")).abs().max()) > 1e-2
