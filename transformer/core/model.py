@@ -2,8 +2,9 @@
 
 Encoder-decoder, encoder-only and decoder-only models are built from the same parts
 (:mod:`transformer.core.stacks`); a decoder layer has cross-attention only when there is an encoder
-to attend to. Each call makes one :class:`~transformer.core.run.Run` (its operations and what it
-keeps) that reaches every stack, layer and attention.
+to attend to. Each forward takes one :class:`~transformer.core.run.Call` (its operations and
+what it keeps) and makes from it one :class:`~transformer.core.run.Run` that reaches every
+stack, layer and attention.
 """
 
 from __future__ import annotations

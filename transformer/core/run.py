@@ -108,6 +108,45 @@ NO_CAPTURE = Capture(trace=False)
 """Keep nothing, observe nothing: the fast path (``F.scaled_dot_product_attention``)."""
 
 
+@dataclass(frozen=True)
+class Call:
+    """What one forward call runs and keeps: the only per-call argument of the model's
+    forwards (``call=``).
+
+    Attributes:
+        ops: the operations of the pass (:data:`~transformer.core.operations.PAPER`, or a
+            what-if's: :attr:`~transformer.lab.interventions.Intervention.operations`).
+        capture: what the pass keeps besides its output; a :class:`Capture` that traces makes
+            the model return a :class:`~transformer.core.trace.Trace` instead of logits.
+    """
+
+    ops: Operations = PAPER
+    capture: Capture = NO_CAPTURE
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ops, Operations):
+            raise TypeError(
+                f"ops must be an Operations (PAPER, or an Intervention's .operations), got "
+                f"{type(self.ops).__name__}"
+            )
+        if not isinstance(self.capture, Capture):
+            raise TypeError(
+                f"capture must be a Capture (Capture() keeps a trace; TRACE is a Call that "
+                f"does), got {self.capture!r}"
+            )
+
+    def run(self) -> Run:
+        """A fresh :class:`Run` of this call, for one pass."""
+        return Run(ops=self.ops, capture=self.capture)
+
+
+LOGITS = Call()
+"""The paper's operations, nothing kept: what a forward computes unless told otherwise."""
+
+TRACE = Call(capture=Capture())
+"""The paper's operations, every intermediate kept: the model returns a Trace."""
+
+
 class Sited(Protocol):
     """An attention module, as the run sees it: where it sits in the model."""
 
@@ -117,7 +156,8 @@ class Sited(Protocol):
 
 @dataclass(frozen=True)
 class Run:
-    """One forward call's operations and capture policy; make one per call.
+    """One pass of a :class:`Call`: its operations and capture policy, and what the pass keeps
+    on its way; made fresh for each pass (:meth:`Call.run`), never shared between passes.
 
     ``kept`` holds, while a traced pass runs, what each attention (its probe and the mask it
     read) and each residual connection (the update it added, the stream after it) left for its
@@ -193,42 +233,3 @@ class Run:
 
 PLAIN = Run()
 """The paper's operations, nothing kept: what a forward runs unless told otherwise."""
-
-
-@dataclass(frozen=True)
-class Call:
-    """What one forward call runs and keeps: the only per-call argument of the model's
-    forwards (``call=``).
-
-    Attributes:
-        ops: the operations of the pass (:data:`~transformer.core.operations.PAPER`, or a
-            what-if's: :attr:`~transformer.lab.interventions.Intervention.operations`).
-        capture: what the pass keeps besides its output; a :class:`Capture` that traces makes
-            the model return a :class:`~transformer.core.trace.Trace` instead of logits.
-    """
-
-    ops: Operations = PAPER
-    capture: Capture = NO_CAPTURE
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.ops, Operations):
-            raise TypeError(
-                f"ops must be an Operations (PAPER, or an Intervention's .operations), got "
-                f"{type(self.ops).__name__}"
-            )
-        if not isinstance(self.capture, Capture):
-            raise TypeError(
-                f"capture must be a Capture (Capture() keeps a trace; TRACE is a Call that "
-                f"does), got {self.capture!r}"
-            )
-
-    def run(self) -> Run:
-        """A fresh :class:`Run` of this call, for one pass."""
-        return Run(ops=self.ops, capture=self.capture)
-
-
-LOGITS = Call()
-"""The paper's operations, nothing kept: what a forward computes unless told otherwise."""
-
-TRACE = Call(capture=Capture())
-"""The paper's operations, every intermediate kept: the model returns a Trace."""
