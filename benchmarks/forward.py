@@ -18,6 +18,7 @@ import torch
 from benchmarks._timing import elapsed_ms
 from transformer.core.config import ModelConfig, base_config
 from transformer.core.model import Transformer
+from transformer.core.run import TRACE
 from transformer.core.torch_parity import copy_from_torch, reference_forward, torch_reference
 
 SMALL = ModelConfig(src_vocab_size=1000, tgt_vocab_size=1000, d_model=64, n_heads=4, d_ff=256)
@@ -59,7 +60,7 @@ def measure(
             lambda: model.generator(reference_forward(model, ref, src, tgt)[1]), repeats, device
         )
         t_ours = median_ms(lambda: model(src, tgt), repeats, device)
-        t_cap = median_ms(lambda: model(src, tgt, capture=True), repeats, device)
+        t_cap = median_ms(lambda: model(src, tgt, call=TRACE), repeats, device)
     return t_ref, t_ours, t_cap
 
 

@@ -28,6 +28,7 @@ import torch
 import transformers
 
 from benchmarks._timing import elapsed_ms
+from transformer.core.run import TRACE
 from transformer.generation import DecodingSession, DecodingSettings
 from transformer.pretrained import load_pretrained, shipped_models
 
@@ -66,7 +67,7 @@ def bench_minilm(lengths: list[int], repeats: int, device: torch.device) -> None
         mask = torch.ones_like(ids)
         with torch.inference_mode():
             capture = paired_ms(
-                lambda ids=ids: ours.encode(ids, capture=True),
+                lambda ids=ids: ours.encode(ids, call=TRACE),
                 lambda ids=ids, mask=mask: eager(
                     input_ids=ids,
                     attention_mask=mask,
@@ -109,7 +110,7 @@ def bench_gpt2(length: int, new_tokens: int, repeats: int, device: torch.device)
     ids = torch.randint(0, 50000, (1, length), device=device)
     with torch.inference_mode():
         capture = paired_ms(
-            lambda: ours(tgt=ids, capture=True),
+            lambda: ours(tgt=ids, call=TRACE),
             lambda: eager(input_ids=ids, output_attentions=True, output_hidden_states=True),
             repeats,
             device,

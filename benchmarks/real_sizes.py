@@ -14,7 +14,7 @@ For each shape, ours against ``transformers`` on the same folder and device, in 
 
 - **load**: ``load_pretrained`` against ``AutoModelForCausalLM.from_pretrained``, seconds, and
   the memory each holds after (resident memory added on a CPU, allocated memory on a GPU);
-- **prefill with capture** at ``--tokens``: ``model(tgt=ids, capture=True)`` with its logits
+- **prefill with capture** at ``--tokens``: ``model(tgt=ids, call=TRACE)`` with its logits
   read, against eager attention with ``output_attentions=True``;
 - **fast path**: ``model(tgt=ids)`` against ``sdpa``;
 - **decode**: ms per token of greedy decoding with the key/value cache (``greedy_batch``)
@@ -47,6 +47,7 @@ from safetensors.torch import save_file
 
 from benchmarks._timing import elapsed_ms
 from transformer.core.device import format_bytes, free_memory, pick_device, resolve_dtype
+from transformer.core.run import TRACE
 from transformer.generation.loop import greedy_batch
 from transformer.pretrained import load_pretrained
 
@@ -220,7 +221,7 @@ def measure(name: str, folder: Path, device: torch.device, dtype: str, args: Any
     prompt = ids[:, :PROMPT]
 
     def capture() -> object:
-        trace = model(tgt=ids, capture=True)
+        trace = model(tgt=ids, call=TRACE)
         return trace.logits
 
     def eager() -> object:

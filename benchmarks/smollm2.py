@@ -7,7 +7,7 @@ with the same number of threads, under ``torch.inference_mode``:
 1. **decode**: ms per generated token, greedy, 64 new tokens after an 8-token prompt, with the
    key/value cache: ours ``greedy_batch`` (the loop a greedy ``DecodingSession`` steps) against
    ``model.generate(do_sample=False)``;
-2. **prefill with capture** at 128 and 512 tokens: ours ``model(tgt=ids, capture=True)`` (the
+2. **prefill with capture** at 128 and 512 tokens: ours ``model(tgt=ids, call=TRACE)`` (the
    trace the Attention and Inside views draw) with its logits read (a trace computes them when
    read, so that both sides give the same: every layer's attention weights and the logits)
    against ``attn_implementation="eager"`` with ``output_attentions=True``; and the **fast
@@ -45,6 +45,7 @@ from collections.abc import Callable
 
 import torch
 
+from transformer.core.run import TRACE
 from transformer.core.trace import Trace
 from transformer.generation.loop import greedy_batch
 from transformer.pretrained.shipped import SMOLLM2
@@ -201,7 +202,7 @@ def main() -> None:
             ids = torch.randint(100, 40000, (1, length), generator=generator)
             times = timed(
                 [
-                    ("capture", lambda ids=ids: _with_logits(ours(tgt=ids, capture=True))),
+                    ("capture", lambda ids=ids: _with_logits(ours(tgt=ids, call=TRACE))),
                     ("eager", lambda ids=ids: eager(ids, output_attentions=True)),
                     ("fast", lambda ids=ids: ours(tgt=ids)),
                     ("sdpa", lambda ids=ids: sdpa(ids)),

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import torch
 
 from transformer.core.model import Transformer
+from transformer.core.run import TRACE
 from transformer.generation import DecodingSettings, generate
 from transformer.generation.sampling import never_generated
 
@@ -31,7 +32,7 @@ def check_forward(model: Transformer, reference: torch.nn.Module) -> None:
     ids = torch.tensor([PROMPT])
     with torch.no_grad():
         expected = reference(ids, output_hidden_states=True, output_attentions=True)
-        trace = model(tgt=ids, capture=True)
+        trace = model(tgt=ids, call=TRACE)
         fast = model(tgt=ids)
     layers = trace.decoder_layers
     assert len(layers) == len(expected.attentions)

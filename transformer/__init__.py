@@ -1,8 +1,8 @@
 """A from-scratch Transformer ("Attention Is All You Need") built to be read and inspected.
 
-    >>> from transformer import ModelConfig, Transformer
+    >>> from transformer import TRACE, ModelConfig, Transformer
     >>> model = Transformer(ModelConfig()).eval()
-    >>> trace = model(src, tgt, capture=True)      # every step, typed
+    >>> trace = model(src, tgt, call=TRACE)        # every step, typed
     >>> trace.attention("cross", layer=0).weights  # (B, H, Tq, Tk)
 
 The paper's components (config, masks, embeddings, layers, attention, model, trace) are imported
@@ -35,7 +35,7 @@ from .core.model import (
     count_parameters,
 )
 from .core.operations import PAPER, Operations
-from .core.run import Capture
+from .core.run import TRACE, Call, Capture
 from .core.special import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 from .core.trace import AttentionRecord, LayerTrace, StackInput, Trace
 
@@ -146,11 +146,13 @@ __all__ = [
     "PAPER",
     "SPECIAL_TOKENS",
     "SWITCHES",
+    "TRACE",
     "UNK_ID",
     "WHAT_IF_SWITCHES",
     "Analysis",
     "AttentionRecord",
     "BPELearningTrace",
+    "Call",
     "Capture",
     "Checkpoint",
     "CheckpointError",

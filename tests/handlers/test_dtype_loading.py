@@ -11,6 +11,7 @@ from conftest import llama_folder
 from safetensors.torch import load_file
 
 from transformer.core.device import format_bytes, resolve_dtype
+from transformer.core.run import TRACE
 from transformer.generation import greedy_batch
 from transformer.pretrained import PretrainedError, _common, load_pretrained, loading
 
@@ -101,8 +102,8 @@ def test_a_bfloat16_capture_gives_records_the_views_read_as_float32(bf16_folder)
     wide = load_pretrained(folder, dtype="float32").model
     ids = torch.randint(0, VOCAB, (1, 10))
     with torch.no_grad():
-        trace = model(tgt=ids, capture=True)
-        reference = wide(tgt=ids, capture=True)
+        trace = model(tgt=ids, call=TRACE)
+        reference = wide(tgt=ids, call=TRACE)
     record = trace.decoder_layers[1].self_attention
     drawn = to_numpy(record.weights[0])
     assert drawn.dtype.name == "float32"

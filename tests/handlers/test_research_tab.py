@@ -16,6 +16,7 @@ import torch
 
 from transformer import research
 from transformer.core.operations import PAPER
+from transformer.core.run import TRACE, Call
 from transformer.lab.perplexity import read_text
 from ui.serving.errors import InputError
 from ui.serving.state import ModelRegistry, SessionModels
@@ -163,9 +164,9 @@ def test_patching_a_corrupted_source_matches_a_patch_written_out(registry):
         diff = [
             float(out[0, -1, answer] - out[0, -1, wrong])
             for out in (
-                model(clean, ids, ops=replace(PAPER, patch=keep)),
+                model(clean, ids, call=Call(ops=replace(PAPER, patch=keep))),
                 model(corrupted, ids),
-                model(corrupted, ids, ops=replace(PAPER, patch=put)),
+                model(corrupted, ids, call=Call(ops=replace(PAPER, patch=put))),
             )
         ]
     restored = (diff[2] - diff[1]) / (diff[0] - diff[1])
@@ -249,7 +250,7 @@ def test_minilm_score_parts_sum_to_its_captured_encoder_scores(registry, session
     )
     ids = torch.tensor([checkpoint.tokenizer.encoding(sentence).ids])
     with torch.no_grad():
-        record = checkpoint.model(ids, capture=True).attention("encoder_self", layer - 1)
+        record = checkpoint.model(ids, call=TRACE).attention("encoder_self", layer - 1)
     total = sum(np.asarray(trace.z, float) for trace in fig.data)
     np.testing.assert_allclose(total, record.scores[0, 1].numpy(), atol=1e-5)
     assert "encoder" in words and "token-position" in words

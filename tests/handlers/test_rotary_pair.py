@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from transformer import figures
+from transformer.core.run import TRACE
 from transformer.pretrained.shipped import SMOLLM2
 
 
@@ -63,7 +64,7 @@ def test_smollm2_pair_is_a_real_heads_q_and_k() -> None:
     # then W_q / W_k, split into heads (not read from the capture's rotary record).
     layer = model.decoder.layers[positions.ROPE_LAYER]
     with torch.no_grad():
-        hidden = model(tgt=tokens, capture=True).decoder_layers[positions.ROPE_LAYER].input
+        hidden = model(tgt=tokens, call=TRACE).decoder_layers[positions.ROPE_LAYER].input
         normed = layer.self_attention_residual.norm(hidden)
         q_all = layer.self_attention.w_q(normed)[0, -1].view(config.n_heads, config.d_head)
         k_all = layer.self_attention.w_k(normed)[0, 1].view(config.kv_heads, config.d_head)

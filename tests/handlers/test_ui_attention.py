@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from transformer.core.run import TRACE, Call, Capture
 from transformer.core.special import PAD_ID
 from transformer.lab.interventions import Intervention
 from ui.serving.state import ModelRegistry, SessionModels
@@ -148,16 +149,16 @@ def test_single_head_and_grid_are_the_models_weights_with_padding(
     ids = _padded(rows, pad_id)
     with torch.no_grad():
         if decoder_only:
-            trace = checkpoint.model(tgt=ids, capture=True)
+            trace = checkpoint.model(tgt=ids, call=TRACE)
             record = trace.decoder_layers[layer - 1].self_attention
         else:
             trace = (
-                checkpoint.model(src=ids, capture=True)
+                checkpoint.model(src=ids, call=TRACE)
                 if checkpoint.config.architecture == "encoder-only"
                 else None
             )
             if trace is None:
-                memory_trace = checkpoint.model.encode(ids, capture=True)
+                memory_trace = checkpoint.model.encode(ids, call=TRACE)
                 record = memory_trace.layers[layer - 1].self_attention
             else:
                 record = trace.encoder_layers[layer - 1].self_attention
@@ -211,9 +212,12 @@ def test_what_if_shows_the_interventions_own_weights_beside_the_original(registr
     checkpoint = registry.checkpoint("continue", None)
     tgt = torch.tensor([checkpoint.tokenizer.encode_ids(sentence, add_bos=True)])
     with torch.no_grad():
-        plain = checkpoint.model(tgt=tgt, capture=True).decoder_layers[1].self_attention
+        plain = checkpoint.model(tgt=tgt, call=TRACE).decoder_layers[1].self_attention
         off = (
-            checkpoint.model(tgt=tgt, capture=True, intervention=Intervention(causal_mask=False))
+            checkpoint.model(
+                tgt=tgt,
+                call=Call(ops=Intervention(causal_mask=False).operations, capture=Capture()),
+            )
             .decoder_layers[1]
             .self_attention
         )
@@ -236,7 +240,7 @@ def test_zeroing_a_head_shows_it_passes_on_nothing(registry):
     checkpoint = registry.checkpoint("translate", None)
     src = torch.tensor([checkpoint.tokenizer.encode_ids(sentence)])
     with torch.no_grad():
-        record = checkpoint.model.encode(src, capture=True).layers[0].self_attention
+        record = checkpoint.model.encode(src, call=TRACE).layers[0].self_attention
     before, after = _z(single.data[0]), _z(single.data[1])
     np.testing.assert_allclose(before, record.weights[0, 1].numpy(), atol=1e-5)
     assert (after == 0).all()

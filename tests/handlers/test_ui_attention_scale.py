@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from transformer.core.run import TRACE
 from ui.serving import limits
 from ui.serving.state import ModelRegistry, SessionModels
 from ui.tabs.attention import scale
@@ -31,7 +32,7 @@ def test_window_and_overview_agree_with_a_full_capture(registry: ModelRegistry) 
     overview, head, window, rollout, summary = figures
     checkpoint = registry.checkpoint("continue", None)
     ids = torch.tensor(checkpoint.tokenizer.encode_ids(TEXT, add_bos=True))
-    trace = checkpoint.model(tgt=ids[None], capture=True)
+    trace = checkpoint.model(tgt=ids[None], call=TRACE)
     full = trace.attention_records("decoder_self")[1].weights[0, 2]  # layer 2, head 3
     drawn = np.asarray(window.data[0].z, dtype=np.float32)
     n = len(ids)

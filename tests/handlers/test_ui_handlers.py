@@ -13,6 +13,7 @@ import pytest
 import tokenizers
 import torch
 
+from transformer.core.run import TRACE
 from transformer.training.bundled import BUNDLED_DIR
 from ui.serving import limits
 from ui.serving.state import TRAINED_HERE, GenerationState, ModelRegistry, SessionModels
@@ -151,7 +152,7 @@ def test_attention_draws_the_chosen_layer_and_head(registry):
     checkpoint = registry.checkpoint("translate", None)
     src = torch.tensor([checkpoint.tokenizer.encode_ids(sentence)])
     with torch.no_grad():
-        trace = checkpoint.model(src, src[:, :1] * 0 + checkpoint.tokenizer.bos_id, capture=True)
+        trace = checkpoint.model(src, src[:, :1] * 0 + checkpoint.tokenizer.bos_id, call=TRACE)
     expected = trace.encoder_layers[1].self_attention.weights[0, 2].numpy()  # layer 2, head 3
     np.testing.assert_allclose(np.asarray(single.data[1].z, dtype=np.float64), expected, atol=1e-5)
     assert "Tick a what-if switch" in str(diff.layout)

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from conftest import shown
 
+from transformer.core.run import TRACE
 from ui.serving.state import GenerationState, ModelRegistry, SessionModels
 from ui.tabs import generate
 
@@ -63,7 +64,7 @@ def _by_hand(checkpoint, decoding, tokens: list[int]) -> torch.Tensor:
     model, config = checkpoint.model, checkpoint.config
     with torch.no_grad():
         src = torch.tensor([decoding.source]) if config.has_encoder else None
-        trace = model(src, torch.tensor([tokens]), capture=True)
+        trace = model(src, torch.tensor([tokens]), call=TRACE)
     hidden = torch.stack([layer.output[0, -1] for layer in trace.decoder_layers])
     norm = model.decoder.final_norm
     if norm is not None:
@@ -162,7 +163,7 @@ def test_the_residual_norms_are_the_lengths_of_the_traces_vectors(registry):
     tokens = decoding.records[-1].tokens
     model = registry.checkpoint("translate", None).model
     with torch.no_grad():
-        trace = model(torch.tensor([decoding.source]), torch.tensor([tokens]), capture=True)
+        trace = model(torch.tensor([decoding.source]), torch.tensor([tokens]), call=TRACE)
     stream, added = drawn[5].data
     rows = [trace.decoder_layers[0].input[0]]
     updates = []

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from transformer.core.embeddings import SinusoidalPositionalEncoding
+from transformer.core.run import Call, Capture
 from transformer.lab.interventions import Intervention
 from ui.serving.state import ModelRegistry, SessionModels
 from ui.tabs import attention
@@ -96,11 +97,11 @@ def test_broken_head_is_the_models_own_pass_with_the_mistake(
     correct = plain.trace.logits
     with torch.no_grad():
         if config.architecture == "decoder-only":
-            wrong = model(tgt=tgt, capture=True, intervention=broken)
+            wrong = model(tgt=tgt, call=Call(ops=broken.operations, capture=Capture()))
         elif config.architecture == "encoder-only":
-            wrong = model(src=src, capture=True, intervention=broken)
+            wrong = model(src=src, call=Call(ops=broken.operations, capture=Capture()))
         else:
-            wrong = model(src, tgt, capture=True, intervention=broken)
+            wrong = model(src, tgt, call=Call(ops=broken.operations, capture=Capture()))
     kind_name = attention.ATTENTION_KINDS[kind]
     expected = wrong.attention(kind_name, 0).weights[0, 1].numpy()
     before = plain.trace.attention(kind_name, 0).weights[0, 1].numpy()
@@ -189,7 +190,9 @@ def test_mistake_with_a_what_if_compares_against_the_correct_pass(registry):
     tgt = registry.analysis("continue", registry.checkpoint("continue", None), [sentence])
     both = Intervention(positional_encoding=False, mistakes=frozenset({"scores ÷ √d_model"}))
     with torch.no_grad():
-        trace = model(tgt=tgt.trace.target.tokens, capture=True, intervention=both)
+        trace = model(
+            tgt=tgt.trace.target.tokens, call=Call(ops=both.operations, capture=Capture())
+        )
     expected = trace.attention("decoder_self", 1).weights[0, 0].numpy()
     np.testing.assert_allclose(np.nan_to_num(_z(single.data[1])), expected, atol=1e-5)
     assert "(with no positional encoding)" in summary
@@ -205,7 +208,7 @@ def test_standalone_panel_draws_the_sentence_the_mistake_changed_most(registry):
     src, tgt = plain.trace.source.tokens, plain.trace.target.tokens
     broken = Intervention(mistakes=frozenset({"heads merged with a bare view"}))
     with torch.no_grad():
-        wrong = checkpoint.model(src, tgt, capture=True, intervention=broken)
+        wrong = checkpoint.model(src, tgt, call=Call(ops=broken.operations, capture=Capture()))
     real = tgt != checkpoint.config.pad_id
     real[:, 0] = True
     delta = (wrong.logits - plain.trace.logits).abs().amax(-1).masked_fill(~real, -1)
@@ -246,8 +249,9 @@ def test_inside_a_layer_names_the_kind_by_its_stack(registry):
         wrong = checkpoint.model(
             plain.trace.source.tokens,
             plain.trace.target.tokens,
-            capture=True,
-            intervention=Intervention(mistakes=frozenset({mistake})),
+            call=Call(
+                ops=Intervention(mistakes=frozenset({mistake})).operations, capture=Capture()
+            ),
         )
     expected = wrong.attention("decoder_self", 1).weights[0, 2].numpy()
     np.testing.assert_allclose(np.nan_to_num(_z(single.data[1])), expected, atol=1e-5)

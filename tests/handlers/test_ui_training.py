@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from transformer import figures
+from transformer.core.run import TRACE
 from transformer.pretrained.checkpoint import load_snapshot
 from ui.serving.state import TRAINED_HERE, ModelRegistry, SessionModels
 from ui.tabs import training
@@ -111,7 +112,7 @@ def test_a_bundled_snapshot_shows_that_snapshots_weights(registry):
     src = torch.tensor([tokenizer.encode_ids("a b c")])
     tgt = torch.tensor([[tokenizer.bos_id, *tokenizer.encode_ids("c b a")]])
     with torch.no_grad():
-        trace = model(src, tgt, capture=True)
+        trace = model(src, tgt, call=TRACE)
     weights = trace.attention_weights("cross")[0, 0]  # layer 1, sentence 1: (H, Tq, Tk)
     assert _grid_contains(early, weights[0]) and not _grid_contains(late, weights[0])
     with pytest.raises(Exception, match="snapshot must be between 0 and 3"):

@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import tiny_transformer
 
+from transformer.core.run import TRACE
 from transformer.lab.attention_stats import (
     block_average,
     head_statistics,
@@ -151,10 +152,10 @@ def test_long_pass_keeps_what_a_full_capture_shows(architecture: str, shape: dic
     ids = torch.randint(4, 30, (11,))
     reduced = long_pass(model, ids)
     if architecture == "decoder-only":
-        trace = model(tgt=ids[None], capture=True)
+        trace = model(tgt=ids[None], call=TRACE)
         records = trace.attention_records("decoder_self")
     else:
-        trace = model(src=ids[None], capture=True)
+        trace = model(src=ids[None], call=TRACE)
         records = trace.attention_records("encoder_self")
     assert len(reduced.layers) == len(records)
     for layer, record in enumerate(records):

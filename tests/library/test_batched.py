@@ -3,8 +3,7 @@
 one right-padded forward.
 
 The reference is each session's own ``step()`` (the existing path: ``DecodingLoop.forward`` →
-``Transformer.decode`` with the session's own cache) and each text's own ``model(..., capture=
-True)``; a twin session built the same way goes through the batch. Float32 results agree to
+``Transformer.decode`` with the session's own cache) and each text's own ``model(..., call=TRACE)``; a twin session built the same way goes through the batch. Float32 results agree to
 within 1e-6 (probabilities, attention weights, norms; logits relative to their size): the
 batch multiplies matrices of other shapes, which sum in another order.
 """
@@ -22,7 +21,7 @@ from transformer import capture_together
 from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.core.operations import PAPER
-from transformer.core.run import Capture
+from transformer.core.run import Call, Capture
 from transformer.core.util import pad
 from transformer.generation import (
     DecodingSession,
@@ -359,12 +358,12 @@ def _own_pass(model: Transformer, given: dict, i: int, capture):  # type: ignore
     src = torch.tensor([given["sources"][i]]) if "sources" in given else None
     tgt = torch.tensor([given["targets"][i]]) if "targets" in given else None
     with torch.inference_mode():
-        return model(src, tgt, capture=capture)
+        return model(src, tgt, call=Call(capture=capture))
 
 
 @pytest.mark.parametrize("kind", list(CAPTURE_KINDS))
 @pytest.mark.parametrize(
-    "capture", [True, Capture(keep_attention_weights=False)], ids=["kept", "light"]
+    "capture", [Capture(), Capture(keep_attention_weights=False)], ids=["kept", "light"]
 )
 def test_capture_together_equals_each_texts_own_pass(kind: str, capture) -> None:  # type: ignore[no-untyped-def]
     """Each text's trace, cut from the batch's, equals its own pass's: attention weights per
@@ -422,8 +421,8 @@ def test_captured_texts_unmasked_padding_differs() -> None:
         capture_together(model, TEXTS, ops=replace(PAPER, padding_mask=False))
     src = pad(TEXTS, model.config.pad_id)
     with torch.inference_mode():
-        leaky = model(src, capture=True, ops=replace(PAPER, padding_mask=False))
-    own = _own_pass(model, {"sources": TEXTS}, 0, True)
+        leaky = model(src, call=Call(ops=replace(PAPER, padding_mask=False), capture=Capture()))
+    own = _own_pass(model, {"sources": TEXTS}, 0, Capture())
     n = len(TEXTS[0])
     weights = leaky.attention_weights("encoder_self")[:, :1, :, :n, :n]
     assert float((weights - own.attention_weights("encoder_self")).abs().max()) > 1e-2

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from transformer.core.run import TRACE
 from transformer.pretrained.checkpoint import load_checkpoint
 from transformer.training.bundled import BUNDLED_DIR, BUNDLED_NAMES, load_bundled
 from transformer.training.evaluation import evaluate_model
@@ -144,7 +145,7 @@ def _cross_attention(checkpoint, example):
     tokenizer, model = checkpoint.tokenizer, checkpoint.model
     src = torch.tensor([tokenizer.encode_ids(example.source)])
     tgt = torch.tensor([tokenizer.encode_ids(example.target, add_bos=True)])
-    trace = model(src, tgt, capture=True)
+    trace = model(src, tgt, call=TRACE)
     return trace.attention_weights("cross")[:, 0], src[0], tgt[0]
 
 

@@ -15,6 +15,7 @@ import torch
 from transformer.core import trace as trace_module
 from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
+from transformer.core.run import TRACE
 from transformer.core.trace import Trace, captured_weight_bytes
 from transformer.generation import DecodingSession, DecodingSettings
 from transformer.lab.inspection import analyse, least_captured_bytes
@@ -54,11 +55,11 @@ def test_the_bound_counts_exactly_the_weights_a_trace_holds(architecture):
     model = Transformer(config).eval()
     src, tgt = torch.randint(4, 50, (2, 7)), torch.randint(4, 50, (2, 5))
     if architecture == "encoder-decoder":
-        trace, source, target = model(src, tgt, capture=True), 7, 5
+        trace, source, target = model(src, tgt, call=TRACE), 7, 5
     elif architecture == "decoder-only":
-        trace, source, target = model(tgt=tgt, capture=True), 0, 5
+        trace, source, target = model(tgt=tgt, call=TRACE), 0, 5
     else:
-        trace, source, target = model(src=src, capture=True), 7, 0
+        trace, source, target = model(src=src, call=TRACE), 7, 0
     held = held_weight_bytes(trace)
     assert held > 0
     assert captured_weight_bytes(config, 2, source, target) == held

@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import llama_folder
 
+from transformer.core.run import TRACE
 from transformer.generation import greedy_batch
 from transformer.pretrained import PretrainedError, _common, load_pretrained
 from transformer.pretrained.dispatch import NO_SPLIT_MODULES, device_map_for, dispatch
@@ -57,7 +58,7 @@ def test_a_model_spread_over_cpu_and_disk_computes_what_the_whole_one_does(
     ids = torch.randint(0, VOCAB, (2, 13))
     with torch.no_grad():
         torch.testing.assert_close(spread(tgt=ids), whole(tgt=ids), atol=0, rtol=0)
-        traced, expected = spread(tgt=ids, capture=True), whole(tgt=ids, capture=True)
+        traced, expected = spread(tgt=ids, call=TRACE), whole(tgt=ids, call=TRACE)
     for ours, theirs in zip(traced.decoder_layers, expected.decoder_layers, strict=True):
         assert torch.equal(ours.self_attention.weights, theirs.self_attention.weights)
         assert torch.equal(ours.feed_forward_output, theirs.feed_forward_output)

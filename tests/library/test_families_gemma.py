@@ -22,6 +22,7 @@ from family_checks import (
 
 from transformer.core.modern import RMSNorm
 from transformer.core.rotary import RotaryEmbedding
+from transformer.core.run import TRACE
 from transformer.pretrained import load_pretrained
 
 pytest.importorskip("transformers")
@@ -116,7 +117,7 @@ def test_the_caps_bite(gemma2) -> None:
     """The test model's scores and logits reach into the caps' curved part (else dropping a
     cap could not be told from keeping it)."""
     model, _ = gemma2
-    trace = model(tgt=torch.tensor([PROMPT]), capture=True)
+    trace = model(tgt=torch.tensor([PROMPT]), call=TRACE)
     scores = trace.decoder_layers[0].self_attention.scores
     assert scores[scores.isfinite()].abs().max() > 0.8 * model.config.attention_softcap
     assert trace.logits.abs().max() > 0.8 * model.config.final_logit_softcap
@@ -124,7 +125,7 @@ def test_the_caps_bite(gemma2) -> None:
 
 def test_local_and_global_layers_alternate_in_the_mask(gemma2) -> None:
     model, _ = gemma2
-    trace = model(tgt=torch.tensor([PROMPT]), capture=True)
+    trace = model(tgt=torch.tensor([PROMPT]), call=TRACE)
     n = len(PROMPT)
     band = torch.tensor([[0 <= i - j < WINDOW for j in range(n)] for i in range(n)])
     causal = torch.ones(n, n, dtype=torch.bool).tril()

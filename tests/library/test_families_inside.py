@@ -13,6 +13,7 @@ import torch
 from conftest import family_folder
 from family_checks import FAMILIES, assert_close, check_forward
 
+from transformer.core.run import Call
 from transformer.lab.inside import inside_layer
 from transformer.lab.inspection import analyse
 from transformer.pretrained import load_pretrained
@@ -111,7 +112,7 @@ def test_each_silent_mistake_runs_on_the_later_families_and_changes_the_logits(
         for mistake in applicable_silent(model.config):
             if "cache" in mistake:  # changes cached steps only; an uncached pass is the same
                 continue
-            wrong = model(tgt=ids, ops=silent_operations(mistake))
+            wrong = model(tgt=ids, call=Call(ops=silent_operations(mistake)))
             # (eps outside the root moves the logits by 1e-6 only: silent by design)
             assert bool(wrong.isfinite().all()) and (wrong - right).abs().max() > 0, mistake
     norms = [m for m in model.modules() if m.__class__.__name__ == "RMSNorm"]

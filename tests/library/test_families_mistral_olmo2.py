@@ -22,6 +22,7 @@ from family_checks import (
 
 from transformer.core import stacks
 from transformer.core.modern import RMSNorm
+from transformer.core.run import TRACE
 from transformer.pretrained import load_pretrained
 
 pytest.importorskip("transformers")
@@ -67,7 +68,7 @@ def windowed(tmp_path: Path):
 def test_the_window_is_in_the_recorded_mask(windowed) -> None:
     """What the mask panel draws: query i may read key j exactly when 0 ≤ i − j < window."""
     model, _ = windowed
-    trace = model(tgt=torch.tensor([PROMPT]), capture=True)
+    trace = model(tgt=torch.tensor([PROMPT]), call=TRACE)
     n = len(PROMPT)
     expected = torch.tensor([[0 <= i - j < WINDOW for j in range(n)] for i in range(n)])
     for layer in trace.decoder_layers:

@@ -13,6 +13,7 @@ from conftest import TINY_CONFIG, shown
 
 from transformer.core.embeddings import sinusoidal_table
 from transformer.core.model import Transformer
+from transformer.core.run import TRACE, Call, Capture
 from transformer.core.trace import AttentionRecord
 from transformer.figures import (
     attention_difference_figure,
@@ -60,7 +61,7 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.fixture(scope="module")
 def trace(model, batch):
     with torch.no_grad():
-        return model(*batch, capture=True)
+        return model(*batch, call=TRACE)
 
 
 SRC_LABELS = token_labels(["the", "cat", "the", "mat", "sat", "<pad>", "<pad>"])
@@ -252,8 +253,10 @@ def test_masks_figure_draws_padding_causal_and_combined(trace):
 
 def test_difference_map_of_a_what_if(model, batch):
     with torch.no_grad():
-        leak = model(*batch, capture=True, intervention=Intervention(causal_mask=False))
-        base = model(*batch, capture=True)
+        leak = model(
+            *batch, call=Call(ops=Intervention(causal_mask=False).operations, capture=Capture())
+        )
+        base = model(*batch, call=TRACE)
     before = base.attention("decoder_self", 0)
     after = leak.attention("decoder_self", 0)
     both = (before.masked & after.masked)[0, 0]
@@ -344,9 +347,9 @@ def test_causal_growth_stacks_cached_steps_into_a_lower_triangle(model):
         encoded = model.encode(torch.tensor([[5, 6, 7]]))
         cache = model.new_cache()
         for step in range(tgt.size(1)):
-            decoded = model.decode(tgt[:, step : step + 1], encoded, cache=cache, capture=True)
+            decoded = model.decode(tgt[:, step : step + 1], encoded, cache=cache, call=TRACE)
             rows.append(decoded.layers[0].self_attention.weights[0, 2, 0])
-        full = model.decode(tgt, encoded, capture=True).layers[0].self_attention.weights[0, 2]
+        full = model.decode(tgt, encoded, call=TRACE).layers[0].self_attention.weights[0, 2]
     labels = token_labels(["<s>", "le", "chat", "noir"])
     fig = causal_growth_figure(rows, labels, head=2, layer=0)
     z = z_of(heatmap(fig))

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import transformer.figures.common as common
+from transformer.core.run import TRACE
 from transformer.figures.attention import (
     attention_difference_figure,
     attention_heatmap,
@@ -82,7 +83,7 @@ def _records(kind: str) -> list[Any]:
     src = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, 0, 0]])
     tgt = torch.tensor([[1, 10, 11, 12], [1, 13, 14, 15]])
     with torch.no_grad():
-        trace = model.eval()(src, tgt, capture=True)
+        trace = model.eval()(src, tgt, call=TRACE)
     return trace.attention_records(kind)
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
+from transformer.core.run import TRACE
 from transformer.core.special import BOS_ID, PAD_ID
 from transformer.generation import (
     MAX_NEW_TOKENS,
@@ -661,7 +662,7 @@ def test_each_steps_lens_and_stream_equal_a_full_pass_over_what_it_read(
     src = torch.tensor([SOURCE]) if architecture == "encoder-decoder" else None
     for step, record in enumerate(session.records):
         with torch.no_grad():
-            trace = model(src, torch.tensor([record.tokens]), capture=True)
+            trace = model(src, torch.tensor([record.tokens]), call=TRACE)
         layers = trace.decoder_layers
         # The lens by hand: every layer's output at the last position read (and the input, a
         # pre-LN stack), through the final LayerNorm and the generator, [PAD] excluded.

@@ -14,8 +14,7 @@ from conftest import REPOSITORY, family_folder, tiny_llama
 from family_checks import FAMILIES
 
 from transformer import load_pretrained
-from transformer.core.attention import MultiHeadAttention
-from transformer.core.probes import attention_weights
+from transformer.core.attention import MultiHeadAttention, attention_weights
 from transformer.lab import inside_citations
 from transformer.lab.inside import LayerWalkthrough, inside_layer
 from transformer.lab.inside_citations import CITATIONS, CitationError, cite, resolve

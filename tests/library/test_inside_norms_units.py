@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from transformer import load_pretrained
 from transformer.core.layers import LayerNorm, PositionwiseFeedForward
 from transformer.core.modern import GatedFeedForward, RMSNorm
+from transformer.core.run import TRACE
 from transformer.core.stacks import DecoderLayer, EncoderLayer, Residual
 from transformer.lab.inside import LayerWalkthrough, query_positions, walkthrough
 from transformer.lab.inspection import analyse
@@ -61,7 +62,7 @@ class Seen:
         handles = [m.register_forward_hook(self.hook) for m in self.modules]
         try:
             with torch.no_grad():
-                model(src, tgt, capture=True)  # written-out attention, as the walkthrough's
+                model(src, tgt, call=TRACE)  # written-out attention, as the walkthrough's
         finally:
             for handle in handles:
                 handle.remove()

@@ -1,6 +1,6 @@
 """Inside a layer shows the model's own pass: its layer input and output, its attention
 weights, its rotated queries and keys, its scores and each sub-layer's update are, bit for bit
-on CPU float32, what an ordinary captured pass of the model (``model(..., capture=True)``)
+on CPU float32, what an ordinary captured pass of the model (``model(..., call=TRACE)``)
 computes, for every layer of every model kind (the paper's post-LN encoder-decoder, the pre-LN
 GPT-2 and BERT and Marian folders, a Llama, and each later family). And the capture that feeds
 it keeps one layer, nothing more."""
@@ -16,7 +16,7 @@ from family_checks import FAMILIES
 
 from transformer import Capture, load_pretrained
 from transformer.core.modern import RMSNorm
-from transformer.core.run import PLAIN, LookInside, Run
+from transformer.core.run import PLAIN, TRACE, Call, LookInside, Run
 from transformer.lab.inside import query_positions, walkthrough
 from transformer.lab.inspection import analyse
 from transformer.training.bundled import load_bundled
@@ -41,7 +41,7 @@ def _check_all(model, tokenizer, text: str) -> int:
         trace = model(
             source.tokens if source is not None else None,
             target.tokens if target is not None else None,
-            capture=True,
+            call=TRACE,
         )
     config, walked = model.config, 0
     for stack, layers, record in (
@@ -119,11 +119,11 @@ def test_looking_inside_keeps_one_layer_and_changes_no_output(tmp_path: Path) ->
     ids = torch.tensor([[1, 5, 17, 3, 42, 8]])
     look = LookInside("decoder", 1)
     with torch.no_grad():
-        plain = model(None, ids, capture=True)
-        looked = model(None, ids, capture=Capture(inside=look))
+        plain = model(None, ids, call=TRACE)
+        looked = model(None, ids, call=Call(capture=Capture(inside=look)))
         fast = model(None, ids)
         fast_looked = model(
-            None, ids, capture=Capture(trace=False, inside=LookInside("decoder", 0))
+            None, ids, call=Call(capture=Capture(trace=False, inside=LookInside("decoder", 0)))
         )
     assert torch.equal(looked.final, plain.final)
     assert torch.equal(fast_looked, fast)  # the fast path computes the same with a look inside

@@ -11,6 +11,7 @@ from conftest import TINY_CONFIG, tiny_transformer
 
 from transformer.core.model import Transformer
 from transformer.core.operations import PAPER
+from transformer.core.run import TRACE, Call, Capture
 from transformer.lab.interventions import Intervention
 
 CONFIG = TINY_CONFIG.replace(n_encoder_layers=3)
@@ -33,8 +34,10 @@ def real_ids(batch: int, length: int, seed: int = 1) -> torch.Tensor:
 def test_padding_mask_off_changes_nothing_when_there_is_no_padding():
     model = build()
     src, tgt = real_ids(2, 7), real_ids(2, 5, seed=2)
-    on = model(src, tgt, capture=True)
-    off = model(src, tgt, capture=True, intervention=Intervention(padding_mask=False))
+    on = model(src, tgt, call=TRACE)
+    off = model(
+        src, tgt, call=Call(ops=Intervention(padding_mask=False).operations, capture=Capture())
+    )
     assert torch.equal(off.memory, on.memory)
     assert torch.equal(off.logits, on.logits)
 
@@ -44,13 +47,15 @@ def test_padding_mask_off_changes_real_positions_of_a_padded_source_only():
     model = build()
     src, tgt = real_ids(2, 7), real_ids(2, 5, seed=2)
     src[0, 4:] = PAD  # row 0: 4 real tokens, 3 padding; row 1 unpadded
-    on = model(src, tgt, capture=True)
-    off = model(src, tgt, capture=True, intervention=Intervention(padding_mask=False))
+    on = model(src, tgt, call=TRACE)
+    off = model(
+        src, tgt, call=Call(ops=Intervention(padding_mask=False).operations, capture=Capture())
+    )
     # Reference for "off": the same weights under a pad id that does not occur, so the [PAD]
     # tokens (zero embedding rows) are read as ordinary tokens and nothing is masked.
     reference = build(pad_id=29)
     reference.load_state_dict(model.state_dict())
-    expected = reference(src, tgt, capture=True)
+    expected = reference(src, tgt, call=TRACE)
     assert torch.allclose(off.memory, expected.memory, atol=1e-6)
     assert torch.allclose(off.logits, expected.logits, atol=1e-6)
     # The padded row's real positions change, the unpadded row does not.
@@ -68,7 +73,7 @@ def test_target_padding_at_the_end_is_already_hidden_by_the_causal_mask():
     src, tgt = real_ids(1, 6), real_ids(1, 6, seed=3)
     tgt[0, 4:] = PAD
     on = model(src, tgt)
-    off = model(src, tgt, intervention=Intervention(padding_mask=False))
+    off = model(src, tgt, call=Call(ops=Intervention(padding_mask=False).operations))
     assert torch.equal(off[0, :4], on[0, :4])
 
 
@@ -112,12 +117,14 @@ def test_zeroing_a_head_removes_exactly_its_contribution_and_nothing_upstream(ki
     model = build()
     src, tgt = real_ids(2, 7), real_ids(2, 6, seed=4)
     src[1, 5:] = PAD
-    base = model(src, tgt, capture=True)
+    base = model(src, tgt, call=TRACE)
     zeroed = model(
         src,
         tgt,
-        capture=True,
-        intervention=Intervention(zero_heads=frozenset({(kind, layer, head)})),
+        call=Call(
+            ops=Intervention(zero_heads=frozenset({(kind, layer, head)})).operations,
+            capture=Capture(),
+        ),
     )
     stack = "encoder_layers" if kind == "encoder_self" else "decoder_layers"
     # Upstream: earlier layers of the same stack, and for decoder heads the whole encoder.
@@ -160,8 +167,8 @@ def test_without_positional_encoding_the_encoder_is_permutation_equivariant(with
         src[0, 6:] = PAD
     order = torch.tensor([5, 2, 7, 0, 3, 1, 6, 4])
     no_pe = Intervention(positional_encoding=False)
-    plain = model(src, tgt, capture=True, intervention=no_pe)
-    permuted = model(src[:, order], tgt, capture=True, intervention=no_pe)
+    plain = model(src, tgt, call=Call(ops=no_pe.operations, capture=Capture()))
+    permuted = model(src[:, order], tgt, call=Call(ops=no_pe.operations, capture=Capture()))
     for before, after in zip(plain.encoder_layers, permuted.encoder_layers, strict=True):
         assert torch.allclose(
             after.feed_forward_output, before.feed_forward_output[:, order], atol=1e-5
@@ -171,8 +178,8 @@ def test_without_positional_encoding_the_encoder_is_permutation_equivariant(with
     # The decoder reads the memory as a set: its output does not change at all.
     assert torch.allclose(permuted.logits, plain.logits, atol=1e-5)
     # With positions the same permutation gives a different encoding.
-    with_pe = model(src, tgt, capture=True)
-    with_pe_permuted = model(src[:, order], tgt, capture=True)
+    with_pe = model(src, tgt, call=TRACE)
+    with_pe_permuted = model(src[:, order], tgt, call=TRACE)
     assert (with_pe_permuted.memory - with_pe.memory[:, order]).abs().max() > 1e-2
 
 
@@ -185,15 +192,14 @@ def test_no_switch_runs_the_papers_operations_themselves():
 
 
 @torch.no_grad()
-def test_ops_and_intervention_are_two_spellings_of_one_pass():
+def test_an_intervention_and_its_operations_written_out_are_one_pass():
     model = build()
     src, tgt = real_ids(2, 6), real_ids(2, 5, seed=2)
     src[1, 4:] = PAD
-    by_name = model(src, tgt, intervention=Intervention(padding_mask=False, causal_mask=False))
-    by_ops = model(src, tgt, ops=replace(PAPER, padding_mask=False, causal_mask=False))
+    named = Intervention(padding_mask=False, causal_mask=False).operations
+    by_name = model(src, tgt, call=Call(ops=named))
+    by_ops = model(src, tgt, call=Call(ops=replace(PAPER, padding_mask=False, causal_mask=False)))
     assert torch.equal(by_name, by_ops)
-    with pytest.raises(ValueError, match="not both"):
-        model(src, tgt, intervention=Intervention(), ops=replace(PAPER, causal_mask=False))
 
 
 @torch.no_grad()
@@ -201,6 +207,8 @@ def test_a_what_if_leaves_nothing_behind_on_the_shared_model():
     model = build()
     src, tgt = real_ids(2, 6), real_ids(2, 5, seed=2)
     before = model(src, tgt)
-    changed = model(src, tgt, intervention=Intervention(zero_heads=frozenset({("cross", 0, 1)})))
+    changed = model(
+        src, tgt, call=Call(ops=Intervention(zero_heads=frozenset({("cross", 0, 1)})).operations)
+    )
     assert not torch.allclose(changed, before)
     assert torch.equal(model(src, tgt), before)

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer import load_pretrained
+from transformer.core.run import TRACE
 from transformer.generation.lens import input_is_comparable, logit_lens, residual_norms
 from transformer.pretrained.checkpoint import Checkpoint
 from transformer.training.bundled import load_bundled
@@ -45,7 +46,7 @@ def _batch(checkpoint: Checkpoint, seed: int = 0) -> dict[str, torch.Tensor]:
 def _trace(checkpoint: Checkpoint, seed: int = 0):
     model = checkpoint.model.eval()
     with torch.no_grad():
-        return model(**_batch(checkpoint, seed), capture=True)
+        return model(**_batch(checkpoint, seed), call=TRACE)
 
 
 def _models(bundled, pretrained) -> list[tuple[str, Checkpoint]]:
@@ -142,7 +143,7 @@ def test_gpt2_lens_equals_transformers_hidden_states_through_its_own_head(hf_mod
     theirs = transformers.GPT2LMHeadModel.from_pretrained(hf_models["gpt2"]).eval()
     ids = torch.randint(0, ours.config.tgt_vocab_size, (1, 9), generator=torch.Generator())
     with torch.no_grad():
-        trace = ours.model.eval()(tgt=ids, capture=True)
+        trace = ours.model.eval()(tgt=ids, call=TRACE)
         hidden = theirs(input_ids=ids, output_hidden_states=True).hidden_states
         n = len(trace.decoder_layers)
         # hidden_states[0] is the embeddings, [1..n-1] the blocks' outputs, and transformers
@@ -273,7 +274,7 @@ def test_the_residual_figure_puts_stages_on_rows_and_stays_small(pretrained):
 
     gpt2 = pretrained["gpt2"]
     with torch.no_grad():
-        trace = gpt2.model(tgt=torch.randint(0, 90, (1, 60)), capture=True)
+        trace = gpt2.model(tgt=torch.randint(0, 90, (1, 60)), call=TRACE)
     norms = residual_norms(trace, "decoder")
     labels = [f"{i}:w" for i in range(60)]
     figure = residual_norms_figure(norms, labels)

@@ -13,6 +13,7 @@ from conftest import llama_folder
 
 from transformer.core import rotary as rotary_module
 from transformer.core.operations import PAPER, Operations
+from transformer.core.run import TRACE, Call, Capture
 from transformer.generation import DecodingSession, DecodingSettings, generate
 from transformer.generation.loop import DecodingLoop
 from transformer.pretrained import load_pretrained
@@ -72,7 +73,7 @@ def test_hidden_states_every_heads_weights_and_logits_equal_transformers(pair) -
     ids = torch.tensor(PROMPT)
     with torch.no_grad():
         expected = reference(ids, output_hidden_states=True, output_attentions=True)
-        trace = model(tgt=ids, capture=True)
+        trace = model(tgt=ids, call=TRACE)
         fast = model(tgt=ids)
     n_layers = len(trace.decoder_layers)
     for i, layer in enumerate(trace.decoder_layers):
@@ -86,7 +87,7 @@ def test_hidden_states_every_heads_weights_and_logits_equal_transformers(pair) -
 def test_the_capture_records_rotation_and_the_kv_head_of_each_query_head(pair) -> None:
     model, _ = pair
     config = model.config
-    trace = model(tgt=torch.tensor(PROMPT), capture=True)
+    trace = model(tgt=torch.tensor(PROMPT), call=TRACE)
     record = trace.decoder_layers[1].self_attention
     group = config.n_heads // config.kv_heads
     assert record.kv_head_of == tuple(h // group for h in range(config.n_heads))
@@ -159,7 +160,11 @@ def _logit_gap(model, reference, capture: bool = False, ops: Operations = PAPER)
     ids = torch.tensor(PROMPT)
     with torch.no_grad():
         expected = reference(ids).logits
-        ours = model(tgt=ids, capture=True, ops=ops).logits if capture else model(tgt=ids, ops=ops)
+        ours = (
+            model(tgt=ids, call=Call(ops=ops, capture=Capture())).logits
+            if capture
+            else model(tgt=ids, call=Call(ops=ops))
+        )
     return (ours - expected).abs().max().item()
 
 

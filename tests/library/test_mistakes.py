@@ -10,6 +10,7 @@ import pytest
 import torch
 from conftest import TINY_CONFIG, tiny_transformer
 
+from transformer.core.run import TRACE, Call, Capture
 from transformer.lab.effects import mistake_effect, real_positions
 from transformer.lab.inspection import analyse
 from transformer.lab.interventions import Intervention
@@ -65,8 +66,10 @@ def softmax_masked(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
 def test_no_mistake_leaves_the_pass_bit_for_bit_unchanged():
     model = build()
     src, tgt = padded_source(), ids(2, 5, seed=2)
-    plain = model(src, tgt, capture=True)
-    empty = model(src, tgt, capture=True, intervention=Intervention(mistakes=frozenset()))
+    plain = model(src, tgt, call=TRACE)
+    empty = model(
+        src, tgt, call=Call(ops=Intervention(mistakes=frozenset()).operations, capture=Capture())
+    )
     assert torch.equal(plain.logits, empty.logits)
     # And the LayerNorm without the switch is torch's own.
     norm = model.encoder.layers[0].attention_residual.norm
@@ -89,7 +92,7 @@ def test_no_mistake_leaves_the_pass_bit_for_bit_unchanged():
 def test_score_scale_mistakes_match_the_seeds_formula(name, scale):
     model = build()
     src, tgt = padded_source(), ids(2, 5, seed=2)
-    trace = model(src, tgt, capture=True, intervention=broken(name))
+    trace = model(src, tgt, call=Call(ops=broken(name).operations, capture=Capture()))
     layer, record = model.encoder.layers[1], trace.encoder_layers[1].self_attention
     x = trace.encoder_layers[1].input  # post-LN: the sub-layer reads x itself
     attention = layer.self_attention
@@ -99,7 +102,7 @@ def test_score_scale_mistakes_match_the_seeds_formula(name, scale):
     assert torch.allclose(record.scores[allowed], scores[allowed], atol=1e-5)
     assert torch.allclose(record.weights, softmax_masked(scores, allowed), atol=1e-6)
     # The correct pass differs (the switch does something).
-    plain = model(src, tgt, capture=True).encoder_layers[1].self_attention
+    plain = model(src, tgt, call=TRACE).encoder_layers[1].self_attention
     assert (plain.weights - record.weights).abs().max() > 1e-3
 
 
@@ -110,7 +113,11 @@ def bare_view_pass(mistake: str, stack: str, layer: int, src_len: int):
     """The tiny model's pass with ``mistake`` on: (the trace of ``stack``'s layer ``layer``, that
     layer's self-attention module)."""
     model = build()
-    trace = model(ids(2, src_len), ids(2, 5, seed=2), capture=True, intervention=broken(mistake))
+    trace = model(
+        ids(2, src_len),
+        ids(2, 5, seed=2),
+        call=Call(ops=broken(mistake).operations, capture=Capture()),
+    )
     layers = trace.encoder_layers if stack == "encoder" else trace.decoder_layers
     module = model.encoder if stack == "encoder" else model.decoder
     return layers[layer], module.layers[layer].self_attention
@@ -168,7 +175,11 @@ def seed_norm(x: torch.Tensor, norm) -> torch.Tensor:
 def test_layer_norm_mistake_is_unbiased_std_plus_eps_in_every_norm_post_ln():
     model = build()
     src, tgt = padded_source(), ids(2, 5, seed=2)
-    trace = model(src, tgt, capture=True, intervention=broken("LayerNorm: unbiased std + eps"))
+    trace = model(
+        src,
+        tgt,
+        call=Call(ops=broken("LayerNorm: unbiased std + eps").operations, capture=Capture()),
+    )
     for index, layer_trace in enumerate(trace.encoder_layers):
         layer = model.encoder.layers[index]
         after = seed_norm(
@@ -177,7 +188,7 @@ def test_layer_norm_mistake_is_unbiased_std_plus_eps_in_every_norm_post_ln():
         assert torch.allclose(layer_trace.self_attention_output, after, atol=1e-5)
         out = seed_norm(after + layer_trace.feed_forward_update, layer.feed_forward_residual.norm)
         assert torch.allclose(layer_trace.feed_forward_output, out, atol=1e-5)
-    plain = model(src, tgt, capture=True)
+    plain = model(src, tgt, call=TRACE)
     assert (plain.logits - trace.logits).abs().max() > 1e-4
 
 
@@ -185,7 +196,10 @@ def test_layer_norm_mistake_is_unbiased_std_plus_eps_in_every_norm_post_ln():
 def test_layer_norm_mistake_reaches_pre_ln_and_final_norms():
     model = build(norm="pre", architecture="decoder-only", n_encoder_layers=0)
     tgt = ids(2, 6)
-    trace = model(tgt=tgt, capture=True, intervention=broken("LayerNorm: unbiased std + eps"))
+    trace = model(
+        tgt=tgt,
+        call=Call(ops=broken("LayerNorm: unbiased std + eps").operations, capture=Capture()),
+    )
     last = trace.decoder_layers[-1].output
     expected = seed_norm(last, model.decoder.final_norm)
     assert torch.allclose(trace.decoder_output, expected, atol=1e-5)
@@ -221,7 +235,11 @@ def seed_004_table(length: int, d: int, halves: bool) -> torch.Tensor:
 def test_sinusoid_mistake_swaps_sin_and_cos_with_base_1000(layout):
     model = build(sinusoidal_layout=layout)
     src, tgt = ids(2, 7), ids(2, 5, seed=2)
-    trace = model(src, tgt, capture=True, intervention=broken("sin and cos swapped, base 1000"))
+    trace = model(
+        src,
+        tgt,
+        call=Call(ops=broken("sin and cos swapped, base 1000").operations, capture=Capture()),
+    )
     expected = seed_004_table(7, CONFIG.d_model, layout == "halves")
     assert torch.allclose(trace.source.positional, expected, atol=1e-6)
     assert torch.allclose(trace.target.positional, expected[:5], atol=1e-6)
@@ -229,10 +247,12 @@ def test_sinusoid_mistake_swaps_sin_and_cos_with_base_1000(layout):
         trace.encoder_layers[0].input, trace.source.token_embedding + expected, atol=1e-5
     )
     # A cached decoding step reads the same positions' table (offset 3 → rows 3, 4).
-    encoded = model.encode(src, intervention=broken("sin and cos swapped, base 1000"))
+    encoded = model.encode(src, call=Call(ops=broken("sin and cos swapped, base 1000").operations))
     cache = model.new_cache()
-    model.decode(tgt[:, :3], encoded, cache=cache, intervention=broken(SINUSOID))
-    step = model.decode(tgt[:, 3:], encoded, cache=cache, intervention=broken(SINUSOID))
+    model.decode(tgt[:, :3], encoded, cache=cache, call=Call(ops=broken(SINUSOID).operations))
+    step = model.decode(
+        tgt[:, 3:], encoded, cache=cache, call=Call(ops=broken(SINUSOID).operations)
+    )
     assert torch.allclose(step.logits, trace.logits[:, 3:], atol=1e-5)
 
 
@@ -246,7 +266,9 @@ SINUSOID = "sin and cos swapped, base 1000"
 def test_inverted_mask_lets_queries_read_only_what_was_masked():
     model = build()
     src, tgt = padded_source(), ids(2, 5, seed=2)
-    trace = model(src, tgt, capture=True, intervention=broken("mask polarity inverted"))
+    trace = model(
+        src, tgt, call=Call(ops=broken("mask polarity inverted").operations, capture=Capture())
+    )
     # Encoder: sentence 2 reads only its two [PAD] keys; sentence 1 (unpadded) reads nothing.
     record, layer_trace = trace.encoder_layers[0].self_attention, trace.encoder_layers[0]
     attention = model.encoder.layers[0].self_attention
@@ -266,7 +288,7 @@ def test_inverted_mask_lets_queries_read_only_what_was_masked():
     cross = trace.decoder_layers[0].cross_attention.weights
     assert (cross[1, ..., :5] == 0).all() and (cross[0] == 0).all()
     # The fast path (F.scaled_dot_product_attention) does the same, with no NaN.
-    fast = model(src, tgt, intervention=broken("mask polarity inverted"))
+    fast = model(src, tgt, call=Call(ops=broken("mask polarity inverted").operations))
     assert torch.isfinite(fast).all()
     assert torch.allclose(fast, trace.logits, atol=1e-5)
 
@@ -279,7 +301,7 @@ def test_cross_attention_from_the_memory_on_equal_lengths():
     model = build()
     src, tgt = padded_source(), ids(2, 7, seed=2)  # both 7 long
     name = "cross-attention queries from the memory"
-    trace = model(src, tgt, capture=True, intervention=broken(name))
+    trace = model(src, tgt, call=Call(ops=broken(name).operations, capture=Capture()))
     attention = model.decoder.layers[0].cross_attention
     x = trace.decoder_layers[0].self_attention_output  # post-LN: the sub-layer reads x itself
     memory = trace.memory
@@ -292,7 +314,7 @@ def test_cross_attention_from_the_memory_on_equal_lengths():
     assert torch.allclose(record.weights, weights, atol=1e-6)
     expected = attention.w_o(merged(weights @ v))
     assert torch.allclose(trace.decoder_layers[0].cross_attention_update, expected, atol=1e-5)
-    fast = model(src, tgt, intervention=broken(name))
+    fast = model(src, tgt, call=Call(ops=broken(name).operations))
     assert torch.allclose(fast, trace.logits, atol=1e-5)
 
 
@@ -301,7 +323,7 @@ def test_cross_attention_from_the_memory_on_unequal_lengths_says_why_it_cannot_r
     model = build()
     name = "cross-attention queries from the memory"
     with pytest.raises(ValueError, match=r"source × source \(7 × 7\).*5 target rows"):
-        model(padded_source(), ids(2, 5, seed=2), intervention=broken(name))
+        model(padded_source(), ids(2, 5, seed=2), call=Call(ops=broken(name).operations))
 
 
 # -- the fast path makes the same mistakes as the captured one ---------------------------------
@@ -312,8 +334,10 @@ def test_cross_attention_from_the_memory_on_unequal_lengths_says_why_it_cannot_r
 def test_fast_path_and_capture_agree_under_every_mistake(name):
     model = build()
     src, tgt = padded_source(), ids(2, 7, seed=2)
-    captured = model(src, tgt, capture=True, intervention=broken(name)).logits
-    assert torch.allclose(model(src, tgt, intervention=broken(name)), captured, atol=1e-5)
+    captured = model(src, tgt, call=Call(ops=broken(name).operations, capture=Capture())).logits
+    assert torch.allclose(
+        model(src, tgt, call=Call(ops=broken(name).operations)), captured, atol=1e-5
+    )
     assert (captured - model(src, tgt)).abs().max() > 1e-4, "the switch changes the output"
 
 
@@ -375,7 +399,7 @@ def test_mistake_effect_compares_the_same_decoder_input():
     src, tgt = correct.trace.source.tokens, correct.trace.target.tokens
     assert torch.equal(effect.broken.trace.target.tokens, tgt)
     plain = model(src, tgt)
-    wrong = model(src, tgt, intervention=broken("heads merged with a bare view"))
+    wrong = model(src, tgt, call=Call(ops=broken("heads merged with a bare view").operations))
     real = tgt != checkpoint.config.pad_id
     real[:, 0] = True
     delta = (wrong - plain).abs().amax(-1).masked_fill(~real, -1)

@@ -11,13 +11,12 @@ import torch
 
 import transformer.core.attention as attention_module
 import transformer.core.masks as masks_module
-import transformer.core.probes as probes_module
 from transformer.core.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer.core.config import ModelConfig
 from transformer.core.masks import causal_mask, combine_masks, is_causal, padding_mask
 from transformer.core.model import Transformer
 from transformer.core.operations import merge_heads, split_heads
-from transformer.core.run import Capture, Run
+from transformer.core.run import TRACE, Call, Capture, Run
 from transformer.lab.interventions import Intervention
 
 CONFIG = ModelConfig(
@@ -64,8 +63,8 @@ def test_without_the_causal_mask_the_future_leaks():
     changed = tgt.clone()
     changed[:, -1] = (tgt[:, -1] % 39) + 1
     leak = Intervention(causal_mask=False)
-    before = model(tgt=tgt, intervention=leak)
-    after = model(tgt=changed, intervention=leak)
+    before = model(tgt=tgt, call=Call(ops=leak.operations))
+    after = model(tgt=changed, call=Call(ops=leak.operations))
     assert not torch.allclose(before[:, 0], after[:, 0], atol=1e-4)
 
 
@@ -78,8 +77,10 @@ def test_appending_padding_leaves_real_positions_unchanged(architecture, capture
     pad = CONFIG.pad_id
     src_padded = torch.cat([src, torch.full((2, 3), pad)], dim=1)
     tgt_padded = torch.cat([tgt, torch.full((2, 4), pad)], dim=1)
-    plain = model(**inputs(architecture, src, tgt), capture=capture)
-    padded = model(**inputs(architecture, src_padded, tgt_padded), capture=capture)
+    plain = model(**inputs(architecture, src, tgt), call=Call(capture=Capture(trace=capture)))
+    padded = model(
+        **inputs(architecture, src_padded, tgt_padded), call=Call(capture=Capture(trace=capture))
+    )
     if capture:
         plain, padded = plain.logits, padded.logits
     real = plain.shape[1]
@@ -97,7 +98,9 @@ def test_cached_incremental_decoding_equals_the_full_pass(architecture, capture,
     full = model.decode(tgt, encoded).logits
     cache = model.new_cache()
     for step in range(tgt.size(1)):
-        out = model.decode(tgt[:, step : step + 1], encoded, cache=cache, capture=capture)
+        out = model.decode(
+            tgt[:, step : step + 1], encoded, cache=cache, call=Call(capture=Capture(trace=capture))
+        )
         assert torch.allclose(out.logits[:, 0], full[:, step], atol=1e-5), step
     assert cache.length == tgt.size(1)
     if model.config.has_encoder:  # cross-attention keys were computed once, from the source
@@ -126,7 +129,7 @@ def test_fast_path_and_capture_path_agree(architecture, norm, device):
     src[2, 4:] = CONFIG.pad_id
     tgt[1, 3:] = CONFIG.pad_id
     fast = model(**inputs(architecture, src, tgt))
-    trace = model(**inputs(architecture, src, tgt), capture=True)
+    trace = model(**inputs(architecture, src, tgt), call=TRACE)
     assert torch.allclose(fast, trace.logits, atol=1e-5)
 
 
@@ -148,7 +151,7 @@ def test_fast_path_never_materialises_attention_weights():
         model(src, tgt)
         assert fused.call_count == 2 + 2 * 2  # encoder self; decoder self + cross per layer
         with pytest.raises(AssertionError):
-            model(src, tgt, capture=True)
+            model(src, tgt, call=TRACE)
 
 
 @torch.no_grad()
@@ -172,7 +175,7 @@ def test_fast_path_applies_a_plain_causal_mask_as_is_causal():
         model(tgt=padded)
         assert not any(c.kwargs["is_causal"] for c in fused.call_args_list)
     # the same numbers as the written-out attention's masked softmax
-    assert torch.allclose(fast, model(tgt=tgt, capture=True).logits, atol=1e-5)
+    assert torch.allclose(fast, model(tgt=tgt, call=TRACE).logits, atol=1e-5)
     assert is_causal(causal_mask(5)) and not is_causal(causal_mask(3, 5))
     assert is_causal(causal_mask(5).expand(2, 1, 5, 5))
     padding = padding_mask(torch.tensor([[1, 2, 3], [1, 2, 0]]), 0)
@@ -191,9 +194,11 @@ def test_a_pass_asks_its_mask_once_not_once_per_layer(capture):
     for batch in (ids(2, 6), tgt):
         with (
             mock.patch.object(masks_module, "causal_mask", wraps=causal_mask) as triangles,
-            mock.patch.object(probes_module, "mask_bias", wraps=probes_module.mask_bias) as biases,
+            mock.patch.object(
+                attention_module, "mask_bias", wraps=attention_module.mask_bias
+            ) as biases,
         ):
-            model(tgt=batch, capture=capture)
+            model(tgt=batch, call=Call(capture=Capture(trace=capture)))
         assert triangles.call_count == (0 if capture else 1)
         assert biases.call_count == (1 if capture else 0)
 
@@ -225,7 +230,7 @@ def test_answers_about_a_mask_hold_for_one_pass_only():
 
 @pytest.mark.parametrize("capture", [False, True])
 def test_a_query_with_every_key_masked_gets_zeros_not_nan(capture, device):
-    mha = MultiHeadAttention(16, 2).to(device).eval()
+    mha = MultiHeadAttention(ModelConfig(d_model=16, n_heads=2, dropout=0.0)).to(device).eval()
     x = torch.randn(2, 3, 16, device=device, requires_grad=True)
     mask = torch.ones(2, 1, 3, 3, dtype=torch.bool, device=device)
     mask[0, :, 1, :] = False  # query 1 of sequence 0 may attend to nothing
@@ -322,7 +327,7 @@ def test_trace_tells_attention_kinds_apart_and_marks_masked_cells():
     model = model_for("encoder-decoder")
     src, tgt = ids(2, 6), ids(2, 4)
     src[1, 4:] = CONFIG.pad_id
-    trace = model(src, tgt, capture=True)
+    trace = model(src, tgt, call=TRACE)
     enc = trace.attention("encoder_self", 1)
     dec = trace.attention("decoder_self", 0)
     cross = trace.attention("cross", 1)
@@ -351,7 +356,7 @@ def test_trace_tells_attention_kinds_apart_and_marks_masked_cells():
 def test_decoder_only_model_has_no_cross_attention():
     model = model_for("decoder-only")
     assert all(layer.cross_attention is None for layer in model.decoder.layers)
-    trace = model(tgt=ids(1, 5), capture=True)
+    trace = model(tgt=ids(1, 5), call=TRACE)
     with pytest.raises(ValueError, match="no cross attention"):
         trace.attention("cross", 0)
 
@@ -360,19 +365,29 @@ def test_decoder_only_model_has_no_cross_attention():
 def test_interventions_change_what_they_say():
     model = model_for("encoder-decoder")
     src, tgt = ids(1, 6), ids(1, 5)
-    base = model(src, tgt, capture=True)
-    unscaled = model(src, tgt, capture=True, intervention=Intervention(scale_scores=False))
+    base = model(src, tgt, call=TRACE)
+    unscaled = model(
+        src, tgt, call=Call(ops=Intervention(scale_scores=False).operations, capture=Capture())
+    )
     ratio = unscaled.attention("encoder_self", 0).scores / base.attention("encoder_self", 0).scores
     assert torch.allclose(ratio, torch.full_like(ratio, math.sqrt(CONFIG.d_head)), atol=1e-4)
-    no_pe = model(src, tgt, capture=True, intervention=Intervention(positional_encoding=False))
+    no_pe = model(
+        src,
+        tgt,
+        call=Call(ops=Intervention(positional_encoding=False).operations, capture=Capture()),
+    )
     assert (no_pe.source.positional == 0).all()
     # Without positions the encoder is permutation-equivariant: swapping two tokens swaps rows.
     swapped = src[:, [1, 0, 2, 3, 4, 5]]
     no_pe_swapped = model(
-        swapped, tgt, capture=True, intervention=Intervention(positional_encoding=False)
+        swapped,
+        tgt,
+        call=Call(ops=Intervention(positional_encoding=False).operations, capture=Capture()),
     )
     assert torch.allclose(no_pe.memory[:, [1, 0]], no_pe_swapped.memory[:, :2], atol=1e-5)
-    zeroed = model(src, tgt, intervention=Intervention(zero_heads=frozenset({("cross", 0, 2)})))
+    zeroed = model(
+        src, tgt, call=Call(ops=Intervention(zero_heads=frozenset({("cross", 0, 2)})).operations)
+    )
     assert not torch.allclose(zeroed, base.logits, atol=1e-4)
 
 
@@ -401,7 +416,7 @@ def test_padding_embedding_is_zero_and_tied_weights_are_shared():
 def test_embeddings_are_scaled_by_sqrt_d_model():
     model = model_for("encoder-only")
     tokens = ids(1, 3)
-    trace = model(src=tokens, capture=True)
+    trace = model(src=tokens, call=TRACE)
     expected = model.src_embedding.lookup(tokens) * math.sqrt(CONFIG.d_model)
     assert torch.allclose(trace.source.token_embedding, expected)
 
@@ -457,7 +472,7 @@ def test_importing_the_package_does_not_load_the_toy_grammar():
 def test_recorded_updates_are_what_each_sub_layer_adds_to_the_stream(norm):
     model = model_for("encoder-decoder", norm=norm).eval()
     src, tgt = ids(2, 5), ids(2, 4)
-    trace = model(src, tgt, capture=True)
+    trace = model(src, tgt, call=TRACE)
     for layer, module in zip(trace.decoder_layers, model.decoder.layers, strict=True):
         steps = [
             (

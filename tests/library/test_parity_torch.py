@@ -116,7 +116,8 @@ def test_base_preset_matches_nn_transformer_in_float64():
 def test_multihead_attention_matches_nn_multihead_attention(dtype, device):
     d_model, n_heads = 32, 4
     ref = nn.MultiheadAttention(d_model, n_heads, batch_first=True).to(device, dtype).eval()
-    ours = MultiHeadAttention(d_model, n_heads).to(device, dtype).eval()
+    config = ModelConfig(d_model=d_model, n_heads=n_heads, dropout=0.0)
+    ours = MultiHeadAttention(config).to(device, dtype).eval()
     copy_multihead_attention(ours, ref)
     query = torch.randn(2, 5, d_model, dtype=dtype, device=device)
     memory = torch.randn(2, 7, d_model, dtype=dtype, device=device)

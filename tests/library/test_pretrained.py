@@ -21,6 +21,7 @@ from conftest import MARIAN_OPUS, hf_greedy
 from conftest import load_hf_reference as _hf
 
 from transformer import load_pretrained
+from transformer.core.run import TRACE
 from transformer.generation import DecodingSession, DecodingSettings
 from transformer.pretrained import PretrainedError, ShippedModel, load_shipped, shipped_models
 
@@ -74,7 +75,7 @@ def test_bert_matches_transformers_layer_by_layer_with_padding(bert_folder: Path
     assert checkpoint.info["family"] == "bert"
     ids, attention_mask, types = _bert_batch()
     with torch.no_grad():
-        trace = checkpoint.model(ids, capture=True, token_types=types)
+        trace = checkpoint.model(ids, call=TRACE, token_types=types)
         theirs = _hf(transformers.BertModel, bert_folder)(
             input_ids=ids,
             attention_mask=attention_mask.long(),
@@ -113,7 +114,7 @@ def test_gpt2_matches_transformers_layer_by_layer(gpt2_folder: Path) -> None:
     ids = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(5))
     ids[0, 3] = VOCAB - 1  # <|endoftext|> inside a text is a real token, not padding
     with torch.no_grad():
-        trace = checkpoint.model(tgt=ids, capture=True)
+        trace = checkpoint.model(tgt=ids, call=TRACE)
         theirs = _hf(transformers.GPT2LMHeadModel, gpt2_folder)(
             input_ids=ids, output_hidden_states=True, output_attentions=True
         )
@@ -152,7 +153,7 @@ def test_marian_matches_transformers_with_padded_source(marian_folder: Path) -> 
     tgt = torch.randint(1, VOCAB - 1, (2, 7), generator=generator)
     tgt[:, 0] = VOCAB - 1  # decoding starts from the pad token
     with torch.no_grad():
-        trace = checkpoint.model(src, tgt, capture=True)
+        trace = checkpoint.model(src, tgt, call=TRACE)
         theirs = _hf(transformers.MarianMTModel, marian_folder)(
             input_ids=src,
             attention_mask=(src != VOCAB - 1).long(),
@@ -283,7 +284,7 @@ def test_all_minilm_l6_v2_matches_transformers() -> None:
     width = max(map(len, rows))
     ids = torch.tensor([r + [0] * (width - len(r)) for r in rows])
     with torch.no_grad():
-        trace = checkpoint.model(ids, capture=True)
+        trace = checkpoint.model(ids, call=TRACE)
         theirs = _hf(transformers.BertModel, MINILM.folder)(
             input_ids=ids,
             attention_mask=(ids != 0).long(),

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from research_reference import CLEAN, CORRUPTED, Pair, hooked, pair_fixture, recorded
 
 from transformer import Intervention, head_ablation
+from transformer.core.run import Call
 
 __all__ = ["pair_fixture"]  # the fixture, by its name `pair`
 
@@ -60,7 +61,7 @@ def test_zero_ablation_is_the_zero_a_head_what_if(pair: Pair) -> None:
     plain = loss(pair.ours(tgt=ids).detach(), TEXT)
     switched = Intervention(zero_heads=frozenset({("decoder_self", 1, 2)}))
     with torch.no_grad():
-        off = loss(pair.ours(tgt=ids, intervention=switched), TEXT)
+        off = loss(pair.ours(tgt=ids, call=Call(ops=switched.operations)), TEXT)
     assert ours[1, 2].item() == pytest.approx(off - plain, abs=1e-5)
 
 

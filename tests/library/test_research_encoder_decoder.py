@@ -16,6 +16,7 @@ from transformer import (
     head_ablation,
     input_attribution,
 )
+from transformer.core.run import Call
 
 SOURCE = [4, 9, 13, 7, 22, 5]
 CLEAN, CORRUPTED = [1, 8, 30, 2, 17], [1, 8, 11, 25, 17]
@@ -58,7 +59,9 @@ def test_zero_ablation_equals_the_what_if_on_the_decoder() -> None:
     with torch.no_grad():
         plain = F.cross_entropy(model(src, tgt)[0, :-1], tgt[0, 1:]).item()
         off = model(
-            src, tgt, intervention=Intervention(zero_heads=frozenset({("decoder_self", 1, 3)}))
+            src,
+            tgt,
+            call=Call(ops=Intervention(zero_heads=frozenset({("decoder_self", 1, 3)})).operations),
         )
     assert ours[1, 3].item() == pytest.approx(
         F.cross_entropy(off[0, :-1], tgt[0, 1:]).item() - plain, abs=1e-5

@@ -10,6 +10,7 @@ import torch
 from research_reference import CLEAN, Pair, pair_fixture
 
 from transformer import ModelConfig, Transformer, attention_score_parts
+from transformer.core.run import TRACE
 from transformer.research.score_parts import rotary_parts
 
 __all__ = ["pair_fixture"]  # the fixture, by its name `pair`
@@ -23,7 +24,7 @@ def captured_scores(
     """``(Tq, Tk)`` scores before the mask, from the queries and keys the pass kept (the scaled
     queries times the keys), and the mask."""
     with torch.no_grad():
-        trace = model(capture=True, **inputs)
+        trace = model(call=TRACE, **inputs)
     record = trace.attention("decoder_self" if trace.decoder_layers else "encoder_self", layer)
     return record.queries[0, head] @ record.keys[0, head].T
 
@@ -99,7 +100,7 @@ def test_interleaved_pairs_miss_the_scores(pair: Pair) -> None:
         pytest.skip("GPT-2 has no rotary positions")
     attention = pair.ours.decoder.layers[1].self_attention
     with torch.no_grad():
-        trace = pair.ours(tgt=torch.tensor([CLEAN]), capture=True)
+        trace = pair.ours(tgt=torch.tensor([CLEAN]), call=TRACE)
     rotated = trace.attention("decoder_self", 1).rotary
     q, k = rotated.queries_before[0, 0], rotated.keys_before[0, attention.kv_head_of[0]]
     scores = captured_scores(pair.ours, 1, 0, tgt=torch.tensor([CLEAN]))

@@ -8,6 +8,7 @@ import pytest
 import torch
 from conftest import tiny_transformer
 
+from transformer.core.run import TRACE
 from transformer.lab.attention_stats import long_pass, rollout, rollout_row
 
 
@@ -57,9 +58,9 @@ def test_rollout_of_a_long_pass_equals_reference_on_full_weights(architecture: s
     ids = torch.randint(4, 30, (9,))
     reduced = long_pass(model, ids)
     if architecture == "decoder-only":
-        records = model(tgt=ids[None], capture=True).attention_records("decoder_self")
+        records = model(tgt=ids[None], call=TRACE).attention_records("decoder_self")
     else:
-        records = model(src=ids[None], capture=True).attention_records("encoder_self")
+        records = model(src=ids[None], call=TRACE).attention_records("encoder_self")
     expected = _reference([r.weights[0] for r in records])
     for token in range(9):
         # The pass keeps the head-means in float16: rollout agrees to about 1e-3.

@@ -14,6 +14,7 @@ from conftest import llama_folder
 from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.core.operations import PAPER
+from transformer.core.run import Call, Capture
 from transformer.generation import greedy_batch
 from transformer.lab.perplexity import read_logits, read_text, reference_paragraph
 from transformer.lab.silent_mistakes import (
@@ -60,8 +61,8 @@ def ours_logits(model: Transformer, name: str | None, capture: bool = False) -> 
     ops = silent_operations(name) if name else PAPER
     with torch.no_grad():
         if capture:
-            return model(tgt=IDS, ops=ops, capture=True).logits
-        return model(tgt=IDS, ops=ops)
+            return model(tgt=IDS, call=Call(ops=ops, capture=Capture())).logits
+        return model(tgt=IDS, call=Call(ops=ops))
 
 
 def assert_close(ours: torch.Tensor, expected: torch.Tensor, what: str) -> None:
@@ -166,9 +167,9 @@ def test_positions_not_offset_by_the_cache_equal_transformers_fed_position_zero(
         expected = reference(rest, past_key_values=past, position_ids=positions).logits
         ops = silent_operations(ROTARY_NO_OFFSET)
         cache = model.new_cache()
-        model.decode(prefix, cache=cache, ops=ops)
-        got = model.decode(rest, cache=cache, ops=ops).logits
-        uncached = model(tgt=IDS, ops=ops)  # an uncached pass never notices
+        model.decode(prefix, cache=cache, call=Call(ops=ops))
+        got = model.decode(rest, cache=cache, call=Call(ops=ops)).logits
+        uncached = model(tgt=IDS, call=Call(ops=ops))  # an uncached pass never notices
     assert_close(got, expected, ROTARY_NO_OFFSET)
     assert_close(uncached, theirs(reference), "uncached")
     assert (got - theirs(reference)[:, 10:]).abs().max() > 1e-2

@@ -15,6 +15,7 @@ from conftest import TINY_CONFIG, tiny_transformer
 from transformer import WHAT_IF_SWITCHES, what_if, what_if_switches
 from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
+from transformer.core.run import Call, Capture
 from transformer.lab.interventions import Intervention
 from transformer.lab.switches import (
     SWITCHES,
@@ -151,7 +152,7 @@ def test_each_switch_applies_exactly_where_it_changes_the_output(model_name):
     head = ("decoder_self" if config.has_decoder else "encoder_self", 0, 1 % config.n_heads)
 
     def output(ops=None) -> torch.Tensor:
-        kwargs = {} if ops is None else {"ops": ops}
+        kwargs = {} if ops is None else {"call": Call(ops=ops)}
         with torch.no_grad():
             if config.architecture == "decoder-only":
                 return model(tgt=tgt, **kwargs)
@@ -190,7 +191,7 @@ def _decoder_layer0_weights(model: Transformer, ops) -> tuple[torch.Tensor, torc
     handle = attention.register_forward_pre_hook(lambda m, args: _keep(seen, "x", args[0]))
     try:
         with torch.no_grad():
-            trace = model(tgt=TOKENS, capture=True, ops=ops)
+            trace = model(tgt=TOKENS, call=Call(ops=ops, capture=Capture()))
     finally:
         handle.remove()
     return trace.attention_records("decoder_self")[0].weights, seen["x"]
@@ -271,9 +272,8 @@ def test_zero_this_head_passes_nothing_on_from_that_head(decoder_only):
     ]
     try:
         with torch.no_grad():
-            decoder_only(
-                tgt=TOKENS, ops=by_label("zero this head").operations(("decoder_self", 0, 2))
-            )
+            zeroed = by_label("zero this head").operations(("decoder_self", 0, 2))
+            decoder_only(tgt=TOKENS, call=Call(ops=zeroed))
     finally:
         for hook in hooks:
             hook.remove()

@@ -16,7 +16,7 @@ from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.core.operations import PAPER
 from transformer.core.probes import AttentionProbe
-from transformer.core.run import Capture, Run
+from transformer.core.run import TRACE, Call, Capture, Run
 from transformer.lab.silent_mistakes import tiled_kv_heads
 
 CONFIG = ModelConfig(
@@ -58,7 +58,7 @@ def test_a_rotary_trace_gives_back_the_passes_own_queries_and_keys(grouping):
     observed = Capture(observe_attention=lambda probe, kind, layer: seen.append(probe))
     tokens = torch.randint(4, 80, (2, 9))
     with torch.no_grad():
-        trace = model(tgt=tokens, capture=observed, ops=ops)
+        trace = model(tgt=tokens, call=Call(ops=ops, capture=observed))
     records = trace.attention_records("decoder_self")
     assert len(records) == len(seen) == 2
     for record, probe in zip(records, seen, strict=True):
@@ -81,8 +81,8 @@ def test_a_cached_step_keeps_its_keys():
     with torch.no_grad():
         cache = model.new_cache()
         model.decode(tokens[:, :6], cache=cache)
-        step = model.decode(tokens[:, 6:], cache=cache, capture=True)
-        whole = model(tgt=tokens, capture=True)
+        step = model.decode(tokens[:, 6:], cache=cache, call=TRACE)
+        whole = model(tgt=tokens, call=TRACE)
     for layer, full in zip(step.layers, whole.decoder_layers, strict=True):
         record = layer.self_attention
         assert record.keys is not None and record.keys.shape[2] == 7
@@ -156,7 +156,7 @@ def test_a_trace_computes_its_logits_when_read_and_keeps_none(config):
     tgt = torch.randint(4, config.output_vocab_size, (2, 11))
     src = torch.randint(4, 40, (2, 7)) if config.has_encoder else None
     with torch.no_grad():
-        trace = model(src, tgt, capture=True)
+        trace = model(src, tgt, call=TRACE)
         plain = model(src, tgt)
     vocab = config.output_vocab_size
     assert not [t for t in _all_tensors(trace) if t.dim() == 3 and t.size(-1) == vocab]
@@ -180,7 +180,7 @@ def test_a_trace_refuses_its_logits_once_the_model_changed():
     torch.manual_seed(0)
     model = Transformer(CONFIG).eval()
     with torch.no_grad():
-        trace = model(tgt=torch.randint(4, 80, (1, 6)), capture=True)
+        trace = model(tgt=torch.randint(4, 80, (1, 6)), call=TRACE)
         trace.logits  # noqa: B018 (readable while nothing changed)
         model.generator.proj.weight.add_(1.0)
     with pytest.raises(RuntimeError, match="changed after this pass was captured"):
@@ -203,7 +203,7 @@ def test_predictions_read_in_pieces_are_the_whole_logits_argmax(monkeypatch):
     tgt = torch.randint(7, tokenizer.vocab_size, (2, 9))
     tgt[1, 6:] = pad
     with torch.no_grad():
-        trace = model(tgt=tgt, capture=True)
+        trace = model(tgt=tgt, call=TRACE)
         logits = model(tgt=tgt)
     assert len(trace.chunks()) == 9  # one position at a time
     predicted = inspection.predicted_tokens(tokenizer, trace, tgt)
@@ -243,8 +243,10 @@ def test_the_largest_logit_change_is_the_whole_difference():
     model = Transformer(CONFIG).eval()
     tgt = torch.randint(4, 80, (2, 9))
     with torch.no_grad():
-        before = model(tgt=tgt, capture=True)
-        after = model(tgt=tgt, capture=True, intervention=Intervention(causal_mask=False))
+        before = model(tgt=tgt, call=TRACE)
+        after = model(
+            tgt=tgt, call=Call(ops=Intervention(causal_mask=False).operations, capture=Capture())
+        )
     whole = (after.logits - before.logits).abs().max().item()
     assert whole > 0
     assert largest_logit_change(before, after) == pytest.approx(whole, rel=1e-6)
@@ -274,7 +276,8 @@ def test_a_rotary_pair_rotates_again_exactly_what_the_pass_rotated(rotation):
     model = Transformer(CONFIG).eval()
     with torch.no_grad():
         trace = model(
-            tgt=torch.randint(4, 80, (2, 9)), capture=True, ops=replace(base, rotary_positions=spy)
+            tgt=torch.randint(4, 80, (2, 9)),
+            call=Call(ops=replace(base, rotary_positions=spy), capture=Capture()),
         )
     computed = list(own)  # reading the pair below rotates again
     records = trace.attention_records("decoder_self")
@@ -302,7 +305,7 @@ def test_the_stream_after_self_attention_is_the_layers_own(config):
     tgt = torch.randint(4, config.output_vocab_size, (2, 9))
     src = torch.randint(4, 40, (2, 7)) if config.has_encoder else None
     with torch.no_grad():
-        trace = model(src, tgt, capture=True)
+        trace = model(src, tgt, call=TRACE)
     assert len(own) == len(trace.decoder_layers) == len(layers)
     for layer_trace, output in zip(trace.decoder_layers, own, strict=True):
         kept = output.untyped_storage().data_ptr() in _storages(layer_trace)
@@ -322,7 +325,7 @@ def _weights_of_the_pass(model, src, tgt, ops):
         observe_attention=lambda probe, kind, layer: seen.append((kind, probe.weights)),
     )
     with torch.no_grad():
-        trace = model(src, tgt, capture=capture, ops=ops)
+        trace = model(src, tgt, call=Call(ops=ops, capture=capture))
     return trace, seen
 
 
@@ -373,7 +376,7 @@ def test_a_pass_that_keeps_its_weights_holds_them():
     seen: list[torch.Tensor] = []
     observed = Capture(observe_attention=lambda probe, kind, layer: seen.append(probe.weights))
     with torch.no_grad():
-        trace = model(tgt=torch.randint(4, 80, (2, 9)), capture=observed)
+        trace = model(tgt=torch.randint(4, 80, (2, 9)), call=Call(capture=observed))
     held = _storages(trace)
     assert len(seen) == 2
     assert all(w.untyped_storage().data_ptr() in held for w in seen)
@@ -405,7 +408,7 @@ def test_an_analysis_holds_no_attention_weights_and_draws_the_same_grid():
             assert not square, f"{kind} layer {record.layer} keeps {square[0].shape}"
     assert trace.source is not None and trace.target is not None
     with torch.no_grad():
-        kept = model(trace.source.tokens, trace.target.tokens, capture=True)
+        kept = model(trace.source.tokens, trace.target.tokens, call=TRACE)
     for kind in ("encoder_self", "decoder_self", "cross"):
         lazy_records, kept_records = trace.attention_records(kind), kept.attention_records(kind)
         for lazy, whole in zip(lazy_records, kept_records, strict=True):
@@ -485,7 +488,7 @@ def test_the_records_are_plain_dataclasses_whose_computed_fields_say_so():
     tgt = torch.randint(4, ENCODER_DECODER.output_vocab_size, (2, 9))
     src = torch.randint(4, 40, (2, 7))
     with torch.no_grad():
-        trace = model(src, tgt, capture=Capture(keep_attention_weights=False))
+        trace = model(src, tgt, call=Call(capture=Capture(keep_attention_weights=False)))
     layer = trace.decoder_layers[0]
     record = layer.cross_attention
     for kept in (trace, layer, record):

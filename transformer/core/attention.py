@@ -1,7 +1,10 @@
 """Scaled dot-product attention and multi-head attention (paper sections 3.2.1 and 3.2.2).
 
-What keeps these cheap (the masked softmax in place, scores recomputed when read) is in
-:mod:`transformer.core.probes`; the key/value cache of decoding in :mod:`transformer.core.cache`.
+The paper's formula comes first: the weights ``softmax(Q Kᵀ / √d_k)`` (:func:`attention_weights`)
+and the attention that reads the values with them (:func:`scaled_dot_product_attention`), then
+the module of h heads. What a call keeps for the trace (its probe, scores recomputed when read)
+is in :mod:`transformer.core.probes`; the key/value cache of decoding in
+:mod:`transformer.core.cache`.
 """
 
 from __future__ import annotations
@@ -9,15 +12,17 @@ from __future__ import annotations
 import math
 from typing import cast
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .cache import KeyValueCache
+from .config import ModelConfig
 from .layers import Dropout
 from .masks import is_causal, remembered
-from .modern import RMSNorm, expand_kv_heads, kv_head_of
-from .operations import PAPER, Operations
-from .probes import AttentionKind, AttentionProbe, Rotated, attention_weights
+from .modern import RMSNorm, expand_kv_heads, kv_head_of, soft_cap
+from .operations import PAPER, AttentionKind, Operations
+from .probes import AttentionProbe, Rotated
 from .rotary import RotaryEmbedding
 from .run import PLAIN, Run
 
@@ -28,6 +33,41 @@ _SITES = {
 }
 """Each attention's stack and the :data:`~transformer.core.operations.Site` names of its heads
 and of its output."""
+
+
+def attention_weights(
+    queries: Tensor, keys: Tensor, mask: Tensor | None = None, softcap: float | None = None
+) -> Tensor:
+    """``(B, H, Tq, Tk)`` weights ``softmax(Q Kᵀ)`` from already scaled ``(B, H, Tq, d_k)``
+    queries and ``(B, H, Tk, d_k)`` keys, exactly zero in masked cells and in rows with no
+    allowed key (``mask`` bool, broadcastable, ``True`` = may attend); the scores soft-capped
+    first where ``softcap`` is given.
+
+    The attention runs this, and a trace that did not keep its weights runs it again on the
+    same tensors when they are read: the same numbers, bit for bit."""
+    given = mask
+    if given is not None and remembered(given, "all", lambda: bool(given.all())):
+        mask = None  # nothing is masked (an unpadded batch): skip a pass over the scores
+    scores = queries @ keys.transpose(-2, -1)  # (B, H, Tq, Tk), as attention_scores computes them
+    if softcap is not None:
+        scores = soft_cap(scores, softcap)
+    if mask is not None:
+        # Masked cells far below any score, not -inf; one bias for all layers' scores.
+        dtype = scores.dtype
+        scores += remembered(mask, ("bias", dtype), lambda: mask_bias(mask, dtype))
+    # Softmax in place where no gradient needs the scores: the same kernel and bits, one
+    # (B, H, Tq, Tk) buffer instead of two (a captured pass keeps it; a trace recomputes
+    # the scores when read).
+    weights = torch.softmax(scores, dim=-1, out=None if scores.requires_grad else scores)
+    del scores
+    if mask is not None:
+        # A row with no allowed key would spread its weight evenly over keys it may not read
+        # (over -inf, 0/0 = NaN); a query that may attend to nothing receives nothing instead.
+        # The check runs on the small mask, once per mask; the fill only if needed.
+        empty = remembered(mask, "empty rows", lambda: _empty_rows(mask))
+        if empty is not None:
+            weights = weights.masked_fill(empty, 0.0)
+    return weights
 
 
 def scaled_dot_product_attention(
@@ -66,70 +106,82 @@ def scaled_dot_product_attention(
     return attended @ v, probe
 
 
+def mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """What the attention adds to its scores for a bool ``mask`` (``True`` = may attend): 0
+    where a key may be read, the lowest finite number of ``dtype`` where not; the mask's shape.
+
+    The same weights as ``-inf`` bit for bit: ``exp`` of a cell that far below its row's
+    maximum is exactly 0. But softmax over ``-inf`` runs a third slower on the CPU, and one
+    broadcast addition costs less than filling the ``(B, H, Tq, Tk)`` scores through a
+    broadcast bool mask."""
+    return torch.zeros((), dtype=dtype, device=mask.device).masked_fill(
+        ~mask, torch.finfo(dtype).min
+    )
+
+
+def _empty_rows(mask: Tensor) -> Tensor | None:
+    """Where a query of a bool ``mask`` may attend to no key (``(..., Tq, 1)``, ``True`` there),
+    or ``None`` when every query has one."""
+    has_key = mask.any(dim=-1, keepdim=True)
+    return None if bool(has_key.all()) else ~has_key
+
+
 class MultiHeadAttention(nn.Module):
     """``MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O`` with ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``.
 
-    The h per-head projections are stored as one ``(d_model, d_model)`` linear map each for
-    Q, K and V, whose output is split into h heads of width d_model/h. ``kind`` and ``layer``
-    say where the module sits in the model (for :attr:`Operations.zero_heads`).
+    Built from the model's :class:`~transformer.core.config.ModelConfig`: ``d_model``,
+    ``n_heads`` and ``dropout``. The h per-head projections are stored as one ``(d_model,
+    d_model)`` linear map each for Q, K and V, whose output is split into h heads of width
+    d_model/h. ``kind`` and ``layer`` say where the module sits in the model (for
+    :attr:`Operations.zero_heads`); ``rotary`` is the table its q and k are rotated by, shared
+    by every layer (rotary positions only; never for cross-attention).
 
-    The modern block's options: ``n_kv_heads`` key/value heads (grouped- or multi-query
+    The modern block's fields: ``n_kv_heads`` key/value heads (grouped- or multi-query
     attention: W_K and W_V map to ``n_kv_heads · d_head``; query head h reads key/value head
-    ``h // (n_heads // n_kv_heads)``), ``rotary`` (q and k rotated by their positions after
-    the projection) and the biases of the q/k/v and output projections.
+    ``h // (n_heads // n_kv_heads)``) and the biases of the q/k/v and output projections
+    (``attention_qkv_bias``, ``attention_output_bias``).
 
-    The later families': ``d_head`` when heads are not ``d_model / n_heads`` wide (W_Q maps
+    The later families': ``head_dim`` when heads are not ``d_model / n_heads`` wide (W_Q maps
     d_model to ``n_heads · d_head``, W_O back), ``qk_norm`` (an RMSNorm of q and k before their
     rotation, over each head's ``"head"`` or the whole ``"projection"``: it keeps the scores
-    from growing with the weights), ``softcap`` (scores capped by ``softcap · tanh(s /
-    softcap)``) and ``scale_dim`` (the d_k of the score scale, when not d_head).
+    from growing with the weights), ``attention_softcap`` (scores capped by ``softcap ·
+    tanh(s / softcap)``) and ``score_scale_dim`` (the d_k of the score scale, when not d_head).
     """
 
     def __init__(
         self,
-        d_model: int,
-        n_heads: int,
-        dropout: float = 0.0,
+        config: ModelConfig,
         *,
         kind: AttentionKind | None = None,
         layer: int = 0,
-        n_kv_heads: int | None = None,
         rotary: RotaryEmbedding | None = None,
-        qkv_bias: bool = True,
-        output_bias: bool = True,
-        d_head: int | None = None,
-        qk_norm: str = "none",
-        norm_eps: float = 1e-6,
-        norm_offset: float = 0.0,
-        softcap: float | None = None,
-        scale_dim: float | None = None,
     ) -> None:
         super().__init__()
-        if d_head is None and d_model % n_heads != 0:
-            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
-        self.n_heads = n_heads
-        self.n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        d_model = config.d_model
+        self.n_heads = n_heads = config.n_heads
+        self.n_kv_heads = config.kv_heads
         self.kv_head_of = tuple(kv_head_of(n_heads, self.n_kv_heads))
-        self.d_head = d_model // n_heads if d_head is None else d_head
+        self.d_head = config.d_head
         self.kind = kind
         self.layer = layer
         d_q, d_kv = n_heads * self.d_head, self.n_kv_heads * self.d_head
-        self.w_q = nn.Linear(d_model, d_q, bias=qkv_bias)
-        self.w_k = nn.Linear(d_model, d_kv, bias=qkv_bias)
-        self.w_v = nn.Linear(d_model, d_kv, bias=qkv_bias)
-        self.w_o = nn.Linear(d_q, d_model, bias=output_bias)
-        self.dropout = Dropout(dropout)
+        self.w_q = nn.Linear(d_model, d_q, bias=config.attention_qkv_bias)
+        self.w_k = nn.Linear(d_model, d_kv, bias=config.attention_qkv_bias)
+        self.w_v = nn.Linear(d_model, d_kv, bias=config.attention_qkv_bias)
+        self.w_o = nn.Linear(d_q, d_model, bias=config.attention_output_bias)
+        self.dropout = Dropout(config.dropout)
         self.rotary = rotary  # shared by every layer (its table is computed, not learned)
-        self.qk_norm = qk_norm
+        self.qk_norm = config.qk_norm
         self.q_norm: RMSNorm | None = None
         self.k_norm: RMSNorm | None = None
-        if qk_norm != "none":
-            per_head = qk_norm == "head"
+        if config.qk_norm != "none":
+            per_head = config.qk_norm == "head"
             widths = (self.d_head, self.d_head) if per_head else (d_q, d_kv)
-            self.q_norm = RMSNorm(widths[0], norm_eps, norm_offset)
-            self.k_norm = RMSNorm(widths[1], norm_eps, norm_offset)
-        self.softcap = softcap
-        self.scale_dim = scale_dim
+            eps, offset = config.layer_norm_eps, config.norm_offset
+            self.q_norm = RMSNorm(widths[0], eps, offset)
+            self.k_norm = RMSNorm(widths[1], eps, offset)
+        self.softcap = config.attention_softcap
+        self.scale_dim = config.score_scale_dim
 
     def forward(
         self,

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-
-if TYPE_CHECKING:
-    from .modern import RMSNorm
-    from .run import Run
 
 
 class LayerNorm(nn.Module):
@@ -30,11 +26,11 @@ class LayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d_model))  # γ
         self.bias = nn.Parameter(torch.zeros(d_model))  # β
 
-    def forward(self, x: Tensor, run: Run | None = None) -> Tensor:
+    def forward(self, x: Tensor, run: Pass | None = None) -> Tensor:
         """``(..., d_model)`` → ``(..., d_model)``: :meth:`normalise`, or the norm of ``run``'s
         operations where a pass swaps it (``run.ops.layer_norm``); ``run`` keeps ``x`` and the
         output where Inside a layer looks at this norm's layer."""
-        return self.normalise(x) if run is None else normalise_in(run, self, x)
+        return self.normalise(x) if run is None else run.normalise(self, x)
 
     def normalise(self, x: Tensor) -> Tensor:
         """``(..., d_model)`` → ``(..., d_model)``, fused (equal to :meth:`explicit`)."""
@@ -47,13 +43,18 @@ class LayerNorm(nn.Module):
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
 
 
-def normalise_in(run: Run, norm: LayerNorm | RMSNorm, x: Tensor) -> Tensor:
-    """``norm`` of the ``(..., d)`` ``x`` as ``run`` computes it (``run.ops.layer_norm``: the
-    paper's, or a what-if's), its input and output noted for Inside a layer (:meth:`Run.note`:
-    only where the run looks inside the norm's layer)."""
-    out = run.ops.layer_norm(norm, x)
-    run.note(norm, input=x, output=out)
-    return out
+class Pass(Protocol):
+    """What a module's forward asks of the forward call it runs in (a
+    :class:`~transformer.core.run.Run`, which these modules need not know)."""
+
+    def normalise(self, norm: Any, x: Tensor) -> Tensor:
+        """``norm`` of the ``(..., d)`` ``x`` as this call computes it (the paper's, or a
+        what-if's), noted for Inside a layer where the call looks at the norm's layer."""
+        ...
+
+    def note(self, module: Any, **tensors: Tensor) -> None:
+        """Keep copies of ``tensors`` by ``module`` where the call looks inside its layer."""
+        ...
 
 
 def keep_nothing(module: nn.Module, **tensors: Tensor) -> None:
@@ -118,11 +119,11 @@ class PositionwiseFeedForward(nn.Module):
             raise ValueError(f"activation must be one of {sorted(ACTIVATION_FUNCTIONS)}")
         self.activation = ACTIVATION_FUNCTIONS[activation]
 
-    def forward(self, x: Tensor, run: Run | None = None) -> Tensor:
+    def forward(self, x: Tensor, run: Pass | None = None) -> Tensor:
         """``(B, T, d_model)`` → ``(B, T, d_model)``."""
         return self.linear2(self.dropout(self.units(x, run)))
 
-    def units(self, x: Tensor, run: Run | None = None) -> Tensor:
+    def units(self, x: Tensor, run: Pass | None = None) -> Tensor:
         """The hidden units after the activation, ``act(x W1 + b1)``: ``(B, T, d_model)`` →
         ``(B, T, d_ff)``. ``run`` keeps them before (``"hidden"``) and after (``"activated"``)
         the activation where Inside a layer looks at this layer."""

@@ -4,7 +4,9 @@ That is the polarity of ``torch.nn.functional.scaled_dot_product_attention``. Py
 ``nn.MultiheadAttention`` and ``nn.Transformer`` use the opposite (``True`` = masked out); the one
 place that converts is :func:`to_torch_nn_mask`.
 
-Every mask broadcasts to ``(batch, heads, queries, keys)``.
+Every mask broadcasts to ``(batch, heads, queries, keys)``. The masks come first; after them,
+the answers a pass keeps about its masks so that its layers ask each question once
+(:func:`one_pass`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,65 @@ from typing import Any, TypeVar, cast
 
 import torch
 from torch import Tensor
+
+
+def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
+    """Keys that are real tokens.
+
+    Args:
+        tokens: ``(B, T)`` token ids.
+        pad_id: the id of the padding token.
+
+    Returns:
+        ``(B, 1, 1, T)`` bool, ``True`` where the key is not padding. Padding masks the *keys*
+        only: a padded query row still attends to the real keys (its output is ignored later).
+    """
+    return (tokens != pad_id)[:, None, None, :]
+
+
+def causal_mask(
+    n_queries: int, n_keys: int | None = None, device: torch.device | None = None
+) -> Tensor:
+    """Lower-triangular mask: query ``i`` may attend to keys ``0..i`` and not to the future.
+
+    With ``n_keys > n_queries`` the queries are the *last* ``n_queries`` positions (incremental
+    decoding with a key/value cache: earlier keys are all in the past).
+
+    Returns:
+        ``(1, 1, n_queries, n_keys)`` bool.
+    """
+    n_keys = n_queries if n_keys is None else n_keys
+    if n_keys < n_queries:
+        raise ValueError(f"n_keys ({n_keys}) must be ≥ n_queries ({n_queries}) for a causal mask.")
+    allowed = torch.ones(n_queries, n_keys, dtype=torch.bool, device=device)
+    return allowed.tril(diagonal=n_keys - n_queries)[None, None]
+
+
+def combine_masks(*masks: Tensor | None) -> Tensor | None:
+    """Logical AND of the given masks (``None`` ones are skipped), broadcast together.
+
+    A cell is allowed only when every mask allows it; returns ``None`` when no mask is given.
+    """
+    present = [m for m in masks if m is not None]
+    if not present:
+        return None
+    combined = present[0]
+    for mask in present[1:]:
+        combined = combined & mask
+    return combined
+
+
+def to_torch_nn_mask(mask: Tensor) -> Tensor:
+    """Convert our polarity (``True`` = may attend) to ``torch.nn``'s (``True`` = masked out).
+
+    This is the single boundary between the two conventions; it is its own inverse.
+    """
+    if mask.dtype != torch.bool:
+        raise TypeError(f"masks are bool tensors, got {mask.dtype}")
+    return ~mask
+
+
+# -- answers kept for one pass: every layer asks its mask the same questions ------------
 
 T = TypeVar("T")
 
@@ -57,38 +118,6 @@ def remembered(mask: Tensor, question: Hashable, answer: Callable[[], T]) -> T:
     return value
 
 
-def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
-    """Keys that are real tokens.
-
-    Args:
-        tokens: ``(B, T)`` token ids.
-        pad_id: the id of the padding token.
-
-    Returns:
-        ``(B, 1, 1, T)`` bool, ``True`` where the key is not padding. Padding masks the *keys*
-        only: a padded query row still attends to the real keys (its output is ignored later).
-    """
-    return (tokens != pad_id)[:, None, None, :]
-
-
-def causal_mask(
-    n_queries: int, n_keys: int | None = None, device: torch.device | None = None
-) -> Tensor:
-    """Lower-triangular mask: query ``i`` may attend to keys ``0..i`` and not to the future.
-
-    With ``n_keys > n_queries`` the queries are the *last* ``n_queries`` positions (incremental
-    decoding with a key/value cache: earlier keys are all in the past).
-
-    Returns:
-        ``(1, 1, n_queries, n_keys)`` bool.
-    """
-    n_keys = n_queries if n_keys is None else n_keys
-    if n_keys < n_queries:
-        raise ValueError(f"n_keys ({n_keys}) must be ≥ n_queries ({n_queries}) for a causal mask.")
-    allowed = torch.ones(n_queries, n_keys, dtype=torch.bool, device=device)
-    return allowed.tril(diagonal=n_keys - n_queries)[None, None]
-
-
 def is_causal(mask: Tensor) -> bool:
     """Whether ``mask`` is exactly :func:`causal_mask` of as many queries as keys for every
     sequence: ``(B, 1, T, T)`` lower triangles (no key padded), which
@@ -106,27 +135,3 @@ def _is_causal(mask: Tensor) -> bool:
         return False
     triangle = causal_mask(mask.size(2), device=mask.device)
     return torch.equal(mask, triangle.expand_as(mask))
-
-
-def combine_masks(*masks: Tensor | None) -> Tensor | None:
-    """Logical AND of the given masks (``None`` ones are skipped), broadcast together.
-
-    A cell is allowed only when every mask allows it; returns ``None`` when no mask is given.
-    """
-    present = [m for m in masks if m is not None]
-    if not present:
-        return None
-    combined = present[0]
-    for mask in present[1:]:
-        combined = combined & mask
-    return combined
-
-
-def to_torch_nn_mask(mask: Tensor) -> Tensor:
-    """Convert our polarity (``True`` = may attend) to ``torch.nn``'s (``True`` = masked out).
-
-    This is the single boundary between the two conventions; it is its own inverse.
-    """
-    if mask.dtype != torch.bool:
-        raise TypeError(f"masks are bool tensors, got {mask.dtype}")
-    return ~mask

@@ -2,14 +2,15 @@
 
 Encoder-decoder, encoder-only and decoder-only models are built from the same parts
 (:mod:`transformer.core.stacks`); a decoder layer has cross-attention only when there is an encoder
-to attend to. Each call makes one :class:`~transformer.core.run.Run` (its operations and what it
-keeps) that reaches every stack, layer and attention.
+to attend to. Each forward takes one :class:`~transformer.core.run.Call` (its operations and
+what it keeps) and makes from it one :class:`~transformer.core.run.Run` that reaches every
+stack, layer and attention.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, cast, overload
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -20,8 +21,8 @@ from .embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from .layers import Dropout, LayerNorm
 from .masks import causal_mask, combine_masks, padding_mask
 from .modern import soft_cap
-from .operations import PAPER, HasOperations, Operations
-from .run import Capture, Run, run_for
+from .operations import Operations
+from .run import LOGITS, Call, Run
 from .stacks import (
     Decoder,
     DecoderCache,
@@ -129,8 +130,10 @@ class Transformer(nn.Module):
     """Encoder-decoder, encoder-only or decoder-only Transformer built from one :class:`ModelConfig`.
 
     Call it with ``src`` (encoder), ``tgt`` (decoder) or both, as the architecture needs:
-    ``model(src, tgt)`` returns ``(B, Tt, V)`` logits; ``model(src, tgt, capture=True)`` returns a
-    :class:`~transformer.core.trace.Trace` holding the logits and every intermediate.
+    ``model(src, tgt)`` returns ``(B, Tt, V)`` logits; ``model(src, tgt, call=TRACE)`` returns a
+    :class:`~transformer.core.trace.Trace` holding the logits and every intermediate. Each forward
+    takes one per-call object, a :class:`~transformer.core.run.Call`: the operations the pass
+    runs (a what-if's) and what it keeps.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -269,14 +272,13 @@ class Transformer(nn.Module):
         self,
         src: Tensor,
         *,
-        capture: bool | Capture = False,
-        intervention: HasOperations | None = None,
-        ops: Operations = PAPER,
+        call: Call = LOGITS,
         token_types: Tensor | None = None,
     ) -> Encoded:
         """Run the encoder on ``(B, Ts)`` source ids (and ``(B, Ts)`` token types, if the
-        model has token-type embeddings; all 0 when left out)."""
-        return self._encode(src, run_for(capture, intervention, ops), token_types)
+        model has token-type embeddings; all 0 when left out), as ``call`` says (its operations;
+        its layer traces where it traces)."""
+        return self._encode(src, call.run(), token_types)
 
     def _encode(self, src: Tensor, run: Run, token_types: Tensor | None) -> Encoded:
         """:meth:`encode` in one :class:`Run`."""
@@ -304,9 +306,7 @@ class Transformer(nn.Module):
         encoded: Encoded | None = None,
         *,
         cache: DecoderCache | None = None,
-        capture: bool | Capture = False,
-        intervention: HasOperations | None = None,
-        ops: Operations = PAPER,
+        call: Call = LOGITS,
         check_ids: bool = True,
         last_only: bool = False,
     ) -> Decoded:
@@ -318,9 +318,10 @@ class Transformer(nn.Module):
         sequence or of a cache's first call (one device sync). ``last_only``: the logits are
         ``(B, 1, V)``, the last position's only, which is all a decoding step reads (a prompt of
         T tokens then projects one row onto the vocabulary, not T: SmolLM2's 49,152 × 576
-        products per row).
+        products per row). ``call``: the operations of the pass and what it keeps (its layer
+        traces where it traces).
         """
-        run = run_for(capture, intervention, ops)
+        run = call.run()
         hidden, record, layers, causal = self._run_decoder(tgt, encoded, cache, run, check_ids)
         logits = self.generator(hidden[:, -1:] if last_only else hidden)
         return Decoded(hidden=hidden, logits=logits, input=record, layers=layers, causal=causal)
@@ -387,50 +388,12 @@ class Transformer(nn.Module):
 
     # -- the whole model ------------------------------------------------------------------
 
-    @overload
-    def forward(
-        self,
-        src: Tensor | None = ...,
-        tgt: Tensor | None = ...,
-        *,
-        capture: Literal[False] = ...,
-        intervention: HasOperations | None = ...,
-        ops: Operations = ...,
-        token_types: Tensor | None = ...,
-    ) -> Tensor: ...
-
-    @overload
-    def forward(
-        self,
-        src: Tensor | None = ...,
-        tgt: Tensor | None = ...,
-        *,
-        capture: Literal[True],
-        intervention: HasOperations | None = ...,
-        ops: Operations = ...,
-        token_types: Tensor | None = ...,
-    ) -> Trace: ...
-
-    @overload
-    def forward(
-        self,
-        src: Tensor | None = ...,
-        tgt: Tensor | None = ...,
-        *,
-        capture: Capture,
-        intervention: HasOperations | None = ...,
-        ops: Operations = ...,
-        token_types: Tensor | None = ...,
-    ) -> Tensor | Trace: ...
-
     def forward(
         self,
         src: Tensor | None = None,
         tgt: Tensor | None = None,
         *,
-        capture: bool | Capture = False,
-        intervention: HasOperations | None = None,
-        ops: Operations = PAPER,
+        call: Call = LOGITS,
         token_types: Tensor | None = None,
     ) -> Tensor | Trace:
         """Logits for a batch: ``(B, Tt, V)`` (or ``(B, Ts, V)`` for encoder-only models).
@@ -438,16 +401,14 @@ class Transformer(nn.Module):
         Args:
             src: ``(B, Ts)`` source ids (encoder-decoder and encoder-only models).
             tgt: ``(B, Tt)`` target ids, shifted right (encoder-decoder and decoder-only).
-            capture: return a :class:`Trace` of every step instead of the bare logits, or a
-                :class:`~transformer.core.run.Capture` saying what the pass keeps.
-            intervention: what-if switches (see :class:`~transformer.lab.interventions.Intervention`).
-            ops: the operations to run (:data:`~transformer.core.operations.PAPER`), when no
-                ``intervention`` builds them.
+            call: the operations to run and what to keep
+                (:class:`~transformer.core.run.Call`): a capture that traces returns a
+                :class:`Trace` of every step instead of the bare logits.
             token_types: ``(B, Ts)`` segment ids of the source, for models with token-type
                 embeddings (BERT); all 0 when left out.
         """
         self._check_inputs(src, tgt)
-        run = run_for(capture, intervention, ops)
+        run = call.run()
         encoded = self._encode(src, run, token_types) if src is not None else None
         decoded = self._run_decoder(tgt, encoded, None, run, True) if tgt is not None else None
         if not run.traced:

@@ -21,15 +21,10 @@ Rotary positions are in :mod:`transformer.core.rotary`. The later families add, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import Tensor, nn
 
-from .layers import ACTIVATION_FUNCTIONS, Dropout, activate_in_place, keep_nothing, normalise_in
-
-if TYPE_CHECKING:
-    from .run import Run
+from .layers import ACTIVATION_FUNCTIONS, Dropout, Pass, activate_in_place, keep_nothing
 
 
 class RMSNorm(nn.Module):
@@ -45,11 +40,11 @@ class RMSNorm(nn.Module):
         self.offset = offset
         self.weight = nn.Parameter(torch.ones(d_model))  # w (γ); RMSNorm has no β
 
-    def forward(self, x: Tensor, run: Run | None = None) -> Tensor:
+    def forward(self, x: Tensor, run: Pass | None = None) -> Tensor:
         """``(..., d_model)`` → ``(..., d_model)``: :meth:`normalise`, or the norm of ``run``'s
         operations where a pass swaps it (``run.ops.layer_norm``); ``run`` keeps ``x`` and the
         output where Inside a layer looks at this norm's layer."""
-        return self.normalise(x) if run is None else normalise_in(run, self, x)
+        return self.normalise(x) if run is None else run.normalise(self, x)
 
     def normalise(self, x: Tensor) -> Tensor:
         """``(..., d_model)`` → ``(..., d_model)``: ``w · x / sqrt(mean(x²) + eps)``."""
@@ -96,11 +91,11 @@ class GatedFeedForward(nn.Module):
         up = self.w_up(x)
         return gate, up, gate * up
 
-    def forward(self, x: Tensor, run: Run | None = None) -> Tensor:
+    def forward(self, x: Tensor, run: Pass | None = None) -> Tensor:
         """``(B, T, d_model)`` → ``(B, T, d_model)``."""
         return self.w_down(self.dropout(self.units(x, run)))
 
-    def units(self, x: Tensor, run: Run | None = None) -> Tensor:
+    def units(self, x: Tensor, run: Pass | None = None) -> Tensor:
         """The unit activity ``act(W_gate x) ⊙ W_up x``: ``(B, T, d_model)`` → ``(B, T,
         d_ff)``. ``run`` keeps the gate before (``"gate_in"``) and after (``"gate"``) its
         activation, ``"up"`` and the product (``"units"``) where Inside a layer looks at this

@@ -1,14 +1,15 @@
 """The operations a forward pass is made of, where a what-if may swap one for another.
 
-:data:`PAPER` computes exactly the paper. A forward pass takes an :class:`Operations` per call
-(``model(src, tgt, ops=...)``) and hands it down, inside its :class:`~transformer.core.run.Run`,
-to every stack, layer and attention; it is never stored on a module, so requests that share one
-model cannot see each other's choice. What a pass keeps (a trace, an observer) is not here but
-in the run's :class:`~transformer.core.run.Capture`.
+:data:`PAPER` computes exactly the paper. A forward pass takes an :class:`Operations` per call,
+in its :class:`~transformer.core.run.Call` (``model(src, tgt, call=Call(ops=...))``), and hands
+it down, inside its :class:`~transformer.core.run.Run`, to every stack, layer and attention; it
+is never stored on a module, so requests that share one model cannot see each other's choice.
+What a pass keeps (a trace, an observer) is not here but in the call's
+:class:`~transformer.core.run.Capture`.
 
     >>> from dataclasses import replace
     >>> leaky = replace(PAPER, causal_mask=False)  # let the decoder see the future
-    >>> logits = model(tgt=tgt, ops=leaky)
+    >>> logits = model(tgt=tgt, call=Call(ops=leaky))
 
 :class:`~transformer.lab.interventions.Intervention` builds these from named switches.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -29,9 +30,13 @@ if TYPE_CHECKING:
     from .cache import KeyValueCache
     from .layers import LayerNorm
     from .modern import RMSNorm
-    from .probes import AttentionKind
     from .rotary import RotaryEmbedding
-    from .run import Run
+
+AttentionKind = Literal["encoder_self", "decoder_self", "cross"]
+"""Which attention a record comes from: the encoder's self-attention, the decoder's masked
+self-attention, or the decoder's cross-attention over the encoder's memory."""
+
+R = TypeVar("R")
 
 # -- the paper's operations ------------------------------------------------------------------
 
@@ -73,30 +78,18 @@ def rotary_positions(
     return rotary(q, k, offset=offset)
 
 
-class Attends(Protocol):
-    """What a decoder layer calls for its cross-attention: a multi-head attention module."""
-
-    def __call__(
-        self,
-        x: Tensor,
-        memory: Tensor | None,
-        mask: Tensor | None,
-        cache: KeyValueCache | None,
-        run: Run,
-    ) -> Tensor: ...
-
-
 def cross_attention(
-    attention: Attends,
+    attention: Callable[[Tensor, Tensor | None, Tensor | None, KeyValueCache | None, R], Tensor],
     x: Tensor,
     memory: Tensor | None,
     mask: Tensor | None,
     cache: KeyValueCache | None,
-    run: Run,
+    run: R,
 ) -> Tensor:
     """Encoder-decoder attention (section 3.2.3): queries from the decoder's ``(B, Tq,
     d_model)`` ``x``, keys and values from the ``(B, Ts, d_model)`` encoder ``memory``;
-    ``(B, Tq, d_model)``."""
+    ``(B, Tq, d_model)``. ``attention`` is the decoder layer's cross-attention module, called
+    with the pass's ``run``."""
     return attention(x, memory, mask, cache, run)
 
 
@@ -184,13 +177,3 @@ class Operations:
 
 PAPER = Operations()
 """The paper's operations: what a forward pass runs unless told otherwise."""
-
-
-class HasOperations(Protocol):
-    """What a forward pass's ``intervention=`` takes: anything that names the operations of
-    a pass (an :class:`~transformer.lab.interventions.Intervention`)."""
-
-    @property
-    def operations(self) -> Operations:
-        """The operations to run."""
-        ...

@@ -1,28 +1,21 @@
-"""What one attention call computes and keeps for the trace, computed so that it stays cheap.
+"""What one attention call keeps for the trace, kept so that it stays small.
 
-The paper's formula is :func:`~transformer.core.attention.scaled_dot_product_attention`; this
-module holds what makes it fast and small without changing a bit of its result: the masked
-softmax written in place with a remembered additive bias (:func:`attention_weights`), scores
-recomputed from the kept queries and keys when a reader asks (:class:`AttentionProbe`), and
-rotated queries and keys recomputed from the unrotated ones (:class:`Rotated`). A reader of the
-paper can skip it.
+The paper's formula, softmax included, is
+:func:`~transformer.core.attention.scaled_dot_product_attention`; this module holds what a
+call keeps of it without keeping more than it must: the scores recomputed from the kept queries
+and keys when a reader asks (:func:`attention_scores`, :class:`AttentionProbe`), and rotated
+queries and keys recomputed from the unrotated ones (:class:`Rotated`). A reader of the paper
+can skip it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
-import torch
 from torch import Tensor
 
-from .masks import remembered
 from .modern import soft_cap
-
-AttentionKind = Literal["encoder_self", "decoder_self", "cross"]
-"""Which attention a record comes from: the encoder's self-attention, the decoder's masked
-self-attention, or the decoder's cross-attention over the encoder's memory."""
 
 
 def attention_scores(
@@ -38,61 +31,6 @@ def attention_scores(
     if mask is not None and not bool(mask.all()):
         scores.masked_fill_(~mask, float("-inf"))
     return scores
-
-
-def mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
-    """What the attention adds to its scores for a bool ``mask`` (``True`` = may attend): 0
-    where a key may be read, the lowest finite number of ``dtype`` where not; the mask's shape.
-
-    The same weights as ``-inf`` bit for bit: ``exp`` of a cell that far below its row's
-    maximum is exactly 0. But softmax over ``-inf`` runs a third slower on the CPU, and one
-    broadcast addition costs less than filling the ``(B, H, Tq, Tk)`` scores through a
-    broadcast bool mask."""
-    return torch.zeros((), dtype=dtype, device=mask.device).masked_fill(
-        ~mask, torch.finfo(dtype).min
-    )
-
-
-def _empty_rows(mask: Tensor) -> Tensor | None:
-    """Where a query of a bool ``mask`` may attend to no key (``(..., Tq, 1)``, ``True`` there),
-    or ``None`` when every query has one."""
-    has_key = mask.any(dim=-1, keepdim=True)
-    return None if bool(has_key.all()) else ~has_key
-
-
-def attention_weights(
-    queries: Tensor, keys: Tensor, mask: Tensor | None = None, softcap: float | None = None
-) -> Tensor:
-    """``(B, H, Tq, Tk)`` weights ``softmax(Q Kᵀ)`` from already scaled ``(B, H, Tq, d_k)``
-    queries and ``(B, H, Tk, d_k)`` keys, exactly zero in masked cells and in rows with no
-    allowed key (``mask`` bool, broadcastable, ``True`` = may attend); the scores soft-capped
-    first where ``softcap`` is given.
-
-    The attention runs this, and a trace that did not keep its weights runs it again on the
-    same tensors when they are read: the same numbers, bit for bit."""
-    given = mask
-    if given is not None and remembered(given, "all", lambda: bool(given.all())):
-        mask = None  # nothing is masked (an unpadded batch): skip a pass over the scores
-    scores = queries @ keys.transpose(-2, -1)  # (B, H, Tq, Tk), as attention_scores computes them
-    if softcap is not None:
-        scores = soft_cap(scores, softcap)
-    if mask is not None:
-        # Masked cells far below any score, not -inf; one bias for all layers' scores.
-        dtype = scores.dtype
-        scores += remembered(mask, ("bias", dtype), lambda: mask_bias(mask, dtype))
-    # Softmax in place where no gradient needs the scores: the same kernel and bits, one
-    # (B, H, Tq, Tk) buffer instead of two (a captured pass keeps it; a trace recomputes
-    # the scores when read).
-    weights = torch.softmax(scores, dim=-1, out=None if scores.requires_grad else scores)
-    del scores
-    if mask is not None:
-        # A row with no allowed key would spread its weight evenly over keys it may not read
-        # (over -inf, 0/0 = NaN); a query that may attend to nothing receives nothing instead.
-        # The check runs on the small mask, once per mask; the fill only if needed.
-        empty = remembered(mask, "empty rows", lambda: _empty_rows(mask))
-        if empty is not None:
-            weights = weights.masked_fill(empty, 0.0)
-    return weights
 
 
 @dataclass

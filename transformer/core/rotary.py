@@ -43,101 +43,6 @@ def rotary_frequencies(d_head: int, base: float = 10000.0) -> Tensor:
     return 1.0 / (base**exponents)
 
 
-def scaled_frequencies(
-    d_rotary: int, base: float = 10000.0, scaling: dict[str, Any] | None = None
-) -> tuple[Tensor, float]:
-    """The frequencies ``θ_i`` ``(d_rotary/2,)`` after ``scaling`` (a ``config.json``
-    ``rope_scaling`` dict; ``None``: plain RoPE), and the factor cos and sin are multiplied by
-    (1 except for ``yarn`` and ``longrope``).
-
-    - ``linear``: every θ_i divided by ``factor`` (positions squeezed ``factor`` times);
-    - ``llama3``: wavelengths shorter than ``original_max_position_embeddings /
-      high_freq_factor`` kept, longer than ``… / low_freq_factor`` divided by ``factor``, the
-      ones between blended smoothly (Llama 3.1 and 3.2);
-    - ``yarn``: the same idea with a linear ramp over the dimensions between ``beta_fast`` and
-      ``beta_slow`` rotations, and an ``attention_factor`` (default ``0.1 ln(factor) + 1``)
-      that sharpens the scores;
-    - ``dynamic``: NTK scaling that raises the base only beyond the trained length; within it
-      (the only positions our table holds: ``max_len`` is the trained length), plain RoPE;
-    - ``longrope``: θ_i divided by ``short_factor[i]`` (the table within the original length;
-      beyond it Phi-3 switches to ``long_factor``, which our table does not reach), with the
-      ``attention_factor`` ``sqrt(1 + ln(factor) / ln(original))``.
-    """
-    inv_freq = rotary_frequencies(d_rotary, base)
-    if not scaling:
-        return inv_freq, 1.0
-    kind = scaling.get("rope_type", scaling.get("type"))
-    factor = float(scaling.get("factor", 1.0))
-    if kind == "linear":
-        return inv_freq / factor, 1.0
-    if kind == "dynamic":
-        return inv_freq, 1.0
-    if kind == "llama3":
-        return _llama3(inv_freq, factor, scaling), 1.0
-    if kind == "yarn":
-        return _yarn(d_rotary, base, factor, scaling)
-    if kind == "longrope":
-        original = int(scaling["original_max_position_embeddings"])
-        short = torch.tensor(scaling["short_factor"], dtype=torch.float32)
-        if short.numel() != inv_freq.numel():
-            raise ValueError(
-                f"rope_scaling's short_factor has {short.numel()} entries for "
-                f"{inv_freq.numel()} frequencies"
-            )
-        attention = scaling.get("attention_factor")
-        if attention is None:
-            length_ratio = float(scaling.get("max_position_embeddings", original)) / original
-            ratio = factor if "factor" in scaling else length_ratio
-            attention = 1.0 if ratio <= 1 else math.sqrt(1 + math.log(ratio) / math.log(original))
-        exponents = torch.arange(0, d_rotary, 2, dtype=torch.int64).float() / d_rotary
-        return 1.0 / (short * base**exponents), float(attention)
-    raise ValueError(f"rope_scaling type {kind!r} is not one of linear, dynamic, llama3, yarn")
-
-
-def _llama3(inv_freq: Tensor, factor: float, scaling: dict[str, Any]) -> Tensor:
-    """Llama 3's frequency scaling (see :func:`scaled_frequencies`)."""
-    low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
-    original = float(scaling["original_max_position_embeddings"])
-    wavelength = 2 * math.pi / inv_freq
-    scaled = torch.where(wavelength > original / low, inv_freq / factor, inv_freq)
-    smooth = (original / wavelength - low) / (high - low)
-    blended = (1 - smooth) * scaled / factor + smooth * scaled
-    medium = ~(wavelength < original / high) * ~(wavelength > original / low)
-    return torch.where(medium, blended, scaled)
-
-
-def _yarn(
-    d_rotary: int, base: float, factor: float, scaling: dict[str, Any]
-) -> tuple[Tensor, float]:
-    """YaRN's frequencies and attention factor (Peng et al. 2023; see :func:`scaled_frequencies`)."""
-    original = float(scaling["original_max_position_embeddings"])
-
-    def mscale(scale: float, m: float = 1.0) -> float:
-        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
-
-    attention = scaling.get("attention_factor")
-    if attention is None:
-        m, m_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
-        attention = mscale(factor, m) / mscale(factor, m_all) if m and m_all else mscale(factor)
-    beta_fast = scaling.get("beta_fast") or 32
-    beta_slow = scaling.get("beta_slow") or 1
-
-    def correction(rotations: float) -> float:  # the dimension that turns `rotations` times
-        return d_rotary * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
-
-    low, high = correction(beta_fast), correction(beta_slow)
-    if scaling.get("truncate", True):
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, d_rotary - 1)
-    if low == high:
-        high += 0.001  # no division by zero
-    ramp = ((torch.arange(d_rotary // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
-    extrapolated = rotary_frequencies(d_rotary, base)
-    interpolated = extrapolated / factor
-    keep = 1 - ramp  # 1 for the fast dimensions (kept), 0 for the slow ones (interpolated)
-    return interpolated * (1 - keep) + extrapolated * keep, float(attention)
-
-
 def rotary_angles(positions: Tensor, d_head: int, base: float = 10000.0) -> Tensor:
     """The angle ``position · θ_i`` of every dimension pair.
 
@@ -274,3 +179,101 @@ class RotaryEmbedding(nn.Module):
         else:
             cos, sin = self.cos_sin(positions)
         return self.turn(q, cos, sin), self.turn(k, cos, sin)
+
+
+# -- frequency scaling: a model stretched beyond the context it was trained on ---------------
+
+
+def scaled_frequencies(
+    d_rotary: int, base: float = 10000.0, scaling: dict[str, Any] | None = None
+) -> tuple[Tensor, float]:
+    """The frequencies ``θ_i`` ``(d_rotary/2,)`` after ``scaling`` (a ``config.json``
+    ``rope_scaling`` dict; ``None``: plain RoPE), and the factor cos and sin are multiplied by
+    (1 except for ``yarn`` and ``longrope``).
+
+    - ``linear``: every θ_i divided by ``factor`` (positions squeezed ``factor`` times);
+    - ``llama3``: wavelengths shorter than ``original_max_position_embeddings /
+      high_freq_factor`` kept, longer than ``… / low_freq_factor`` divided by ``factor``, the
+      ones between blended smoothly (Llama 3.1 and 3.2);
+    - ``yarn``: the same idea with a linear ramp over the dimensions between ``beta_fast`` and
+      ``beta_slow`` rotations, and an ``attention_factor`` (default ``0.1 ln(factor) + 1``)
+      that sharpens the scores;
+    - ``dynamic``: NTK scaling that raises the base only beyond the trained length; within it
+      (the only positions our table holds: ``max_len`` is the trained length), plain RoPE;
+    - ``longrope``: θ_i divided by ``short_factor[i]`` (the table within the original length;
+      beyond it Phi-3 switches to ``long_factor``, which our table does not reach), with the
+      ``attention_factor`` ``sqrt(1 + ln(factor) / ln(original))``.
+    """
+    inv_freq = rotary_frequencies(d_rotary, base)
+    if not scaling:
+        return inv_freq, 1.0
+    kind = scaling.get("rope_type", scaling.get("type"))
+    factor = float(scaling.get("factor", 1.0))
+    if kind == "linear":
+        return inv_freq / factor, 1.0
+    if kind == "dynamic":
+        return inv_freq, 1.0
+    if kind == "llama3":
+        return _llama3(inv_freq, factor, scaling), 1.0
+    if kind == "yarn":
+        return _yarn(d_rotary, base, factor, scaling)
+    if kind == "longrope":
+        original = int(scaling["original_max_position_embeddings"])
+        short = torch.tensor(scaling["short_factor"], dtype=torch.float32)
+        if short.numel() != inv_freq.numel():
+            raise ValueError(
+                f"rope_scaling's short_factor has {short.numel()} entries for "
+                f"{inv_freq.numel()} frequencies"
+            )
+        attention = scaling.get("attention_factor")
+        if attention is None:
+            length_ratio = float(scaling.get("max_position_embeddings", original)) / original
+            ratio = factor if "factor" in scaling else length_ratio
+            attention = 1.0 if ratio <= 1 else math.sqrt(1 + math.log(ratio) / math.log(original))
+        exponents = torch.arange(0, d_rotary, 2, dtype=torch.int64).float() / d_rotary
+        return 1.0 / (short * base**exponents), float(attention)
+    raise ValueError(f"rope_scaling type {kind!r} is not one of linear, dynamic, llama3, yarn")
+
+
+def _llama3(inv_freq: Tensor, factor: float, scaling: dict[str, Any]) -> Tensor:
+    """Llama 3's frequency scaling (see :func:`scaled_frequencies`)."""
+    low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+    original = float(scaling["original_max_position_embeddings"])
+    wavelength = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelength > original / low, inv_freq / factor, inv_freq)
+    smooth = (original / wavelength - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelength < original / high) * ~(wavelength > original / low)
+    return torch.where(medium, blended, scaled)
+
+
+def _yarn(
+    d_rotary: int, base: float, factor: float, scaling: dict[str, Any]
+) -> tuple[Tensor, float]:
+    """YaRN's frequencies and attention factor (Peng et al. 2023; see :func:`scaled_frequencies`)."""
+    original = float(scaling["original_max_position_embeddings"])
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention = scaling.get("attention_factor")
+    if attention is None:
+        m, m_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
+        attention = mscale(factor, m) / mscale(factor, m_all) if m and m_all else mscale(factor)
+    beta_fast = scaling.get("beta_fast") or 32
+    beta_slow = scaling.get("beta_slow") or 1
+
+    def correction(rotations: float) -> float:  # the dimension that turns `rotations` times
+        return d_rotary * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction(beta_fast), correction(beta_slow)
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d_rotary - 1)
+    if low == high:
+        high += 0.001  # no division by zero
+    ramp = ((torch.arange(d_rotary // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    extrapolated = rotary_frequencies(d_rotary, base)
+    interpolated = extrapolated / factor
+    keep = 1 - ramp  # 1 for the fast dimensions (kept), 0 for the slow ones (interpolated)
+    return interpolated * (1 - keep) + extrapolated * keep, float(attention)

@@ -1,31 +1,38 @@
-"""One forward call: the operations it runs and what it keeps, handed to every stack, layer and
-attention as one argument.
+"""One forward call: the operations it runs and what it keeps.
 
-A :class:`Run` holds two things that change for different reasons: the :class:`Operations` (what
-a what-if swaps) and the :class:`Capture` policy (whether the pass keeps a trace,
-who observes its attention as it goes, whether the trace keeps the attention weights). The model
-makes a fresh one for each call and never stores it on a module, so requests that share one
-model cannot see each other's choice. While a traced pass runs, each attention and residual
-connection leaves what the trace needs here (:meth:`Run.keep`), and each layer builds its record
-from it at the end (:mod:`transformer.core.stacks`): the recording stands beside the computation.
+A :class:`Call` is what a caller asks of one forward (``model(src, tgt, call=...)``,
+``model.encode(src, call=...)``, ``model.decode(tgt, encoded, call=...)``): two things that
+change for different reasons, the :class:`Operations` (what a what-if swaps) and the
+:class:`Capture` policy (whether the pass keeps a trace, who observes its attention as it goes,
+whether the trace keeps the attention weights). It is immutable, so one may serve every request.
 
-    >>> model(tgt=ids, capture=Capture(keep_attention_weights=False))  # a Trace, lighter
-    >>> model(tgt=ids, capture=Capture(trace=False, observe_attention=print))  # logits
+From it the model makes a fresh :class:`Run` for each pass, handed to every stack, layer and
+attention as one argument and never stored on a module, so requests that share one model
+cannot see each other's choice. While a traced pass runs, each attention and residual
+connection leaves what the trace needs in the run (:meth:`Run.keep`), and each layer builds its
+record from it at the end (:mod:`transformer.core.stacks`): the recording stands beside the
+computation.
+
+    >>> model(tgt=ids, call=TRACE)  # a Trace of every step
+    >>> model(tgt=ids, call=Call(ops=replace(PAPER, causal_mask=False)))  # logits of a what-if
+    >>> model(tgt=ids, call=Call(capture=Capture(keep_attention_weights=False)))  # a Trace, lighter
+    >>> model(tgt=ids, call=Call(capture=Capture(trace=False, observe_attention=print)))  # logits
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torch import Tensor
 
-from .operations import PAPER, HasOperations, Operations
-from .probes import AttentionKind, AttentionProbe
+from .operations import PAPER, AttentionKind, Operations
+from .probes import AttentionProbe
 
 if TYPE_CHECKING:
-    from .attention import MultiHeadAttention
+    from .layers import LayerNorm
+    from .modern import RMSNorm
 
 
 @dataclass
@@ -102,8 +109,55 @@ NO_CAPTURE = Capture(trace=False)
 
 
 @dataclass(frozen=True)
+class Call:
+    """What one forward call runs and keeps: the only per-call argument of the model's
+    forwards (``call=``).
+
+    Attributes:
+        ops: the operations of the pass (:data:`~transformer.core.operations.PAPER`, or a
+            what-if's: :attr:`~transformer.lab.interventions.Intervention.operations`).
+        capture: what the pass keeps besides its output; a :class:`Capture` that traces makes
+            the model return a :class:`~transformer.core.trace.Trace` instead of logits.
+    """
+
+    ops: Operations = PAPER
+    capture: Capture = NO_CAPTURE
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ops, Operations):
+            raise TypeError(
+                f"ops must be an Operations (PAPER, or an Intervention's .operations), got "
+                f"{type(self.ops).__name__}"
+            )
+        if not isinstance(self.capture, Capture):
+            raise TypeError(
+                f"capture must be a Capture (Capture() keeps a trace; TRACE is a Call that "
+                f"does), got {self.capture!r}"
+            )
+
+    def run(self) -> Run:
+        """A fresh :class:`Run` of this call, for one pass."""
+        return Run(ops=self.ops, capture=self.capture)
+
+
+LOGITS = Call()
+"""The paper's operations, nothing kept: what a forward computes unless told otherwise."""
+
+TRACE = Call(capture=Capture())
+"""The paper's operations, every intermediate kept: the model returns a Trace."""
+
+
+class Sited(Protocol):
+    """An attention module, as the run sees it: where it sits in the model."""
+
+    kind: AttentionKind | None
+    layer: int
+
+
+@dataclass(frozen=True)
 class Run:
-    """One forward call's operations and capture policy; make one per call.
+    """One pass of a :class:`Call`: its operations and capture policy, and what the pass keeps
+    on its way; made fresh for each pass (:meth:`Call.run`), never shared between passes.
 
     ``kept`` holds, while a traced pass runs, what each attention (its probe and the mask it
     read) and each residual connection (the update it added, the stream after it) left for its
@@ -127,9 +181,7 @@ class Run:
         """Whether attention runs written out (a trace or an observer reads its weights)."""
         return self.capture.trace or self.capture.observe_attention is not None
 
-    def observe(
-        self, attention: MultiHeadAttention, probe: AttentionProbe, mask: Tensor | None
-    ) -> None:
+    def observe(self, attention: Sited, probe: AttentionProbe, mask: Tensor | None) -> None:
         """Hand one attention call's probe to the observer, and keep it and the ``(B, 1, Tq,
         Tk)``-broadcastable mask it read for the trace."""
         if self.capture.observe_attention is not None:
@@ -161,7 +213,15 @@ class Run:
         for name, tensor in tensors.items():
             inside.kept[(module, name)] = tensor.detach().clone()
 
-    def probe(self, attention: MultiHeadAttention) -> AttentionProbe | None:
+    def normalise(self, norm: LayerNorm | RMSNorm, x: Tensor) -> Tensor:
+        """``norm`` of the ``(..., d)`` ``x`` as this run computes it (``ops.layer_norm``: the
+        paper's, or a what-if's), its input and output noted for Inside a layer (:meth:`note`:
+        only where the run looks inside the norm's layer)."""
+        out = self.ops.layer_norm(norm, x)
+        self.note(norm, input=x, output=out)
+        return out
+
+    def probe(self, attention: Sited) -> AttentionProbe | None:
         """The probe ``attention`` kept in this traced run (``None`` if it kept none)."""
         kept = self.kept.get(attention)
         return None if kept is None else kept[0]
@@ -173,16 +233,3 @@ class Run:
 
 PLAIN = Run()
 """The paper's operations, nothing kept: what a forward runs unless told otherwise."""
-
-
-def run_for(capture: bool | Capture, intervention: HasOperations | None, ops: Operations) -> Run:
-    """A fresh :class:`Run` for one call: ``intervention``'s operations when given, else
-    ``ops``; ``capture`` ``True`` keeps a trace (:class:`Capture`'s defaults), ``False`` keeps
-    nothing, a :class:`Capture` says what to keep."""
-    if intervention is not None:
-        if ops is not PAPER:
-            raise ValueError("pass either intervention= or ops=, not both")
-        ops = intervention.operations
-    if not isinstance(capture, Capture):
-        capture = Capture() if capture else NO_CAPTURE
-    return Run(ops=ops, capture=capture)

@@ -170,21 +170,7 @@ def _attention(
     rotary: RotaryEmbedding | None = None,
 ) -> MultiHeadAttention:
     return MultiHeadAttention(
-        config.d_model,
-        config.n_heads,
-        config.dropout,
-        kind=kind,
-        layer=index,
-        n_kv_heads=config.kv_heads,
-        rotary=rotary if kind != "cross" else None,
-        qkv_bias=config.attention_qkv_bias,
-        output_bias=config.attention_output_bias,
-        d_head=config.d_head,
-        qk_norm=config.qk_norm,
-        norm_eps=config.layer_norm_eps,
-        norm_offset=config.norm_offset,
-        softcap=config.attention_softcap,
-        scale_dim=config.score_scale_dim,
+        config, kind=kind, layer=index, rotary=rotary if kind != "cross" else None
     )
 
 

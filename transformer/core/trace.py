@@ -14,8 +14,10 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from .attention import attention_weights
 from .config import ModelConfig
-from .probes import AttentionKind, Rotated, attention_scores, attention_weights
+from .operations import AttentionKind
+from .probes import Rotated, attention_scores
 
 ATTENTION_KINDS: tuple[str, ...] = ("encoder_self", "decoder_self", "cross")
 # The attention weights a captured pass may compute (every layer's and head's (Tq, Tk) map, in
@@ -95,7 +97,7 @@ class AttentionRecord:
         """``(B, H, Tq, Tk)`` softmax of the scores, zero in masked cells: :attr:`kept_weights`,
         or, where the pass did not keep them, computed when read (anew at each read) from the
         queries and keys by the attention's own
-        :func:`~transformer.core.probes.attention_weights`: the same numbers, bit for bit."""
+        :func:`~transformer.core.attention.attention_weights`: the same numbers, bit for bit."""
         if self.kept_weights is not None:
             return self.kept_weights
         return attention_weights(*self._queries_and_keys(), self.mask, self.softcap)

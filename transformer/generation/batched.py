@@ -46,6 +46,7 @@ from ..core.operations import positions as paper_positions
 from ..core.operations import rotary_positions as paper_rotary_positions
 from ..core.probes import Rotated
 from ..core.rotary import RotaryEmbedding
+from ..core.run import Call, Capture
 from ..core.trace import AttentionRecord, LayerTrace, StackInput
 from ..core.util import eval_mode
 from .records import StepRecord
@@ -322,8 +323,8 @@ def decode_together(
     check_ids: bool = True,
 ) -> list[Decoded]:
     """Decode every part's new tokens in one forward pass; each gets what its own
-    ``model.decode(part.tokens, part.encoded, cache=part.cache, capture=capture, ops=ops,
-    last_only=True)`` returns, and its cache is updated as that call would.
+    ``model.decode(part.tokens, part.encoded, cache=part.cache, call=Call(ops=ops,
+    capture=Capture(trace=capture)), last_only=True)`` returns, and its cache is updated as that call would.
 
     Args:
         model: an encoder-decoder or decoder-only :class:`Transformer` (the caller runs it in
@@ -366,8 +367,7 @@ def decode_together(
         tokens,
         _batch_encoding(parts, layout),
         cache=cache,
-        capture=capture,
-        ops=_row_operations(ops, positions, keys_allowed),
+        call=Call(_row_operations(ops, positions, keys_allowed), Capture(trace=capture)),
         check_ids=False,  # checked above, for every row
         last_only=True,
     )

@@ -21,6 +21,7 @@ from torch import Tensor
 from ..core.config import ModelConfig
 from ..core.model import DecoderCache, Encoded, LayerCache, Transformer
 from ..core.operations import PAPER, Operations
+from ..core.run import Call
 from ..core.util import eval_mode
 from .session import DecodingSession
 
@@ -167,17 +168,19 @@ def check_next_step(
         if cache is None:
             cache = model.new_cache()
             if tokens.size(1) > 1:
-                model.decode(tokens[:, :-1], encoded, cache=cache, ops=ops, last_only=True)
+                model.decode(
+                    tokens[:, :-1], encoded, cache=cache, call=Call(ops=ops), last_only=True
+                )
         pending = tokens[:, cache.length :]
         cached_s = uncached_s = float("inf")
         for _ in range(repeats):
             fed = _copy(cache)
             _sync(device)
             start = time.perf_counter()
-            cached = model.decode(pending, encoded, cache=fed, ops=ops, last_only=True)
+            cached = model.decode(pending, encoded, cache=fed, call=Call(ops=ops), last_only=True)
             _sync(device)
             middle = time.perf_counter()
-            uncached = model.decode(tokens, encoded, ops=ops, last_only=True)
+            uncached = model.decode(tokens, encoded, call=Call(ops=ops), last_only=True)
             _sync(device)
             end = time.perf_counter()
             cached_s, uncached_s = min(cached_s, middle - start), min(uncached_s, end - middle)

@@ -84,7 +84,7 @@ def _stack_layers(trace: Trace, stack: Stack) -> list[LayerTrace]:
     if not layers:
         raise ValueError(
             f"the trace has no {stack} layers (a {trace.config.architecture} model, or a pass "
-            "run without capture=True)"
+            "run without a trace)"
         )
     return layers
 
@@ -116,7 +116,7 @@ def logit_lens(
 
     Args:
         model: the model that made ``trace`` (its final norm and generator are applied).
-        trace: a captured forward pass, ``model(src, tgt, capture=True)``.
+        trace: a captured forward pass, ``model(src, tgt, call=TRACE)``.
         position: the position to read, in the stack's sequence (``-1``: the last one).
         batch: the row of the batch.
         top_k: how many of the most probable ids each row lists.

@@ -26,6 +26,7 @@ from torch import Tensor
 from ..core.config import ModelConfig
 from ..core.model import Decoded, DecoderCache, Encoded, Transformer
 from ..core.operations import PAPER, Operations
+from ..core.run import Call, Capture
 from ..core.special import BOS_ID, EOS_ID
 from ..core.trace import AttentionRecord
 from ..core.util import eval_mode, is_int
@@ -201,13 +202,13 @@ class DecodingLoop:
             excluded (:func:`never_generated`).
         """
         tokens = self.state.tokens
+        call = Call(ops=self.ops, capture=Capture(trace=capture))
         if self.cache is None:
             decoded = self.model.decode(
                 tokens,
                 self.encoded,
-                capture=capture,
+                call=call,
                 check_ids=check_ids,
-                ops=self.ops,
                 last_only=True,
             )
         else:
@@ -216,9 +217,8 @@ class DecodingLoop:
                 pending,
                 self.encoded,
                 cache=self.cache,
-                capture=capture,
+                call=call,
                 check_ids=check_ids,
-                ops=self.ops,
                 last_only=True,
             )
         logits = without_padding(decoded.logits[:, -1], never_generated(self.model.config))
@@ -311,7 +311,7 @@ def greedy_batch(
         raise ValueError(f"max_new_tokens must be an integer ≥ 0, got {max_new_tokens!r}")
     steps = min(max_new_tokens, room(config.max_len, prefix.size(1)))
     with torch.inference_mode(), eval_mode(model):
-        encoded = model.encode(src, ops=ops) if src is not None else None
+        encoded = model.encode(src, call=Call(ops=ops)) if src is not None else None
         loop = DecodingLoop(model, prefix, encoded, eos_id=eos_id, ops=ops)
         for step in range(steps):
             _decoded, logits = loop.forward(check_ids=step == 0)

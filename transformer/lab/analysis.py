@@ -184,7 +184,7 @@ def real_keys(trace: Trace, kind: AttentionKind, row: int) -> Tensor:
     """``(Tk,)`` bool, ``True`` for the real (not padding) keys of ``kind`` in sentence ``row``."""
     stack = (trace.source if kind != "decoder_self" else trace.target) or trace.target
     if stack is None:
-        raise ValueError("the trace has no inputs: run the pass with capture=True")
+        raise ValueError("the trace has no inputs: run the pass with call=TRACE")
     return stack.real_tokens[row]
 
 

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ..core.model import Transformer
 from ..core.probes import AttentionProbe, attention_scores
-from ..core.run import Capture
+from ..core.run import Call, Capture
 from ..core.trace import AttentionKind
 
 STATISTICS: dict[str, str] = {
@@ -289,18 +289,18 @@ def long_pass(
                 if len(result.layers) > kept:
                     report(len(result.layers), n_layers)
 
-    capture = Capture(trace=False, observe_attention=observe)
+    call = Call(capture=Capture(trace=False, observe_attention=observe))
     batch = ids[None].to(model.device)
     was_training = model.training
     model.eval()
     try:
         if config.architecture == "decoder-only":
-            model(tgt=batch, capture=capture)
+            model(tgt=batch, call=call)
         elif config.architecture == "encoder-only":
-            model(src=batch, capture=capture)
+            model(src=batch, call=call)
         else:
             start = torch.full((1, 1), config.pad_id, dtype=torch.long, device=model.device)
-            model(batch, start, capture=capture)
+            model(batch, start, call=call)
     except _AllObserved:
         pass  # every layer kept: the rest of the pass is not needed
     finally:

@@ -5,7 +5,7 @@ Students who each ask for the attention of their own sentence send texts of diff
 sits after every real position, so a decoder's causal mask already hides it from every real
 query, and the encoder's padding mask hides it as a key (``True`` = may attend). Each text's
 trace is then cut out of the batch's (its row, its own positions, its own keys), and equals the
-trace of ``model(src, tgt, capture=True)`` over that text alone, to float rounding
+trace of ``model(src, tgt, call=TRACE)`` over that text alone, to float rounding
 (``tests/library/test_batched.py``).
 
 :func:`analyse_together` does the same for several :func:`~transformer.lab.inspection.analyse`
@@ -27,7 +27,7 @@ from ..core.attention import MultiHeadAttention
 from ..core.model import DecoderLayer, EncoderLayer, Transformer
 from ..core.operations import PAPER, Operations
 from ..core.probes import Rotated
-from ..core.run import Capture
+from ..core.run import Call, Capture
 from ..core.trace import AttentionRecord, LayerTrace, StackInput, Trace, check_capture_size
 from ..core.util import eval_mode, pad
 from ..text.tokenization import Tokenizer
@@ -74,13 +74,15 @@ def capture_together(
             raise ValueError(f"{name} must give every text at least one id")
     if not ops.padding_mask:
         raise ValueError("texts padded together need the padding mask: capture them one by one")
-    if isinstance(capture, Capture) and not capture.trace:
+    if not isinstance(capture, Capture):
+        capture = Capture(trace=capture)
+    if not capture.trace:
         raise ValueError("capture_together returns traces: give a Capture that traces")
     device = model.device
     src = pad(sources, config.pad_id).to(device) if sources is not None else None
     tgt = pad(targets, config.pad_id).to(device) if targets is not None else None
     with torch.inference_mode(), eval_mode(model):
-        trace = model(src, tgt, capture=capture, ops=ops)
+        trace = model(src, tgt, call=Call(ops=ops, capture=capture))
     assert isinstance(trace, Trace)  # a capture that traces returns the trace
     source_lengths = [len(s) for s in sources] if sources is not None else [0] * len(texts)
     target_lengths = [len(t) for t in targets] if targets is not None else [0] * len(texts)

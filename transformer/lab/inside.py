@@ -50,7 +50,7 @@ from ..core.layers import LayerNorm
 from ..core.masks import one_pass
 from ..core.model import Transformer
 from ..core.modern import GatedFeedForward, RMSNorm, expand_kv_heads, soft_cap
-from ..core.run import Capture, LookInside, run_for
+from ..core.run import Capture, LookInside, Run
 from ..core.stacks import DecoderLayer, Encoded, EncoderLayer, Residual
 from ..core.trace import AttentionRecord, LayerTrace, StackInput
 from ..core.util import eval_mode
@@ -1247,7 +1247,7 @@ def _rerun_layer(
     the encoder's ``memory`` (cross-attention), so its numbers are those of a whole pass looking
     inside it, at a thirtieth of SmolLM2's cost. Its attention weights are not kept: the record
     computes them again when read, from the kept queries and keys, bit for bit."""
-    run = run_for(Capture(keep_attention_weights=False, inside=look), None, operations.PAPER)
+    run = Run(capture=Capture(keep_attention_weights=False, inside=look))
     with one_pass():
         if isinstance(module, EncoderLayer):
             _, traced = module(kept.input, kept.self_attention.mask, run)

@@ -18,7 +18,7 @@ import torch
 
 from ..core.config import ModelConfig
 from ..core.model import Transformer
-from ..core.run import Capture
+from ..core.run import Call, Capture
 from ..core.special import PAD_ID
 from ..core.trace import Trace, captured_weight_bytes, check_capture_size
 from ..core.util import eval_mode, pad
@@ -232,7 +232,7 @@ def traced_pass(
     intervention: Intervention,
 ) -> Trace:
     """The trace of one analysis's pass, under ``intervention``, its weights not kept."""
-    trace = model(src, tgt, capture=_LIGHT, intervention=intervention)
+    trace = model(src, tgt, call=Call(ops=intervention.operations, capture=_LIGHT))
     assert isinstance(trace, Trace)  # a Capture that traces returns the trace
     return trace
 

@@ -4,7 +4,8 @@ An :class:`Intervention` names what to change (the causal mask off, a head zeroe
 mistake made, ...); :attr:`Intervention.operations` is the
 :class:`~transformer.core.operations.Operations` that does it, built once per intervention:
 
-    >>> trace = model(src, tgt, capture=True, intervention=Intervention(causal_mask=False))
+    >>> ops = Intervention(causal_mask=False).operations
+    >>> trace = model(src, tgt, call=Call(ops=ops, capture=Capture()))
 """
 
 from __future__ import annotations

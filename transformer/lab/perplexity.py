@@ -25,6 +25,7 @@ from torch import Tensor
 
 from ..core.model import Transformer
 from ..core.operations import PAPER, Operations
+from ..core.run import Call
 from ..core.util import eval_mode
 
 REFERENCE_PARAGRAPH = Path(__file__).resolve().parents[2] / "assets" / "reference" / "paragraph.txt"
@@ -66,10 +67,10 @@ def read_logits(
         raise ValueError(f"chunk must be at least 1, got {chunk}")
     with torch.inference_mode(), eval_mode(model):
         if chunk is None:
-            return model.decode(ids, ops=ops).logits
+            return model.decode(ids, call=Call(ops=ops)).logits
         cache = model.new_cache()
         parts = [
-            model.decode(ids[:, start : start + chunk], cache=cache, ops=ops).logits
+            model.decode(ids[:, start : start + chunk], cache=cache, call=Call(ops=ops)).logits
             for start in range(0, ids.size(1), chunk)
         ]
     return torch.cat(parts, dim=1)

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..core.model import Transformer
+from ..core.run import TRACE
 from ..core.util import eval_mode
 from ..text.tokenization import Tokenizer
 from .analysis import shown_piece
@@ -183,7 +184,7 @@ def read(model: Transformer, tokenizer: Tokenizer, text: str, layer: int, head: 
         raise ValueError(f"the text is {len(ids)} tokens long; this model reads {config.max_len}")
     tokens = torch.tensor([ids], device=model.device)
     with torch.inference_mode(), eval_mode(model):
-        decoded = model.decode(tokens, capture=True)
+        decoded = model.decode(tokens, call=TRACE)
         attention = decoded.layers[layer].self_attention.weights[0, head].float().cpu()
         logits = decoded.logits[0].float().cpu()  # (T, V)
     losses = torch.full((len(ids),), float("nan"))

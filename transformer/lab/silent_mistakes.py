@@ -7,7 +7,7 @@ gives it away. Each is one operation of :class:`~transformer.core.operations.Ope
 wrong way, made by :func:`silent_operations`:
 
     >>> from transformer.lab.silent_mistakes import KV_TILED, silent_operations
-    >>> logits = model(tgt=ids, ops=silent_operations(KV_TILED))
+    >>> logits = model(tgt=ids, call=Call(ops=silent_operations(KV_TILED)))
 
 The forward pass (``attention.py``, ``stacks.py``, ``modern.py``, ``rotary.py``) knows nothing
 of them: it runs the operations it is handed.

@@ -12,6 +12,7 @@ from torch import Tensor
 
 from ..core.model import Transformer
 from ..core.operations import PAPER, Site
+from ..core.run import Call
 
 Progress = Callable[[int, int], object]
 """Called with ``(done, total)`` as a method works through its passes (a page's progress bar)."""
@@ -72,7 +73,7 @@ def logits(
     on an encoder-decoder model), every site offered to ``patch``."""
     ops = PAPER if patch is None else replace(PAPER, patch=patch)
     src = None if source is None else source.expand(ids.size(0), -1)
-    return model(src, ids, ops=ops)
+    return model(src, ids, call=Call(ops=ops))
 
 
 def recorded(

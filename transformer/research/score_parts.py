@@ -23,6 +23,7 @@ from ..core.layers import LayerNorm
 from ..core.model import Transformer
 from ..core.modern import RMSNorm
 from ..core.operations import PAPER, Site
+from ..core.run import Call, Capture
 from ..core.stacks import DecoderLayer, EncoderLayer
 from ._common import as_ids, source_for
 
@@ -85,12 +86,9 @@ def attention_score_parts(
             kept[site] = x.detach().clone()
         return x
 
-    ops = replace(PAPER, patch=keep)
+    call = Call(ops=replace(PAPER, patch=keep), capture=Capture())
     with torch.inference_mode():
-        if decoder:
-            trace = model(src, text, capture=True, ops=ops)
-        else:
-            trace = model(text, capture=True, ops=ops)
+        trace = model(src, text, call=call) if decoder else model(text, call=call)
         record = trace.attention(kind, layer)
         scale = attention.score_scale()
         if attention.rotary is not None:

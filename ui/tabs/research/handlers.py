@@ -14,6 +14,7 @@ import gradio as gr
 import torch
 from torch import Tensor
 
+from transformer.core.run import TRACE
 from transformer.figures import research as figures
 from transformer.figures.attention import placeholder_figure
 from transformer.generation.loop import decoding_ends
@@ -598,11 +599,11 @@ def _real_scores(
     model = checkpoint.model
     with torch.inference_mode():
         if checkpoint.config.architecture == "encoder-only":
-            record = model(ids, capture=True).attention("encoder_self", layer)
+            record = model(ids, call=TRACE).attention("encoder_self", layer)
         elif sources:
-            record = model(sources["source"], ids, capture=True).attention("decoder_self", layer)
+            record = model(sources["source"], ids, call=TRACE).attention("decoder_self", layer)
         else:
-            record = model.decode(ids, capture=True).layers[layer].self_attention
+            record = model.decode(ids, call=TRACE).layers[layer].self_attention
         return record.scores[0, head].float().cpu()
 
 
