@@ -141,7 +141,9 @@ def mistake_effect(
     target = correct.trace.target
     has_both = model.config.has_encoder and model.config.has_decoder
     targets = target.tokens if has_both and target is not None else None
-    broken = analyse(model, tokenizer, sentences, Intervention(mistakes=frozenset({mistake})), targets)
+    broken = analyse(
+        model, tokenizer, sentences, Intervention(mistakes=frozenset({mistake})), targets
+    )
     return compare_passes(correct, broken, tokenizer, mistake)
 
 

@@ -141,7 +141,6 @@ def inverted(mask: Tensor | None, shape: tuple[int, ...], device: torch.device) 
     return ~mask
 
 
-
 # -- the records, in seed order ----------------------------------------------------------------
 
 

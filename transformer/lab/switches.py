@@ -57,8 +57,7 @@ CAUSAL_MASK_OFF = Switch(
     "causal_mask_off",
     "causal mask off",
     WHAT_IF,
-    "The decoder's queries may read the tokens after them: the future leaks into every "
-    "prediction.",
+    "The decoder's queries may read the tokens after them: the future leaks into every prediction.",
     "a decoder (an encoder-only model has no causal mask to take off)",
     applies_to=_has_decoder,
     changes={"causal_mask": False},
