@@ -10,7 +10,7 @@ family. Code that shows or runs a switch holds the record and reads these attrib
 label; a label from a page or a link is turned into its record once, where it arrives
 (:func:`by_label`, :func:`what_ifs`):
 
-    >>> from transformer.lab.switches import SWITCHES, by_label, operations
+    >>> from transformer.lab.switches import by_label, catalogue, operations
     >>> print(catalogue())
     >>> leaky = operations([by_label("causal mask off")])
     >>> logits = model(tgt=tgt, ops=leaky)
