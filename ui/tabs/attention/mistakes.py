@@ -37,7 +37,7 @@ LABEL = "The seeds' mistakes (recomputed live)"
 ALL_OFFERED = "One mistake of the texts this project started from, made in the forward pass."
 
 
-def offered(config: ModelConfig | None) -> tuple[Switch, ...]:
+def offered_mistakes(config: ModelConfig | None) -> tuple[Switch, ...]:
     """The seeds' mistakes (records) that change a model of ``config`` (every one when the
     model is not known)."""
     if config is None:
@@ -47,7 +47,7 @@ def offered(config: ModelConfig | None) -> tuple[Switch, ...]:
 
 def choices_for(config: ModelConfig | None) -> list[str]:
     """The menu for a model: "none", then the label of each mistake that changes this model."""
-    return [NONE, *(s.label for s in offered(config))]
+    return [NONE, *(s.label for s in offered_mistakes(config))]
 
 
 def _info(config: ModelConfig | None) -> str:
