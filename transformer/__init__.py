@@ -82,8 +82,7 @@ _LAZY: dict[str, str] = {
     "Intervention": ".lab.interventions",
     "SWITCHES": ".lab.switches",
     "Switch": ".lab.switches",
-    "MISTAKES": ".lab.mistakes",
-    "Mistake": ".lab.mistakes",
+    "SEED_MISTAKES": ".lab.mistakes",
     "MistakeEffect": ".lab.effects",
     "mistake_effect": ".lab.effects",
     # Pretrained Hugging Face models (BERT, GPT-2 and Marian families) on our own Transformer.
@@ -120,7 +119,7 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time `__getat
     from .lab.effects import MistakeEffect, mistake_effect
     from .lab.inspection import Analysis, analyse
     from .lab.interventions import Intervention
-    from .lab.mistakes import MISTAKES, Mistake
+    from .lab.mistakes import SEED_MISTAKES
     from .lab.switches import SWITCHES, Switch
     from .pretrained import PretrainedError, load_pretrained, load_shipped, shipped_models
     from .pretrained.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
@@ -141,9 +140,9 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time `__getat
 __all__ = [
     "BOS_ID",
     "EOS_ID",
-    "MISTAKES",
     "PAD_ID",
     "PAPER",
+    "SEED_MISTAKES",
     "SPECIAL_TOKENS",
     "SWITCHES",
     "TRACE",
@@ -168,7 +167,6 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "LiveTraining",
     "MergeStep",
-    "Mistake",
     "MistakeEffect",
     "ModelConfig",
     "MultiHeadAttention",

@@ -25,11 +25,12 @@ def demo():
 def test_a_link_carries_the_silent_mistake(demo) -> None:
     tab = demo.views.labels["Generate"]
     assert "silent_mistake" in tab.controls
-    query = encode_view(tab, {**tab.defaults, "silent_mistake": KV_TILED})
+    tiled = KV_TILED.label  # what the page and the link carry: the menu's label
+    query = encode_view(tab, {**tab.defaults, "silent_mistake": tiled})
     params = parse_qs(query)
-    assert params["silent_mistake"] == [KV_TILED]
+    assert params["silent_mistake"] == [tiled]
     restored = decode_view(params, {"generate": tab})
-    assert restored.messages == [] and restored.view["values"]["silent_mistake"] == KV_TILED
+    assert restored.messages == [] and restored.view["values"]["silent_mistake"] == tiled
     assert "silent_mistake" not in encode_view(tab, tab.defaults)  # the default stays out
 
 

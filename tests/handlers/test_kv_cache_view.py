@@ -22,7 +22,8 @@ from transformer.generation.cache_stats import (
     layer_sizes,
     step_costs,
 )
-from transformer.lab.silent_mistakes import KV_TILED, ROTARY_NO_OFFSET, silent_operations
+from transformer.lab.silent_mistakes import KV_TILED, ROTARY_NO_OFFSET
+from transformer.lab.switches import operations
 from transformer.pretrained import load_pretrained
 from ui.serving.state import GenerationState, ModelRegistry, SessionModels
 from ui.tabs.generate import silent
@@ -133,7 +134,7 @@ def test_the_cache_check_shows_a_cache_that_forgets_its_offset(model, reference)
         cached = reference(tokens[:, -1:], past_key_values=past, position_ids=torch.tensor([[0]]))
     expected = float((cached.logits[:, -1] - uncached).abs().max())
     assert expected > 1e-2
-    check = check_next_step(model, tokens, ops=silent_operations(ROTARY_NO_OFFSET))
+    check = check_next_step(model, tokens, ops=operations([ROTARY_NO_OFFSET]))
     assert math.isclose(check.max_abs_difference, expected, rel_tol=1e-3, abs_tol=1e-4)
 
 
@@ -147,7 +148,7 @@ def test_a_bfloat16_cache_agrees_within_its_rounding_and_a_broken_one_does_not(f
     assert next(half.parameters()).dtype == torch.bfloat16
     right = check_next_step(half, tokens)
     assert right.tolerance > 1e-3 and right.agrees, (right.max_abs_difference, right.tolerance)
-    broken = check_next_step(half, tokens, ops=silent_operations(ROTARY_NO_OFFSET))
+    broken = check_next_step(half, tokens, ops=operations([ROTARY_NO_OFFSET]))
     assert not broken.agrees, (broken.max_abs_difference, broken.tolerance)
     full = check_next_step(load_pretrained(folder).model.eval(), tokens)
     assert full.tolerance == 1e-3 and full.agrees
@@ -214,7 +215,7 @@ def test_the_cache_view_of_a_paper_model_and_of_an_encoder(registry) -> None:
 
 def test_the_silent_panel_equals_transformers(registry, folder, reference, monkeypatch) -> None:
     name = str(folder)
-    text, meter = silent.silent_mistake(registry, "w5 w17 w3 w42", name, KV_TILED, None)
+    text, meter = silent.silent_mistake(registry, "w5 w17 w3 w42", name, KV_TILED.label, None)
     tokenizer = load_pretrained(folder).tokenizer
     paragraph = tokenizer.encode_ids(silent.reference_paragraph())[:64]  # the model's max_len
     ids = torch.tensor([paragraph])
@@ -231,7 +232,7 @@ def test_the_silent_panel_equals_transformers(registry, folder, reference, monke
 
 
 def test_the_silent_panel_says_where_it_does_not_apply(registry) -> None:
-    text, meter = silent.silent_mistake(registry, "the cat", "translate", KV_TILED, None)
+    text, meter = silent.silent_mistake(registry, "the cat", "translate", KV_TILED.label, None)
     assert "built like the 2017 paper" in text and meter == ""
     with pytest.raises(Exception, match="choose a silent mistake"):
         silent.silent_mistake(registry, "the cat", "translate", "nope", None)

@@ -192,7 +192,7 @@ def test_a_change_of_model_fits_the_controls_and_draws_with_them_in_one_event(re
 def _check_modern_view(registry, name, text, layer, head, query) -> None:
     """The handler draws every step of a Llama-family layer with the walkthrough's numbers, and
     the mistakes panel offers (and runs) only what applies to RMSNorm and rotary positions."""
-    from transformer.lab.mistakes import MISTAKES
+    from transformer.lab.mistakes import LAYER_NORM_STD_EPS
     from ui.tabs.attention import mistakes
 
     session = SessionModels()
@@ -246,7 +246,7 @@ def _check_modern_view(registry, name, text, layer, head, query) -> None:
         mistakes.panel(
             registry, name, text, "decoder", 1, 1, "LayerNorm: unbiased std + eps", False, session
         )
-    assert not MISTAKES["LayerNorm: unbiased std + eps"].applies(config)
+    assert not LAYER_NORM_STD_EPS.applies(config)
 
 
 def test_a_tiny_llama_draws_every_modern_step(tmp_path):

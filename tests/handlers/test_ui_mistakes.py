@@ -4,6 +4,8 @@ that mistake, made here directly through the library's forward pass."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import gradio as gr
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ import torch
 from transformer.core.embeddings import SinusoidalPositionalEncoding
 from transformer.core.run import Call, Capture
 from transformer.lab.interventions import Intervention
+from transformer.lab.switches import SEED_MISTAKE, by_label
 from ui.serving.state import ModelRegistry, SessionModels
 from ui.tabs import attention
 from ui.tabs.attention import mistakes
@@ -93,7 +96,7 @@ def test_broken_head_is_the_models_own_pass_with_the_mistake(
     plain = registry.analysis(name, checkpoint, sentences.splitlines())
     src = plain.trace.source.tokens if plain.trace.source else None
     tgt = plain.trace.target.tokens if plain.trace.target else None
-    broken = Intervention(mistakes=frozenset({mistake}))
+    broken = Intervention(mistakes=frozenset({by_label(mistake, SEED_MISTAKE)}))
     correct = plain.trace.logits
     with torch.no_grad():
         if config.architecture == "decoder-only":
@@ -188,7 +191,9 @@ def test_mistake_with_a_what_if_compares_against_the_correct_pass(registry):
     )
     model = registry.checkpoint("continue", None).model
     tgt = registry.analysis("continue", registry.checkpoint("continue", None), [sentence])
-    both = Intervention(positional_encoding=False, mistakes=frozenset({"scores ÷ √d_model"}))
+    both = Intervention(
+        positional_encoding=False, mistakes=frozenset({by_label("scores ÷ √d_model")})
+    )
     with torch.no_grad():
         trace = model(
             tgt=tgt.trace.target.tokens, call=Call(ops=both.operations, capture=Capture())
@@ -206,7 +211,7 @@ def test_standalone_panel_draws_the_sentence_the_mistake_changed_most(registry):
     checkpoint = registry.checkpoint("reverse", None)
     plain = registry.analysis("reverse", checkpoint, sentences.splitlines())
     src, tgt = plain.trace.source.tokens, plain.trace.target.tokens
-    broken = Intervention(mistakes=frozenset({"heads merged with a bare view"}))
+    broken = Intervention(mistakes=frozenset({by_label("heads merged with a bare view")}))
     with torch.no_grad():
         wrong = checkpoint.model(src, tgt, call=Call(ops=broken.operations, capture=Capture()))
     real = tgt != checkpoint.config.pad_id
@@ -250,7 +255,8 @@ def test_inside_a_layer_names_the_kind_by_its_stack(registry):
             plain.trace.source.tokens,
             plain.trace.target.tokens,
             call=Call(
-                ops=Intervention(mistakes=frozenset({mistake})).operations, capture=Capture()
+                ops=Intervention(mistakes=frozenset({by_label(mistake)})).operations,
+                capture=Capture(),
             ),
         )
     expected = wrong.attention("decoder_self", 1).weights[0, 2].numpy()
@@ -258,3 +264,27 @@ def test_inside_a_layer_names_the_kind_by_its_stack(registry):
     assert "Decoder masked self-attention" in single.layout.title.text
     assert "layer 2, head 3" in single.layout.title.text
     assert "Mistake of seed 004: scores × √d_head" in text
+
+
+def test_the_broken_pass_runs_the_record_it_is_handed_not_the_one_its_label_names(registry):
+    """Past the page, a mistake is its record: a twin of "scores × √d_head" (the same label and
+    texts) that replaces the causal mask instead runs the causal mask off, which the model,
+    told so directly, draws the same."""
+    times = by_label("scores × √d_head")
+    twin = dataclasses.replace(times, changes={"causal_mask": False})
+    checkpoint = registry.checkpoint("continue", None)
+    sentences = ["the teacher sees a bird"]
+    correct = registry.analysis("continue", checkpoint, sentences)
+    result = mistakes.broken_pass(registry, "continue", checkpoint, sentences, correct, twin)
+    assert result.mistake is twin and result.analysis is not None
+    tgt = correct.trace.target.tokens
+    with torch.no_grad():
+        leaky = checkpoint.model(
+            tgt=tgt, call=Call(ops=Intervention(causal_mask=False).operations, capture=Capture())
+        )
+        scaled = checkpoint.model(
+            tgt=tgt, call=Call(ops=Intervention(mistakes=times).operations, capture=Capture())
+        )
+    got = result.analysis.trace.attention("decoder_self", 0).weights
+    torch.testing.assert_close(got, leaky.attention("decoder_self", 0).weights, atol=1e-5, rtol=0)
+    assert not torch.allclose(got, scaled.attention("decoder_self", 0).weights, atol=1e-3)

@@ -208,7 +208,7 @@ def expected(item: Exercise, bundled) -> str:
             if torch.allclose(maps[p["layer"]][p["head"]], target, atol=1e-5):
                 same.append(name)
         assert len(same) == 1
-        return same[0]
+        return same[0].label
     if item.kind == "what_if":
         changes = {"no_positions": {"positions": "none"}, "no_causal_mask": {}}[p["switch"]]
         causal = decoder_only and p["switch"] != "no_causal_mask"

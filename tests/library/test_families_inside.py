@@ -97,11 +97,8 @@ def test_each_silent_mistake_runs_on_the_later_families_and_changes_the_logits(
     QK-norm (Gemma 3): each runs and changes the logits, and the mistake is its own (the norm
     mistakes keep Gemma's 1 + w: written out here, they differ from the right norm by the
     mistake alone)."""
-    from transformer.lab.silent_mistakes import (
-        applicable_silent,
-        rms_eps_outside,
-        silent_operations,
-    )
+    from transformer.lab.silent_mistakes import ROTARY_NO_OFFSET, rms_eps_outside
+    from transformer.lab.switches import SILENT_MISTAKE, applicable, operations
 
     family, config, matrices, _ = FAMILIES[name]
     family_folder(tmp_path, family, seed=2, matrices=matrices, **config)
@@ -109,12 +106,12 @@ def test_each_silent_mistake_runs_on_the_later_families_and_changes_the_logits(
     ids = torch.tensor([[5, 17, 3, 42, 8, 61, 29, 77, 12]])
     with torch.no_grad():
         right = model(tgt=ids)
-        for mistake in applicable_silent(model.config):
-            if "cache" in mistake:  # changes cached steps only; an uncached pass is the same
+        for mistake in applicable(model.config, SILENT_MISTAKE):
+            if mistake is ROTARY_NO_OFFSET:  # changes cached steps only: uncached, the same
                 continue
-            wrong = model(tgt=ids, call=Call(ops=silent_operations(mistake)))
+            wrong = model(tgt=ids, call=Call(ops=operations([mistake])))
             # (eps outside the root moves the logits by 1e-6 only: silent by design)
-            assert bool(wrong.isfinite().all()) and (wrong - right).abs().max() > 0, mistake
+            assert bool(wrong.isfinite().all()) and (wrong - right).abs().max() > 0, mistake.label
     norms = [m for m in model.modules() if m.__class__.__name__ == "RMSNorm"]
     for norm in norms:
         x = torch.randn(3, norm.weight.numel())

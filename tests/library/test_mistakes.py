@@ -1,4 +1,4 @@
-"""The seeds' mistakes as switches (``Intervention(mistakes=...)``): each is checked against the
+"""The seeds' mistakes as switches (``Intervention(mistakes=...)``, their records): each is checked against the
 mistaken formula written out here, from the seed's own description, on the model's own numbers
 (the trace's inputs to the step), never against the code's copy of it."""
 
@@ -14,7 +14,8 @@ from transformer.core.run import TRACE, Call, Capture
 from transformer.lab.effects import mistake_effect, real_positions
 from transformer.lab.inspection import analyse
 from transformer.lab.interventions import Intervention
-from transformer.lab.mistakes import MISTAKES, applicable
+from transformer.lab.mistakes import SEED_MISTAKES
+from transformer.lab.switches import SEED_MISTAKE, applicable, by_label
 from transformer.training.bundled import load_bundled
 
 CONFIG = TINY_CONFIG
@@ -27,8 +28,16 @@ def ids(batch: int, length: int, seed: int = 1) -> torch.Tensor:
     return torch.randint(1, 30, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
-def broken(name: str) -> Intervention:
-    return Intervention(mistakes=frozenset({name}))
+def mistake(label: str):
+    """The record of the seeds' mistake a student reads as ``label``."""
+    return by_label(label, SEED_MISTAKE)
+
+
+def broken(label: str) -> Intervention:
+    return Intervention(mistakes=frozenset({mistake(label)}))
+
+
+LABELS = [s.label for s in SEED_MISTAKES]
 
 
 def padded_source() -> torch.Tensor:
@@ -330,7 +339,7 @@ def test_cross_attention_from_the_memory_on_unequal_lengths_says_why_it_cannot_r
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("name", list(MISTAKES))
+@pytest.mark.parametrize("name", LABELS)
 def test_fast_path_and_capture_agree_under_every_mistake(name):
     model = build()
     src, tgt = padded_source(), ids(2, 7, seed=2)
@@ -345,41 +354,47 @@ def test_fast_path_and_capture_agree_under_every_mistake(name):
 
 
 def test_applies_follows_each_architecture():
-    all_of_them = set(MISTAKES)
+    all_of_them = set(LABELS)
+
+    def applicable_labels(config) -> set[str]:
+        return {s.label for s in applicable(config, SEED_MISTAKE)}
+
     encoder_decoder = CONFIG  # sinusoidal, 4 heads
     decoder_only = CONFIG.replace(architecture="decoder-only", n_encoder_layers=0)
     encoder_only = CONFIG.replace(
         architecture="encoder-only", n_decoder_layers=0, positional="learned"
     )
-    assert set(applicable(encoder_decoder)) == all_of_them
-    assert set(applicable(decoder_only)) == all_of_them - {
+    assert applicable_labels(encoder_decoder) == all_of_them
+    assert applicable_labels(decoder_only) == all_of_them - {
         "cross-attention queries from the memory"
     }
-    assert set(applicable(encoder_only)) == all_of_them - {
+    assert applicable_labels(encoder_only) == all_of_them - {
         "cross-attention queries from the memory",
         "sin and cos swapped, base 1000",
     }
     one_head = CONFIG.replace(n_heads=1)  # with one head the bare views and √d_model are right
-    assert set(applicable(one_head)) == all_of_them - {
+    assert applicable_labels(one_head) == all_of_them - {
         "scores ÷ √d_model",
         "heads split with a bare view",
         "heads merged with a bare view",
     }
-    for mistake in MISTAKES.values():
-        assert mistake.seed and mistake.origin.endswith(".") and mistake.why.endswith(".")
+    for record in SEED_MISTAKES:
+        assert record.seed and record.origin.endswith(".") and record.explanation.endswith(".")
 
 
-def test_unknown_and_inapplicable_names_are_clear_errors():
-    with pytest.raises(ValueError, match="unknown mistake") as error:
-        Intervention(mistakes=frozenset({"scores ÷ 2"}))
-    for name in MISTAKES:
-        assert name in str(error.value)
-    assert Intervention(mistakes="scores × √d_head").mistakes == frozenset({"scores × √d_head"})
+def test_unknown_labels_labels_given_as_records_and_inapplicable_mistakes_are_clear_errors():
+    with pytest.raises(ValueError, match="unknown seed mistake") as error:
+        mistake("scores ÷ 2")
+    for label in LABELS:
+        assert label in str(error.value)
+    # A label is turned into its record where it arrives; an Intervention holds records only.
+    with pytest.raises(ValueError, match="switch records"):
+        Intervention(mistakes=frozenset({"scores × √d_head"}))
+    times = mistake("scores × √d_head")
+    assert Intervention(mistakes=times).mistakes == frozenset({times})
     bundled = load_bundled(names=("continue",)).models["continue"]
     with pytest.raises(ValueError, match=r"does not apply.*an encoder and a decoder"):
-        mistake_effect(bundled.model, bundled.tokenizer, ["the cat"], CROSS)
-    with pytest.raises(ValueError, match="unknown mistake"):
-        mistake_effect(bundled.model, bundled.tokenizer, ["the cat"], "nope")
+        mistake_effect(bundled.model, bundled.tokenizer, ["the cat"], mistake(CROSS))
 
 
 CROSS = "cross-attention queries from the memory"
@@ -393,7 +408,7 @@ def test_mistake_effect_compares_the_same_decoder_input():
     checkpoint = load_bundled(names=("reverse",)).models["reverse"]
     model, tokenizer = checkpoint.model.eval(), checkpoint.tokenizer
     sentences = ["a b c d e f", "k l m"]
-    effect = mistake_effect(model, tokenizer, sentences, "heads merged with a bare view")
+    effect = mistake_effect(model, tokenizer, sentences, mistake("heads merged with a bare view"))
     # The reference: both passes run here by hand on the correct pass's greedy target.
     correct = analyse(model, tokenizer, sentences)
     src, tgt = correct.trace.source.tokens, correct.trace.target.tokens

@@ -13,7 +13,6 @@ from conftest import llama_folder
 
 from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
-from transformer.core.operations import PAPER
 from transformer.core.run import Call, Capture
 from transformer.generation import greedy_batch
 from transformer.lab.perplexity import read_logits, read_text, reference_paragraph
@@ -26,9 +25,9 @@ from transformer.lab.silent_mistakes import (
     ROTARY_NEIGHBOURS,
     ROTARY_NO_OFFSET,
     SILENT_MISTAKES,
-    applicable_silent,
-    silent_operations,
 )
+from transformer.lab.switch import Switch
+from transformer.lab.switches import SILENT_MISTAKE, applicable, by_label, operations
 from transformer.pretrained import load_pretrained
 
 transformers = pytest.importorskip("transformers")
@@ -57,8 +56,8 @@ def theirs(reference: torch.nn.Module, ids: torch.Tensor = IDS) -> torch.Tensor:
         return reference(ids).logits
 
 
-def ours_logits(model: Transformer, name: str | None, capture: bool = False) -> torch.Tensor:
-    ops = silent_operations(name) if name else PAPER
+def ours_logits(model: Transformer, name: Switch | None, capture: bool = False) -> torch.Tensor:
+    ops = operations([name] if name is not None else [])
     with torch.no_grad():
         if capture:
             return model(tgt=IDS, call=Call(ops=ops, capture=Capture())).logits
@@ -72,9 +71,9 @@ def assert_close(ours: torch.Tensor, expected: torch.Tensor, what: str) -> None:
     )
 
 
-def assert_changed(model: Transformer, name: str, reference: torch.Tensor) -> None:
+def assert_changed(model: Transformer, name: Switch, reference: torch.Tensor) -> None:
     """A mistake must change the logits, or its test proves nothing."""
-    assert (ours_logits(model, name) - reference).abs().max() > 0.1, name
+    assert (ours_logits(model, name) - reference).abs().max() > 0.1, name.label
 
 
 @pytest.mark.parametrize("capture", [False, True], ids=["fast", "captured"])
@@ -132,7 +131,7 @@ def test_a_mistake_equals_transformers_with_its_formula(
     model, reference = pair
     assert_changed(model, name, theirs(reference))
     monkeypatch.setattr(llama, target, wrong)
-    assert_close(ours_logits(model, name, capture), theirs(reference), name)
+    assert_close(ours_logits(model, name, capture), theirs(reference), name.label)
 
 
 @pytest.mark.parametrize(
@@ -144,7 +143,7 @@ def test_an_rms_norm_mistake_equals_transformers_with_its_formula(
     model, reference = pair
     assert_changed(model, name, theirs(reference))
     monkeypatch.setattr(llama.LlamaRMSNorm, "forward", forward)
-    assert_close(ours_logits(model, name), theirs(reference), name)
+    assert_close(ours_logits(model, name), theirs(reference), name.label)
 
 
 def test_no_scaling_equals_transformers_with_a_scale_of_one(pair, monkeypatch) -> None:
@@ -153,7 +152,7 @@ def test_no_scaling_equals_transformers_with_a_scale_of_one(pair, monkeypatch) -
     for layer in reference.model.layers:
         monkeypatch.setattr(layer.self_attn, "scaling", 1.0)
     for capture in (False, True):
-        assert_close(ours_logits(model, NO_SCALE, capture), theirs(reference), NO_SCALE)
+        assert_close(ours_logits(model, NO_SCALE, capture), theirs(reference), NO_SCALE.label)
 
 
 def test_positions_not_offset_by_the_cache_equal_transformers_fed_position_zero(pair) -> None:
@@ -165,12 +164,12 @@ def test_positions_not_offset_by_the_cache_equal_transformers_fed_position_zero(
         past = reference(prefix, use_cache=True).past_key_values
         positions = torch.arange(rest.size(1))[None]
         expected = reference(rest, past_key_values=past, position_ids=positions).logits
-        ops = silent_operations(ROTARY_NO_OFFSET)
+        ops = operations([ROTARY_NO_OFFSET])
         cache = model.new_cache()
         model.decode(prefix, cache=cache, call=Call(ops=ops))
         got = model.decode(rest, cache=cache, call=Call(ops=ops)).logits
         uncached = model(tgt=IDS, call=Call(ops=ops))  # an uncached pass never notices
-    assert_close(got, expected, ROTARY_NO_OFFSET)
+    assert_close(got, expected, ROTARY_NO_OFFSET.label)
     assert_close(uncached, theirs(reference), "uncached")
     assert (got - theirs(reference)[:, 10:]).abs().max() > 1e-2
 
@@ -178,7 +177,7 @@ def test_positions_not_offset_by_the_cache_equal_transformers_fed_position_zero(
 def test_a_mistake_reaches_the_greedy_continuation(pair, monkeypatch) -> None:
     model, reference = pair
     ours = greedy_batch(
-        model, prompts=IDS[:, :6], eos_id=None, max_new_tokens=8, ops=silent_operations(KV_TILED)
+        model, prompts=IDS[:, :6], eos_id=None, max_new_tokens=8, ops=operations([KV_TILED])
     )
     monkeypatch.setattr(llama, "repeat_kv", tiled)
     with torch.no_grad():
@@ -188,12 +187,12 @@ def test_a_mistake_reaches_the_greedy_continuation(pair, monkeypatch) -> None:
 
 def test_which_mistakes_apply_follow_the_configuration(pair) -> None:
     model, _ = pair
-    assert applicable_silent(model.config) == list(SILENT_MISTAKES)
+    assert applicable(model.config, SILENT_MISTAKE) == SILENT_MISTAKES
     # the paper's own block (sinusoids, LayerNorm, h key/value heads): two mistakes still apply
     plain = ModelConfig(architecture="decoder-only", d_model=16, n_heads=2, d_ff=32)
-    assert applicable_silent(plain) == [NO_SCALE, CAUSAL_OFF_PREFILL]
+    assert applicable(plain, SILENT_MISTAKE) == (NO_SCALE, CAUSAL_OFF_PREFILL)
     with pytest.raises(ValueError, match="unknown silent mistake"):
-        silent_operations("nope")
+        by_label("nope", SILENT_MISTAKE)
 
 
 # -- the meter -----------------------------------------------------------------------------------
@@ -211,7 +210,7 @@ def test_the_meter_equals_cross_entropy_over_transformers_logits(pair, chunk) ->
 
 def test_the_meter_reads_through_the_cache_so_a_forgotten_offset_shows(pair) -> None:
     model, _ = pair
-    ops = silent_operations(ROTARY_NO_OFFSET)
+    ops = operations([ROTARY_NO_OFFSET])
     whole = read_logits(model, IDS, ops)
     chunked = read_logits(model, IDS, ops, chunk=4)
     assert torch.allclose(whole[:, :4], chunked[:, :4], atol=1e-5)  # the first chunk is right

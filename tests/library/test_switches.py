@@ -6,7 +6,9 @@ scaling", ...)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -15,15 +17,16 @@ from conftest import TINY_CONFIG, tiny_transformer
 from transformer import WHAT_IF_SWITCHES, what_if, what_if_switches
 from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
+from transformer.core.operations import PAPER
 from transformer.core.run import Call, Capture
-from transformer.lab.interventions import Intervention
+from transformer.lab.interventions import Intervention, combined
 from transformer.lab.switches import (
     SWITCHES,
     Switch,
     by_label,
     catalogue,
-    combined,
     family,
+    operations,
     what_ifs,
 )
 
@@ -129,15 +132,54 @@ def test_the_public_what_if_names_keep_their_meaning():
         by_label("mask everything")
 
 
-def test_switches_combine_into_one_intervention_and_a_silent_one_says_it_cannot():
-    both = combined([by_label("no √d scaling"), by_label("mask polarity inverted")])
-    assert both == Intervention(scale_scores=False, mistakes=frozenset({"mask polarity inverted"}))
-    two = combined([by_label("scores ÷ √d_model"), by_label("scores × √d_head")])
-    assert two.mistakes == {"scores ÷ √d_model", "scores × √d_head"}
+def test_switches_combine_into_one_intervention_of_records():
+    inverted = by_label("mask polarity inverted")
+    both = combined([by_label("no √d scaling"), inverted])
+    assert both == Intervention(scale_scores=False, mistakes=frozenset({inverted}))
+    pair = {by_label("scores ÷ √d_model"), by_label("scores × √d_head")}
+    assert combined(pair).mistakes == pair
     with pytest.raises(ValueError, match="needs the"):
-        by_label("zero this head").intervention()
-    with pytest.raises(ValueError, match="silent mistake"):
-        by_label("no 1/√d_head scaling").intervention()
+        combined([by_label("zero this head")])
+    with pytest.raises(ValueError, match="needs the"):
+        operations([by_label("zero this head")])
+    # A silent mistake travels in an Intervention too: one route from switches to operations.
+    silent = by_label("no 1/√d_head scaling")
+    assert combined([silent]).operations == operations([silent])
+
+
+def _twin(switch: Switch, **changed) -> Switch:
+    """Another record with ``switch``'s label and texts (and ``changed`` fields)."""
+    return Switch(
+        switch.name,
+        switch.label,
+        switch.family,
+        switch.explanation,
+        switch.requires,
+        **changed,
+    )
+
+
+def test_a_switch_is_known_by_its_record_never_by_its_label():
+    times = by_label("scores × √d_head")
+    # Another record reading the same label is another switch, and runs what it says.
+    same_label = _twin(times, changes={"causal_mask": False})
+    assert same_label != times and len({same_label, times}) == 2
+    assert operations([same_label]) == replace(PAPER, causal_mask=False)
+    assert operations([times]).score_scale(16, 4) == pytest.approx(4.0)  # × √d_head
+    assert operations([times, same_label]).causal_mask is False
+    assert Intervention(mistakes=frozenset({same_label})) != Intervention(
+        mistakes=frozenset({times})
+    )
+    # Two catalogue switches that replace the same operation the same way stay two switches.
+    leak, prefill_leak = by_label("causal mask off"), by_label("causal mask off during prefill")
+    assert operations([leak]) == operations([prefill_leak])
+    assert leak != prefill_leak and leak.family != prefill_leak.family
+    # A label changed on a copy of a record changes which words are read, not what runs.
+    relabelled = dataclasses.replace(times, label="scores × √d_k")
+    assert relabelled is not times
+    assert operations([relabelled]).score_scale(16, 4) == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="unknown switch"):
+        by_label("scores × √d_k")
 
 
 @pytest.mark.parametrize("model_name", list(CONFIGS))
@@ -165,13 +207,13 @@ def test_each_switch_applies_exactly_where_it_changes_the_output(model_name):
         if switch.label in ONLY_CACHED:
             continue
         if switch.applies(config) and not switch.idle_here(config):
-            changed = output(switch.operations(head))
+            changed = output(operations([switch], [head]))
             assert not torch.allclose(changed, plain, atol=1e-6), (switch.label, model_name)
             continue
         if switch.family == "silent mistake" and not config.has_decoder:
             continue  # offered only where text is generated, though some change an encoder too
         try:
-            unchanged = output(switch.operations(head))
+            unchanged = output(operations([switch], [head]))
         except ValueError:
             continue  # refused where it cannot run (queries from the memory, unequal lengths)
         assert torch.allclose(unchanged, plain, atol=1e-6), (switch.label, model_name)
@@ -237,7 +279,7 @@ def decoder_only() -> Transformer:
     ],
 )
 def test_a_switch_changes_the_scores_as_it_says(decoder_only, label, scale, causal):
-    weights, x = _decoder_layer0_weights(decoder_only, by_label(label).operations())
+    weights, x = _decoder_layer0_weights(decoder_only, operations([by_label(label)]))
     with torch.no_grad():
         scores = _scores(decoder_only, x) * scale
     if causal:
@@ -249,10 +291,10 @@ def test_a_switch_changes_the_scores_as_it_says(decoder_only, label, scale, caus
 
 def test_no_positional_encoding_leaves_the_embeddings_alone(decoder_only):
     _, with_positions = _decoder_layer0_weights(
-        decoder_only, by_label("mask polarity inverted").operations()
+        decoder_only, operations([by_label("mask polarity inverted")])
     )
     _, without = _decoder_layer0_weights(
-        decoder_only, by_label("no positional encoding").operations()
+        decoder_only, operations([by_label("no positional encoding")])
     )
     # The paper's table, written out: PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos.
     d = TINY_CONFIG.d_model
@@ -272,8 +314,10 @@ def test_zero_this_head_passes_nothing_on_from_that_head(decoder_only):
     ]
     try:
         with torch.no_grad():
-            zeroed = by_label("zero this head").operations(("decoder_self", 0, 2))
-            decoder_only(tgt=TOKENS, call=Call(ops=zeroed))
+            decoder_only(
+                tgt=TOKENS,
+                call=Call(ops=operations([by_label("zero this head")], [("decoder_self", 0, 2)])),
+            )
     finally:
         for hook in hooks:
             hook.remove()
@@ -290,8 +334,8 @@ def test_zero_this_head_passes_nothing_on_from_that_head(decoder_only):
 
 def test_a_seed_mistake_switch_sets_that_mistake_and_nothing_else():
     for switch in family("seed mistake"):
-        assert switch.intervention() == Intervention(mistakes=frozenset({switch.label}))
-        assert not switch.replaces and not switch.per_head
+        assert combined([switch]) == Intervention(mistakes=frozenset({switch}))
+        assert len(switch.changes) == 1 and not switch.per_head
 
 
 def test_every_switch_is_a_record_a_config_can_ask(tmp_path):

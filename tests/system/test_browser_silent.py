@@ -47,14 +47,16 @@ def test_a_silent_mistake_shows_its_meter_and_a_step_grows_the_cache(
         _poll(page, "the panel drawn on opening", lambda: "perplexity" in meter.inner_text())
         menu = panel.get_by_label("Silent mistake")
         menu.click()  # typed, then Enter: the menu's list opens at the foot of the page
-        menu.fill(ROTARY_NO_OFFSET)
+        menu.fill(ROTARY_NO_OFFSET.label)
         menu.press("Enter")
         _poll(
             page,
             "the meter of the chosen mistake",
-            lambda: ROTARY_NO_OFFSET in meter.inner_text() and "perplexity" in meter.inner_text(),
+            lambda: (
+                ROTARY_NO_OFFSET.label in meter.inner_text() and "perplexity" in meter.inner_text()
+            ),
         )
-        _poll(page, "the continuation", lambda: ROTARY_NO_OFFSET in text.inner_text())
+        _poll(page, "the continuation", lambda: ROTARY_NO_OFFSET.label in text.inner_text())
         assert "Paris" in text.inner_text() and "correct" in text.inner_text()
         page.wait_for_timeout(500)
         page.locator("#silent-mistakes").screenshot(path=str(screenshots / "silent-mistakes.png"))

@@ -28,7 +28,7 @@ MINILM = "all-MiniLM-L6-v2"
 # 15 rounds of every text endpoint at once (180 requests) in CI, where the whole run must fit 12
 # minutes on two cores; FUZZ_EXAMPLES=300 for a longer run.
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "15"))
-SILENT = list(SILENT_MISTAKES)
+SILENT = [mistake.label for mistake in SILENT_MISTAKES]
 
 # Text a public Space receives: any Unicode scalar value (gradio_client cannot send lone
 # surrogates; test_reliability sends them over raw HTTP), and the classes that break naive code.

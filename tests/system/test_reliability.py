@@ -1182,7 +1182,7 @@ def test_model_text_in_generate_and_mistake_summaries_stays_text():
     seeds' mistake's predictions, are each one code span that nothing in them can close."""
     from types import SimpleNamespace
 
-    from transformer.lab.mistakes import MISTAKES
+    from transformer.lab.mistakes import SEED_MISTAKES
     from ui.tabs.attention.mistakes import describe
     from ui.tabs.generate.drawing import _summary
 
@@ -1209,7 +1209,7 @@ def test_model_text_in_generate_and_mistake_summaries_stays_text():
         predicted_after=[HOSTILE],
         changed=[True],
     )
-    broken = SimpleNamespace(mistake=next(iter(MISTAKES)), error=None, effect=effect)
+    broken = SimpleNamespace(mistake=SEED_MISTAKES[0], error=None, effect=effect)
     shown = html.escape(HOSTILE, quote=False).replace('"', "&quot;")
     for markdown, spans in (
         (_summary(decoding, tokenizer, [], HOSTILE), 6),  # output, 2 pieces, query, chosen, beam

@@ -34,13 +34,12 @@ from ..text.replay import bytes_to_unicode
 from ..text.tokenization import Tokenizer, unreadable_characters
 from . import switches
 from .inspection import Analysis
-from .interventions import Intervention
+from .interventions import WHAT_IF_FIELDS, Intervention, combined
 
 # The what-if switches by the label a learner reads, and the Intervention field each turns off
 # (their records, with what they do and where they apply, are in ``switches.WHAT_IFS``).
 WHAT_IF_SWITCHES: dict[str, str] = {
-    switch.label: "zero_heads" if switch.per_head else next(iter(switch.sets))
-    for switch in switches.WHAT_IFS
+    switch.label: WHAT_IF_FIELDS[switch] for switch in switches.WHAT_IFS
 }
 
 
@@ -59,7 +58,7 @@ def what_if(
 
     ``head`` is the ``(kind, layer, head)`` (0-based) that "zero this head" switches off.
     """
-    return switches.combined(switches.what_ifs(labels), head)
+    return combined(switches.what_ifs(labels), head)
 
 
 def visible_text(text: str) -> str:

@@ -1,7 +1,8 @@
 """What a seed's mistake does to a model's output: the broken pass beside the correct one.
 
     >>> from transformer.lab.effects import mistake_effect
-    >>> effect = mistake_effect(model, tokenizer, ["the cat sees a dog"], "scores × √d_head")
+    >>> from transformer.lab.mistakes import SCORES_TIMES_D_HEAD
+    >>> effect = mistake_effect(model, tokenizer, ["the cat sees a dog"], SCORES_TIMES_D_HEAD)
     >>> effect.largest_change, effect.predicted_before, effect.predicted_after
 
 The mistakes themselves are in :mod:`transformer.lab.mistakes`; this module runs two passes
@@ -20,7 +21,8 @@ from ..generation import best_without_padding, never_generated
 from ..text.tokenization import Tokenizer
 from .inspection import Analysis, analyse
 from .interventions import Intervention
-from .mistakes import MISTAKES, Mistake, check_mistakes
+from .switch import Switch
+from .switches import check_applies
 
 
 @dataclass
@@ -29,7 +31,7 @@ class MistakeEffect:
     pass reads the correct pass's decoder input, so positions line up).
 
     Attributes:
-        mistake: the :class:`Mistake`.
+        mistake: the mistake's :class:`~transformer.lab.switch.Switch` record.
         correct, broken: the two analyses (traces and token pieces) for figures.
         largest_change: the largest ``|Δ logit|`` over every real position and class.
         sentence, position: where it is (0-based; the decoder input's position, or the
@@ -41,7 +43,7 @@ class MistakeEffect:
         changed: per sentence, whether any argmax changed.
     """
 
-    mistake: Mistake
+    mistake: Switch
     correct: Analysis
     broken: Analysis
     largest_change: float
@@ -77,11 +79,10 @@ def _hidden(analysis: Analysis) -> torch.Tensor:
 
 
 def compare_passes(
-    correct: Analysis, broken: Analysis, tokenizer: Tokenizer, name: str
+    correct: Analysis, broken: Analysis, tokenizer: Tokenizer, mistake: Switch
 ) -> MistakeEffect:
     """The :class:`MistakeEffect` of two analyses of the same input and decoder input (the
-    correct one and the one with mistake ``name`` switched on)."""
-    check_mistakes([name])
+    correct one and the one with ``mistake`` switched on)."""
     config = correct.trace.config
     stack = correct.trace.target if correct.trace.target is not None else correct.trace.source
     other = broken.trace.target if broken.trace.target is not None else broken.trace.source
@@ -108,7 +109,7 @@ def compare_passes(
         return [[tokenizer.id_to_token(i) or "?" for i in row] for row in rows]
 
     return MistakeEffect(
-        mistake=MISTAKES[name],
+        mistake=mistake,
         correct=correct,
         broken=broken,
         largest_change=float(delta.max()),
@@ -124,23 +125,26 @@ def compare_passes(
 
 
 def mistake_effect(
-    model: Transformer, tokenizer: Tokenizer, sentences: Sequence[str], name: str
+    model: Transformer, tokenizer: Tokenizer, sentences: Sequence[str], mistake: Switch
 ) -> MistakeEffect:
-    """Run ``sentences`` through ``model`` correctly and with mistake ``name`` switched on, on
-    the same decoder input (the correct pass's greedy output, teacher-forced), and compare.
+    """Run ``sentences`` through ``model`` correctly and with ``mistake`` (its switch record)
+    on, on the same decoder input (the correct pass's greedy output, teacher-forced), and
+    compare.
 
-    Raises ``ValueError`` for an unknown name, a mistake that does not apply to this model, or
-    (cross-attention from the memory) source and target lengths that cannot work.
+    Raises ``ValueError`` for a mistake that does not apply to this model, or (cross-attention
+    from the memory) source and target lengths that cannot work.
     """
 
-    check_mistakes([name], model.config)
+    check_applies(mistake, model.config)
     correct = analyse(model, tokenizer, sentences)
     # The broken pass reads the correct pass's decoder input (an encoder-decoder model's).
     target = correct.trace.target
     has_both = model.config.has_encoder and model.config.has_decoder
     targets = target.tokens if has_both and target is not None else None
-    broken = analyse(model, tokenizer, sentences, Intervention(mistakes=frozenset({name})), targets)
-    return compare_passes(correct, broken, tokenizer, name)
+    broken = analyse(
+        model, tokenizer, sentences, Intervention(mistakes=frozenset({mistake})), targets
+    )
+    return compare_passes(correct, broken, tokenizer, mistake)
 
 
 __all__ = ["MistakeEffect", "compare_passes", "mistake_effect", "real_positions"]

@@ -37,6 +37,7 @@ from ..text.tokenization import Tokenizer
 from . import mistakes as seed_mistakes
 from .inspection import Analysis, analyse, input_ids
 from .interventions import NO_INTERVENTION, Intervention
+from .switch import Switch
 
 Kind = Literal[
     "attention", "next_token", "probability", "lens", "subwords", "positions", "mistake", "what_if"
@@ -75,8 +76,8 @@ class Exercise:
         tab: the tab where the figure lives (``attention``, ``generate``, ...).
         params: what the kind needs: ``stack`` (``encoder_self``/``decoder_self``), ``layer``
             and ``head`` (from 0), ``query`` (a position), ``pairs`` (of positions),
-            ``shown`` (the mistake the figure was drawn with), ``candidates`` (mistakes
-            offered), ``switch`` (a what-if: ``no_positions``, ``no_causal_mask``), ``ask``
+            ``shown`` (the mistake the figure was drawn with, its switch record),
+            ``candidates`` (the mistakes offered, records; a question reads their labels), ``switch`` (a what-if: ``no_positions``, ``no_causal_mask``), ``ask``
             (``next``/``attention`` for a what-if).
         explanation: why the answer is what it is, in plain words; ``{answer}`` and the
             other names :func:`ask` fills are replaced.
@@ -834,9 +835,9 @@ def _ask_mistake(item: Exercise, model: Transformer, tokenizer: Tokenizer) -> As
     clean = _analysis(item, model, tokenizer)
     targets = _targets(model, tokenizer, clean)
 
-    def weights(name: str) -> torch.Tensor:
+    def weights(mistake: Switch) -> torch.Tensor:
         broken = _analysis(
-            item, model, tokenizer, Intervention(mistakes=frozenset({name})), targets
+            item, model, tokenizer, Intervention(mistakes=frozenset({mistake})), targets
         )
         return broken.trace.attention(stack, layer).weights[0, head]  # (Tq, Tk)
 
@@ -854,9 +855,9 @@ def _ask_mistake(item: Exercise, model: Transformer, tokenizer: Tokenizer) -> As
         item.kind,
         f"Text: “{item.text}”. This is the {where}'s layer {layer + 1}, head {head + 1}, drawn "
         "by a pass with one of the seeds' mistakes. Which one?",
-        sorted(p["candidates"]),
-        matching[0],
-        _fill(item, answer=matching[0]),
+        sorted(c.label for c in p["candidates"]),
+        matching[0].label,
+        _fill(item, answer=matching[0].label),
         f"Layer {layer + 1}, head {head + 1}, with a mistake",
         [],
         [],

@@ -4,10 +4,13 @@ The seeds' mistakes (:mod:`transformer.lab.mistakes`) break a model visibly. A L
 fails more quietly: each mistake here keeps the text fluent (or nearly), and only a number such
 as the model's perplexity on a reference text (:mod:`transformer.lab.perplexity`) or a parity test
 gives it away. Each is one operation of :class:`~transformer.core.operations.Operations` written the
-wrong way, made by :func:`silent_operations`:
+wrong way, with its :class:`~transformer.lab.switch.Switch` record beside it; the catalogue's
+:func:`~transformer.lab.switches.operations` makes it:
 
-    >>> from transformer.lab.silent_mistakes import KV_TILED, silent_operations
-    >>> logits = model(tgt=ids, call=Call(ops=silent_operations(KV_TILED)))
+    >>> from transformer import Call
+    >>> from transformer.lab.silent_mistakes import KV_TILED
+    >>> from transformer.lab.switches import operations
+    >>> logits = model(tgt=ids, call=Call(ops=operations([KV_TILED])))
 
 The forward pass (``attention.py``, ``stacks.py``, ``modern.py``, ``rotary.py``) knows nothing
 of them: it runs the operations it is handed.
@@ -15,8 +18,6 @@ of them: it runs the operations it is handed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -24,20 +25,11 @@ from torch import Tensor
 
 from ..core.config import ModelConfig
 from ..core.modern import RMSNorm
-from ..core.operations import PAPER, Operations
+from .switch import SILENT_MISTAKE, Switch
 
 if TYPE_CHECKING:
     from ..core.layers import LayerNorm
     from ..core.rotary import RotaryEmbedding
-
-ROTARY_NEIGHBOURS = "rotary: neighbour pairs on rotate-half weights"
-KV_TILED = "key/value heads tiled with repeat"
-ROTARY_NO_OFFSET = "rotary positions not offset by the cache"
-RMS_MEAN_SUBTRACTED = "RMSNorm with the mean subtracted"
-RMS_EPS_OUTSIDE = "RMSNorm: eps outside the root"
-NO_SCALE = "no 1/√d_head scaling"
-CAUSAL_OFF_PREFILL = "causal mask off during prefill"
-
 
 # -- the broken operations -------------------------------------------------------------------
 
@@ -111,112 +103,105 @@ def unscaled(d_head: int, n_heads: int) -> float:
     return 1.0
 
 
-# -- the catalogue -----------------------------------------------------------------------------
+# -- the records -------------------------------------------------------------------------------
+# Every silent mistake is shown on generated text, so each applies to a model with a decoder.
 
 
-@dataclass(frozen=True)
-class SilentMistake:
-    """One silent mistake: its ``name``, ``why`` it is wrong (a sentence), ``requires`` (what
-    a model needs for it to change anything) and the operations it changes."""
-
-    name: str
-    why: str
-    requires: str
-    changes: dict[str, object]
-    _applies: Callable[[ModelConfig], bool]
-
-    def applies(self, config: ModelConfig) -> bool:
-        """Whether switching this mistake on changes a model of this configuration."""
-        return config.has_decoder and self._applies(config)
+def _decoder(config: ModelConfig) -> bool:
+    return config.has_decoder
 
 
 def _rotary(config: ModelConfig) -> bool:
-    return config.positional == "rotary"
+    return config.has_decoder and config.positional == "rotary"
 
 
 def _grouped(config: ModelConfig) -> bool:
     # with one key/value head (multi-query), tiling and repeating in place are the same
-    return 1 < config.kv_heads < config.n_heads
+    return config.has_decoder and 1 < config.kv_heads < config.n_heads
 
 
 def _rms(config: ModelConfig) -> bool:
-    return config.norm_kind == "rms"
+    return config.has_decoder and config.norm_kind == "rms"
 
 
-SILENT_MISTAKES: dict[str, SilentMistake] = {
-    m.name: m
-    for m in (
-        SilentMistake(
-            ROTARY_NEIGHBOURS,
-            "Hugging Face's weights pair dimension i with i + d_head/2; rotating neighbours "
-            "(2i, 2i+1) turns the wrong pairs, so q·k no longer depends on the distance alone.",
-            "rotary positions",
-            {"rotary_positions": neighbour_pairs},
-            _rotary,
-        ),
-        SilentMistake(
-            KV_TILED,
-            "query head h must read key/value head h // (H / H_kv); repeat tiles the heads, so "
-            "most query heads read another group's keys and values.",
-            "grouped-query attention with more than one key/value head",
-            {"expand_kv_heads": tiled_kv_heads},
-            _grouped,
-        ),
-        SilentMistake(
-            ROTARY_NO_OFFSET,
-            "a cached step's token sits at position = cache length; rotated as position 0 it "
-            "looks like the first token, and cached decoding drifts from an uncached pass.",
-            "rotary positions",
-            {"rotary_positions": positions_from_zero},
-            _rotary,
-        ),
-        SilentMistake(
-            RMS_MEAN_SUBTRACTED,
-            "RMSNorm divides by the root mean square and keeps the mean; subtracting it throws "
-            "away a direction the weights rely on.",
-            "RMSNorm",
-            {"layer_norm": rms_mean_subtracted},
-            _rms,
-        ),
-        SilentMistake(
-            RMS_EPS_OUTSIDE,
-            "eps belongs under the root, sqrt(mean(x²) + eps); outside it changes little, "
-            "except for small vectors.",
-            "RMSNorm",
-            {"layer_norm": rms_eps_outside},
-            _rms,
-        ),
-        SilentMistake(
-            NO_SCALE,
-            "without 1/√d_head the scores grow with the head width, so softmax turns almost "
-            "one-hot and every head attends more sharply than it was trained to.",
-            "",
-            {"score_scale": unscaled},
-            lambda config: True,
-        ),
-        SilentMistake(
-            CAUSAL_OFF_PREFILL,
-            "without the causal mask the prompt's positions read the tokens after them; one "
-            "new token at a time has no future to see, so only the prompt's pass changes.",
-            "",
-            {"causal_mask": False},
-            lambda config: True,
-        ),
-    )
-}
+ROTARY_NEIGHBOURS = Switch(
+    "rotary_neighbour_pairs_on_rotate_half_weights",
+    "rotary: neighbour pairs on rotate-half weights",
+    SILENT_MISTAKE,
+    "Hugging Face's weights pair dimension i with i + d_head/2; rotating neighbours (2i, 2i+1) "
+    "turns the wrong pairs, so q·k no longer depends on the distance alone.",
+    "rotary positions",
+    applies_to=_rotary,
+    changes={"rotary_positions": neighbour_pairs},
+)
+KV_TILED = Switch(
+    "key_value_heads_tiled_with_repeat",
+    "key/value heads tiled with repeat",
+    SILENT_MISTAKE,
+    "query head h must read key/value head h // (H / H_kv); repeat tiles the heads, so most "
+    "query heads read another group's keys and values.",
+    "grouped-query attention with more than one key/value head",
+    applies_to=_grouped,
+    changes={"expand_kv_heads": tiled_kv_heads},
+)
+ROTARY_NO_OFFSET = Switch(
+    "rotary_positions_not_offset_by_the_cache",
+    "rotary positions not offset by the cache",
+    SILENT_MISTAKE,
+    "a cached step's token sits at position = cache length; rotated as position 0 it looks "
+    "like the first token, and cached decoding drifts from an uncached pass.",
+    "rotary positions",
+    applies_to=_rotary,
+    changes={"rotary_positions": positions_from_zero},
+)
+RMS_MEAN_SUBTRACTED = Switch(
+    "rmsnorm_with_the_mean_subtracted",
+    "RMSNorm with the mean subtracted",
+    SILENT_MISTAKE,
+    "RMSNorm divides by the root mean square and keeps the mean; subtracting it throws away a "
+    "direction the weights rely on.",
+    "RMSNorm",
+    applies_to=_rms,
+    changes={"layer_norm": rms_mean_subtracted},
+)
+RMS_EPS_OUTSIDE = Switch(
+    "rmsnorm_eps_outside_the_root",
+    "RMSNorm: eps outside the root",
+    SILENT_MISTAKE,
+    "eps belongs under the root, sqrt(mean(x²) + eps); outside it changes little, except for "
+    "small vectors.",
+    "RMSNorm",
+    applies_to=_rms,
+    changes={"layer_norm": rms_eps_outside},
+)
+NO_SCALE = Switch(
+    "no_1_d_head_scaling",
+    "no 1/√d_head scaling",
+    SILENT_MISTAKE,
+    "without 1/√d_head the scores grow with the head width, so softmax turns almost one-hot "
+    "and every head attends more sharply than it was trained to.",
+    applies_to=_decoder,
+    changes={"score_scale": unscaled},
+)
+CAUSAL_OFF_PREFILL = Switch(
+    "causal_mask_off_during_prefill",
+    "causal mask off during prefill",
+    SILENT_MISTAKE,
+    "without the causal mask the prompt's positions read the tokens after them; one new token "
+    "at a time has no future to see, so only the prompt's pass changes.",
+    applies_to=_decoder,
+    changes={"causal_mask": False},
+)
 
-
-def silent_operations(name: str, base: Operations = PAPER) -> Operations:
-    """``base`` with the silent mistake ``name`` made; ``ValueError`` naming the valid ones
-    for an unknown name."""
-    if name not in SILENT_MISTAKES:
-        raise ValueError(f"unknown silent mistake {name!r}; choose from {list(SILENT_MISTAKES)}")
-    return replace(base, **SILENT_MISTAKES[name].changes)  # type: ignore[arg-type]
-
-
-def applicable_silent(config: ModelConfig) -> list[str]:
-    """The silent mistakes that change a model of this configuration, in catalogue order."""
-    return [name for name, m in SILENT_MISTAKES.items() if m.applies(config)]
+SILENT_MISTAKES: tuple[Switch, ...] = (
+    ROTARY_NEIGHBOURS,
+    KV_TILED,
+    ROTARY_NO_OFFSET,
+    RMS_MEAN_SUBTRACTED,
+    RMS_EPS_OUTSIDE,
+    NO_SCALE,
+    CAUSAL_OFF_PREFILL,
+)
 
 
 __all__ = [
@@ -228,14 +213,11 @@ __all__ = [
     "ROTARY_NEIGHBOURS",
     "ROTARY_NO_OFFSET",
     "SILENT_MISTAKES",
-    "SilentMistake",
-    "applicable_silent",
     "neighbour_pairs",
     "positions_from_zero",
     "rms_eps_outside",
     "rms_mean_subtracted",
     "rotate_neighbours",
-    "silent_operations",
     "tiled_kv_heads",
     "unscaled",
 ]

@@ -24,46 +24,41 @@ from transformer.lab.analysis import shown_pieces
 from transformer.lab.effects import MistakeEffect, compare_passes
 from transformer.lab.inspection import Analysis, check_sentences
 from transformer.lab.interventions import NO_INTERVENTION, Intervention
-from transformer.lab.mistakes import (
-    MISTAKES,
-    applicable,
-)
 from transformer.lab.switches import Switch
 from transformer.pretrained.checkpoint import Checkpoint
 from transformer.text.tokenization import Tokenizer
 
-from ...serving.errors import InputError, code_span, friendly, gpu, readable_list
+from ...serving.errors import InputError, code_span, friendly, gpu
 from ...serving.state import ModelRegistry, SessionModels, bind
-from .request import NO_MISTAKE, SEED_MISTAKES, describe_kind
+from .request import NO_MISTAKE, SEED_MISTAKES, describe_kind, seed_mistake
 
 NONE = NO_MISTAKE
 LABEL = "The seeds' mistakes (recomputed live)"
 ALL_OFFERED = "One mistake of the texts this project started from, made in the forward pass."
 
 
+def offered_mistakes(config: ModelConfig | None) -> tuple[Switch, ...]:
+    """The seeds' mistakes (records) that change a model of ``config`` (every one when the
+    model is not known)."""
+    if config is None:
+        return SEED_MISTAKES
+    return switches.applicable(config, switches.SEED_MISTAKE)
+
+
 def choices_for(config: ModelConfig | None) -> list[str]:
-    """The menu for a model: "none", then each mistake that changes this model."""
-    return [NONE, *(applicable(config) if config is not None else MISTAKES)]
+    """The menu for a model: "none", then the label of each mistake that changes this model."""
+    return [NONE, *(s.label for s in offered_mistakes(config))]
 
 
 def _info(config: ModelConfig | None) -> str:
     """The dropdown's line under its label: which mistakes do not apply here, and why."""
     if config is None:
         return ALL_OFFERED
-    missing = [m for m in MISTAKES.values() if not m.applies(config)]
+    missing = [s for s in SEED_MISTAKES if not s.applies(config)]
     if not missing:
         return ALL_OFFERED
-    listed = "; ".join(f"{m.name} (needs {m.requires})" for m in missing)
+    listed = "; ".join(f"{s.label} (needs {s.requires})" for s in missing)
     return f"Not offered for this model: {listed}."
-
-
-def chosen(mistake: str | None) -> str | None:
-    """The mistake a menu value names, or ``None`` for "none" (and empty values)."""
-    if not mistake or mistake == NONE:
-        return None
-    if not isinstance(mistake, str) or mistake not in MISTAKES:
-        raise InputError(f"unknown mistake: choose {readable_list(choices_for(None), most=3)}")
-    return mistake
 
 
 def control(config: ModelConfig | None) -> gr.Dropdown:
@@ -100,7 +95,7 @@ class BrokenPass:
     """The pass with one mistake made, and what it did; or, when the mistake cannot run on this
     input (cross-attention from the memory on unequal lengths), the reason as ``error``."""
 
-    mistake: str
+    mistake: Switch
     analysis: Analysis | None = None
     effect: MistakeEffect | None = None
     error: str | None = None
@@ -112,7 +107,7 @@ def broken_pass(
     checkpoint: Checkpoint,
     sentences: list[str],
     correct: Analysis,
-    mistake: str,
+    mistake: Switch,
     base: Intervention = NO_INTERVENTION,
 ) -> BrokenPass:
     """The pass over ``sentences`` with ``mistake`` made (on top of ``base``'s what-ifs), on the
@@ -126,7 +121,7 @@ def broken_pass(
     try:
         analysis = registry.analysis(name, checkpoint, sentences, intervention, targets)
     except ValueError as error:
-        if not switches.by_label(mistake, switches.SEED_MISTAKE).may_refuse:
+        if not mistake.may_refuse:
             raise
         # The shapes cannot work: that is what this mistake does here, not a bad input.
         return BrokenPass(mistake, error=str(error))
@@ -165,10 +160,10 @@ def describe(
     """Markdown: where the mistake came from, why it is wrong, and what it did here (the
     largest logit change, where, and sentence ``row``'s predictions before → after).
     ``also`` names other what-ifs that were on in the same pass."""
-    mistake = MISTAKES[result.mistake]
+    mistake = result.mistake
     lines = [
-        f"**Mistake of {_seeds(mistake.seed)}: {mistake.name}.** {mistake.origin}",
-        f"*Why it is wrong:* {mistake.why}",
+        f"**Mistake of {_seeds(mistake.seed)}: {mistake.label}.** {mistake.origin}",
+        f"*Why it is wrong:* {mistake.explanation}",
     ]
     if result.error is not None:
         lines.append(f"**What it does here:** {result.error}")
@@ -220,14 +215,14 @@ def beside(
     padded: Any,
     where: str,
     kind: AttentionKind,
-    mistake: str,
+    mistake: Switch,
     large: bool,
 ) -> tuple[Any, Any]:
     """One head's weights of ``kind`` attention, correct beside broken, and their difference:
     two figures."""
-    axes = switches.by_label(mistake, switches.SEED_MISTAKE).axes_note(kind)
+    axes = mistake.axes_note(kind)
     note = f" ({axes})" if axes else ""
-    right = f"with “{mistake}”{note}"
+    right = f"with “{mistake.label}”{note}"
     kind_title = describe_kind(kind)
     single = weights_beside_figure(
         correct,
@@ -256,7 +251,7 @@ def beside(
 def cannot_run(result: BrokenPass, large: bool) -> Any:
     """The change panel when the broken pass cannot run: no output, and where to read why."""
     return figures.placeholder_figure(
-        f"With “{result.mistake}”: no output",
+        f"With “{result.mistake.label}”: no output",
         "The shapes clash, so the broken pass stops here: the text above says why.",
         large_font=large,
     )
@@ -288,18 +283,19 @@ def panel(
     checkpoint = registry.checkpoint(name, session)
     config = checkpoint.config
     view = attention_view(registry, session, sentences, name, kind, layer, head, 1, checkpoint)
-    name_of = chosen(mistake)
-    if name_of is None:
+    # The menu's label becomes its record here, once; nothing below reads a label.
+    switch = seed_mistake(mistake)
+    if switch is None:
         note = "Choose one of the seeds' mistakes to see the broken pass beside the correct one."
         fig = figures.placeholder_figure("The seeds' mistakes", note, large_font=large)
         return fig, figures.placeholder_figure("", "", large_font=large), note
-    if not MISTAKES[name_of].applies(config):
+    if not switch.applies(config):
         raise InputError(
-            f"“{name_of}” does not apply to this {config.architecture} model: it needs "
-            f"{MISTAKES[name_of].requires}"
+            f"“{switch.label}” does not apply to this {config.architecture} model: it needs "
+            f"{switch.requires}"
         )
     lines = check_sentences((sentences or "").splitlines())
-    result = broken_pass(registry, name, checkpoint, lines, view.analysis, name_of)
+    result = broken_pass(registry, name, checkpoint, lines, view.analysis, switch)
     if result.effect is None:
         record = view.records[view.layer]
         single = figures.scores_and_weights_figure(
@@ -327,7 +323,7 @@ def panel(
         padded_query_rows(view.analysis, view.kind, row),
         f"sentence {row + 1}, layer {view.layer + 1}, head {view.head + 1}",
         view.kind,
-        name_of,
+        switch,
         large,
     )
     return single, diff, describe(result, config, row, tokenizer=checkpoint.tokenizer)

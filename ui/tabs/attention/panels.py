@@ -13,7 +13,7 @@ from transformer.figures.attention import GRID_MAX_CELLS, PAD_ROW_MARK, weights_
 from transformer.lab import switches
 from transformer.lab.analysis import unread_text
 from transformer.lab.inspection import Analysis
-from transformer.lab.interventions import NO_INTERVENTION
+from transformer.lab.interventions import NO_INTERVENTION, combined
 
 from ...serving.errors import code_span
 from ...serving.inputs import unreadable_note
@@ -158,9 +158,7 @@ def _changed_pass(
     """The pass with the request's what-ifs (and its seeds' ``mistake``) on, on the same decoder
     input as the view's, so the two compare position by position."""
     analysis = view.analysis
-    base = (
-        switches.combined(request.what_if, request.head_key) if request.what_if else NO_INTERVENTION
-    )
+    base = combined(request.what_if, request.head_key) if request.what_if else NO_INTERVENTION
     if mistake is not None:
         broken = seed_mistakes.broken_pass(
             registry,
@@ -168,7 +166,7 @@ def _changed_pass(
             request.checkpoint,
             list(request.lines),
             analysis,
-            mistake.label,
+            mistake,
             base,
         )
         return _Changed(broken.analysis, broken)

@@ -190,7 +190,7 @@ class AttentionRequest:
             n_rows=n_rows,
             what_if=chosen,
             mistake=seed_mistake(mistake),
-            mistakes=tuple(s for s in SEED_MISTAKES if s.applies(config)),
+            mistakes=switches.applicable(config, switches.SEED_MISTAKE),
             large=bool(large),
             session=session,
         )

@@ -20,18 +20,18 @@ import torch
 
 from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
-from transformer.core.operations import PAPER
 from transformer.generation import decoding_ends, greedy_batch
+from transformer.lab import switches
 from transformer.lab.analysis import prompt_ids
 from transformer.lab.perplexity import METER_CHUNK, Reading, read_text, reference_paragraph
-from transformer.lab.silent_mistakes import SILENT_MISTAKES, silent_operations
+from transformer.lab.switches import SILENT_MISTAKE, SILENT_MISTAKES, Switch
 
 from ...serving.errors import InputError, friendly, gpu, markdown_text, user_input
 from ...serving.state import GenerationState, ModelRegistry, SessionModels, bind
 from .chat import chat_template, render_chat, unwrap_chat
 from .shown import PRIVATE, if_shown, open_flag
 
-CHOICES = list(SILENT_MISTAKES)
+CHOICES = [switch.label for switch in SILENT_MISTAKES]
 CONTINUATION_TOKENS = 12
 MAX_PROMPT_TOKENS = 256  # the comparison decodes the prompt twice: a long one is refused
 MAX_KEPT = 256  # continuations kept per model
@@ -73,18 +73,19 @@ def not_modern_note(name: str, config: ModelConfig) -> str:
     )
 
 
-def meter_reading(model: Transformer, ids: list[int], mistake: str | None) -> Reading:
+def meter_reading(model: Transformer, ids: list[int], mistake: Switch | None) -> Reading:
     """The meter of ``model`` on the reference paragraph's ``ids``, correct (``None``) or with
-    ``mistake``; kept per model."""
-    ops = silent_operations(mistake) if mistake else PAPER
+    ``mistake`` (its record); kept per model."""
+    ops = switches.operations([mistake] if mistake is not None else [])
     return _remember(model, ("meter", mistake), lambda: read_text(model, ids, ops))
 
 
 def continuation(
-    model: Transformer, ids: list[int], eos: int | None, mistake: str | None
+    model: Transformer, ids: list[int], eos: int | None, mistake: Switch | None
 ) -> list[int]:
-    """The greedy continuation (at most ``CONTINUATION_TOKENS`` ids) of prompt ``ids``."""
-    ops = silent_operations(mistake) if mistake else PAPER
+    """The greedy continuation (at most ``CONTINUATION_TOKENS`` ids) of prompt ``ids``,
+    correct (``None``) or with ``mistake`` (its record)."""
+    ops = switches.operations([mistake] if mistake is not None else [])
 
     def compute() -> list[int]:
         prompts = torch.tensor([ids], device=model.device)
@@ -128,14 +129,16 @@ def silent_mistake(
     ``mistake``, as Markdown; the meter, NLL and perplexity on the reference paragraph). The
     prompt is read as Generate reads it: wrapped in the chat template while the session's chat
     switch is on (``state``), so both continue the same text."""
-    if mistake not in SILENT_MISTAKES:
-        raise InputError(f"choose a silent mistake: {', '.join(CHOICES)}")
+    # The menu's label becomes its record here, once; nothing below reads a label.
+    try:
+        chosen = switches.by_label(mistake, SILENT_MISTAKE)
+    except ValueError:
+        raise InputError(f"choose a silent mistake: {', '.join(CHOICES)}") from None
     checkpoint = registry.checkpoint(model, session)
     config = checkpoint.config
     if not is_modern(config):
         return not_modern_note(model, config), ""
-    chosen = SILENT_MISTAKES[mistake]
-    head = f"**{markdown_text(mistake)}.** {markdown_text(chosen.why)}"
+    head = f"**{markdown_text(chosen.label)}.** {markdown_text(chosen.explanation)}"
     if not chosen.applies(config):
         return f"{head}\n\nIt changes nothing in **{model}**: it needs {chosen.requires}.", ""
     tokenizer, net = checkpoint.tokenizer, checkpoint.model
@@ -150,10 +153,10 @@ def silent_mistake(
         )
     _bos, eos = decoding_ends(config, tokenizer.bos_id, tokenizer.eos_id)
     correct_ids = continuation(net, ids, eos, None)
-    broken_ids = continuation(net, ids, eos, mistake)
+    broken_ids = continuation(net, ids, eos, chosen)
     correct_text, broken_text = tokenizer.decode(correct_ids), tokenizer.decode(broken_ids)
     paragraph = prompt_ids(net, tokenizer, reference_paragraph())[: config.max_len]
-    right, wrong = meter_reading(net, paragraph, None), meter_reading(net, paragraph, mistake)
+    right, wrong = meter_reading(net, paragraph, None), meter_reading(net, paragraph, chosen)
     text = (
         f"{head}\n\n| | greedy continuation of the prompt ({CONTINUATION_TOKENS} tokens at most) |\n"
         f"|---|---|\n| correct | {_shown(correct_text)} |\n| broken | "
@@ -163,7 +166,7 @@ def silent_mistake(
     meter = (
         f"**The meter**: how well the model reads a plain reference paragraph ({right.tokens} "
         f"predicted tokens, read {METER_CHUNK} at a time through the key/value cache), correct "
-        f"and broken by *{markdown_text(mistake)}*.\n\n"
+        f"and broken by *{markdown_text(chosen.label)}*.\n\n"
         "| | mean NLL (nats/token) | perplexity |\n|---|---|---|\n"
         f"| correct | {right.nll:.4f} | {right.perplexity:.2f} |\n"
         f"| broken | {wrong.nll:.4f} | {wrong.perplexity:.2f} |\n"
