@@ -235,6 +235,31 @@ def _describe(record: AttentionRecord) -> str:
     return f"{kind} · layer {record.layer + 1}"
 
 
+def _score_weight_axes(
+    scores: np.ndarray, weights: np.ndarray, left: list[float]
+) -> dict[str, Any]:
+    """The colour axes of scores (diverging around 0, its bar right of the ``left`` panel) and
+    of weights (0..1), each stopping at the 99th percentile where a few outliers would
+    flatten the rest."""
+    half, score_note = robust_limit(scores)
+    limit, weight_note = weight_limit(weights)
+    return {
+        "coloraxis": {
+            "colorscale": SIGNED_COLORSCALE,
+            "cmid": 0.0,
+            "cmin": -half,
+            "cmax": half,
+            "colorbar": {"x": left[1] + 0.01, "title": {"text": f"score{score_note}"}, "len": 0.9},
+        },
+        "coloraxis2": {
+            "colorscale": WEIGHTS_COLORSCALE,
+            "cmin": 0.0,
+            "cmax": limit,
+            "colorbar": _weight_bar(limit, weight_note, x=1.01, len=0.9),
+        },
+    }
+
+
 def scores_and_weights_figure(
     record: AttentionRecord,
     batch: int,
@@ -275,8 +300,6 @@ def scores_and_weights_figure(
         score_queries, score_keys = _block_labels(queries, fq), _block_labels(keys, fk)
         note = f" · scores downsampled {n_queries}×{n_keys}→{scores.shape[0]}×{scores.shape[1]}, weights exact"
     left, right = panel_domains(2, gap=0.14)
-    half, score_note = robust_limit(scores)
-    limit, weight_note = weight_limit(weights)
     traces = [
         _heatmap(scores, score_queries, score_keys, "score", ".3f", coloraxis="coloraxis"),
         _heatmap(weights, queries, keys, "weight", ".3f", coloraxis="coloraxis2"),
@@ -297,19 +320,7 @@ def scores_and_weights_figure(
         xaxis2={**category_axis("key", keys, large_font), "domain": right, "anchor": "y2"},
         yaxis=y_axis,
         yaxis2=y_axis2,
-        coloraxis={
-            "colorscale": SIGNED_COLORSCALE,
-            "cmid": 0.0,
-            "cmin": -half,
-            "cmax": half,
-            "colorbar": {"x": left[1] + 0.01, "title": {"text": f"score{score_note}"}, "len": 0.9},
-        },
-        coloraxis2={
-            "colorscale": WEIGHTS_COLORSCALE,
-            "cmin": 0.0,
-            "cmax": limit,
-            "colorbar": _weight_bar(limit, weight_note, x=1.01, len=0.9),
-        },
+        **_score_weight_axes(scores, weights, left),
         annotations=[
             panel_title("scores QKᵀ/√d_k (before softmax)", left, large_font),
             panel_title("weights (after softmax)", right, large_font),
@@ -981,6 +992,45 @@ def grid_figure(
 # -- the masks themselves, and what a what-if changed ------------------------------------------
 
 
+def _mask_panels(
+    masks: list[np.ndarray],
+    domains: list[list[float]],
+    queries: list[str],
+    keys: list[str],
+    large_font: bool,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Each ``(Tq, Tk)`` bool mask as a heatmap on the shared two-colour axis, side by side in
+    ``domains``, with its axes (the queries labelled on the first only)."""
+    traces, axes = [], {}
+    for i, (mask, domain) in enumerate(zip(masks, domains, strict=True)):
+        suffix = "" if i == 0 else str(i + 1)
+        traces.append(
+            dict(
+                type="heatmap",
+                z=mask.astype(np.uint8),
+                x=keys,
+                y=queries,
+                xaxis=f"x{suffix}",
+                yaxis=f"y{suffix}",
+                coloraxis="coloraxis",
+                # 1-px gaps outline small masks; past 48 tokens they would hide the colour.
+                xgap=1 if max(len(queries), len(keys)) <= 48 else 0,
+                ygap=1 if max(len(queries), len(keys)) <= 48 else 0,
+                hovertemplate="query %{y}<br>key %{x}<br>may attend: %{z}<extra></extra>",
+            )
+        )
+        axes[f"xaxis{suffix}"] = {
+            **category_axis("key", keys, large_font),
+            "domain": domain,
+            "anchor": f"y{suffix}",
+        }
+        y_axis = {**category_axis("query", queries, large_font), "autorange": "reversed"}
+        if i:
+            y_axis.update(title=None, showticklabels=False, matches="y", anchor=f"x{suffix}")
+        axes[f"yaxis{suffix}"] = y_axis
+    return traces, axes
+
+
 def masks_figure(
     real_keys: Any,
     query_labels: Sequence[str] | None = None,
@@ -1026,33 +1076,7 @@ def masks_figure(
     keys = check_labels(key_labels, n_keys, "key")
 
     domains = panel_domains(len(panels), gap=0.04)
-    traces, axes = [], {}
-    for i, (mask, domain) in enumerate(zip(panels.values(), domains, strict=True)):
-        suffix = "" if i == 0 else str(i + 1)
-        traces.append(
-            dict(
-                type="heatmap",
-                z=mask.astype(np.uint8),
-                x=keys,
-                y=queries,
-                xaxis=f"x{suffix}",
-                yaxis=f"y{suffix}",
-                coloraxis="coloraxis",
-                # 1-px gaps outline small masks; past 48 tokens they would hide the colour.
-                xgap=1 if max(n_queries, n_keys) <= 48 else 0,
-                ygap=1 if max(n_queries, n_keys) <= 48 else 0,
-                hovertemplate="query %{y}<br>key %{x}<br>may attend: %{z}<extra></extra>",
-            )
-        )
-        axes[f"xaxis{suffix}"] = {
-            **category_axis("key", keys, large_font),
-            "domain": domain,
-            "anchor": f"y{suffix}",
-        }
-        y_axis = {**category_axis("query", queries, large_font), "autorange": "reversed"}
-        if i:
-            y_axis.update(title=None, showticklabels=False, matches="y", anchor=f"x{suffix}")
-        axes[f"yaxis{suffix}"] = y_axis
+    traces, axes = _mask_panels(list(panels.values()), domains, queries, keys, large_font)
     two_colours = [[0, MASKED_GREY], [0.5, MASKED_GREY], [0.5, BASE_COLOR], [1, BASE_COLOR]]
     layout = base_layout(
         "Masks · blue = may attend, grey = masked",
