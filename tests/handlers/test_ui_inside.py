@@ -186,6 +186,32 @@ def test_a_change_of_model_fits_the_controls_and_draws_with_them_in_one_event(re
     assert len(outputs) == 4 + N_OUTPUTS
 
 
+def test_one_request_is_read_strictly_for_the_api_and_fitted_for_the_controls(registry):
+    """The controls' values are read once into a request of 0-based positions: fitted, a stale
+    value moves into range; strict, it is refused; and the fitted values read strictly again
+    are the same request."""
+    from ui.serving.errors import InputError
+    from ui.tabs.inside.view import InsideRequest
+
+    checkpoint = registry.checkpoint("continue", None)
+    n_layers = checkpoint.config.n_decoder_layers
+    n_tokens = len(checkpoint.tokenizer.encode_ids("a b", add_bos=True))
+    fitted = InsideRequest.read(registry, "a b", "continue", "encoder", 99, 0, "99: x", fit=True)
+    assert (fitted.stack, fitted.layer, fitted.head) == ("decoder", n_layers - 1, 0)
+    assert fitted.query == n_tokens - 1
+    assert [i for _, i in fitted.choices] == list(range(n_tokens))
+    with pytest.raises(InputError, match="choose decoder"):
+        InsideRequest.read(registry, "a b", "continue", "encoder", 1, 1, 0, fit=False)
+    with pytest.raises(InputError, match=f"layer must be between 1 and {n_layers}"):
+        InsideRequest.read(registry, "a b", "continue", "decoder", 99, 1, 0, fit=False)
+    with pytest.raises(InputError, match="query token must be one of"):
+        InsideRequest.read(registry, "a b", "continue", "decoder", 1, 1, 99, fit=False)
+    strict = InsideRequest.read(
+        registry, "a b", "continue", "decoder", n_layers, 1, n_tokens - 1, fit=False
+    )
+    assert (strict.layer, strict.head, strict.query) == (fitted.layer, fitted.head, fitted.query)
+
+
 # -- the Llama family: a tiny random Llama through the registry, and the shipped SmolLM2 ------
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import textwrap
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -234,6 +235,31 @@ def _describe(record: AttentionRecord) -> str:
     return f"{kind} · layer {record.layer + 1}"
 
 
+def _score_weight_axes(
+    scores: np.ndarray, weights: np.ndarray, left: list[float]
+) -> dict[str, Any]:
+    """The colour axes of scores (diverging around 0, its bar right of the ``left`` panel) and
+    of weights (0..1), each stopping at the 99th percentile where a few outliers would
+    flatten the rest."""
+    half, score_note = robust_limit(scores)
+    limit, weight_note = weight_limit(weights)
+    return {
+        "coloraxis": {
+            "colorscale": SIGNED_COLORSCALE,
+            "cmid": 0.0,
+            "cmin": -half,
+            "cmax": half,
+            "colorbar": {"x": left[1] + 0.01, "title": {"text": f"score{score_note}"}, "len": 0.9},
+        },
+        "coloraxis2": {
+            "colorscale": WEIGHTS_COLORSCALE,
+            "cmin": 0.0,
+            "cmax": limit,
+            "colorbar": _weight_bar(limit, weight_note, x=1.01, len=0.9),
+        },
+    }
+
+
 def scores_and_weights_figure(
     record: AttentionRecord,
     batch: int,
@@ -274,8 +300,6 @@ def scores_and_weights_figure(
         score_queries, score_keys = _block_labels(queries, fq), _block_labels(keys, fk)
         note = f" · scores downsampled {n_queries}×{n_keys}→{scores.shape[0]}×{scores.shape[1]}, weights exact"
     left, right = panel_domains(2, gap=0.14)
-    half, score_note = robust_limit(scores)
-    limit, weight_note = weight_limit(weights)
     traces = [
         _heatmap(scores, score_queries, score_keys, "score", ".3f", coloraxis="coloraxis"),
         _heatmap(weights, queries, keys, "weight", ".3f", coloraxis="coloraxis2"),
@@ -296,19 +320,7 @@ def scores_and_weights_figure(
         xaxis2={**category_axis("key", keys, large_font), "domain": right, "anchor": "y2"},
         yaxis=y_axis,
         yaxis2=y_axis2,
-        coloraxis={
-            "colorscale": SIGNED_COLORSCALE,
-            "cmid": 0.0,
-            "cmin": -half,
-            "cmax": half,
-            "colorbar": {"x": left[1] + 0.01, "title": {"text": f"score{score_note}"}, "len": 0.9},
-        },
-        coloraxis2={
-            "colorscale": WEIGHTS_COLORSCALE,
-            "cmin": 0.0,
-            "cmax": limit,
-            "colorbar": _weight_bar(limit, weight_note, x=1.01, len=0.9),
-        },
+        **_score_weight_axes(scores, weights, left),
         annotations=[
             panel_title("scores QKᵀ/√d_k (before softmax)", left, large_font),
             panel_title("weights (after softmax)", right, large_font),
@@ -468,6 +480,170 @@ def _rectangles(masked: np.ndarray) -> list[tuple[int, int, int, int]]:
     return rects
 
 
+@dataclass
+class _Tiles:
+    """A grid's ``(H, rows, cols)`` tiles, one per layer, pooled where the input is long: with
+    their ``(L, rows, cols)`` masks, the pooling factors of queries and keys, and what the
+    title says of the pooling (``""`` when exact)."""
+
+    layers: list[np.ndarray]
+    masked: np.ndarray
+    fq: int
+    fk: int
+    notice: str
+
+
+def _grid_tiles(weights: Any, first: np.ndarray, masked: np.ndarray, side: int) -> _Tiles:
+    """Each layer's ``(H, Tq, Tk)`` weights (``first`` already read), pooled to at most
+    ``side`` × ``side`` when longer, with their ``(L, Tq, Tk)`` masks."""
+    n_layers, (_, n_queries, n_keys) = len(weights), first.shape
+    pooled = max(n_queries, n_keys) > side
+    layers: list[np.ndarray] = []
+    pooled_masks: list[np.ndarray] = []
+    fq = fk = 1
+    # One layer at a time, each pooled as soon as it is read: a trace that did not keep its
+    # weights computes each layer's when read, so the whole stack is never held at once.
+    shape, tile = first.shape, first
+    for i in range(n_layers):
+        if i:
+            tile = to_numpy(weights[i])
+        if tile.shape != shape:
+            raise ValueError("expected (layers, heads, queries, keys) weights")
+        if pooled:
+            tile, tile_masked, fq, fk = downsample_attention(tile, masked[i], side)
+            pooled_masks.append(tile_masked)
+        layers.append(tile)
+    if not pooled:
+        return _Tiles(layers, masked, fq, fk, "")
+    rows, cols = layers[0].shape[-2:]
+    if (n_queries, rows) == (n_keys, cols):
+        notice = f" · downsampled {n_queries}→{rows}"
+    else:
+        notice = f" · downsampled queries {n_queries}→{rows}, keys {n_keys}→{cols}"
+    return _Tiles(layers, np.stack(pooled_masks), fq, fk, notice)
+
+
+def _grid_values(
+    layers: list[np.ndarray], masked: np.ndarray, gutter: int
+) -> tuple[np.ndarray, float, str]:
+    """The tiles laid out in one ``uint16`` array of thousandths, layers down and heads across
+    with ``gutter`` cells between them, and the colour scale's top and note (from the weights
+    the mask kept)."""
+    n_layers, (n_heads, rows, cols) = len(layers), layers[0].shape
+    tile_h, tile_w = rows + gutter, cols + gutter
+    z = np.zeros((n_layers * tile_h - gutter, n_heads * tile_w - gutter), np.uint16)
+    kept = np.concatenate([w[:, ~masked[i]].ravel() for i, w in enumerate(layers)])  # unmasked
+    limit, weight_note = weight_limit(np.clip(kept, 0.0, 1.0) * 1000, unit=1000)
+    for layer, layer_weights in enumerate(layers):
+        permille = np.rint(np.clip(layer_weights, 0.0, 1.0) * 1000)
+        for head in range(n_heads):
+            r0, c0 = layer * tile_h, head * tile_w
+            z[r0 : r0 + rows, c0 : c0 + cols] = permille[head]
+    return z, limit, weight_note
+
+
+def _grid_categories(
+    queries: list[str],
+    keys: list[str],
+    n_layers: int,
+    n_heads: int,
+    tile: tuple[int, int],
+    gutter: int,
+    shape: tuple[int, ...],
+) -> tuple[list[str], list[str]]:
+    """The grid's ``x`` and ``y`` category labels, one per column and row of its ``shape``
+    (gutters included): unique, so that a hover names layer, head, query and key with no
+    per-cell text. ``tile`` is a tile's (rows, columns)."""
+    rows, cols = tile
+    y = [
+        f"layer {layer + 1} · query {q}" if i < rows else f"layer {layer + 1} gap {i}"
+        for layer in range(n_layers)
+        for i, q in enumerate([*queries, *[""] * gutter])
+    ][: shape[0]]
+    x = [
+        f"head {head + 1} · key {k}" if i < cols else f"head {head + 1} gap {i}"
+        for head in range(n_heads)
+        for i, k in enumerate([*keys, *[""] * gutter])
+    ][: shape[1]]
+    return x, y
+
+
+def _group_lines(
+    kv_head_of: Sequence[int] | None, tile_w: int, gutter: int, height: int
+) -> list[dict[str, Any]]:
+    """A dark line before each head that starts a new key/value group, where heads share one."""
+    if not _shares_kv(kv_head_of) or not kv_head_of:
+        return []
+    return [
+        {
+            "type": "line",
+            "x0": h * tile_w - (gutter + 1) / 2,
+            "x1": h * tile_w - (gutter + 1) / 2,
+            "y0": -0.5,
+            "y1": height - 0.5,
+            "line": {"color": "#222222", "width": 2},
+            "layer": "above",
+            "name": f"key/value group {kv_head_of[h] + 1} starts",
+        }
+        for h in range(1, len(kv_head_of))
+        if kv_head_of[h] != kv_head_of[h - 1]
+    ]
+
+
+def _grid_notes(
+    kv_head_of: Sequence[int] | None,
+    n_heads: int,
+    n_layers: int,
+    rows: int,
+    cols: int,
+    gutter: int,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The heads' names above their columns of tiles (with their key/value head where heads
+    share one) and the layers' names left of their rows."""
+    grouped = _shares_kv(kv_head_of)
+    head_text = [
+        f"head {h + 1} (kv {kv_head_of[h] + 1})" if grouped and kv_head_of else f"head {h + 1}"
+        for h in range(n_heads)
+    ]
+    head_notes = [
+        {
+            "x": head * (cols + gutter) + (cols - 1) / 2,
+            "y": -0.5,
+            "text": head_text[head],
+            "yanchor": "bottom",
+        }
+        for head in range(n_heads)
+    ]
+    layer_notes = [
+        {
+            "x": -0.5,
+            "y": layer * (rows + gutter) + (rows - 1) / 2,
+            "text": f"layer {layer + 1}",
+            "xanchor": "right",
+        }
+        for layer in range(n_layers)
+    ]
+    return head_notes, layer_notes
+
+
+def _padded_flags(padded_queries: Any | None, n_queries: int) -> np.ndarray:
+    """``(Tq,)`` bool, True for a [PAD] query row (none when not given); checked in length."""
+    padded = (
+        np.zeros(n_queries, bool)
+        if padded_queries is None
+        else to_numpy(padded_queries, bool).reshape(-1)
+    )
+    if padded.size != n_queries:
+        raise ValueError(f"{padded.size} padding flags for {n_queries} query rows")
+    return padded
+
+
+def _notes_above(layer_notes: list[dict[str, Any]], rows: int) -> None:
+    """Move the layers' names from the left of their tiles to above them."""
+    for note in layer_notes:
+        note.update(x=0, xanchor="left", y=note["y"] - (rows - 1) / 2 - 0.5, yanchor="bottom")
+
+
 def attention_grid(
     weights: Any,
     masked: Any | None = None,
@@ -510,6 +686,38 @@ def attention_grid(
     Masked cells are covered by grey shapes (integers have no NaN); hovering one shows its
     weight, 0.
     """
+    grid = _grid(
+        weights, masked, query_labels, key_labels, padded_queries, exact_up_to, max_tile, max_cells
+    )
+    return _grid_figure(grid, title, kv_head_of, large_font, height)
+
+
+@dataclass
+class _Grid:
+    """What a grid draws: each layer's ``(H, rows, cols)`` tile (pooled where the input is
+    long) with its ``(L, rows, cols)`` masks, the rows' and columns' labels, the ``(rows,)``
+    [PAD] query flags, the title's note of any pooling, and the gutter between tiles."""
+
+    layers: list[np.ndarray]
+    masked: np.ndarray
+    queries: list[str]
+    keys: list[str]
+    padded: np.ndarray
+    notice: str
+    gutter: int
+
+
+def _grid(
+    weights: Any,
+    masked: Any | None,
+    query_labels: Sequence[str] | None,
+    key_labels: Sequence[str] | None,
+    padded_queries: Any | None,
+    exact_up_to: int,
+    max_tile: int,
+    max_cells: int,
+) -> _Grid:
+    """:func:`attention_grid`'s inputs checked, and its tiles pooled where they are long."""
     n_layers = len(weights)
     first = to_numpy(weights[0]) if n_layers else np.zeros(0)
     if first.ndim != 3:
@@ -519,69 +727,43 @@ def attention_grid(
     keys = check_labels(key_labels, n_keys, "key")
     m = np.zeros((n_queries, n_keys), bool) if masked is None else to_numpy(masked, bool)
     m = np.broadcast_to(m, (n_layers, n_queries, n_keys))
-
-    padded = (
-        np.zeros(n_queries, bool)
-        if padded_queries is None
-        else to_numpy(padded_queries, bool).reshape(-1)
-    )
-    if padded.size != n_queries:
-        raise ValueError(f"{padded.size} padding flags for {n_queries} query rows")
-    notice = ""
+    padded = _padded_flags(padded_queries, n_queries)
     side = max(8, math.isqrt(max_cells // (n_layers * n_heads)))
     if max(n_queries, n_keys) > exact_up_to:
         side = min(side, max_tile)
-    pooled = max(n_queries, n_keys) > side
-    layers: list[np.ndarray] = []
-    pooled_masks: list[np.ndarray] = []
-    fq = fk = 1
-    # One layer at a time, each pooled as soon as it is read: a trace that did not keep its
-    # weights computes each layer's when read, so the whole stack is never held at once.
-    shape, tile = first.shape, first
+    tiles = _grid_tiles(weights, first, m, side)
     del first
-    for i in range(n_layers):
-        if i:
-            tile = to_numpy(weights[i])
-        if tile.shape != shape:
-            raise ValueError("expected (layers, heads, queries, keys) weights")
-        if pooled:
-            tile, tile_masked, fq, fk = downsample_attention(tile, m[i], side)
-            pooled_masks.append(tile_masked)
-        layers.append(tile)
-    if pooled:
-        m = np.stack(pooled_masks)
-        queries, keys = _block_labels(queries, fq), _block_labels(keys, fk)
-        padded = np.logical_and.reduceat(padded, np.arange(0, n_queries, fq))
-        rows, cols = layers[0].shape[-2:]
-        if (n_queries, rows) == (n_keys, cols):
-            notice = f" · downsampled {n_queries}→{rows}"
-        else:
-            notice = f" · downsampled queries {n_queries}→{rows}, keys {n_keys}→{cols}"
+    layers, m, notice = tiles.layers, tiles.masked, tiles.notice
+    if notice:  # pooled: the labels and the padding flags of each block of rows and columns
+        queries, keys = _block_labels(queries, tiles.fq), _block_labels(keys, tiles.fk)
+        padded = np.logical_and.reduceat(padded, np.arange(0, n_queries, tiles.fq))
     rows, cols = layers[0].shape[-2:]
-
     gutter = max(1, round(max(rows, cols) / 32))
+    return _Grid(layers, m, queries, keys, padded, notice, gutter)
+
+
+def _grid_figure(
+    grid: _Grid,
+    title: str,
+    kv_head_of: Sequence[int] | None,
+    large_font: bool,
+    height: int | None,
+) -> go.Figure:
+    """The tiles of ``grid`` as one heatmap, with the heads' and layers' names, the masked
+    cells grey, the [PAD] rows marked and, where heads share key/value heads, their groups."""
+    layers, m, queries, keys, padded = (
+        grid.layers,
+        grid.masked,
+        grid.queries,
+        grid.keys,
+        grid.padded,
+    )
+    notice, gutter = grid.notice, grid.gutter
+    n_layers, (n_heads, rows, cols) = len(layers), layers[0].shape
     tile_h, tile_w = rows + gutter, cols + gutter
-    z = np.zeros((n_layers * tile_h - gutter, n_heads * tile_w - gutter), np.uint16)
-    kept = np.concatenate([w[:, ~m[i]].ravel() for i, w in enumerate(layers)])  # unmasked
-    limit, weight_note = weight_limit(np.clip(kept, 0.0, 1.0) * 1000, unit=1000)
-    for layer, layer_weights in enumerate(layers):
-        permille = np.rint(np.clip(layer_weights, 0.0, 1.0) * 1000)
-        for head in range(n_heads):
-            r0, c0 = layer * tile_h, head * tile_w
-            z[r0 : r0 + rows, c0 : c0 + cols] = permille[head]
+    z, limit, weight_note = _grid_values(layers, m, gutter)
 
-    # Unique category labels: hover then names layer, head, query and key with no per-cell text.
-    y = [
-        f"layer {layer + 1} · query {q}" if i < rows else f"layer {layer + 1} gap {i}"
-        for layer in range(n_layers)
-        for i, q in enumerate([*queries, *[""] * gutter])
-    ][: z.shape[0]]
-    x = [
-        f"head {head + 1} · key {k}" if i < cols else f"head {head + 1} gap {i}"
-        for head in range(n_heads)
-        for i, k in enumerate([*keys, *[""] * gutter])
-    ][: z.shape[1]]
-
+    x, y = _grid_categories(queries, keys, n_layers, n_heads, (rows, cols), gutter, z.shape)
     size = font_size(large_font)
     heatmap = dict(
         type="heatmap",
@@ -592,59 +774,17 @@ def attention_grid(
         # Integers cannot be divided in a hover: the weight is written as a fraction of 1000.
         hovertemplate="%{y}<br>%{x}<br>weight %{z}/1000<extra></extra>",
     )
-    hidden = {
-        "showticklabels": False,
-        "ticks": "",
-        "showgrid": False,
-        "zeroline": False,
-        "type": "category",
-    }
-    grouped = _shares_kv(kv_head_of)
+    hidden = dict(showticklabels=False, ticks="", showgrid=False, zeroline=False, type="category")
     if kv_head_of is not None and len(kv_head_of) != n_heads:
         raise ValueError(f"{len(kv_head_of)} key/value head numbers for {n_heads} heads")
-    head_text = [
-        f"head {h + 1} (kv {kv_head_of[h] + 1})" if grouped and kv_head_of else f"head {h + 1}"
-        for h in range(n_heads)
-    ]
-    group_lines = [
-        {
-            "type": "line",
-            "x0": h * tile_w - (gutter + 1) / 2,
-            "x1": h * tile_w - (gutter + 1) / 2,
-            "y0": -0.5,
-            "y1": z.shape[0] - 0.5,
-            "line": {"color": "#222222", "width": 2},
-            "layer": "above",
-            "name": f"key/value group {kv_head_of[h] + 1} starts",
-        }
-        for h in range(1, n_heads)
-        if grouped and kv_head_of and kv_head_of[h] != kv_head_of[h - 1]
-    ]
-    head_notes = [
-        {
-            "x": head * tile_w + (cols - 1) / 2,
-            "y": -0.5,
-            "text": head_text[head],
-            "yanchor": "bottom",
-        }
-        for head in range(n_heads)
-    ]
-    layer_notes = [
-        {
-            "x": -0.5,
-            "y": layer * tile_h + (rows - 1) / 2,
-            "text": f"layer {layer + 1}",
-            "xanchor": "right",
-        }
-        for layer in range(n_layers)
-    ]
+    group_lines = _group_lines(kv_head_of, tile_w, gutter, z.shape[0])
+    head_notes, layer_notes = _grid_notes(kv_head_of, n_heads, n_layers, rows, cols, gutter)
     height = height or int(min(1400, max(360, 110 + n_layers * (190 if large_font else 150))))
     x_axis, y_axis = _grid_tick_labels(
         x, y, keys, queries, (n_heads, n_layers), height, size, hidden
     )
     if y_axis.get("showticklabels"):  # query labels take the margin: the layer names go above
-        for note in layer_notes:
-            note.update(x=0, xanchor="left", y=note["y"] - (rows - 1) / 2 - 0.5, yanchor="bottom")
+        _notes_above(layer_notes, rows)
     # The red bars beside each layer's tile say which query rows are [PAD]: said in the title.
     pad_note = f" · red bars at the left = [PAD] query rows {PAD_ROW_MARK}" if padded.any() else ""
     layout = base_layout(
@@ -852,6 +992,45 @@ def grid_figure(
 # -- the masks themselves, and what a what-if changed ------------------------------------------
 
 
+def _mask_panels(
+    masks: list[np.ndarray],
+    domains: list[list[float]],
+    queries: list[str],
+    keys: list[str],
+    large_font: bool,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Each ``(Tq, Tk)`` bool mask as a heatmap on the shared two-colour axis, side by side in
+    ``domains``, with its axes (the queries labelled on the first only)."""
+    traces, axes = [], {}
+    for i, (mask, domain) in enumerate(zip(masks, domains, strict=True)):
+        suffix = "" if i == 0 else str(i + 1)
+        traces.append(
+            dict(
+                type="heatmap",
+                z=mask.astype(np.uint8),
+                x=keys,
+                y=queries,
+                xaxis=f"x{suffix}",
+                yaxis=f"y{suffix}",
+                coloraxis="coloraxis",
+                # 1-px gaps outline small masks; past 48 tokens they would hide the colour.
+                xgap=1 if max(len(queries), len(keys)) <= 48 else 0,
+                ygap=1 if max(len(queries), len(keys)) <= 48 else 0,
+                hovertemplate="query %{y}<br>key %{x}<br>may attend: %{z}<extra></extra>",
+            )
+        )
+        axes[f"xaxis{suffix}"] = {
+            **category_axis("key", keys, large_font),
+            "domain": domain,
+            "anchor": f"y{suffix}",
+        }
+        y_axis = {**category_axis("query", queries, large_font), "autorange": "reversed"}
+        if i:
+            y_axis.update(title=None, showticklabels=False, matches="y", anchor=f"x{suffix}")
+        axes[f"yaxis{suffix}"] = y_axis
+    return traces, axes
+
+
 def masks_figure(
     real_keys: Any,
     query_labels: Sequence[str] | None = None,
@@ -897,33 +1076,7 @@ def masks_figure(
     keys = check_labels(key_labels, n_keys, "key")
 
     domains = panel_domains(len(panels), gap=0.04)
-    traces, axes = [], {}
-    for i, (mask, domain) in enumerate(zip(panels.values(), domains, strict=True)):
-        suffix = "" if i == 0 else str(i + 1)
-        traces.append(
-            dict(
-                type="heatmap",
-                z=mask.astype(np.uint8),
-                x=keys,
-                y=queries,
-                xaxis=f"x{suffix}",
-                yaxis=f"y{suffix}",
-                coloraxis="coloraxis",
-                # 1-px gaps outline small masks; past 48 tokens they would hide the colour.
-                xgap=1 if max(n_queries, n_keys) <= 48 else 0,
-                ygap=1 if max(n_queries, n_keys) <= 48 else 0,
-                hovertemplate="query %{y}<br>key %{x}<br>may attend: %{z}<extra></extra>",
-            )
-        )
-        axes[f"xaxis{suffix}"] = {
-            **category_axis("key", keys, large_font),
-            "domain": domain,
-            "anchor": f"y{suffix}",
-        }
-        y_axis = {**category_axis("query", queries, large_font), "autorange": "reversed"}
-        if i:
-            y_axis.update(title=None, showticklabels=False, matches="y", anchor=f"x{suffix}")
-        axes[f"yaxis{suffix}"] = y_axis
+    traces, axes = _mask_panels(list(panels.values()), domains, queries, keys, large_font)
     two_colours = [[0, MASKED_GREY], [0.5, MASKED_GREY], [0.5, BASE_COLOR], [1, BASE_COLOR]]
     layout = base_layout(
         "Masks · blue = may attend, grey = masked",

@@ -7,6 +7,7 @@ and plotly merges repeated labels; the token of each position is in the hover te
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -145,6 +146,56 @@ def downsampled_head_figure(
     return go.Figure(heat, layout)
 
 
+# Edges binned by weight: one trace per bin (one line width and opacity each).
+_EDGE_BINS = (
+    (0.5, 1.01, 4.0, 0.9),
+    (0.2, 0.5, 2.5, 0.7),
+    (0.05, 0.2, 1.5, 0.5),
+    (0, 0.05, 1, 0.25),
+)
+
+
+def _top_key_edges(full: np.ndarray, first: int, top_k: int) -> list[go.Scatter]:
+    """The top-``top_k`` keys of each query (rows of ``full`` ``(n, T)``, from query
+    ``first``) as edges query → key, one trace per weight bin that has any."""
+    n = full.shape[0]
+    k = min(top_k, full.shape[1])
+    order = np.argsort(-full, axis=1)[:, :k]  # (n, k)
+    traces = []
+    for low, high, width, opacity in _EDGE_BINS:
+        xs: list[float | None] = []
+        ys: list[float | None] = []
+        for row in range(n):
+            for key in order[row]:
+                w = float(full[row, key])
+                if low <= w < high:
+                    xs += [0.0, 1.0, None]
+                    ys += [float(first + row), float(key), None]
+        if xs:
+            traces.append(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    mode="lines",
+                    line={"width": width, "color": "#1f77b4"},
+                    opacity=opacity,
+                    name=f"weight {low:g}–{min(high, 1):g}",
+                    hoverinfo="skip",
+                    xaxis="x2",
+                    yaxis="y2",
+                )
+            )
+    return traces
+
+
+def _query_ticks(queries: list[int], pieces: Sequence[str]) -> dict[str, Any]:
+    """Each query row labelled by its position and piece."""
+    return {
+        "tickvals": queries,
+        "ticktext": [plot_text(f"{q}:{short_piece(pieces[q])}") for q in queries],
+    }
+
+
 def window_figure(
     weights: object,
     first: int,
@@ -178,39 +229,7 @@ def window_figure(
     )
     traces: list[go.BaseTraceType] = [heat]
     if top_k and full_weights is not None:
-        full = to_numpy(full_weights)
-        k = min(top_k, full.shape[1])
-        order = np.argsort(-full, axis=1)[:, :k]  # (n, k)
-        # Edges binned by weight: one trace per bin (one line width and opacity each).
-        bins = [
-            (0.5, 1.01, 4.0, 0.9),
-            (0.2, 0.5, 2.5, 0.7),
-            (0.05, 0.2, 1.5, 0.5),
-            (0, 0.05, 1, 0.25),
-        ]
-        for low, high, width, opacity in bins:
-            xs: list[float | None] = []
-            ys: list[float | None] = []
-            for row in range(n):
-                for key in order[row]:
-                    w = float(full[row, key])
-                    if low <= w < high:
-                        xs += [0.0, 1.0, None]
-                        ys += [float(first + row), float(key), None]
-            if xs:
-                traces.append(
-                    go.Scatter(
-                        x=xs,
-                        y=ys,
-                        mode="lines",
-                        line={"width": width, "color": "#1f77b4"},
-                        opacity=opacity,
-                        name=f"weight {low:g}–{min(high, 1):g}",
-                        hoverinfo="skip",
-                        xaxis="x2",
-                        yaxis="y2",
-                    )
-                )
+        traces += _top_key_edges(to_numpy(full_weights), first, top_k)
     layout = base_layout(
         title,
         560 if large_font else 480,
@@ -219,16 +238,7 @@ def window_figure(
         yaxis={
             "title": {"text": "query"},
             "autorange": "reversed",
-            **(
-                {
-                    "tickvals": queries.tolist(),
-                    "ticktext": [
-                        plot_text(f"{q}:{short_piece(pieces[q])}") for q in queries.tolist()
-                    ],
-                }
-                if n <= 40
-                else {}
-            ),
+            **(_query_ticks(queries.tolist(), pieces) if n <= 40 else {}),
             "automargin": True,
         },
         xaxis2={

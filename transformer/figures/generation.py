@@ -227,6 +227,22 @@ def causal_growth_figure(
     return figure([trace], layout)
 
 
+def _sampled_bars(sampled: np.ndarray, names: list[str]) -> dict[str, Any]:
+    """The bars of each candidate's probability under the distribution it was sampled from."""
+    return dict(
+        type="bar",
+        x=sampled,
+        y=names,
+        orientation="h",
+        name="sampled from (temperature, top-k, top-p applied)",
+        marker={"color": MUTED_COLOR, "pattern": {"shape": "/"}},
+        texttemplate="%{x:.1%}",
+        textposition="outside",
+        cliponaxis=False,
+        hovertemplate="%{y}<br>sampled p = %{x:.4f}<extra></extra>",
+    )
+
+
 def next_token_figure(
     labels: Sequence[str],
     model_probs: Sequence[float],
@@ -278,20 +294,7 @@ def next_token_figure(
     if sampled_probs is not None:
         sampled = np.asarray(sampled_probs, np.float32)
         top = max(top, float(sampled.max()) if n else 0.0)
-        traces.append(
-            dict(
-                type="bar",
-                x=sampled,
-                y=names,
-                orientation="h",
-                name="sampled from (temperature, top-k, top-p applied)",
-                marker={"color": MUTED_COLOR, "pattern": {"shape": "/"}},
-                texttemplate="%{x:.1%}",
-                textposition="outside",
-                cliponaxis=False,
-                hovertemplate="%{y}<br>sampled p = %{x:.4f}<extra></extra>",
-            )
-        )
+        traces.append(_sampled_bars(sampled, names))
     rows = n * (2 if sampled_probs is not None else 1)
     layout = base_layout(
         title,

@@ -188,6 +188,47 @@ def _axis_names(index: int) -> tuple[str, str, str, str]:
     return f"x{suffix}", f"y{suffix}", f"xaxis{suffix}", f"yaxis{suffix}"
 
 
+def _strip_limit(z: np.ndarray) -> float:
+    """Where a strip's colours saturate: the 98th percentile of |value|, so that one outlier
+    dimension (BERT has some) does not wash out the rest (the hover gives every exact value)."""
+    finite = np.abs(z[np.isfinite(z)])
+    limit = float(np.percentile(finite, 98)) if finite.size else 0.0
+    return (
+        limit if limit > 0 else (float(finite.max()) if finite.size and finite.max() > 0 else 1.0)
+    )
+
+
+def _greyed(step: Any, values: np.ndarray) -> dict[str, Any]:
+    """A grey heatmap over the strip's cells the step switched off (``step.off``)."""
+    off = to_numpy(step.off, dtype=bool)
+    grey = np.where(off, values, np.nan).astype(np.float32)[None, :]
+    # What grey means, as the step says it ("grey = switched off", "grey = nearly closed").
+    meaning = step.shown.split("grey = ", 1)[1] if "grey = " in step.shown else "switched off"
+    return dict(
+        type="heatmap",
+        z=grey,
+        colorscale=_GREY_SCALE,
+        showscale=False,
+        hovertemplate=f"index %{{x}}: %{{z:.4f}} ({meaning})<extra></extra>",
+        hoverongaps=False,
+    )
+
+
+def _highlight(columns: tuple[int, int], x_ref: str, y_ref: str) -> dict[str, Any]:
+    """A frame around the (start, stop) ``columns`` of a strip: the chosen head's."""
+    start, stop = columns
+    return {
+        "type": "rect",
+        "xref": x_ref,
+        "yref": f"{y_ref} domain",
+        "x0": start - 0.5,
+        "x1": stop - 0.5,
+        "y0": -0.08,
+        "y1": 1.08,
+        "line": {"color": HIGHLIGHT_COLOR, "width": 3},
+    }
+
+
 def _heatmap_block(
     step: Any,
     domain: list[float],
@@ -202,13 +243,7 @@ def _heatmap_block(
     values = to_numpy(step.values)
     matrix = values.ndim == 2
     z = values if matrix else values[None, :]
-    finite = np.abs(z[np.isfinite(z)])
-    # Colours saturate at the 98th percentile of |value|: one outlier dimension (BERT has some)
-    # must not wash out the rest. The hover gives every exact value.
-    limit = float(np.percentile(finite, 98)) if finite.size else 0.0
-    limit = (
-        limit if limit > 0 else (float(finite.max()) if finite.size and finite.max() > 0 else 1.0)
-    )
+    limit = _strip_limit(z)
     columns = np.arange(z.shape[1])
     if matrix and step.labels:
         rows = [plot_text(short_label(label)) for label in step.labels]
@@ -235,24 +270,8 @@ def _heatmap_block(
         )
     )
     if step.off is not None and not matrix and bool(step.off.any()):
-        off = to_numpy(step.off, dtype=bool)
-        grey = np.where(off, values, np.nan).astype(np.float32)[None, :]
-        # What grey means, as the step says it ("grey = switched off", "grey = nearly closed").
-        meaning = step.shown.split("grey = ", 1)[1] if "grey = " in step.shown else "switched off"
-        traces.append(
-            dict(
-                type="heatmap",
-                z=grey,
-                x=columns,
-                y=rows,
-                xaxis=x_ref,
-                yaxis=y_ref,
-                colorscale=_GREY_SCALE,
-                showscale=False,
-                hovertemplate=f"index %{{x}}: %{{z:.4f}} ({meaning})<extra></extra>",
-                hoverongaps=False,
-            )
-        )
+        grey = _greyed(step, values)
+        traces.append(dict(grey, x=columns, y=rows, xaxis=x_ref, yaxis=y_ref))
     small = 14 if large_font else 10  # one label per key row, none thinned out
     layout[x_key] = {
         "domain": [0.0, 1.0],
@@ -275,19 +294,48 @@ def _heatmap_block(
         "zeroline": False,
     }
     if step.highlight is not None:
-        start, stop = step.highlight
-        shapes.append(
-            {
-                "type": "rect",
-                "xref": x_ref,
-                "yref": f"{y_ref} domain",
-                "x0": start - 0.5,
-                "x1": stop - 0.5,
-                "y0": -0.08,
-                "y1": 1.08,
-                "line": {"color": HIGHLIGHT_COLOR, "width": 3},
-            }
-        )
+        shapes.append(_highlight(step.highlight, x_ref, y_ref))
+
+
+def _key_table(
+    steps: list[Any],
+    labels: list[str],
+    off_list: list[bool],
+    notes: list[str],
+    domain: list[float],
+    large_font: bool,
+) -> dict[str, Any]:
+    """The per-key steps as a table: a row per key (grey where masked), a column per step,
+    and why a masked key is masked."""
+    size = _sizes(large_font)
+    font = font_size(large_font)
+    columns = [labels]
+    headers = ["key"]
+    for step in steps:
+        headers.append(_HEADERS.get(step.key.rsplit(".", 1)[-1], step.name))
+        columns.append([_number(float(v)) for v in to_numpy(step.values)])
+    headers.append("reason")
+    columns.append([note.split(":")[0] if note else "—" for note in notes])  # "causal", "padding"
+    fill = ["#ececec" if masked else "white" for masked in off_list]
+    return dict(
+        type="table",
+        domain={"x": [0, 0.64], "y": domain},
+        columnwidth=[1.3] + [1.0] * len(steps) + [1.1],
+        header={
+            "values": [f"<b>{h}</b>" for h in headers],
+            "height": size["header"],
+            "font": {"size": font - 1},
+            "fill": {"color": "#f2f4f8"},
+            "align": "left",
+        },
+        cells={
+            "values": columns,
+            "height": size["cell"],
+            "font": {"size": font - 1, "color": [["#222"] * len(labels)]},
+            "fill": {"color": [fill]},
+            "align": "left",
+        },
+    )
 
 
 def _per_key_block(
@@ -300,41 +348,12 @@ def _per_key_block(
 ) -> None:
     """The per-key steps as one table (a column per step) and the weights as bars beside it."""
     x_ref, y_ref, x_key, y_key = _axis_names(index)
-    size = _sizes(large_font)
     font = font_size(large_font)
     labels = [plot_text(short_label(label)) for label in steps[0].labels]
     off = next((s.off for s in steps if s.off is not None), None)
     off_list = [False] * len(labels) if off is None else [bool(v) for v in off]
     notes = next((s.notes for s in steps if s.notes is not None), None) or [""] * len(labels)
-    columns = [labels]
-    headers = ["key"]
-    for step in steps:
-        headers.append(_HEADERS.get(step.key.rsplit(".", 1)[-1], step.name))
-        columns.append([_number(float(v)) for v in to_numpy(step.values)])
-    headers.append("reason")
-    columns.append([note.split(":")[0] if note else "—" for note in notes])  # "causal", "padding"
-    fill = ["#ececec" if masked else "white" for masked in off_list]
-    traces.append(
-        dict(
-            type="table",
-            domain={"x": [0, 0.64], "y": domain},
-            columnwidth=[1.3] + [1.0] * len(steps) + [1.1],
-            header={
-                "values": [f"<b>{h}</b>" for h in headers],
-                "height": size["header"],
-                "font": {"size": font - 1},
-                "fill": {"color": "#f2f4f8"},
-                "align": "left",
-            },
-            cells={
-                "values": columns,
-                "height": size["cell"],
-                "font": {"size": font - 1, "color": [["#222"] * len(labels)]},
-                "fill": {"color": [fill]},
-                "align": "left",
-            },
-        )
-    )
+    traces.append(_key_table(steps, labels, off_list, notes, domain, large_font))
     weights = to_numpy(steps[-1].values)
     text = [
         f"masked ({note.split(':')[0]})" if masked else f"{w:.3f}"

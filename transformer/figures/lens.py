@@ -41,6 +41,72 @@ def layer_name(number: int) -> str:
     return "embeddings" if number == 0 else f"layer {number}"
 
 
+def _lens_cells(
+    ids: np.ndarray, probs: np.ndarray, name: Callable[[int], str], chosen: int | None
+) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
+    """Each ``(L, k)`` cell's text (the token, bold where it is the chosen one, and its
+    probability) and hover, and the (row, column) of the chosen token's cells."""
+    n_rows, k = ids.shape
+    texts = np.empty((n_rows, k), dtype=object)
+    hover = np.empty((n_rows, k), dtype=object)
+    outline = []
+    for r in range(n_rows):
+        for j in range(k):
+            token = name(int(ids[r, j]))
+            cell = plot_text(_short(token))
+            if chosen is not None and int(ids[r, j]) == chosen:
+                cell = f"<b>{cell}</b>"
+                outline.append((r, j))
+            texts[r, j] = f"{cell}<br>{probs[r, j]:.0%}"
+            hover[r, j] = f"{plot_text(token)} #{int(ids[r, j])}"
+    return texts, hover, outline
+
+
+def _chosen_bar(
+    chosen_probs: np.ndarray, rows: list[str], split: float
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The bars of the chosen token's probability at every layer, and their x axis right of
+    the heatmap (which ends at ``split``)."""
+    bar = dict(
+        type="bar",
+        x=chosen_probs,
+        y=rows,
+        orientation="h",
+        xaxis="x2",
+        yaxis="y",
+        marker={"color": HIGHLIGHT_COLOR},
+        texttemplate="%{x:.0%}",
+        textposition="outside",
+        cliponaxis=False,
+        hovertemplate="%{y}<br>p(chosen) = %{x:.4f}<extra></extra>",
+        showlegend=False,
+    )
+    axis = {
+        "domain": [split + 0.05, 1.0],
+        "range": [0, 1.3],
+        "tickvals": [0, 0.5, 1],
+        "tickformat": ".0%",
+        "title": {"text": "p(chosen)"},
+        "gridcolor": "#eee",
+        "anchor": "y",
+    }
+    return bar, axis
+
+
+def _outline(r: int, j: int) -> dict[str, Any]:
+    """A highlighted frame around cell (``r``, ``j``)."""
+    return {
+        "type": "rect",
+        "xref": "x",
+        "yref": "y",
+        "x0": j - 0.5,
+        "x1": j + 0.5,
+        "y0": r - 0.5,
+        "y1": r + 0.5,
+        "line": {"color": HIGHLIGHT_COLOR, "width": 3},
+    }
+
+
 def logit_lens_figure(
     lens: LogitLens,
     piece: Callable[[int], str] | None = None,
@@ -75,18 +141,7 @@ def logit_lens_figure(
         label = layer_name(number)
         rows.append(label if ranks is None else f"{label} · chosen #{int(ranks[r])}")
     columns = [f"top {j + 1}" for j in range(k)]
-    texts = np.empty((n_rows, k), dtype=object)
-    hover = np.empty((n_rows, k), dtype=object)
-    outline = []
-    for r in range(n_rows):
-        for j in range(k):
-            token = name(int(ids[r, j]))
-            cell = plot_text(_short(token))
-            if chosen is not None and int(ids[r, j]) == chosen:
-                cell = f"<b>{cell}</b>"
-                outline.append((r, j))
-            texts[r, j] = f"{cell}<br>{probs[r, j]:.0%}"
-            hover[r, j] = f"{plot_text(token)} #{int(ids[r, j])}"
+    texts, hover, outline = _lens_cells(ids, probs, name, chosen)
     size = font_size(large_font)
     heatmap = dict(
         type="heatmap",
@@ -106,45 +161,10 @@ def logit_lens_figure(
     has_bars = chosen_probs is not None
     split = 0.74 if has_bars else 1.0
     layout_extra: dict[str, Any] = {}
-    if has_bars:
-        traces.append(
-            dict(
-                type="bar",
-                x=chosen_probs,
-                y=rows,
-                orientation="h",
-                xaxis="x2",
-                yaxis="y",
-                marker={"color": HIGHLIGHT_COLOR},
-                texttemplate="%{x:.0%}",
-                textposition="outside",
-                cliponaxis=False,
-                hovertemplate="%{y}<br>p(chosen) = %{x:.4f}<extra></extra>",
-                showlegend=False,
-            )
-        )
-        layout_extra["xaxis2"] = {
-            "domain": [split + 0.05, 1.0],
-            "range": [0, 1.3],
-            "tickvals": [0, 0.5, 1],
-            "tickformat": ".0%",
-            "title": {"text": "p(chosen)"},
-            "gridcolor": "#eee",
-            "anchor": "y",
-        }
-    shapes = [
-        {
-            "type": "rect",
-            "xref": "x",
-            "yref": "y",
-            "x0": j - 0.5,
-            "x1": j + 0.5,
-            "y0": r - 0.5,
-            "y1": r + 0.5,
-            "line": {"color": HIGHLIGHT_COLOR, "width": 3},
-        }
-        for r, j in outline
-    ]
+    if chosen_probs is not None:
+        bar, layout_extra["xaxis2"] = _chosen_bar(chosen_probs, rows, split)
+        traces.append(bar)
+    shapes = [_outline(r, j) for r, j in outline]
     where = f" at {position_label}" if position_label else ""
     what = f" · chosen: {chosen_label}" if chosen_label else ""
     row_height = 58 if large_font else 36
@@ -237,6 +257,29 @@ def norm_scale(values: np.ndarray) -> tuple[np.ndarray, dict[str, Any], str]:
     )
 
 
+def _norm_map(
+    z: np.ndarray,
+    values: np.ndarray,
+    note: str,
+    formatted: np.ndarray,
+    numbers: bool,
+    placement: dict[str, Any],
+    hover: str,
+    axis: str = "coloraxis",
+) -> dict[str, Any]:
+    """One panel's heatmap of norms: coloured by ``z`` (the ``values`` or, where ``note``
+    says log scale, their logarithms), the norms themselves in hover (after ``hover``) and,
+    with ``numbers``, in the cells (to the digits ``formatted``'s largest needs)."""
+    data, key = ({}, "z") if not note else ({"customdata": values}, "customdata")
+    heatmap: dict[str, Any] = dict(
+        type="heatmap", z=z, texttemplate=_cell_format(formatted, key) if numbers else ""
+    )
+    heatmap.update(placement)
+    heatmap.update(coloraxis=axis, hovertemplate=f"{hover}%{{{key}:.3f}}<extra></extra>")
+    heatmap.update(data)
+    return heatmap
+
+
 def residual_norms_figure(
     norms: ResidualNorms,
     position_labels: Sequence[str] | None = None,
@@ -270,45 +313,25 @@ def residual_norms_figure(
     if numbers is None:
         numbers = n_positions <= (10 if large_font else 14) and n_stages <= 30
     size = font_size(large_font)
-    common = {
-        "x": positions,
-        "y": stages,
-        "xgap": 1,
-        "ygap": 1,
-        "hoverongaps": False,
-        "textfont": {"size": size - 3},
-    }
+    common = dict(x=positions, y=stages, xgap=1, ygap=1, hoverongaps=False)
+    common["textfont"] = {"size": size - 3}
     stream_z, stream_axis, stream_note = norm_scale(stream)
     added_z, added_axis, added_note = norm_scale(added_rows)
-
-    def shown(values: np.ndarray, note: str) -> tuple[dict[str, Any], str]:
-        """The heatmap's norms for hover and cell text: ``z`` itself on a linear scale, else
-        ``customdata`` (``z`` holds their logarithms)."""
-        if not note:
-            return {}, "z"
-        return {"customdata": values}, "customdata"
-
-    stream_data, stream_key = shown(stream, stream_note)
-    added_data, added_key = shown(added_rows, added_note)
-    stream_map = dict(
-        type="heatmap",
-        z=stream_z,
-        texttemplate=_cell_format(stream, stream_key) if numbers else "",
-        coloraxis="coloraxis",
-        hovertemplate=f"position %{{x}}<br>after %{{y}}<br>‖x‖ = %{{{stream_key}:.3f}}<extra></extra>",
-        **stream_data,
-        **common,
+    stream_map = _norm_map(
+        stream_z, stream, stream_note, stream, numbers, {}, "position %{x}<br>after %{y}<br>‖x‖ = "
     )
-    added_map = dict(
-        type="heatmap",
-        z=added_z,
-        texttemplate=_cell_format(added, added_key) if numbers else "",
-        xaxis="x2",
-        coloraxis="coloraxis2",
-        hovertemplate=f"position %{{x}}<br>%{{y}} added ‖Δ‖ = %{{{added_key}:.3f}}<extra></extra>",
-        **added_data,
-        **common,
+    added_map = _norm_map(
+        added_z,
+        added_rows,
+        added_note,
+        added,
+        numbers,
+        {"xaxis": "x2"},
+        "position %{x}<br>%{y} added ‖Δ‖ = ",
+        axis="coloraxis2",
     )
+    stream_map.update(common)
+    added_map.update(common)
     gap = 0.1
     left, right = [0.0, 0.5 - gap / 2], [0.5 + gap / 2, 1.0]
     bar = {"thickness": 12, "len": 0.9, "y": 0.45, "yanchor": "middle"}

@@ -236,6 +236,86 @@ def _embedding_inputs(token_embedding: Any, positional: Any) -> tuple[np.ndarray
     return emb, pe
 
 
+def _dimension_block(n_tokens: int, d_model: int) -> int:
+    """How many dimensions each cell of an embedding panel averages: 1, or the smallest power
+    of two that keeps the panel within :data:`EMBEDDING_MAX_CELLS`."""
+    block = 1
+    while n_tokens * (d_model // block) > EMBEDDING_MAX_CELLS and d_model % (block * 2) == 0:
+        block *= 2
+    return block
+
+
+def _embedding_panels(
+    panels: dict[str, np.ndarray],
+    tokens: list[str],
+    domains: list[list[float]],
+    block: int,
+    large_font: bool,
+) -> tuple[list[go.Heatmap], dict[str, Any]]:
+    """One heatmap per ``(T, d_model / block)`` panel side by side, with its axes (the
+    tokens labelled on the first only); a LayerNorm's panel on its own colour scale."""
+    traces, axes = [], {}
+    for i, (name, z) in enumerate(panels.items()):
+        suffix = "" if i == 0 else str(i + 1)
+        own_scale = name.startswith("LayerNorm")
+        traces.append(
+            go.Heatmap(
+                z=z,
+                y=tokens,
+                xaxis=f"x{suffix}",
+                yaxis=f"y{suffix}",
+                coloraxis="coloraxis2" if own_scale else "coloraxis",
+                hovertemplate=f"{name}<br>token %{{y}}<br>dim %{{x}}<br>%{{z:.3f}}<extra></extra>",
+            )
+        )
+        axes[f"xaxis{suffix}"] = {
+            "title": {"text": "dimension" if block == 1 else f"dimensions, mean of {block}"},
+            "domain": domains[i],
+            "anchor": f"y{suffix}",
+            "showgrid": False,
+            "zeroline": False,
+        }
+        y_axis = {**category_axis("token", tokens, large_font), "autorange": "reversed"}
+        if i:
+            y_axis.update(title=None, showticklabels=False, matches="y", anchor=f"x{suffix}")
+        axes[f"yaxis{suffix}"] = y_axis
+    return traces, axes
+
+
+def _embedding_colour_axes(half: float, note: str, normed: np.ndarray | None) -> dict[str, Any]:
+    """The shared signed colour scale up to ``half``, and where the layer's input is a
+    LayerNorm of the sum (``normed``), a second one of its own below it."""
+    color_axes: dict[str, Any] = {
+        "coloraxis": {
+            "colorscale": SIGNED_COLORSCALE,
+            "cmin": -half,
+            "cmax": half,
+            "colorbar": {
+                "x": 1.0,
+                "len": 0.45 if normed is not None else 1.0,
+                "y": 1.0,
+                "yanchor": "top",
+                "title": {"text": f"value{note}"},
+            },
+        }
+    }
+    if normed is not None:
+        norm_half, norm_note = robust_limit(normed)
+        color_axes["coloraxis2"] = {
+            "colorscale": SIGNED_COLORSCALE,
+            "cmin": -norm_half,
+            "cmax": norm_half,
+            "colorbar": {
+                "x": 1.0,
+                "len": 0.45,
+                "y": 0.0,
+                "yanchor": "bottom",
+                "title": {"text": f"after norm{norm_note}"},
+            },
+        }
+    return color_axes
+
+
 def embedding_sum_figure(
     token_embedding: Any,
     positional: Any,
@@ -282,67 +362,11 @@ def embedding_sum_figure(
     # Long inputs of wide models (MiniLM at 512 tokens: five 512 × 384 maps) would ship
     # megabytes: past EMBEDDING_MAX_CELLS per panel, dimensions are averaged in blocks (the
     # colour scale above stays the one of the exact values) and the axis title says so.
-    block = 1
-    while (
-        emb.shape[0] * (emb.shape[1] // block) > EMBEDDING_MAX_CELLS
-        and emb.shape[1] % (block * 2) == 0
-    ):
-        block *= 2
+    block = _dimension_block(*emb.shape)
     if block > 1:
         panels = {name: z.reshape(z.shape[0], -1, block).mean(-1) for name, z in panels.items()}
-    traces, axes = [], {}
-    for i, (name, z) in enumerate(panels.items()):
-        suffix = "" if i == 0 else str(i + 1)
-        own_scale = name.startswith("LayerNorm")
-        traces.append(
-            go.Heatmap(
-                z=z,
-                y=tokens,
-                xaxis=f"x{suffix}",
-                yaxis=f"y{suffix}",
-                coloraxis="coloraxis2" if own_scale else "coloraxis",
-                hovertemplate=f"{name}<br>token %{{y}}<br>dim %{{x}}<br>%{{z:.3f}}<extra></extra>",
-            )
-        )
-        axes[f"xaxis{suffix}"] = {
-            "title": {"text": "dimension" if block == 1 else f"dimensions, mean of {block}"},
-            "domain": domains[i],
-            "anchor": f"y{suffix}",
-            "showgrid": False,
-            "zeroline": False,
-        }
-        y_axis = {**category_axis("token", tokens, large_font), "autorange": "reversed"}
-        if i:
-            y_axis.update(title=None, showticklabels=False, matches="y", anchor=f"x{suffix}")
-        axes[f"yaxis{suffix}"] = y_axis
-    color_axes: dict[str, Any] = {
-        "coloraxis": {
-            "colorscale": SIGNED_COLORSCALE,
-            "cmin": -half,
-            "cmax": half,
-            "colorbar": {
-                "x": 1.0,
-                "len": 0.45 if normed is not None else 1.0,
-                "y": 1.0,
-                "yanchor": "top",
-                "title": {"text": f"value{note}"},
-            },
-        }
-    }
-    if normed is not None:
-        norm_half, norm_note = robust_limit(normed)
-        color_axes["coloraxis2"] = {
-            "colorscale": SIGNED_COLORSCALE,
-            "cmin": -norm_half,
-            "cmax": norm_half,
-            "colorbar": {
-                "x": 1.0,
-                "len": 0.45,
-                "y": 0.0,
-                "yanchor": "bottom",
-                "title": {"text": f"after norm{norm_note}"},
-            },
-        }
+    traces, axes = _embedding_panels(panels, tokens, domains, block, large_font)
+    color_axes = _embedding_colour_axes(half, note, normed)
     layout = panelled_layout(
         "What enters the first layer: "
         + " + ".join(["token", "position"] + (["token type"] if token_type is not None else []))
@@ -569,6 +593,50 @@ def rotary_scores_figure(
     return go.Figure(trace, layout)
 
 
+def _turned_arrows(
+    tips: np.ndarray, name: str, color: str, places: list[int], theta: float
+) -> list[go.Scatter]:
+    """One vector's ``(P, 2)`` arrow tips at each of ``places``: the circle they turn on
+    (dotted), the arrows from the origin, and the tips labelled by position (turned by
+    position · ``theta``)."""
+    x, y = tips[:, 0], tips[:, 1]
+    radius = float(np.hypot(x[0], y[0]))
+    circle = np.linspace(0, 2 * np.pi, 73)
+    at = np.asarray(places, dtype=np.int64)
+    return [
+        go.Scatter(
+            x=radius * np.cos(circle),
+            y=radius * np.sin(circle),
+            mode="lines",
+            line={"color": color, "width": 1, "dash": "dot"},
+            hoverinfo="skip",
+            showlegend=False,
+        ),
+        go.Scatter(
+            x=np.ravel([[0.0, xi, np.nan] for xi in x]),
+            y=np.ravel([[0.0, yi, np.nan] for yi in y]),
+            mode="lines",
+            line={"color": color, "width": 2},
+            hoverinfo="skip",
+            showlegend=False,
+        ),
+        go.Scatter(
+            x=x,
+            y=y,
+            name=name,
+            mode="markers+text",
+            marker={"color": color, "size": 9},
+            text=[f"{name}@{p}" for p in places],
+            textposition="top center",
+            customdata=np.stack([at, at * theta], axis=-1),
+            hovertemplate=(
+                f"{name} at position %{{customdata[0]}}<br>turned by %{{customdata[1]:.3f}} "
+                "rad<br>(%{x:.3f}, %{y:.3f})<extra></extra>"
+            ),
+        ),
+    ]
+
+
 def rotary_pair_figure(
     q: Any,
     k: Any,
@@ -613,47 +681,7 @@ def rotary_pair_figure(
     traces = []
     reach = float(np.abs(tips).max()) * 1.15 or 1.0
     for row, (name, color) in enumerate((("q", BASE_COLOR), ("k", HIGHLIGHT_COLOR))):
-        x, y = tips[row, :, 0], tips[row, :, 1]
-        radius = float(np.hypot(x[0], y[0]))
-        circle = np.linspace(0, 2 * np.pi, 73)
-        traces.append(
-            go.Scatter(
-                x=radius * np.cos(circle),
-                y=radius * np.sin(circle),
-                mode="lines",
-                line={"color": color, "width": 1, "dash": "dot"},
-                hoverinfo="skip",
-                showlegend=False,
-            )
-        )
-        spokes_x = np.ravel([[0.0, xi, np.nan] for xi in x])
-        spokes_y = np.ravel([[0.0, yi, np.nan] for yi in y])
-        traces.append(
-            go.Scatter(
-                x=spokes_x,
-                y=spokes_y,
-                mode="lines",
-                line={"color": color, "width": 2},
-                hoverinfo="skip",
-                showlegend=False,
-            )
-        )
-        traces.append(
-            go.Scatter(
-                x=x,
-                y=y,
-                name=name,
-                mode="markers+text",
-                marker={"color": color, "size": 9},
-                text=[f"{name}@{p}" for p in places.tolist()],
-                textposition="top center",
-                customdata=np.stack([places.numpy(), places.numpy() * theta], axis=-1),
-                hovertemplate=(
-                    f"{name} at position %{{customdata[0]}}<br>turned by %{{customdata[1]:.3f}} "
-                    "rad<br>(%{x:.3f}, %{y:.3f})<extra></extra>"
-                ),
-            )
-        )
+        traces += _turned_arrows(tips[row], name, color, places.tolist(), theta)
     axis = {"range": [-reach, reach], "zeroline": True, "showgrid": False}
     title = (
         f"Pair {pair} of {what + ' ' if what else ''}q and k, turned by position · θ_{pair}"

@@ -36,6 +36,7 @@ Layers, heads and tokens are counted from 0 here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -178,6 +179,289 @@ def _norm_explanation(x: Tensor, norm: LayerNorm | RMSNorm) -> str:
     )
 
 
+# -- the table of an attention's score steps ------------------------------------------------
+
+
+@dataclass
+class Scores:
+    """What the table of one attention's score steps reads: the tensors its numbers come from
+    and the few facts its texts quote.
+
+    ``tensors`` holds, for the query ``i`` of sentence ``b`` and head ``h``: ``"dot"``, the
+    unscaled q·k ``(B, H, Tq, Tk)``; ``"scaled"`` and ``"capped"``, the pass's scores before
+    and after any soft cap; ``"allowed"`` ``(B, 1, Tq, Tk)`` bool; ``"masked"``, the scores
+    with −∞ where not allowed; ``"exp"`` ``(Tk,)``, this query's exp(s − max s);
+    ``"weights"`` ``(B, H, Tq, Tk)``; ``"heads"`` ``(B, H, Tq, d_head)``; ``"concat"`` and
+    ``"update"`` ``(B, T, d_model)``, before and after W_O.
+    """
+
+    module: MultiHeadAttention
+    prefix: str
+    stack: str
+    b: int
+    i: int
+    h: int
+    d_head: int
+    token: str
+    key_labels: list[str]
+    reasons: list[str]
+    off: Tensor  # (Tk,) bool: the masked keys
+    top: float  # the largest finite score, subtracted before exp
+    tensors: dict[str, Tensor]
+
+    def head_row(self, name: str) -> Tensor:
+        """This head's row for this query of the ``(B, H, Tq, n)`` tensor ``name``."""
+        return self.tensors[name][self.b, self.h, self.i]
+
+    @property
+    def width(self) -> str:
+        """The width the scores are divided by the root of: d_head, or the model's own."""
+        scale_dim = self.module.scale_dim
+        return f"{scale_dim:g}" if scale_dim is not None else f"{self.d_head}"
+
+    @property
+    def columns(self) -> str:
+        """The columns of the chosen head in the concatenation of the heads."""
+        return f"columns {self.h * self.d_head}…{(self.h + 1) * self.d_head - 1}"
+
+
+Text = str | Callable[[Scores], str]
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One row of a step table: what a step says, and which tensor its numbers come from.
+
+    Attributes:
+        key: the step's key after the sub-layer's prefix (``"dot"`` → ``"self.dot"``).
+        name, formula, explanation: its texts (fixed, or written from the :class:`Scores`).
+        numbers: the tensor of ``Scores.tensors`` its values are cut from.
+        cut: ``"head"``, this head's row for this query of a ``(B, H, Tq, n)`` tensor;
+            ``"query"``, this query's row of a ``(B, T, n)`` one; ``"all"``, all of it.
+        dims: the names of the dimensions of the tensor its shape gives.
+        code: the key of its cited line in :data:`~transformer.lab.inside_citations.CODE`.
+        shape_of: the tensor whose shape it gives, where not ``numbers``.
+        shown: which slice the values are; by default this head's row for this query.
+        per_key: one number per key, labelled by the keys.
+        greyed: the masked keys greyed; ``notes`` adds why each is masked.
+        highlight: the chosen head's columns highlighted.
+        when: whether the step is there (by default always).
+    """
+
+    key: str
+    name: Text
+    formula: Text
+    numbers: str
+    cut: str
+    dims: str
+    explanation: Text
+    code: str
+    shape_of: str | None = None
+    shown: Text | None = None
+    per_key: bool = False
+    greyed: bool = False
+    notes: bool = False
+    highlight: bool = False
+    when: Callable[[Scores], bool] | None = None
+
+
+def _say(text: Text, scores: Scores) -> str:
+    return text if isinstance(text, str) else text(scores)
+
+
+def _scale_explanation(s: Scores) -> str:
+    if s.module.scale_dim is None:
+        return (
+            f"Divided by √d_k = √{s.d_head} (the head's width, not d_model), so that wide "
+            "heads do not push softmax into a one-hot corner."
+        )
+    return (
+        f"Divided by √{s.width} (query_pre_attn_scalar), a width the model chose "
+        f"for its scale, not the head's d_head = {s.d_head}."
+    )
+
+
+def _mask_explanation(s: Scores) -> str:
+    n_off, n_keys = int(s.off.sum()), s.off.numel()
+    if n_off:
+        counts: dict[str, int] = {}
+        for reason in s.reasons:
+            if reason:
+                counts[reason] = counts.get(reason, 0) + 1
+        why = "; ".join(f"{n} {r}" for r, n in counts.items())
+        return f"{n_off} of {n_keys} keys are set to −∞ ({why}): softmax gives them 0."
+    if s.prefix == "self" and s.stack == "encoder":
+        return (
+            f"No key is masked: all {n_keys} keys are real tokens, and an encoder "
+            "looks both ways (no causal mask)."
+        )
+    return f"No key is masked: all {n_keys} keys are real tokens" + (
+        ", and this attention may look both ways." if s.prefix != "self" else "."
+    )
+
+
+def _cap(s: Scores) -> float:
+    assert s.module.softcap is not None  # the soft cap step is there only with one
+    return s.module.softcap
+
+
+_PER_KEY = "B, H, Tq, Tk"
+SCORE_STEPS: tuple[StepRow, ...] = (
+    StepRow(
+        "dot",
+        "q·k for each key",
+        "s_j = q·k_j",
+        numbers="dot",
+        cut="head",
+        dims=_PER_KEY,
+        explanation="One number per key: how well the key matches the query.",
+        code="attention.dot",
+        per_key=True,
+    ),
+    StepRow(
+        "scaled",
+        "÷ √d_k",
+        lambda s: f"s_j / √d_k = s_j / √{s.width} = s_j × {s.module.score_scale():.4g}",
+        numbers="scaled",
+        cut="head",
+        dims=_PER_KEY,
+        explanation=_scale_explanation,
+        code="attention.scale",
+        per_key=True,
+    ),
+    StepRow(
+        "softcap",
+        "soft cap",
+        lambda s: f"s_j = {_cap(s):g} · tanh(s_j / {_cap(s):g})",
+        numbers="capped",
+        cut="head",
+        dims=_PER_KEY,
+        explanation=lambda s: (
+            f"Scores squashed into (−{_cap(s):g}, {_cap(s):g}) (Gemma 2): a "
+            "small score passes almost unchanged, a large one can no longer run away and take all "
+            "the weight."
+        ),
+        code="attention.softcap",
+        per_key=True,
+        when=lambda s: s.module.softcap is not None,
+    ),
+    StepRow(
+        "masked",
+        "the mask",
+        "s_j = −∞ where key j may not be attended to",
+        numbers="masked",
+        cut="head",
+        dims="B, 1, Tq, Tk",
+        shape_of="allowed",
+        shown=lambda s: f"query {s.token}: ({s.off.numel()},); grey = masked",
+        explanation=_mask_explanation,
+        code="attention.mask",
+        per_key=True,
+        greyed=True,
+        notes=True,
+    ),
+    StepRow(
+        "exp",
+        "softmax: exp",
+        "e_j = exp(s_j − max s)",
+        numbers="exp",
+        cut="all",
+        dims=_PER_KEY,
+        shape_of="weights",
+        explanation=lambda s: (
+            "Every score made positive (exp(−∞) = 0); subtracting the "
+            f"largest score ({s.top:.3g}) keeps exp from overflowing. "
+            f"Σ e = {s.tensors['exp'].sum().item():.4g}."
+        ),
+        code="attention.softmax",
+        per_key=True,
+        greyed=True,
+    ),
+    StepRow(
+        "weights",
+        "the weights",
+        "a_j = e_j / Σ e   (softmax)",
+        numbers="weights",
+        cut="head",
+        dims=_PER_KEY,
+        explanation=lambda s: (
+            "The attention weights: they sum to 1. The largest, "
+            f"{s.head_row('weights').max().item():.3f}, goes to key "
+            f"{s.key_labels[int(s.head_row('weights').argmax())]}."
+        ),
+        code="attention.softmax",
+        per_key=True,
+        greyed=True,
+    ),
+    StepRow(
+        "head",
+        lambda s: f"head {s.h + 1}'s output",
+        "head = Σ_j a_j·v_j",
+        numbers="heads",
+        cut="head",
+        dims="B, H, Tq, d_head",
+        explanation="The values, mixed by the weights: what this head brings to the token.",
+        code="attention.heads",
+    ),
+    StepRow(
+        "concat",
+        "all heads concatenated",
+        lambda s: f"Concat(head_1, …, head_{s.module.n_heads})",
+        numbers="concat",
+        cut="query",
+        dims="B, T, d_model",
+        shown=lambda s: (
+            f"query {s.token}: ({s.tensors['concat'].size(-1)},); head {s.h + 1} is {s.columns}"
+        ),
+        explanation=lambda s: (
+            f"The {s.module.n_heads} heads' outputs side by side (each head "
+            "computed its own weights the same way)."
+        ),
+        code="attention.concat",
+        highlight=True,
+    ),
+    StepRow(
+        "project",
+        "·W_O",
+        lambda s: "Concat(…)·W_O" + (" + b_O" if s.module.w_o.bias is not None else ""),
+        numbers="update",
+        cut="query",
+        dims="B, T, d_model",
+        shown=lambda s: f"query {s.token}: ({s.tensors['update'].size(-1)},)",
+        explanation="The output projection mixes the heads: what this sub-layer adds to the "
+        "stream.",
+        code="attention.project",
+    ),
+)
+
+
+def table_step(prefix: str, section: str, row: StepRow, scores: Scores) -> Step:
+    """The step ``row`` of the table says, with its numbers cut from ``scores``."""
+    s = scores
+    numbers = s.tensors[row.numbers]
+    whole = s.tensors[row.shape_of or row.numbers]
+    if row.cut == "head":
+        numbers = numbers[s.b, s.h, s.i]
+    elif row.cut == "query":
+        numbers = numbers[s.b, s.i]
+    shown = f"head {s.h + 1}, query {s.token}: ({whole.size(-1)},)"
+    return Step(
+        key=f"{prefix}.{row.key}",
+        name=_say(row.name, s),
+        section=section,
+        formula=_say(row.formula, s),
+        shape=_dims(row.dims, whole),
+        shown=shown if row.shown is None else _say(row.shown, s),
+        values=_cpu(numbers),
+        explanation=_say(row.explanation, s),
+        code=CODE[row.code],
+        labels=s.key_labels if row.per_key else None,
+        off=s.off if row.greyed else None,
+        notes=s.reasons if row.notes else None,
+        highlight=(s.h * s.d_head, (s.h + 1) * s.d_head) if row.highlight else None,
+    )
+
+
 class _Walker:
     """Builds the steps of one walkthrough (the shared indices and labels in one place)."""
 
@@ -281,6 +565,14 @@ class _Walker:
             ),
             code=CODE["embedding.position"],
         )
+        self.embedding_sum(record, x, norm)
+
+    def embedding_sum(
+        self, record: StackInput, x: Tensor, norm: LayerNorm | RMSNorm | None
+    ) -> None:
+        """The sum of the embedding's pieces (a token type's too), its norm where the model
+        has one, and the first layer's input ``x`` ``(B, T, d_model)``."""
+        b, i = self.b, self.i
         total = record.token_embedding + record.positional
         formula = "x = e + p"
         code = CODE["embedding.sum"]
@@ -347,6 +639,54 @@ class _Walker:
 
     # -- one attention sub-layer -----------------------------------------------------------
 
+    def self_attention(
+        self,
+        layer: EncoderLayer | DecoderLayer,
+        traced: LayerTrace,
+        x: Tensor,
+        causal: Tensor | None,
+        real_tokens: Tensor,
+    ) -> Tensor:
+        """The self-attention steps over the ``(B, T, d_model)`` stream ``x``, with the pass's
+        ``(T, T)`` ``causal`` mask in a decoder and its ``(B, T)`` ``real_tokens``; returns the
+        stream after them."""
+        record = traced.self_attention
+        reasons = _mask_reasons(
+            record.mask[self.b, 0, self.i].cpu(),
+            real_tokens[self.b].cpu(),
+            _cpu_or_none(causal) if self.walk.stack == "decoder" else None,
+            self.i,
+            layer.window if isinstance(layer, DecoderLayer) else None,
+        )
+        residual = (
+            layer.attention_residual
+            if isinstance(layer, EncoderLayer)
+            else layer.self_attention_residual
+        )
+        self.module, self.record = layer.self_attention, record
+        labels = self.walk.query_labels
+        args = (layer.self_attention, residual, x, None, record.mask, labels, reasons)
+        return self.attention("self", "self-attention", *args)
+
+    def cross_attention(
+        self, layer: DecoderLayer, traced: LayerTrace, x: Tensor, memory: Tensor, real: Tensor
+    ) -> Tensor:
+        """The cross-attention steps over the ``(B, T, d_model)`` stream ``x``, reading the
+        encoder's ``(B, S, d_model)`` ``memory`` whose real tokens are ``real`` ``(B, S)``;
+        returns the stream after them."""
+        record = traced.cross_attention
+        # A layer with cross-attention records it; its labels come from the source.
+        assert record is not None and layer.cross_attention is not None
+        assert self.walk.memory_labels is not None
+        reasons = _mask_reasons(
+            record.mask[self.b, 0, self.i].cpu(), real[self.b].cpu(), None, self.i
+        )
+        self.module, self.record = layer.cross_attention, record
+        labels = self.walk.memory_labels
+        residual = layer.cross_attention_residual
+        args = (layer.cross_attention, residual, x, memory, record.mask, labels, reasons)
+        return self.attention("cross", "cross-attention", *args)
+
     def attention(
         self,
         prefix: str,
@@ -360,9 +700,8 @@ class _Walker:
         reasons: list[str],
     ) -> Tensor:
         """Steps of one attention sub-layer; returns the ``(B, T, d_model)`` stream after it."""
-        b, i, h, dh = self.b, self.i, self.h, self.d_head
+        b, i = self.b, self.i
         pre = residual.pre_norm
-        token = self.walk.query_labels[i]
         if pre and isinstance(residual.norm, RMSNorm):
             self.rms_norm(
                 f"{prefix}.norm_in",
@@ -385,167 +724,70 @@ class _Walker:
                 code=CODE["residual.norm_in"],
             )
         q, k, _ = self.qkv(prefix, section, module, memory, key_labels)
+        scores = self.scores(prefix, module, q, k, mask, key_labels, reasons)
+        for row in SCORE_STEPS:
+            if row.when is None or row.when(scores):
+                self.steps.append(table_step(prefix, section, row, scores))
+        update = self.output_norm(prefix, section, residual, scores.tensors["update"], "Attention")
+        return self.residual(prefix, section, residual, x, update, "Attention")
 
-        cols = f"columns {h * dh}…{(h + 1) * dh - 1}"
+    def scores(
+        self,
+        prefix: str,
+        module: MultiHeadAttention,
+        q: Tensor,
+        k: Tensor,
+        mask: Tensor,
+        key_labels: list[str],
+        reasons: list[str],
+    ) -> Scores:
+        """What :data:`SCORE_STEPS` read, from the pass's own scores, weights and heads and
+        the pass's (rotated) q ``(B, H, Tq, d_head)`` and K ``(B, H, Tk, d_head)``."""
+        b, i, h = self.b, self.i, self.h
         record = self.record
         assert record is not None and record.queries is not None and record.keys is not None
         # ÷√d_k as its own step: the unscaled product of the pass's (rotated) q and keys.
         dot = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
-        self.add(
-            f"{prefix}.dot",
-            section,
-            "q·k for each key",
-            "s_j = q·k_j",
-            per_head=dot,
-            dims="B, H, Tq, Tk",
-            explanation="One number per key: how well the key matches the query.",
-            code=CODE["attention.dot"],
-            labels=key_labels,
-        )
-        scale = module.score_scale()
         # The pass scales the queries, then multiplies by the keys: its own scores.
         scaled = record.queries @ record.keys.transpose(-2, -1)
-        width = f"{module.scale_dim:g}" if module.scale_dim is not None else f"{dh}"
-        self.add(
-            f"{prefix}.scaled",
-            section,
-            "÷ √d_k",
-            f"s_j / √d_k = s_j / √{width} = s_j × {scale:.4g}",
-            per_head=scaled,
-            dims="B, H, Tq, Tk",
-            explanation=(
-                f"Divided by √d_k = √{dh} (the head's width, not d_model), so that wide "
-                "heads do not push softmax into a one-hot corner."
-                if module.scale_dim is None
-                else f"Divided by √{width} (query_pre_attn_scalar), a width the model chose "
-                f"for its scale, not the head's d_head = {dh}."
-            ),
-            code=CODE["attention.scale"],
-            labels=key_labels,
-        )
-        if module.softcap is not None:
-            cap = module.softcap
-            scaled = soft_cap(scaled, cap)
-            self.add(
-                f"{prefix}.softcap",
-                section,
-                "soft cap",
-                f"s_j = {cap:g} · tanh(s_j / {cap:g})",
-                per_head=scaled,
-                dims="B, H, Tq, Tk",
-                explanation=f"Scores squashed into (−{cap:g}, {cap:g}) (Gemma 2): a small score "
-                "passes almost unchanged, a large one can no longer run away and take all the "
-                "weight.",
-                code=CODE["attention.softcap"],
-                labels=key_labels,
-            )
+        capped = scaled if module.softcap is None else soft_cap(scaled, module.softcap)
         allowed = mask.expand(dot.size(0), 1, dot.size(2), dot.size(3))
-        masked = scaled.masked_fill(~allowed, float("-inf"))
+        masked = capped.masked_fill(~allowed, float("-inf"))
         off = ~allowed[b, 0, i].cpu()
-        n_off = int(off.sum())
-        if n_off:
-            counts: dict[str, int] = {}
-            for reason in reasons:
-                if reason:
-                    counts[reason] = counts.get(reason, 0) + 1
-            why = "; ".join(f"{n} {r}" for r, n in counts.items())
-            text = f"{n_off} of {off.numel()} keys are set to −∞ ({why}): softmax gives them 0."
-        else:
-            text = f"No key is masked: all {off.numel()} keys are real tokens" + (
-                ", and this attention may look both ways." if prefix != "self" else "."
-            )
-        if prefix == "self" and self.walk.stack == "encoder" and not n_off:
-            text = f"No key is masked: all {off.numel()} keys are real tokens, and an encoder "
-            text += "looks both ways (no causal mask)."
-        self.add(
-            f"{prefix}.masked",
-            section,
-            "the mask",
-            "s_j = −∞ where key j may not be attended to",
-            shape=_dims("B, 1, Tq, Tk", allowed),
-            shown=f"query {token}: ({dot.size(-1)},); grey = masked",
-            values=_cpu(masked[b, h, i]),
-            explanation=text,
-            code=CODE["attention.mask"],
-            labels=key_labels,
-            off=off,
-            notes=reasons,
-        )
-        weights = record.weights  # the pass's own (B, H, Tq, Tk)
         row = masked[b, h, i]
         finite = row[torch.isfinite(row)]
         top = finite.max() if finite.numel() else row.new_zeros(())
         exp = torch.exp(row - top).masked_fill(off.to(row.device), 0.0)
-        softmax_code = CODE["attention.softmax"]
-        self.add(
-            f"{prefix}.exp",
-            section,
-            "softmax: exp",
-            "e_j = exp(s_j − max s)",
-            per_head=weights,
-            dims="B, H, Tq, Tk",
-            values=_cpu(exp),
-            explanation=f"Every score made positive (exp(−∞) = 0); subtracting the largest "
-            f"score ({top.item():.3g}) keeps exp from overflowing. Σ e = {exp.sum().item():.4g}.",
-            code=softmax_code,
-            labels=key_labels,
-            off=off,
-        )
-        self.add(
-            f"{prefix}.weights",
-            section,
-            "the weights",
-            "a_j = e_j / Σ e   (softmax)",
-            per_head=weights,
-            dims="B, H, Tq, Tk",
-            explanation=f"The attention weights: they sum to 1. The largest, "
-            f"{weights[b, h, i].max().item():.3f}, goes to key "
-            f"{key_labels[int(weights[b, h, i].argmax())]}.",
-            code=softmax_code,
-            labels=key_labels,
-            off=off,
-        )
         heads = self.captured("heads")  # (B, H, Tq, d_head), as the pass mixed them
-        self.add(
-            f"{prefix}.head",
-            section,
-            f"head {h + 1}'s output",
-            "head = Σ_j a_j·v_j",
-            per_head=heads,
-            dims="B, H, Tq, d_head",
-            explanation="The values, mixed by the weights: what this head brings to the token.",
-            code=CODE["attention.heads"],
-        )
         batch, n_heads, length, _ = heads.shape
-        concat = heads.transpose(1, 2).reshape(batch, length, n_heads * dh)
-        self.add(
-            f"{prefix}.concat",
-            section,
-            "all heads concatenated",
-            f"Concat(head_1, …, head_{n_heads})",
-            shape=_dims("B, T, d_model", concat),
-            shown=f"query {token}: ({concat.size(-1)},); head {h + 1} is {cols}",
-            values=_cpu(concat[b, i]),
-            explanation=f"The {n_heads} heads' outputs side by side (each head computed its "
-            "own weights the same way).",
-            code=CODE["attention.concat"],
-            highlight=(h * dh, (h + 1) * dh),
+        concat = heads.transpose(1, 2).reshape(batch, length, n_heads * self.d_head)
+        tensors = {
+            "dot": dot,
+            "scaled": scaled,
+            "capped": capped,
+            "allowed": allowed,
+            "masked": masked,
+            "exp": exp,
+            "weights": record.weights,  # the pass's own (B, H, Tq, Tk)
+            "heads": heads,
+            "concat": concat,
+            "update": self.captured("output"),  # (B, T, d_model), after W_O
+        }
+        return Scores(
+            module=module,
+            prefix=prefix,
+            stack=self.walk.stack,
+            b=b,
+            i=i,
+            h=h,
+            d_head=self.d_head,
+            token=self.walk.query_labels[i],
+            key_labels=key_labels,
+            reasons=reasons,
+            off=off,
+            top=top.item(),
+            tensors=tensors,
         )
-        update = self.captured("output")  # (B, T, d_model), after W_O
-        self.add(
-            f"{prefix}.project",
-            section,
-            "·W_O",
-            "Concat(…)·W_O" + (" + b_O" if module.w_o.bias is not None else ""),
-            shape=_dims("B, T, d_model", update),
-            shown=f"query {token}: ({update.size(-1)},)",
-            values=_cpu(update[b, i]),
-            explanation="The output projection mixes the heads: what this sub-layer adds to the "
-            "stream.",
-            code=CODE["attention.project"],
-        )
-        update = self.output_norm(prefix, section, residual, update, "Attention")
-        return self.residual(prefix, section, residual, x, update, "Attention")
 
     def qkv(
         self,
@@ -1093,7 +1335,79 @@ def walkthrough(
         embedding pieces in layer 0), self-attention, cross-attention in a decoder layer of an
         encoder-decoder model, the feed-forward network, the layer's output.
     """
-    config = model.config
+    walk = _checked_walk(model.config, analysis, stack, layer, head, query, row, tokenizer)
+    trace = analysis.trace
+    layers = trace.encoder_layers if stack == "encoder" else trace.decoder_layers
+    record = trace.source if stack == "encoder" else trace.target
+    assert record is not None  # _checked_walk refuses an analysis without inputs
+    # The layer's own pass again, on the input the analysis's pass gave it, this time keeping
+    # what its modules computed (norms, q, k, v, heads, outputs, hidden units) and its weights:
+    # every number shown below is that pass's, or (the ÷√d_k and exp steps) an explanatory
+    # split of it.
+    look = LookInside(stack, layer)
+    module = cast(
+        EncoderLayer | DecoderLayer,
+        (model.encoder if stack == "encoder" else model.decoder).layers[layer],
+    )
+    with eval_mode(model):
+        traced: LayerTrace = _rerun_layer(module, layers[layer], trace.memory, look)
+    with eval_mode(model):
+        walker = _Walker(walk, model)
+        walker.offset = record.position_offset
+        walker.look = look
+        walker.passed = _passed(traced)
+        x = traced.input
+        if layer == 0:
+            walker.embedding(record, x, decoder=stack == "decoder")
+        else:
+            walker.layer_input(x, first=False)
+        x = walker.self_attention(module, traced, x, trace.causal, record.real_tokens)
+        if isinstance(module, DecoderLayer) and module.cross_attention is not None:
+            assert trace.source is not None and trace.memory is not None  # it read the memory
+            x = walker.cross_attention(module, traced, x, trace.memory, trace.source.real_tokens)
+        parallel = isinstance(module, DecoderLayer) and module.parallel
+        x = walker.feed_forward(module, x, traced.input if parallel else None)
+        walker.add(
+            "output",
+            "feed-forward",
+            f"the output of layer {layer + 1}",
+            "x' = the stream after the feed-forward sub-layer",
+            full=x,
+            explanation=_output_explanation(model.config, stack, layer + 1 == len(layers)),
+            code=CODE[f"output.{stack}"],
+        )
+    return walk
+
+
+def _output_explanation(config: ModelConfig, stack: str, last: bool) -> str:
+    """What the layer's output step says: who reads it next."""
+    if not last:
+        return "What the next layer reads at this token."
+    if config.norm == "pre":
+        name = "RMSNorm" if config.norm_kind == "rms" else "LayerNorm"
+        return f"The last layer's output: the stack's final {name} comes next " + (
+            "(pre-norm)." if config.norm_kind == "rms" else "(pre-LN)."
+        )
+    if stack == "encoder" and config.has_decoder:
+        return (
+            "The last layer's output: the encoder's memory, which the decoder's "
+            "cross-attention reads."
+        )
+    return "The last layer's output: what the generator turns into logits."
+
+
+def _checked_walk(
+    config: ModelConfig,
+    analysis: Analysis,
+    stack: str,
+    layer: int,
+    head: int,
+    query: int,
+    row: int,
+    tokenizer: Tokenizer | None,
+) -> LayerWalkthrough:
+    """An empty walkthrough of the choice, once it is checked against the model and the
+    analysis (``ValueError`` saying what to fix), with its tokens labelled."""
     trace = analysis.trace
     if stack not in ("encoder", "decoder"):
         raise ValueError(f"stack must be 'encoder' or 'decoder', got {stack!r}")
@@ -1126,7 +1440,7 @@ def walkthrough(
     memory_labels = None
     if stack == "decoder" and config.has_encoder:
         memory_labels = numbered(analysis.source_pieces[row])
-    walk = LayerWalkthrough(
+    return LayerWalkthrough(
         config=config,
         stack=stack,
         layer=layer,
@@ -1137,101 +1451,6 @@ def walkthrough(
         key_labels=labels,
         memory_labels=memory_labels,
     )
-    # The layer's own pass again, on the input the analysis's pass gave it, this time keeping
-    # what its modules computed (norms, q, k, v, heads, outputs, hidden units) and its weights:
-    # every number shown below is that pass's, or (the ÷√d_k and exp steps) an explanatory
-    # split of it.
-    look = LookInside(stack, layer)
-    module = cast(
-        EncoderLayer | DecoderLayer,
-        (model.encoder if stack == "encoder" else model.decoder).layers[layer],
-    )
-    with eval_mode(model):
-        traced: LayerTrace = _rerun_layer(module, layers[layer], trace.memory, look)
-    with eval_mode(model):
-        walker = _Walker(walk, model)
-        walker.offset = record.position_offset
-        walker.look = look
-        walker.passed = _passed(traced)
-        x = traced.input
-        if layer == 0:
-            walker.embedding(record, x, decoder=stack == "decoder")
-        else:
-            walker.layer_input(x, first=False)
-        self_record = traced.self_attention
-        causal = trace.causal if stack == "decoder" else None
-        reasons = _mask_reasons(
-            self_record.mask[row, 0, query].cpu(),
-            real,
-            _cpu_or_none(causal),
-            query,
-            module.window if isinstance(module, DecoderLayer) else None,
-        )
-        residual = (
-            module.attention_residual
-            if isinstance(module, EncoderLayer)
-            else module.self_attention_residual
-        )
-        walker.module, walker.record = module.self_attention, traced.self_attention
-        x = walker.attention(
-            "self",
-            "self-attention",
-            module.self_attention,
-            residual,
-            x,
-            None,
-            self_record.mask,
-            labels,
-            reasons,
-        )
-        if isinstance(module, DecoderLayer) and module.cross_attention is not None:
-            cross = traced.cross_attention
-            # A layer with cross-attention records it; its memory and labels come from the source.
-            assert cross is not None and trace.source is not None and memory_labels is not None
-            reasons = _mask_reasons(
-                cross.mask[row, 0, query].cpu(), trace.source.real_tokens[row].cpu(), None, query
-            )
-            walker.module, walker.record = module.cross_attention, cross
-            x = walker.attention(
-                "cross",
-                "cross-attention",
-                module.cross_attention,
-                module.cross_attention_residual,
-                x,
-                trace.memory,
-                cross.mask,
-                memory_labels,
-                reasons,
-            )
-        parallel = isinstance(module, DecoderLayer) and module.parallel
-        x = walker.feed_forward(module, x, traced.input if parallel else None)
-        walker.add(
-            "output",
-            "feed-forward",
-            f"the output of layer {layer + 1}",
-            "x' = the stream after the feed-forward sub-layer",
-            full=x,
-            explanation=(
-                "What the next layer reads at this token."
-                if layer + 1 < len(layers)
-                else "The last layer's output"
-                + (
-                    (
-                        ": the stack's final RMSNorm comes next (pre-norm)."
-                        if config.norm_kind == "rms"
-                        else ": the stack's final LayerNorm comes next (pre-LN)."
-                    )
-                    if config.norm == "pre"
-                    else (
-                        ": the encoder's memory, which the decoder's cross-attention reads."
-                        if stack == "encoder" and config.has_decoder
-                        else ": what the generator turns into logits."
-                    )
-                )
-            ),
-            code=CODE[f"output.{stack}"],
-        )
-    return walk
 
 
 def _rerun_layer(

@@ -22,13 +22,12 @@ from transformer.lab.block_diff import (
     Side,
     compare_analyses,
 )
-from transformer.lab.inside import LayerWalkthrough, Step
+from transformer.lab.inside import LayerWalkthrough, Step, check_sentence
 
 from ...serving import endpoints
 from ...serving.errors import InputError, friendly, gpu, user_input
-from ...serving.inputs import as_position
+from ...serving.inputs import as_position, as_text
 from ...serving.state import PRELOAD_FIRST, ModelRegistry, SessionModels
-from .handlers import fit
 from .view import InsideRequest, default_query, query_choices
 
 LABEL = "Compare 2017 ↔ the modern block"
@@ -94,21 +93,44 @@ def _names(registry: ModelRegistry, name: str, session: SessionModels | None) ->
     raise InputError("the comparison needs a paper-style model: none of the bundled ones loaded")
 
 
-def compare(registry: ModelRegistry, request: InsideRequest) -> tuple[BlockDiff, str, str]:
-    """The comparison a request asks for (its model on its own side): the diff and the two
-    models' names (original, modern)."""
-    for name, value in (("layer", request.layer), ("head", request.head), ("query", request.query)):
-        as_position(value, name)  # NaN or infinity is refused, not moved to a default
-    session = request.session
-    original_name, modern_name = _names(registry, request.model, session)
-    for name in (original_name, modern_name):  # before any pass: a long text is refused at once
-        n_tokens = len(registry.checkpoint(name, session).tokenizer.encode_ids(request.sentence))
+def compared(
+    registry: ModelRegistry,
+    text: Any,
+    name: Any,
+    stack: Any,
+    layer: Any = 1,
+    head: Any = 1,
+    query: Any = 0,
+    large: Any = False,
+    session: SessionModels | None = None,
+) -> InsideRequest:
+    """The request of a comparison, from the components' values in the order the events send
+    them: a layer, head or query that is no number is refused, and a sentence too long for
+    either model, before any pass; then it is read with the menu's values moved into range, as
+    the tab shows them."""
+    text = as_text(text, "sentence")
+    for what, value in (("layer", layer), ("head", head), ("query", query)):
+        as_position(value, what)  # NaN or infinity is refused, not moved to a default
+    names = _names(registry, name, session)
+    with user_input():
+        sentence = check_sentence(text)
+    for other in names:  # before any pass: a long text is refused at once
+        n_tokens = len(registry.checkpoint(other, session).tokenizer.encode_ids(sentence))
         if n_tokens > MAX_TOKENS:
             raise InputError(
                 f"the comparison reads at most {MAX_TOKENS} tokens; this sentence is {n_tokens} "
-                f"tokens long in {name}: shorten it"
+                f"tokens long in {other}: shorten it"
             )
-    fitted = fit(registry, request)  # the menu's values moved into range, as the tab shows them
+    return InsideRequest.read(
+        registry, text, name, stack, layer, head, query, large, session, fit=True
+    )
+
+
+def compare(registry: ModelRegistry, request: InsideRequest) -> tuple[BlockDiff, str, str]:
+    """The comparison a request asks for (its model on its own side): the diff and the two
+    models' names (original, modern)."""
+    session = request.session
+    original_name, modern_name = _names(registry, request.model, session)
     sides = []
     for name in (original_name, modern_name):
         checkpoint = registry.checkpoint(name, session)
@@ -117,8 +139,8 @@ def compare(registry: ModelRegistry, request: InsideRequest) -> tuple[BlockDiff,
         sides.append(side)
     query_of = "original" if request.model == original_name else "modern"
     own = sides[0] if query_of == "original" else sides[1]
-    query = fitted.query
-    if fitted.stack != own.stack:  # e.g. a translation model's decoder: it reads its own output
+    query = request.query
+    if request.stack != own.stack:  # e.g. a translation model's decoder: it reads its own output
         assert own.analysis is not None
         query = default_query(query_choices(own.analysis, own.stack))
     with user_input():
@@ -126,8 +148,8 @@ def compare(registry: ModelRegistry, request: InsideRequest) -> tuple[BlockDiff,
             sides[0],
             sides[1],
             request.sentence,
-            fitted.layer - 1,
-            fitted.head - 1,
+            request.layer,
+            request.head,
             query,
             query_of=query_of,
         )
@@ -333,7 +355,7 @@ def _grouped(rows: list[DiffRow]) -> list[tuple[str, list[DiffRow]]]:
 @friendly
 @gpu
 @endpoints.takes_request(
-    InsideRequest.of,
+    compared,
     ("text", "name", "stack", "layer", "head", "query", "large", "on", "session"),
     switch="on",
 )

@@ -3,80 +3,28 @@ registry first."""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
 from ...serving import endpoints
 from ...serving.errors import friendly, gpu
-from ...serving.inputs import clamped
 from ...serving.state import ModelRegistry, SessionModels
-from .view import (
-    EXAMPLE_TEXT,
-    SECTIONS,
-    InsideRequest,
-    as_query,
-    chosen_for,
-    draw,
-    layers_in,
-    query_choices,
-    stacks_for,
-)
+from .view import EXAMPLE_TEXT, SECTIONS, InsideRequest, draw, reading
 
 N_OUTPUTS = 1 + 4 * len(SECTIONS)
 
 
-@dataclass
-class Fitted:
-    """The controls' choices and values that fit one model and sentence."""
-
-    stacks: list[str]
-    stack: str
-    n_layers: int
-    layer: int
-    n_heads: int
-    head: int
-    choices: list[tuple[str, int]]
-    query: int
-
-
-takes_request = endpoints.takes_request(InsideRequest.of)
+takes_request = endpoints.takes_request(reading(fit=False))
 """``handler(registry, request)`` as an event handler: it takes the components' values in the
-order the ``/inside_layer`` API has them and builds the request once."""
+order the ``/inside_layer`` API has them and builds the request once, refusing a value the
+model or the sentence lacks."""
+takes_fitted = endpoints.takes_request(reading(fit=True))
+"""The same, with a value the model or the sentence lacks moved into range."""
 
 
-def fit(registry: ModelRegistry, request: InsideRequest) -> Fitted:
-    """The stacks, layers, heads and query tokens this model and this sentence have, and the
-    request's values moved into range (kept where they still apply)."""
-    checkpoint = registry.checkpoint(request.model, request.session)
-    config = checkpoint.config
-    stacks = stacks_for(config)
-    stack = request.stack if request.stack in stacks else stacks[0]
-    analysis = registry.analysis(request.model, checkpoint, [request.sentence])
-    choices = query_choices(analysis, stack, checkpoint.tokenizer)
-    positions = [i for _, i in choices]
-    try:
-        position = as_query(request.query)
-    except ValueError:
-        position = positions[0]
-    if position not in positions:
-        position = positions[min(len(positions) - 1, max(0, position))]
-    n_layers = layers_in(config, stack)
-    return Fitted(
-        stacks,
-        stack,
-        n_layers,
-        clamped(request.layer, n_layers),
-        config.n_heads,
-        clamped(request.head, config.n_heads),
-        choices,
-        position,
-    )
-
-
-def _updates(fitted: Fitted) -> tuple[Any, Any, Any, Any]:
+def _updates(fitted: InsideRequest) -> tuple[Any, Any, Any, Any]:
+    """The Stack choices and the Layer, Head and Query-token ranges of a fitted request."""
     return (
         # Always shown: a hidden radio keeps its old value in the browser, which the next
         # event would send against the new choices (and a single choice tells what the model has).
@@ -84,13 +32,13 @@ def _updates(fitted: Fitted) -> tuple[Any, Any, Any, Any]:
         gr.Slider(
             minimum=1,
             maximum=max(2, fitted.n_layers),
-            value=fitted.layer,
+            value=fitted.layer + 1,
             visible=fitted.n_layers > 1,
         ),
         gr.Slider(
             minimum=1,
             maximum=max(2, fitted.n_heads),
-            value=fitted.head,
+            value=fitted.head + 1,
             visible=fitted.n_heads > 1,
         ),
         gr.Dropdown(choices=fitted.choices, value=fitted.query),
@@ -100,17 +48,16 @@ def _updates(fitted: Fitted) -> tuple[Any, Any, Any, Any]:
 @friendly
 @gpu
 @endpoints.takes_request(
-    InsideRequest.of, ("text", "name", "stack", "layer", "head", "query", "session")
+    reading(fit=True), ("text", "name", "stack", "layer", "head", "query", "session")
 )
 def controls(registry: ModelRegistry, request: InsideRequest) -> tuple[Any, Any, Any, Any]:
     """The Stack choices and the Layer, Head and Query-token ranges this model and this
     sentence have (values kept where they still apply)."""
-    return _updates(fit(registry, request))
+    return _updates(request)
 
 
-def _draw(registry: ModelRegistry, request: InsideRequest) -> tuple[Any, ...]:
-    chosen = chosen_for(registry, request)
-    text_summary, drawn = draw(chosen, request.model, request.large)
+def _draw(request: InsideRequest) -> tuple[Any, ...]:
+    text_summary, drawn = draw(request)
     outputs: list[Any] = [text_summary]
     # gr.update, not gr.Accordion(...): the first view is drawn while the layout is built, where
     # a component made here would be placed on the page.
@@ -142,21 +89,17 @@ def inside_layer(registry: ModelRegistry, request: InsideRequest) -> tuple[Any, 
     Returns the summary, then per section (input, self-attention, cross-attention,
     feed-forward) the accordion (hidden where the layer has no such section), the steps with
     their shapes, the code lines in order and the figure."""
-    return _draw(registry, request)
+    return _draw(request)
 
 
 @friendly
 @gpu
-@takes_request
+@takes_fitted
 def refresh(registry: ModelRegistry, request: InsideRequest) -> tuple[Any, ...]:
     """Fit the controls to this model and sentence, then draw with the fitted values, in one
     event: a redraw chained after the fit would read the old choice from the browser (a stack
     or a token the new model does not have) and fail."""
-    fitted = fit(registry, request)
-    request = dataclasses.replace(
-        request, stack=fitted.stack, layer=fitted.layer, head=fitted.head, query=fitted.query
-    )
-    return (*_updates(fitted), *_draw(registry, request))
+    return (*_updates(request), *_draw(request))
 
 
 def first_view(

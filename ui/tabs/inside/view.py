@@ -4,6 +4,7 @@ lines in order and its figure."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,7 @@ from transformer.pretrained.checkpoint import Checkpoint
 from transformer.text.tokenization import Tokenizer
 
 from ...serving.errors import InputError, code_span, user_input
-from ...serving.inputs import as_int, as_text, shown, unreadable_note
+from ...serving.inputs import as_int, as_text, clamped, shown, unreadable_note
 from ...serving.state import ModelRegistry, SessionModels
 
 EXAMPLE_TEXT = "the small cat sees a red ball"
@@ -37,57 +38,6 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("feed-forward", "4 · Feed-forward network and the layer's output"),
 )
 _ACTIVATION_NAMES = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh)", "silu": "SiLU"}
-
-
-@dataclass(frozen=True)
-class InsideRequest:
-    """What the tab's controls say, as one value: the layout's components fill it (in the
-    order of :meth:`of`'s parameters, the ``/inside_layer`` API signature) and the handlers
-    receive it. The sentence is checked once, into :attr:`sentence`."""
-
-    text: str
-    model: str
-    stack: str
-    layer: Any = 1
-    head: Any = 1
-    query: Any = 0
-    large: bool = False
-    session: SessionModels | None = None
-
-    @classmethod
-    def of(
-        cls,
-        text: Any,
-        name: Any,
-        stack: Any,
-        layer: Any = 1,
-        head: Any = 1,
-        query: Any = 0,
-        large: Any = False,
-        session: SessionModels | None = None,
-    ) -> InsideRequest:
-        """The request from the components' values, in the order the events send them."""
-        return cls(as_text(text, "sentence"), name, stack, layer, head, query, bool(large), session)
-
-    @functools.cached_property
-    def sentence(self) -> str:
-        """The sentence, checked (one non-empty line)."""
-        with user_input():
-            return check_sentence(self.text)
-
-
-@dataclass
-class Chosen:
-    """A validated request: the model, its analysis of the sentence, and the (0-based) stack,
-    layer, head and query a walkthrough reads."""
-
-    checkpoint: Checkpoint
-    analysis: Analysis
-    sentence: str
-    stack: str
-    layer: int
-    head: int
-    query: int
 
 
 def stacks_for(config: Any) -> list[str]:
@@ -136,6 +86,112 @@ def as_query(value: Any) -> int:
         ) from None
 
 
+@dataclass(frozen=True)
+class InsideRequest:
+    """What the tab's controls say, checked once against the model and the sentence: the
+    layout's components fill it (in the order of :meth:`read`'s parameters, the
+    ``/inside_layer`` API signature) and the handlers receive it.
+
+    ``layer``, ``head`` and ``query`` are 0-based and the model and the sentence have them;
+    ``stacks``, ``n_layers``, ``n_heads`` and ``choices`` are the ranges the controls offer."""
+
+    model: str
+    session: SessionModels | None
+    checkpoint: Checkpoint
+    analysis: Analysis
+    sentence: str
+    stacks: list[str]
+    stack: str
+    n_layers: int
+    layer: int
+    n_heads: int
+    head: int
+    choices: list[tuple[str, int]]
+    query: int
+    large: bool = False
+
+    @classmethod
+    def read(
+        cls,
+        registry: ModelRegistry,
+        text: Any,
+        name: Any,
+        stack: Any,
+        layer: Any = 1,
+        head: Any = 1,
+        query: Any = 0,
+        large: Any = False,
+        session: SessionModels | None = None,
+        *,
+        fit: bool,
+    ) -> InsideRequest:
+        """The request from the components' values, in the order the events send them
+        (layer and head from 1, the query by its position). With ``fit`` a value the model or
+        the sentence lacks is moved into range (a live control may still hold one from before
+        it was fitted); without, it is refused with a message saying what to choose."""
+        text = as_text(text, "sentence")
+        checkpoint = registry.checkpoint(name, session)
+        config = checkpoint.config
+        stacks = stacks_for(config)
+        if stack not in stacks:
+            if not fit:
+                raise InputError(
+                    f"the {name} model is {config.architecture}: choose {' or '.join(stacks)}"
+                )
+            stack = stacks[0]
+        with user_input():
+            sentence = check_sentence(text)
+        analysis = registry.analysis(name, checkpoint, [sentence])
+        n_layers, n_heads = layers_in(config, stack), config.n_heads
+        choices = query_choices(analysis, stack, checkpoint.tokenizer)
+        return cls(
+            model=name,
+            session=session,
+            checkpoint=checkpoint,
+            analysis=analysis,
+            sentence=sentence,
+            stacks=stacks,
+            stack=stack,
+            n_layers=n_layers,
+            layer=_number(layer, "layer", n_layers, fit) - 1,
+            n_heads=n_heads,
+            head=_number(head, "head", n_heads, fit) - 1,
+            choices=choices,
+            query=_position(query, [i for _, i in choices], fit),
+            large=bool(large),
+        )
+
+
+def reading(fit: bool) -> Callable[..., InsideRequest]:
+    """:meth:`InsideRequest.read` with ``fit`` set, as the builder
+    :func:`ui.serving.endpoints.takes_request` makes the tab's handlers from."""
+    return functools.partial(InsideRequest.read, fit=fit)
+
+
+def _number(value: Any, what: str, high: int, fit: bool) -> int:
+    """A 1-based layer or head in ``1..high``: moved into range with ``fit``, else checked."""
+    return clamped(value, high) if fit else as_int(value, what, 1, high)
+
+
+def _position(value: Any, positions: list[int], fit: bool) -> int:
+    """A query token's position, one of ``positions``: with ``fit`` the nearest one (the first
+    where ``value`` is no position), else checked."""
+    try:
+        position = as_query(value)
+    except ValueError:
+        if not fit:
+            raise
+        return positions[0]
+    if position in positions:
+        return position
+    if fit:
+        return positions[min(len(positions) - 1, max(0, position))]
+    raise InputError(
+        f"query token must be one of the {len(positions)} tokens "
+        f"(0..{positions[-1]}), got {position}"
+    )
+
+
 def choose(
     registry: ModelRegistry,
     session: SessionModels | None,
@@ -145,36 +201,17 @@ def choose(
     layer: Any,
     head: Any,
     query: Any,
-) -> Chosen:
+) -> InsideRequest:
     """Check every input against the model (1-based layer and head, 0-based token position)
     and analyse the sentence (cached for shared models)."""
-    request = InsideRequest.of(text, name, stack, layer, head, query, session=session)
-    return chosen_for(registry, request)
+    return InsideRequest.read(
+        registry, text, name, stack, layer, head, query, session=session, fit=False
+    )
 
 
-def chosen_for(registry: ModelRegistry, request: InsideRequest) -> Chosen:
-    """:func:`choose` for a request (its sentence is checked once, however often it is read)."""
-    checkpoint = registry.checkpoint(request.model, request.session)
-    config, name, stack = checkpoint.config, request.model, request.stack
-    stacks = stacks_for(config)
-    if stack not in stacks:
-        raise InputError(f"the {name} model is {config.architecture}: choose {' or '.join(stacks)}")
-    analysis = registry.analysis(name, checkpoint, [request.sentence])
-    layer_index = as_int(request.layer, "layer", 1, layers_in(config, stack)) - 1
-    head_index = as_int(request.head, "head", 1, config.n_heads) - 1
-    positions = [i for _, i in query_choices(analysis, stack)]
-    position = as_query(request.query)
-    if position not in positions:
-        raise InputError(
-            f"query token must be one of the {len(positions)} tokens "
-            f"(0..{positions[-1]}), got {position}"
-        )
-    return Chosen(checkpoint, analysis, request.sentence, stack, layer_index, head_index, position)
-
-
-def summary(chosen: Chosen, walk: LayerWalkthrough, name: str) -> str:
+def summary(request: InsideRequest, walk: LayerWalkthrough) -> str:
     """A few lines: the model's shape, what the walkthrough shows, what the model read and wrote."""
-    config = chosen.checkpoint.config
+    config = request.checkpoint.config
     norm = "pre-LN (normalise first)" if config.norm == "pre" else "post-LN (normalise after)"
     if config.norm_kind == "rms":
         norm = "RMSNorm first (pre-norm)" if config.norm == "pre" else "RMSNorm after (post-norm)"
@@ -192,12 +229,12 @@ def summary(chosen: Chosen, walk: LayerWalkthrough, name: str) -> str:
     activation = _ACTIVATION_NAMES.get(config.activation, config.activation)
     if config.feed_forward_kind == "gated":
         activation = f"gated feed-forward {activation}(x·W_gate) ⊙ x·W_up"
-    tokenizer = chosen.checkpoint.tokenizer
-    analysis = chosen.analysis
-    pieces = (analysis.source_pieces if chosen.stack == "encoder" else analysis.target_pieces)[0]
+    tokenizer = request.checkpoint.tokenizer
+    analysis = request.analysis
+    pieces = (analysis.source_pieces if request.stack == "encoder" else analysis.target_pieces)[0]
     query = walk.query_labels[walk.query]  # written as every view writes it
     lines = [
-        f"**{name}**: {config.architecture}, {norm}{rotary}, d_model {config.d_model}, "
+        f"**{request.model}**: {config.architecture}, {norm}{rotary}, d_model {config.d_model}, "
         f"{heads} × d_head {config.d_head}, d_ff {config.d_ff}, {activation}. "
         f"Showing layer **{walk.layer + 1}** of the {walk.stack}, head **{walk.head + 1}**, "
         f"query token {code_span(query)}: {len(walk.steps)} steps, every "
@@ -205,13 +242,13 @@ def summary(chosen: Chosen, walk: LayerWalkthrough, name: str) -> str:
     ]
     if config.has_encoder and config.has_decoder:  # same paragraph: the figures stay in view
         lines[0] += (
-            f" The decoder reads the model's own answer {code_span(chosen.analysis.outputs[0])} "
+            f" The decoder reads the model's own answer {code_span(request.analysis.outputs[0])} "
             "(its tokens are the decoder's queries)."
         )
-    note = unreadable_note(chosen.checkpoint.tokenizer, chosen.sentence)
+    note = unreadable_note(request.checkpoint.tokenizer, request.sentence)
     if note:
         lines.append(note)
-    unknown = toy_vocabulary_note(chosen.checkpoint.info.get("task"), chosen.sentence)
+    unknown = toy_vocabulary_note(request.checkpoint.info.get("task"), request.sentence)
     if unknown:
         lines.append(unknown)
     legend = piece_legend(tokenizer, pieces)
@@ -256,15 +293,15 @@ def sections(walk: LayerWalkthrough, large: bool) -> list[tuple[str, str, Any, b
     return drawn
 
 
-def draw(chosen: Chosen, name: str, large: bool) -> tuple[str, list[tuple[str, str, Any, bool]]]:
-    """The summary and every section of one validated request."""
+def draw(request: InsideRequest) -> tuple[str, list[tuple[str, str, Any, bool]]]:
+    """The summary and every section of one checked request."""
     walk = walkthrough(
-        chosen.checkpoint.model,
-        chosen.analysis,
-        chosen.stack,
-        chosen.layer,
-        chosen.head,
-        chosen.query,
-        tokenizer=chosen.checkpoint.tokenizer,
+        request.checkpoint.model,
+        request.analysis,
+        request.stack,
+        request.layer,
+        request.head,
+        request.query,
+        tokenizer=request.checkpoint.tokenizer,
     )
-    return summary(chosen, walk, name), sections(walk, large)
+    return summary(request, walk), sections(walk, request.large)
