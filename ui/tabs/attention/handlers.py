@@ -12,6 +12,7 @@ from ...serving.endpoints import takes_request
 from ...serving.errors import friendly, gpu
 from ...serving.state import ModelRegistry, SessionModels
 from . import mistakes as seed_mistakes
+from .data import attention_data
 from .panels import Panels, every_panel, grid_panel, head_panels
 from .request import AttentionRequest, reading
 from .view import EXAMPLE_SENTENCES, request_view
@@ -52,12 +53,14 @@ def attention(registry: ModelRegistry, request: AttentionRequest) -> Panels:
     """The ``/attention`` endpoint: one head (scores beside weights; with a what-if or one of
     the seeds' mistakes, the original weights beside the changed ones), the masks, the change of
     that head's weights and a summary."""
-    return head_panels(registry, request, request_view(registry, request))
+    data = attention_data(registry, request)
+    return head_panels(data)
 
 
 def _everything(registry: ModelRegistry, request: AttentionRequest) -> tuple[Any, ...]:
     """Every panel from one cached analysis."""
-    return every_panel(registry, request, request_view(registry, request))
+    data = attention_data(registry, request)
+    return every_panel(data)
 
 
 @friendly

@@ -31,6 +31,7 @@ from transformer.text.tokenization import Tokenizer
 from ...serving.errors import InputError, code_span, friendly, gpu
 from ...serving.state import ModelRegistry, SessionModels, bind
 from .request import NO_MISTAKE, SEED_MISTAKES, describe_kind, seed_mistake
+from .view import ATTENTION_KINDS, attention_view, padded_query_rows, same_input_pass
 
 NONE = NO_MISTAKE
 LABEL = "The seeds' mistakes (recomputed live)"
@@ -112,14 +113,9 @@ def broken_pass(
 ) -> BrokenPass:
     """The pass over ``sentences`` with ``mistake`` made (on top of ``base``'s what-ifs), on the
     correct pass's decoder input, compared with ``correct``."""
-    config = checkpoint.config
     intervention = dataclasses.replace(base, mistakes=frozenset({mistake}))
-    targets = None
-    if config.has_encoder and config.has_decoder:
-        assert correct.trace.target is not None  # an encoder-decoder pass reads a decoder input
-        targets = correct.trace.target.tokens
     try:
-        analysis = registry.analysis(name, checkpoint, sentences, intervention, targets)
+        analysis = same_input_pass(registry, name, checkpoint, sentences, correct, intervention)
     except ValueError as error:
         if not mistake.may_refuse:
             raise
@@ -220,10 +216,7 @@ def beside(
 ) -> tuple[Any, Any]:
     """One head's weights of ``kind`` attention, correct beside broken, and their difference:
     two figures."""
-    axes = mistake.axes_note(kind)
-    note = f" ({axes})" if axes else ""
-    right = f"with “{mistake.label}”{note}"
-    kind_title = describe_kind(kind)
+    panel_titles, title, diff_title = beside_titles(mistake, kind, where)
     single = weights_beside_figure(
         correct,
         broken,
@@ -231,8 +224,8 @@ def beside(
         key_labels,
         masked_before=masked_correct,
         masked_after=masked_broken,
-        panel_titles=("correct", right),
-        title=f"{kind_title} · {where} · weights, correct | with the mistake",
+        panel_titles=panel_titles,
+        title=title,
         padded_queries=padded,
         large_font=large,
     )
@@ -242,10 +235,25 @@ def beside(
         query_labels,
         key_labels,
         masked=masked_correct & masked_broken,
-        title=f"What the mistake changed (broken − correct), {where}",
+        title=diff_title,
         large_font=large,
     )
     return single, diff
+
+
+def beside_titles(
+    mistake: Switch, kind: AttentionKind, where: str
+) -> tuple[tuple[str, str], str, str]:
+    """The titles of one head correct beside broken at ``where`` ("layer 2, head 1"): its two
+    panels' (the broken one saying how to read its axes where the mistake changes them), the
+    figure's, and the difference's."""
+    axes = mistake.axes_note(kind)
+    note = f" ({axes})" if axes else ""
+    return (
+        ("correct", f"with “{mistake.label}”{note}"),
+        f"{describe_kind(kind)} · {where} · weights, correct | with the mistake",
+        f"What the mistake changed (broken − correct), {where}",
+    )
 
 
 def cannot_run(result: BrokenPass, large: bool) -> Any:
@@ -272,9 +280,6 @@ def panel(
 ) -> tuple[Any, Any, str]:
     """One head under the broken pass beside the correct one, the change, and what the mistake
     did (figures for the sentence where it changed the output most)."""
-    # The Attention tab's view: the same validation, labels and cached analysis.
-    from .view import ATTENTION_KINDS, attention_view, padded_query_rows
-
     # The tab may name the kind by its menu label, by the trace's name ("encoder_self"), or by
     # the stack whose self-attention it shows ("encoder", "decoder": Inside a layer).
     kind = {"encoder": "encoder_self", "decoder": "decoder_self"}.get(kind, kind)

@@ -10,6 +10,7 @@ from transformer import figures
 from transformer.core.trace import AttentionKind, CaptureTooLarge
 from transformer.lab.analysis import padded_query_rows, reference_targets, sentence_attention
 from transformer.lab.inspection import Analysis, check_sentences
+from transformer.lab.interventions import Intervention
 from transformer.pretrained.checkpoint import Checkpoint
 from transformer.text.tokenization import Tokenizer
 
@@ -76,6 +77,23 @@ def _analysis(
             f"{error}, or paste it under “Long inputs” below, which reads up to "
             f"{limits.MAX_SCALE_TOKENS:,} tokens"
         ) from None
+
+
+def same_input_pass(
+    registry: ModelRegistry,
+    name: str,
+    checkpoint: Checkpoint,
+    lines: list[str],
+    correct: Analysis,
+    intervention: Intervention,
+) -> Analysis:
+    """The registry's analysis of ``lines`` with ``intervention`` on, on the decoder input of
+    the ``correct`` pass (an encoder-decoder's), so that the two compare position by position."""
+    targets = None
+    if checkpoint.config.has_encoder and checkpoint.config.has_decoder:
+        assert correct.trace.target is not None  # an encoder-decoder pass reads a decoder input
+        targets = correct.trace.target.tokens
+    return registry.analysis(name, checkpoint, lines, intervention, targets)
 
 
 def _at(
