@@ -2,7 +2,8 @@
 what-if switches recomputed beside the original pass.
 
 Modules: `request` (the controls read once: :class:`AttentionRequest`), `view` (the captured
-analysis a view draws), `panels` (one head's panels and the grid), `handlers` (the module-level
+analysis a view draws), `data` (what one request's panels draw, built from one analysis),
+`panels` (one head's panels and the grid, drawn from that data), `handlers` (the module-level
 handlers), `layout` (build())."""
 
 from transformer.figures.attention import PAD_ROW_MARK

@@ -127,13 +127,11 @@ def _changed(
         broken = seed_mistakes.broken_pass(
             registry, request.model, request.checkpoint, lines, view.analysis, mistake, base
         )
+        # Where the mistake came from and what it did (or, where the shapes clash and the
+        # broken pass cannot run, why: that is what the mistake does here).
+        tokenizer = request.checkpoint.tokenizer
+        summary.append(seed_mistakes.describe(broken, config, row, switched, tokenizer=tokenizer))
         if broken.analysis is None:
-            # The broken pass cannot run (the shapes clash): its message is what it does.
-            summary.append(
-                seed_mistakes.describe(
-                    broken, config, row, switched, tokenizer=request.checkpoint.tokenizer
-                )
-            )
             return None, broken
         changed = broken.analysis
     record = view.records[view.layer]
@@ -184,22 +182,18 @@ def _what_it_did(
     where: str,
     zeroed: bool,
 ) -> list[str]:
-    """The summary's account of the change: how large, the predictions before and after, and
-    what a switch that is offered but idle here leaves as it was."""
+    """The summary's account of the change after the mistake's own (:func:`_changed`): how
+    large a what-if's change is, the predictions before and after, and what a switch that is
+    offered but idle here leaves as it was."""
     config, trace, row = request.config, view.analysis.trace, view.row
-    if broken is not None:
-        lines = [
-            seed_mistakes.describe(
-                broken, config, row, switched, tokenizer=request.checkpoint.tokenizer
-            )
-        ]
-    elif config.architecture == "encoder-only":
-        assert changed.trace.memory is not None and trace.memory is not None  # has an encoder
-        delta = (changed.trace.memory - trace.memory).abs().max().item()
-        lines = [f"**What-if ({switched})**: largest change of any encoder output {delta:.3f}."]
-    else:
-        delta = largest_logit_change(trace, changed.trace)
-        lines = [f"**What-if ({switched})**: largest change of any output logit {delta:.3f}."]
+    lines: list[str] = []
+    if broken is None:  # a mistake's account says how large its change is
+        if config.architecture == "encoder-only":
+            assert changed.trace.memory is not None and trace.memory is not None  # an encoder
+            delta, of = (changed.trace.memory - trace.memory).abs().max().item(), "encoder output"
+        else:
+            delta, of = largest_logit_change(trace, changed.trace), "output logit"
+        lines.append(f"**What-if ({switched})**: largest change of any {of} {delta:.3f}.")
     lines += [s.idle_note for s in request.what_if if s.idle_here(config)]
     if view.analysis.predicted and broken is None:
         lines.append(
