@@ -15,7 +15,6 @@ from transformer.core.trace import largest_logit_change
 from transformer.figures.attention import PAD_ROW_MARK
 from transformer.lab.analysis import unread_text
 from transformer.lab.inspection import Analysis
-from transformer.lab.interventions import NO_INTERVENTION, combined
 from transformer.lab.switches import Switch
 
 from ...serving.errors import code_span
@@ -24,6 +23,12 @@ from ...serving.state import ModelRegistry
 from . import mistakes as seed_mistakes
 from .request import AttentionRequest, describe_kind
 from .view import AttentionView, request_view, same_input_pass
+
+WAITING = (
+    "What-if",
+    "Tick a what-if switch or choose one of the seeds' mistakes to see what it changes",
+)
+"""The change panel's title and line before a what-if or a mistake is chosen."""
 
 
 @dataclass(frozen=True)
@@ -54,14 +59,14 @@ class AttentionData:
         summary: the summary panel's Markdown.
         change: the head before and after a what-if or a mistake (``None`` when none is on,
             or when the broken pass cannot run).
-        refused: the seeds' mistake's pass that cannot run on this input (shapes clash).
+        waiting: the change panel's title and line where there is no change to draw.
     """
 
     view: AttentionView
     large: bool
     summary: str
     change: HeadChange | None = None
-    refused: seed_mistakes.BrokenPass | None = None
+    waiting: tuple[str, str] = WAITING
 
 
 def attention_data(registry: ModelRegistry, request: AttentionRequest) -> AttentionData:
@@ -77,11 +82,13 @@ def attention_data(registry: ModelRegistry, request: AttentionRequest) -> Attent
             f"needs {mistake.requires}): choose another of the seeds' mistakes."
         )
         mistake = None
-    change, refused = None, None
+    change, waiting = None, WAITING
     if mistake is not None or request.what_if:
         change, refused = _changed(registry, request, view, mistake, summary)
+        if refused is not None:  # the broken pass cannot run: the summary says why
+            waiting = seed_mistakes.cannot_run_lines(refused.mistake)
     summary += _reading_notes(request, view)
-    return AttentionData(view, request.large, "\n\n".join(summary), change, refused)
+    return AttentionData(view, request.large, "\n\n".join(summary), change, waiting)
 
 
 def _text_notes(request: AttentionRequest, analysis: Analysis) -> list[str]:
@@ -116,7 +123,7 @@ def _changed(
     decoder input as the view's, so the two compare position by position: the head before and
     after, or the broken pass that cannot run. What the change did is added to ``summary``."""
     config, row, lines = request.config, view.row, list(request.lines)
-    base = combined(request.what_if, request.head_key) if request.what_if else NO_INTERVENTION
+    base = request.intervention
     switched = ", ".join(s.label for s in request.what_if)
     broken = None
     if mistake is None:

@@ -258,10 +258,15 @@ def beside_titles(
 
 def cannot_run(result: BrokenPass, large: bool) -> Any:
     """The change panel when the broken pass cannot run: no output, and where to read why."""
-    return figures.placeholder_figure(
-        f"With “{result.mistake.label}”: no output",
+    title, line = cannot_run_lines(result.mistake)
+    return figures.placeholder_figure(title, line, large_font=large)
+
+
+def cannot_run_lines(mistake: Switch) -> tuple[str, str]:
+    """The title and line of the change panel when ``mistake``'s broken pass cannot run."""
+    return (
+        f"With “{mistake.label}”: no output",
         "The shapes clash, so the broken pass stops here: the text above says why.",
-        large_font=large,
     )
 
 

@@ -10,7 +10,6 @@ from typing import Any
 from transformer import figures
 from transformer.figures.attention import GRID_MAX_CELLS, weights_beside_figure
 
-from . import mistakes as seed_mistakes
 from .data import AttentionData
 from .view import AttentionView
 
@@ -29,18 +28,32 @@ def head_panels(data: AttentionData) -> Panels:
     beside its weights, or (with a what-if or one of the seeds' mistakes on) its weights before
     beside after, and their difference."""
     view, large, change = data.view, data.large, data.change
+    masks = figures.masks_figure(
+        view.keys_real,
+        view.query_labels,
+        view.key_labels,
+        causal=view.analysis.trace.causal if view.kind == "decoder_self" else None,
+        changed=change.mask if change is not None else None,
+        changed_title=change.mask_title if change is not None else "with the what-if",
+        large_font=large,
+    )
     if change is None:
-        single = _scores_and_weights(view, large)
-        masks = _masks(view, large)
-        if data.refused is not None:  # the broken pass cannot run: the summary says why
-            diff = seed_mistakes.cannot_run(data.refused, large)
-        else:
-            diff = figures.placeholder_figure(
-                "What-if",
-                "Tick a what-if switch or choose one of the seeds' mistakes to see what it changes",
-                large_font=large,
-            )
-        return single, masks, diff, data.summary
+        single = figures.scores_and_weights_figure(
+            view.records[view.layer],
+            view.row,
+            view.head,
+            view.query_labels,
+            view.key_labels,
+            padded_queries=view.padded,
+            large_font=large,
+        )
+        title, line = data.waiting
+        return (
+            single,
+            masks,
+            figures.placeholder_figure(title, line, large_font=large),
+            data.summary,
+        )
     single = weights_beside_figure(
         change.before,
         change.after,
@@ -62,33 +75,7 @@ def head_panels(data: AttentionData) -> Panels:
         title=change.diff_title,
         large_font=large,
     )
-    masks = _masks(view, large, change.mask, change.mask_title)
     return single, masks, diff, data.summary
-
-
-def _scores_and_weights(view: AttentionView, large: bool) -> Any:
-    return figures.scores_and_weights_figure(
-        view.records[view.layer],
-        view.row,
-        view.head,
-        view.query_labels,
-        view.key_labels,
-        padded_queries=view.padded,
-        large_font=large,
-    )
-
-
-def _masks(view: AttentionView, large: bool, changed: Any = None, title: str = "") -> Any:
-    causal = view.analysis.trace.causal if view.kind == "decoder_self" else None
-    return figures.masks_figure(
-        view.keys_real,
-        view.query_labels,
-        view.key_labels,
-        causal=causal,
-        changed=changed,
-        changed_title=title or "with the what-if",
-        large_font=large,
-    )
 
 
 def grid_panel(view: AttentionView, large: bool) -> Any:

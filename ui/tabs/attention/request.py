@@ -20,6 +20,7 @@ from transformer.core.config import ModelConfig
 from transformer.core.trace import AttentionKind
 from transformer.lab import switches
 from transformer.lab.inspection import MAX_SENTENCES, check_sentences
+from transformer.lab.interventions import NO_INTERVENTION, Intervention, combined
 from transformer.lab.switches import Switch
 from transformer.pretrained.checkpoint import Checkpoint
 
@@ -113,6 +114,12 @@ class AttentionRequest:
     def head_key(self) -> tuple[AttentionKind, int, int]:
         """``(kind, layer, head)``, 0-based: the head a per-head what-if acts on."""
         return (self.kind, self.layer, self.head)
+
+    @property
+    def intervention(self) -> Intervention:
+        """The ticked what-ifs as one intervention, a per-head one acting on this request's
+        head (:data:`NO_INTERVENTION` when none is ticked)."""
+        return combined(self.what_if, self.head_key) if self.what_if else NO_INTERVENTION
 
     @classmethod
     def read(
