@@ -168,8 +168,12 @@ def describe(
     assert effect is not None
     with_also = f" (with {also})" if also else ""
     broken_trace = effect.broken.trace
-    if config.architecture == "encoder-only":
-        pieces = _shown(tokenizer, effect.correct.source_pieces[effect.sentence])
+    # The sentence whose output changed most, as its figures write it: an encoder-only model's
+    # source, else the decoder's input.
+    encoder_only = config.architecture == "encoder-only"
+    read = effect.correct.source_pieces if encoder_only else effect.correct.target_pieces
+    pieces = _shown(tokenizer, read[effect.sentence])
+    if encoder_only:
         lines.append(
             f"**What it did here{with_also}:** largest change of any encoder output "
             f"{effect.largest_hidden_change:.3f}; of the tied read-out's logits "
@@ -183,7 +187,6 @@ def describe(
             f"sentence {row + 1} now read as another token."
         )
     else:
-        pieces = _shown(tokenizer, effect.correct.target_pieces[effect.sentence])
         reads = pieces[effect.position]
         lines.append(
             f"**What it did here{with_also}:** largest change of any output logit "
