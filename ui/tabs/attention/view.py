@@ -171,5 +171,6 @@ __all__ = [
     "layers_of",
     "padded_query_rows",
     "request_view",
+    "same_input_pass",
     "sentence_count",
 ]
