@@ -70,7 +70,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.classroom_sides import AppProcess, TextPool, sample, tree_rss_mb
+from benchmarks.classroom_sides import AppProcess, ServedApp, TextPool, sample, tree_rss_mb
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
@@ -775,51 +775,25 @@ def _fn_index(demo: Any, name: str) -> int:
     return next(i for i, fn in demo.fns.items() if getattr(fn.fn, "__name__", "") == name)
 
 
-class Server:
+class Server(ServedApp):
     """The app in a child process (``serve_here``), driven through its stdin and stdout."""
 
     def __init__(self, device: str, model: str) -> None:
-        import json
-        import subprocess
         import sys
 
         from ui.testing import free_port
 
-        self._json = json
-        self.process = subprocess.Popen(
+        super().__init__(
             [sys.executable, "-m", "benchmarks.classroom", "--serve", str(free_port()),
              "--device", device, "--model", model],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
-        ready = self._read()
+        ready = self.ready
         self.url, self.architecture, self.device = (
             ready["url"],
             ready["architecture"],
             ready["device"],
         )
         self.cold, self.loaded = ready["cold"], ready["loaded"]
-
-    def _read(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("{"):
-                return self._json.loads(line)
-        raise SystemExit("the app's process ended before it answered")
-
-    def ask(self, command: str) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(command + "\n")
-        self.process.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        try:
-            assert self.process.stdin is not None
-            self.process.stdin.write("quit\n")
-            self.process.stdin.flush()
-            self.process.wait(timeout=60)
-        except Exception:
-            self.process.kill()
 
 
 # -- follow me ---------------------------------------------------------------------------------

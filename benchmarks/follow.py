@@ -33,7 +33,6 @@ import platform
 import random
 import re
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -283,38 +282,24 @@ class Side:
     """One side's app (this script's ``--serve`` on ``root``'s code), driven through stdin."""
 
     def __init__(self, name: str, root: Path, model: str) -> None:
+        # Imported here: the serving side runs this script on the other commit's code.
+        from benchmarks.classroom_sides import ServedApp
         from ui.testing import free_port
 
-        self.name = name
-        env = {**os.environ, "PYTHONPATH": str(root)}
-        self.process = subprocess.Popen(
+        self.app = ServedApp(
             [sys.executable, str(Path(__file__).resolve()), "--serve", str(free_port()),
              "--model", model],
-            cwd=root, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            name=name, cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
         )  # fmt: skip
-        self.info = self._read()
-
-    def _read(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("{"):
-                return dict(json.loads(line))
-        raise SystemExit(f"{self.name}: the app's process ended before it answered")
+        self.name, self.info = name, self.app.ready
 
     def publish(self, delay: float, slug: str, step: int) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(f"publish {delay:.3f} {slug} {step}\n")
-        self.process.stdin.flush()
-        return self._read()
+        """Publish ``slug``'s view at ``step`` after ``delay`` seconds: when it was shown."""
+        return self.app.ask(f"publish {delay:.3f} {slug} {step}")
 
     def close(self) -> None:
-        try:
-            assert self.process.stdin is not None
-            self.process.stdin.write("quit\n")
-            self.process.stdin.flush()
-            self.process.wait(timeout=60)
-        except Exception:
-            self.process.kill()
+        """End the side's app."""
+        self.app.close()
 
 
 def lecture(side: Side, followers: int, every: float, seed: int) -> Lecture:
