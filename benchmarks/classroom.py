@@ -861,18 +861,7 @@ def follower(
 
     from ui.links.rooms import POLL_S
 
-    page = dict(defaults)  # the page's values, as its events' answers set them
-
-    def data(event: dict[str, Any]) -> list[Any]:
-        return [page.get(i) for i in event["inputs"]]
-
-    def shown(event: dict[str, Any], output: dict[str, Any]) -> None:
-        for i, value in zip(event["outputs"], output.get("data", []), strict=False):
-            if isinstance(value, dict) and value.get("__type__") == "update":
-                if "value" in value:
-                    page[i] = value["value"]
-            elif not (isinstance(value, dict) and value.get("type") == "plotly"):
-                page[i] = value
+    page = PageValues(defaults)
 
     rng = random.Random(seed)
     start = time.perf_counter()
@@ -908,11 +897,15 @@ def follower(
             # Not queued, as the page sends it: a plain request.
             answer = http.post(
                 f"{url}gradio_api/run/predict",
-                json={"data": data(poll), "fn_index": poll["index"], "session_hash": session},
+                json={
+                    "data": page.inputs(poll),
+                    "fn_index": poll["index"],
+                    "session_hash": session,
+                },
             )
             answer.raise_for_status()
             output = answer.json()
-            shown(poll, output)
+            page.show(poll, output)
             now = time.time()
             with record.lock:
                 record.polls += 1
@@ -924,12 +917,13 @@ def follower(
                 # As the page runs them once a poll found a change: the tab's draw (the view
                 # comes with it), then its follow-ups.
                 draw, *rest = room["follow_ups"]
-                answer = _queued(http, url, draw["index"], session, data(draw))
-                shown(draw, answer)
+                answer = _queued(http, url, draw["index"], session, page.inputs(draw))
+                page.show(draw, answer)
                 drawn = time.time()
                 for follow_up in rest:
-                    shown(
-                        follow_up, _queued(http, url, follow_up["index"], session, data(follow_up))
+                    page.show(
+                        follow_up,
+                        _queued(http, url, follow_up["index"], session, page.inputs(follow_up)),
                     )
                 with record.lock:
                     record.requests += len(room["follow_ups"])
@@ -944,6 +938,25 @@ def follower(
                 record.errors.append(f"{type(error).__name__}: {str(error)[:200]}")
         stop.wait(POLL_S)
     client.close()  # the student leaves
+
+
+class PageValues(dict[int, Any]):
+    """A page's component values (component id → value), as its events' answers set them:
+    what each of its events sends."""
+
+    def inputs(self, event: dict[str, Any]) -> list[Any]:
+        """The values ``event`` sends, in the order of its inputs."""
+        return [self.get(i) for i in event["inputs"]]
+
+    def show(self, event: dict[str, Any], output: dict[str, Any]) -> None:
+        """Set the values ``event``'s ``output`` gives its outputs (an update's value; not a
+        figure, which the page only draws)."""
+        for i, value in zip(event["outputs"], output.get("data", []), strict=False):
+            if isinstance(value, dict) and value.get("__type__") == "update":
+                if "value" in value:
+                    self[i] = value["value"]
+            elif not (isinstance(value, dict) and value.get("type") == "plotly"):
+                self[i] = value
 
 
 def page_defaults(url: str) -> dict[int, Any]:

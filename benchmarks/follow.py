@@ -191,7 +191,7 @@ def follower(info: dict[str, Any], lecture: Lecture, stop: threading.Event, seed
     """One follower's page until ``stop`` (see the module's notes)."""
     import httpx
 
-    from benchmarks.classroom import _queued, page_defaults, student_client
+    from benchmarks.classroom import PageValues, _queued, page_defaults, student_client
 
     url = info["url"]
     rng = random.Random(seed)
@@ -199,7 +199,7 @@ def follower(info: dict[str, Any], lecture: Lecture, stop: threading.Event, seed
         client = student_client(url, 300)
         session = client.session_hash
         http = httpx.Client(timeout=300)
-        page = page_defaults(url)
+        page = PageValues(page_defaults(url))
         answer = http.post(
             f"{url}gradio_api/run/predict",
             json={"data": [info["code"]], "fn_index": info["follow"], "session_hash": session},
@@ -210,17 +210,6 @@ def follower(info: dict[str, Any], lecture: Lecture, stop: threading.Event, seed
             lecture.errors.append(f"join: {type(error).__name__}: {str(error)[:150]}")
         return
 
-    def data(event: dict[str, Any]) -> list[Any]:
-        return [page.get(i) for i in event["inputs"]]
-
-    def shown(event: dict[str, Any], output: dict[str, Any]) -> None:
-        for i, value in zip(event["outputs"], output.get("data", []), strict=False):
-            if isinstance(value, dict) and value.get("__type__") == "update":
-                if "value" in value:
-                    page[i] = value["value"]
-            elif not (isinstance(value, dict) and value.get("type") == "plotly"):
-                page[i] = value
-
     stop.wait(rng.uniform(0, info["poll_s"]))
     showing: int | None = None  # the step the page shows
     poll = info["poll"]
@@ -228,11 +217,15 @@ def follower(info: dict[str, Any], lecture: Lecture, stop: threading.Event, seed
         try:
             answer = http.post(
                 f"{url}gradio_api/run/predict",
-                json={"data": data(poll), "fn_index": poll["index"], "session_hash": session},
+                json={
+                    "data": page.inputs(poll),
+                    "fn_index": poll["index"],
+                    "session_hash": session,
+                },
             )
             answer.raise_for_status()
             output = answer.json()
-            shown(poll, output)
+            page.show(poll, output)
             for slug, box in info["boxes"].items():
                 value = output["data"][poll["outputs"].index(box)]
                 if slug not in info["chains"] or not isinstance(value, str) or not value:
@@ -245,8 +238,8 @@ def follower(info: dict[str, Any], lecture: Lecture, stop: threading.Event, seed
                     if not event["fn"]:
                         time.sleep(event["wait"])
                         continue
-                    result = _queued(http, url, event["index"], session, data(event))
-                    shown(event, result)
+                    result = _queued(http, url, event["index"], session, page.inputs(event))
+                    page.show(event, result)
                     now = time.time()
                     if slug != "generate":
                         reached = reached or now
