@@ -816,6 +816,17 @@ class FollowRecord:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+def _plain(http: Any, url: str, fn_index: int, session: str, data: list[Any]) -> dict:
+    """One call of a page's event that is not queued (the Follow button, the poll), a plain
+    request as the page sends it; its ``output``."""
+    answer = http.post(
+        f"{url}gradio_api/run/predict",
+        json={"data": data, "fn_index": fn_index, "session_hash": session},
+    )
+    answer.raise_for_status()
+    return dict(answer.json())
+
+
 def _queued(http: Any, url: str, fn_index: int, session: str, data: list[Any]) -> dict:
     """One queued call of a page's event, as the page makes it: join gradio's queue, read the
     session's event stream until this call completes; its ``output``."""
@@ -876,11 +887,7 @@ def follower(
         return
     try:
         # The Follow button's event: not queued; its state is kept in this session.
-        answer = http.post(
-            f"{url}gradio_api/run/predict",
-            json={"data": [code], "fn_index": room["follow"], "session_hash": session},
-        )
-        answer.raise_for_status()
+        _plain(http, url, room["follow"], session, [code])
         with record.lock:
             record.joined.append(time.perf_counter() - start)
             record.requests += 1
@@ -894,17 +901,7 @@ def follower(
     while not stop.is_set():
         try:
             poll = room["poll"]
-            # Not queued, as the page sends it: a plain request.
-            answer = http.post(
-                f"{url}gradio_api/run/predict",
-                json={
-                    "data": page.inputs(poll),
-                    "fn_index": poll["index"],
-                    "session_hash": session,
-                },
-            )
-            answer.raise_for_status()
-            output = answer.json()
+            output = _plain(http, url, poll["index"], session, page.inputs(poll))
             page.show(poll, output)
             now = time.time()
             with record.lock:

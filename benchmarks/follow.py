@@ -191,7 +191,7 @@ def follower(info: dict[str, Any], lecture: Lecture, stop: threading.Event, seed
     """One follower's page until ``stop`` (see the module's notes)."""
     import httpx
 
-    from benchmarks.classroom import PageValues, _queued, page_defaults, student_client
+    from benchmarks.classroom import PageValues, _plain, _queued, page_defaults, student_client
 
     url = info["url"]
     rng = random.Random(seed)
@@ -200,11 +200,7 @@ def follower(info: dict[str, Any], lecture: Lecture, stop: threading.Event, seed
         session = client.session_hash
         http = httpx.Client(timeout=300)
         page = PageValues(page_defaults(url))
-        answer = http.post(
-            f"{url}gradio_api/run/predict",
-            json={"data": [info["code"]], "fn_index": info["follow"], "session_hash": session},
-        )
-        answer.raise_for_status()
+        _plain(http, url, info["follow"], session, [info["code"]])
     except Exception as error:
         with lecture.lock:
             lecture.errors.append(f"join: {type(error).__name__}: {str(error)[:150]}")
@@ -215,16 +211,7 @@ def follower(info: dict[str, Any], lecture: Lecture, stop: threading.Event, seed
     poll = info["poll"]
     while not stop.is_set():
         try:
-            answer = http.post(
-                f"{url}gradio_api/run/predict",
-                json={
-                    "data": page.inputs(poll),
-                    "fn_index": poll["index"],
-                    "session_hash": session,
-                },
-            )
-            answer.raise_for_status()
-            output = answer.json()
+            output = _plain(http, url, poll["index"], session, page.inputs(poll))
             page.show(poll, output)
             for slug, box in info["boxes"].items():
                 value = output["data"][poll["outputs"].index(box)]
