@@ -13,12 +13,13 @@ control (the "no √d scaling" what-if), the guided tour's Next, and a link open
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ui.testing import CHROMIUM_ARGS, CROSS, GENERATE, VIEWPORT, chromium, launched
@@ -123,21 +124,25 @@ def main() -> None:
     print("\n".join(rows))
 
 
-def _page(browser: Any, url: str) -> tuple[Any, Any]:
+@contextlib.contextmanager
+def _page(browser: Any, url: str) -> Iterator[Any]:
+    """A fresh page of the app at ``url``, its tabs shown; its browser context closed after."""
     context = browser.new_context(viewport=VIEWPORT)
-    context.add_init_script(PROBE)
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT_S * 1000)
-    page.goto(url)
-    page.get_by_role("tab", name="Tokenize").wait_for()
-    return context, page
+    try:
+        context.add_init_script(PROBE)
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_S * 1000)
+        page.goto(url)
+        page.get_by_role("tab", name="Tokenize").wait_for()
+        yield page
+    finally:
+        context.close()
 
 
 def _generate(browser: Any, url: str, client: Any, steps: int) -> list[str]:
     """Generate: Step, then Run to the end."""
     rows = []
-    context, page = _page(browser, url)
-    try:
+    with _page(browser, url) as page:
         page.get_by_role("tab", name="Generate", exact=True).click()
         panel = page.get_by_role("tabpanel")
         _settle(page, lambda: "Output so far (1 step)" in panel.inner_text())
@@ -176,16 +181,13 @@ def _generate(browser: Any, url: str, client: Any, steps: int) -> list[str]:
             list(client.submit(*GENERATE, api_name="/generate"))
 
         rows.append(_row(f"Generate: Run to the end ({n_tokens} tokens)", times, _api(api_run, 2)))
-    finally:
-        context.close()
     return rows
 
 
 def _attention(browser: Any, url: str, client: Any, steps: int) -> list[str]:
     """Attention: the "no √d scaling" what-if."""
     rows = []
-    context, page = _page(browser, url)
-    try:
+    with _page(browser, url) as page:
         page.get_by_role("tab", name="Attention", exact=True).click()
         panel = page.get_by_role("tabpanel")
         _settle(page, lambda: panel.locator(".js-plotly-plot").count() >= 4)
@@ -200,16 +202,13 @@ def _attention(browser: Any, url: str, client: Any, steps: int) -> list[str]:
             steps,
         )
         rows.append(_row("Attention: a what-if checkbox", times, api))
-    finally:
-        context.close()
     return rows
 
 
 def _tour(browser: Any, url: str, client: Any, steps: int) -> list[str]:
     """The guided tour's Next."""
     rows = []
-    context, page = _page(browser, url)
-    try:
+    with _page(browser, url) as page:
         page.get_by_role("button", name="▶ Guided tour").click()
         text = page.locator("#tour-text")
         _settle(page, lambda: "1 / " in text.inner_text())
@@ -218,8 +217,6 @@ def _tour(browser: Any, url: str, client: Any, steps: int) -> list[str]:
             t0 = _click(page, page.locator("#tour-next"))
             times.append(_drawn(page, t0, lambda i=index: f"{i} / " in text.inner_text()))
         rows.append(_row(f"Tour: Next (stops 2–{1 + steps})", times, None))
-    finally:
-        context.close()
     return rows
 
 

@@ -70,7 +70,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.classroom_sides import AppProcess, TextPool, sample, tree_rss_mb
+from benchmarks.classroom_sides import AppProcess, ServedApp, TextPool, sample, tree_rss_mb
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
@@ -775,51 +775,25 @@ def _fn_index(demo: Any, name: str) -> int:
     return next(i for i, fn in demo.fns.items() if getattr(fn.fn, "__name__", "") == name)
 
 
-class Server:
+class Server(ServedApp):
     """The app in a child process (``serve_here``), driven through its stdin and stdout."""
 
     def __init__(self, device: str, model: str) -> None:
-        import json
-        import subprocess
         import sys
 
         from ui.testing import free_port
 
-        self._json = json
-        self.process = subprocess.Popen(
+        super().__init__(
             [sys.executable, "-m", "benchmarks.classroom", "--serve", str(free_port()),
              "--device", device, "--model", model],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
-        ready = self._read()
+        ready = self.ready
         self.url, self.architecture, self.device = (
             ready["url"],
             ready["architecture"],
             ready["device"],
         )
         self.cold, self.loaded = ready["cold"], ready["loaded"]
-
-    def _read(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("{"):
-                return self._json.loads(line)
-        raise SystemExit("the app's process ended before it answered")
-
-    def ask(self, command: str) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(command + "\n")
-        self.process.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        try:
-            assert self.process.stdin is not None
-            self.process.stdin.write("quit\n")
-            self.process.stdin.flush()
-            self.process.wait(timeout=60)
-        except Exception:
-            self.process.kill()
 
 
 # -- follow me ---------------------------------------------------------------------------------
@@ -840,6 +814,17 @@ class FollowRecord:
     requests: int = 0  # every request the followers' pages made, the polls included
     errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _plain(http: Any, url: str, fn_index: int, session: str, data: list[Any]) -> dict:
+    """One call of a page's event that is not queued (the Follow button, the poll), a plain
+    request as the page sends it; its ``output``."""
+    answer = http.post(
+        f"{url}gradio_api/run/predict",
+        json={"data": data, "fn_index": fn_index, "session_hash": session},
+    )
+    answer.raise_for_status()
+    return dict(answer.json())
 
 
 def _queued(http: Any, url: str, fn_index: int, session: str, data: list[Any]) -> dict:
@@ -887,18 +872,7 @@ def follower(
 
     from ui.links.rooms import POLL_S
 
-    page = dict(defaults)  # the page's values, as its events' answers set them
-
-    def data(event: dict[str, Any]) -> list[Any]:
-        return [page.get(i) for i in event["inputs"]]
-
-    def shown(event: dict[str, Any], output: dict[str, Any]) -> None:
-        for i, value in zip(event["outputs"], output.get("data", []), strict=False):
-            if isinstance(value, dict) and value.get("__type__") == "update":
-                if "value" in value:
-                    page[i] = value["value"]
-            elif not (isinstance(value, dict) and value.get("type") == "plotly"):
-                page[i] = value
+    page = PageValues(defaults)
 
     rng = random.Random(seed)
     start = time.perf_counter()
@@ -913,11 +887,7 @@ def follower(
         return
     try:
         # The Follow button's event: not queued; its state is kept in this session.
-        answer = http.post(
-            f"{url}gradio_api/run/predict",
-            json={"data": [code], "fn_index": room["follow"], "session_hash": session},
-        )
-        answer.raise_for_status()
+        _plain(http, url, room["follow"], session, [code])
         with record.lock:
             record.joined.append(time.perf_counter() - start)
             record.requests += 1
@@ -931,14 +901,8 @@ def follower(
     while not stop.is_set():
         try:
             poll = room["poll"]
-            # Not queued, as the page sends it: a plain request.
-            answer = http.post(
-                f"{url}gradio_api/run/predict",
-                json={"data": data(poll), "fn_index": poll["index"], "session_hash": session},
-            )
-            answer.raise_for_status()
-            output = answer.json()
-            shown(poll, output)
+            output = _plain(http, url, poll["index"], session, page.inputs(poll))
+            page.show(poll, output)
             now = time.time()
             with record.lock:
                 record.polls += 1
@@ -950,12 +914,13 @@ def follower(
                 # As the page runs them once a poll found a change: the tab's draw (the view
                 # comes with it), then its follow-ups.
                 draw, *rest = room["follow_ups"]
-                answer = _queued(http, url, draw["index"], session, data(draw))
-                shown(draw, answer)
+                answer = _queued(http, url, draw["index"], session, page.inputs(draw))
+                page.show(draw, answer)
                 drawn = time.time()
                 for follow_up in rest:
-                    shown(
-                        follow_up, _queued(http, url, follow_up["index"], session, data(follow_up))
+                    page.show(
+                        follow_up,
+                        _queued(http, url, follow_up["index"], session, page.inputs(follow_up)),
                     )
                 with record.lock:
                     record.requests += len(room["follow_ups"])
@@ -970,6 +935,25 @@ def follower(
                 record.errors.append(f"{type(error).__name__}: {str(error)[:200]}")
         stop.wait(POLL_S)
     client.close()  # the student leaves
+
+
+class PageValues(dict[int, Any]):
+    """A page's component values (component id → value), as its events' answers set them:
+    what each of its events sends."""
+
+    def inputs(self, event: dict[str, Any]) -> list[Any]:
+        """The values ``event`` sends, in the order of its inputs."""
+        return [self.get(i) for i in event["inputs"]]
+
+    def show(self, event: dict[str, Any], output: dict[str, Any]) -> None:
+        """Set the values ``event``'s ``output`` gives its outputs (an update's value; not a
+        figure, which the page only draws)."""
+        for i, value in zip(event["outputs"], output.get("data", []), strict=False):
+            if isinstance(value, dict) and value.get("__type__") == "update":
+                if "value" in value:
+                    self[i] = value["value"]
+            elif not (isinstance(value, dict) and value.get("type") == "plotly"):
+                self[i] = value
 
 
 def page_defaults(url: str) -> dict[int, Any]:

@@ -187,6 +187,53 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
+class ServedApp:
+    """A benchmark's own ``--serve`` process (``command``), driven through its stdin: it
+    answers each command line with one JSON line on its stdout, and its first JSON line says it
+    is ready (``ready``). ``name`` leads the message where it ends before it answers."""
+
+    def __init__(
+        self,
+        command: list[str],
+        *,
+        name: str = "",
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.process = subprocess.Popen(
+            command, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        self.ready = self._read()
+
+    def _read(self) -> dict[str, Any]:
+        import json
+
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("{"):
+                return dict(json.loads(line))
+        who = f"{self.name}: " if self.name else ""
+        raise SystemExit(f"{who}the app's process ended before it answered")
+
+    def ask(self, command: str) -> dict[str, Any]:
+        """The process's answer to one ``command`` line."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        """Ask the process to quit; kill it where it does not within a minute."""
+        try:
+            assert self.process.stdin is not None
+            self.process.stdin.write("quit\n")
+            self.process.stdin.flush()
+            self.process.wait(timeout=60)
+        except Exception:
+            self.process.kill()
+
+
 class AppProcess:
     """``python app.py --port PORT --device DEVICE ARGS`` run from the checkout ``root``, its
     output in a log file; ``url`` once it answers."""

@@ -33,7 +33,6 @@ import platform
 import random
 import re
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -192,7 +191,7 @@ def follower(info: dict[str, Any], lecture: Lecture, stop: threading.Event, seed
     """One follower's page until ``stop`` (see the module's notes)."""
     import httpx
 
-    from benchmarks.classroom import _queued, page_defaults, student_client
+    from benchmarks.classroom import PageValues, _plain, _queued, page_defaults, student_client
 
     url = info["url"]
     rng = random.Random(seed)
@@ -200,40 +199,20 @@ def follower(info: dict[str, Any], lecture: Lecture, stop: threading.Event, seed
         client = student_client(url, 300)
         session = client.session_hash
         http = httpx.Client(timeout=300)
-        page = page_defaults(url)
-        answer = http.post(
-            f"{url}gradio_api/run/predict",
-            json={"data": [info["code"]], "fn_index": info["follow"], "session_hash": session},
-        )
-        answer.raise_for_status()
+        page = PageValues(page_defaults(url))
+        _plain(http, url, info["follow"], session, [info["code"]])
     except Exception as error:
         with lecture.lock:
             lecture.errors.append(f"join: {type(error).__name__}: {str(error)[:150]}")
         return
-
-    def data(event: dict[str, Any]) -> list[Any]:
-        return [page.get(i) for i in event["inputs"]]
-
-    def shown(event: dict[str, Any], output: dict[str, Any]) -> None:
-        for i, value in zip(event["outputs"], output.get("data", []), strict=False):
-            if isinstance(value, dict) and value.get("__type__") == "update":
-                if "value" in value:
-                    page[i] = value["value"]
-            elif not (isinstance(value, dict) and value.get("type") == "plotly"):
-                page[i] = value
 
     stop.wait(rng.uniform(0, info["poll_s"]))
     showing: int | None = None  # the step the page shows
     poll = info["poll"]
     while not stop.is_set():
         try:
-            answer = http.post(
-                f"{url}gradio_api/run/predict",
-                json={"data": data(poll), "fn_index": poll["index"], "session_hash": session},
-            )
-            answer.raise_for_status()
-            output = answer.json()
-            shown(poll, output)
+            output = _plain(http, url, poll["index"], session, page.inputs(poll))
+            page.show(poll, output)
             for slug, box in info["boxes"].items():
                 value = output["data"][poll["outputs"].index(box)]
                 if slug not in info["chains"] or not isinstance(value, str) or not value:
@@ -246,8 +225,8 @@ def follower(info: dict[str, Any], lecture: Lecture, stop: threading.Event, seed
                     if not event["fn"]:
                         time.sleep(event["wait"])
                         continue
-                    result = _queued(http, url, event["index"], session, data(event))
-                    shown(event, result)
+                    result = _queued(http, url, event["index"], session, page.inputs(event))
+                    page.show(event, result)
                     now = time.time()
                     if slug != "generate":
                         reached = reached or now
@@ -283,38 +262,24 @@ class Side:
     """One side's app (this script's ``--serve`` on ``root``'s code), driven through stdin."""
 
     def __init__(self, name: str, root: Path, model: str) -> None:
+        # Imported here: the serving side runs this script on the other commit's code.
+        from benchmarks.classroom_sides import ServedApp
         from ui.testing import free_port
 
-        self.name = name
-        env = {**os.environ, "PYTHONPATH": str(root)}
-        self.process = subprocess.Popen(
+        self.app = ServedApp(
             [sys.executable, str(Path(__file__).resolve()), "--serve", str(free_port()),
              "--model", model],
-            cwd=root, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            name=name, cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
         )  # fmt: skip
-        self.info = self._read()
-
-    def _read(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("{"):
-                return dict(json.loads(line))
-        raise SystemExit(f"{self.name}: the app's process ended before it answered")
+        self.name, self.info = name, self.app.ready
 
     def publish(self, delay: float, slug: str, step: int) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(f"publish {delay:.3f} {slug} {step}\n")
-        self.process.stdin.flush()
-        return self._read()
+        """Publish ``slug``'s view at ``step`` after ``delay`` seconds: when it was shown."""
+        return self.app.ask(f"publish {delay:.3f} {slug} {step}")
 
     def close(self) -> None:
-        try:
-            assert self.process.stdin is not None
-            self.process.stdin.write("quit\n")
-            self.process.stdin.flush()
-            self.process.wait(timeout=60)
-        except Exception:
-            self.process.kill()
+        """End the side's app."""
+        self.app.close()
 
 
 def lecture(side: Side, followers: int, every: float, seed: int) -> Lecture:

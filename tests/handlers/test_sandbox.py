@@ -8,7 +8,6 @@ file run in-process would stop the counter)."""
 
 from __future__ import annotations
 
-import json
 import resource
 import threading
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import tokenizers
+from tokenizer_files import tokenizer_json
 
 from transformer.text.real_tokenizers import load_real_tokenizer
 from transformer.text.sandbox import SandboxError, TokenizerSandbox
@@ -29,19 +29,8 @@ DEADLINE_S = 3.0
 
 def word_level(vocab: dict, normalizer=None, pre_tokenizer=None, **extra) -> bytes:
     """A WordLevel tokenizer.json as `tokenizers` writes one."""
-    spec = {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": [],
-        "normalizer": normalizer,
-        "pre_tokenizer": pre_tokenizer,
-        "post_processor": None,
-        "decoder": None,
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"},
-        **extra,
-    }
-    return json.dumps(spec).encode("utf-8")
+    model = {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
+    return tokenizer_json(model, normalizer, pre_tokenizer, **extra)
 
 
 def split_on(regex: str) -> dict:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from tokenizer_files import tokenizer_json
 
 from transformer.text import sandbox as sandbox_module
 from transformer.text.encoded import encode_text, encoded_to_json
@@ -27,21 +28,6 @@ from ui.serving import limits
 from ui.serving.errors import InputError
 
 WIDE = "\ufdfa"  # NFKC writes it as 18 characters
-
-
-def tokenizer_json(model: dict, normalizer: dict | None = None, pre_tokenizer=None) -> bytes:
-    spec = {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": [],
-        "normalizer": normalizer,
-        "pre_tokenizer": pre_tokenizer,
-        "post_processor": None,
-        "decoder": None,
-        "model": model,
-    }
-    return json.dumps(spec).encode("utf-8")
 
 
 def wordpiece(vocab: list[str], most: int = 100) -> dict:

@@ -155,9 +155,9 @@ def test_only_the_run_a_looked_at_layer_hands_on_keeps_anything() -> None:
     run = Run(capture=Capture(inside=look))
     norm = RMSNorm(4)
     x = torch.randn(1, 3, 4)
-    run.note(norm, input=x)  # the pass outside any layer (embedding, final norm)
+    run.keep_for_inside(norm, input=x)  # the pass outside any layer (embedding, final norm)
     assert run.within("decoder", 0) is run and run.within("encoder", 1) is run
-    run.within("decoder", 0).note(norm, input=x)
+    run.within("decoder", 0).keep_for_inside(norm, input=x)
     assert look.kept == {}
     assert PLAIN.within("decoder", 1) is PLAIN  # a pass that looks nowhere: the same run
     inside = run.within("decoder", 1)

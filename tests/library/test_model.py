@@ -236,7 +236,7 @@ def test_a_query_with_every_key_masked_gets_zeros_not_nan(capture, device):
     mask[0, :, 1, :] = False  # query 1 of sequence 0 may attend to nothing
     run = Run(capture=Capture(trace=capture))
     out = mha(x, x, mask, run=run)
-    probe = run.probe(mha)
+    probe = run.kept_probe(mha)
     assert not out.isnan().any()
     # With no key the attention output is zero, so the sub-layer output is w_o's bias alone.
     assert torch.allclose(out[0, 1], mha.w_o.bias, atol=1e-6)
@@ -429,7 +429,7 @@ CORE = (
     "modern",
     "rotary",
     "attention",
-    "probes",
+    "records",
     "cache",
     "operations",
     "run",
@@ -455,6 +455,32 @@ def test_the_paper_components_import_only_each_other():
                 modules = [node.module] if isinstance(node, ast.ImportFrom) else []
                 modules += [alias.name for alias in getattr(node, "names", [])]
                 assert not any(str(m).startswith("transformer") for m in modules), name
+
+
+def test_the_core_imports_in_no_circle():
+    """Every relative import in ``transformer/core`` (those under ``TYPE_CHECKING`` too) as a
+    graph, walked depth first: no module reaches itself."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[2] / "transformer" / "core"
+    graph: dict[str, set[str]] = {}
+    for path in package.glob("*.py"):
+        graph[path.stem] = {
+            node.module.split(".")[0] if node.module else alias.name
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and node.level == 1
+            for alias in node.names
+        }
+    assert "attention" in graph and "records" in graph["attention"]  # the walk reads imports
+
+    def reaches(start: str, seen: tuple[str, ...]) -> None:
+        for imported in graph.get(start, set()):
+            assert imported not in seen, " -> ".join((*seen, imported))
+            reaches(imported, (*seen, imported))
+
+    for name in graph:
+        reaches(name, (name,))
 
 
 def test_importing_the_package_does_not_load_the_toy_grammar():

@@ -136,7 +136,7 @@ def test_multihead_attention_matches_nn_multihead_attention(dtype, device):
     for capture in (False, True):
         run = Run(capture=Capture(trace=capture))
         out = ours(query, memory, ours_mask, run=run)
-        probe = run.probe(ours)
+        probe = run.kept_probe(ours)
         assert max_diff(out, ref_out) <= TOLERANCE[dtype]
     assert probe.weights.shape == (2, n_heads, 5, 7)
     assert max_diff(probe.weights, ref_weights) <= TOLERANCE[dtype]

@@ -15,7 +15,7 @@ import torch
 from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.core.operations import PAPER
-from transformer.core.probes import AttentionProbe
+from transformer.core.records import AttentionProbe
 from transformer.core.run import TRACE, Call, Capture, Run
 from transformer.lab.silent_mistakes import tiled_kv_heads
 

@@ -3,7 +3,7 @@
 The paper's formula comes first: the weights ``softmax(Q Kᵀ / √d_k)`` (:func:`attention_weights`)
 and the attention that reads the values with them (:func:`scaled_dot_product_attention`), then
 the module of h heads. What a call keeps for the trace (its probe, scores recomputed when read)
-is in :mod:`transformer.core.probes`; the key/value cache of decoding in
+is in :mod:`transformer.core.records`; the key/value cache of decoding in
 :mod:`transformer.core.cache`.
 """
 
@@ -22,7 +22,7 @@ from .layers import Dropout
 from .masks import is_causal, remembered
 from .modern import RMSNorm, expand_kv_heads, kv_head_of, soft_cap
 from .operations import PAPER, AttentionKind, Operations
-from .probes import AttentionProbe, Rotated
+from .records import AttentionProbe, Rotated
 from .rotary import RotaryEmbedding
 from .run import PLAIN, Run
 
@@ -200,7 +200,7 @@ class MultiHeadAttention(nn.Module):
                 ``Tk_total`` counts cached keys too.
             cache: keys/values kept across decoding steps (updated in place).
             run: this call's operations and capture policy; where it traces or observes,
-                attention is written out and its probe handed to the run (:meth:`Run.observe`).
+                attention is written out and its probe handed to the run (:meth:`Run.keep_probe`).
 
         Returns:
             ``(B, Tq, d_model)`` output.
@@ -218,7 +218,7 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:
                 k, v = cache.update(k, v)  # the cache keeps H_kv heads
         out = self.attend(q, k, v, mask, run)
-        probe = run.probe(self)  # the probe a traced run keeps
+        probe = run.kept_probe(self)  # the probe a traced run keeps
         if probe is not None and rotated is not None:
             self._keep_rotary(probe, rotated, ops, uncached=k is rotated.keys_after)
         return out
@@ -271,7 +271,9 @@ class MultiHeadAttention(nn.Module):
         d_head)`` keys and values, heads merged and projected: ``(B, Tq, d_model)``. Key/value
         head ``h // (H / H_kv)`` serves query head h."""
         ops = run.ops
-        run.note(self, queries=q, keys=k, values=v)  # where Inside a layer looks at this layer
+        run.keep_for_inside(
+            self, queries=q, keys=k, values=v
+        )  # where Inside a layer looks at this layer
         scale = self.score_scale(ops)
         grouped = self.n_kv_heads != self.n_heads
         # sdpa cannot soft-cap its scores: a capped model attends written out, keeping nothing.
@@ -286,7 +288,7 @@ class MultiHeadAttention(nn.Module):
             )
             probe.kv_head_of = self.kv_head_of
             # Observed, kept for the trace where the run keeps one; else its weights die here.
-            run.observe(self, probe, mask)
+            run.keep_probe(self, probe, mask)
         else:
             dropout = self.dropout.p if self.training else 0.0
             causal = mask is not None and is_causal(mask)  # the triangle without a mask
@@ -303,9 +305,9 @@ class MultiHeadAttention(nn.Module):
         out = self._patched(ops, 1, out)  # what a patch sees of the heads
         if ops.zero_heads and self.kind is not None:
             out = ops.gate_heads(out, self.kind, self.layer)
-        run.note(self, heads=out)  # (B, H, Tq, d_head)
+        run.keep_for_inside(self, heads=out)  # (B, H, Tq, d_head)
         projected = self.w_o(ops.merge_heads(out))  # (B, Tq, d_model)
-        run.note(self, output=projected)
+        run.keep_for_inside(self, output=projected)
         return self._patched(ops, 2, projected)  # what a patch sees of the output
 
     def _patched(self, ops: Operations, which: int, x: Tensor) -> Tensor:

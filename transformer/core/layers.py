@@ -49,16 +49,16 @@ class Pass(Protocol):
 
     def normalise(self, norm: Any, x: Tensor) -> Tensor:
         """``norm`` of the ``(..., d)`` ``x`` as this call computes it (the paper's, or a
-        what-if's), noted for Inside a layer where the call looks at the norm's layer."""
+        what-if's), kept for Inside a layer where the call looks at the norm's layer."""
         ...
 
-    def note(self, module: Any, **tensors: Tensor) -> None:
+    def keep_for_inside(self, module: Any, **tensors: Tensor) -> None:
         """Keep copies of ``tensors`` by ``module`` where the call looks inside its layer."""
         ...
 
 
 def keep_nothing(module: nn.Module, **tensors: Tensor) -> None:
-    """What a module notes for Inside a layer where it was called without a run: nothing."""
+    """What a module keeps for Inside a layer where it was called without a run: nothing."""
 
 
 class Dropout(nn.Dropout):
@@ -127,8 +127,8 @@ class PositionwiseFeedForward(nn.Module):
         """The hidden units after the activation, ``act(x W1 + b1)``: ``(B, T, d_model)`` →
         ``(B, T, d_ff)``. ``run`` keeps them before (``"hidden"``) and after (``"activated"``)
         the activation where Inside a layer looks at this layer."""
-        note = keep_nothing if run is None else run.note
+        keep_for_inside = keep_nothing if run is None else run.keep_for_inside
         hidden = self.linear1(x)  # (B, T, d_ff)
         activated = self.activation(hidden)
-        note(self, hidden=hidden, activated=activated)
+        keep_for_inside(self, hidden=hidden, activated=activated)
         return activated

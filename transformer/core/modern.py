@@ -100,17 +100,19 @@ class GatedFeedForward(nn.Module):
         d_ff)``. ``run`` keeps the gate before (``"gate_in"``) and after (``"gate"``) its
         activation, ``"up"`` and the product (``"units"``) where Inside a layer looks at this
         layer."""
-        note = keep_nothing if run is None else run.note
+        keep_for_inside = keep_nothing if run is None else run.keep_for_inside
         gate = self.w_gate(x)  # (B, T, d_ff)
-        note(self, gate_in=gate)  # (a copy: inference writes over the gate's buffer next)
+        keep_for_inside(
+            self, gate_in=gate
+        )  # (a copy: inference writes over the gate's buffer next)
         # Inference (no gradient): the same numbers, each written over the gate's own (B, T,
         # d_ff) buffer instead of a new one (SmolLM2 at 512 tokens: 6 MB a layer).
         grad = torch.is_grad_enabled()
         gate = self.activation(gate) if grad else activate_in_place(self.activation, gate)
         up = self.w_up(x)
-        note(self, gate=gate, up=up)
+        keep_for_inside(self, gate=gate, up=up)
         units = gate * up if grad else gate.mul_(up)
-        note(self, units=units)
+        keep_for_inside(self, units=units)
         return units
 
 

@@ -9,8 +9,8 @@ whether the trace keeps the attention weights). It is immutable, so one may serv
 From it the model makes a fresh :class:`Run` for each pass, handed to every stack, layer and
 attention as one argument and never stored on a module, so requests that share one model
 cannot see each other's choice. While a traced pass runs, each attention and residual
-connection leaves what the trace needs in the run (:meth:`Run.keep`), and each layer builds its
-record from it at the end (:mod:`transformer.core.stacks`): the recording stands beside the
+connection leaves what the trace needs in the run (:meth:`Run.keep_probe`,
+:meth:`Run.keep_for_trace`), and each layer builds its record from it at the end (:mod:`transformer.core.stacks`): the recording stands beside the
 computation.
 
     >>> model(tgt=ids, call=TRACE)  # a Trace of every step
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from torch import Tensor
 
 from .operations import PAPER, AttentionKind, Operations
-from .probes import AttentionProbe
+from .records import AttentionProbe
 
 if TYPE_CHECKING:
     from .layers import LayerNorm
@@ -41,8 +41,8 @@ class LookInside:
 
     ``stack`` (``"encoder"`` or ``"decoder"``) and ``layer`` (from 0) name the layer; a pass
     whose :class:`Capture` carries this object fills ``kept``, keyed by the module that computed
-    a tensor and a name (:meth:`Run.note`), with copies of what that layer's modules computed
-    and of nothing else:
+    a tensor and a name (:meth:`Run.keep_for_inside`), with copies of what that layer's modules
+    computed and of nothing else:
 
     - each attention: what it attends with, ``"queries"`` ``(B, H, Tq, d_head)`` and ``"keys"``
       ``(B, H_kv, Tk, d_head)`` (projected, QK-normed and rotated where the model does so, not
@@ -88,7 +88,7 @@ class Capture:
             analyses; SmolLM2's trace at 512 tokens then holds 283 MB less, and its pass frees
             each layer's weights once the layer has used them).
         observe_attention: ``(probe, kind, layer)`` called with every attention call's
-            :class:`~transformer.core.probes.AttentionProbe` as the pass goes, so that a reader
+            :class:`~transformer.core.records.AttentionProbe` as the pass goes, so that a reader
             can reduce each layer's ``(B, H, Tq, Tk)`` weights (to statistics, one head) before
             the next layer computes its own; the pass then writes attention out even without a
             trace. ``None``: nobody observes.
@@ -159,11 +159,20 @@ class Run:
     """One pass of a :class:`Call`: its operations and capture policy, and what the pass keeps
     on its way; made fresh for each pass (:meth:`Call.run`), never shared between passes.
 
-    ``kept`` holds, while a traced pass runs, what each attention (its probe and the mask it
-    read) and each residual connection (the update it added, the stream after it) left for its
-    layer's record, keyed by the module; a layer takes its entries out when it builds its record.
-    ``looking``: this is the run a layer hands its modules where the capture looks inside that
-    layer (:meth:`within`); only there does :meth:`note` keep anything.
+    Its verbs say where what they keep goes:
+
+    - into the trace, only where the pass keeps one: :meth:`keep_probe` (an attention call's
+      probe and mask, handed to the observer too), :meth:`keep_for_trace` (what any other module
+      computed for its layer's record: a residual's update and stream); :meth:`kept_probe` reads
+      an attention's probe back, :meth:`take_kept` takes a module's entry out for its layer's
+      record;
+    - into Inside a layer, only where the capture looks inside the module's layer:
+      :meth:`keep_for_inside` (copies of named tensors).
+
+    ``kept`` holds, while a traced pass runs, the trace's entries, keyed by the module; a layer
+    takes its entries out when it builds its record. ``looking``: this is the run a layer hands
+    its modules where the capture looks inside that layer (:meth:`within`); only there does
+    :meth:`keep_for_inside` keep anything.
     """
 
     ops: Operations = PAPER
@@ -181,14 +190,14 @@ class Run:
         """Whether attention runs written out (a trace or an observer reads its weights)."""
         return self.capture.trace or self.capture.observe_attention is not None
 
-    def observe(self, attention: Sited, probe: AttentionProbe, mask: Tensor | None) -> None:
+    def keep_probe(self, attention: Sited, probe: AttentionProbe, mask: Tensor | None) -> None:
         """Hand one attention call's probe to the observer, and keep it and the ``(B, 1, Tq,
-        Tk)``-broadcastable mask it read for the trace."""
+        Tk)``-broadcastable mask it read for the trace (only when traced)."""
         if self.capture.observe_attention is not None:
             self.capture.observe_attention(probe, attention.kind, attention.layer)
-        self.keep(attention, (probe, mask))
+        self.keep_for_trace(attention, (probe, mask))
 
-    def keep(self, module: Any, what: Any) -> None:
+    def keep_for_trace(self, module: Any, what: Any) -> None:
         """Keep ``what`` a module computed for its layer's record (only when traced)."""
         if self.capture.trace:
             self.kept[module] = what
@@ -202,7 +211,7 @@ class Run:
             return self
         return replace(self, looking=True)
 
-    def note(self, module: Any, **tensors: Tensor) -> None:
+    def keep_for_inside(self, module: Any, **tensors: Tensor) -> None:
         """Keep each of ``tensors`` by ``module`` and its name where this pass looks inside the
         module's layer (:meth:`within`; a copy: the pass may go on to write into its own
         buffers); else nothing."""
@@ -215,19 +224,21 @@ class Run:
 
     def normalise(self, norm: LayerNorm | RMSNorm, x: Tensor) -> Tensor:
         """``norm`` of the ``(..., d)`` ``x`` as this run computes it (``ops.layer_norm``: the
-        paper's, or a what-if's), its input and output noted for Inside a layer (:meth:`note`:
-        only where the run looks inside the norm's layer)."""
+        paper's, or a what-if's), its input and output kept for Inside a layer
+        (:meth:`keep_for_inside`: only where the run looks inside the norm's layer)."""
         out = self.ops.layer_norm(norm, x)
-        self.note(norm, input=x, output=out)
+        self.keep_for_inside(norm, input=x, output=out)
         return out
 
-    def probe(self, attention: Sited) -> AttentionProbe | None:
-        """The probe ``attention`` kept in this traced run (``None`` if it kept none)."""
+    def kept_probe(self, attention: Sited) -> AttentionProbe | None:
+        """The probe ``attention`` kept for the trace in this run (:meth:`keep_probe`; ``None``
+        if it kept none), left in the run."""
         kept = self.kept.get(attention)
         return None if kept is None else kept[0]
 
-    def take(self, module: Any) -> Any:
-        """What ``module`` kept in this pass (removed from the run), ``None`` if nothing."""
+    def take_kept(self, module: Any) -> Any:
+        """What ``module`` kept for the trace in this pass (:meth:`keep_probe`,
+        :meth:`keep_for_trace`), removed from the run; ``None`` if nothing."""
         return self.kept.pop(module, None)
 
 

@@ -73,7 +73,7 @@ class Residual(nn.Module):
         else:  # OLMo 2: x = x + Norm(Sublayer(x))
             update = self.norm(sublayer(h), run)
             out = x + self.dropout(update)
-        run.keep(self, (update.detach(), out))  # for the layer's record, where traced
+        run.keep_for_trace(self, (update.detach(), out))  # for the layer's record, where traced
         return out
 
     def kept(self, output: Tensor) -> Tensor | None:
@@ -100,7 +100,7 @@ def _record(run: Run, attention: MultiHeadAttention, offset: int) -> AttentionRe
     """The trace's record of one attention call of this run, its first query at position
     ``offset`` (its weights kept unless the capture policy says not to: the record then
     computes them again when read); ``None`` where it did not run."""
-    kept = run.take(attention)
+    kept = run.take_kept(attention)
     if kept is None:
         return None
     probe, mask = kept
@@ -142,12 +142,12 @@ def _layer_trace(
     )
     self_attention = _record(run, layer.self_attention, offset)
     assert self_attention is not None  # a traced pass keeps every attention's probe
-    update, after_attention = run.take(residual)
+    update, after_attention = run.take_kept(residual)
     cross, cross_update, after_cross = None, None, None
     if isinstance(layer, DecoderLayer) and layer.cross_attention is not None:
         cross = _record(run, layer.cross_attention, offset)
-        cross_update, after_cross = run.take(layer.cross_attention_residual)
-    feed_forward_update, _ = run.take(layer.feed_forward_residual)
+        cross_update, after_cross = run.take_kept(layer.cross_attention_residual)
+    feed_forward_update, _ = run.take_kept(layer.feed_forward_residual)
     return LayerTrace(
         stack="decoder" if decoder else "encoder",
         layer=layer.index,

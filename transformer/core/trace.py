@@ -17,7 +17,7 @@ from torch import Tensor
 from .attention import attention_weights
 from .config import ModelConfig
 from .operations import AttentionKind
-from .probes import Rotated, attention_scores
+from .records import Rotated, attention_scores
 
 ATTENTION_KINDS: tuple[str, ...] = ("encoder_self", "decoder_self", "cross")
 # The attention weights a captured pass may compute (every layer's and head's (Tq, Tk) map, in
@@ -58,7 +58,7 @@ class AttentionRecord:
             H_kv)``; ``(0, 1, …, H−1)`` for plain multi-head attention, the default).
         rotary: with rotary positions, q ``(B, H, Tq, d_head)`` and k ``(B, H_kv, Tq, d_head)``
             of the positions this call computed, before and after their rotation
-            (:class:`~transformer.core.probes.Rotated`); ``None`` otherwise.
+            (:class:`~transformer.core.records.Rotated`); ``None`` otherwise.
         rebuild: where the rotary pair holds the queries and keys (a rotary pass without cached
             keys), how to compute them again from it, by the pass's own operations, instead of
             keeping them twice; ``None`` otherwise.

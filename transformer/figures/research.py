@@ -216,20 +216,7 @@ def score_parts_figure(
         x0 = column * (width + gap_x)
         y1 = 1 - row * (height_each + gap_y)
         suffix = "" if index == 0 else str(index + 1)
-        data.append(
-            {
-                "type": "heatmap",
-                "z": matrix,
-                "x": k_labels,
-                "y": q_labels,
-                "coloraxis": "coloraxis",
-                "xaxis": f"x{suffix}",
-                "yaxis": f"y{suffix}",
-                "hovertemplate": f"{plot_text(name)}<br>query %{{y}}, key %{{x}}: %{{z:.3f}}"
-                "<extra></extra>",
-                "hoverongaps": False,
-            }
-        )
+        data.append(_panel_heatmap(matrix, k_labels, q_labels, name, suffix))
         layout[f"xaxis{suffix}"] = {
             **category_axis("key" if row == rows - 1 else "", k_labels, large_font),
             "domain": [x0, min(1.0, x0 + width)],
@@ -246,6 +233,25 @@ def score_parts_figure(
         annotations.append(panel_title(name, [x0, x0 + width], large_font) | {"y": y1})
     layout["annotations"] = annotations
     return figure(data, layout)
+
+
+def _panel_heatmap(
+    z: Any, keys: list[str], queries: list[str], name: str, suffix: str
+) -> dict[str, Any]:
+    """One panel's ``(Tq, Tk)`` heat map ``z`` on the figure's shared colour axis, drawn on the
+    axes ``x{suffix}``/``y{suffix}``, its hover naming the panel."""
+    return {
+        "type": "heatmap",
+        "z": z,
+        "x": keys,
+        "y": queries,
+        "coloraxis": "coloraxis",
+        "xaxis": f"x{suffix}",
+        "yaxis": f"y{suffix}",
+        "hovertemplate": f"{plot_text(name)}<br>query %{{y}}, key %{{x}}: %{{z:.3f}}"
+        "<extra></extra>",
+        "hoverongaps": False,
+    }
 
 
 def paired_heatmaps_figure(
@@ -277,20 +283,7 @@ def paired_heatmaps_figure(
     for index, (z, name) in enumerate(((z_left, names[0]), (z_right, names[1]))):
         suffix = "" if index == 0 else "2"
         domain = [0.0, 0.46] if index == 0 else [0.54, 1.0]
-        data.append(
-            {
-                "type": "heatmap",
-                "z": z,
-                "x": group_labels,
-                "y": group_labels,
-                "coloraxis": "coloraxis",
-                "xaxis": f"x{suffix}",
-                "yaxis": f"y{suffix}",
-                "hovertemplate": f"{plot_text(name)}<br>query %{{y}}, key %{{x}}: %{{z:.3f}}"
-                "<extra></extra>",
-                "hoverongaps": False,
-            }
-        )
+        data.append(_panel_heatmap(z, group_labels, group_labels, name, suffix))
         layout[f"xaxis{suffix}"] = {
             **category_axis("key", group_labels, large_font),
             "domain": domain,

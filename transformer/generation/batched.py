@@ -44,7 +44,7 @@ from ..core.model import Decoded, DecoderCache, Encoded, LayerCache, Transformer
 from ..core.operations import PAPER, Operations
 from ..core.operations import positions as paper_positions
 from ..core.operations import rotary_positions as paper_rotary_positions
-from ..core.probes import Rotated
+from ..core.records import Rotated
 from ..core.rotary import RotaryEmbedding
 from ..core.run import Call, Capture
 from ..core.trace import AttentionRecord, LayerTrace, StackInput

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from ..core.model import Transformer
-from ..core.probes import AttentionProbe, attention_scores
+from ..core.records import AttentionProbe, attention_scores
 from ..core.run import Call, Capture
 from ..core.trace import AttentionKind
 

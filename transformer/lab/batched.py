@@ -26,7 +26,7 @@ from torch import Tensor
 from ..core.attention import MultiHeadAttention
 from ..core.model import DecoderLayer, EncoderLayer, Transformer
 from ..core.operations import PAPER, Operations
-from ..core.probes import Rotated
+from ..core.records import Rotated
 from ..core.run import Call, Capture
 from ..core.trace import AttentionRecord, LayerTrace, StackInput, Trace, check_capture_size
 from ..core.util import eval_mode, pad

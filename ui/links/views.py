@@ -13,7 +13,6 @@ finished, the same event runs again, since a model change may reset a slider.
 from __future__ import annotations
 
 import html
-import inspect
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -21,6 +20,7 @@ from typing import Any, cast
 
 import gradio as gr
 
+from ..serving.shared_views import plain_function
 from ..serving.state import ModelRegistry
 from .share import MAX_QUERY, Restored, TabView, as_plain_markdown, decode_view, encode_view
 
@@ -106,20 +106,7 @@ def skip_outputs(n: int) -> Any:
 def usable(function: Any) -> bool:
     """Whether a registered handler can be called again from here: a plain function (no
     generator, no gradio-injected request or progress parameter)."""
-    fn = function.fn
-    if fn is None or inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
-        return False
-    try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    injected = (gr.Request, gr.Progress, gr.EventData)
-    return not any(
-        isinstance(p.default, gr.Progress)
-        or (isinstance(p.annotation, type) and issubclass(p.annotation, injected))
-        or p.annotation in {"gr.Request", "gr.Progress", "Request", "Progress"}
-        for p in parameters
-    )
+    return function.fn is not None and plain_function(function.fn)
 
 
 def redraw_functions(demo: gr.Blocks, controls: Iterable[gr.Component]) -> list[Any]:

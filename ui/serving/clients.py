@@ -36,6 +36,7 @@ from typing import Any
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from . import limits
+from .event_streams import WatchedSend
 
 log = logging.getLogger("visualiser.clients")
 
@@ -249,7 +250,6 @@ class TimeRequestBodies:
             loop.time() + limits.REQUEST_BODY_TIMEOUT_S + length / limits.REQUEST_BODY_MIN_RATE
         )
         received = False
-        started = False
 
         async def timed_receive() -> dict[str, Any]:
             nonlocal received
@@ -263,12 +263,7 @@ class TimeRequestBodies:
                 received = True
             return message
 
-        async def watched_send(message: dict[str, Any]) -> None:
-            nonlocal started
-            if message.get("type") == "http.response.start":
-                started = True
-            await send(message)
-
+        watched_send = WatchedSend(send)
         try:
             await self.app(scope, timed_receive, watched_send)
         except _BodyOverdue:
@@ -276,7 +271,7 @@ class TimeRequestBodies:
                 "closed a connection from %s: its request's body took too long",
                 client_address(scope),
             )
-            if not started:
+            if not watched_send.started:
                 await send(
                     {
                         "type": "http.response.start",

@@ -25,6 +25,20 @@ log = logging.getLogger("visualiser")
 STREAM_PATH = "/queue/data"
 
 
+class WatchedSend:
+    """An ASGI ``send`` passed on, that remembers whether the response has started (once it
+    has, a middleware can no longer answer in its place)."""
+
+    def __init__(self, send: Any) -> None:
+        self.send = send
+        self.started = False
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if message.get("type") == "http.response.start":
+            self.started = True
+        await self.send(message)
+
+
 class QuietEventStreams:
     """ASGI middleware: an exception out of a started event stream is one INFO line (see the
     module's doc). ``ended`` counts them."""
@@ -37,18 +51,11 @@ class QuietEventStreams:
         if scope.get("type") != "http" or not str(scope.get("path", "")).endswith(STREAM_PATH):
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def sending(message: dict[str, Any]) -> None:
-            nonlocal started
-            if message.get("type") == "http.response.start":
-                started = True
-            await send(message)
-
+        sending = WatchedSend(send)
         try:
             await self.app(scope, receive, sending)
         except Exception as error:
-            if not started:
+            if not sending.started:
                 raise
             self.ended += 1
             cause = error.__cause__ or error

@@ -106,27 +106,32 @@ def _state_positions(inputs: Iterable[Any]) -> frozenset[int]:
     return frozenset(i for i, c in enumerate(inputs) if isinstance(c, gr.State))
 
 
-def _shareable(handler: Callable[..., Any], inputs: Sequence[Any]) -> bool:
-    """A plain function of its inputs: no generator, nothing gradio injects (request,
-    progress), no upload, no state but a session's models."""
-    if inspect.isgeneratorfunction(handler) or inspect.iscoroutinefunction(handler):
+def plain_function(handler: Callable[..., Any]) -> bool:
+    """Whether ``handler`` gives its whole answer at once from its arguments alone: no
+    generator, no parameter gradio fills in (a request, a progress bar, event data)."""
+    if inspect.isgeneratorfunction(handler) or inspect.isasyncgenfunction(handler):
         return False
     try:
         parameters = inspect.signature(handler).parameters.values()
     except (TypeError, ValueError):
         return False
     injected = (gr.Request, gr.Progress, gr.EventData)
-    for p in parameters:
-        if isinstance(p.default, gr.Progress) or (
-            isinstance(p.annotation, type) and issubclass(p.annotation, injected)
-        ):
-            return False
-        if isinstance(p.annotation, str) and p.annotation.split(".")[-1] in {
-            "Request",
-            "Progress",
-            "EventData",
-        }:
-            return False
+    return not any(
+        isinstance(p.default, gr.Progress)
+        or (isinstance(p.annotation, type) and issubclass(p.annotation, injected))
+        or (
+            isinstance(p.annotation, str)
+            and p.annotation.split(".")[-1] in {"Request", "Progress", "EventData"}
+        )
+        for p in parameters
+    )
+
+
+def _shareable(handler: Callable[..., Any], inputs: Sequence[Any]) -> bool:
+    """A plain function of its inputs: no generator, nothing gradio injects (request,
+    progress), no upload, no state but a session's models."""
+    if inspect.iscoroutinefunction(handler) or not plain_function(handler):
+        return False
     for component in inputs:
         if isinstance(component, gr.File | gr.UploadButton):
             return False

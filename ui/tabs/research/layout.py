@@ -152,6 +152,13 @@ def _code(function: Any) -> gr.Code:
         )
 
 
+def _results(slug: str) -> list[Any]:
+    """A method's results, in the column beside its controls: its figure (its element id
+    ``research-{slug}-plot``) and what the figure says."""
+    with gr.Column(scale=6, min_width=300):
+        return [gr.Plot(show_label=False, elem_id=f"research-{slug}-plot"), gr.Markdown()]
+
+
 def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dict[str, Any]:
     """Lay out the tab and wire its events (``/research_patching``, ``/research_ablation``,
     ``/research_logit``, ``/research_input``, ``/research_scores``,
@@ -191,10 +198,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             site = gr.Radio(_sites(False), value="residual", label="Patch")
             patch = gr.Button("Patch", variant="primary")
             _code(methods.activation_patching)
-        with gr.Column(scale=6, min_width=300):
-            patch_plot = gr.Plot(**plot_args, elem_id="research-patching-plot")
-            patch_summary = gr.Markdown()
-    outputs["patching"] = [patch_plot, patch_summary]
+        outputs["patching"] = _results("patching")
     choice.select(preset, choice, [clean, corrupted, answer, wrong], **private)
     patch_inputs = [model, clean, corrupted, answer, wrong, site, large, session, sentence]
     patch.click(
@@ -212,10 +216,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             how = gr.Radio(["zero", "mean"], value="zero", label="Ablation")
             ablate = gr.Button("Ablate every head", variant="primary")
             _code(methods.head_ablation)
-        with gr.Column(scale=6, min_width=300):
-            ablation_plot = gr.Plot(**plot_args, elem_id="research-ablation-plot")
-            ablation_summary = gr.Markdown()
-    outputs["ablation"] = [ablation_plot, ablation_summary]
+        outputs["ablation"] = _results("ablation")
     ablation_inputs = [model, sentence, how, large, session, source]
     ablate.click(
         bind(research_ablation, registry),
@@ -239,10 +240,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             )
             attribute = gr.Button("Split the logit", variant="primary")
             _code(methods.direct_logit_attribution)
-        with gr.Column(scale=6, min_width=300):
-            logit_plot = gr.Plot(**plot_args, elem_id="research-logit-plot")
-            logit_summary = gr.Markdown()
-    outputs["logit"] = [logit_plot, logit_summary]
+        outputs["logit"] = _results("logit")
     logit_inputs = [model, sentence, token, large, session, source]
     attribute.click(
         bind(research_logit, registry), logit_inputs, outputs["logit"], api_name="research_logit"
@@ -259,10 +257,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             )
             explain = gr.Button("Attribute to the input", variant="primary")
             _code(methods.input_attribution)
-        with gr.Column(scale=6, min_width=300):
-            input_plot = gr.Plot(**plot_args, elem_id="research-input-plot")
-            input_summary = gr.Markdown()
-    outputs["input"] = [input_plot, input_summary]
+        outputs["input"] = _results("input")
     input_inputs = [model, sentence, token, method, large, session, source]
     explain.click(
         bind(research_input, registry), input_inputs, outputs["input"], api_name="research_input"
@@ -278,10 +273,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
                 head = gr.Slider(1, limits.MAX_HEADS, value=1, step=1, label="Head")
             split = gr.Button("Split the scores", variant="primary")
             _code(methods.attention_score_parts)
-        with gr.Column(scale=6, min_width=300):
-            scores_plot = gr.Plot(**plot_args, elem_id="research-scores-plot")
-            scores_summary = gr.Markdown()
-    outputs["scores"] = [scores_plot, scores_summary, scores_text]
+        outputs["scores"] = [*_results("scores"), scores_text]
     scores_inputs = [model, sentence, layer, head, large, session, source]
     split.click(
         bind(research_scores, registry),

@@ -1,11 +1,12 @@
-"""What one attention call keeps for the trace, kept so that it stays small.
+"""What one attention call keeps for the trace: its probe and its rotary pair.
 
-The paper's formula, softmax included, is
-:func:`~transformer.core.attention.scaled_dot_product_attention`; this module holds what a
-call keeps of it without keeping more than it must: the scores recomputed from the kept queries
-and keys when a reader asks (:func:`attention_scores`, :class:`AttentionProbe`), and rotated
-queries and keys recomputed from the unrotated ones (:class:`Rotated`). A reader of the paper
-can skip it.
+Records, not computation: :class:`AttentionProbe` (what
+:func:`~transformer.core.attention.scaled_dot_product_attention` returns beside its output) and
+:class:`Rotated` (queries and keys before and after the rotary rotation) are read by the paper's
+module without it depending on anything that makes a trace small. They keep no more than they
+must: the scores are recomputed from the kept queries and keys when a reader asks
+(:func:`attention_scores`), and rotated queries and keys from the unrotated ones. A reader of the
+paper can skip this module.
 """
 
 from __future__ import annotations
