@@ -1357,10 +1357,14 @@ def test_dropped_event_streams_leave_no_traceback(url, caplog):
     assert len([r for r in records if "stream" in r.getMessage()]) <= 20
 
 
-def test_one_clients_queued_runs_do_not_hold_another_client(url, monkeypatch):
+def test_one_clients_queued_runs_do_not_hold_another_client(server, monkeypatch):
     """One client queues more "Run to the end" than it may (the rest are refused with a
     message); another client's run, from another address, is served after at most one turn of
     each client ahead of it, not after the whole queue."""
+    from ui.demo import COSTLY
+    from ui.serving.fairness import waiting_events
+
+    demo, url = server
     monkeypatch.setattr(limits, "COSTLY_QUEUED_PER_CLIENT", 3)
     order: list[str] = []
     run = [GENERATE[0], "continue", "greedy", 1.0, 0, 1.0, 1, 40, 0, 1, 1, False]
@@ -1368,7 +1372,9 @@ def test_one_clients_queued_runs_do_not_hold_another_client(url, monkeypatch):
     jobs = [c.submit(*run, api_name="/generate") for c in flood]
     for n, job in enumerate(jobs):
         job.add_done_callback(lambda j, n=n: j.exception() or order.append(f"flood{n}"))
-    time.sleep(0.5)
+    # The other client comes while the flood's runs wait (on a busy machine the flood's clients
+    # took longer than half a second to be queued, and the other came after them).
+    assert _wait_until(lambda: len(waiting_events(demo._queue, COSTLY) or []) >= 2, 60)
     other = _from_address(url, "127.0.0.2", [f"other {GENERATE[0]}", *run[1:]])
     order.append("other")
     outcomes = []

@@ -107,7 +107,7 @@ def share_fairly(demo: Any, concurrency_id: str) -> FairTurns | None:
 
     def fair_get_events() -> Any:
         # Put the fair choice first in the costly queue, then let gradio take it as before.
-        waiting = _waiting(queue, concurrency_id)
+        waiting = waiting_events(queue, concurrency_id)
         if waiting is not None and len(waiting) > 1:
             index = turns.pick(waiting)
             if index:
@@ -121,7 +121,7 @@ def share_fairly(demo: Any, concurrency_id: str) -> FairTurns | None:
     async def capped_push(body: Any, request: Any, username: Any) -> Any:
         fn = _function_of(queue, body)
         if fn is not None and getattr(fn, "concurrency_id", None) == concurrency_id:
-            waiting = _waiting(queue, concurrency_id) or []
+            waiting = waiting_events(queue, concurrency_id) or []
             message = too_many_queued(
                 waiting, client_address(request), limits.COSTLY_QUEUED_PER_CLIENT
             )
@@ -135,7 +135,7 @@ def share_fairly(demo: Any, concurrency_id: str) -> FairTurns | None:
     return turns
 
 
-def _waiting(queue: Any, concurrency_id: str) -> list[Any] | None:
+def waiting_events(queue: Any, concurrency_id: str) -> list[Any] | None:
     """The list of events waiting in gradio's queue ``concurrency_id`` (None before its first)."""
     event_queue = getattr(queue, "event_queue_per_concurrency_id", {}).get(concurrency_id)
     return None if event_queue is None else event_queue.queue
