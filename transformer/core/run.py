@@ -10,8 +10,8 @@ From it the model makes a fresh :class:`Run` for each pass, handed to every stac
 attention as one argument and never stored on a module, so requests that share one model
 cannot see each other's choice. While a traced pass runs, each attention and residual
 connection leaves what the trace needs in the run (:meth:`Run.keep_probe`,
-:meth:`Run.keep_for_trace`), and each layer builds its record from it at the end (:mod:`transformer.core.stacks`): the recording stands beside the
-computation.
+:meth:`Run.keep_for_trace`), and each layer builds its record from it at the end
+(:mod:`transformer.core.stacks`): the recording stands beside the computation.
 
     >>> model(tgt=ids, call=TRACE)  # a Trace of every step
     >>> model(tgt=ids, call=Call(ops=replace(PAPER, causal_mask=False)))  # logits of a what-if
