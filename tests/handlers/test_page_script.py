@@ -3,9 +3,9 @@ length and headers right; any other answer passes unchanged."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from typing import Any
+
+from serving import run_async
 
 from ui.serving.page_script import serve_with_script
 
@@ -29,13 +29,7 @@ def _serve(app: Any, script: bytes, headers: list | None = None) -> tuple[dict, 
     async def send(message: dict) -> None:
         sent.append(message)
 
-    # On a thread of its own: a browser module on the same worker may hold an event loop.
-    run = threading.Thread(
-        target=asyncio.run,
-        args=(serve_with_script(app, {"type": "http"}, None, send, script, headers),),
-    )
-    run.start()
-    run.join()
+    run_async(serve_with_script(app, {"type": "http"}, None, send, script, headers))
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return start, body

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import gradio as gr
 import pytest
 from gradio.state_holder import StateHolder
+from serving import run_async
 
 from ui.serving.sessions import SESSION_CLOSED_S, drop_left_sessions, left_sessions
 from ui.serving.state import GenerationState
@@ -121,9 +122,7 @@ def test_a_heartbeat_that_comes_back_marks_its_session_open_while_it_lasts() -> 
     """Gradio marks a session closed for good when its page's heartbeat ends; a page on a
     flaky network opens a new one at once. The app's layer marks the session open again and
     counts the heartbeat open until its request ends."""
-    import asyncio
     import threading
-    from concurrent.futures import ThreadPoolExecutor
 
     from ui.serving.sessions import _Reopening, left_sessions, open_heartbeats
 
@@ -149,9 +148,7 @@ def test_a_heartbeat_that_comes_back_marks_its_session_open_while_it_lasts() -> 
     layer = _Reopening(gradio_app, holder)
 
     def call(scope: dict) -> None:
-        # On a thread of its own: a test worker may run an event loop already (the browser's).
-        with ThreadPoolExecutor(1) as thread:
-            thread.submit(asyncio.run, layer(scope, None, None)).result()
+        run_async(layer(scope, None, None))
 
     call({"type": "http", "path": "/gradio_api/heartbeat/abc"})
     assert seen == [(False, 1, [])]  # open, counted, not left while it lasted

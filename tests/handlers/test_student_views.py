@@ -9,6 +9,7 @@ from typing import Any
 
 import gradio as gr
 import pytest
+from serving import run_async
 
 from transformer.pretrained.shipped import SMOLLM2
 
@@ -159,8 +160,6 @@ def test_the_pages_own_events_read_a_number_out_of_range_as_the_sliders_edge(
     range (a link's view settling on a busy server), was refused with an error toast over a
     view that was fine; the page's events now read the edge, while an API caller is still told
     what the control takes."""
-    import asyncio
-    from concurrent.futures import ThreadPoolExecutor
 
     from gradio.state_holder import SessionState
 
@@ -181,10 +180,7 @@ def test_the_pages_own_events_read_a_number_out_of_range_as_the_sliders_edge(
         ]
 
     def preprocess(function: Any) -> Any:
-        # On a thread of its own: a test worker may run an event loop already (the browser's).
-        with ThreadPoolExecutor(1) as thread:
-            call = demo.preprocess_data(function, values(function), SessionState(demo))
-            return thread.submit(asyncio.run, call).result()
+        return run_async(demo.preprocess_data(function, values(function), SessionState(demo)))
 
     private = reading_head("private")
     read = preprocess(private)
