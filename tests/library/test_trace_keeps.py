@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import LLAMA_BLOCK, TINY_GQA
 
 from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
@@ -19,22 +20,7 @@ from transformer.core.records import AttentionProbe
 from transformer.core.run import TRACE, Call, Capture, Run
 from transformer.lab.silent_mistakes import tiled_kv_heads
 
-CONFIG = ModelConfig(
-    architecture="decoder-only",
-    d_model=48,
-    n_heads=6,
-    n_kv_heads=2,
-    d_ff=64,
-    n_decoder_layers=2,
-    tgt_vocab_size=80,
-    max_len=64,
-    norm="pre",
-    norm_kind="rms",
-    positional="rotary",
-    feed_forward_kind="gated",
-    activation="silu",
-    dropout=0.0,
-)
+CONFIG = TINY_GQA.replace(**LLAMA_BLOCK, n_decoder_layers=2, tgt_vocab_size=80, max_len=64)
 
 
 def _reachable_tensors(record) -> list[torch.Tensor]:
