@@ -12,9 +12,7 @@ import pytest
 import torch
 from conftest import family_folder
 from family_checks import (
-    check_cache,
-    check_forward,
-    check_generation,
+    PARITY_CHECKS,
     check_wrong_choice_fails,
 )
 
@@ -63,16 +61,9 @@ def llama3(request: pytest.FixtureRequest, tmp_path: Path):
     return checkpoint.model, reference
 
 
-def test_llama3_every_layer_head_and_logit_equal_transformers(llama3) -> None:
-    check_forward(*llama3)
-
-
-def test_llama3_greedy_generation_equals_generate(llama3) -> None:
-    check_generation(*llama3)
-
-
-def test_llama3_cached_decoding_equals_uncached(llama3) -> None:
-    check_cache(llama3[0])
+@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
+def test_llama3_equals_transformers(llama3, check: str) -> None:
+    PARITY_CHECKS[check](*llama3)
 
 
 def test_rope_scaling_ignored_fails(tmp_path: Path) -> None:
@@ -144,16 +135,9 @@ def qwen3(request: pytest.FixtureRequest, tmp_path: Path):
     return checkpoint.model, reference
 
 
-def test_qwen3_every_layer_head_and_logit_equal_transformers(qwen3) -> None:
-    check_forward(*qwen3)
-
-
-def test_qwen3_greedy_generation_equals_generate(qwen3) -> None:
-    check_generation(*qwen3)
-
-
-def test_qwen3_cached_decoding_equals_uncached(qwen3) -> None:
-    check_cache(qwen3[0])
+@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
+def test_qwen3_equals_transformers(qwen3, check: str) -> None:
+    PARITY_CHECKS[check](*qwen3)
 
 
 def test_qwen3_qk_norm_after_rotation_fails(tmp_path: Path, monkeypatch) -> None:

@@ -13,10 +13,8 @@ import pytest
 import torch
 from conftest import family_folder
 from family_checks import (
+    PARITY_CHECKS,
     PROMPT,
-    check_cache,
-    check_forward,
-    check_generation,
     check_wrong_choice_fails,
 )
 
@@ -47,16 +45,9 @@ def mistral(request: pytest.FixtureRequest, tmp_path: Path):
     return checkpoint.model, reference
 
 
-def test_mistral_every_layer_head_and_logit_equal_transformers(mistral) -> None:
-    check_forward(*mistral)
-
-
-def test_mistral_greedy_generation_equals_generate(mistral) -> None:
-    check_generation(*mistral)
-
-
-def test_mistral_cached_decoding_equals_uncached(mistral) -> None:
-    check_cache(mistral[0])
+@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
+def test_mistral_equals_transformers(mistral, check: str) -> None:
+    PARITY_CHECKS[check](*mistral)
 
 
 @pytest.fixture
@@ -152,16 +143,9 @@ def olmo2(request: pytest.FixtureRequest, tmp_path: Path):
     return checkpoint.model, reference
 
 
-def test_olmo2_every_layer_head_and_logit_equal_transformers(olmo2) -> None:
-    check_forward(*olmo2)
-
-
-def test_olmo2_greedy_generation_equals_generate(olmo2) -> None:
-    check_generation(*olmo2)
-
-
-def test_olmo2_cached_decoding_equals_uncached(olmo2) -> None:
-    check_cache(olmo2[0])
+@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
+def test_olmo2_equals_transformers(olmo2, check: str) -> None:
+    PARITY_CHECKS[check](*olmo2)
 
 
 @pytest.fixture

@@ -14,9 +14,7 @@ import pytest
 import torch
 from conftest import family_folder
 from family_checks import (
-    check_cache,
-    check_forward,
-    check_generation,
+    PARITY_CHECKS,
     check_wrong_choice_fails,
 )
 
@@ -51,16 +49,9 @@ def neox(request: pytest.FixtureRequest, tmp_path: Path):
     return checkpoint.model, reference
 
 
-def test_neox_every_layer_head_and_logit_equal_transformers(neox) -> None:
-    check_forward(*neox)
-
-
-def test_neox_greedy_generation_equals_generate(neox) -> None:
-    check_generation(*neox)
-
-
-def test_neox_cached_decoding_equals_uncached(neox) -> None:
-    check_cache(neox[0])
+@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
+def test_neox_equals_transformers(neox, check: str) -> None:
+    PARITY_CHECKS[check](*neox)
 
 
 @pytest.fixture
@@ -167,16 +158,9 @@ def phi3(request: pytest.FixtureRequest, tmp_path: Path):
     return checkpoint.model, reference
 
 
-def test_phi3_every_layer_head_and_logit_equal_transformers(phi3) -> None:
-    check_forward(*phi3)
-
-
-def test_phi3_greedy_generation_equals_generate(phi3) -> None:
-    check_generation(*phi3)
-
-
-def test_phi3_cached_decoding_equals_uncached(phi3) -> None:
-    check_cache(phi3[0])
+@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
+def test_phi3_equals_transformers(phi3, check: str) -> None:
+    PARITY_CHECKS[check](*phi3)
 
 
 def test_phi3_gate_and_up_halves_swapped_fail(tmp_path: Path) -> None:
