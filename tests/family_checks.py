@@ -9,10 +9,12 @@ from pathlib import Path
 import torch
 from conftest import family_folder
 
+from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.core.run import TRACE
 from transformer.generation import DecodingSettings, generate
 from transformer.generation.sampling import never_generated
+from transformer.pretrained import load_pretrained
 
 PROMPT = [5, 17, 3, 42, 8, 61, 29, 77, 12, 50, 33]
 TOLERANCE = 1e-4
@@ -91,6 +93,18 @@ PARITY_CHECKS: dict[str, Callable[[Transformer, torch.nn.Module], None]] = {
 }
 """The three checks every family's parity test runs, by name: each family's module
 parametrizes one test over them, so a failure names the family, its case and the check."""
+
+
+def load_case(
+    folder: Path, family: str, name: str, config: dict
+) -> tuple[ModelConfig, Transformer, torch.nn.Module]:
+    """A parity case: ``family``'s ``transformers`` model of ``config`` saved in ``folder``
+    (seeded by the case's name, bfloat16 weights where the name says ``bf16``) and loaded by
+    ours. Returns our config and model, and the float32 reference."""
+    dtype = torch.bfloat16 if "bf16" in name else None
+    reference = family_folder(folder, family, seed=len(name), dtype=dtype, **config)
+    checkpoint = load_pretrained(folder)
+    return checkpoint.config, checkpoint.model, reference
 
 
 def sharded_family_folder(folder: Path, name: str, seed: int) -> torch.nn.Module:

@@ -14,6 +14,7 @@ from conftest import family_folder
 from family_checks import (
     PARITY_CHECKS,
     check_wrong_choice_fails,
+    load_case,
 )
 
 from transformer.core import rotary as rotary_module
@@ -127,12 +128,10 @@ QWEN3_CASES = {
 
 @pytest.fixture(params=sorted(QWEN3_CASES))
 def qwen3(request: pytest.FixtureRequest, tmp_path: Path):
-    shape = dict(QWEN3_CASES[request.param])
-    dtype = torch.bfloat16 if request.param == "bf16" else None
-    reference = family_folder(tmp_path, "qwen3", seed=len(request.param), dtype=dtype, **shape)
-    checkpoint = load_pretrained(tmp_path)
-    assert checkpoint.config.qk_norm == "head" and checkpoint.config.d_head == shape["head_dim"]
-    return checkpoint.model, reference
+    shape = QWEN3_CASES[request.param]
+    config, model, reference = load_case(tmp_path, "qwen3", request.param, shape)
+    assert config.qk_norm == "head" and config.d_head == shape["head_dim"]
+    return model, reference
 
 
 @pytest.mark.parametrize("check", sorted(PARITY_CHECKS))

@@ -16,6 +16,7 @@ from family_checks import (
     PARITY_CHECKS,
     PROMPT,
     check_wrong_choice_fails,
+    load_case,
 )
 
 from transformer.core import stacks
@@ -38,11 +39,9 @@ MISTRAL_CASES = {
 @pytest.fixture(params=sorted(MISTRAL_CASES))
 def mistral(request: pytest.FixtureRequest, tmp_path: Path):
     shape = MISTRAL_CASES[request.param]
-    dtype = torch.bfloat16 if "bf16" in request.param else None
-    reference = family_folder(tmp_path, "mistral", seed=len(request.param), dtype=dtype, **shape)
-    checkpoint = load_pretrained(tmp_path)
-    assert checkpoint.config.sliding_window == shape["sliding_window"]
-    return checkpoint.model, reference
+    config, model, reference = load_case(tmp_path, "mistral", request.param, shape)
+    assert config.sliding_window == shape["sliding_window"]
+    return model, reference
 
 
 @pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
@@ -135,12 +134,11 @@ OLMO2_CASES = {
 
 @pytest.fixture(params=sorted(OLMO2_CASES))
 def olmo2(request: pytest.FixtureRequest, tmp_path: Path):
-    shape = OLMO2_CASES[request.param]
-    dtype = torch.bfloat16 if "bf16" in request.param else None
-    reference = family_folder(tmp_path, "olmo2", seed=len(request.param), dtype=dtype, **shape)
-    checkpoint = load_pretrained(tmp_path)
-    assert checkpoint.config.norm == "output" and checkpoint.config.qk_norm == "projection"
-    return checkpoint.model, reference
+    config, model, reference = load_case(
+        tmp_path, "olmo2", request.param, OLMO2_CASES[request.param]
+    )
+    assert config.norm == "output" and config.qk_norm == "projection"
+    return model, reference
 
 
 @pytest.mark.parametrize("check", sorted(PARITY_CHECKS))

@@ -16,6 +16,7 @@ from conftest import family_folder
 from family_checks import (
     PARITY_CHECKS,
     check_wrong_choice_fails,
+    load_case,
 )
 
 from transformer.pretrained import load_pretrained
@@ -40,13 +41,10 @@ NEOX_CASES = {
 @pytest.fixture(params=sorted(NEOX_CASES))
 def neox(request: pytest.FixtureRequest, tmp_path: Path):
     shape = NEOX_CASES[request.param]
-    dtype = torch.bfloat16 if "bf16" in request.param else None
-    reference = family_folder(tmp_path, "gpt_neox", seed=len(request.param), dtype=dtype, **shape)
-    checkpoint = load_pretrained(tmp_path)
-    config = checkpoint.config
+    config, model, reference = load_case(tmp_path, "gpt_neox", request.param, shape)
     assert config.rotary_fraction == shape["rope_parameters"]["partial_rotary_factor"]
     assert config.parallel_residual == shape.get("use_parallel_residual", True)
-    return checkpoint.model, reference
+    return model, reference
 
 
 @pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
@@ -151,11 +149,9 @@ PHI3_CASES = {
 @pytest.fixture(params=sorted(PHI3_CASES))
 def phi3(request: pytest.FixtureRequest, tmp_path: Path):
     shape = PHI3_CASES[request.param]
-    dtype = torch.bfloat16 if "bf16" in request.param else None
-    reference = family_folder(tmp_path, "phi3", seed=len(request.param), dtype=dtype, **shape)
-    checkpoint = load_pretrained(tmp_path)
-    assert checkpoint.config.rotary_fraction == shape["rope_parameters"]["partial_rotary_factor"]
-    return checkpoint.model, reference
+    config, model, reference = load_case(tmp_path, "phi3", request.param, shape)
+    assert config.rotary_fraction == shape["rope_parameters"]["partial_rotary_factor"]
+    return model, reference
 
 
 @pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
