@@ -11,9 +11,8 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import LLAMA_BLOCK, TINY_GQA
+from conftest import LLAMA_BLOCK, TINY_CONFIG, TINY_GQA
 
-from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.core.operations import PAPER
 from transformer.core.records import AttentionProbe
@@ -104,17 +103,7 @@ def test_the_best_id_without_padding_equals_masking_a_copy(pad_id):
 
 # -- the logits: computed when read, not kept ----------------------------------------------------
 
-ENCODER_DECODER = ModelConfig(
-    d_model=32,
-    n_heads=4,
-    d_ff=48,
-    n_encoder_layers=2,
-    n_decoder_layers=2,
-    src_vocab_size=40,
-    tgt_vocab_size=56,
-    max_len=32,
-    dropout=0.0,
-)
+ENCODER_DECODER = TINY_CONFIG.replace(d_ff=48, src_vocab_size=40, tgt_vocab_size=56, max_len=32)
 
 
 def _all_tensors(obj, seen=None) -> list[torch.Tensor]:
