@@ -1,7 +1,8 @@
 """Which part? in a real browser, one page load a screen size: the tab opens with every method
 drawn on the bundled model, each beside its explanation and its code; on SmolLM2 a small
 patching sweep (showing its progress while it runs), every head ablated, integrated gradients
-and the single-pass methods are drawn, and two models compared; on translate the encoder's source is shown and a decoder head split; on a phone (390 × 844) every figure fits the screen's width. Saves ``research.png``
+and the single-pass methods are drawn, and two models compared; on translate the encoder's source is shown and a decoder head split; on a
+phone (390 × 844) every figure fits the screen's width, the bundled model's and SmolLM2's. Saves ``research.png``
 (``REFRESH_SCREENSHOTS=1`` writes it to ``docs/screenshots/``)."""
 
 from __future__ import annotations
@@ -66,6 +67,20 @@ def _choose(page: Any, label: str, value: str) -> None:
     page.get_by_role("option", name=value, exact=True).click()
 
 
+def _check(page: Any, radio: Any) -> None:
+    """Tick ``radio`` once the page is idle: a model's change redraws the presets, and a click
+    that lands while they are redrawn is lost."""
+
+    def ticked() -> bool:
+        if page.locator(BUSY).count():
+            return False
+        if not radio.is_checked():
+            radio.click()
+        return bool(radio.is_checked())
+
+    _poll(page, "the radio ticked", ticked)
+
+
 def test_every_method_is_drawn_and_explained_on_a_laptop_and_a_phone(
     browser: Any, app: tuple[str, Any], screenshots: Path
 ) -> None:
@@ -84,7 +99,7 @@ def test_every_method_is_drawn_and_explained_on_a_laptop_and_a_phone(
         # SmolLM2: one small patching sweep (its progress shown), the ablation of its 270
         # heads, integrated gradients and the single-pass methods, on a 5-token text.
         _choose(page, "Model", "SmolLM2-135M-Instruct")
-        panel.get_by_role("radio", name="France → Greece").check()
+        _check(page, panel.get_by_role("radio", name="France → Greece"))
         text_box = panel.get_by_label("Text (methods 2 to 6)", exact=True)
         text_box.fill("The capital of France is")
         panel.get_by_role("button", name="Patch", exact=True).click()
@@ -152,6 +167,25 @@ def test_every_method_is_drawn_and_explained_on_a_laptop_and_a_phone(
         # The score parts' grid is stacked: taller than wide, one panel under another.
         box = _plot(page, "scores").first.bounding_box()
         assert box is not None and box["height"] > 2 * box["width"]
+        # SmolLM2's 30 layers fit the phone's width too.
+        panel = page.get_by_role("tabpanel")
+        _choose(page, "Model", "SmolLM2-135M-Instruct")
+        _check(
+            page, panel.get_by_role("radio", name="France → Greece")
+        )  # the model's inputs fitted
+        panel.get_by_label("Text (methods 2 to 6)", exact=True).fill("The capital of France is")
+        for button, key in (
+            ("Ablate every head", "ablation"),
+            ("Split the logit", "logit"),
+            ("Attribute to the input", "input"),
+        ):
+            panel.get_by_role("button", name=button, exact=True).click()
+            page.wait_for_timeout(300)
+            _drawn(page, key)
+            box = _plot(page, key).first.bounding_box()
+            assert box is not None and box["x"] >= -1 and box["x"] + box["width"] <= 391, key
+        assert "layer 30" in _plot(page, "ablation").first.inner_text()
+        assert "France" in _plot(page, "input").first.inner_text()
         page.locator("#research-patching").evaluate("e => e.scrollIntoView({block: 'start'})")
         page.wait_for_timeout(400)
         page.screenshot(path=str(screenshots / "research-phone.png"), full_page=True)
