@@ -28,13 +28,14 @@ from ...serving.errors import InputError, friendly, gpu, user_input
 from ...serving.state import ModelRegistry
 from . import methods
 from .request import (
-    AblationRequest,
-    InputRequest,
-    LogitRequest,
+    ABLATION_VALUES,
+    INPUT_VALUES,
+    LOGIT_VALUES,
+    SCORES_VALUES,
     Model,
     PatchingRequest,
-    ScoresRequest,
     SideBySideRequest,
+    TextRequest,
     Token,
     Tokens,
     Unsupported,
@@ -112,7 +113,6 @@ def research_patching(
         return request.view()
     model, site, clean, progress = request.model, request.site, request.clean, request.progress
     answer, wrong = request.answer, request.wrong
-    columns = model.n_heads if site == "head" else clean.length
 
     def report(done: Any, total: Any = None) -> None:
         if total:
@@ -133,7 +133,9 @@ def research_patching(
         )
 
     key = ("patching", *clean.key, answer.id, wrong.id, site)
-    result = admitted(registry, model, clean.length, model.n_layers * columns + 2, key, compute)
+    result = admitted(
+        registry, model, clean.length, model.n_layers * request.columns + 2, key, compute
+    )
     values = result.detach().float().cpu()
     labels = _head_labels(model.n_heads) if site == "head" else _position_labels(clean.pieces)
     fig = figures.layer_map_figure(
@@ -170,9 +172,9 @@ def reference_ids(checkpoint: Checkpoint) -> Tensor:
 
 @friendly
 @gpu
-@takes_request(AblationRequest.of, optional=True)
+@takes_request(TextRequest.of, ABLATION_VALUES, optional=True)
 def research_ablation(
-    registry: ModelRegistry, request: AblationRequest | Unsupported
+    registry: ModelRegistry, request: TextRequest | Unsupported
 ) -> tuple[Any, str]:
     """The ``/research_ablation`` endpoint: each head zeroed (``how="zero"``) or replaced by
     its mean output over the meter's reference paragraph (``"mean"``) in turn; the change of
@@ -180,7 +182,7 @@ def research_ablation(
     perplexity meter's reading."""
     if isinstance(request, Unsupported):
         return request.view()
-    model, how, tokens, progress = request.model, request.how, request.tokens, request.progress
+    model, how, tokens, progress = request.model, request.choice, request.tokens, request.progress
     checkpoint, ids, sources, n_heads = model.checkpoint, tokens.ids, tokens.sources, model.n_heads
     reference = reference_ids(checkpoint) if how == "mean" else None
 
@@ -255,8 +257,8 @@ def _last_logits(checkpoint: Checkpoint, ids: Tensor, sources: dict[str, Any]) -
 
 @friendly
 @gpu
-@takes_request(LogitRequest.of, optional=True)
-def research_logit(registry: ModelRegistry, request: LogitRequest | Unsupported) -> tuple[Any, str]:
+@takes_request(TextRequest.of, LOGIT_VALUES, optional=True)
+def research_logit(registry: ModelRegistry, request: TextRequest | Unsupported) -> tuple[Any, str]:
     """The ``/research_logit`` endpoint: the next token's logit (``token``, or the model's own
     prediction when empty) as the sum of what the embedding, each head and each MLP wrote into
     the residual stream, read through the final norm frozen at the real pass."""
@@ -300,13 +302,13 @@ def research_logit(registry: ModelRegistry, request: LogitRequest | Unsupported)
 
 @friendly
 @gpu
-@takes_request(InputRequest.of, optional=True)
-def research_input(registry: ModelRegistry, request: InputRequest | Unsupported) -> tuple[Any, str]:
+@takes_request(TextRequest.of, INPUT_VALUES, optional=True)
+def research_input(registry: ModelRegistry, request: TextRequest | Unsupported) -> tuple[Any, str]:
     """The ``/research_input`` endpoint: how much each input token's embedding counts for the
     next token's logit, by gradient × input or integrated gradients (with its completeness)."""
     if isinstance(request, Unsupported):
         return request.view()
-    model, tokens, method = request.model, request.tokens, request.method
+    model, tokens, method = request.model, request.tokens, request.choice
     ids, pieces, sources = tokens.ids, tokens.pieces, tokens.sources
     token = _next_token(model, tokens, request.token)
     passes = 2 if method == "gradient x input" else 2 * IG_STEPS
@@ -375,8 +377,8 @@ def _real_scores(
 
 @friendly
 @gpu
-@takes_request(ScoresRequest.of, optional=True)
-def research_scores(registry: ModelRegistry, request: ScoresRequest) -> tuple[Any, str, str]:
+@takes_request(TextRequest.of, SCORES_VALUES, optional=True)
+def research_scores(registry: ModelRegistry, request: TextRequest) -> tuple[Any, str, str]:
     """The ``/research_scores`` endpoint: one head's scores q·k split into parts (token and
     position for the 2017 models; the rotary frequency bands for rotary ones), each drawn, and
     their sum checked against the real scores; then the explanation that fits the model."""

@@ -267,6 +267,11 @@ class PatchingRequest:
     wrong: Token
     progress: Any = PAGE_PROGRESS
 
+    @property
+    def columns(self) -> int:
+        """The figure's columns, a run each layer: the heads (site "head"), else the positions."""
+        return self.model.n_heads if self.site == "head" else self.clean.length
+
     @classmethod
     def of(
         cls,
@@ -326,13 +331,25 @@ class PatchingRequest:
         return cls(model, site, tokens, corrupted_ids, right, wrong_token, progress)
 
 
+_UNSET: Any = object()  # a value TextRequest.of was not given: no client can send it
+
+
 @dataclass(frozen=True)
-class AblationRequest:
-    """``/research_ablation``: the text's ids and how each head is ablated ("zero", "mean")."""
+class TextRequest:
+    """The methods that read one text (and an encoder-decoder's source): ``/research_ablation``,
+    ``/research_logit``, ``/research_input`` and ``/research_scores``. The text's ids, the
+    ``method`` ("ablation", "logit", "input", "scores") with its ``choice`` (how each head is
+    ablated, "zero" or "mean"; the input attribution's method, one of :data:`INPUT_METHODS`;
+    ``""`` for the others), the next token to explain (``None``: the model's own prediction;
+    always for an ablation and the scores) and the head whose scores are split (0-based)."""
 
     model: Model
-    how: str
+    method: str
+    choice: str
     tokens: Tokens
+    token: Token | None = None
+    layer: int = 0
+    head: int = 0
     progress: Any = PAGE_PROGRESS
 
     @classmethod
@@ -341,119 +358,58 @@ class AblationRequest:
         registry: ModelRegistry,
         name: Any,
         text: Any,
-        how: Any,
         large: Any,
         session: SessionModels | None,
         source: Any = "",
+        token: Any = "",
+        method: Any = _UNSET,
+        how: Any = _UNSET,
+        layer: Any = _UNSET,
+        head: Any = _UNSET,
         progress: Any = PAGE_PROGRESS,
-    ) -> AblationRequest | Unsupported:
-        """The request, or an :class:`InputError` naming the value to fix."""
+    ) -> TextRequest | Unsupported:
+        """The request, or an :class:`InputError` naming the value to fix. Each endpoint
+        sends its own values (:data:`ABLATION_VALUES`, :data:`LOGIT_VALUES`,
+        :data:`INPUT_VALUES`, :data:`SCORES_VALUES`): ``how`` makes it an ablation, ``method``
+        an input attribution, ``layer`` and ``head`` the scores, none the direct logit
+        attribution."""
+        given = {"ablation": how, "input": method, "scores": layer}
+        kind = next((k for k, value in given.items() if value is not _UNSET), "logit")
         model = Model.of(registry, name, session, large)
+        if kind == "scores":  # every architecture has attention scores
+            tokens = read_inputs(model.checkpoint, text, source, least=1)
+            return cls(model, kind, "", tokens, None, *model.head(layer, head))
         if model.architecture == "encoder-only":
-            return Unsupported.encoder_only(name, "ablation", model.large)
-        if how not in ABLATIONS:
+            return Unsupported.encoder_only(name, kind, model.large)
+        if kind == "ablation" and how not in ABLATIONS:
             raise InputError("ablation is 'zero' or 'mean'")
-        tokens = read_inputs(model.checkpoint, text, source, least=2)
-        if tokens.sources and how == "mean":
-            raise InputError(
-                "mean ablation averages each head over a reference paragraph, which an "
-                "encoder-decoder model's decoder never reads on its own: choose zero ablation"
-            )
-        return cls(model, how, tokens, progress)
-
-
-@dataclass(frozen=True)
-class LogitRequest:
-    """``/research_logit``: the text's ids and the next token to explain (``None``: the
-    model's own prediction)."""
-
-    model: Model
-    tokens: Tokens
-    token: Token | None
-
-    @classmethod
-    def of(
-        cls,
-        registry: ModelRegistry,
-        name: Any,
-        text: Any,
-        token: Any,
-        large: Any,
-        session: SessionModels | None,
-        source: Any = "",
-    ) -> LogitRequest | Unsupported:
-        """The request, or an :class:`InputError` naming the value to fix."""
-        model = Model.of(registry, name, session, large)
-        if model.architecture == "encoder-only":
-            return Unsupported.encoder_only(name, "logit", model.large)
-        tokens = read_inputs(model.checkpoint, text, source, least=1)
-        config = model.checkpoint.config
-        if config.norm != "pre" or config.post_sublayer_norm:
-            # Not an error: the method does not apply, and the page says why.
-            title = _TITLES["logit"]
-            return Unsupported(
-                title, "Not for a post-norm model", POST_NORM.format(name=name), model.large
-            )
-        return cls(model, tokens, _named_token(model.checkpoint, token))
-
-
-@dataclass(frozen=True)
-class InputRequest:
-    """``/research_input``: the text's ids, the next token to explain (``None``: the model's
-    own prediction) and the method, one of :data:`INPUT_METHODS`."""
-
-    model: Model
-    method: str
-    tokens: Tokens
-    token: Token | None
-
-    @classmethod
-    def of(
-        cls,
-        registry: ModelRegistry,
-        name: Any,
-        text: Any,
-        token: Any,
-        method: Any,
-        large: Any,
-        session: SessionModels | None,
-        source: Any = "",
-    ) -> InputRequest | Unsupported:
-        """The request, or an :class:`InputError` naming the value to fix."""
-        model = Model.of(registry, name, session, large)
-        if model.architecture == "encoder-only":
-            return Unsupported.encoder_only(name, "input", model.large)
-        if method not in INPUT_METHODS:
+        if kind == "input" and method not in INPUT_METHODS:
             raise InputError("method is 'gradient x input' or 'integrated gradients'")
-        tokens = read_inputs(model.checkpoint, text, source, least=1)
-        return cls(model, method, tokens, _named_token(model.checkpoint, token))
+        tokens = read_inputs(model.checkpoint, text, source, least=2 if kind == "ablation" else 1)
+        if kind == "ablation":
+            if tokens.sources and how == "mean":
+                raise InputError(
+                    "mean ablation averages each head over a reference paragraph, which an "
+                    "encoder-decoder model's decoder never reads on its own: choose zero ablation"
+                )
+            return cls(model, kind, how, tokens, progress=progress)
+        config = model.checkpoint.config
+        if kind == "logit" and (config.norm != "pre" or config.post_sublayer_norm):
+            # Not an error: the method does not apply, and the page says why.
+            words = POST_NORM.format(name=name)
+            return Unsupported(_TITLES["logit"], "Not for a post-norm model", words, model.large)
+        choice = method if kind == "input" else ""
+        return cls(model, kind, choice, tokens, _named_token(model.checkpoint, token))
 
 
-@dataclass(frozen=True)
-class ScoresRequest:
-    """``/research_scores``: the text's ids and one head, 0-based (``layer``, ``head``)."""
-
-    model: Model
-    tokens: Tokens
-    layer: int
-    head: int
-
-    @classmethod
-    def of(
-        cls,
-        registry: ModelRegistry,
-        name: Any,
-        text: Any,
-        layer: Any,
-        head: Any,
-        large: Any,
-        session: SessionModels | None,
-        source: Any = "",
-    ) -> ScoresRequest:
-        """The request, or an :class:`InputError` naming the value to fix."""
-        model = Model.of(registry, name, session, large)
-        tokens = read_inputs(model.checkpoint, text, source, least=1)
-        return cls(model, tokens, *model.head(layer, head))
+ABLATION_VALUES = ("name", "text", "how", "large", "session", "source", "progress")
+"""``/research_ablation``'s values, in the order it sends them."""
+LOGIT_VALUES = ("name", "text", "token", "large", "session", "source")
+"""``/research_logit``'s values, in the order it sends them."""
+INPUT_VALUES = ("name", "text", "token", "method", "large", "session", "source")
+"""``/research_input``'s values, in the order it sends them: the method after the token."""
+SCORES_VALUES = ("name", "text", "layer", "head", "large", "session", "source")
+"""``/research_scores``'s values, in the order it sends them."""
 
 
 @dataclass(frozen=True)
