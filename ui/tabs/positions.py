@@ -152,17 +152,22 @@ class ModelPositionsRequest:
         cls,
         registry: ModelRegistry,
         name: Any,
-        length: Any = 64,
-        metric: Any = "cosine",
         large: Any = False,
         session: SessionModels | None = None,
+        length: Any = 64,
+        metric: Any = "cosine",
     ) -> ModelPositionsRequest:
-        """The checked request, or `InputError` naming the value to fix (the rotating pair
-        sends no length or similarity: it draws one pair at eight positions)."""
+        """The checked request, or `InputError` naming the value to fix. The model first, then
+        what the learned positions' view adds (:data:`LEARNED_VALUES` is its order); the
+        rotating pair sends the model alone: it draws one pair at eight positions."""
         n = as_int(length, "positions", 1, 512)
         checkpoint = registry.checkpoint(name, session)
         similarity = cast(Metric, as_choice(metric, "similarity", get_args(Metric)))
         return cls(name, checkpoint, n, similarity, bool(large))
+
+
+LEARNED_VALUES = ("name", "length", "metric", "large", "session")
+"""The order the learned positions' view sends its values in."""
 
 
 @dataclass(frozen=True)
@@ -200,7 +205,7 @@ def position_table(checkpoint: Checkpoint) -> tuple[torch.Tensor, bool]:
 
 
 @friendly
-@takes_request(ModelPositionsRequest.of, optional=True)
+@takes_request(ModelPositionsRequest.of, LEARNED_VALUES, optional=True)
 def learned_positions(
     registry: ModelRegistry, request: ModelPositionsRequest
 ) -> tuple[Any, Any, str]:
