@@ -8,6 +8,7 @@ import importlib.metadata
 import math
 from pathlib import Path
 
+import gradio as gr
 import numpy as np
 import pytest
 import tokenizers
@@ -192,3 +193,29 @@ def test_every_control_and_large_font_redraw_the_tab_on_open(demo_config):
         assert controls <= labels, f"{name} misses {controls - labels}"
         outputs = [components[o]["type"] for o in dependency["outputs"]]
         assert outputs.count("plot") >= 2
+
+
+@pytest.mark.parametrize(
+    ("metric", "says"), [("euclid", "'euclid' is not one of"), (None, "empty")]
+)
+def test_learned_positions_refuse_an_unknown_similarity_in_words(registry, metric, says):
+    """The learned positions' request checks the similarity as the sinusoidal one does."""
+    with pytest.raises(gr.Error, match="similarity: ") as raised:
+        positions.learned_positions(registry, MINILM, 8, metric, False)
+    assert says in str(raised.value)
+
+
+def test_a_model_positions_request_looks_the_model_up_once(registry, monkeypatch):
+    looked_up: list[str] = []
+    checkpoint = registry.checkpoint
+
+    def counting(name, session=None):
+        looked_up.append(name)
+        return checkpoint(name, session)
+
+    monkeypatch.setattr(registry, "checkpoint", counting)
+    positions.learned_positions(registry, "translate", 12, "cosine", False)
+    assert looked_up == ["translate"]
+    looked_up.clear()
+    assert positions.rotating_pair(registry, "translate", False)["visible"] is False
+    assert looked_up == ["translate"]
