@@ -9,6 +9,7 @@ import inspect
 import math
 import re
 from dataclasses import replace
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -449,16 +450,8 @@ def test_a_client_cannot_turn_one_method_into_the_other(registry, session, api):
 
 
 def test_a_request_looks_each_model_up_once(registry, session, monkeypatch):
-    looked_up: list[str] = []
-    checkpoint = registry.checkpoint
-
-    def counting(name, session=None):
-        looked_up.append(name)
-        return checkpoint(name, session)
-
-    monkeypatch.setattr(registry, "checkpoint", counting)
+    lookup = mock.Mock(wraps=registry.checkpoint)
+    monkeypatch.setattr(registry, "checkpoint", lookup)
     _raw(handlers.research_scores)(registry, BUNDLED, text.TEXT, 1, 1, False, session)
-    assert looked_up == [BUNDLED]
-    looked_up.clear()
     _raw(handlers.research_patching)(registry, BUNDLED, *CAT, "head", False, session)
-    assert looked_up == [BUNDLED]
+    assert [c.args[0] for c in lookup.call_args_list] == [BUNDLED, BUNDLED]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.metadata
 import math
 from pathlib import Path
+from unittest import mock
 
 import gradio as gr
 import numpy as np
@@ -206,16 +207,8 @@ def test_learned_positions_refuse_an_unknown_similarity_in_words(registry, metri
 
 
 def test_a_model_positions_request_looks_the_model_up_once(registry, monkeypatch):
-    looked_up: list[str] = []
-    checkpoint = registry.checkpoint
-
-    def counting(name, session=None):
-        looked_up.append(name)
-        return checkpoint(name, session)
-
-    monkeypatch.setattr(registry, "checkpoint", counting)
+    lookup = mock.Mock(wraps=registry.checkpoint)
+    monkeypatch.setattr(registry, "checkpoint", lookup)
     positions.learned_positions(registry, "translate", 12, "cosine", False)
-    assert looked_up == ["translate"]
-    looked_up.clear()
     assert positions.rotating_pair(registry, "translate", False)["visible"] is False
-    assert looked_up == ["translate"]
+    assert [c.args[0] for c in lookup.call_args_list] == ["translate", "translate"]
