@@ -62,13 +62,8 @@ def _hint(large: bool, text: str) -> Any:
 
 def _snapshot_figure(registry: ModelRegistry, request: SnapshotRequest) -> Any:
     """Every head's attention at the snapshot asked for; a hint figure before there is one."""
-    name, steps, i, large, session = (
-        request.name,
-        request.steps,
-        request.index,
-        request.large,
-        request.session,
-    )
+    name, steps, i, session = request.name, request.steps, request.index, request.session
+    sentence, large = request.sentence, request.large
     if i is None:
         return _hint(
             large,
@@ -89,16 +84,7 @@ def _snapshot_figure(registry: ModelRegistry, request: SnapshotRequest) -> Any:
         else "decoder masked self-attention"
     )
     view = attention_view(
-        registry,
-        session,
-        request.sentence,
-        name,
-        kind,
-        1,
-        1,
-        1,
-        checkpoint=frozen,
-        use_reference=True,
+        registry, session, sentence, name, kind, 1, 1, 1, checkpoint=frozen, use_reference=True
     )
     grid = grid_panel(view, large)
     grid.update_layout(
