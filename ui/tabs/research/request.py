@@ -1,13 +1,14 @@
-"""What each Which part? method's controls ask for, read once: one request class a method.
+"""What each Which part? method's controls ask for, read once: :class:`PatchingRequest`,
+:class:`TextRequest` (the four methods that read one text) and :class:`SideBySideRequest`.
 
-Gradio hands an endpoint its input components' values in order (those of a request's ``of``);
-:func:`ui.serving.endpoints.takes_request` turns them into the request the moment a handler
-starts: the model looked up once, the texts read into the ids the method follows (each
-refused in words when empty, too long or cut unevenly), the answer tokens, the choice of site
-or method and the layer and head checked against that model. A method that does not apply to
-the model (an encoder-only one has no next token) is an :class:`Unsupported` request instead,
-which the handler shows as a figure saying why. Handlers read the fields; nothing after that
-reads a raw value.
+Gradio hands an endpoint its input components' values in order (those its ``*_VALUES`` name,
+else those of the request's ``of``); :func:`ui.serving.endpoints.takes_request` turns them
+into the request the moment a handler starts: the model looked up once, the texts read into
+the ids the method follows (each refused in words when empty, too long or cut unevenly), the
+answer tokens, the choice of site or method and the layer and head checked against that model.
+A method that does not apply to the model (an encoder-only one has no next token) is an
+:class:`Unsupported` request instead, which the handler shows as a figure saying why. Handlers
+read the fields; nothing after that reads a raw value.
 """
 
 from __future__ import annotations
