@@ -156,3 +156,16 @@ def test_the_api_answers_bad_input_with_a_message(registry):
     for bad in BAD:
         assert set(panel.exercise_tally(store, bad)) == {"error"}
     assert panel.exercise_tally(store, room.code)["total"] == 0  # nothing bad was counted
+
+
+@pytest.mark.parametrize("chosen", ["no-such-exercise", None, ["next-the-ca"]])
+def test_an_exercise_the_bank_lacks_is_said_where_the_question_stands(registry, chosen):
+    """The pick's request reads the menu's value once; one the bank lacks is said on the page
+    (no error toast, no state kept), for the alone page and the lecturer's alike."""
+    state, question, choices, *_ = panel.pick(registry, chosen, True)
+    assert state is None and question.startswith("⚠️ there is no exercise")
+    assert choices.choices == []
+    rooms = Rooms()
+    room = rooms.open()
+    failed = panel.start_room(RoomExercises(rooms), registry, [room.code, room.secret], chosen)
+    assert failed[3].startswith("⚠️ there is no exercise")

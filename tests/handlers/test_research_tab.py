@@ -9,6 +9,7 @@ import inspect
 import math
 import re
 from dataclasses import replace
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -415,3 +416,42 @@ def test_a_sweep_too_big_for_the_server_is_refused_before_it_runs(registry, sess
     with pytest.raises(InputError, match="this sweep runs continue"):
         _raw(handlers.research_ablation)(registry, BUNDLED, text.TEXT, "zero", False, session)
     assert not ran
+
+
+@pytest.mark.parametrize(
+    ("handler", "args", "says"),
+    [
+        (handlers.research_ablation, (text.TEXT, "half"), "ablation is 'zero' or 'mean'"),
+        (handlers.research_input, (text.TEXT, "", "saliency"), "method is 'gradient x input'"),
+        (handlers.research_logit, ("", ""), "enter the text"),
+        (handlers.research_scores, (text.TEXT, "x", 1), "layer must be a number from 1 to"),
+    ],
+)
+def test_each_method_refuses_a_bad_value_in_words_before_any_pass(
+    registry, session, monkeypatch, handler, args, says
+):
+    ran: list[str] = []
+    monkeypatch.setattr(handlers, "admitted", lambda *a, **k: ran.append("pass"))
+    with pytest.raises(InputError, match=says):
+        _raw(handler)(registry, BUNDLED, *args, False, session)
+    assert not ran
+
+
+@pytest.mark.parametrize("api", ["research_logit", "research_input"])
+def test_a_client_cannot_turn_one_method_into_the_other(registry, session, api):
+    """The logit and input endpoints share a request; each sends its own values, so the
+    input endpoint refuses a missing method rather than splitting the logit."""
+    signature = inspect.signature(getattr(handlers, api))
+    names = list(signature.parameters)
+    assert ("method" in names) == (api == "research_input")
+    if api == "research_input":
+        with pytest.raises(InputError, match="method is"):
+            _raw(handlers.research_input)(registry, BUNDLED, text.TEXT, "", None, False, session)
+
+
+def test_a_request_looks_each_model_up_once(registry, session, monkeypatch):
+    lookup = mock.Mock(wraps=registry.checkpoint)
+    monkeypatch.setattr(registry, "checkpoint", lookup)
+    _raw(handlers.research_scores)(registry, BUNDLED, text.TEXT, 1, 1, False, session)
+    _raw(handlers.research_patching)(registry, BUNDLED, *CAT, "head", False, session)
+    assert [c.args[0] for c in lookup.call_args_list] == [BUNDLED, BUNDLED]

@@ -7,7 +7,9 @@ from __future__ import annotations
 import importlib.metadata
 import math
 from pathlib import Path
+from unittest import mock
 
+import gradio as gr
 import numpy as np
 import pytest
 import tokenizers
@@ -192,3 +194,21 @@ def test_every_control_and_large_font_redraw_the_tab_on_open(demo_config):
         assert controls <= labels, f"{name} misses {controls - labels}"
         outputs = [components[o]["type"] for o in dependency["outputs"]]
         assert outputs.count("plot") >= 2
+
+
+@pytest.mark.parametrize(
+    ("metric", "says"), [("euclid", "'euclid' is not one of"), (None, "empty")]
+)
+def test_learned_positions_refuse_an_unknown_similarity_in_words(registry, metric, says):
+    """The learned positions' request checks the similarity as the sinusoidal one does."""
+    with pytest.raises(gr.Error, match="similarity: ") as raised:
+        positions.learned_positions(registry, MINILM, 8, metric, False)
+    assert says in str(raised.value)
+
+
+def test_a_model_positions_request_looks_the_model_up_once(registry, monkeypatch):
+    lookup = mock.Mock(wraps=registry.checkpoint)
+    monkeypatch.setattr(registry, "checkpoint", lookup)
+    positions.learned_positions(registry, "translate", 12, "cosine", False)
+    assert positions.rotating_pair(registry, "translate", False)["visible"] is False
+    assert [c.args[0] for c in lookup.call_args_list] == ["translate", "translate"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import gradio as gr
 import pytest
 import torch
 
@@ -182,3 +183,17 @@ def test_recorded_durations_read_as_minutes_and_seconds():
     assert metric("train_seconds", 883.4) == "14 min 43 s"
     assert metric("train_seconds", 42.25) == "42.2 s"
     assert metric("exact_match", 0.997) == "99.7%"
+
+
+@pytest.mark.parametrize(
+    ("index", "says"), [(9, "snapshot must be between 0 and 3, got 9"), ("x", "snapshot")]
+)
+def test_a_snapshot_the_model_did_not_keep_is_refused_in_words(registry, index, says):
+    with pytest.raises(gr.Error, match=says):
+        training.snapshot_live(registry, "reverse", index, "a b c", False, None)
+
+
+@pytest.mark.parametrize(("steps", "seed"), [(0, 0), (20, -1), ("many", 0)])
+def test_a_training_out_of_range_is_refused_before_it_starts(registry, steps, seed):
+    with pytest.raises(gr.Error, match=r"steps|seed"):
+        next(training.run_training(registry, "reverse", steps, seed, False, SessionModels()))

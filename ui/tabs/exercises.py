@@ -21,6 +21,7 @@ import logging
 import secrets
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
@@ -41,6 +42,7 @@ from transformer.text.real_tokenizers import REAL_TOKENIZERS, load_real_tokenize
 from ..links.exercises import ExerciseStore
 from ..links.rooms import POLL_S, RoomError, RoomStore, RoomsUnavailable, normal_code, view_params
 from ..links.share import decode_view
+from ..serving.endpoints import takes_request
 from ..serving.export import EXPORTS
 
 log = logging.getLogger("visualiser")
@@ -136,6 +138,29 @@ def ask_exercise(registry: Any, item: Exercise, session: Any = None) -> Asked:
     return asked
 
 
+@dataclass(frozen=True)
+class AskRequest:
+    """The exercise the menu names, read once: looked up in the bank and asked of its model
+    (``asked``), or why it cannot be (``refused``, said on the page where the question would
+    stand); and whether the student predicts first."""
+
+    asked: Asked | None
+    refused: str = ""
+    predict_first: bool = False
+
+    @classmethod
+    def of(
+        cls, registry: Any, exercise_id: Any, predict_first: Any = False, session: Any = None
+    ) -> AskRequest:
+        """The request for the menu's ``exercise_id``; never raises: an exercise that cannot
+        be asked is a refused request."""
+        try:
+            asked = ask_exercise(registry, exercise(exercise_id), session)
+        except ExerciseError as error:
+            return cls(None, str(error), bool(predict_first))
+        return cls(asked, "", bool(predict_first))
+
+
 def _plot(asked: Asked | dict[str, Any]) -> Any:
     found = asked if isinstance(asked, Asked) else Asked.from_dict(asked)
     return gr.Plot(exercise_figure(found), visible=True)
@@ -169,14 +194,14 @@ def verdict(asked: dict[str, Any], mine: str | None) -> str:
 # -- alone -------------------------------------------------------------------------------
 
 
-def pick(registry: Any, exercise_id: str, predict_first: bool, session: Any = None) -> tuple:
+@takes_request(AskRequest.of, optional=True)
+def pick(registry: Any, request: AskRequest) -> tuple:
     """Ask the exercise ``exercise_id``: ``(state, question, choices, result, figure,
     class figure)``; with ``predict_first`` the figure waits for the answer."""
-    try:
-        asked = ask_exercise(registry, exercise(exercise_id), session)
-    except ExerciseError as error:
-        return (None, f"⚠️ {error}", gr.Radio(choices=[], value=None), "", _hidden_plot(),
-                _hidden_plot())  # fmt: skip
+    asked, predict_first = request.asked, request.predict_first
+    if asked is None:
+        return (None, f"⚠️ {request.refused}", gr.Radio(choices=[], value=None), "",
+                _hidden_plot(), _hidden_plot())  # fmt: skip
     state = {"mode": "alone", "asked": asked.to_dict(), "answered": False}
     figure = _hidden_plot() if predict_first else _plot(asked)
     return (
@@ -276,11 +301,13 @@ def start_room(
     result, figure, class figure, tally, timer)``."""
     try:
         code, secret = _hosting(hosting)
-        asked = ask_exercise(registry, exercise(exercise_id), session)
-        round_ = store.start(code, secret, asked.to_dict())
+        request = AskRequest.of(registry, exercise_id, session=session)
+        if request.asked is None:
+            return _failed(request.refused)
+        round_ = store.start(code, secret, request.asked.to_dict())
     except (ExerciseError, RoomError) as error:
         return _failed(str(error))
-    return _lecturer_view(round_.number, asked, normal_code(code))
+    return _lecturer_view(round_.number, request.asked, normal_code(code))
 
 
 def room_view(query: str, tabs: Mapping[str, Any] | None, registry: Any) -> dict[str, str]:

@@ -3,10 +3,14 @@ beside a model's learned position embeddings (MiniLM's, GPT-2's), and a sentence
 embeddings plus positions as the model's first layer receives them.
 
 Every control redraws the panels that depend on it (and Large font redraws every plot); the
-buttons stay for the API endpoints (``/positional_encoding``, ``/embeddings``)."""
+buttons stay for the API endpoints (``/positional_encoding``, ``/embeddings``). Each section's
+controls are read and checked once into its request (:class:`PositionalRequest`,
+:class:`ModelPositionsRequest`, :class:`SentenceRequest`), from which
+:func:`ui.serving.endpoints.takes_request` makes its handlers."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
@@ -24,9 +28,11 @@ from transformer.core.embeddings import (
 from transformer.core.rotary import scaled_frequencies
 from transformer.figures.positional import readable_number
 from transformer.lab.analysis import shown_pieces
+from transformer.pretrained.checkpoint import Checkpoint
 
+from ..serving.endpoints import takes_request
 from ..serving.errors import InputError, beside_input, friendly
-from ..serving.inputs import as_choice, as_float, as_int, as_int_list
+from ..serving.inputs import as_choice, as_float, as_int, as_int_list, as_text
 from ..serving.state import TRAINED_HERE, ModelRegistry, SessionModels, bind
 
 MAX_CURVES = 12  # dimensions drawn as curves at once
@@ -106,29 +112,91 @@ def _positional_figures(request: PositionalRequest) -> tuple[Any, Any, Any]:
     )
 
 
+def _no_model(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    """An endpoint made by :func:`takes_request` bound to no registry: the sinusoidal section
+    draws a formula, no model (its events and callers send the controls' values alone)."""
+    return bind(endpoint, None)
+
+
+@_no_model
 @friendly
-def positional(
-    d_model: float, length: float, base: float, dims: str, metric: str, large: bool
-) -> tuple[Any, Any, Any]:
+@takes_request(PositionalRequest.of)
+def positional(_registry: None, request: PositionalRequest) -> tuple[Any, Any, Any]:
     """The ``/positional_encoding`` endpoint: the (positions, d_model) table as a heatmap, the
     chosen dimensions as curves, and the position-by-position similarity."""
-    return _positional_figures(PositionalRequest.of(d_model, length, base, dims, metric, large))
+    return _positional_figures(request)
 
 
+@_no_model
 @friendly
-def positional_view(
-    d_model: float, length: float, base: float, dims: str, metric: str, large: bool
-) -> tuple[Any, Any, Any, str]:
+@takes_request(PositionalRequest.of)
+def positional_view(_registry: None, request: PositionalRequest) -> tuple[Any, Any, Any, str]:
     """The live view of the sinusoidal section: the ``/positional_encoding`` plots and the
     caption with the chosen base."""
-    request = PositionalRequest.of(d_model, length, base, dims, metric, large)
     return (*_positional_figures(request), pe_caption(request.base, request.d_model))
 
 
-def position_table(registry: ModelRegistry, name: str, session: SessionModels | None):
+@dataclass(frozen=True)
+class ModelPositionsRequest:
+    """A model's positions, asked for by the right-hand column's controls and read once: the
+    model looked up (``checkpoint``), the first ``length`` positions, the similarity."""
+
+    name: str
+    checkpoint: Checkpoint
+    length: int
+    metric: Metric
+    large: bool
+
+    @classmethod
+    def of(
+        cls,
+        registry: ModelRegistry,
+        name: Any,
+        large: Any = False,
+        session: SessionModels | None = None,
+        length: Any = 64,
+        metric: Any = "cosine",
+    ) -> ModelPositionsRequest:
+        """The checked request, or `InputError` naming the value to fix. The model first, then
+        what the learned positions' view adds (:data:`LEARNED_VALUES` is its order); the
+        rotating pair sends the model alone: it draws one pair at eight positions."""
+        n = as_int(length, "positions", 1, 512)
+        checkpoint = registry.checkpoint(name, session)
+        similarity = cast(Metric, as_choice(metric, "similarity", get_args(Metric)))
+        return cls(name, checkpoint, n, similarity, bool(large))
+
+
+LEARNED_VALUES = ("name", "length", "metric", "large", "session")
+"""The order the learned positions' view sends its values in."""
+
+
+@dataclass(frozen=True)
+class SentenceRequest:
+    """The sentence section's controls, read once: the sentence, the model looked up."""
+
+    sentence: str
+    name: str
+    checkpoint: Checkpoint
+    large: bool
+
+    @classmethod
+    def of(
+        cls,
+        registry: ModelRegistry,
+        sentence: Any,
+        name: Any,
+        large: Any,
+        session: SessionModels | None,
+    ) -> SentenceRequest:
+        """The checked request (the ``/embeddings`` API signature), or `InputError`."""
+        text = as_text(sentence, "sentence")
+        return cls(text, name, registry.checkpoint(name, session), bool(large))
+
+
+def position_table(checkpoint: Checkpoint) -> tuple[torch.Tensor, bool]:
     """A model's ``(max_len, d_model)`` position table (learned weights, or its sinusoidal
     buffer) and whether it is learned."""
-    model = registry.checkpoint(name, session).model
+    model = checkpoint.model
     module = model.src_positional if model.config.has_encoder else model.tgt_positional
     if isinstance(module, LearnedPositionalEmbedding):
         return module.lookup.weight.detach().float().cpu(), True
@@ -137,21 +205,16 @@ def position_table(registry: ModelRegistry, name: str, session: SessionModels | 
 
 
 @friendly
+@takes_request(ModelPositionsRequest.of, LEARNED_VALUES, optional=True)
 def learned_positions(
-    registry: ModelRegistry,
-    name: str,
-    length: float,
-    metric: str,
-    large: bool,
-    session: SessionModels | None = None,
+    registry: ModelRegistry, request: ModelPositionsRequest
 ) -> tuple[Any, Any, str]:
     """A model's position embeddings (the first ``length`` positions) as a heatmap, their
     position-by-position similarity, and a caption saying what they are."""
-    n = as_int(length, "positions", 1, 512)
-    config = registry.checkpoint(name, session).config
+    name, n, large, config = request.name, request.length, request.large, request.checkpoint.config
     if config.positional == "rotary":
         return rotary_positions(name, config, n, large)
-    table, learned = position_table(registry, name, session)
+    table, learned = position_table(request.checkpoint)
     total, d = table.shape
     shown = table[: min(n, total)]
     kind = "learned position embeddings" if learned else "sinusoidal table (fixed, not learned)"
@@ -162,7 +225,7 @@ def learned_positions(
         zmax=None if learned else 1.0,
     )
     similarity = figures.positional_similarity_figure(
-        shown, metric=cast(Metric, metric), what=f"{name}'s positions", large_font=large
+        shown, metric=request.metric, what=f"{name}'s positions", large_font=large
     )
     count = (
         f"the first {len(shown):,} of its {total:,} positions"
@@ -263,18 +326,16 @@ ROPE_TURNS = tuple(range(8))
 
 
 @friendly
-def rotating_pair(
-    registry: ModelRegistry, name: str, large: bool, session: SessionModels | None = None
-) -> Any:
+@takes_request(ModelPositionsRequest.of, ("name", "large", "session"), optional=True)
+def rotating_pair(registry: ModelRegistry, request: ModelPositionsRequest) -> Any:
     """For a rotary model: one dimension pair of a real q (the sentence's last token) and k
     (its second token), of layer ``ROPE_LAYER``'s head ``ROPE_HEAD`` and the key/value head it
     reads, turned to positions 0…7 (hidden for other models). The pair drawn is the one of the
     fastest-turning quarter whose q and k are longest, so the turn is large and visible."""
-    checkpoint = registry.checkpoint(name, session)
-    config = checkpoint.config
+    checkpoint, config = request.checkpoint, request.checkpoint.config
     if config.positional != "rotary":
         return gr.update(visible=False, value=None)
-    trace = registry.analysis(name, checkpoint, [ROPE_SENTENCE]).trace
+    trace = registry.analysis(request.name, checkpoint, [ROPE_SENTENCE]).trace
     layer = min(ROPE_LAYER, len(trace.decoder_layers) - 1)
     record = trace.decoder_layers[layer].self_attention
     assert record.rotary is not None  # a rotary model's capture keeps q and k before rotation
@@ -299,7 +360,7 @@ def rotating_pair(
         rotary_dims=config.rotary_dims,
         scaling=config.rope_scaling_dict,
         what=what,
-        large_font=large,
+        large_font=request.large,
     )
     return gr.update(visible=True, value=figure)
 
@@ -314,12 +375,10 @@ def _first_layer_input(analysis: Any) -> tuple[Any, Any, list[str]]:
     return stack, layers[0].input[0] if layers else None, pieces
 
 
-def _sentence_figures(
-    registry: ModelRegistry, sentence: str, name: str, large: bool, session: SessionModels
-) -> tuple[Any, Any, str]:
-    checkpoint = registry.checkpoint(name, session)
+def _sentence_figures(registry: ModelRegistry, request: SentenceRequest) -> tuple[Any, Any, str]:
+    name, checkpoint, large = request.name, request.checkpoint, request.large
     config = checkpoint.model.config
-    analysis = registry.analysis(name, checkpoint, [sentence])
+    analysis = registry.analysis(name, checkpoint, [request.sentence])
     stack, layer_input, pieces = _first_layer_input(analysis)
     labels = figures.token_labels(shown_pieces(checkpoint.tokenizer, pieces))  # ␣cat, 美[1/3]
     types = None if stack.token_type_embedding is None else stack.token_type_embedding[0]
@@ -366,22 +425,20 @@ def _sentence_figures(
 
 
 @friendly
-def embeddings(
-    registry: ModelRegistry, sentence: str, name: str, large: bool, session: SessionModels
-) -> tuple[Any, Any]:
+@takes_request(SentenceRequest.of)
+def embeddings(registry: ModelRegistry, request: SentenceRequest) -> tuple[Any, Any]:
     """The ``/embeddings`` endpoint: a sentence's token embeddings, positional encodings (and
     token types, and the embedding LayerNorm, for BERT) as the model's first layer receives
     them, and the vectors' lengths."""
-    summed, norms, _ = _sentence_figures(registry, sentence, name, large, session)
+    summed, norms, _ = _sentence_figures(registry, request)
     return summed, norms
 
 
 @friendly
-def embeddings_view(
-    registry: ModelRegistry, sentence: str, name: str, large: bool, session: SessionModels
-) -> tuple[Any, Any, str]:
+@takes_request(SentenceRequest.of)
+def embeddings_view(registry: ModelRegistry, request: SentenceRequest) -> tuple[Any, Any, str]:
     """The live sentence view: the ``/embeddings`` plots and a caption on what this model adds."""
-    return _sentence_figures(registry, sentence, name, large, session)
+    return _sentence_figures(registry, request)
 
 
 def _learned_default(registry: ModelRegistry) -> str:

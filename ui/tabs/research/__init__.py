@@ -3,7 +3,8 @@
 attends) and two models side by side, each explained beside its figure with its code.
 
 Modules: `text` (presets, limits, explanations), `methods` (the library's methods read into
-plain values), `handlers` (the module-level handlers), `layout` (build())."""
+plain values), `request` (what each method's controls ask for, read once), `handlers` (the
+module-level handlers, one a method, taking its request), `layout` (build())."""
 
 from .handlers import (
     research_ablation,

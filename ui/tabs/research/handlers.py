@@ -1,23 +1,21 @@
-"""The tab's module-level handlers, one per method, taking the registry first: each reads its
-controls, runs the library's method (a sweep through the costly-pass admission, so that one
-student's sweep of a big model never holds the workers a small model's click needs) and
-returns its figures and a summary in words."""
+"""The tab's module-level handlers, one per method, ``handler(registry, request)`` made by
+:func:`ui.serving.endpoints.takes_request` from the method's request (``request.py``, the
+controls read and checked once): each runs the library's method (a sweep through the
+costly-pass admission, so that one student's sweep of a big model never holds the workers a
+small model's click needs) and returns its figures and a summary in words."""
 
 from __future__ import annotations
 
 import contextvars
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
-import gradio as gr
 import torch
 from torch import Tensor
 
 from transformer.core.run import TRACE
 from transformer.figures import research as figures
-from transformer.figures.attention import placeholder_figure
-from transformer.generation.loop import decoding_ends
 from transformer.lab import side_by_side as pair
 from transformer.lab.analysis import shown_piece
 from transformer.lab.perplexity import read_text, reference_paragraph
@@ -25,15 +23,26 @@ from transformer.pretrained.checkpoint import Checkpoint
 
 from ...serving import limits
 from ...serving.costly import PassCost, check_cost, costly_here, device_scale, parameters
+from ...serving.endpoints import takes_request
 from ...serving.errors import InputError, friendly, gpu, user_input
-from ...serving.state import ModelRegistry, SessionModels
+from ...serving.state import ModelRegistry
 from . import methods
+from .request import (
+    ABLATION_VALUES,
+    INPUT_VALUES,
+    LOGIT_VALUES,
+    SCORES_VALUES,
+    Model,
+    PatchingRequest,
+    SideBySideRequest,
+    TextRequest,
+    Token,
+    Tokens,
+    Unsupported,
+)
 from .text import (
     ENCODER_DECODER,
-    ENCODER_ONLY,
     IG_STEPS,
-    MAX_RESEARCH_TOKENS,
-    POST_NORM,
     SCORES_2017,
     SCORES_ENCODER,
     SCORES_ROTARY,
@@ -44,137 +53,10 @@ from .text import (
 
 T = TypeVar("T")
 
-# The default gradio replaces with the event's own tracker (it looks for a gr.Progress default).
-_PAGE_PROGRESS = gr.Progress()
-
-
-def _checkpoint(registry: ModelRegistry, name: str, session: SessionModels | None) -> Checkpoint:
-    """The model called ``name``, whatever its architecture (each method says what applies)."""
-    return registry.checkpoint(name, session)
-
-
-def encoder_only(checkpoint: Checkpoint, name: str, method: str, large: bool) -> tuple[Any, str]:
-    """The figure and words a method shows for an encoder-only model: why it does not apply."""
-    titles = {
-        "patching": "Activation patching",
-        "ablation": "Head ablation",
-        "logit": "Direct logit attribution",
-        "input": "Input attribution",
-    }
-    return placeholder_figure(
-        titles[method], "Not for an encoder-only model", large_font=large
-    ), ENCODER_ONLY[method].format(name=name)
-
-
-def source_ids(checkpoint: Checkpoint, text: Any, what: str = "the source") -> Tensor:
-    """``(1, Ts)`` ids of an encoder-decoder model's source, as its encoder reads one (the
-    tokenizer's own special tokens: Marian's closing ``</s>``; none for the bundled models)."""
-    if not isinstance(text, str) or not text.strip():
-        raise InputError(f"enter {what}: the text the encoder reads")
-    with user_input():
-        ids = checkpoint.tokenizer.encoding(text.strip()).ids
-    if not ids:
-        raise InputError(f"{what} has no tokens for this model")
-    if len(ids) > MAX_RESEARCH_TOKENS:
-        raise InputError(
-            f"{what} is {len(ids)} tokens long; these methods read at most "
-            f"{MAX_RESEARCH_TOKENS} here: shorten it"
-        )
-    return torch.tensor([ids], device=checkpoint.model.device)
-
-
-def decoder_ids(
-    checkpoint: Checkpoint, text: Any, least: int = 1, what: str = "the decoder's input"
-) -> tuple[Tensor, list[str]]:
-    """``(1, T)`` ids an encoder-decoder's decoder reads: its start token, then ``text`` (the
-    output so far, may be empty), and their pieces as shown."""
-    config, tokenizer = checkpoint.config, checkpoint.tokenizer
-    start, _ = decoding_ends(config, tokenizer.bos_id, tokenizer.eos_id)
-    if start is None:
-        raise InputError("this model names no start token for its decoder")
-    words = text.strip() if isinstance(text, str) else ""
-    with user_input():
-        ids = [start, *(tokenizer.encode_ids(words) if words else [])]
-    if len(ids) < least:
-        raise InputError(
-            f"{what} needs at least {least - 1} token after the start token here (the loss is "
-            "measured on the tokens the decoder writes): enter the output so far"
-        )
-    if len(ids) > MAX_RESEARCH_TOKENS:
-        raise InputError(f"{what} is {len(ids)} tokens long; shorten it")
-    pieces = [shown_piece(tokenizer, tokenizer.id_to_token(i) or "?") for i in ids]
-    return torch.tensor([ids], device=checkpoint.model.device), pieces
-
-
-def read_inputs(
-    checkpoint: Checkpoint, text: Any, source: Any, least: int = 2
-) -> tuple[Tensor, list[str], dict[str, Any]]:
-    """The ids the method follows and their pieces, and ``{"source": ids}`` for an
-    encoder-decoder model (``{}`` otherwise): a decoder-only model reads ``text`` as its
-    prompt; an encoder-decoder's decoder reads ``text`` after its start token, the encoder
-    ``source``; an encoder-only model reads ``text`` with its own special tokens."""
-    architecture = checkpoint.config.architecture
-    if architecture == "encoder-decoder":
-        ids, pieces = decoder_ids(checkpoint, text, max(1, least))
-        return ids, pieces, {"source": source_ids(checkpoint, source)}
-    if architecture == "encoder-only":
-        if not isinstance(text, str) or not text.strip():
-            raise InputError("enter the text")
-        tokenizer = checkpoint.tokenizer
-        with user_input():
-            read = tokenizer.encoding(text.strip()).ids
-        if len(read) > MAX_RESEARCH_TOKENS:
-            raise InputError(f"the text is {len(read)} tokens long; shorten it")
-        pieces = [shown_piece(tokenizer, tokenizer.id_to_token(i) or "?") for i in read]
-        return torch.tensor([read], device=checkpoint.model.device), pieces, {}
-    ids, pieces = prompt_ids(checkpoint, text)
-    return ids, pieces, {}
-
-
-def prompt_ids(
-    checkpoint: Checkpoint, text: Any, what: str = "the text"
-) -> tuple[Tensor, list[str]]:
-    """``(1, T)`` ids of ``text`` as the model reads a prompt, and its pieces as shown."""
-    if not isinstance(text, str) or not text.strip():
-        raise InputError(f"enter {what}")
-    config, tokenizer = checkpoint.config, checkpoint.tokenizer
-    with user_input():
-        ids = tokenizer.encode_ids(text.strip(), add_bos=config.prompt_bos)
-    if len(ids) < 2:
-        raise InputError(f"{what} needs at least two tokens")
-    if len(ids) > MAX_RESEARCH_TOKENS:
-        raise InputError(
-            f"{what} is {len(ids)} tokens long: these sweeps run the model once per part, so "
-            f"they read at most {MAX_RESEARCH_TOKENS} tokens here; shorten it"
-        )
-    pieces = [shown_piece(tokenizer, tokenizer.id_to_token(i) or "?") for i in ids]
-    return torch.tensor([ids], device=checkpoint.model.device), pieces
-
-
-def one_token(checkpoint: Checkpoint, text: Any, what: str) -> tuple[int, str, str]:
-    """The id of the token ``text`` names (its first token where it has several), the piece as
-    shown, and a note for the summary when it was cut (else ``""``)."""
-    if not isinstance(text, str) or not text:
-        raise InputError(f"enter {what}, for example ' Paris' (with its leading space)")
-    tokenizer = checkpoint.tokenizer
-    with user_input():
-        ids = tokenizer.encode_ids(text)
-    if not ids:
-        raise InputError(f"{what} {text!r} has no tokens for this model")
-    pieces = [shown_piece(tokenizer, tokenizer.id_to_token(i) or "?") for i in ids]
-    note = ""
-    if len(ids) > 1:
-        note = (
-            f"{what} {text!r} is {len(ids)} tokens for this model "
-            f"({', '.join(repr(p) for p in pieces)}): its first, {pieces[0]!r}, is scored. "
-        )
-    return ids[0], pieces[0], note
-
 
 def admitted(
     registry: ModelRegistry,
-    name: str,
-    checkpoint: Checkpoint,
+    model: Model,
     tokens: int,
     passes: int,
     key: tuple[Any, ...],
@@ -184,9 +66,9 @@ def admitted(
     ``tokens`` too big for the server is refused; a sweep of ``passes`` such passes that costs
     more than a cheap event may spend runs in the costly pool (its page told its place in
     line), joined by the same sweep asked for meanwhile on a shared model."""
-    model = checkpoint.model
-    check_cost(name, PassCost(parameters(model), tokens), registry.device)
-    sweep = PassCost(parameters(model), tokens * max(1, passes))
+    name, checkpoint = model.name, model.checkpoint
+    check_cost(name, PassCost(parameters(checkpoint.model), tokens), registry.device)
+    sweep = PassCost(parameters(checkpoint.model), tokens * max(1, passes))
     limit = SWEEP_COST_FACTOR * limits.MAX_PASS_COST * device_scale(registry.device)
     if sweep.cost > limit:
         raise InputError(
@@ -206,12 +88,7 @@ def admitted(
         )
 
 
-def _layer_count(checkpoint: Checkpoint) -> int:
-    config = checkpoint.config
-    return config.n_decoder_layers or config.n_encoder_layers
-
-
-def _position_labels(pieces: list[str]) -> list[str]:
+def _position_labels(pieces: Sequence[str]) -> list[str]:
     return [f"{i}:{p}" for i, p in enumerate(pieces)]
 
 
@@ -224,61 +101,18 @@ def _head_labels(n: int) -> list[str]:
 
 @friendly
 @gpu
+@takes_request(PatchingRequest.of, optional=True)
 def research_patching(
-    registry: ModelRegistry,
-    name: str,
-    clean: str,
-    corrupted: str,
-    answer: str,
-    wrong: str,
-    site: str,
-    large: bool,
-    session: SessionModels | None,
-    target: str = "",
-    progress: gr.Progress = _PAGE_PROGRESS,
+    registry: ModelRegistry, request: PatchingRequest | Unsupported
 ) -> tuple[Any, str]:
     """The ``/research_patching`` endpoint: patch ``site`` ("residual", "attention", "mlp" or
     "head") of the clean run into the corrupted one, everywhere in turn; the figure (layers ×
     positions, or layers × heads) and what it says. On an encoder-decoder model ``clean`` and
     ``corrupted`` are two sources and ``target`` the decoder's input in both runs."""
-    checkpoint = _checkpoint(registry, name, session)
-    architecture = checkpoint.config.architecture
-    if architecture == "encoder-only":
-        return encoder_only(checkpoint, name, "patching", large)
-    if site not in SITES:
-        raise InputError(f"site must be one of {', '.join(SITES)}")
-    if site == "cross" and architecture != "encoder-decoder":
-        raise InputError(
-            f"{name} reads no source, so it has no cross-attention to patch: choose another site"
-        )
-    sources: dict[str, Any] = {}
-    if architecture == "encoder-decoder":
-        clean_source = source_ids(checkpoint, clean, "the clean source")
-        corrupted_source = source_ids(checkpoint, corrupted, "the corrupted source")
-        if clean_source.shape != corrupted_source.shape:
-            raise InputError(
-                f"the clean source has {clean_source.shape[1]} tokens and the corrupted one "
-                f"{corrupted_source.shape[1]}: change one word for one cut into as many tokens, "
-                "so that the two runs differ in that word only"
-            )
-        sources = {"source": clean_source, "corrupted_source": corrupted_source}
-        clean_ids, clean_pieces = decoder_ids(checkpoint, target)
-        corrupted_ids = clean_ids
-    else:
-        clean_ids, clean_pieces = prompt_ids(checkpoint, clean, "the clean prompt")
-        corrupted_ids, _ = prompt_ids(checkpoint, corrupted, "the corrupted prompt")
-    if clean_ids.shape[1] != corrupted_ids.shape[1]:
-        raise InputError(
-            f"the clean prompt has {clean_ids.shape[1]} tokens and the corrupted one "
-            f"{corrupted_ids.shape[1]}: patching copies position by position, so both must have "
-            "the same number of tokens. Change a word so that they match"
-        )
-    answer_id, answer_piece, note_a = one_token(checkpoint, answer, "the answer")
-    wrong_id, wrong_piece, note_w = one_token(checkpoint, wrong, "the wrong answer")
-    if answer_id == wrong_id:
-        raise InputError("the answer and the wrong answer are the same token: choose two")
-    n_layers, n_heads = _layer_count(checkpoint), checkpoint.config.n_heads
-    columns = n_heads if site == "head" else clean_ids.shape[1]
+    if isinstance(request, Unsupported):
+        return request.view()
+    model, site, clean, progress = request.model, request.site, request.clean, request.progress
+    answer, wrong = request.answer, request.wrong
 
     def report(done: Any, total: Any = None) -> None:
         if total:
@@ -288,41 +122,36 @@ def research_patching(
 
     def compute() -> Tensor:
         return methods.activation_patching(
-            checkpoint.model,
-            clean_ids,
-            corrupted_ids,
-            answer_id,
-            wrong_id,
+            model.checkpoint.model,
+            clean.ids,
+            request.corrupted,
+            answer.id,
+            wrong.id,
             cast(Any, site),
             progress=report,
-            **sources,
+            **clean.sources,
         )
 
+    key = ("patching", *clean.key, answer.id, wrong.id, site)
     result = admitted(
-        registry,
-        name,
-        checkpoint,
-        clean_ids.shape[1],
-        n_layers * columns + 2,
-        ("patching", clean, corrupted, target if sources else "", answer_id, wrong_id, site),
-        compute,
+        registry, model, clean.length, model.n_layers * request.columns + 2, key, compute
     )
     values = result.detach().float().cpu()
-    labels = _head_labels(n_heads) if site == "head" else _position_labels(clean_pieces)
+    labels = _head_labels(model.n_heads) if site == "head" else _position_labels(clean.pieces)
     fig = figures.layer_map_figure(
         values,
         labels,
         f"Restored by patching: {SHORT_SITES[site]}",
         "restored",
-        large,
+        model.large,
         column_title="head" if site == "head" else "position",
         fixed_range=(-1.0, 1.0),
     )
     layer, column = divmod(int(values.abs().argmax()), values.shape[1])
     where = f"head {column + 1}" if site == "head" else f"position {labels[column]!r}"
     summary = (
-        (ENCODER_DECODER.format(name=name) + " " if sources else "")
-        + f"{note_a}{note_w}Metric: logit({answer_piece!r}) − logit({wrong_piece!r}), "
+        (ENCODER_DECODER.format(name=model.name) + " " if clean.sources else "")
+        + f"{answer.note}{wrong.note}Metric: logit({answer.piece!r}) − logit({wrong.piece!r}), "
         f"normalised so 0 is the corrupted run and 1 the clean run. The strongest cell is "
         f"layer {layer + 1}, {where}: patching it there restores "
         f"{float(values[layer, column]):.2f} of the difference."
@@ -343,32 +172,18 @@ def reference_ids(checkpoint: Checkpoint) -> Tensor:
 
 @friendly
 @gpu
+@takes_request(TextRequest.of, ABLATION_VALUES, optional=True)
 def research_ablation(
-    registry: ModelRegistry,
-    name: str,
-    text: str,
-    how: str,
-    large: bool,
-    session: SessionModels | None,
-    source: str = "",
-    progress: gr.Progress = _PAGE_PROGRESS,
+    registry: ModelRegistry, request: TextRequest | Unsupported
 ) -> tuple[Any, str]:
     """The ``/research_ablation`` endpoint: each head zeroed (``how="zero"``) or replaced by
     its mean output over the meter's reference paragraph (``"mean"``) in turn; the change of
     the text's next-token loss, layers × heads, the head that matters most named, and the
     perplexity meter's reading."""
-    checkpoint = _checkpoint(registry, name, session)
-    if checkpoint.config.architecture == "encoder-only":
-        return encoder_only(checkpoint, name, "ablation", large)
-    if how not in ("zero", "mean"):
-        raise InputError("ablation is 'zero' or 'mean'")
-    ids, _, sources = read_inputs(checkpoint, text, source, least=2)
-    n_layers, n_heads = _layer_count(checkpoint), checkpoint.config.n_heads
-    if sources and how == "mean":
-        raise InputError(
-            "mean ablation averages each head over a reference paragraph, which an "
-            "encoder-decoder model's decoder never reads on its own: choose zero ablation"
-        )
+    if isinstance(request, Unsupported):
+        return request.view()
+    model, how, tokens, progress = request.model, request.choice, request.tokens, request.progress
+    checkpoint, ids, sources, n_heads = model.checkpoint, tokens.ids, tokens.sources, model.n_heads
     reference = reference_ids(checkpoint) if how == "mean" else None
 
     def report(done: int, total: int) -> None:
@@ -381,22 +196,18 @@ def research_ablation(
         change = methods.head_ablation(checkpoint.model, ids, cast(Any, how), **options, **sources)
         return change, _loss(checkpoint, ids, sources)
 
-    change, nll = admitted(
-        registry,
-        name,
-        checkpoint,
-        ids.shape[1],
-        n_layers * n_heads + 2 + (0 if reference is None else reference.shape[1] // ids.shape[1]),
-        ("ablation", text, source if sources else "", how),
-        compute,
-    )
+    # A mean ablation first reads the reference paragraph: as many passes as it is long.
+    passes = model.n_layers * n_heads + 2
+    passes += 0 if reference is None else reference.shape[1] // tokens.length
+    key = ("ablation", *tokens.key, how)
+    change, nll = admitted(registry, model, tokens.length, passes, key, compute)
     values = change.detach().float().cpu()
     fig = figures.layer_map_figure(
         values,
         _head_labels(n_heads),
         f"{how.capitalize()} ablation: Δ loss",
         "Δ loss (nats)",
-        large,
+        model.large,
         column_title="head",
     )
     layer, head = divmod(int(values.argmax()), n_heads)
@@ -426,15 +237,14 @@ def _loss(checkpoint: Checkpoint, ids: Tensor, sources: dict[str, Any]) -> float
 # -- 3. Direct logit attribution ---------------------------------------------------------------
 
 
-def _next_token(
-    checkpoint: Checkpoint, ids: Tensor, token: Any, sources: dict[str, Any] | None = None
-) -> tuple[int, str, str]:
+def _next_token(model: Model, tokens: Tokens, named: Token | None) -> Token:
     """The token to explain: the one named, else the model's own prediction."""
-    if isinstance(token, str) and token:
-        return one_token(checkpoint, token, "the token")
-    best = int(_last_logits(checkpoint, ids, sources or {}).argmax())
+    if named is not None:
+        return named
+    checkpoint = model.checkpoint
+    best = int(_last_logits(checkpoint, tokens.ids, tokens.sources).argmax())
     piece = shown_piece(checkpoint.tokenizer, checkpoint.tokenizer.id_to_token(best) or "?")
-    return best, piece, f"The model's own next token, {piece!r}, is explained. "
+    return Token(best, piece, f"The model's own next token, {piece!r}, is explained. ")
 
 
 def _last_logits(checkpoint: Checkpoint, ids: Tensor, sources: dict[str, Any]) -> Tensor:
@@ -445,51 +255,25 @@ def _last_logits(checkpoint: Checkpoint, ids: Tensor, sources: dict[str, Any]) -
         return checkpoint.model.decode(ids, last_only=True).logits[0, -1]
 
 
-def _logit(
-    checkpoint: Checkpoint, ids: Tensor, token: int, sources: dict[str, Any] | None = None
-) -> float:
-    return float(_last_logits(checkpoint, ids, sources or {})[token])
-
-
 @friendly
 @gpu
-def research_logit(
-    registry: ModelRegistry,
-    name: str,
-    text: str,
-    token: str,
-    large: bool,
-    session: SessionModels | None,
-    source: str = "",
-) -> tuple[Any, str]:
+@takes_request(TextRequest.of, LOGIT_VALUES, optional=True)
+def research_logit(registry: ModelRegistry, request: TextRequest | Unsupported) -> tuple[Any, str]:
     """The ``/research_logit`` endpoint: the next token's logit (``token``, or the model's own
     prediction when empty) as the sum of what the embedding, each head and each MLP wrote into
     the residual stream, read through the final norm frozen at the real pass."""
-    checkpoint = _checkpoint(registry, name, session)
-    if checkpoint.config.architecture == "encoder-only":
-        return encoder_only(checkpoint, name, "logit", large)
-    ids, _, sources = read_inputs(checkpoint, text, source, least=1)
-    config = checkpoint.config
-    if config.norm != "pre" or config.post_sublayer_norm:
-        # Not an error after the fact: the method does not apply, and the page says why.
-        return placeholder_figure(
-            "Direct logit attribution", "Not for a post-norm model", large_font=large
-        ), POST_NORM.format(name=name)
-    token_id, piece, note = _next_token(checkpoint, ids, token, sources)
+    if isinstance(request, Unsupported):
+        return request.view()
+    model, tokens = request.model, request.tokens
+    checkpoint, ids, sources = model.checkpoint, tokens.ids, tokens.sources
+    token = _next_token(model, tokens, request.token)
 
     def compute() -> tuple[Any, float]:
-        result = methods.direct_logit_attribution(checkpoint.model, ids, token_id, **sources)
-        return result, _logit(checkpoint, ids, token_id, sources)
+        result = methods.direct_logit_attribution(checkpoint.model, ids, token.id, **sources)
+        return result, float(_last_logits(checkpoint, ids, sources)[token.id])
 
-    result, computed = admitted(
-        registry,
-        name,
-        checkpoint,
-        ids.shape[1],
-        2,
-        ("logit", text, source if sources else "", token_id),
-        compute,
-    )
+    key = ("logit", *tokens.key, token.id)
+    result, computed = admitted(registry, model, tokens.length, 2, key, compute)
     parts = methods.as_parts(result)
     parts = methods.Parts([methods.shown_part(n) for n in parts.names], parts.values)
     values = [methods.as_scalar(v) for v in parts.values]
@@ -498,15 +282,15 @@ def research_logit(
     fig = figures.parts_bar_figure(
         parts.names,
         values,
-        f"Parts of the logit of {piece!r}",
+        f"Parts of the logit of {token.piece!r}",
         "logit",
-        large,
+        model.large,
         total=real,
     )
     ranked = sorted(range(len(values)), key=lambda i: -values[i])
     summary = (
-        f"{note}Each part is read through the final norm with its scale frozen at the real "
-        f"pass. The parts sum to {sum(values):.4f}; the real logit of {piece!r} is "
+        f"{token.note}Each part is read through the final norm with its scale frozen at the "
+        f"real pass. The parts sum to {sum(values):.4f}; the real logit of {token.piece!r} is "
         f"{real:.4f}. Most for it: {', '.join(parts.names[i] for i in ranked[:3])}; most "
         f"against: {', '.join(parts.names[i] for i in ranked[-2:][::-1])}."
     )
@@ -518,53 +302,37 @@ def research_logit(
 
 @friendly
 @gpu
-def research_input(
-    registry: ModelRegistry,
-    name: str,
-    text: str,
-    token: str,
-    method: str,
-    large: bool,
-    session: SessionModels | None,
-    source: str = "",
-) -> tuple[Any, str]:
+@takes_request(TextRequest.of, INPUT_VALUES, optional=True)
+def research_input(registry: ModelRegistry, request: TextRequest | Unsupported) -> tuple[Any, str]:
     """The ``/research_input`` endpoint: how much each input token's embedding counts for the
     next token's logit, by gradient × input or integrated gradients (with its completeness)."""
-    checkpoint = _checkpoint(registry, name, session)
-    if checkpoint.config.architecture == "encoder-only":
-        return encoder_only(checkpoint, name, "input", large)
-    if method not in ("gradient x input", "integrated gradients"):
-        raise InputError("method is 'gradient x input' or 'integrated gradients'")
-    ids, pieces, sources = read_inputs(checkpoint, text, source, least=1)
-    token_id, piece, note = _next_token(checkpoint, ids, token, sources)
+    if isinstance(request, Unsupported):
+        return request.view()
+    model, tokens, method = request.model, request.tokens, request.choice
+    ids, pieces, sources = tokens.ids, tokens.pieces, tokens.sources
+    token = _next_token(model, tokens, request.token)
     passes = 2 if method == "gradient x input" else 2 * IG_STEPS
 
     def compute() -> Any:
         return methods.input_attribution(
-            checkpoint.model, ids, token_id, cast(Any, method.replace(" ", "_")), **sources
+            model.checkpoint.model, ids, token.id, cast(Any, method.replace(" ", "_")), **sources
         )
 
-    result = admitted(
-        registry,
-        name,
-        checkpoint,
-        ids.shape[1],
-        passes,
-        ("input", text, source if sources else "", token_id, method),
-        compute,
-    )
+    key = ("input", *tokens.key, token.id, method)
+    result = admitted(registry, model, tokens.length, passes, key, compute)
     scores, delta = methods.as_scores(result)
     fig = figures.token_bars_figure(
-        pieces,
+        list(pieces),
         scores,
-        f"{method.capitalize()} → {piece!r}",
+        f"{method.capitalize()} → {token.piece!r}",
         "attribution",
-        large,
+        model.large,
     )
     best = int(scores.abs().argmax())
-    summary = (
-        "Over the decoder's input, its source held fixed. " if sources else ""
-    ) + f"{note}The token that counts most is {best}:{pieces[best]!r} ({float(scores[best]):+.3f})."
+    summary = ("Over the decoder's input, its source held fixed. " if sources else "") + (
+        f"{token.note}The token that counts most is {best}:{pieces[best]!r} "
+        f"({float(scores[best]):+.3f})."
+    )
     if method == "integrated gradients":
         logit = getattr(result, "logit", None)
         baseline = getattr(result, "baseline_logit", None)
@@ -609,37 +377,21 @@ def _real_scores(
 
 @friendly
 @gpu
-def research_scores(
-    registry: ModelRegistry,
-    name: str,
-    text: str,
-    layer: Any,
-    head: Any,
-    large: bool,
-    session: SessionModels | None,
-    source: str = "",
-) -> tuple[Any, str, str]:
+@takes_request(TextRequest.of, SCORES_VALUES, optional=True)
+def research_scores(registry: ModelRegistry, request: TextRequest) -> tuple[Any, str, str]:
     """The ``/research_scores`` endpoint: one head's scores q·k split into parts (token and
     position for the 2017 models; the rotary frequency bands for rotary ones), each drawn, and
     their sum checked against the real scores; then the explanation that fits the model."""
-    checkpoint = _checkpoint(registry, name, session)
-    ids, pieces, sources = read_inputs(checkpoint, text, source, least=1)
-    n_layers, n_heads = _layer_count(checkpoint), checkpoint.config.n_heads
-    layer_i, head_i = _in_range(layer, n_layers, "layer"), _in_range(head, n_heads, "head")
+    model, tokens, layer_i, head_i = request.model, request.tokens, request.layer, request.head
+    checkpoint, ids, pieces, sources = model.checkpoint, tokens.ids, tokens.pieces, tokens.sources
+    large = model.large
 
     def compute() -> tuple[Any, Tensor]:
         parts = methods.attention_score_parts(checkpoint.model, ids, layer_i, head_i, **sources)
         return parts, _real_scores(checkpoint, ids, layer_i, head_i, sources)
 
-    result, real = admitted(
-        registry,
-        name,
-        checkpoint,
-        ids.shape[1],
-        3,
-        ("scores", text, source if sources else "", layer_i, head_i),
-        compute,
-    )
+    key = ("scores", *tokens.key, layer_i, head_i)
+    result, real = admitted(registry, model, tokens.length, 3, key, compute)
     parts = methods.as_parts(result)
     matrices = methods.in_bands(
         {
@@ -672,17 +424,6 @@ def research_scores(
     return fig, summary, words
 
 
-def _in_range(value: Any, high: int, what: str) -> int:
-    """A 1-based control's value as a 0-based index, refused with the range when outside."""
-    try:
-        number = int(float(value))
-    except (TypeError, ValueError, OverflowError):
-        raise InputError(f"{what} must be a number from 1 to {high}") from None
-    if not 1 <= number <= high:
-        raise InputError(f"this model has {what}s 1 to {high}, not {number}")
-    return number - 1
-
-
 # -- 6. Two models side by side ----------------------------------------------------------------
 
 
@@ -697,60 +438,25 @@ def _top(probs: Tensor, checkpoint: Checkpoint, k: int = 8) -> list[tuple[str, f
 
 @friendly
 @gpu
+@takes_request(SideBySideRequest.of)
 def research_side_by_side(
-    registry: ModelRegistry,
-    name_a: str,
-    name_b: str,
-    text: str,
-    layer_a: Any,
-    head_a: Any,
-    layer_b: Any,
-    head_b: Any,
-    large: bool,
-    session: SessionModels | None,
+    registry: ModelRegistry, request: SideBySideRequest
 ) -> tuple[Any, Any, Any, str]:
     """The ``/research_side_by_side`` endpoint: ``text`` through two models, lined up by the
     characters their tokens cover: one head's attention each, the loss of each group of
     characters, and each model's most likely next tokens."""
-    first = _checkpoint(registry, name_a, session)
-    second = _checkpoint(registry, name_b, session)
-    for name, checkpoint in ((name_a, first), (name_b, second)):
-        architecture = checkpoint.config.architecture
-        if architecture != "decoder-only":
-            raise InputError(
-                ENCODER_ONLY["side"].format(name=name, architecture=f"an {architecture} model")
-            )
-    if not isinstance(text, str) or not text.strip():
-        raise InputError("enter a text")
-    text = text.strip()
-    heads = (
-        (
-            _in_range(layer_a, _layer_count(first), "layer"),
-            _in_range(head_a, first.config.n_heads, "head"),
-        ),
-        (
-            _in_range(layer_b, _layer_count(second), "layer"),
-            _in_range(head_b, second.config.n_heads, "head"),
-        ),
-    )
-    for checkpoint in (first, second):
-        prompt_ids(checkpoint, text)  # refused before any pass when too long
+    first, second, text, heads = request.first, request.second, request.text, request.heads
+    large = first.large
 
     def compute() -> pair.SideBySide:
-        return pair.side_by_side(
-            first.model, first.tokenizer, second.model, second.tokenizer, text, *heads
-        )
+        a, b = first.checkpoint, second.checkpoint
+        return pair.side_by_side(a.model, a.tokenizer, b.model, b.tokenizer, text, *heads)
 
     tokens = len(text)  # an upper bound on either model's tokens, for the estimate
-    result = admitted(
-        registry,
-        name_a if parameters(first.model) >= parameters(second.model) else name_b,
-        first if parameters(first.model) >= parameters(second.model) else second,
-        tokens,
-        2,
-        ("side", name_a, name_b, text, heads),
-        compute,
-    )
+    larger = max((first, second), key=lambda m: parameters(m.checkpoint.model))
+    key = ("side", first.name, second.name, text, heads)
+    result = admitted(registry, larger, tokens, 2, key, compute)
+    name_a, name_b = first.name, second.name
     names = (name_a, name_b if name_b != name_a else f"{name_b} (again)")
     heads_named = tuple(
         f"{n}: layer {layer + 1}, head {head + 1}"
@@ -774,8 +480,8 @@ def research_side_by_side(
         large,
     )
     tops = figures.next_tokens_figure(
-        _top(result.a.next_probs, first),
-        _top(result.b.next_probs, second),
+        _top(result.a.next_probs, first.checkpoint),
+        _top(result.b.next_probs, second.checkpoint),
         names,
         "Next token after the text",
         large,

@@ -4,6 +4,7 @@ controls, its code and its figure."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
@@ -12,15 +13,7 @@ from transformer.lab import side_by_side as pair
 
 from ...serving import limits
 from ...serving.state import ModelRegistry, SessionModels, bind, once
-from . import methods, text
-from .handlers import (
-    research_ablation,
-    research_input,
-    research_logit,
-    research_patching,
-    research_scores,
-    research_side_by_side,
-)
+from . import handlers, methods, text
 
 # Presets of activation patching: (label, clean, corrupted, answer, wrong).
 PRESETS = {
@@ -159,6 +152,21 @@ def _results(slug: str) -> list[Any]:
         return [gr.Plot(show_label=False, elem_id=f"research-{slug}-plot"), gr.Markdown()]
 
 
+def _method(
+    registry: ModelRegistry,
+    handler: Callable[..., Any],
+    button: gr.Button,
+    inputs: list[Any],
+    outputs: dict[str, list[Any]],
+) -> Callable[..., Any]:
+    """Wire ``button`` to a method's endpoint (named after its handler, ``research_<slug>``,
+    drawing into ``outputs[slug]``); the bound handler, for the method's private redraws."""
+    bound = bind(handler, registry)
+    slug = handler.__name__.removeprefix("research_").removesuffix("_by_side")
+    button.click(bound, inputs, outputs[slug], api_name=handler.__name__)
+    return bound
+
+
 def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dict[str, Any]:
     """Lay out the tab and wire its events (``/research_patching``, ``/research_ablation``,
     ``/research_logit``, ``/research_input``, ``/research_scores``,
@@ -201,13 +209,8 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
         outputs["patching"] = _results("patching")
     choice.select(preset, choice, [clean, corrupted, answer, wrong], **private)
     patch_inputs = [model, clean, corrupted, answer, wrong, site, large, session, sentence]
-    patch.click(
-        bind(research_patching, registry),
-        patch_inputs,
-        outputs["patching"],
-        api_name="research_patching",
-    )
-    site.select(bind(research_patching, registry), patch_inputs, outputs["patching"], **private)
+    patching = _method(registry, handlers.research_patching, patch, patch_inputs, outputs)
+    site.select(patching, patch_inputs, outputs["patching"], **private)
 
     # 2. Head ablation
     with gr.Accordion("2 · Head ablation", open=True, elem_id="research-ablation"), gr.Row():
@@ -218,13 +221,8 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             _code(methods.head_ablation)
         outputs["ablation"] = _results("ablation")
     ablation_inputs = [model, sentence, how, large, session, source]
-    ablate.click(
-        bind(research_ablation, registry),
-        ablation_inputs,
-        outputs["ablation"],
-        api_name="research_ablation",
-    )
-    how.select(bind(research_ablation, registry), ablation_inputs, outputs["ablation"], **private)
+    ablation = _method(registry, handlers.research_ablation, ablate, ablation_inputs, outputs)
+    how.select(ablation, ablation_inputs, outputs["ablation"], **private)
 
     # 3. Direct logit attribution
     with (
@@ -242,9 +240,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             _code(methods.direct_logit_attribution)
         outputs["logit"] = _results("logit")
     logit_inputs = [model, sentence, token, large, session, source]
-    attribute.click(
-        bind(research_logit, registry), logit_inputs, outputs["logit"], api_name="research_logit"
-    )
+    logit = _method(registry, handlers.research_logit, attribute, logit_inputs, outputs)
 
     # 4. Input attribution
     with gr.Accordion("4 · Input attribution", open=True, elem_id="research-input"), gr.Row():
@@ -259,10 +255,8 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             _code(methods.input_attribution)
         outputs["input"] = _results("input")
     input_inputs = [model, sentence, token, method, large, session, source]
-    explain.click(
-        bind(research_input, registry), input_inputs, outputs["input"], api_name="research_input"
-    )
-    method.select(bind(research_input, registry), input_inputs, outputs["input"], **private)
+    attribution = _method(registry, handlers.research_input, explain, input_inputs, outputs)
+    method.select(attribution, input_inputs, outputs["input"], **private)
 
     # 5. Why a head attends
     with gr.Accordion("5 · Why a head attends", open=True, elem_id="research-scores"), gr.Row():
@@ -275,14 +269,9 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             _code(methods.attention_score_parts)
         outputs["scores"] = [*_results("scores"), scores_text]
     scores_inputs = [model, sentence, layer, head, large, session, source]
-    split.click(
-        bind(research_scores, registry),
-        scores_inputs,
-        outputs["scores"],
-        api_name="research_scores",
-    )
+    scores = _method(registry, handlers.research_scores, split, scores_inputs, outputs)
     for slider in (layer, head):
-        slider.release(bind(research_scores, registry), scores_inputs, outputs["scores"], **private)
+        slider.release(scores, scores_inputs, outputs["scores"], **private)
 
     # 6. Two models side by side
     with gr.Accordion("6 · Two models side by side", open=True, elem_id="research-side"), gr.Row():
@@ -309,12 +298,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             side_summary = gr.Markdown()
     outputs["side"] = [side_attention, side_losses, side_tops, side_summary]
     side_inputs = [model, other, sentence, layer_a, head_a, layer_b, head_b, large, session]
-    compare.click(
-        bind(research_side_by_side, registry),
-        side_inputs,
-        outputs["side"],
-        api_name="research_side_by_side",
-    )
+    _method(registry, handlers.research_side_by_side, compare, side_inputs, outputs)
 
     # Inputs and ranges follow the models.
     model.select(
@@ -333,10 +317,9 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
         bind(fit_sliders, registry), [other, session, layer_b, head_b], [layer_b, head_b], **private
     )
     # The text redraws the cheap single-pass views (the sweeps wait for their buttons).
-    sentence.submit(bind(research_logit, registry), logit_inputs, outputs["logit"], **private)
-    sentence.submit(bind(research_scores, registry), scores_inputs, outputs["scores"], **private)
-    source.submit(bind(research_logit, registry), logit_inputs, outputs["logit"], **private)
-    source.submit(bind(research_scores, registry), scores_inputs, outputs["scores"], **private)
+    for box in (sentence, source):
+        box.submit(logit, logit_inputs, outputs["logit"], **private)
+        box.submit(scores, scores_inputs, outputs["scores"], **private)
 
     demo = gr.context.Context.root_block
     if demo is not None:
@@ -371,20 +354,20 @@ def first_views(registry: ModelRegistry, first: str, second: str) -> tuple[Any, 
     session = SessionModels()
     try:
         views: list[Any] = []
-        views += research_patching(
+        views += handlers.research_patching(
             registry, first, *PRESETS[fitting_preset(registry, first)], "residual", False, session
         )
-        views += research_ablation(registry, first, text.TEXT, "zero", False, session)
-        views += research_logit(registry, first, text.TEXT, "", False, session)
-        views += research_input(
+        views += handlers.research_ablation(registry, first, text.TEXT, "zero", False, session)
+        views += handlers.research_logit(registry, first, text.TEXT, "", False, session)
+        views += handlers.research_input(
             registry, first, text.TEXT, "", "integrated gradients", False, session
         )
-        views += research_scores(registry, first, text.TEXT, 1, 1, False, session)
+        views += handlers.research_scores(registry, first, text.TEXT, 1, 1, False, session)
     except gr.Error:
         return None
     if second in registry.pretrained or second in registry.bundled.models:
         try:
-            views += research_side_by_side(
+            views += handlers.research_side_by_side(
                 registry, first, second, text.TEXT, 1, 1, 1, 1, False, session
             )
             return tuple(views)

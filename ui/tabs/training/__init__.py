@@ -2,7 +2,8 @@
 component), a small model trained live in the background (private to the session), and
 attention at each snapshot kept during training (a bundled model's, or the session's own).
 
-Modules: ``description``, ``running``, ``snapshots``, ``layout``."""
+Modules: ``request`` (what each section's controls ask for, read once), ``description``,
+``running``, ``snapshots``, ``layout``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from .description import (
     plural,
 )
 from .layout import build
+from .request import snapshot_steps
 from .running import (
     ACCURACY_KEYS,
     BAR_WIDTH,
@@ -33,7 +35,6 @@ from .snapshots import (
     snapshot_live,
     snapshot_of,
     snapshot_sources,
-    snapshot_steps,
     snapshot_view,
 )
 

@@ -14,8 +14,10 @@ from transformer.core.model import Transformer, count_parameters
 from transformer.lab.analysis import kv_cache_bytes_per_token, layer_parameter_groups
 from transformer.pretrained.checkpoint import Checkpoint
 
+from ...serving.endpoints import takes_request
 from ...serving.errors import code_span, friendly
-from ...serving.state import TRAINED_HERE, ModelRegistry, SessionModels
+from ...serving.state import TRAINED_HERE, ModelRegistry
+from .request import ModelRequest
 
 FAMILIES = {
     "bert": "BERT family (encoder-only)",
@@ -233,11 +235,12 @@ def describe(name: str, checkpoint: Checkpoint, device: Any) -> str:
 
 
 @friendly
+@takes_request(ModelRequest.of)
 def model_info(
-    registry: ModelRegistry, name: str, session: SessionModels
+    registry: ModelRegistry, request: ModelRequest
 ) -> tuple[str, list[list[Any]], list[list[Any]]]:
     """The ``/model_info`` endpoint: (summary, parameters per component, configuration)."""
-    checkpoint = registry.checkpoint(name, session)
+    name, checkpoint = request.name, request.checkpoint
     config_rows = [[key, human(value)] for key, value in checkpoint.config.to_dict().items()]
     return (
         describe(name, checkpoint, registry.device),

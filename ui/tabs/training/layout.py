@@ -12,6 +12,7 @@ from transformer.training.recipes import RECIPES
 from ...serving.state import TRAINED_HERE, ModelRegistry, SessionModels, bind
 from . import snapshots
 from .description import model_info
+from .request import snapshot_steps
 from .running import cancel_training, redraw_curves, run_training, training_curves
 
 
@@ -51,7 +52,7 @@ def build(
     gr.Markdown("### Attention as it formed during training")
     sources = snapshots.snapshot_sources(registry)
     first = sources[0]
-    first_steps = snapshots.snapshot_steps(registry, first, None)
+    first_steps = snapshot_steps(registry, first, None)
     with gr.Row():
         snapshot_model = gr.Dropdown(sources, value=first, label="Snapshots of")
         snapshot = gr.Slider(

@@ -6,20 +6,19 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
 from transformer import figures
 from transformer.training.live import LiveTraining, history_row
-from transformer.training.recipes import RECIPES
 
 from ...serving import limits
-from ...serving.errors import InputError, friendly, gpu, readable_list
-from ...serving.inputs import as_int, shown
+from ...serving.endpoints import takes_request
+from ...serving.errors import friendly, gpu
 from ...serving.state import TRAINED_HERE, ModelRegistry, SessionModels
 from .description import plural
+from .request import TrainingRequest, session_key
 
 ACCURACY_KEYS = ["val_token_accuracy", "val_exact_match", "val_next_token_accuracy"]
 BAR_WIDTH = 30  # characters of the progress bar
@@ -60,42 +59,15 @@ def remember(table: OrderedDict, key: Hashable, value: Any) -> None:
             table.popitem(last=False)
 
 
-@dataclass(frozen=True)
-class TrainingRequest:
-    """One ``/train`` request, read once from the tab's controls: which task, how many steps,
-    which seed."""
-
-    task: str
-    steps: int
-    seed: int
-
-    @classmethod
-    def parse(cls, task: Any, steps: Any, seed: Any) -> TrainingRequest:
-        """The request the controls' raw values ask for; ``InputError`` naming a bad value."""
-        if not isinstance(task, str) or task not in RECIPES:
-            raise InputError(f"unknown task {shown(task)}: choose {readable_list(list(RECIPES))}")
-        return cls(task, as_int(steps, "steps", 1, 3000), as_int(seed, "seed", 0, 2**31 - 1))
-
-
-def _session_key(request: gr.Request | None) -> str | None:
-    return getattr(request, "session_hash", None) if request is not None else None
-
-
 @friendly
 @gpu
+@takes_request(TrainingRequest.of, optional=True)
 def run_training(
-    registry: ModelRegistry,
-    task: str,
-    steps: float,
-    seed: float,
-    large: bool,
-    session: Any,
-    request: gr.Request | None = None,
+    registry: ModelRegistry, asked_for: TrainingRequest
 ) -> Iterator[tuple[str, Any, SessionModels]]:
     """The ``/train`` endpoint: train a recipe's task live, streaming (progress, curves, session);
     the trained model and its snapshots end up in the session."""
-    asked_for = TrainingRequest.parse(task, steps, seed)
-    n_steps = asked_for.steps
+    n_steps, large, session = asked_for.steps, asked_for.large, asked_for.session
     live = LiveTraining.for_task(
         asked_for.task,
         n_steps,
@@ -103,7 +75,7 @@ def run_training(
         device=str(registry.device),
         time_limit_s=limits.TRAINING_TIME_LIMIT_S,
     )
-    key = _session_key(request)
+    key = asked_for.key
     asked = threading.Event()  # set by Cancel
     if key is not None:
         remember(_RUNNING, key, (live, asked))
@@ -144,7 +116,7 @@ def run_training(
 
 def cancel_training(request: gr.Request) -> str:
     """Ask this session's training to stop; it reports where it stopped and keeps the model."""
-    key = _session_key(request)
+    key = session_key(request)
     with running_lock:
         running = _RUNNING.get(key) if key is not None else None
     if running is None:
@@ -157,6 +129,6 @@ def cancel_training(request: gr.Request) -> str:
 
 def redraw_curves(large: bool, request: gr.Request) -> Any:
     """The last training's curves again (Large font switched)."""
-    key = _session_key(request)
+    key = session_key(request)
     history = _HISTORIES.get(key, []) if key is not None else []
     return training_curves(history, large)

@@ -11,10 +11,16 @@ from transformer import figures
 from transformer.pretrained.checkpoint import Checkpoint
 from transformer.training.live import snapshot_checkpoint
 
-from ...serving.errors import InputError, friendly, gpu
-from ...serving.inputs import as_int
-from ...serving.state import TRAINED_HERE, ModelRegistry, SessionModels
+from ...serving.endpoints import takes_request
+from ...serving.errors import friendly, gpu
+from ...serving.state import TRAINED_HERE, ModelRegistry
 from ..attention import attention_view, grid_panel
+from .request import (
+    CONTROL_VALUES,
+    LIVE_VALUES,
+    VIEW_VALUES,
+    SnapshotRequest,
+)
 from .running import remember, running_lock
 
 # A sentence each bundled task reads, for the snapshot view.
@@ -29,13 +35,6 @@ def snapshot_sources(registry: ModelRegistry) -> list[str]:
     """The models whose snapshots can be shown: bundled ones that kept some, and the session's."""
     bundled = [n for n, c in registry.bundled.models.items() if c.snapshot_steps]
     return [*bundled, TRAINED_HERE]
-
-
-def snapshot_steps(registry: ModelRegistry, name: str, session: SessionModels | None) -> list[int]:
-    """The training steps at which ``name`` kept snapshots (``[]`` before any training)."""
-    if name == TRAINED_HERE:
-        return sorted(session.snapshots) if session is not None and session.trained else []
-    return list(registry.checkpoint(name, session).snapshot_steps)
 
 
 _SNAPSHOTS: OrderedDict[tuple[str, int], Checkpoint] = OrderedDict()
@@ -61,31 +60,17 @@ def _hint(large: bool, text: str) -> Any:
     return figures.placeholder_figure("Attention at a snapshot", text, large_font=large)
 
 
-@friendly
-@gpu
-def snapshot_live(
-    registry: ModelRegistry,
-    name: str,
-    index: Any,
-    sentence: str,
-    large: bool,
-    session: SessionModels | None,
-) -> Any:
-    """The live snapshot view (any model that kept snapshots): every head's attention at
-    snapshot ``index`` of ``name``'s training (a bundled model's or the session's own), reading
-    the task's correct answer where there is one; a hint figure before there is anything to
-    show."""
-    steps = snapshot_steps(registry, name, session)
-    if not steps:
+def _snapshot_figure(registry: ModelRegistry, request: SnapshotRequest) -> Any:
+    """Every head's attention at the snapshot asked for; a hint figure before there is one."""
+    name, steps, i, session = request.name, request.steps, request.index, request.session
+    sentence, large = request.sentence, request.large
+    if i is None:
         return _hint(
             large,
             "train a model above first: its snapshots appear here"
             if name == TRAINED_HERE
             else f"{name} kept no snapshots",
         )
-    i = as_int(index, "snapshot", 0, 1000)
-    if i >= len(steps):
-        raise InputError(f"snapshot must be between 0 and {len(steps) - 1}, got {i}")
     if name == TRAINED_HERE:
         # The session's own model has snapshots (``steps``), so there is a session with one.
         assert session is not None and session.trained is not None
@@ -109,21 +94,34 @@ def snapshot_live(
 
 
 @friendly
-def snapshot_view(
-    registry: ModelRegistry, index: float, sentence: str, large: bool, session: SessionModels
-) -> Any:
+@gpu
+@takes_request(SnapshotRequest.of, LIVE_VALUES)
+def snapshot_live(registry: ModelRegistry, request: SnapshotRequest) -> Any:
+    """The live snapshot view (any model that kept snapshots): every head's attention at
+    snapshot ``index`` of ``name``'s training (a bundled model's or the session's own), reading
+    the task's correct answer where there is one; a hint figure before there is anything to
+    show."""
+    return _snapshot_figure(registry, request)
+
+
+@friendly
+@gpu
+@takes_request(SnapshotRequest.of, VIEW_VALUES)
+def snapshot_view(registry: ModelRegistry, request: SnapshotRequest) -> Any:
     """The ``/snapshot`` endpoint: every head's attention at one snapshot of the session's last
     training run (a hint figure before any training)."""
-    return snapshot_live(registry, TRAINED_HERE, index, sentence, large, session)
+    return _snapshot_figure(registry, request)
 
 
 snapshot_of = snapshot_live
 """Every head's attention at one snapshot of a model's training: :func:`snapshot_live`."""
 
 
-def snapshot_controls(registry: ModelRegistry, name: str, session: SessionModels | None) -> tuple:
+@friendly
+@takes_request(SnapshotRequest.of, CONTROL_VALUES)
+def snapshot_controls(registry: ModelRegistry, request: SnapshotRequest) -> tuple:
     """(slider, input) updates for ``name``: the slider spans the snapshots that exist."""
-    steps = snapshot_steps(registry, name, session)
+    name, steps, session = request.name, request.steps, request.session
     last = max(len(steps) - 1, 0)
     label = (
         "Snapshot: " + ", ".join(f"{i} = step {s:,}" for i, s in enumerate(steps))
