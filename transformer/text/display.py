@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .replay import byte_level_to_bytes, utf8_length
+from .replay import byte_level_to_bytes, bytes_to_unicode, utf8_length
 from .tokenization import Tokenizer, unreadable_characters
 
 # How the app writes the characters a piece may hold that a reader cannot see: one way in
@@ -573,6 +573,30 @@ def token_labels(pieces: Sequence[str]) -> list[str]:
     return [f"{i}:{short_piece(piece)}" for i, piece in enumerate(pieces)]
 
 
+def labels_legend(tokenizer: Any, labels: Sequence[PieceLabel]) -> str:
+    """What the marks in these labels (of one sequence, :func:`label_pieces`) stand for, and
+    how the vocabulary stores them: ``"␣ is a space (stored as Ġ); 美[1-2/3] is bytes 1-2 of
+    the 3 bytes of 美 (U+7F8E), split across pieces"``; ``""`` for labels without marks."""
+    parts = []
+    if getattr(tokenizer, "algorithm", None) == "byte_bpe":
+        table = bytes_to_unicode()
+        text = "".join(label.text for label in labels)
+        for char, (mark, name) in VISIBLE_MARKS.items():
+            if mark in text:
+                stored = "".join(table[b] for b in char.encode("utf-8"))
+                parts.append(f"{mark} is {name} (stored as {stored})")
+    split = split_character_note(labels)
+    if split:
+        parts.append(split)
+    invisible = next(
+        (p.char for label in labels for p in label.parts if p.char and invisible_name(p.char)),
+        None,
+    )
+    if invisible is not None:
+        parts.append(f"{describe_char(invisible).replace(' U+', ' is U+', 1)}")
+    return "; ".join(parts)
+
+
 def code_span(text: str) -> str:
     """``text`` as one Markdown code span that no backtick in it can close: the fence is one
     backtick longer than the longest run inside, with a space inside each end where the text
@@ -595,10 +619,10 @@ def unreadable_note(tokenizer: Tokenizer, text: str, subject: str = "This model"
     unk = tokenizer.unk_id
     if not found or unk is None:  # without an unknown token every character is readable
         return ""
+    unknown = str(tokenizer.id_to_token(unk))
     listed = ", ".join(code_span(item) for item in found)
-    unknown = code_span(str(tokenizer.id_to_token(unk)))
     reads = "it reads" if len(found) == 1 else "each reads"
-    return f"⚠️ {subject} cannot read {listed}: {reads} as {unknown}."
+    return f"⚠️ {subject} cannot read {listed}: {reads} as {code_span(unknown)}."
 
 
 __all__ = [
@@ -617,6 +641,7 @@ __all__ = [
     "describe_char",
     "invisible_name",
     "label_pieces",
+    "labels_legend",
     "labels_of_pieces",
     "next_piece_label",
     "pending_character",

@@ -11,19 +11,21 @@ value, looks the model up or checks the text again.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from transformer.core.config import ModelConfig
-from transformer.core.trace import AttentionKind
+from transformer.core.trace import AttentionKind, CaptureTooLarge
 from transformer.lab import switches
-from transformer.lab.inspection import MAX_SENTENCES, check_sentences
+from transformer.lab.inspection import MAX_SENTENCES, Analysis, check_sentences
 from transformer.lab.interventions import NO_INTERVENTION, Intervention, combined
 from transformer.lab.switches import Switch
 from transformer.pretrained.checkpoint import Checkpoint
 
+from ...serving import limits
 from ...serving.errors import InputError, readable_list, user_input
 from ...serving.inputs import as_int, as_text, clamped
 from ...serving.state import ModelRegistry, SessionModels
@@ -73,6 +75,65 @@ def seed_mistake(value: Any) -> Switch | None:
     return labels[value]
 
 
+def analysis_of(
+    registry: ModelRegistry,
+    name: str,
+    checkpoint: Checkpoint,
+    lines: list[str],
+    targets: Any = None,
+) -> Analysis:
+    """The registry's analysis, a capture too large for the tab pointing to the long inputs."""
+    try:
+        return registry.analysis(name, checkpoint, lines, targets=targets)
+    except InputError as error:  # user_input() leaves the library's error as its context
+        if not isinstance(error.__context__, CaptureTooLarge):
+            raise
+        raise InputError(
+            f"{error}, or paste it under “Long inputs” below, which reads up to "
+            f"{limits.MAX_SCALE_TOKENS:,} tokens"
+        ) from None
+
+
+def same_input_pass(
+    registry: ModelRegistry,
+    name: str,
+    checkpoint: Checkpoint,
+    lines: list[str],
+    correct: Analysis,
+    intervention: Intervention,
+) -> Analysis:
+    """The registry's analysis of ``lines`` with ``intervention`` on, on the decoder input of
+    the ``correct`` pass (an encoder-decoder's), so that the two compare position by position."""
+    targets = None
+    if checkpoint.config.has_encoder and checkpoint.config.has_decoder:
+        assert correct.trace.target is not None  # an encoder-decoder pass reads a decoder input
+        targets = correct.trace.target.tokens
+    return registry.analysis(name, checkpoint, lines, intervention, targets)
+
+
+def changed_pass(
+    registry: ModelRegistry,
+    name: str,
+    checkpoint: Checkpoint,
+    lines: list[str],
+    correct: Analysis,
+    intervention: Intervention,
+    mistake: Switch | None = None,
+) -> tuple[Analysis | None, str | None]:
+    """:func:`same_input_pass` with ``intervention`` and the seeds' ``mistake`` (where one is
+    chosen) on: the pass, or where the mistake's shapes cannot work on this input
+    (cross-attention from the memory on unequal lengths), ``None`` and why."""
+    if mistake is not None:
+        intervention = dataclasses.replace(intervention, mistakes=frozenset({mistake}))
+    try:
+        return same_input_pass(registry, name, checkpoint, lines, correct, intervention), None
+    except ValueError as error:
+        if mistake is None or not mistake.may_refuse:
+            raise
+        # The shapes cannot work: that is what this mistake does here, not a bad input.
+        return None, str(error)
+
+
 @dataclass(frozen=True)
 class AttentionRequest:
     """One Attention request, read and checked once.
@@ -88,6 +149,10 @@ class AttentionRequest:
         mistake: the seeds' mistake chosen (its record), or ``None``; ``mistakes``: the
             seeds' mistakes that apply to this model (what its menu offers).
         large: projector mode; ``session``: the session's models (one trained here).
+        analysis: the registry's analysis of ``lines`` (``None`` where the text is not read);
+            ``changed``: with the what-ifs and the mistake (where it applies) on, the pass on
+            the same decoder input (``None`` where none is on, or where the mistake's broken
+            pass cannot run: ``refused`` says why).
     """
 
     text: str
@@ -109,6 +174,9 @@ class AttentionRequest:
     mistakes: tuple[Switch, ...] = ()
     large: bool = False
     session: SessionModels | None = None
+    analysis: Analysis | None = None
+    changed: Analysis | None = None
+    refused: str | None = None
 
     @property
     def head_key(self) -> tuple[AttentionKind, int, int]:
@@ -144,8 +212,9 @@ class AttentionRequest:
         redraw, which may arrive with a value from before the controls were fitted): the kind
         falls back to the model's last, numbers are clamped into range and the what-ifs this
         model has nothing for are unticked. Without ``check_text`` (fitting the controls
-        alone) the text is not checked: ``lines`` is empty and the Sentence range counts its
-        non-empty lines."""
+        alone) the text is not checked nor analysed: ``lines`` is empty and the Sentence range
+        counts its non-empty lines. Else the registry's passes are asked for here, once: the
+        analysis, and the changed pass where a what-if or an applicable mistake is on."""
         text = as_text(sentences, "sentences")
         checkpoint = registry.checkpoint(name, session)
         config = checkpoint.config
@@ -180,7 +249,7 @@ class AttentionRequest:
         def number(value: Any, what: str, high: int) -> int:
             return (clamped(value, high) if fit else as_int(value, what, 1, high)) - 1
 
-        return cls(
+        request = cls(
             text=text,
             model=name,
             checkpoint=checkpoint,
@@ -201,6 +270,20 @@ class AttentionRequest:
             large=bool(large),
             session=session,
         )
+        return request.analysed(registry) if check_text else request
+
+    def analysed(self, registry: ModelRegistry) -> AttentionRequest:
+        """This request with the registry's passes: its analysis and, where a what-if or an
+        applicable mistake is on, the changed pass on the same decoder input."""
+        lines = list(self.lines)
+        analysis = analysis_of(registry, self.model, self.checkpoint, lines)
+        mistake = self.mistake if self.mistake in self.mistakes else None
+        changed, refused = None, None
+        if mistake is not None or self.what_if:
+            changed, refused = changed_pass(
+                registry, self.model, self.checkpoint, lines, analysis, self.intervention, mistake
+            )
+        return dataclasses.replace(self, analysis=analysis, changed=changed, refused=refused)
 
 
 def reading(fit: bool, *, check_text: bool = True) -> Callable[..., AttentionRequest]:
