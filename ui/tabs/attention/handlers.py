@@ -31,14 +31,8 @@ def _fitted(request: AttentionRequest) -> tuple[Any, ...]:
 
 def _data(request: AttentionRequest) -> AttentionData:
     """What a read request's panels draw, built from its one analysis (and its changed pass)."""
-    assert request.analysis is not None  # a request whose text was checked is analysed
     return attention_data(
-        request.analysis,
-        request.checkpoint.tokenizer,
-        request.kind,
-        request.layer,
-        request.head,
-        request.row,
+        *request.at,
         sentences=request.lines,
         task=request.checkpoint.info.get("task"),
         kind_title=request.kind_label.capitalize(),
@@ -120,16 +114,7 @@ def refit_everything(registry: ModelRegistry, request: AttentionRequest) -> tupl
 )
 def grid(registry: ModelRegistry, request: AttentionRequest) -> Any:
     """The ``/attention_grid`` endpoint: every head of every layer of one attention kind."""
-    assert request.analysis is not None  # its text was checked
-    view = head_view(
-        request.analysis,
-        request.checkpoint.tokenizer,
-        request.kind,
-        request.layer,
-        request.head,
-        request.row,
-    )
-    return grid_panel(view, request.large)
+    return grid_panel(head_view(*request.at), request.large)
 
 
 def first_view(registry: ModelRegistry, name: str, kind: str) -> tuple[Any, ...]:

@@ -27,10 +27,11 @@ from transformer.lab.interventions import NO_INTERVENTION, Intervention
 from transformer.lab.switches import Switch
 from transformer.pretrained.checkpoint import Checkpoint
 
+from ...serving.endpoints import takes_request
 from ...serving.errors import InputError, friendly, gpu
 from ...serving.state import ModelRegistry, SessionModels, bind
-from .request import NO_MISTAKE, SEED_MISTAKES, changed_pass, describe_kind, seed_mistake
-from .view import ATTENTION_KINDS, attention_view
+from .request import NO_MISTAKE, SEED_MISTAKES, MistakeRequest, changed_pass, describe_kind
+from .view import attention_view
 
 NONE = NO_MISTAKE
 LABEL = "The seeds' mistakes (recomputed live)"
@@ -167,29 +168,23 @@ def cannot_run(result: BrokenPass, large: bool) -> Any:
 
 @friendly
 @gpu
-def panel(
-    registry: ModelRegistry,
-    name: str,
-    sentences: str,
-    kind: str,
-    layer: Any,
-    head: Any,
-    mistake: str | None,
-    large: bool,
-    session: SessionModels,
-) -> tuple[Any, Any, str]:
+@takes_request(MistakeRequest.read)
+def panel(registry: ModelRegistry, request: MistakeRequest) -> tuple[Any, Any, str]:
     """One head under the broken pass beside the correct one, the change, and what the mistake
     did (figures for the sentence where it changed the output most)."""
-    # The tab may name the kind by its menu label, by the trace's name ("encoder_self"), or by
-    # the stack whose self-attention it shows ("encoder", "decoder": Inside a layer).
-    kind = {"encoder": "encoder_self", "decoder": "decoder_self"}.get(kind, kind)
-    label_of: dict[str, str] = {k: label for label, k in ATTENTION_KINDS.items()}
-    kind = label_of.get(kind, kind)
-    checkpoint = registry.checkpoint(name, session)
-    config = checkpoint.config
-    view = attention_view(registry, session, sentences, name, kind, layer, head, 1, checkpoint)
-    # The menu's label becomes its record here, once; nothing below reads a label.
-    switch = seed_mistake(mistake)
+    name, checkpoint, sentences = request.model, request.checkpoint, request.sentences
+    config, large, switch = checkpoint.config, request.large, request.mistake
+    view = attention_view(
+        registry,
+        request.session,
+        sentences,
+        name,
+        request.kind_label,
+        request.layer,
+        request.head,
+        1,
+        checkpoint,
+    )
     if switch is None:
         note = "Choose one of the seeds' mistakes to see the broken pass beside the correct one."
         fig = figures.placeholder_figure("The seeds' mistakes", note, large_font=large)

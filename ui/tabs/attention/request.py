@@ -24,6 +24,7 @@ from transformer.lab.inspection import MAX_SENTENCES, Analysis, check_sentences
 from transformer.lab.interventions import NO_INTERVENTION, Intervention, combined
 from transformer.lab.switches import Switch
 from transformer.pretrained.checkpoint import Checkpoint
+from transformer.text.tokenization import Tokenizer
 
 from ...serving import limits
 from ...serving.errors import InputError, readable_list, user_input
@@ -94,23 +95,6 @@ def analysis_of(
         ) from None
 
 
-def same_input_pass(
-    registry: ModelRegistry,
-    name: str,
-    checkpoint: Checkpoint,
-    lines: list[str],
-    correct: Analysis,
-    intervention: Intervention,
-) -> Analysis:
-    """The registry's analysis of ``lines`` with ``intervention`` on, on the decoder input of
-    the ``correct`` pass (an encoder-decoder's), so that the two compare position by position."""
-    targets = None
-    if checkpoint.config.has_encoder and checkpoint.config.has_decoder:
-        assert correct.trace.target is not None  # an encoder-decoder pass reads a decoder input
-        targets = correct.trace.target.tokens
-    return registry.analysis(name, checkpoint, lines, intervention, targets)
-
-
 def changed_pass(
     registry: ModelRegistry,
     name: str,
@@ -120,13 +104,19 @@ def changed_pass(
     intervention: Intervention,
     mistake: Switch | None = None,
 ) -> tuple[Analysis | None, str | None]:
-    """:func:`same_input_pass` with ``intervention`` and the seeds' ``mistake`` (where one is
-    chosen) on: the pass, or where the mistake's shapes cannot work on this input
-    (cross-attention from the memory on unequal lengths), ``None`` and why."""
+    """The registry's analysis of ``lines`` with ``intervention`` and the seeds' ``mistake``
+    (where one is chosen) on, on the decoder input of the ``correct`` pass (an
+    encoder-decoder's), so that the two compare position by position: the pass, or where the
+    mistake's shapes cannot work on this input (cross-attention from the memory on unequal
+    lengths), ``None`` and why."""
     if mistake is not None:
         intervention = dataclasses.replace(intervention, mistakes=frozenset({mistake}))
+    targets = None
+    if checkpoint.config.has_encoder and checkpoint.config.has_decoder:
+        assert correct.trace.target is not None  # an encoder-decoder pass reads a decoder input
+        targets = correct.trace.target.tokens
     try:
-        return same_input_pass(registry, name, checkpoint, lines, correct, intervention), None
+        return registry.analysis(name, checkpoint, lines, intervention, targets), None
     except ValueError as error:
         if mistake is None or not mistake.may_refuse:
             raise
@@ -182,6 +172,15 @@ class AttentionRequest:
     def head_key(self) -> tuple[AttentionKind, int, int]:
         """``(kind, layer, head)``, 0-based: the head a per-head what-if acts on."""
         return (self.kind, self.layer, self.head)
+
+    @property
+    def at(self) -> tuple[Analysis, Tokenizer, AttentionKind, int, int, int]:
+        """What a view of the analysis is taken at: the analysis, its tokenizer, and the kind,
+        layer, head and sentence (0-based); ``ValueError`` where the text was not read."""
+        if self.analysis is None:
+            raise ValueError("the request's text was not read: read it with check_text")
+        tokenizer = self.checkpoint.tokenizer
+        return self.analysis, tokenizer, self.kind, self.layer, self.head, self.row
 
     @property
     def intervention(self) -> Intervention:
@@ -291,3 +290,54 @@ def reading(fit: bool, *, check_text: bool = True) -> Callable[..., AttentionReq
     :func:`ui.serving.endpoints.takes_request` makes the tab's handlers from: fitted to the
     model when ``fit``, the text checked when ``check_text``."""
     return functools.partial(AttentionRequest.read, fit=fit, check_text=check_text)
+
+
+@dataclass(frozen=True)
+class MistakeRequest:
+    """What the seeds' mistakes panel (``mistakes.panel``, which other tabs hold) asks for,
+    read once: the model looked up, the chosen mistake as its catalogue record (``None`` for
+    "none"), the attention kind as its menu label; the text, layer and head as given (the view
+    checks them against the model).
+
+    The tab may name the kind by its menu label, by the trace's name (``"encoder_self"``), or by
+    the stack whose self-attention it shows (``"encoder"``, ``"decoder"``: Inside a layer)."""
+
+    model: str
+    checkpoint: Checkpoint
+    sentences: str
+    kind_label: str
+    layer: Any
+    head: Any
+    mistake: Switch | None
+    large: bool
+    session: SessionModels | None
+
+    @classmethod
+    def read(
+        cls,
+        registry: ModelRegistry,
+        name: str,
+        sentences: str,
+        kind: str,
+        layer: Any,
+        head: Any,
+        mistake: str | None,
+        large: bool,
+        session: SessionModels,
+    ) -> MistakeRequest:
+        """The panel's request from its components' values, in the order its events send them;
+        :class:`InputError` naming the choices for a mistake that is none of the seeds'."""
+        kind = {"encoder": "encoder_self", "decoder": "decoder_self"}.get(kind, kind)
+        label_of: dict[str, str] = {k: label for label, k in ATTENTION_KINDS.items()}
+        return cls(
+            model=name,
+            checkpoint=registry.checkpoint(name, session),
+            sentences=sentences,
+            kind_label=label_of.get(kind, kind),
+            layer=layer,
+            head=head,
+            # The menu's label becomes its record here, once; nothing after reads a label.
+            mistake=seed_mistake(mistake),
+            large=bool(large),
+            session=session,
+        )

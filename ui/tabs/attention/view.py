@@ -18,7 +18,6 @@ from .request import (
     analysis_of,
     kinds_for,
     layers_of,
-    same_input_pass,
     sentence_count,
 )
 
@@ -79,6 +78,5 @@ __all__ = [
     "kinds_for",
     "layers_of",
     "padded_query_rows",
-    "same_input_pass",
     "sentence_count",
 ]
