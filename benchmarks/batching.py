@@ -29,37 +29,14 @@ import statistics
 import torch
 
 from benchmarks._timing import elapsed_ms
-from transformer.core.config import ModelConfig
+from benchmarks.real_sizes import SHAPES
 from transformer.core.model import Transformer
 from transformer.generation import DecodingSession, DecodingSettings, step_together
+from transformer.pretrained.llama import config_from_hf
 
-SMOLLM2_SHAPE = ModelConfig(
-    architecture="decoder-only",
-    src_vocab_size=49152,
-    tgt_vocab_size=49152,
-    d_model=576,
-    n_heads=9,
-    n_kv_heads=3,
-    d_ff=1536,
-    n_encoder_layers=0,
-    n_decoder_layers=30,
-    dropout=0.0,
-    positional="rotary",
-    rope_base=100000.0,
-    max_len=2048,
-    norm="pre",
-    norm_kind="rms",
-    feed_forward_kind="gated",
-    activation="silu",
-    attention_qkv_bias=False,
-    attention_output_bias=False,
-    mlp_bias=False,
-    generator_bias=False,
-    tie_embeddings=True,
-    scale_embeddings=False,
-    layer_norm_eps=1e-5,
-)
-"""SmolLM2-135M's shape (its config.json), weights drawn at random."""
+SMOLLM2_SHAPE = config_from_hf({"model_type": "llama", **SHAPES["SmolLM2-135M"]})
+"""SmolLM2-135M's shape, read by the Llama loader from the config.json sizes that
+:mod:`benchmarks.real_sizes` lists (the model the app ships); weights drawn at random."""
 
 
 def sessions_for(

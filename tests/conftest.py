@@ -520,10 +520,41 @@ def main_launches(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 TINY_CONFIG = ModelConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=32, d_ff=64, dropout=0.0)
 
 
+LLAMA_BLOCK: dict[str, Any] = dict(
+    architecture="decoder-only",
+    positional="rotary",
+    norm="pre",
+    norm_kind="rms",
+    feed_forward_kind="gated",
+    activation="silu",
+)
+"""The modern (Llama) block as ``ModelConfig`` fields: decoder-only, rotary positions, pre-norm
+RMSNorm, a gated SiLU feed-forward; a test adds its sizes (and whatever else it varies)."""
+
+TINY_GQA = ModelConfig(
+    architecture="decoder-only", d_model=48, n_heads=6, n_kv_heads=2, d_ff=64, dropout=0.0
+)
+"""A tiny decoder with grouped-query attention: 6 query heads of 8 over 2 key/value heads."""
+
+
 def tiny_transformer(config: ModelConfig = TINY_CONFIG, **changes: Any) -> Transformer:
     """``Transformer(config.replace(**changes))``, seeded 0, in eval mode."""
     torch.manual_seed(0)
     return Transformer(config.replace(**changes)).eval()
+
+
+SEED_MISTAKE_LABELS = [
+    "sin and cos swapped, base 1000",
+    "scores ÷ √d_model",
+    "scores × √d_head",
+    "heads split with a bare view",
+    "heads merged with a bare view",
+    "LayerNorm: unbiased std + eps",
+    "cross-attention queries from the memory",
+    "mask polarity inverted",
+]
+"""The seeds' mistakes as the menus label them, in catalogue order (the library's switch tests
+and the Attention tab's mistake tests both check them)."""
 
 
 # -- what a tokenizer replay's steps end in ---------------------------------------------------------

@@ -4,13 +4,17 @@ the same numbers layer by layer and head by head, the same greedy text, the cach
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
+from conftest import family_folder
 
+from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.core.run import TRACE
 from transformer.generation import DecodingSettings, generate
 from transformer.generation.sampling import never_generated
+from transformer.pretrained import load_pretrained
 
 PROMPT = [5, 17, 3, 42, 8, 61, 29, 77, 12, 50, 33]
 TOLERANCE = 1e-4
@@ -80,6 +84,44 @@ def check_cache(model: Transformer) -> None:
             assert cache.length == t
             steps.append(model.decode(ids[:, t : t + 1], cache=cache).logits)
     assert_close(torch.cat(steps, dim=1), full, "cached logits")
+
+
+PARITY_CHECKS: dict[str, Callable[[Transformer, torch.nn.Module], None]] = {
+    "forward": check_forward,
+    "generation": check_generation,
+    "cache": lambda model, reference: check_cache(model),
+}
+"""The three checks every family's parity test runs, by name: each family's module
+parametrizes one test over them, so a failure names the family, its case and the check."""
+
+
+def load_case(
+    folder: Path, family: str, name: str, config: dict
+) -> tuple[ModelConfig, Transformer, torch.nn.Module]:
+    """A parity case: ``family``'s ``transformers`` model of ``config`` saved in ``folder``
+    (seeded by the case's name, bfloat16 weights where the name says ``bf16``) and loaded by
+    ours. Returns our config and model, and the float32 reference."""
+    dtype = torch.bfloat16 if "bf16" in name else None
+    reference = family_folder(folder, family, seed=len(name), dtype=dtype, **config)
+    checkpoint = load_pretrained(folder)
+    return checkpoint.config, checkpoint.model, reference
+
+
+def sharded_family_folder(folder: Path, name: str, seed: int) -> torch.nn.Module:
+    """:data:`FAMILIES`' ``name`` saved in ``folder`` as the Hub publishes large models (bfloat16
+    weights in several shards with an index); returns the float32 ``transformers`` reference."""
+    family, config, matrices, _ = FAMILIES[name]
+    reference = family_folder(
+        folder,
+        family,
+        seed=seed,
+        matrices=matrices,
+        dtype=torch.bfloat16,
+        max_shard_size="40KB",
+        **config,
+    )
+    assert (folder / "model.safetensors.index.json").is_file()
+    return reference
 
 
 def logit_gap(model: Transformer, reference: torch.nn.Module) -> float:

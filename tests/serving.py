@@ -56,7 +56,12 @@ def api_client(url: str, **httpx_kwargs: Any) -> Client:
 
     gradio_client opens new httpx clients for every request, and httpx loads the whole CA
     bundle into a TLS context for each (about 25 ms of CPU each; 75 of a cheap request's 95 ms)
-    even for http. Nothing here is encrypted, so no certificate is loaded."""
+    even for http. Nothing here is encrypted, so no certificate is loaded.
+
+    httpx gives up on a read after 5 s; on a machine busy with other test workers a model's
+    first pass can take longer, so the tests wait a minute (what they check is that a call
+    completes, and how; how fast is for the benchmarks)."""
+    httpx_kwargs.setdefault("timeout", 60)
     return Client(url, verbose=False, ssl_verify=False, httpx_kwargs=httpx_kwargs)
 
 

@@ -11,8 +11,8 @@ import gc
 import numpy as np
 import pytest
 import torch
+from conftest import TINY_GQA
 
-from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.generation import DecodingSession, DecodingSettings
 from ui.serving import limits
@@ -45,17 +45,7 @@ def _held_bytes(value: object, seen: set[int] | None = None) -> int:
 
 
 def _gqa_model() -> Transformer:
-    config = ModelConfig(
-        architecture="decoder-only",
-        d_model=48,
-        n_heads=6,
-        n_kv_heads=2,
-        n_decoder_layers=3,
-        d_ff=64,
-        tgt_vocab_size=50,
-        src_vocab_size=50,
-        dropout=0.0,
-    )
+    config = TINY_GQA.replace(n_decoder_layers=3, tgt_vocab_size=50, src_vocab_size=50)
     return Transformer(config).eval()
 
 

@@ -10,6 +10,7 @@ import gradio as gr
 import numpy as np
 import pytest
 import torch
+from conftest import SEED_MISTAKE_LABELS
 
 from transformer.core.embeddings import SinusoidalPositionalEncoding
 from transformer.core.run import Call, Capture
@@ -23,16 +24,7 @@ CROSS = "cross-attention (decoder → encoder)"
 ENCODER_SELF = "encoder self-attention"
 DECODER_SELF = "decoder masked self-attention"
 MINILM = "all-MiniLM-L6-v2"
-EVERY = {
-    "sin and cos swapped, base 1000",
-    "scores ÷ √d_model",
-    "scores × √d_head",
-    "heads split with a bare view",
-    "heads merged with a bare view",
-    "LayerNorm: unbiased std + eps",
-    "cross-attention queries from the memory",
-    "mask polarity inverted",
-}
+EVERY = set(SEED_MISTAKE_LABELS)
 
 
 @pytest.fixture(scope="module")

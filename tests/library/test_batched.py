@@ -16,6 +16,7 @@ from unittest import mock
 import numpy as np
 import pytest
 import torch
+from conftest import LLAMA_BLOCK
 
 from transformer import capture_together
 from transformer.core.config import ModelConfig
@@ -41,12 +42,7 @@ BASE = ModelConfig(
     src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4, d_ff=64, dropout=0.0, max_len=48
 )
 MODERN = dict(
-    architecture="decoder-only",
-    positional="rotary",
-    norm="pre",
-    norm_kind="rms",
-    feed_forward_kind="gated",
-    activation="silu",
+    LLAMA_BLOCK,
     attention_qkv_bias=False,
     attention_output_bias=False,
     mlp_bias=False,

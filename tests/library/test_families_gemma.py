@@ -13,10 +13,8 @@ import pytest
 import torch
 from conftest import family_folder
 from family_checks import (
+    PARITY_CHECKS,
     PROMPT,
-    check_cache,
-    check_forward,
-    check_generation,
     check_wrong_choice_fails,
 )
 
@@ -91,16 +89,9 @@ def gemma(request: pytest.FixtureRequest, tmp_path: Path):
     return model, reference
 
 
-def test_gemma_every_layer_head_and_logit_equal_transformers(gemma) -> None:
-    check_forward(*gemma)
-
-
-def test_gemma_greedy_generation_equals_generate(gemma) -> None:
-    check_generation(*gemma)
-
-
-def test_gemma_cached_decoding_equals_uncached(gemma) -> None:
-    check_cache(gemma[0])
+@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
+def test_gemma_equals_transformers(gemma, check: str) -> None:
+    PARITY_CHECKS[check](*gemma)
 
 
 @pytest.fixture

@@ -12,10 +12,9 @@ import pytest
 import torch
 from conftest import family_folder
 from family_checks import (
-    check_cache,
-    check_forward,
-    check_generation,
+    PARITY_CHECKS,
     check_wrong_choice_fails,
+    load_case,
 )
 
 from transformer.core import rotary as rotary_module
@@ -63,16 +62,9 @@ def llama3(request: pytest.FixtureRequest, tmp_path: Path):
     return checkpoint.model, reference
 
 
-def test_llama3_every_layer_head_and_logit_equal_transformers(llama3) -> None:
-    check_forward(*llama3)
-
-
-def test_llama3_greedy_generation_equals_generate(llama3) -> None:
-    check_generation(*llama3)
-
-
-def test_llama3_cached_decoding_equals_uncached(llama3) -> None:
-    check_cache(llama3[0])
+@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
+def test_llama3_equals_transformers(llama3, check: str) -> None:
+    PARITY_CHECKS[check](*llama3)
 
 
 def test_rope_scaling_ignored_fails(tmp_path: Path) -> None:
@@ -136,24 +128,15 @@ QWEN3_CASES = {
 
 @pytest.fixture(params=sorted(QWEN3_CASES))
 def qwen3(request: pytest.FixtureRequest, tmp_path: Path):
-    shape = dict(QWEN3_CASES[request.param])
-    dtype = torch.bfloat16 if request.param == "bf16" else None
-    reference = family_folder(tmp_path, "qwen3", seed=len(request.param), dtype=dtype, **shape)
-    checkpoint = load_pretrained(tmp_path)
-    assert checkpoint.config.qk_norm == "head" and checkpoint.config.d_head == shape["head_dim"]
-    return checkpoint.model, reference
+    shape = QWEN3_CASES[request.param]
+    config, model, reference = load_case(tmp_path, "qwen3", request.param, shape)
+    assert config.qk_norm == "head" and config.d_head == shape["head_dim"]
+    return model, reference
 
 
-def test_qwen3_every_layer_head_and_logit_equal_transformers(qwen3) -> None:
-    check_forward(*qwen3)
-
-
-def test_qwen3_greedy_generation_equals_generate(qwen3) -> None:
-    check_generation(*qwen3)
-
-
-def test_qwen3_cached_decoding_equals_uncached(qwen3) -> None:
-    check_cache(qwen3[0])
+@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
+def test_qwen3_equals_transformers(qwen3, check: str) -> None:
+    PARITY_CHECKS[check](*qwen3)
 
 
 def test_qwen3_qk_norm_after_rotation_fails(tmp_path: Path, monkeypatch) -> None:

@@ -13,11 +13,10 @@ import pytest
 import torch
 from conftest import family_folder
 from family_checks import (
+    PARITY_CHECKS,
     PROMPT,
-    check_cache,
-    check_forward,
-    check_generation,
     check_wrong_choice_fails,
+    load_case,
 )
 
 from transformer.core import stacks
@@ -40,23 +39,14 @@ MISTRAL_CASES = {
 @pytest.fixture(params=sorted(MISTRAL_CASES))
 def mistral(request: pytest.FixtureRequest, tmp_path: Path):
     shape = MISTRAL_CASES[request.param]
-    dtype = torch.bfloat16 if "bf16" in request.param else None
-    reference = family_folder(tmp_path, "mistral", seed=len(request.param), dtype=dtype, **shape)
-    checkpoint = load_pretrained(tmp_path)
-    assert checkpoint.config.sliding_window == shape["sliding_window"]
-    return checkpoint.model, reference
+    config, model, reference = load_case(tmp_path, "mistral", request.param, shape)
+    assert config.sliding_window == shape["sliding_window"]
+    return model, reference
 
 
-def test_mistral_every_layer_head_and_logit_equal_transformers(mistral) -> None:
-    check_forward(*mistral)
-
-
-def test_mistral_greedy_generation_equals_generate(mistral) -> None:
-    check_generation(*mistral)
-
-
-def test_mistral_cached_decoding_equals_uncached(mistral) -> None:
-    check_cache(mistral[0])
+@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
+def test_mistral_equals_transformers(mistral, check: str) -> None:
+    PARITY_CHECKS[check](*mistral)
 
 
 @pytest.fixture
@@ -144,24 +134,16 @@ OLMO2_CASES = {
 
 @pytest.fixture(params=sorted(OLMO2_CASES))
 def olmo2(request: pytest.FixtureRequest, tmp_path: Path):
-    shape = OLMO2_CASES[request.param]
-    dtype = torch.bfloat16 if "bf16" in request.param else None
-    reference = family_folder(tmp_path, "olmo2", seed=len(request.param), dtype=dtype, **shape)
-    checkpoint = load_pretrained(tmp_path)
-    assert checkpoint.config.norm == "output" and checkpoint.config.qk_norm == "projection"
-    return checkpoint.model, reference
+    config, model, reference = load_case(
+        tmp_path, "olmo2", request.param, OLMO2_CASES[request.param]
+    )
+    assert config.norm == "output" and config.qk_norm == "projection"
+    return model, reference
 
 
-def test_olmo2_every_layer_head_and_logit_equal_transformers(olmo2) -> None:
-    check_forward(*olmo2)
-
-
-def test_olmo2_greedy_generation_equals_generate(olmo2) -> None:
-    check_generation(*olmo2)
-
-
-def test_olmo2_cached_decoding_equals_uncached(olmo2) -> None:
-    check_cache(olmo2[0])
+@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
+def test_olmo2_equals_transformers(olmo2, check: str) -> None:
+    PARITY_CHECKS[check](*olmo2)
 
 
 @pytest.fixture

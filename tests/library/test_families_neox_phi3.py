@@ -14,10 +14,9 @@ import pytest
 import torch
 from conftest import family_folder
 from family_checks import (
-    check_cache,
-    check_forward,
-    check_generation,
+    PARITY_CHECKS,
     check_wrong_choice_fails,
+    load_case,
 )
 
 from transformer.pretrained import load_pretrained
@@ -42,25 +41,15 @@ NEOX_CASES = {
 @pytest.fixture(params=sorted(NEOX_CASES))
 def neox(request: pytest.FixtureRequest, tmp_path: Path):
     shape = NEOX_CASES[request.param]
-    dtype = torch.bfloat16 if "bf16" in request.param else None
-    reference = family_folder(tmp_path, "gpt_neox", seed=len(request.param), dtype=dtype, **shape)
-    checkpoint = load_pretrained(tmp_path)
-    config = checkpoint.config
+    config, model, reference = load_case(tmp_path, "gpt_neox", request.param, shape)
     assert config.rotary_fraction == shape["rope_parameters"]["partial_rotary_factor"]
     assert config.parallel_residual == shape.get("use_parallel_residual", True)
-    return checkpoint.model, reference
+    return model, reference
 
 
-def test_neox_every_layer_head_and_logit_equal_transformers(neox) -> None:
-    check_forward(*neox)
-
-
-def test_neox_greedy_generation_equals_generate(neox) -> None:
-    check_generation(*neox)
-
-
-def test_neox_cached_decoding_equals_uncached(neox) -> None:
-    check_cache(neox[0])
+@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
+def test_neox_equals_transformers(neox, check: str) -> None:
+    PARITY_CHECKS[check](*neox)
 
 
 @pytest.fixture
@@ -160,23 +149,14 @@ PHI3_CASES = {
 @pytest.fixture(params=sorted(PHI3_CASES))
 def phi3(request: pytest.FixtureRequest, tmp_path: Path):
     shape = PHI3_CASES[request.param]
-    dtype = torch.bfloat16 if "bf16" in request.param else None
-    reference = family_folder(tmp_path, "phi3", seed=len(request.param), dtype=dtype, **shape)
-    checkpoint = load_pretrained(tmp_path)
-    assert checkpoint.config.rotary_fraction == shape["rope_parameters"]["partial_rotary_factor"]
-    return checkpoint.model, reference
+    config, model, reference = load_case(tmp_path, "phi3", request.param, shape)
+    assert config.rotary_fraction == shape["rope_parameters"]["partial_rotary_factor"]
+    return model, reference
 
 
-def test_phi3_every_layer_head_and_logit_equal_transformers(phi3) -> None:
-    check_forward(*phi3)
-
-
-def test_phi3_greedy_generation_equals_generate(phi3) -> None:
-    check_generation(*phi3)
-
-
-def test_phi3_cached_decoding_equals_uncached(phi3) -> None:
-    check_cache(phi3[0])
+@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
+def test_phi3_equals_transformers(phi3, check: str) -> None:
+    PARITY_CHECKS[check](*phi3)
 
 
 def test_phi3_gate_and_up_halves_swapped_fail(tmp_path: Path) -> None:

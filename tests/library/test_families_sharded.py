@@ -11,9 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
-from conftest import family_folder
-from family_checks import FAMILIES, check_cache, check_forward, check_generation
+from family_checks import FAMILIES, PARITY_CHECKS, sharded_family_folder
 
 from transformer.pretrained import load_pretrained
 
@@ -22,19 +20,8 @@ pytest.importorskip("transformers")
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_a_sharded_bfloat16_folder_equals_transformers(name: str, tmp_path: Path) -> None:
-    family, config, matrices, _ = FAMILIES[name]
-    reference = family_folder(
-        tmp_path,
-        family,
-        seed=4,
-        matrices=matrices,
-        dtype=torch.bfloat16,
-        max_shard_size="40KB",
-        **config,
-    )
-    assert (tmp_path / "model.safetensors.index.json").is_file()
+    reference = sharded_family_folder(tmp_path, name, seed=4)
     assert len(list(tmp_path.glob("model-*.safetensors"))) > 1
     model = load_pretrained(tmp_path).model
-    check_forward(model, reference)
-    check_generation(model, reference)
-    check_cache(model)
+    for check in PARITY_CHECKS.values():
+        check(model, reference)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import LLAMA_BLOCK
 from research_reference import CLEAN, Pair, pair_fixture
 
 from transformer import ModelConfig, Transformer, attention_score_parts
@@ -76,13 +77,8 @@ def test_the_2017_model_parts_sum_on_both_stacks() -> None:
 def test_partial_rotary_keeps_an_unrotated_part() -> None:
     torch.manual_seed(2)
     config = ModelConfig(
-        architecture="decoder-only",
+        **LLAMA_BLOCK,
         tgt_vocab_size=40,
-        positional="rotary",
-        norm="pre",
-        norm_kind="rms",
-        feed_forward_kind="gated",
-        activation="silu",
         n_kv_heads=2,
         rotary_fraction=0.5,
         dropout=0.0,

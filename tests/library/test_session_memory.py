@@ -10,8 +10,8 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from conftest import TINY_CONFIG
 
-from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.generation import DecodingSession, DecodingSettings
 
@@ -22,16 +22,9 @@ PROMPT = [5, 9, 12, 7, 20, 4]
 
 def model(architecture: str = "decoder-only") -> Transformer:
     torch.manual_seed(0)
-    config = ModelConfig(
-        src_vocab_size=VOCAB,
-        tgt_vocab_size=VOCAB,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_encoder_layers=2,
-        n_decoder_layers=2,
-        dropout=0.0,
-        architecture=architecture,
+    # The shared tiny shape (4 heads, 2 + 2 layers) over a large vocabulary.
+    config = TINY_CONFIG.replace(
+        src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, architecture=architecture
     )
     return Transformer(config).eval()
 

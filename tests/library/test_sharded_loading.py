@@ -127,20 +127,20 @@ def test_shards_are_read_one_at_a_time_and_all_let_go(llama_pair, monkeypatch) -
     assert not counting.open  # ... and none is left mapped after the load
 
 
-def test_a_missing_shard_is_named(llama_pair, tmp_path: Path) -> None:
-    _, sharded, _ = llama_pair
-    broken = Path(shutil.copytree(sharded, tmp_path / "broken"))
+@pytest.fixture
+def broken(llama_pair, tmp_path: Path) -> Path:
+    """A copy of the sharded Llama folder that a test may damage."""
+    return Path(shutil.copytree(llama_pair[1], tmp_path / "broken"))
+
+
+def test_a_missing_shard_is_named(broken: Path) -> None:
     victim = sorted(broken.glob("model-*.safetensors"))[1]
     victim.unlink()
     with pytest.raises(PretrainedError, match=victim.name):
         load_pretrained(broken)
 
 
-def test_an_index_that_places_a_tensor_in_the_wrong_shard_is_refused(
-    llama_pair, tmp_path: Path
-) -> None:
-    _, sharded, _ = llama_pair
-    broken = Path(shutil.copytree(sharded, tmp_path / "broken"))
+def test_an_index_that_places_a_tensor_in_the_wrong_shard_is_refused(broken: Path) -> None:
     index_path = broken / "model.safetensors.index.json"
     index = json.loads(index_path.read_text())
     shards = sorted(set(index["weight_map"].values()))
@@ -151,11 +151,7 @@ def test_an_index_that_places_a_tensor_in_the_wrong_shard_is_refused(
         load_pretrained(broken)
 
 
-def test_a_truncated_shard_is_refused_before_its_tensors_are_read(
-    llama_pair, tmp_path: Path
-) -> None:
-    _, sharded, _ = llama_pair
-    broken = Path(shutil.copytree(sharded, tmp_path / "broken"))
+def test_a_truncated_shard_is_refused_before_its_tensors_are_read(broken: Path) -> None:
     victim = sorted(broken.glob("model-*.safetensors"))[0]
     victim.write_bytes(victim.read_bytes()[:-16])
     with pytest.raises(PretrainedError, match=f"{victim.name} is truncated"):

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import TINY_CONFIG, tiny_transformer
+from conftest import LLAMA_BLOCK, SEED_MISTAKE_LABELS, TINY_CONFIG, tiny_transformer
 
 from transformer import WHAT_IF_SWITCHES, what_if, what_if_switches
 from transformer.core.config import ModelConfig
@@ -38,16 +38,7 @@ WHAT_IF_LABELS = [
     "no positional encoding",
     "zero this head",
 ]
-SEED_LABELS = [
-    "sin and cos swapped, base 1000",
-    "scores ÷ √d_model",
-    "scores × √d_head",
-    "heads split with a bare view",
-    "heads merged with a bare view",
-    "LayerNorm: unbiased std + eps",
-    "cross-attention queries from the memory",
-    "mask polarity inverted",
-]
+SEED_LABELS = SEED_MISTAKE_LABELS
 SILENT_LABELS = [
     "rotary: neighbour pairs on rotate-half weights",
     "key/value heads tiled with repeat",
@@ -61,16 +52,7 @@ SILENT_LABELS = [
 ENCODER_DECODER = TINY_CONFIG
 ENCODER_ONLY = TINY_CONFIG.replace(architecture="encoder-only", tie_embeddings=True)
 ONE_HEAD = TINY_CONFIG.replace(n_heads=1)
-MODERN = TINY_CONFIG.replace(
-    architecture="decoder-only",
-    positional="rotary",
-    norm="pre",
-    norm_kind="rms",
-    feed_forward_kind="gated",
-    activation="silu",
-    n_kv_heads=2,
-    tie_embeddings=True,
-)
+MODERN = TINY_CONFIG.replace(**LLAMA_BLOCK, n_kv_heads=2, tie_embeddings=True)
 CONFIGS = {
     "encoder-decoder": ENCODER_DECODER,
     "encoder-only": ENCODER_ONLY,

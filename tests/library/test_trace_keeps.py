@@ -11,30 +11,15 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import LLAMA_BLOCK, TINY_CONFIG, TINY_GQA
 
-from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.core.operations import PAPER
 from transformer.core.records import AttentionProbe
 from transformer.core.run import TRACE, Call, Capture, Run
 from transformer.lab.silent_mistakes import tiled_kv_heads
 
-CONFIG = ModelConfig(
-    architecture="decoder-only",
-    d_model=48,
-    n_heads=6,
-    n_kv_heads=2,
-    d_ff=64,
-    n_decoder_layers=2,
-    tgt_vocab_size=80,
-    max_len=64,
-    norm="pre",
-    norm_kind="rms",
-    positional="rotary",
-    feed_forward_kind="gated",
-    activation="silu",
-    dropout=0.0,
-)
+CONFIG = TINY_GQA.replace(**LLAMA_BLOCK, n_decoder_layers=2, tgt_vocab_size=80, max_len=64)
 
 
 def _reachable_tensors(record) -> list[torch.Tensor]:
@@ -118,17 +103,7 @@ def test_the_best_id_without_padding_equals_masking_a_copy(pad_id):
 
 # -- the logits: computed when read, not kept ----------------------------------------------------
 
-ENCODER_DECODER = ModelConfig(
-    d_model=32,
-    n_heads=4,
-    d_ff=48,
-    n_encoder_layers=2,
-    n_decoder_layers=2,
-    src_vocab_size=40,
-    tgt_vocab_size=56,
-    max_len=32,
-    dropout=0.0,
-)
+ENCODER_DECODER = TINY_CONFIG.replace(d_ff=48, src_vocab_size=40, tgt_vocab_size=56, max_len=32)
 
 
 def _all_tensors(obj, seen=None) -> list[torch.Tensor]:

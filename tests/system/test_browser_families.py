@@ -11,9 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from conftest import family_folder
-from family_checks import FAMILIES
+from family_checks import sharded_family_folder
 from test_browser import _drawn, _error_toasts, _open
 
 from ui.testing import launched
@@ -45,18 +43,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, browser: Any) -> Iterator[s
 
     root = tmp_path_factory.mktemp("families")
     for name in NAMES:
-        family, config, matrices, _ = FAMILIES[name]
-        folder = root / name
-        family_folder(
-            folder,
-            family,
-            seed=2,
-            matrices=matrices,
-            dtype=torch.bfloat16,
-            max_shard_size="40KB",
-            **config,
-        )
-        assert (folder / "model.safetensors.index.json").is_file()
+        sharded_family_folder(root / name, name, seed=2)
     demo = build_demo("cpu", tuple(str(root / name) for name in NAMES))
     with launched(demo) as url:
         yield url

@@ -7,6 +7,7 @@ starts first and which ends last is fixed by events, not by timing.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
@@ -40,6 +41,32 @@ def blocks() -> Iterator[SimpleNamespace]:
     yield SimpleNamespace(demo=demo, figure=figure, caption=caption, slider=slider, state=state)
 
 
+@contextlib.contextmanager
+def _ends_last(
+    order: WriteOrder, outputs: list[Any], view: Callable[[], Any], session: str = "s"
+) -> Iterator[list[Any]]:
+    """Calls ``view`` (an event with these ``outputs``) of ``session`` on a thread: it starts
+    before the ``with`` block runs and ends after the block has ended. Yields the list that
+    receives what it delivers."""
+    started, block_done = threading.Event(), threading.Event()
+
+    def slow() -> Any:
+        started.set()
+        assert block_done.wait(10)
+        return view()
+
+    older = ordered(slow, order, outputs)
+    results: list[Any] = []
+    thread = threading.Thread(target=lambda: results.append(_in_session(session, older)))
+    thread.start()
+    assert started.wait(10)
+    try:
+        yield results
+    finally:
+        block_done.set()
+        thread.join(10)
+
+
 def _race(
     order: WriteOrder,
     first: tuple[list[Any], Callable[[], Any]],
@@ -49,22 +76,10 @@ def _race(
     """Calls ``first`` and then ``second`` (each: its event's outputs, its function), of the
     given sessions: ``first`` starts first and ends after ``second`` has ended. Returns what
     each delivers."""
-    started, second_done = threading.Event(), threading.Event()
-
-    def slow() -> Any:
-        started.set()
-        assert second_done.wait(10)
-        return first[1]()
-
-    older, newer = ordered(slow, order, first[0]), ordered(second[1], order, second[0])
-    results: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: results.update(first=_in_session(sessions[0], older)))
-    thread.start()
-    assert started.wait(10)
-    results["second"] = _in_session(sessions[1], newer)
-    second_done.set()
-    thread.join(10)
-    return results["first"], results["second"]
+    newer = ordered(second[1], order, second[0])
+    with _ends_last(order, first[0], first[1], sessions[0]) as first_results:
+        second_result = _in_session(sessions[1], newer)
+    return first_results[0], second_result
 
 
 def test_an_older_call_ending_last_leaves_what_the_newer_one_drew(blocks: Any) -> None:
@@ -143,21 +158,8 @@ def test_a_stream_delivers_every_result_and_holds_back_older_redraws(blocks: Any
 
     stream = ordered(run, order, [blocks.figure])
     older = ordered(lambda: "the view before Run", order, [blocks.figure])
-    started, streamed = threading.Event(), threading.Event()
-    results: list[Any] = []
-
-    def before_run() -> Any:
-        started.set()
-        assert streamed.wait(10)
-        return "the view before Run"
-
-    slow = ordered(before_run, order, [blocks.figure])
-    thread = threading.Thread(target=lambda: results.append(_in_session("s", slow)))
-    thread.start()
-    assert started.wait(10)
-    assert _in_session("s", lambda: list(stream())) == ["token 1", "token 2"]
-    streamed.set()
-    thread.join(10)
+    with _ends_last(order, [blocks.figure], lambda: "the view before Run") as results:
+        assert _in_session("s", lambda: list(stream())) == ["token 1", "token 2"]
     assert results == [SKIP]
     assert _in_session("s", older) == "the view before Run"  # started after the stream
 
@@ -175,26 +177,13 @@ def test_a_long_poll_awaited_in_the_event_loop_is_ordered_too(blocks: Any) -> No
 
     awaited = ordered(poll, order, [blocks.figure])
     assert asyncio.iscoroutinefunction(awaited)
-    started, polled = threading.Event(), threading.Event()
-    results: list[Any] = []
-
-    def before_poll() -> Any:
-        started.set()
-        assert polled.wait(10)
-        return "the view before the poll"
-
-    slow = ordered(before_poll, order, [blocks.figure])
-    thread = threading.Thread(target=lambda: results.append(_in_session("s", slow)))
-    thread.start()
-    assert started.wait(10)
 
     async def in_session() -> Any:  # the event loop's thread has a context of its own
         LocalContext.request.set(SimpleNamespace(session_hash="s"))  # type: ignore[arg-type]
         return await awaited()
 
-    assert run_async(in_session()) == "the room's view"
-    polled.set()
-    thread.join(10)
+    with _ends_last(order, [blocks.figure], lambda: "the view before the poll") as results:
+        assert run_async(in_session()) == "the room's view"
     assert results == [SKIP]
 
 

@@ -260,6 +260,26 @@ def steady_left_margin(
     layout["yaxis"] = {**layout["yaxis"], "automargin": False}
 
 
+def probability_bars(
+    p: Any, labels: Sequence[str], what: str, digits: int = 1, **extra: Any
+) -> dict[str, Any]:
+    """A horizontal bar trace of the probabilities ``p`` (one per label, top to bottom), each
+    written in percent (``digits`` decimals) just outside its bar, where the plot's edge does
+    not cut it off; hovering shows the label and ``what = p`` to four decimals. ``extra``: the
+    trace's other properties (colours, axes, a legend name)."""
+    return dict(
+        type="bar",
+        x=p,
+        y=labels,
+        orientation="h",
+        texttemplate=f"%{{x:.{digits}%}}",
+        textposition="outside",
+        cliponaxis=False,
+        hovertemplate=f"%{{y}}<br>{what} = %{{x:.4f}}<extra></extra>",
+        **extra,
+    )
+
+
 def check_labels(labels: Sequence[str] | None, n: int, what: str) -> list[str]:
     """``labels`` as a list (``"0".."n-1"`` if None), checked for length and uniqueness, each
     passed through :func:`plot_text` (the builder draws them as they are written)."""

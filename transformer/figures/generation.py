@@ -22,6 +22,7 @@ from .common import (
     heatmap_height,
     plain_text,
     plot_text,
+    probability_bars,
     short_piece,
     steady_left_margin,
     to_numpy,
@@ -67,17 +68,7 @@ def top_k_figure(
         labels.append(f"{vocabulary_label(chosen, vocab)} (rank {rank})")
     colors = [HIGHLIGHT_COLOR if i == chosen else BASE_COLOR for i in ids]
     labels = [plot_text(label) for label in labels]
-    trace = dict(
-        type="bar",
-        x=p[ids],
-        y=labels,
-        orientation="h",
-        marker={"color": colors},
-        texttemplate="%{x:.1%}",
-        textposition="outside",
-        cliponaxis=False,
-        hovertemplate="%{y}<br>p = %{x:.4f}<extra></extra>",
-    )
+    trace = probability_bars(p[ids], labels, "p", marker={"color": colors})
     note = "" if chosen is None else f" · chosen: {vocabulary_label(chosen, vocab)}"
     layout = base_layout(
         f"{title}{note}",
@@ -229,17 +220,12 @@ def causal_growth_figure(
 
 def _sampled_bars(sampled: np.ndarray, names: list[str]) -> dict[str, Any]:
     """The bars of each candidate's probability under the distribution it was sampled from."""
-    return dict(
-        type="bar",
-        x=sampled,
-        y=names,
-        orientation="h",
+    return probability_bars(
+        sampled,
+        names,
+        "sampled p",
         name="sampled from (temperature, top-k, top-p applied)",
         marker={"color": MUTED_COLOR, "pattern": {"shape": "/"}},
-        texttemplate="%{x:.1%}",
-        textposition="outside",
-        cliponaxis=False,
-        hovertemplate="%{y}<br>sampled p = %{x:.4f}<extra></extra>",
     )
 
 
@@ -274,20 +260,15 @@ def next_token_figure(
     model = np.asarray(model_probs, np.float32)
     edge = ["#222" if i == chosen else "rgba(0,0,0,0)" for i in range(n)]
     traces = [
-        dict(
-            type="bar",
-            x=model,
-            y=names,
-            orientation="h",
+        probability_bars(
+            model,
+            names,
+            "model p",
             name="model (softmax of the logits)",
             marker={
                 "color": [HIGHLIGHT_COLOR if i == chosen else BASE_COLOR for i in range(n)],
                 "line": {"color": edge, "width": 2},
             },
-            texttemplate="%{x:.1%}",
-            textposition="outside",
-            cliponaxis=False,
-            hovertemplate="%{y}<br>model p = %{x:.4f}<extra></extra>",
         )
     ]
     top = float(model.max()) if n else 1.0

@@ -24,6 +24,7 @@ from .common import (
     font_size,
     panel_title,
     plot_text,
+    probability_bars,
     steady_left_margin,
     to_numpy,
 )
@@ -67,18 +68,14 @@ def _chosen_bar(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The bars of the chosen token's probability at every layer, and their x axis right of
     the heatmap (which ends at ``split``)."""
-    bar = dict(
-        type="bar",
-        x=chosen_probs,
-        y=rows,
-        orientation="h",
+    bar = probability_bars(
+        chosen_probs,
+        rows,
+        "p(chosen)",
+        digits=0,
         xaxis="x2",
         yaxis="y",
         marker={"color": HIGHLIGHT_COLOR},
-        texttemplate="%{x:.0%}",
-        textposition="outside",
-        cliponaxis=False,
-        hovertemplate="%{y}<br>p(chosen) = %{x:.4f}<extra></extra>",
         showlegend=False,
     )
     axis = {

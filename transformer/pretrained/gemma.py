@@ -38,6 +38,8 @@ from ._common import PretrainedError, TensorReader, activation
 from .llama import (
     LLAMA_GLOBALS,
     LLAMA_LAYER_PARTS,
+    LLAMA_PROJECTIONS,
+    QK_NORM_PARTS,
     check_model_type,
     decoder_config,
     layer_types,
@@ -53,21 +55,16 @@ MODEL_TYPES = ("gemma", "gemma2", "gemma3_text")
 PREFIXES = ("",)
 PROBE = "model.embed_tokens.weight"
 
-LAYER_PARTS_2 = {
-    "input_layernorm": "self_attention_residual.norm",
-    "post_attention_layernorm": "self_attention_residual.post_norm",
-    "pre_feedforward_layernorm": "feed_forward_residual.norm",
-    "post_feedforward_layernorm": "feed_forward_residual.post_norm",
-    "self_attn.q_proj": "self_attention.w_q",
-    "self_attn.k_proj": "self_attention.w_k",
-    "self_attn.v_proj": "self_attention.w_v",
-    "self_attn.o_proj": "self_attention.w_o",
-    "self_attn.q_norm": "self_attention.q_norm",
-    "self_attn.k_norm": "self_attention.k_norm",
-    "mlp.gate_proj": "feed_forward.w_gate",
-    "mlp.up_proj": "feed_forward.w_up",
-    "mlp.down_proj": "feed_forward.w_down",
-}
+LAYER_PARTS_2 = (
+    LLAMA_PROJECTIONS
+    | QK_NORM_PARTS
+    | {  # two norms a sub-layer: on its input and on its output
+        "input_layernorm": "self_attention_residual.norm",
+        "post_attention_layernorm": "self_attention_residual.post_norm",
+        "pre_feedforward_layernorm": "feed_forward_residual.norm",
+        "post_feedforward_layernorm": "feed_forward_residual.post_norm",
+    }
+)
 
 
 def _rope(hf: dict[str, Any]) -> dict[str, Any]:

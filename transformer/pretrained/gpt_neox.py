@@ -23,8 +23,14 @@ from torch import Tensor
 
 from ..core.config import ModelConfig
 from ..text.tokenization import Tokenizer
-from ._common import PretrainedError, TensorReader, activation, build_config, require
-from .llama import check_model_type, map_named_weights, rope_settings, special_token_id
+from ._common import PretrainedError, TensorReader, activation, require
+from .llama import (
+    check_model_type,
+    decoder_config,
+    map_named_weights,
+    rope_settings,
+    special_token_id,
+)
 from .llama import load_tokenizer as _load_tokenizer
 
 FAMILY = "gpt_neox"
@@ -51,7 +57,9 @@ _FUSED = {"self_attention.w_q": 0, "self_attention.w_k": 1, "self_attention.w_v"
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
-    """Our :class:`ModelConfig` for a GPT-NeoX ``config.json``."""
+    """Our :class:`ModelConfig` for a GPT-NeoX ``config.json``: the Llama-shaped decoder with
+    NeoX's differences (LayerNorms, a plain GELU feed-forward, biases, part-rotary heads, the two
+    sub-layers in parallel)."""
     family = check_model_type(hf, MODEL_TYPES)
     vocab = require(hf, "vocab_size", family)
     rope = rope_settings(hf)
@@ -61,31 +69,20 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     fraction = hf.get("rotary_pct", parameters.get("partial_rotary_factor", 1.0))
     eos = special_token_id(hf.get("eos_token_id"), vocab)
     bias = bool(hf.get("attention_bias", True))
-    return build_config(
-        architecture="decoder-only",
-        src_vocab_size=vocab,
-        tgt_vocab_size=vocab,
-        d_model=require(hf, "hidden_size", family),
-        n_heads=require(hf, "num_attention_heads", family),
-        d_ff=require(hf, "intermediate_size", family),
-        n_encoder_layers=0,
-        n_decoder_layers=require(hf, "num_hidden_layers", family),
-        dropout=float(hf.get("attention_dropout", 0.0) or 0.0),
+    return decoder_config(
+        hf,
+        family,
+        head_dim=None,
+        n_kv_heads=None,
         activation=activation(hf.get("hidden_act", "gelu"), "hidden_act"),
-        norm="pre",
         norm_kind="layer",
-        positional="rotary",
         rotary_fraction=float(fraction),
         feed_forward_kind="standard",
         pad_id=eos if eos is not None else 0,
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         layer_norm_eps=float(hf.get("layer_norm_eps", 1e-5)),
-        scale_embeddings=False,
-        generator_bias=False,
-        mask_target_padding=False,
-        eos_id=eos,
         attention_qkv_bias=bias,
         attention_output_bias=bias,
+        mlp_bias=True,
         parallel_residual=bool(hf.get("use_parallel_residual", True)),
         **rope,
     )

@@ -494,6 +494,16 @@ def map_named_weights(
 
 LLAMA_LAYER_PARTS = dict(_LAYER_PARTS_HF)
 """Hugging Face Llama's layer part names → ours (what the later families start from)."""
+LLAMA_PROJECTIONS = {
+    theirs: ours for theirs, ours in _LAYER_PARTS_HF.items() if not theirs.endswith("layernorm")
+}
+"""The attention and feed-forward projections alone, for the families that put their norms
+elsewhere (OLMo 2, Gemma 2 and 3) and name those themselves."""
+QK_NORM_PARTS = {
+    "self_attn.q_norm": "self_attention.q_norm",
+    "self_attn.k_norm": "self_attention.k_norm",
+}
+"""The norms on q and k (Qwen3, OLMo 2, Gemma 3), named alike in every family that has them."""
 LLAMA_GLOBALS = dict(_GLOBAL_HF)
 """Hugging Face Llama's global tensor names → ours."""
 

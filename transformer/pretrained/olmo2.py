@@ -20,7 +20,14 @@ from torch import Tensor
 from ..core.config import ModelConfig
 from ..text.tokenization import Tokenizer
 from ._common import TensorReader
-from .llama import LLAMA_GLOBALS, check_model_type, decoder_config, map_named_weights
+from .llama import (
+    LLAMA_GLOBALS,
+    LLAMA_PROJECTIONS,
+    QK_NORM_PARTS,
+    check_model_type,
+    decoder_config,
+    map_named_weights,
+)
 from .llama import load_tokenizer as _load_tokenizer
 
 FAMILY = "olmo2"
@@ -30,19 +37,14 @@ MODEL_TYPES = ("olmo2",)
 PREFIXES = ("",)
 PROBE = "model.embed_tokens.weight"
 
-LAYER_PARTS = {
-    "self_attn.q_proj": "self_attention.w_q",
-    "self_attn.k_proj": "self_attention.w_k",
-    "self_attn.v_proj": "self_attention.w_v",
-    "self_attn.o_proj": "self_attention.w_o",
-    "self_attn.q_norm": "self_attention.q_norm",
-    "self_attn.k_norm": "self_attention.k_norm",
-    "post_attention_layernorm": "self_attention_residual.norm",
-    "post_feedforward_layernorm": "feed_forward_residual.norm",
-    "mlp.gate_proj": "feed_forward.w_gate",
-    "mlp.up_proj": "feed_forward.w_up",
-    "mlp.down_proj": "feed_forward.w_down",
-}
+LAYER_PARTS = (
+    LLAMA_PROJECTIONS
+    | QK_NORM_PARTS
+    | {  # each sub-layer's one norm, on its output
+        "post_attention_layernorm": "self_attention_residual.norm",
+        "post_feedforward_layernorm": "feed_forward_residual.norm",
+    }
+)
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:

@@ -20,7 +20,13 @@ from torch import Tensor
 from ..core.config import ModelConfig
 from ..text.tokenization import Tokenizer
 from ._common import PretrainedError, TensorReader
-from .llama import LLAMA_GLOBALS, check_model_type, decoder_config, map_named_weights
+from .llama import (
+    LLAMA_GLOBALS,
+    LLAMA_LAYER_PARTS,
+    check_model_type,
+    decoder_config,
+    map_named_weights,
+)
 from .llama import load_tokenizer as _load_tokenizer
 
 FAMILY = "phi3"
@@ -30,12 +36,6 @@ MODEL_TYPES = ("phi3",)
 PREFIXES = ("",)
 PROBE = "model.embed_tokens.weight"
 
-LAYER_PARTS = {
-    "input_layernorm": "self_attention_residual.norm",
-    "post_attention_layernorm": "feed_forward_residual.norm",
-    "self_attn.o_proj": "self_attention.w_o",
-    "mlp.down_proj": "feed_forward.w_down",
-}
 # our part → (the fused tensor, which block of its rows)
 _FUSED = {
     "self_attention.w_q": ("self_attn.qkv_proj", 0),
@@ -44,6 +44,8 @@ _FUSED = {
     "feed_forward.w_gate": ("mlp.gate_up_proj", 0),
     "feed_forward.w_up": ("mlp.gate_up_proj", 1),
 }
+# Llama's parts, less those cut from a fused tensor.
+LAYER_PARTS = {theirs: ours for theirs, ours in LLAMA_LAYER_PARTS.items() if ours not in _FUSED}
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:

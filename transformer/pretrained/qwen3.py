@@ -21,6 +21,7 @@ from ._common import TensorReader
 from .llama import (
     LLAMA_GLOBALS,
     LLAMA_LAYER_PARTS,
+    QK_NORM_PARTS,
     check_model_type,
     decoder_config,
     layer_types,
@@ -35,10 +36,7 @@ MODEL_TYPES = ("qwen3",)
 PREFIXES = ("",)
 PROBE = "model.embed_tokens.weight"
 
-LAYER_PARTS = LLAMA_LAYER_PARTS | {
-    "self_attn.q_norm": "self_attention.q_norm",
-    "self_attn.k_norm": "self_attention.k_norm",
-}
+LAYER_PARTS = LLAMA_LAYER_PARTS | QK_NORM_PARTS
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:

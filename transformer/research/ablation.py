@@ -81,8 +81,10 @@ def head_ablation(
         result = torch.empty(len(cells))
         for start in range(0, len(cells), rows):
             chunk = cells[start : start + rows]
-            patch = _ablation_of(stack, chunk, means)
-            out = logits(model, text.expand(len(chunk), -1), src, patch)
+            patch = _ablation_of(stack, chunk, means, widen=src is None)
+            # A decoder-only batch runs as one row up to its first ablated layer (the layers
+            # below are the plain run's in every row) and widens there: about half the work.
+            out = logits(model, text if src is None else text.expand(len(chunk), -1), src, patch)
             result[start : start + len(chunk)] = (loss(out) - plain).cpu()
             if progress is not None:
                 progress(start + len(chunk), len(cells))
@@ -90,17 +92,22 @@ def head_ablation(
 
 
 def _ablation_of(
-    stack: str, cells: list[tuple[int, int]], means: dict[Site, Tensor]
+    stack: str, cells: list[tuple[int, int]], means: dict[Site, Tensor], *, widen: bool = False
 ) -> Callable[[Site, Tensor], Tensor]:
     """The patch of one batch: row ``r`` has head ``cells[r]`` (``(layer, head)``) replaced
-    by zeros, or by its mean where ``means`` holds it (``(H, d_head)`` a layer)."""
+    by zeros, or by its mean where ``means`` holds it (``(H, d_head)`` a layer). With ``widen``
+    the pass starts as one row, repeated into a row a cell at the stream entering the lowest
+    layer of ``cells`` (``(1, T, d_model)`` → ``(len(cells), T, d_model)``)."""
     by_layer: dict[int, tuple[list[int], list[int]]] = {}
     for row, (layer, head) in enumerate(cells):
         rows, heads = by_layer.setdefault(layer, ([], []))
         rows.append(row)
         heads.append(head)
+    first = min(by_layer)
 
     def patch(site: Site, x: Tensor) -> Tensor:  # x: (B, H, T, d_head)
+        if widen and site == (stack, first, "residual"):
+            return x.expand(len(cells), -1, -1).contiguous()
         if site[0] != stack or site[2] != "heads" or site[1] not in by_layer:
             return x
         rows, heads = by_layer[site[1]]

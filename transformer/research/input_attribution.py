@@ -2,10 +2,21 @@
 
 Gradient × input multiplies each embedding by the logit's gradient with respect to it (a
 first-order estimate of what removing it would do). Integrated gradients (Sundararajan et al.
-2017) averages the gradient along the straight path from a baseline (here every token's
-embedding zero, the positions kept) to the real embeddings, so that the attributions add up
-to the logit's difference from the baseline's ("completeness"). Both come from `captum`, the
-field's library, run on the model's token embeddings.
+2017) averages the gradient along the straight path from a baseline to the real embeddings, so
+that the attributions add up to the logit's difference from the baseline's ("completeness").
+Both come from `captum`, the field's library, run on the model's token embeddings.
+
+The baseline is the prompt with every token after the first replaced by the padding token,
+the positions kept. Two other choices fail on real models, and the rule's points cannot tell:
+
+- All-zero embeddings: a model that normalises the bare embeddings first (the Llama family's
+  RMSNorm) divides by almost nothing near zero, so the logit jumps between the baseline and
+  the first step of the path. The attributions then sum to the jump's height, not to the
+  logit's change (SmolLM2: 1,187 against −2.6).
+- Padding at the first position too: models make their first position an attention sink
+  (SmolLM2's state there grows tens of times larger than the others'), and blending its token
+  switches that on and off, so the logit swings by 10-20 along the path and 50 points miss it.
+  Kept, the first token gets no attribution: it is the same in both.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ from ..core.operations import Site
 from ._common import as_ids, check_token, logits, source_for, stack_of
 
 Method = Literal["gradient_x_input", "integrated_gradients"]
+Baseline = Literal["padding", "zero"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +43,7 @@ class InputAttribution:
     Attributes:
         scores: ``(T,)`` each position's attribution (summed over the embedding's width).
         logit: the explained logit of the real input.
-        baseline_logit: the logit with every token embedding zero (integrated gradients only).
+        baseline_logit: the logit of the baseline (integrated gradients only).
         delta: integrated gradients' completeness gap, ``scores.sum() − (logit −
             baseline_logit)`` as captum computes it (0 for an exact integral); ``None`` for
             gradient × input, which promises no sum.
@@ -51,6 +63,7 @@ def input_attribution(
     *,
     steps: int = 50,
     source: Tensor | Sequence[int] | None = None,
+    baseline: Baseline = "padding",
 ) -> InputAttribution:
     """Attribute ``token``'s logit at the last position to each input token.
 
@@ -61,7 +74,11 @@ def input_attribution(
         integrated gradients:  score[t] = Σ_d  e[t, d] · ∫₀¹ ∂f/∂e[t, d] (α · e) dα
                                Σ_t score[t] ≈ f(e) − f(0)     (completeness; delta the gap)
 
-    the integral by captum's ``steps``-point Gauss–Legendre rule.
+    the integral by captum's ``steps``-point Gauss–Legendre rule, from the baseline ``b`` (the
+    module's note says why this one)::
+
+        baseline "padding":  b = embedding of [ids[0], pad, pad, ..., pad]
+        baseline "zero":     b = 0            (for comparison: wrong on RMSNorm-first models)
 
     Args:
         model: a model with a decoder (an encoder-decoder's source, given as ``source``, is
@@ -71,6 +88,7 @@ def input_attribution(
         method: ``"gradient_x_input"`` or ``"integrated_gradients"``.
         steps: the integral's points (integrated gradients).
         source: the encoder's input of an encoder-decoder model.
+        baseline: ``"padding"`` (the first token kept) or ``"zero"``.
 
     Returns:
         An :class:`InputAttribution`: ``.scores`` ``(T,)`` and, for integrated gradients,
@@ -82,6 +100,8 @@ def input_attribution(
         raise ValueError(
             f'method must be "gradient_x_input" or "integrated_gradients", got {method!r}'
         )
+    if baseline not in ("padding", "zero"):
+        raise ValueError(f'baseline must be "padding" or "zero", got {baseline!r}')
     text, token = as_ids(ids), check_token(model, token)
     stack, src = stack_of(model), source_for(model, source)
     if model.tgt_embedding_norm is not None:
@@ -99,14 +119,25 @@ def input_attribution(
     if method == "gradient_x_input":
         attributions = InputXGradient(logit_of).attribute(inputs)
         return InputAttribution(attributions.detach().sum(-1)[0], logit)
-    baseline = torch.zeros_like(embedded)
+    if baseline == "zero":
+        start = torch.zeros_like(embedded)
+    else:
+        if text.size(1) < 2:
+            raise ValueError(
+                "integrated gradients needs at least two tokens: the first is kept in the "
+                "baseline, so one token alone has nothing to attribute"
+            )
+        padded = torch.full_like(text, model.config.pad_id)
+        padded[:, 0] = text[:, 0]
+        with torch.no_grad():
+            start = model.tgt_embedding(padded)
     attributions, delta = IntegratedGradients(logit_of).attribute(
-        inputs, baselines=baseline, n_steps=steps, return_convergence_delta=True
+        inputs, baselines=start, n_steps=steps, return_convergence_delta=True
     )
     return InputAttribution(
         attributions.detach().sum(-1)[0],
         logit,
-        float(logit_of(baseline).detach()[0]),
+        float(logit_of(start).detach()[0]),
         float(delta[0]),
     )
 
