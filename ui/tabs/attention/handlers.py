@@ -69,8 +69,7 @@ def attention(registry: ModelRegistry, request: AttentionRequest) -> Panels:
     """The ``/attention`` endpoint: one head (scores beside weights; with a what-if or one of
     the seeds' mistakes, the original weights beside the changed ones), the masks, the change of
     that head's weights and a summary."""
-    data = _data(request)
-    return head_panels(data)
+    return head_panels(_data(request))
 
 
 @friendly
@@ -102,8 +101,7 @@ def refit_everything(registry: ModelRegistry, request: AttentionRequest) -> tupl
     # The what-if switches keep their choices (an event started before this one may still send
     # one of them); those this model has nothing for are unticked.
     switches = gr.update(value=[s.label for s in request.what_if])
-    data = _data(request)
-    drawn = every_panel(data)
+    drawn = every_panel(_data(request))
     return (*_fitted(request), mistake_u, *drawn, switches)
 
 
