@@ -1,7 +1,7 @@
 """Which part? in a real browser, one page load a screen size: the tab opens with every method
 drawn on the bundled model, each beside its explanation and its code; on SmolLM2 a small
-patching sweep (showing its progress while it runs) and the single-pass methods are drawn, and
-two models compared; on translate the encoder's source is shown and a decoder head split; on a phone (390 × 844) every figure fits the screen's width. Saves ``research.png``
+patching sweep (showing its progress while it runs), every head ablated, integrated gradients
+and the single-pass methods are drawn, and two models compared; on translate the encoder's source is shown and a decoder head split; on a phone (390 × 844) every figure fits the screen's width. Saves ``research.png``
 (``REFRESH_SCREENSHOTS=1`` writes it to ``docs/screenshots/``)."""
 
 from __future__ import annotations
@@ -81,9 +81,8 @@ def test_every_method_is_drawn_and_explained_on_a_laptop_and_a_phone(
         assert "layer 1" in _plot(page, "patching").first.inner_text()
         assert "post-norm" in page.locator("#research-logit").inner_text()
 
-        # SmolLM2: one small patching sweep (its progress shown) and the single-pass methods;
-        # the ablation and integrated-gradients sweeps are drawn on the bundled model above,
-        # where they take milliseconds rather than the seconds SmolLM2 needs.
+        # SmolLM2: one small patching sweep (its progress shown), the ablation of its 270
+        # heads, integrated gradients and the single-pass methods, on a 5-token text.
         _choose(page, "Model", "SmolLM2-135M-Instruct")
         panel.get_by_role("radio", name="France → Greece").check()
         text_box = panel.get_by_label("Text (methods 2 to 6)", exact=True)
@@ -107,7 +106,14 @@ def test_every_method_is_drawn_and_explained_on_a_laptop_and_a_phone(
             page.wait_for_timeout(300)
             _drawn(page, key)
         assert "real logit" in page.locator("#research-logit").inner_text()
-        assert "Completeness" in page.locator("#research-input").inner_text()  # bundled model's
+        for button, key in (("Ablate every head", "ablation"), ("Attribute to the input", "input")):
+            panel.get_by_role("button", name=button, exact=True).click()
+            page.wait_for_timeout(300)
+            _drawn(page, key)
+        assert "layer 30" in _plot(page, "ablation").first.inner_text()
+        assert "matters most" in page.locator("#research-ablation").inner_text()
+        assert "France" in _plot(page, "input").first.inner_text()
+        assert "Completeness" in page.locator("#research-input").inner_text()
         assert "rotary" in page.locator("#research-scores").inner_text()
         _choose(page, "Second model", "continue")
         panel.get_by_role("button", name="Compare", exact=True).click()
