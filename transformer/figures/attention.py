@@ -17,6 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..core.trace import AttentionRecord
+from ..text.display import PAD_ROW_MARK
 from .common import (
     BASE_COLOR,
     MASKED_GREY,
@@ -100,8 +101,6 @@ def _query_key_axes(
     }
 
 
-# The mark of a [PAD] query row: its row attends like any other, but the loss ignores its output.
-PAD_ROW_MARK = "⊘"
 PAD_ROW_COLOR = "#e45756"
 
 

@@ -22,6 +22,10 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.validator_cache import ValidatorCache
 
+# An axis label is a piece as every view writes it: the text layer cuts and numbers it.
+from ..text.display import short_piece
+from ..text.display import token_labels as token_labels
+
 # One grey for "the mask removed this cell" in every figure; no colour scale used here has it.
 MASKED_GREY = "#b0b0b0"
 # Weights are sequential (0 → 1); scores, differences and encodings are signed (diverging).
@@ -53,36 +57,11 @@ def plain_text(text: str) -> str:
     return html.unescape(text)
 
 
-# The most characters of a piece a label shows. A few vocabulary entries are long runs (SmolLM2
-# has a newline and 80 spaces, 64 dashes, 80 "#"): one such label in a sentence of code widened
-# the axis margin until the heatmaps beside it were slivers. 20 keeps every English word whole
-# (BERT's longest entry is 18 characters) and cuts 0.2 % of SmolLM2's vocabulary.
-MAX_LABEL_PIECE = 20
-
-
-def short_piece(piece: str) -> str:
-    """``piece`` as a label shows it: cut to :data:`MAX_LABEL_PIECE` characters, the cut marked
-    ``…``."""
-    if len(piece) <= MAX_LABEL_PIECE:
-        return piece
-    return piece[: MAX_LABEL_PIECE - 1] + "…"
-
-
 def short_label(label: str) -> str:
     """A ``"index:piece"`` label with its piece cut by :func:`short_piece` (the index, which
     keeps labels unique, stays whole)."""
     index, colon, piece = label.partition(":")
     return f"{index}:{short_piece(piece)}" if colon and index.isdigit() else short_piece(label)
-
-
-def token_labels(pieces: Sequence[str]) -> list[str]:
-    """Unique axis labels ``"index:piece"`` for a sequence of token pieces (long pieces cut,
-    see :func:`short_piece`).
-
-    Plotly merges repeated category labels (two ``"the"`` would become one row), so every
-    label carries its position: ``["the", "cat", "the"]`` → ``["0:the", "1:cat", "2:the"]``.
-    """
-    return [f"{i}:{short_piece(piece)}" for i, piece in enumerate(pieces)]
 
 
 def to_numpy(values: Any, dtype: type = np.float32) -> np.ndarray:

@@ -22,15 +22,11 @@ from ..core.util import pad
 from ..generation import DecodingSession, DecodingSettings, decoding_ends, source_ends_with_eos
 from ..text.display import (
     VISIBLE_MARKS,
-    PieceLabel,
-    describe_char,
-    invisible_name,
     label_pieces,
+    labels_legend,
     labels_of_pieces,
     piece_scheme,
-    split_character_note,
 )
-from ..text.replay import bytes_to_unicode
 from ..text.tokenization import Tokenizer, unreadable_characters
 from . import switches
 from .inspection import Analysis
@@ -69,10 +65,6 @@ def visible_text(text: str) -> str:
     return text
 
 
-def _byte_level(tokenizer: Tokenizer) -> bool:
-    return getattr(tokenizer, "algorithm", None) == "byte_bpe"
-
-
 def shown_piece(tokenizer: Tokenizer, piece: str) -> str:
     """A token piece alone as the app writes it (:mod:`transformer.text.display`): a byte-level
     piece (GPT-2, SmolLM2, cl100k_base) as the text its bytes stand for with spaces and line
@@ -95,29 +87,7 @@ def piece_legend(tokenizer: Tokenizer, pieces: Sequence[str]) -> str:
     for, and how the vocabulary stores them: ``"␣ is a space (stored as Ġ); 美[1-2/3] is bytes
     1-2 of the 3 bytes of 美 (U+7F8E), split across pieces"``; ``""`` for pieces without
     marks."""
-    return _legend(tokenizer, label_pieces(piece_scheme(tokenizer), pieces))
-
-
-def _legend(tokenizer: Tokenizer, labels: Sequence[PieceLabel]) -> str:
-    """:func:`piece_legend` of pieces already labelled."""
-    parts = []
-    if _byte_level(tokenizer):
-        table = bytes_to_unicode()
-        text = "".join(label.text for label in labels)
-        for char, (mark, name) in VISIBLE_MARKS.items():
-            if mark in text:
-                stored = "".join(table[b] for b in char.encode("utf-8"))
-                parts.append(f"{mark} is {name} (stored as {stored})")
-    split = split_character_note(labels)
-    if split:
-        parts.append(split)
-    invisible = next(
-        (p.char for label in labels for p in label.parts if p.char and invisible_name(p.char)),
-        None,
-    )
-    if invisible is not None:
-        parts.append(f"{describe_char(invisible).replace(' U+', ' is U+', 1)}")
-    return "; ".join(parts)
+    return labels_legend(tokenizer, label_pieces(piece_scheme(tokenizer), pieces))
 
 
 def toy_vocabulary(task: str | None, text: str) -> tuple[list[str], list[str]]:
@@ -236,22 +206,21 @@ def sentence_attention(
     """``kind``'s attention in sentence ``row`` (0-based) of ``analysis``: its records and its
     queries × keys as :func:`axis_pieces` pairs them, as written and as shown, with their
     padding and the legend of their marks. ``ValueError`` for a kind the model does not have."""
-    records = analysis.trace.attention_records(kind)
     queries, keys = axis_pieces(analysis, kind)
+    padded, real = padded_query_rows(analysis, kind, row), real_keys(analysis.trace, kind, row)
+    records = analysis.trace.attention_records(kind)
     scheme = piece_scheme(tokenizer)
     query_labels = label_pieces(scheme, queries[row])
     key_labels = label_pieces(scheme, keys[row])
-    shown_queries = [label.text for label in query_labels]
-    shown_keys = [label.text for label in key_labels]
     return SentenceAttention(
         records=records,
         queries=queries[row],
         keys=keys[row],
-        shown_queries=shown_queries,
-        shown_keys=shown_keys,
-        padded_queries=padded_query_rows(analysis, kind, row),
-        real_keys=real_keys(analysis.trace, kind, row),
-        legend=_legend(tokenizer, [*query_labels, *key_labels]),
+        shown_queries=[label.text for label in query_labels],
+        shown_keys=[label.text for label in key_labels],
+        padded_queries=padded,
+        real_keys=real,
+        legend=labels_legend(tokenizer, [*query_labels, *key_labels]),
     )
 
 

@@ -18,6 +18,7 @@ import torch
 
 from ..core.model import Transformer
 from ..generation import best_without_padding, never_generated
+from ..text.display import code_span, labels_of_pieces
 from ..text.tokenization import Tokenizer
 from .inspection import Analysis, analyse
 from .interventions import Intervention
@@ -147,4 +148,79 @@ def mistake_effect(
     return compare_passes(correct, broken, tokenizer, mistake)
 
 
-__all__ = ["MistakeEffect", "compare_passes", "mistake_effect", "real_positions"]
+def _seeds(seed: str) -> str:
+    """``"004"`` → "seed 004"; ``"003, 004"`` → "seeds 003 and 004"."""
+    numbers = [n.strip() for n in seed.split(",")]
+    if len(numbers) == 1:
+        return f"seed {numbers[0]}"
+    return f"seeds {', '.join(numbers[:-1])} and {numbers[-1]}"
+
+
+def _changed_count(effect: MistakeEffect) -> str:
+    n, total = sum(effect.changed), len(effect.changed)
+    if total == 1:
+        return "the prediction changed" if n else "no prediction changed"
+    return f"predictions changed in {n} of {total} sentences"
+
+
+def mistake_account(
+    mistake: Switch,
+    effect: MistakeEffect | None,
+    row: int,
+    *,
+    error: str | None = None,
+    also: str = "",
+    tokenizer: Tokenizer | None = None,
+) -> str:
+    """Markdown: where ``mistake`` came from, why it is wrong, and what it did here (``effect``:
+    the largest logit change, where, and sentence ``row``'s predictions before → after), or,
+    where its broken pass could not run, the ``error`` that says why. ``also`` names other
+    what-ifs that were on in the same pass; with ``tokenizer`` the pieces are written as every
+    view writes them (␣cat, 美[1/3])."""
+    lines = [
+        f"**Mistake of {_seeds(mistake.seed)}: {mistake.label}.** {mistake.origin}",
+        f"*Why it is wrong:* {mistake.explanation}",
+    ]
+    if effect is None:
+        lines.append(f"**What it does here:** {error}")
+        return "\n\n".join(lines)
+    with_also = f" (with {also})" if also else ""
+    # The sentence whose output changed most, as its figures write it: an encoder-only model's
+    # source, else the decoder's input.
+    encoder_only = effect.correct.trace.config.architecture == "encoder-only"
+    read = effect.correct.source_pieces if encoder_only else effect.correct.target_pieces
+    pieces = read[effect.sentence]
+    if tokenizer is not None:
+        pieces = labels_of_pieces(tokenizer, pieces)
+    if encoder_only:
+        lines.append(
+            f"**What it did here{with_also}:** largest change of any encoder output "
+            f"{effect.largest_hidden_change:.3f}; of the tied read-out's logits "
+            f"{effect.largest_change:.3f} (sentence {effect.sentence + 1}, token "
+            f"{effect.position}: {code_span(pieces[effect.position])})."
+        )
+        before, after = effect.tokens_before[row], effect.tokens_after[row]
+        n = sum(b != a for b, a in zip(before, after, strict=True))
+        lines.append(
+            f"Read out through the tied embedding, {n} of {len(before)} output vectors of "
+            f"sentence {row + 1} now read as another token."
+        )
+    else:
+        lines.append(
+            f"**What it did here{with_also}:** largest change of any output logit "
+            f"{effect.largest_change:.3f} (sentence {effect.sentence + 1}, decoder position "
+            f"{effect.position}, input {code_span(pieces[effect.position])}); "
+            f"{_changed_count(effect)}."
+        )
+        said, says = effect.predicted_before[row], effect.predicted_after[row]
+        arrow = "→" if effect.changed[row] else "→ (unchanged)"
+        lines.append(
+            f"Next-token predictions of sentence {row + 1}: {code_span(said)} {arrow} "
+            f"{code_span(says)}"
+        )
+    if effect.broken.trace.logits.isnan().any():
+        lines.append("⚠️ The broken pass produced NaN somewhere.")
+    return "\n\n".join(lines)
+
+
+__all__ = ["MistakeEffect", "compare_passes", "mistake_account", "mistake_effect", "real_positions"]

@@ -37,7 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .replay import byte_level_to_bytes, utf8_length
+from .replay import byte_level_to_bytes, bytes_to_unicode, utf8_length
+from .tokenization import Tokenizer, unreadable_characters
 
 # How the app writes the characters a piece may hold that a reader cannot see: one way in
 # every view (Tokenize's chips and replay, the attention axes, the menus, the logit lens).
@@ -543,19 +544,104 @@ def pending_character(labels: Sequence[PieceLabel]) -> str:
     return f"{NAME_OPEN}{shown}{NAME_CLOSE}[{which}/{tail[0].size}]"
 
 
+# The mark of a [PAD] query row: its row attends like any other, but the loss ignores its output.
+PAD_ROW_MARK = "⊘"
+
+
+# The most characters of a piece a label shows. A few vocabulary entries are long runs (SmolLM2
+# has a newline and 80 spaces, 64 dashes, 80 "#"): one such label in a sentence of code widened
+# the axis margin until the heatmaps beside it were slivers. 20 keeps every English word whole
+# (BERT's longest entry is 18 characters) and cuts 0.2 % of SmolLM2's vocabulary.
+MAX_LABEL_PIECE = 20
+
+
+def short_piece(piece: str) -> str:
+    """``piece`` as a label shows it: cut to :data:`MAX_LABEL_PIECE` characters, the cut marked
+    ``…``."""
+    if len(piece) <= MAX_LABEL_PIECE:
+        return piece
+    return piece[: MAX_LABEL_PIECE - 1] + "…"
+
+
+def token_labels(pieces: Sequence[str]) -> list[str]:
+    """Unique axis labels ``"index:piece"`` for a sequence of token pieces (long pieces cut,
+    see :func:`short_piece`).
+
+    Plotly merges repeated category labels (two ``"the"`` would become one row), so every
+    label carries its position: ``["the", "cat", "the"]`` → ``["0:the", "1:cat", "2:the"]``.
+    """
+    return [f"{i}:{short_piece(piece)}" for i, piece in enumerate(pieces)]
+
+
+def labels_legend(tokenizer: Any, labels: Sequence[PieceLabel]) -> str:
+    """What the marks in these labels (of one sequence, :func:`label_pieces`) stand for, and
+    how the vocabulary stores them: ``"␣ is a space (stored as Ġ); 美[1-2/3] is bytes 1-2 of
+    the 3 bytes of 美 (U+7F8E), split across pieces"``; ``""`` for labels without marks."""
+    parts = []
+    if getattr(tokenizer, "algorithm", None) == "byte_bpe":
+        table = bytes_to_unicode()
+        text = "".join(label.text for label in labels)
+        for char, (mark, name) in VISIBLE_MARKS.items():
+            if mark in text:
+                stored = "".join(table[b] for b in char.encode("utf-8"))
+                parts.append(f"{mark} is {name} (stored as {stored})")
+    split = split_character_note(labels)
+    if split:
+        parts.append(split)
+    invisible = next(
+        (p.char for label in labels for p in label.parts if p.char and invisible_name(p.char)),
+        None,
+    )
+    if invisible is not None:
+        parts.append(f"{describe_char(invisible).replace(' U+', ' is U+', 1)}")
+    return "; ".join(parts)
+
+
+def code_span(text: str) -> str:
+    """``text`` as one Markdown code span that no backtick in it can close: the fence is one
+    backtick longer than the longest run inside, with a space inside each end where the text
+    starts or ends with a backtick or a space (CommonMark strips one from each end)."""
+    text = text.replace("\n", " ")
+    if not text:
+        return "` `"
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text[0] in "` " or text[-1] in "` " else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def unreadable_note(tokenizer: Tokenizer, text: str, subject: str = "This model") -> str:
+    """One sentence naming what ``tokenizer`` cannot read in ``text`` (each character it maps
+    to its unknown token; a whole word where each character alone is known), or ``""``.
+    The characters come from the library's one
+    :func:`~transformer.text.tokenization.unreadable_characters`."""
+    found = unreadable_characters(tokenizer, text)
+    unk = tokenizer.unk_id
+    if not found or unk is None:  # without an unknown token every character is readable
+        return ""
+    unknown = str(tokenizer.id_to_token(unk))
+    listed = ", ".join(code_span(item) for item in found)
+    reads = "it reads" if len(found) == 1 else "each reads"
+    return f"⚠️ {subject} cannot read {listed}: {reads} as {code_span(unknown)}."
+
+
 __all__ = [
     "FSI",
     "ISOLATES",
     "LRI",
     "LRM",
+    "MAX_LABEL_PIECE",
+    "PAD_ROW_MARK",
     "PDI",
     "VISIBLE_MARKS",
     "CharPart",
     "PieceLabel",
     "PieceScheme",
+    "code_span",
     "describe_char",
     "invisible_name",
     "label_pieces",
+    "labels_legend",
     "labels_of_pieces",
     "next_piece_label",
     "pending_character",
@@ -564,6 +650,9 @@ __all__ = [
     "piece_scheme",
     "plain_label",
     "readable_text",
+    "short_piece",
     "split_character_note",
+    "token_labels",
+    "unreadable_note",
     "utf8_length",
 ]

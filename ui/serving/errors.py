@@ -33,6 +33,7 @@ import torch
 
 from transformer.core.config import ConfigError
 from transformer.pretrained.checkpoint import CheckpointError
+from transformer.text.display import code_span as code_span
 from transformer.text.tokenization import TokenizerError
 
 log = logging.getLogger("visualiser")
@@ -109,19 +110,6 @@ def markdown_text(text: str) -> str:
     escaped = _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
     escaped = escaped.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return escaped.replace("\r\n", "\n").replace("\n", "  \n")
-
-
-def code_span(text: str) -> str:
-    """``text`` as one Markdown code span that no backtick in it can close: the fence is one
-    backtick longer than the longest run inside, with a space inside each end where the text
-    starts or ends with a backtick or a space (CommonMark strips one from each end)."""
-    text = text.replace("\n", " ")
-    if not text:
-        return "` `"
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * (longest + 1)
-    pad = " " if text[0] in "` " or text[-1] in "` " else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def code_block(text: str) -> str:

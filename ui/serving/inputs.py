@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from transformer.lab.analysis import unreadable_characters
+from transformer.text.display import unreadable_note as unreadable_note
 from transformer.text.tokenization import Tokenizer, TokenizerError, check_normalized_text
 
-from .errors import InputError, code_span
+from .errors import InputError
 
 
 def shown(value: Any, most: int = 40) -> str:
@@ -116,17 +116,3 @@ def normalized_text(tokenizer: Tokenizer, text: str, limit: int) -> str:
 def size_text(n_bytes: int) -> str:
     """A byte count for a message: ``"20 MB"`` or ``"1,000 bytes"``."""
     return f"{n_bytes / 2**20:g} MB" if n_bytes >= 2**20 else f"{n_bytes:,} bytes"
-
-
-def unreadable_note(tokenizer: Tokenizer, text: str, subject: str = "This model") -> str:
-    """One sentence naming what ``tokenizer`` cannot read in ``text`` (each character it maps
-    to its unknown token; a whole word where each character alone is known), or ``""``.
-    The characters come from the library's one `unreadable_characters`."""
-    found = unreadable_characters(tokenizer, text)
-    unk = tokenizer.unk_id
-    if not found or unk is None:  # without an unknown token every character is readable
-        return ""
-    listed = ", ".join(code_span(item) for item in found)
-    unknown = code_span(str(tokenizer.id_to_token(unk)))
-    reads = "it reads" if len(found) == 1 else "each reads"
-    return f"⚠️ {subject} cannot read {listed}: {reads} as {unknown}."

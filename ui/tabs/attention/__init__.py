@@ -1,10 +1,11 @@
 """Attention tab: one head (scores beside weights), the masks, every head of every layer, and
 what-if switches recomputed beside the original pass.
 
-Modules: `request` (the controls read once: :class:`AttentionRequest`), `view` (the captured
-analysis a view draws), `data` (what one request's panels draw, built from one analysis),
-`panels` (one head's panels and the grid, drawn from that data), `handlers` (the module-level
-handlers), `layout` (build())."""
+Modules: `request` (the controls read once: :class:`AttentionRequest`, with the registry's
+analysis and changed pass), `view` (other tabs' attention views from raw values), `panels`
+(one head's panels and the grid, drawn from the data that
+:func:`transformer.lab.head_view.attention_data` builds of one analysis), `handlers` (the
+module-level handlers), `layout` (build())."""
 
 from transformer.figures.attention import PAD_ROW_MARK
 

@@ -8,14 +8,15 @@ from typing import Any
 
 import gradio as gr
 
+from transformer.lab.head_view import AttentionData, attention_data, head_view
+
 from ...serving.endpoints import takes_request
 from ...serving.errors import friendly, gpu
 from ...serving.state import ModelRegistry, SessionModels
 from . import mistakes as seed_mistakes
-from .data import attention_data
 from .panels import Panels, every_panel, grid_panel, head_panels
 from .request import AttentionRequest, reading
-from .view import EXAMPLE_SENTENCES, request_view
+from .view import EXAMPLE_SENTENCES
 
 
 def _fitted(request: AttentionRequest) -> tuple[Any, ...]:
@@ -25,6 +26,21 @@ def _fitted(request: AttentionRequest) -> tuple[Any, ...]:
         _slider(request.n_layers, request.layer + 1),
         _slider(request.n_heads, request.head + 1),
         _slider(request.n_rows, request.row + 1),
+    )
+
+
+def _data(request: AttentionRequest) -> AttentionData:
+    """What a read request's panels draw, built from its one analysis (and its changed pass)."""
+    return attention_data(
+        *request.at,
+        sentences=request.lines,
+        task=request.checkpoint.info.get("task"),
+        kind_title=request.kind_label.capitalize(),
+        what_if=request.what_if,
+        mistake=request.mistake,
+        changed=request.changed,
+        refused=request.refused,
+        large=request.large,
     )
 
 
@@ -53,14 +69,7 @@ def attention(registry: ModelRegistry, request: AttentionRequest) -> Panels:
     """The ``/attention`` endpoint: one head (scores beside weights; with a what-if or one of
     the seeds' mistakes, the original weights beside the changed ones), the masks, the change of
     that head's weights and a summary."""
-    data = attention_data(registry, request)
-    return head_panels(data)
-
-
-def _everything(registry: ModelRegistry, request: AttentionRequest) -> tuple[Any, ...]:
-    """Every panel from one cached analysis."""
-    data = attention_data(registry, request)
-    return every_panel(data)
+    return head_panels(_data(request))
 
 
 @friendly
@@ -73,7 +82,8 @@ def everything(registry: ModelRegistry, request: AttentionRequest) -> tuple[Any,
     that changes the sentences, a quick second change): it draws what the fitted controls
     show (the request is read fitted) instead of answering with an error. ``/attention`` stays
     strict."""
-    return _everything(registry, request)
+    data = _data(request)
+    return every_panel(data)
 
 
 @friendly
@@ -91,7 +101,8 @@ def refit_everything(registry: ModelRegistry, request: AttentionRequest) -> tupl
     # The what-if switches keep their choices (an event started before this one may still send
     # one of them); those this model has nothing for are unticked.
     switches = gr.update(value=[s.label for s in request.what_if])
-    return (*_fitted(request), mistake_u, *_everything(registry, request), switches)
+    drawn = every_panel(_data(request))
+    return (*_fitted(request), mistake_u, *drawn, switches)
 
 
 @friendly
@@ -101,7 +112,7 @@ def refit_everything(registry: ModelRegistry, request: AttentionRequest) -> tupl
 )
 def grid(registry: ModelRegistry, request: AttentionRequest) -> Any:
     """The ``/attention_grid`` endpoint: every head of every layer of one attention kind."""
-    return grid_panel(request_view(registry, request), request.large)
+    return grid_panel(head_view(*request.at), request.large)
 
 
 def first_view(registry: ModelRegistry, name: str, kind: str) -> tuple[Any, ...]:

@@ -20,18 +20,18 @@ from transformer.core.config import ModelConfig
 from transformer.core.trace import AttentionKind
 from transformer.figures.attention import weights_beside_figure
 from transformer.lab import switches
-from transformer.lab.analysis import shown_pieces
-from transformer.lab.effects import MistakeEffect, compare_passes
+from transformer.lab.effects import MistakeEffect, compare_passes, mistake_account
+from transformer.lab.head_view import beside_titles, cannot_run_lines, head_view
 from transformer.lab.inspection import Analysis, check_sentences
 from transformer.lab.interventions import NO_INTERVENTION, Intervention
 from transformer.lab.switches import Switch
 from transformer.pretrained.checkpoint import Checkpoint
-from transformer.text.tokenization import Tokenizer
 
-from ...serving.errors import InputError, code_span, friendly, gpu
+from ...serving.endpoints import takes_request
+from ...serving.errors import InputError, friendly, gpu
 from ...serving.state import ModelRegistry, SessionModels, bind
-from .request import NO_MISTAKE, SEED_MISTAKES, describe_kind, seed_mistake
-from .view import ATTENTION_KINDS, attention_view, padded_query_rows, same_input_pass
+from .request import NO_MISTAKE, SEED_MISTAKES, MistakeRequest, changed_pass, describe_kind
+from .view import attention_view
 
 NONE = NO_MISTAKE
 LABEL = "The seeds' mistakes (recomputed live)"
@@ -113,95 +113,11 @@ def broken_pass(
 ) -> BrokenPass:
     """The pass over ``sentences`` with ``mistake`` made (on top of ``base``'s what-ifs), on the
     correct pass's decoder input, compared with ``correct``."""
-    intervention = dataclasses.replace(base, mistakes=frozenset({mistake}))
-    try:
-        analysis = same_input_pass(registry, name, checkpoint, sentences, correct, intervention)
-    except ValueError as error:
-        if not mistake.may_refuse:
-            raise
-        # The shapes cannot work: that is what this mistake does here, not a bad input.
-        return BrokenPass(mistake, error=str(error))
+    analysis, error = changed_pass(registry, name, checkpoint, sentences, correct, base, mistake)
+    if analysis is None:
+        return BrokenPass(mistake, error=error)
     effect = compare_passes(correct, analysis, checkpoint.tokenizer, mistake)
     return BrokenPass(mistake, analysis=analysis, effect=effect)
-
-
-def _shown(tokenizer: Tokenizer | None, pieces: list[str]) -> list[str]:
-    """A sentence's pieces as every view writes them (␣cat, 美[1/3]) when the tokenizer is
-    known."""
-    return shown_pieces(tokenizer, pieces) if tokenizer is not None else pieces
-
-
-def _seeds(seed: str) -> str:
-    """``"004"`` → "seed 004"; ``"003, 004"`` → "seeds 003 and 004"."""
-    numbers = [n.strip() for n in seed.split(",")]
-    if len(numbers) == 1:
-        return f"seed {numbers[0]}"
-    return f"seeds {', '.join(numbers[:-1])} and {numbers[-1]}"
-
-
-def _changed_count(effect: MistakeEffect) -> str:
-    n, total = sum(effect.changed), len(effect.changed)
-    if total == 1:
-        return "the prediction changed" if n else "no prediction changed"
-    return f"predictions changed in {n} of {total} sentences"
-
-
-def describe(
-    result: BrokenPass,
-    config: ModelConfig,
-    row: int,
-    also: str = "",
-    tokenizer: Tokenizer | None = None,
-) -> str:
-    """Markdown: where the mistake came from, why it is wrong, and what it did here (the
-    largest logit change, where, and sentence ``row``'s predictions before → after).
-    ``also`` names other what-ifs that were on in the same pass."""
-    mistake = result.mistake
-    lines = [
-        f"**Mistake of {_seeds(mistake.seed)}: {mistake.label}.** {mistake.origin}",
-        f"*Why it is wrong:* {mistake.explanation}",
-    ]
-    if result.error is not None:
-        lines.append(f"**What it does here:** {result.error}")
-        return "\n\n".join(lines)
-    effect = result.effect
-    assert effect is not None
-    with_also = f" (with {also})" if also else ""
-    broken_trace = effect.broken.trace
-    # The sentence whose output changed most, as its figures write it: an encoder-only model's
-    # source, else the decoder's input.
-    encoder_only = config.architecture == "encoder-only"
-    read = effect.correct.source_pieces if encoder_only else effect.correct.target_pieces
-    pieces = _shown(tokenizer, read[effect.sentence])
-    if encoder_only:
-        lines.append(
-            f"**What it did here{with_also}:** largest change of any encoder output "
-            f"{effect.largest_hidden_change:.3f}; of the tied read-out's logits "
-            f"{effect.largest_change:.3f} (sentence {effect.sentence + 1}, token "
-            f"{effect.position}: {code_span(pieces[effect.position])})."
-        )
-        before, after = effect.tokens_before[row], effect.tokens_after[row]
-        n = sum(b != a for b, a in zip(before, after, strict=True))
-        lines.append(
-            f"Read out through the tied embedding, {n} of {len(before)} output vectors of "
-            f"sentence {row + 1} now read as another token."
-        )
-    else:
-        reads = pieces[effect.position]
-        lines.append(
-            f"**What it did here{with_also}:** largest change of any output logit "
-            f"{effect.largest_change:.3f} (sentence {effect.sentence + 1}, decoder position "
-            f"{effect.position}, input {code_span(reads)}); {_changed_count(effect)}."
-        )
-        said, says = effect.predicted_before[row], effect.predicted_after[row]
-        arrow = "→" if effect.changed[row] else "→ (unchanged)"
-        lines.append(
-            f"Next-token predictions of sentence {row + 1}: {code_span(said)} {arrow} "
-            f"{code_span(says)}"
-        )
-    if broken_trace.logits.isnan().any():
-        lines.append("⚠️ The broken pass produced NaN somewhere.")
-    return "\n\n".join(lines)
 
 
 def beside(
@@ -219,7 +135,7 @@ def beside(
 ) -> tuple[Any, Any]:
     """One head's weights of ``kind`` attention, correct beside broken, and their difference:
     two figures."""
-    panel_titles, title, diff_title = beside_titles(mistake, kind, where)
+    panel_titles, title, diff_title = beside_titles(mistake, kind, describe_kind(kind), where)
     single = weights_beside_figure(
         correct,
         broken,
@@ -244,60 +160,31 @@ def beside(
     return single, diff
 
 
-def beside_titles(
-    mistake: Switch, kind: AttentionKind, where: str
-) -> tuple[tuple[str, str], str, str]:
-    """The titles of one head correct beside broken at ``where`` ("layer 2, head 1"): its two
-    panels' (the broken one saying how to read its axes where the mistake changes them), the
-    figure's, and the difference's."""
-    axes = mistake.axes_note(kind)
-    note = f" ({axes})" if axes else ""
-    return (
-        ("correct", f"with “{mistake.label}”{note}"),
-        f"{describe_kind(kind)} · {where} · weights, correct | with the mistake",
-        f"What the mistake changed (broken − correct), {where}",
-    )
-
-
 def cannot_run(result: BrokenPass, large: bool) -> Any:
     """The change panel when the broken pass cannot run: no output, and where to read why."""
     title, line = cannot_run_lines(result.mistake)
     return figures.placeholder_figure(title, line, large_font=large)
 
 
-def cannot_run_lines(mistake: Switch) -> tuple[str, str]:
-    """The title and line of the change panel when ``mistake``'s broken pass cannot run."""
-    return (
-        f"With “{mistake.label}”: no output",
-        "The shapes clash, so the broken pass stops here: the text above says why.",
-    )
-
-
 @friendly
 @gpu
-def panel(
-    registry: ModelRegistry,
-    name: str,
-    sentences: str,
-    kind: str,
-    layer: Any,
-    head: Any,
-    mistake: str | None,
-    large: bool,
-    session: SessionModels,
-) -> tuple[Any, Any, str]:
+@takes_request(MistakeRequest.read)
+def panel(registry: ModelRegistry, request: MistakeRequest) -> tuple[Any, Any, str]:
     """One head under the broken pass beside the correct one, the change, and what the mistake
     did (figures for the sentence where it changed the output most)."""
-    # The tab may name the kind by its menu label, by the trace's name ("encoder_self"), or by
-    # the stack whose self-attention it shows ("encoder", "decoder": Inside a layer).
-    kind = {"encoder": "encoder_self", "decoder": "decoder_self"}.get(kind, kind)
-    label_of: dict[str, str] = {k: label for label, k in ATTENTION_KINDS.items()}
-    kind = label_of.get(kind, kind)
-    checkpoint = registry.checkpoint(name, session)
-    config = checkpoint.config
-    view = attention_view(registry, session, sentences, name, kind, layer, head, 1, checkpoint)
-    # The menu's label becomes its record here, once; nothing below reads a label.
-    switch = seed_mistake(mistake)
+    name, checkpoint, sentences = request.model, request.checkpoint, request.sentences
+    config, large, switch = checkpoint.config, request.large, request.mistake
+    view = attention_view(
+        registry,
+        request.session,
+        sentences,
+        name,
+        request.kind_label,
+        request.layer,
+        request.head,
+        1,
+        checkpoint,
+    )
     if switch is None:
         note = "Choose one of the seeds' mistakes to see the broken pass beside the correct one."
         fig = figures.placeholder_figure("The seeds' mistakes", note, large_font=large)
@@ -309,20 +196,17 @@ def panel(
         )
     lines = check_sentences((sentences or "").splitlines())
     result = broken_pass(registry, name, checkpoint, lines, view.analysis, switch)
+    tokenizer = checkpoint.tokenizer
     if result.effect is None:
         record = view.records[view.layer]
         single = figures.scores_and_weights_figure(
             record, 0, view.head, view.query_labels, view.key_labels, large_font=large
         )
-        return (
-            single,
-            cannot_run(result, large),
-            describe(result, config, 0, tokenizer=checkpoint.tokenizer),
-        )
+        account = mistake_account(switch, None, 0, error=result.error)
+        return single, cannot_run(result, large), account
     row = result.effect.sentence
-    view = attention_view(
-        registry, session, sentences, name, kind, layer, head, row + 1, checkpoint
-    )
+    # The same analysis, at the sentence whose output the mistake changed most.
+    view = head_view(view.analysis, tokenizer, view.kind, view.layer, view.head, row)
     record = view.records[view.layer]
     assert result.analysis is not None  # it has an effect, so it ran
     broken_record = result.analysis.trace.attention_records(view.kind)[view.layer]
@@ -333,13 +217,13 @@ def panel(
         ~broken_record.mask[row, 0],
         view.query_labels,
         view.key_labels,
-        padded_query_rows(view.analysis, view.kind, row),
+        view.padded,
         f"sentence {row + 1}, layer {view.layer + 1}, head {view.head + 1}",
         view.kind,
         switch,
         large,
     )
-    return single, diff, describe(result, config, row, tokenizer=checkpoint.tokenizer)
+    return single, diff, mistake_account(switch, result.effect, row, tokenizer=tokenizer)
 
 
 def build(

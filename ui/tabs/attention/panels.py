@@ -1,4 +1,5 @@
-"""The panels drawn from one request's data (:class:`~.data.AttentionData`): one head's (scores
+"""The panels drawn from one request's data (:class:`~transformer.lab.head_view.AttentionData`):
+one head's (scores
 beside weights, or before beside after a what-if or a mistake; the masks, the difference and
 the summary), and every head of every layer (the grid). Drawing only: the data holds what they
 show."""
@@ -9,9 +10,7 @@ from typing import Any
 
 from transformer import figures
 from transformer.figures.attention import GRID_MAX_CELLS, weights_beside_figure
-
-from .data import AttentionData
-from .view import AttentionView
+from transformer.lab.head_view import AttentionData, AttentionView
 
 Panels = tuple[Any, Any, Any, str]  # the head, the masks, the change, the summary (Markdown)
 # The fewest cells a grid keeps however long the text (a 6 x 12 grid: ~45 x 45 per tile).

@@ -11,19 +11,22 @@ value, looks the model up or checks the text again.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from transformer.core.config import ModelConfig
-from transformer.core.trace import AttentionKind
+from transformer.core.trace import AttentionKind, CaptureTooLarge
 from transformer.lab import switches
-from transformer.lab.inspection import MAX_SENTENCES, check_sentences
+from transformer.lab.inspection import MAX_SENTENCES, Analysis, check_sentences
 from transformer.lab.interventions import NO_INTERVENTION, Intervention, combined
 from transformer.lab.switches import Switch
 from transformer.pretrained.checkpoint import Checkpoint
+from transformer.text.tokenization import Tokenizer
 
+from ...serving import limits
 from ...serving.errors import InputError, readable_list, user_input
 from ...serving.inputs import as_int, as_text, clamped
 from ...serving.state import ModelRegistry, SessionModels
@@ -73,6 +76,54 @@ def seed_mistake(value: Any) -> Switch | None:
     return labels[value]
 
 
+def analysis_of(
+    registry: ModelRegistry,
+    name: str,
+    checkpoint: Checkpoint,
+    lines: list[str],
+    targets: Any = None,
+) -> Analysis:
+    """The registry's analysis, a capture too large for the tab pointing to the long inputs."""
+    try:
+        return registry.analysis(name, checkpoint, lines, targets=targets)
+    except InputError as error:  # user_input() leaves the library's error as its context
+        if not isinstance(error.__context__, CaptureTooLarge):
+            raise
+        raise InputError(
+            f"{error}, or paste it under “Long inputs” below, which reads up to "
+            f"{limits.MAX_SCALE_TOKENS:,} tokens"
+        ) from None
+
+
+def changed_pass(
+    registry: ModelRegistry,
+    name: str,
+    checkpoint: Checkpoint,
+    lines: list[str],
+    correct: Analysis,
+    intervention: Intervention,
+    mistake: Switch | None = None,
+) -> tuple[Analysis | None, str | None]:
+    """The registry's analysis of ``lines`` with ``intervention`` and the seeds' ``mistake``
+    (where one is chosen) on, on the decoder input of the ``correct`` pass (an
+    encoder-decoder's), so that the two compare position by position: the pass, or where the
+    mistake's shapes cannot work on this input (cross-attention from the memory on unequal
+    lengths), ``None`` and why."""
+    if mistake is not None:
+        intervention = dataclasses.replace(intervention, mistakes=frozenset({mistake}))
+    targets = None
+    if checkpoint.config.has_encoder and checkpoint.config.has_decoder:
+        assert correct.trace.target is not None  # an encoder-decoder pass reads a decoder input
+        targets = correct.trace.target.tokens
+    try:
+        return registry.analysis(name, checkpoint, lines, intervention, targets), None
+    except ValueError as error:
+        if mistake is None or not mistake.may_refuse:
+            raise
+        # The shapes cannot work: that is what this mistake does here, not a bad input.
+        return None, str(error)
+
+
 @dataclass(frozen=True)
 class AttentionRequest:
     """One Attention request, read and checked once.
@@ -88,6 +139,10 @@ class AttentionRequest:
         mistake: the seeds' mistake chosen (its record), or ``None``; ``mistakes``: the
             seeds' mistakes that apply to this model (what its menu offers).
         large: projector mode; ``session``: the session's models (one trained here).
+        analysis: the registry's analysis of ``lines`` (``None`` where the text is not read);
+            ``changed``: with the what-ifs and the mistake (where it applies) on, the pass on
+            the same decoder input (``None`` where none is on, or where the mistake's broken
+            pass cannot run: ``refused`` says why).
     """
 
     text: str
@@ -109,11 +164,23 @@ class AttentionRequest:
     mistakes: tuple[Switch, ...] = ()
     large: bool = False
     session: SessionModels | None = None
+    analysis: Analysis | None = None
+    changed: Analysis | None = None
+    refused: str | None = None
 
     @property
     def head_key(self) -> tuple[AttentionKind, int, int]:
         """``(kind, layer, head)``, 0-based: the head a per-head what-if acts on."""
         return (self.kind, self.layer, self.head)
+
+    @property
+    def at(self) -> tuple[Analysis, Tokenizer, AttentionKind, int, int, int]:
+        """What a view of the analysis is taken at: the analysis, its tokenizer, and the kind,
+        layer, head and sentence (0-based); ``ValueError`` where the text was not read."""
+        if self.analysis is None:
+            raise ValueError("the request's text was not read: read it with check_text")
+        tokenizer = self.checkpoint.tokenizer
+        return self.analysis, tokenizer, self.kind, self.layer, self.head, self.row
 
     @property
     def intervention(self) -> Intervention:
@@ -144,8 +211,9 @@ class AttentionRequest:
         redraw, which may arrive with a value from before the controls were fitted): the kind
         falls back to the model's last, numbers are clamped into range and the what-ifs this
         model has nothing for are unticked. Without ``check_text`` (fitting the controls
-        alone) the text is not checked: ``lines`` is empty and the Sentence range counts its
-        non-empty lines."""
+        alone) the text is not checked nor analysed: ``lines`` is empty and the Sentence range
+        counts its non-empty lines. Else the registry's passes are asked for here, once: the
+        analysis, and the changed pass where a what-if or an applicable mistake is on."""
         text = as_text(sentences, "sentences")
         checkpoint = registry.checkpoint(name, session)
         config = checkpoint.config
@@ -180,7 +248,7 @@ class AttentionRequest:
         def number(value: Any, what: str, high: int) -> int:
             return (clamped(value, high) if fit else as_int(value, what, 1, high)) - 1
 
-        return cls(
+        request = cls(
             text=text,
             model=name,
             checkpoint=checkpoint,
@@ -201,6 +269,20 @@ class AttentionRequest:
             large=bool(large),
             session=session,
         )
+        return request.analysed(registry) if check_text else request
+
+    def analysed(self, registry: ModelRegistry) -> AttentionRequest:
+        """This request with the registry's passes: its analysis and, where a what-if or an
+        applicable mistake is on, the changed pass on the same decoder input."""
+        lines = list(self.lines)
+        analysis = analysis_of(registry, self.model, self.checkpoint, lines)
+        mistake = self.mistake if self.mistake in self.mistakes else None
+        changed, refused = None, None
+        if mistake is not None or self.what_if:
+            changed, refused = changed_pass(
+                registry, self.model, self.checkpoint, lines, analysis, self.intervention, mistake
+            )
+        return dataclasses.replace(self, analysis=analysis, changed=changed, refused=refused)
 
 
 def reading(fit: bool, *, check_text: bool = True) -> Callable[..., AttentionRequest]:
@@ -208,3 +290,54 @@ def reading(fit: bool, *, check_text: bool = True) -> Callable[..., AttentionReq
     :func:`ui.serving.endpoints.takes_request` makes the tab's handlers from: fitted to the
     model when ``fit``, the text checked when ``check_text``."""
     return functools.partial(AttentionRequest.read, fit=fit, check_text=check_text)
+
+
+@dataclass(frozen=True)
+class MistakeRequest:
+    """What the seeds' mistakes panel (``mistakes.panel``, which other tabs hold) asks for,
+    read once: the model looked up, the chosen mistake as its catalogue record (``None`` for
+    "none"), the attention kind as its menu label; the text, layer and head as given (the view
+    checks them against the model).
+
+    The tab may name the kind by its menu label, by the trace's name (``"encoder_self"``), or by
+    the stack whose self-attention it shows (``"encoder"``, ``"decoder"``: Inside a layer)."""
+
+    model: str
+    checkpoint: Checkpoint
+    sentences: str
+    kind_label: str
+    layer: Any
+    head: Any
+    mistake: Switch | None
+    large: bool
+    session: SessionModels | None
+
+    @classmethod
+    def read(
+        cls,
+        registry: ModelRegistry,
+        name: str,
+        sentences: str,
+        kind: str,
+        layer: Any,
+        head: Any,
+        mistake: str | None,
+        large: bool,
+        session: SessionModels,
+    ) -> MistakeRequest:
+        """The panel's request from its components' values, in the order its events send them;
+        :class:`InputError` naming the choices for a mistake that is none of the seeds'."""
+        kind = {"encoder": "encoder_self", "decoder": "decoder_self"}.get(kind, kind)
+        label_of: dict[str, str] = {k: label for label, k in ATTENTION_KINDS.items()}
+        return cls(
+            model=name,
+            checkpoint=registry.checkpoint(name, session),
+            sentences=sentences,
+            kind_label=label_of.get(kind, kind),
+            layer=layer,
+            head=head,
+            # The menu's label becomes its record here, once; nothing after reads a label.
+            mistake=seed_mistake(mistake),
+            large=bool(large),
+            session=session,
+        )

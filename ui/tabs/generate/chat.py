@@ -16,8 +16,9 @@ from transformer.lab.analysis import piece_legend, shown_pieces
 
 from ...serving import endpoints
 from ...serving.errors import code_span
+from ...serving.inputs import as_int
 from ...serving.state import GenerationState, ModelRegistry, SessionModels
-from .request import GenerateRequest
+from .request import GenerateRequest, decoding_settings
 
 CHATML_USER = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 """The minimal ChatML form, used when a template cannot be rendered with jinja2."""
@@ -158,19 +159,13 @@ class GenerateCall:
         """The event's values in the order of ``request.INPUT_NAMES``, then the session's
         models and its generation state (a missing one is a fresh one); an
         :class:`InputError` naming a bad value."""
-        request = GenerateRequest.parse(
-            source,
-            model,
-            strategy,
-            temperature,
-            top_k,
-            top_p,
-            beam,
-            max_tokens,
-            seed,
-            layer,
-            head,
-            large,
+        request = GenerateRequest(
+            source=source or "",
+            model=model,
+            settings=decoding_settings(strategy, temperature, top_k, top_p, beam, max_tokens, seed),
+            layer=as_int(layer, "layer", 1, 1000),
+            head=as_int(head, "head", 1, 1000),
+            large=bool(large),
         )
         state = state or GenerationState()
         return cls(chat_request(registry, request, session, state), session, state)

@@ -1,9 +1,9 @@
 """What the Generate tab's controls ask for, read once: :class:`GenerateRequest`.
 
-Gradio hands an endpoint its input components' values in order; :meth:`GenerateRequest.parse`
-turns them into one request (the decoding settings validated, the layer and head as numbers) the
-moment a handler starts (:class:`ui.tabs.generate.chat.GenerateCall`), and nothing after that
-reads a positional value.
+Gradio hands an endpoint its input components' values in order;
+:meth:`ui.tabs.generate.chat.GenerateCall.of` turns them into one request (the decoding
+settings validated by :func:`decoding_settings`, the layer and head as numbers) the moment a
+handler starts, and nothing after that reads a positional value.
 """
 
 from __future__ import annotations
@@ -80,29 +80,3 @@ class GenerateRequest:
     def key(self) -> tuple[str, str, DecodingSettings]:
         """(source, model name, settings): what a decoding is started from."""
         return (self.source, self.model, self.settings)
-
-    @classmethod
-    def parse(
-        cls,
-        source: Any,
-        model: Any,
-        strategy: Any,
-        temperature: Any,
-        top_k: Any,
-        top_p: Any,
-        beam: Any,
-        max_tokens: Any,
-        seed: Any,
-        layer: Any = 1,
-        head: Any = 1,
-        large: Any = False,
-    ) -> GenerateRequest:
-        """The request the controls' raw values ask for; ``ValueError`` naming a bad value."""
-        return cls(
-            source=source or "",
-            model=model,
-            settings=decoding_settings(strategy, temperature, top_k, top_p, beam, max_tokens, seed),
-            layer=as_int(layer, "layer", 1, 1000),
-            head=as_int(head, "head", 1, 1000),
-            large=bool(large),
-        )

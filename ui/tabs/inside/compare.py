@@ -9,6 +9,7 @@ the rows as HTML (two columns, stacked where the page is narrow).
 
 from __future__ import annotations
 
+import functools
 import html
 from typing import Any
 
@@ -93,23 +94,14 @@ def _names(registry: ModelRegistry, name: str, session: SessionModels | None) ->
     raise InputError("the comparison needs a paper-style model: none of the bundled ones loaded")
 
 
-def compared(
-    registry: ModelRegistry,
-    text: Any,
-    name: Any,
-    stack: Any,
-    layer: Any = 1,
-    head: Any = 1,
-    query: Any = 0,
-    large: Any = False,
-    session: SessionModels | None = None,
-) -> InsideRequest:
-    """The request of a comparison, from the components' values in the order the events send
-    them: a layer, head or query that is no number is refused, and a sentence too long for
-    either model, before any pass; then it is read with the menu's values moved into range, as
-    the tab shows them."""
+def _refuse(
+    registry: ModelRegistry, text: Any, name: Any, session: SessionModels | None, **positions: Any
+) -> None:
+    """A comparison's checks of the components' values, before any pass: a layer, head or
+    query (``positions``) that is no number is refused, and a sentence too long for either
+    model."""
     text = as_text(text, "sentence")
-    for what, value in (("layer", layer), ("head", head), ("query", query)):
+    for what, value in positions.items():
         as_position(value, what)  # NaN or infinity is refused, not moved to a default
     names = _names(registry, name, session)
     with user_input():
@@ -121,9 +113,12 @@ def compared(
                 f"the comparison reads at most {MAX_TOKENS} tokens; this sentence is {n_tokens} "
                 f"tokens long in {other}: shorten it"
             )
-    return InsideRequest.read(
-        registry, text, name, stack, layer, head, query, large, session, fit=True
-    )
+
+
+compared = functools.partial(InsideRequest.read, fit=True, refuse=_refuse)
+"""The request of a comparison, from the components' values in the order the events send them
+(:meth:`InsideRequest.read`'s): :func:`_refuse`'s checks first, then it is read with the menu's
+values moved into range, as the tab shows them."""
 
 
 def compare(registry: ModelRegistry, request: InsideRequest) -> tuple[BlockDiff, str, str]:

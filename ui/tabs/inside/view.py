@@ -124,11 +124,16 @@ class InsideRequest:
         session: SessionModels | None = None,
         *,
         fit: bool,
+        refuse: Callable[..., None] | None = None,
     ) -> InsideRequest:
         """The request from the components' values, in the order the events send them
         (layer and head from 1, the query by its position). With ``fit`` a value the model or
         the sentence lacks is moved into range (a live control may still hold one from before
-        it was fitted); without, it is refused with a message saying what to choose."""
+        it was fitted); without, it is refused with a message saying what to choose.
+        ``refuse(registry, text, name, session, layer=, head=, query=)`` checks the values
+        first, where a view refuses more (the comparison: a text too long for either model)."""
+        if refuse is not None:
+            refuse(registry, text, name, session, layer=layer, head=head, query=query)
         text = as_text(text, "sentence")
         checkpoint = registry.checkpoint(name, session)
         config = checkpoint.config
