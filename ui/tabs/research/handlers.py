@@ -343,16 +343,17 @@ def research_input(registry: ModelRegistry, request: TextRequest | Unsupported) 
         )
         summary += (
             f" **Completeness**: the attributions sum to {float(scores.sum()):.4f}; the logit's "
-            f"change from the all-zero baseline is {difference}"
+            f"change from the baseline (the first token, then padding) is {difference}"
             + (f"; the gap is {delta:.1e}." if delta is not None else ".")
         )
-        span = abs(logit - baseline) if logit is not None and baseline is not None else 1.0
-        if delta is not None and abs(delta) > 0.05 * max(1.0, span):
+        # The gap against the bars it would move: a gap of 0.1 is nothing beside bars of 5.
+        shown = max(float(scores.abs().max()), 1e-6)
+        if delta is not None and abs(delta) > 0.05 * shown:
             summary += (
-                " The gap is large: the path starts at all-zero embeddings, where a model "
-                "that normalises its stream first (RMSNorm, LayerNorm) divides by almost "
-                "nothing, so the gradient jumps near the baseline and the integral's points "
-                "miss that jump."
+                f" The gap is large beside the bars ({abs(delta) / shown:.0%} of the tallest): "
+                "between the baseline and the text the logit rises and falls many times, and "
+                f"the integral's {IG_STEPS} points miss some of it, so read the bars as a rough "
+                "guide. More points (the library's `steps`) shrink the gap."
             )
     return fig, summary
 

@@ -61,8 +61,11 @@ LOGIT = (
 INPUT = (
     "Gradient × input multiplies each input token's embedding by the logit's gradient there: "
     "a first-order guess of what the token contributes. Integrated gradients averages that "
-    "gradient along a straight path from a baseline (all zeros) to the real input, and its "
-    "attributions sum exactly to the logit's change along it (completeness)."
+    "gradient along a straight path from a baseline to the real input, and its attributions "
+    "sum to the logit's change along it (completeness), exactly as the integral's points grow. "
+    "The baseline is the text with every token after the first replaced by padding: all-zero "
+    "embeddings break a model that normalises them first (RMSNorm divides by almost nothing "
+    "there), and the first token is where a model parks its attention, so it stays."
 )
 SCORES_2017 = (
     "In the 2017 models the query and the key are (token + position) times a matrix, so their "
