@@ -11,11 +11,12 @@ the positions kept. Two other choices fail on real models, and the rule's points
 
 - All-zero embeddings: a model that normalises the bare embeddings first (the Llama family's
   RMSNorm) divides by almost nothing near zero, so the logit jumps between the baseline and
-  the first step of the path. The attributions then sum to the jump's height, not to the
-  logit's change (SmolLM2: 1,187 against −2.6).
+  the first step of the path, which the rule's points cannot follow: the attributions miss
+  the logit's change by far (SmolLM2, "The capital of France is" → " Paris": they sum to
+  1,321 against a change of 17.4).
 - Padding at the first position too: models make their first position an attention sink
   (SmolLM2's state there grows tens of times larger than the others'), and blending its token
-  switches that on and off, so the logit swings by 10-20 along the path and 50 points miss it.
+  switches that on and off, so the logit swings by 12 between two of 400 points of the path.
   Kept, the first token gets no attribution: it is the same in both.
 """
 
