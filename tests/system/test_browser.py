@@ -700,19 +700,19 @@ def test_an_older_redraw_never_draws_over_a_newer_one(
         _poll(page, "the encoder's view", lambda: any(":" in label for label in labels()))
         page.wait_for_timeout(500)
         _poll(page, "the page settled", lambda: not page.locator(BUSY).count())
-        original = handlers._everything
+        original = handlers._data
         finished = threading.Event()
 
-        def slow_for_the_old_text(registry: Any, request: Any) -> Any:
+        def slow_for_the_old_text(request: Any) -> Any:
             if request.text != old:
-                return original(registry, request)
+                return original(request)
             time.sleep(3.0)
             try:
-                return original(registry, request)
+                return original(request)
             finally:
                 finished.set()
 
-        monkeypatch.setattr(handlers, "_everything", slow_for_the_old_text)
+        monkeypatch.setattr(handlers, "_data", slow_for_the_old_text)
         panel.get_by_label("no √d scaling", exact=True).check()  # redraws the old sentence
         box.click()  # typed as a student types: each key redraws the new text, quickly
         page.keyboard.press("ControlOrMeta+A")

@@ -1182,8 +1182,8 @@ def test_model_text_in_generate_and_mistake_summaries_stays_text():
     seeds' mistake's predictions, are each one code span that nothing in them can close."""
     from types import SimpleNamespace
 
+    from transformer.lab.effects import mistake_account
     from transformer.lab.mistakes import SEED_MISTAKES
-    from ui.tabs.attention.mistakes import describe
     from ui.tabs.generate.drawing import _summary
 
     record = SimpleNamespace(
@@ -1201,7 +1201,10 @@ def test_model_text_in_generate_and_mistake_summaries_stays_text():
     tokenizer = SimpleNamespace(decode=lambda ids: HOSTILE, id_to_token=lambda i: HOSTILE)
     effect = SimpleNamespace(
         broken=SimpleNamespace(trace=SimpleNamespace(logits=torch.zeros(1))),
-        correct=SimpleNamespace(target_pieces=[[HOSTILE]]),
+        correct=SimpleNamespace(
+            target_pieces=[[HOSTILE]],
+            trace=SimpleNamespace(config=SimpleNamespace(architecture="decoder-only")),
+        ),
         sentence=0,
         position=0,
         largest_change=1.0,
@@ -1209,11 +1212,10 @@ def test_model_text_in_generate_and_mistake_summaries_stays_text():
         predicted_after=[HOSTILE],
         changed=[True],
     )
-    broken = SimpleNamespace(mistake=SEED_MISTAKES[0], error=None, effect=effect)
     shown = html.escape(HOSTILE, quote=False).replace('"', "&quot;")
     for markdown, spans in (
         (_summary(decoding, tokenizer, [], HOSTILE), 6),  # output, 2 pieces, query, chosen, beam
-        (describe(broken, SimpleNamespace(architecture="decoder-only"), 0), 3),
+        (mistake_account(SEED_MISTAKES[0], effect, 0), 3),  # type: ignore[arg-type]
     ):
         rendered = _rendered(markdown)
         assert "<a " not in rendered and "<img" not in rendered and "<b>" not in rendered
