@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import hf_greedy
+from conftest import SMALL_HEADS, hf_greedy
 
 import transformer
 from transformer import (
@@ -117,10 +117,7 @@ def test_start_decoding_steps_the_models_greedy_choice(bundled):
 
 @pytest.mark.parametrize("tie", [True, False])
 def test_parameter_groups_count_tied_tensors_once(tie):
-    config = ModelConfig(
-        src_vocab_size=50, tgt_vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1,
-        tie_embeddings=tie,
-    )  # fmt: skip
+    config = SMALL_HEADS.replace(n_encoder_layers=1, n_decoder_layers=1, tie_embeddings=tie)
     model = Transformer(config)
     groups = parameter_groups(model)
     storages = {p.data_ptr(): p.numel() for _, p in model.named_parameters(remove_duplicate=False)}
