@@ -519,6 +519,10 @@ def main_launches(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 # ModelConfig's defaults give the rest: 4 heads, 2 encoder and 2 decoder layers, pad id 0.
 TINY_CONFIG = ModelConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=32, d_ff=64, dropout=0.0)
 
+SMALL_HEADS = ModelConfig(src_vocab_size=50, tgt_vocab_size=50, d_model=16, n_heads=2, d_ff=32)
+"""Narrower still: 2 heads of 8 over a vocabulary of 50 (the default dropout and layers); the
+tests that count bytes or parameters add the layers and the architecture they vary."""
+
 
 LLAMA_BLOCK: dict[str, Any] = dict(
     architecture="decoder-only",

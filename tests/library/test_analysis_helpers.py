@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import hf_greedy
+from conftest import SMALL_HEADS, hf_greedy
 
 import transformer
 from transformer import (
@@ -15,13 +15,6 @@ from transformer import (
     ModelConfig,
     Transformer,
     analyse,
-    axis_pieces,
-    parameter_groups,
-    prompt_ids,
-    real_keys,
-    reference_targets,
-    start_decoding,
-    what_if,
 )
 from transformer.generation import DecodingSettings, teacher_force
 from transformer.lab.analysis import decoding_ids
@@ -44,20 +37,20 @@ def bundled():
     ],
 )
 def test_each_what_if_name_sets_its_own_field(switch, expected):
-    assert what_if([switch], head=("cross", 1, 2)) == expected
+    assert transformer.what_if([switch], head=("cross", 1, 2)) == expected
 
 
 def test_what_ifs_combine_and_none_is_the_plain_pass():
-    assert what_if([]) == Intervention()
-    both = what_if(["causal mask off", "no √d scaling"])
+    assert transformer.what_if([]) == Intervention()
+    both = transformer.what_if(["causal mask off", "no √d scaling"])
     assert both == Intervention(causal_mask=False, scale_scores=False)
 
 
 def test_unknown_what_if_and_a_head_switch_without_a_head_are_refused():
     with pytest.raises(ValueError, match="unknown what-if"):
-        what_if(["mask everything"])
+        transformer.what_if(["mask everything"])
     with pytest.raises(ValueError, match="needs the"):
-        what_if(["zero this head"])
+        transformer.what_if(["zero this head"])
 
 
 def test_axis_pieces_and_key_padding_follow_the_kind(bundled):
@@ -65,23 +58,25 @@ def test_axis_pieces_and_key_padding_follow_the_kind(bundled):
     sentences = ["the small cat sees a red ball", "a dog"]
     analysis = analyse(checkpoint.model, checkpoint.tokenizer, sentences)
     source = [checkpoint.tokenizer.encode_ids(s) for s in sentences]
-    q, k = axis_pieces(analysis, "cross")
+    q, k = transformer.axis_pieces(analysis, "cross")
     assert q is analysis.target_pieces and k is analysis.source_pieces
-    q, k = axis_pieces(analysis, "encoder_self")
+    q, k = transformer.axis_pieces(analysis, "encoder_self")
     assert q is k is analysis.source_pieces
-    q, k = axis_pieces(analysis, "decoder_self")
+    q, k = transformer.axis_pieces(analysis, "decoder_self")
     assert q is k is analysis.target_pieces
     longest = max(len(ids) for ids in source)
     expected = [True] * len(source[1]) + [False] * (longest - len(source[1]))
-    assert real_keys(analysis.trace, "cross", 1).tolist() == expected
-    assert real_keys(analysis.trace, "encoder_self", 1).tolist() == expected
+    assert transformer.real_keys(analysis.trace, "cross", 1).tolist() == expected
+    assert transformer.real_keys(analysis.trace, "encoder_self", 1).tolist() == expected
     target = analysis.trace.target.tokens[1]
-    assert real_keys(analysis.trace, "decoder_self", 1).tolist() == (target != 0).tolist()
+    assert (
+        transformer.real_keys(analysis.trace, "decoder_self", 1).tolist() == (target != 0).tolist()
+    )
 
 
 def test_reference_targets_are_bos_plus_the_tasks_answer(bundled):
     tokenizer = bundled["reverse"].tokenizer
-    targets = reference_targets(tokenizer, "reverse", ["a b c", "d e"], pad_id=0)
+    targets = transformer.reference_targets(tokenizer, "reverse", ["a b c", "d e"], pad_id=0)
     expected_rows = [
         [tokenizer.bos_id, *tokenizer.encode_ids("c b a")],
         [tokenizer.bos_id, *tokenizer.encode_ids("e d")],
@@ -89,24 +84,26 @@ def test_reference_targets_are_bos_plus_the_tasks_answer(bundled):
     width = max(map(len, expected_rows))
     expected = torch.tensor([row + [0] * (width - len(row)) for row in expected_rows])
     assert torch.equal(targets, expected)
-    assert reference_targets(tokenizer, None, ["a b"], pad_id=0) is None
+    assert transformer.reference_targets(tokenizer, None, ["a b"], pad_id=0) is None
 
 
 def test_prompt_ids_add_bos_only_for_a_decoder_only_model(bundled):
     translate, cont = bundled["translate"], bundled["continue"]
-    assert prompt_ids(translate.model, translate.tokenizer, "the cat") == (
+    assert transformer.prompt_ids(translate.model, translate.tokenizer, "the cat") == (
         translate.tokenizer.encode_ids("the cat")
     )
-    ids = prompt_ids(cont.model, cont.tokenizer, "the teacher")
+    ids = transformer.prompt_ids(cont.model, cont.tokenizer, "the teacher")
     assert ids == [cont.tokenizer.bos_id, *cont.tokenizer.encode_ids("the teacher")]
     with pytest.raises(ValueError, match="enter a source"):
-        prompt_ids(cont.model, cont.tokenizer, "  ")
+        transformer.prompt_ids(cont.model, cont.tokenizer, "  ")
 
 
 def test_start_decoding_steps_the_models_greedy_choice(bundled):
     checkpoint = bundled["translate"]
     tokenizer, model = checkpoint.tokenizer, checkpoint.model
-    session, pieces = start_decoding(model, tokenizer, "the small cat", DecodingSettings())
+    session, pieces = transformer.start_decoding(
+        model, tokenizer, "the small cat", DecodingSettings()
+    )
     assert pieces == [tokenizer.id_to_token(i) for i in tokenizer.encode_ids("the small cat")]
     record = session.step()
     src = torch.tensor([tokenizer.encode_ids("the small cat")])
@@ -117,12 +114,9 @@ def test_start_decoding_steps_the_models_greedy_choice(bundled):
 
 @pytest.mark.parametrize("tie", [True, False])
 def test_parameter_groups_count_tied_tensors_once(tie):
-    config = ModelConfig(
-        src_vocab_size=50, tgt_vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1,
-        tie_embeddings=tie,
-    )  # fmt: skip
+    config = SMALL_HEADS.replace(n_encoder_layers=1, n_decoder_layers=1, tie_embeddings=tie)
     model = Transformer(config)
-    groups = parameter_groups(model)
+    groups = transformer.parameter_groups(model)
     storages = {p.data_ptr(): p.numel() for _, p in model.named_parameters(remove_duplicate=False)}
     assert groups["total"] == sum(storages.values())
     assert sum(n for label, n in groups.items() if label != "total") == groups["total"]
@@ -147,7 +141,7 @@ def _started(hf_models, family: str, text: str, new_tokens: int):
 
     checkpoint = transformer.load_pretrained(hf_models[family])
     tokenizer, settings = checkpoint.tokenizer, DecodingSettings(max_new_tokens=new_tokens)
-    session, pieces = start_decoding(checkpoint.model, tokenizer, text, settings)
+    session, pieces = transformer.start_decoding(checkpoint.model, tokenizer, text, settings)
     for _ in session.run():
         pass
     return session, pieces, tokenizer, json.loads((hf_models[family] / "config.json").read_text())
@@ -211,7 +205,7 @@ def test_a_decoder_only_model_is_taught_from_its_prompt_whatever_the_first_id(hf
 def test_start_decoding_refuses_an_encoder_only_model(hf_models):
     checkpoint = transformer.load_pretrained(hf_models["bert"])
     with pytest.raises(ValueError, match="no decoder"):
-        start_decoding(checkpoint.model, checkpoint.tokenizer, "w5", DecodingSettings())
+        transformer.start_decoding(checkpoint.model, checkpoint.tokenizer, "w5", DecodingSettings())
 
 
 def test_a_sentence_s_attention_holds_its_records_pieces_padding_and_legend(bundled):

@@ -11,9 +11,9 @@ import contextlib
 
 import pytest
 import torch
+from conftest import SMALL_HEADS
 
 from transformer.core import trace as trace_module
-from transformer.core.config import ModelConfig
 from transformer.core.model import Transformer
 from transformer.core.run import TRACE
 from transformer.core.trace import Trace, captured_weight_bytes
@@ -42,16 +42,8 @@ def bundled():
 
 @pytest.mark.parametrize("architecture", ["encoder-decoder", "decoder-only", "encoder-only"])
 def test_the_bound_counts_exactly_the_weights_a_trace_holds(architecture):
-    config = ModelConfig(
-        architecture=architecture,
-        d_model=16,
-        n_heads=2,
-        d_ff=32,
-        n_encoder_layers=2,
-        n_decoder_layers=3,
-        src_vocab_size=50,
-        tgt_vocab_size=50,
-    )
+    # unequal stacks (2 encoder layers, 3 decoder): the bound must count each stack's own layers
+    config = SMALL_HEADS.replace(architecture=architecture, n_decoder_layers=3)
     model = Transformer(config).eval()
     src, tgt = torch.randint(4, 50, (2, 7)), torch.randint(4, 50, (2, 5))
     if architecture == "encoder-decoder":

@@ -76,18 +76,13 @@ def test_the_2017_model_parts_sum_on_both_stacks() -> None:
 
 def test_partial_rotary_keeps_an_unrotated_part() -> None:
     torch.manual_seed(2)
+    # ModelConfig's default width: 4 heads of 16 dimensions, of which half (8, 4 pairs) turn
     config = ModelConfig(
-        **LLAMA_BLOCK,
-        tgt_vocab_size=40,
-        n_kv_heads=2,
-        rotary_fraction=0.5,
-        dropout=0.0,
-        d_model=64,
-        n_heads=4,
+        **LLAMA_BLOCK, tgt_vocab_size=40, n_kv_heads=2, rotary_fraction=0.5, dropout=0.0
     )
     model = Transformer(config).eval()
     parts = attention_score_parts(model, [3, 9, 27, 4, 11], 1, 3)
-    assert list(parts) == [*(f"pair {i}" for i in range(4)), "unrotated"]  # 8 of 16 turn
+    assert list(parts) == [*(f"pair {i}" for i in range(4)), "unrotated"]
     check_sum(parts, captured_scores(model, 1, 3, tgt=torch.tensor([[3, 9, 27, 4, 11]])))
 
 

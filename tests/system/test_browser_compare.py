@@ -16,7 +16,7 @@ from test_browser import (
     _poll,
     _smollm2_or_skip,
 )
-from test_browser_layout import LAPTOP, PROJECTOR, _open
+from test_browser_layout import LAPTOP, PROJECTOR, _opened
 
 from ui.tabs.inside.compare import LABEL
 
@@ -68,8 +68,7 @@ def test_compare_mode_draws_both_blocks_side_by_side(
     browser: Any, app: tuple[str, Any], screenshots: Path
 ) -> None:
     _smollm2_or_skip(app)
-    context, page = _open(browser, app[0], LAPTOP)
-    try:
+    with _opened(browser, app[0], LAPTOP) as page:
         _switch_on(page)
         shown = _compared(page)
         assert shown["sides"] == 2 * shown["rows"]
@@ -96,16 +95,13 @@ def test_compare_mode_draws_both_blocks_side_by_side(
         # Switched off, the comparison goes.
         page.get_by_role("tabpanel").get_by_label(LABEL, exact=True).uncheck()
         _poll(page, "the comparison hidden", lambda: not page.locator(VIEW).is_visible())
-    finally:
-        context.close()
 
 
 def test_compare_mode_in_large_font_on_a_projector(
     browser: Any, app: tuple[str, Any], tmp_path: Path
 ) -> None:
     _smollm2_or_skip(app)
-    context, page = _open(browser, app[0], PROJECTOR, large=True)
-    try:
+    with _opened(browser, app[0], PROJECTOR, large=True) as page:
         _switch_on(page)
         shown = _compared(page)
         assert _side_by_side(shown["boxes"]), shown["boxes"]
@@ -114,17 +110,12 @@ def test_compare_mode_in_large_font_on_a_projector(
         page.locator(VIEW).evaluate("e => e.scrollIntoView({block: 'start'})")
         page.wait_for_timeout(500)
         page.screenshot(path=str(tmp_path / "block-diff-large.png"))  # to look at, not the README
-    finally:
-        context.close()
 
 
 def test_a_link_with_compare_on_reopens_the_comparison(browser: Any, app: tuple[str, Any]) -> None:
     _smollm2_or_skip(app)
-    context, page = _open(browser, f"{app[0]}?tab=inside&model=reverse&compare=1", LAPTOP)
-    try:
+    with _opened(browser, f"{app[0]}?tab=inside&model=reverse&compare=1", LAPTOP) as page:
         shown = _compared(page)
         assert "2017 · reverse" in shown["text"]
         switch = page.get_by_role("tabpanel").get_by_label(LABEL, exact=True)
         assert switch.is_checked()
-    finally:
-        context.close()

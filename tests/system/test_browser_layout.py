@@ -4,6 +4,7 @@ tour's sidebar on a 1280 px laptop. Reuses ``test_browser``'s browser, app and h
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +32,16 @@ def _open(browser: Any, url: str, viewport: dict, large: bool = False) -> tuple[
     if large:
         page.get_by_label("Large font (for projecting)").check()
     return context, page
+
+
+@contextlib.contextmanager
+def _opened(browser: Any, url: str, viewport: dict, large: bool = False) -> Iterator[Any]:
+    """The page :func:`_open` opens, its browser context closed when the block ends."""
+    context, page = _open(browser, url, viewport, large)
+    try:
+        yield page
+    finally:
+        context.close()
 
 
 def _visible_panel(page: Any) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from test_browser import BUSY, PLOT, _poll, _smollm2_or_skip
-from test_browser_layout import LAPTOP, _open
+from test_browser_layout import LAPTOP, _opened
 
 from ui.tabs.research import text
 
@@ -98,8 +98,7 @@ def test_every_method_is_drawn_and_explained_on_a_laptop_and_a_phone(
     browser: Any, app: tuple[str, Any], screenshots: Path
 ) -> None:
     _smollm2_or_skip(app)
-    context, page = _open(browser, app[0], LAPTOP)
-    try:
+    with _opened(browser, app[0], LAPTOP) as page:
         panel = _open_tab(page)
         for key, words in SECTIONS.items():
             section = page.locator(f"#{key}")
@@ -168,12 +167,9 @@ def test_every_method_is_drawn_and_explained_on_a_laptop_and_a_phone(
         page.wait_for_timeout(400)
         page.screenshot(path=str(screenshots / "research.png"))
         page.screenshot(path=str(screenshots / "research-full.png"), full_page=True)
-    finally:
-        context.close()
 
     # A phone: one column, every figure within the screen's width.
-    context, page = _open(browser, app[0], PHONE)
-    try:
+    with _opened(browser, app[0], PHONE) as page:
         _open_tab(page)
         for key in FIRST_PLOTS:
             box = _plot(page, key).first.bounding_box()
@@ -211,5 +207,3 @@ def test_every_method_is_drawn_and_explained_on_a_laptop_and_a_phone(
         page.locator("#research-patching").evaluate("e => e.scrollIntoView({block: 'start'})")
         page.wait_for_timeout(400)
         page.screenshot(path=str(screenshots / "research-phone.png"), full_page=True)
-    finally:
-        context.close()

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import REPOSITORY as ROOT
 from serving import (
     GENERATE,
     bundled_only_env,
@@ -33,7 +34,6 @@ from serving import (
 from ui.serving.cluster import BALANCER_COOKIE, RESTARTED, missing_programs, redis_answers
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module", autouse=True)

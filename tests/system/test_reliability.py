@@ -29,6 +29,7 @@ import gradio as gr
 import httpx
 import pytest
 import torch
+from conftest import REPOSITORY as ROOT
 from gradio_client import Client, handle_file
 from serving import (
     CROSS,
@@ -54,7 +55,6 @@ from ui.tabs import tokenize as tokenize_tab
 # A system test: the app over HTTP, over a thousand requests; `-m "not slow"` leaves it out.
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 
 BAD_TEXTS = {
     "empty": "",

@@ -139,6 +139,22 @@ def check_model_type(hf: dict[str, Any], model_types: tuple[str, ...]) -> str:
     return str(model_type)
 
 
+LLAMA_BLOCK: dict[str, Any] = dict(
+    architecture="decoder-only",
+    n_encoder_layers=0,
+    norm="pre",
+    norm_kind="rms",
+    positional="rotary",
+    feed_forward_kind="gated",
+    scale_embeddings=False,
+    generator_bias=False,
+    mask_target_padding=False,
+)
+"""What makes a model Llama-shaped, as :class:`ModelConfig` fields, whether it is read from a
+``config.json`` or a GGUF file: decoder-only, pre-norm RMSNorm, rotary positions, a gated
+feed-forward, unscaled embeddings, no output bias, and a pad id that may be real text."""
+
+
 def decoder_config(hf: dict[str, Any], family: str, **changes: Any) -> ModelConfig:
     """The Llama-shaped :class:`ModelConfig` of a ``config.json`` (decoder-only, pre-norm
     RMSNorm, rotary, gated SiLU feed-forward, grouped-query attention, no biases, untied unless
@@ -152,7 +168,7 @@ def decoder_config(hf: dict[str, Any], family: str, **changes: Any) -> ModelConf
     eos = special_token_id(hf.get("eos_token_id"), vocab)
     pad = special_token_id(hf.get("pad_token_id"), vocab)
     fields: dict[str, Any] = dict(
-        architecture="decoder-only",
+        LLAMA_BLOCK,
         src_vocab_size=vocab,
         tgt_vocab_size=vocab,
         d_model=d_model,
@@ -160,20 +176,12 @@ def decoder_config(hf: dict[str, Any], family: str, **changes: Any) -> ModelConf
         head_dim=head_dim(hf, d_model, n_heads),
         n_kv_heads=hf.get("num_key_value_heads") or n_heads,
         d_ff=require(hf, "intermediate_size", family),
-        n_encoder_layers=0,
         n_decoder_layers=require(hf, "num_hidden_layers", family),
         dropout=float(hf.get("attention_dropout", 0.0) or 0.0),
         activation=activation(hf.get("hidden_act", "silu"), "hidden_act"),
-        norm="pre",
-        norm_kind="rms",
-        positional="rotary",
-        feed_forward_kind="gated",
         pad_id=pad if pad is not None else (eos if eos is not None else 0),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         layer_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        scale_embeddings=False,
-        generator_bias=False,
-        mask_target_padding=False,
         eos_id=eos,
         attention_qkv_bias=attention_bias,
         attention_output_bias=attention_bias,
@@ -252,29 +260,21 @@ def config_from_gguf(metadata: dict[str, Any], tensor_names: set[str] | list[str
     n_kv = metadata.get(p + "attention.head_count_kv", n_heads)
     try:
         return ModelConfig(
-            architecture="decoder-only",
+            **LLAMA_BLOCK,
             src_vocab_size=vocab,
             tgt_vocab_size=vocab,
             d_model=d_model,
             n_heads=n_heads,
             n_kv_heads=n_kv,
             d_ff=_meta(metadata, p + "feed_forward_length"),
-            n_encoder_layers=0,
             n_decoder_layers=_meta(metadata, p + "block_count"),
             dropout=0.0,
             activation="silu",
-            norm="pre",
-            norm_kind="rms",
-            positional="rotary",
             rope_base=float(metadata.get(p + "rope.freq_base", 10000.0)),
-            feed_forward_kind="gated",
             max_len=int(metadata.get(p + "context_length", 2048)),
             pad_id=pad if pad is not None else (eos if eos is not None else 0),
             tie_embeddings="output.weight" not in tensor_names,
             layer_norm_eps=float(_meta(metadata, p + "attention.layer_norm_rms_epsilon", float)),
-            scale_embeddings=False,
-            generator_bias=False,
-            mask_target_padding=False,
             prompt_bos=bool(metadata.get("tokenizer.ggml.add_bos_token", True)),
             eos_id=eos,
             attention_qkv_bias="blk.0.attn_q.bias" in tensor_names,
