@@ -87,7 +87,7 @@ def test_a_room_asks_counts_reveals_and_exports(registry, tmp_path: Path):
     reloaded = panel.student_tick(store, room.code, None, "b")
     assert value(reloaded[2]) == choices[1] and "is in" in reloaded[3]
 
-    result, figure, class_plot, tally, timer = panel.reveal(store, hosting, state)
+    result, figure, class_plot, tally, timer = panel.reveal(store, hosting)
     answer = store.current(room.code).asked["answer"]
     assert f"**The model's answer:** {answer}" in result and timer.active is False
     assert tally.startswith("**3** answers")

@@ -12,6 +12,10 @@ figure, the class's answers and their own. The answers live in the room's store
 (``ui/links/exercises.py``), so any process of a class counts them. A student's page keeps a
 random id and the room in the browser: a reload answers as the same student and shows the
 answer it gave. ``/exercise_answer`` and ``/exercise_tally`` serve clients that are not pages.
+
+Each handler is ``handler(store, request)`` (``pick``: the model registry first), made by
+:func:`ui.serving.endpoints.takes_request` from a record of ``exercises_request.py`` that
+reads the controls' values once; what it refuses is said on the page, never in a pop-up.
 """
 
 from __future__ import annotations
@@ -19,36 +23,31 @@ from __future__ import annotations
 import functools
 import logging
 import secrets
-from collections import OrderedDict
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
 from transformer.figures.exercises import class_figure, exercise_figure
-from transformer.lab.exercises import (
-    BANK,
-    BY_ID,
-    Asked,
-    Exercise,
-    ExerciseError,
-    ask,
-    exercise,
-    view_exercise,
-)
-from transformer.text.real_tokenizers import REAL_TOKENIZERS, load_real_tokenizer
+from transformer.lab.exercises import BANK, Asked
 
 from ..links.exercises import ExerciseStore
-from ..links.rooms import POLL_S, RoomError, RoomStore, RoomsUnavailable, normal_code, view_params
-from ..links.share import decode_view
+from ..links.rooms import POLL_S, RoomError, RoomStore, RoomsUnavailable, normal_code
 from ..serving.endpoints import takes_request
 from ..serving.export import EXPORTS
+from .exercises_request import (
+    ApiAnswer,
+    AskRequest,
+    Hosting,
+    LecturerPage,
+    PageAnswer,
+    RoomAsk,
+    RoomCode,
+    StudentPage,
+)
 
 log = logging.getLogger("visualiser")
 
 LECTURER_TICK_S = 0.5  # how often the lecturer's page reads the count of answers (one page: cheap)
-ASKED_CACHE = 64  # bank exercises asked of the bundled models, kept per process
 
 KIND_NAMES = {
     "attention": "Attention",
@@ -88,77 +87,6 @@ def bank_choices() -> list[tuple[str, str]]:
         (f"{KIND_NAMES.get(e.kind, e.kind)} · {e.model} · {e.text or 'positions'}", e.id)
         for e in BANK
     ]
-
-
-class _AskedCache:
-    """Bank exercises asked of a shared model, by (exercise, model): each computed from the
-    model the first time it is asked in this process (bundled models never change)."""
-
-    def __init__(self, size: int = ASKED_CACHE) -> None:
-        self.size = size
-        self._kept: OrderedDict[tuple[str, str], Asked] = OrderedDict()
-
-    def get(self, key: tuple[str, str]) -> Asked | None:
-        found = self._kept.get(key)
-        if found is not None:
-            self._kept.move_to_end(key)
-        return found
-
-    def put(self, key: tuple[str, str], asked: Asked) -> None:
-        self._kept[key] = asked
-        while len(self._kept) > self.size:
-            self._kept.popitem(last=False)
-
-
-ASKED = _AskedCache()
-
-
-def ask_exercise(registry: Any, item: Exercise, session: Any = None) -> Asked:
-    """``item`` asked of its model, read from ``registry`` (a ``ModelRegistry``; a real
-    tokenizer by name for a subwords question); :class:`ExerciseError` with a clear message."""
-    key = (item.id, item.model)
-    bank = BY_ID.get(item.id) is item
-    if bank and (found := ASKED.get(key)) is not None:
-        return found
-    if item.kind == "subwords" and item.model in REAL_TOKENIZERS:
-        asked = ask(item, None, load_real_tokenizer(item.model))
-    else:
-        try:
-            checkpoint = registry.checkpoint(item.model, session)
-        except (ValueError, RuntimeError) as error:
-            raise ExerciseError(str(error)) from None
-        try:
-            asked = ask(item, checkpoint.model, checkpoint.tokenizer)
-        except ExerciseError:
-            raise
-        except ValueError as error:
-            raise ExerciseError(f"this exercise cannot be asked here: {error}") from None
-    if bank:
-        ASKED.put(key, asked)
-    return asked
-
-
-@dataclass(frozen=True)
-class AskRequest:
-    """The exercise the menu names, read once: looked up in the bank and asked of its model
-    (``asked``), or why it cannot be (``refused``, said on the page where the question would
-    stand); and whether the student predicts first."""
-
-    asked: Asked | None
-    refused: str = ""
-    predict_first: bool = False
-
-    @classmethod
-    def of(
-        cls, registry: Any, exercise_id: Any, predict_first: Any = False, session: Any = None
-    ) -> AskRequest:
-        """The request for the menu's ``exercise_id``; never raises: an exercise that cannot
-        be asked is a refused request."""
-        try:
-            asked = ask_exercise(registry, exercise(exercise_id), session)
-        except ExerciseError as error:
-            return cls(None, str(error), bool(predict_first))
-        return cls(asked, "", bool(predict_first))
 
 
 def _plot(asked: Asked | dict[str, Any]) -> Any:
@@ -224,23 +152,17 @@ def show_figure(state: dict | None, predict_first: bool) -> Any:
     return _plot(state["asked"])
 
 
-def submit(
-    store: ExerciseStore,
-    choice: str | None,
-    state: dict | None,
-    score: dict | None,
-    student: str,
-) -> tuple:
+@takes_request(PageAnswer.of)
+def submit(store: ExerciseStore, request: PageAnswer) -> tuple:
     """The student's answer: ``(state, result, figure, score, score line)``. Alone: the
     figure, the model's answer and theirs, the score; in a room: recorded for the tally."""
     skip = gr.skip()
-    if not state:
-        return skip, "Pick an exercise first.", skip, skip, skip
-    if not choice:
-        return skip, "Choose an answer first.", skip, skip, skip
-    if state.get("mode") == "room":
+    if request.refused:
+        return skip, request.refused, skip, skip, skip
+    choice, state = request.choice, request.state
+    if state["mode"] == "room":
         try:
-            store.answer(state["code"], state["round"], student, choice)
+            store.answer(state["code"], state["round"], request.student, choice)
         except RoomsUnavailable as error:
             return skip, f"⚠️ {error}: answer again in a moment.", skip, skip, skip
         except RoomError as error:
@@ -248,10 +170,8 @@ def submit(
         state = {**state, "mine": choice}
         line = f"Your answer **{choice}** is in. The figure comes when the lecturer reveals it."
         return state, line, skip, skip, skip
-    if state.get("mode") != "alone":
-        return skip, "The lecturer's page does not answer its own question.", skip, skip, skip
     asked = state["asked"]
-    score = dict(score or {"answered": 0, "right": 0, "done": []})
+    score = dict(request.score or {"answered": 0, "right": 0, "done": []})
     done = list(score.get("done", []))
     if asked["exercise_id"] not in done:  # the first answer to an exercise counts
         done.append(asked["exercise_id"])
@@ -263,13 +183,6 @@ def submit(
 
 
 # -- a room: the lecturer ------------------------------------------------------------------
-
-
-def _hosting(hosting: Any) -> tuple[str, str]:
-    code, secret = [*list(hosting or []), "", ""][:2]
-    if not code:
-        raise ExerciseError("host a room first (Follow a lecturer → Host a room)")
-    return str(code), str(secret)
 
 
 def _lecturer_view(round_number: int, asked: Asked, code: str) -> tuple:
@@ -294,57 +207,31 @@ def _failed(message: str) -> tuple:
     return skip, skip, skip, f"⚠️ {message}", skip, skip, skip, skip
 
 
-def start_room(
-    store: ExerciseStore, registry: Any, hosting: Any, exercise_id: str, session: Any = None
-) -> tuple:
+def _ask_room(store: ExerciseStore, request: RoomAsk) -> tuple:
+    """The room asked ``request``'s exercise: the lecturer's page, or the refusal said."""
+    if request.asked is None:
+        return _failed(request.refused)
+    room = request.room
+    try:
+        round_ = store.start(room.code, room.secret, request.asked.to_dict())
+    except RoomError as error:
+        return _failed(str(error))
+    return _lecturer_view(round_.number, request.asked, room.code)
+
+
+@takes_request(RoomAsk.bank, optional=True)
+def start_room(store: ExerciseStore, request: RoomAsk) -> tuple:
     """The lecturer asks the room an exercise of the bank: ``(state, question, choices,
     result, figure, class figure, tally, timer)``."""
-    try:
-        code, secret = _hosting(hosting)
-        request = AskRequest.of(registry, exercise_id, session=session)
-        if request.asked is None:
-            return _failed(request.refused)
-        round_ = store.start(code, secret, request.asked.to_dict())
-    except (ExerciseError, RoomError) as error:
-        return _failed(str(error))
-    return _lecturer_view(round_.number, request.asked, normal_code(code))
+    return _ask_room(store, request)
 
 
-def room_view(query: str, tabs: Mapping[str, Any] | None, registry: Any) -> dict[str, str]:
-    """The values of the view a room shows (its link's ``query``), every control's value with
-    the tab's defaults where the link leaves one out, as text; ``tab`` and ``step`` too."""
-    params = view_params(query)
-    found = {k: v[-1] for k, v in params.items()}
-    if tabs is not None:
-        view = decode_view(params, tabs, registry).view
-        if view is not None:
-            found = {k: str(v) for k, v in view["values"].items()}
-            found["tab"] = view["tab"]
-            found["step"] = str(view.get("step") or 0)
-    return found
-
-
-def start_view(
-    store: ExerciseStore,
-    rooms: RoomStore,
-    registry: Any,
-    hosting: Any,
-    session: Any = None,
-    tabs: Mapping[str, Any] | None = None,
-) -> tuple:
+@takes_request(RoomAsk.view, optional=True)
+def start_view(store: ExerciseStore, request: RoomAsk) -> tuple:
     """The lecturer asks the room about the view it shows now (Attention: where the head
     looks most from the last token; Generate: the next token). ``tabs``: the app's
     ``Views.tabs``, whose defaults fill what a view's link leaves out."""
-    try:
-        code, secret = _hosting(hosting)
-        _, query = rooms.latest(code)
-        params = room_view(query, tabs, registry)
-        item = view_exercise(params.get("tab", ""), params)
-        asked = ask_exercise(registry, item, session)
-        round_ = store.start(code, secret, asked.to_dict())
-    except (ExerciseError, RoomError) as error:
-        return _failed(str(error))
-    return _lecturer_view(round_.number, asked, normal_code(code))
+    return _ask_room(store, request)
 
 
 def tally_line(total: int, counts: dict[str, int] | None = None, answer: str | None = None) -> str:
@@ -356,29 +243,32 @@ def tally_line(total: int, counts: dict[str, int] | None = None, answer: str | N
     return line
 
 
-def lecturer_tick(store: ExerciseStore, state: dict | None) -> Any:
+@takes_request(LecturerPage.of)
+def lecturer_tick(store: ExerciseStore, page: LecturerPage) -> Any:
     """Every second on the lecturer's page: the count of answers."""
-    if not state or state.get("mode") != "lecturer":
+    if not page.code:
         return gr.skip()
     try:
-        tally = store.tally(state["code"])
+        tally = store.tally(page.code)
     except RoomError:
         return gr.skip()
-    if tally is None or tally.round != state["round"]:
+    if tally is None or tally.round != page.round:
         return gr.skip()
     # A tick that ends after the reveal says what the reveal said.
     return tally_line(tally.total, tally.counts, tally.answer)
 
 
-def reveal(store: ExerciseStore, hosting: Any, state: dict | None) -> tuple:
+@takes_request(Hosting.of)
+def reveal(store: ExerciseStore, room: Hosting) -> tuple:
     """Reveal: ``(result, figure, class figure, tally, timer)`` on the lecturer's page; the
     followers' pages show it at their next look."""
     skip = gr.skip()
+    if room.refused:
+        return f"⚠️ {room.refused}", skip, skip, skip, skip
     try:
-        code, secret = _hosting(hosting)
-        round_ = store.reveal(code, secret)
-        tally = store.tally(code)
-    except (ExerciseError, RoomError) as error:
+        round_ = store.reveal(room.code, room.secret)
+        tally = store.tally(room.code)
+    except RoomError as error:
         return f"⚠️ {error}", skip, skip, skip, skip
     assert tally is not None  # a round was revealed
     asked = round_.asked
@@ -391,15 +281,17 @@ def reveal(store: ExerciseStore, hosting: Any, state: dict | None) -> tuple:
     )
 
 
-def export(store: ExerciseStore, hosting: Any) -> tuple:
+@takes_request(Hosting.of)
+def export(store: ExerciseStore, room: Hosting) -> tuple:
     """The room's answers as a CSV file: ``(file, result)``."""
+    if room.refused:
+        return gr.skip(), f"⚠️ {room.refused}"
     try:
-        code, secret = _hosting(hosting)
-        text = store.export(code, secret)
-    except (ExerciseError, RoomError) as error:
+        text = store.export(room.code, room.secret)
+    except RoomError as error:
         return gr.skip(), f"⚠️ {error}"
     # With the views' exports: bounded by count, size and age.
-    path = EXPORTS.write(f"answers-{normal_code(code)}.csv", text)
+    path = EXPORTS.write(f"answers-{room.code}.csv", text)
     rows = max(0, text.count("\n") - 1)
     return gr.File(str(path), visible=True), f"Exported {rows} answer(s)."
 
@@ -422,13 +314,14 @@ def opened(room: str, student: str) -> tuple:
     return student, gr.Timer(active=bool(normal_code(room)))
 
 
-def student_tick(store: ExerciseStore, room: str, state: dict | None, student: str) -> tuple:
+@takes_request(StudentPage.of)
+def student_tick(store: ExerciseStore, page: StudentPage) -> tuple:
     """Every two seconds on a student's page in a room: a new question is asked, or the
     answer revealed. ``(state, question, choices, result, figure, class figure, accordion,
     timer)``, each skipped when nothing changed."""
     skip = gr.skip()
     nothing = (skip,) * 8
-    code = normal_code(room)
+    code, student = page.code, page.student
     if not code:
         return (*nothing[:7], gr.Timer(active=False))
     try:
@@ -439,12 +332,8 @@ def student_tick(store: ExerciseStore, room: str, state: dict | None, student: s
         return (*nothing[:7], gr.Timer(active=False))
     if round_ is None:
         return nothing
-    state = state if isinstance(state, dict) else {}
-    fresh = not (
-        state.get("mode") == "room"
-        and state.get("code") == code
-        and state.get("round") == round_.number
-    )
+    state = page.state
+    fresh = not page.shows(round_.number)
     public = round_.public()
     if fresh:
         try:
@@ -498,26 +387,33 @@ def student_tick(store: ExerciseStore, room: str, state: dict | None, student: s
 # -- the API for clients that are not pages --------------------------------------------------
 
 
-def exercise_answer(store: ExerciseStore, room: str, student: str, answer: str) -> dict:
+@takes_request(ApiAnswer.of)
+def exercise_answer(store: ExerciseStore, request: ApiAnswer) -> dict:
     """Answer the question room ``room`` asks now, as ``student`` (any id the client keeps):
     ``{"round", "seconds"}``, or ``{"error"}``."""
+    if request.room.refused:
+        return {"error": request.room.refused}
+    code = request.room.code
     try:
-        round_ = store.current(room)
+        round_ = store.current(code)
         if round_ is None:
             return {"error": "this room has asked no question yet"}
-        seconds = store.answer(room, round_.number, student, answer)
+        seconds = store.answer(code, round_.number, request.student, request.answer)
     except RoomError as error:
         return {"error": str(error)}
     return {"round": round_.number, "seconds": round(seconds, 2)}
 
 
-def exercise_tally(store: ExerciseStore, room: str) -> dict:
+@takes_request(RoomCode.of)
+def exercise_tally(store: ExerciseStore, room: RoomCode) -> dict:
     """The question room ``room`` asks now and its answers: ``{"round", "question",
     "choices", "revealed", "total", "counts", "answer"}`` (the answer once revealed), or
     ``{"error"}``."""
+    if room.refused:
+        return {"error": room.refused}
     try:
-        round_ = store.current(room)
-        tally = store.tally(room)
+        round_ = store.current(room.code)
+        tally = store.tally(room.code)
     except RoomError as error:
         return {"error": str(error)}
     if round_ is None or tally is None:
@@ -634,7 +530,7 @@ class ExercisePanel:
         )  # fmt: skip
         self.reveal.click(
             functools.partial(reveal, store),
-            [follow_me.hosting, self.state],
+            [follow_me.hosting],
             [self.result, self.figure, self.class_plot, self.tally, self.lecturer_timer],
             **private,
         )
