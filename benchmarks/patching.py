@@ -86,19 +86,15 @@ def hooks_sweep(
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2, help="torch threads, both sides")
-    parser.add_argument("--unbatched", action="store_true", help="also ours, one run per patch")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+def both_models(threads: int) -> tuple[torch.nn.Module, torch.nn.Module, Callable]:
+    """SmolLM2 as ours and as ``transformers``' (both from the shipped GGUF, float32, on
+    ``threads`` torch threads), and the text → ``(1, T)`` ids function of its tokenizer."""
+    torch.set_num_threads(threads)
     import transformers
 
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     loaded = SMOLLM2.load()
-    ours = loaded.model.eval()
     path = SMOLLM2.verify() / SMOLLM2.entry
     theirs = transformers.AutoModelForCausalLM.from_pretrained(
         path.parent, gguf_file=path.name, torch_dtype=torch.float32, attn_implementation="sdpa"
@@ -107,6 +103,16 @@ def main() -> None:
     def ids(text: str) -> torch.Tensor:
         return torch.tensor([[record.id for record in loaded.tokenizer.encode(text)]])
 
+    return loaded.model.eval(), theirs, ids
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads, both sides")
+    parser.add_argument("--unbatched", action="store_true", help="also ours, one run per patch")
+    args = parser.parse_args()
+    ours, theirs, ids = both_models(args.threads)
     clean, corrupted = ids(CLEAN), ids(CORRUPTED)
     assert clean.shape == corrupted.shape == (1, 12), (clean.shape, corrupted.shape)
     answer, wrong = (int(ids(a)[0, 0]) for a in ANSWERS)

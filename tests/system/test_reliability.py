@@ -516,6 +516,9 @@ def test_cancelling_a_training_leaves_the_app_usable(url):
     assert _wait_until(lambda: len(job.outputs()) >= 2, 60), "training did not report progress"
     job.cancel()
     assert _wait_until(lambda: not _training_threads(), 30), "the cancelled training runs on"
+    # gradio_client ends the cancelled job's stream on its own thread; a call made on the same
+    # client before that ends can be ended with it (a busy machine showed it), so wait.
+    assert _wait_until(job.done, 30), "the cancelled job never ended"
     still_serves(trainer)
     updates = list(trainer.submit("reverse", 20, 1, False, api_name="/train"))
     assert "Done: 20 steps" in updates[-1][0]
@@ -1391,9 +1394,11 @@ def test_one_clients_queued_runs_do_not_hold_another_client(server, monkeypatch)
     assert other, "the other client's run failed"
     refused = [o for o in outcomes if o != "ok"]
     assert refused and all("long runs waiting" in o for o in refused), outcomes
-    # First come, first served, the three runs waiting would end before the other's; in turns,
-    # only the one running when it came (or, on a slow machine, the next one too).
-    assert order.index("other") <= 2, order
+    # First come, first served, every run queued before the other's would end before it, so it
+    # would end last; in turns, only those running when it came (and, on a machine busy with
+    # other work, one taken from the queue as it arrived).
+    assert order.index("other") <= 3, order
+    assert order.index("other") < len(order) - 1, order
     assert len(order) == 1 + len(outcomes) - len(refused), order
 
 
