@@ -143,6 +143,11 @@ def test_every_method_is_drawn_and_explained_on_a_laptop_and_a_phone(
         assert "France" in _plot(page, "input").first.inner_text()
         assert "Completeness" in page.locator("#research-input").inner_text()
         assert "rotary" in page.locator("#research-scores").inner_text()
+        # The picture of SmolLM2's page, its inputs beside the figures they drew.
+        page.locator("#research-patching").evaluate("e => e.scrollIntoView({block: 'start'})")
+        page.wait_for_timeout(400)
+        page.screenshot(path=str(screenshots / "research.png"))
+        page.screenshot(path=str(screenshots / "research-full.png"), full_page=True)
         _choose(page, "Second model", "continue")
         panel.get_by_role("button", name="Compare", exact=True).click()
         _poll(
@@ -162,11 +167,6 @@ def test_every_method_is_drawn_and_explained_on_a_laptop_and_a_phone(
         page.wait_for_timeout(300)
         _drawn(page, "scores")
         assert "source held fixed" in page.locator("#research-scores").inner_text()
-        _choose(page, "Model", "SmolLM2-135M-Instruct")
-        page.locator("#research-patching").evaluate("e => e.scrollIntoView({block: 'start'})")
-        page.wait_for_timeout(400)
-        page.screenshot(path=str(screenshots / "research.png"))
-        page.screenshot(path=str(screenshots / "research-full.png"), full_page=True)
 
     # A phone: one column, every figure within the screen's width.
     with _opened(browser, app[0], PHONE) as page:
