@@ -20,14 +20,12 @@ Usage: python -m benchmarks.ablation [--repeats N] [--threads N]
 from __future__ import annotations
 
 import argparse
-import os
-import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
-from benchmarks.patching import both_models
+from benchmarks.patching import both_models, race
 from transformer import head_ablation
 
 TEXT = "The famous Eiffel Tower is located in the beautiful city of Paris"
@@ -70,28 +68,10 @@ def main() -> None:
         ("ours", lambda: head_ablation(ours, ids)),
         ("hooks", lambda: hooks_ablation(theirs, ids)),
     ]
-    results: dict[str, torch.Tensor] = {}
-    times: dict[str, list[float]] = {name: [] for name, _ in sides}
-    print(
-        f"SmolLM2-135M-Instruct, 30 layers × 9 heads = 270 ablated runs of {ids.size(1)} tokens, "
-        f"{args.threads} threads, minimum of {args.repeats}; load average at start "
-        f"{os.getloadavg()[0]:.1f}",
-        flush=True,
+    headline = (
+        f"SmolLM2-135M-Instruct, 30 layers × 9 heads = 270 ablated runs of {ids.size(1)} tokens"
     )
-    with torch.inference_mode():
-        for _ in range(args.repeats):
-            for name, sweep in sides:
-                start = time.perf_counter()
-                results[name] = sweep()
-                times[name].append(time.perf_counter() - start)
-    hooks = min(times["hooks"])
-    print("| ablation | seconds | ratio to hooks |")
-    print("|---|---:|---:|")
-    for name, _ in sides:
-        print(f"| {name} | {min(times[name]):.2f} | {min(times[name]) / hooks:.2f} |")
-    gap = max((results[name] - results["hooks"]).abs().max().item() for name, _ in sides)
-    print(f"largest difference from the hooks' result: {gap:.1e} nats")
-    print(f"load average at end {os.getloadavg()[0]:.1f}")
+    race(sides, args.repeats, args.threads, headline, "ablation", "nats")
 
 
 if __name__ == "__main__":

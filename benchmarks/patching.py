@@ -106,6 +106,39 @@ def both_models(threads: int) -> tuple[torch.nn.Module, torch.nn.Module, Callabl
     return loaded.model.eval(), theirs, ids
 
 
+def race(
+    sides: list[tuple[str, Callable[[], torch.Tensor]]],
+    repeats: int,
+    threads: int,
+    headline: str,
+    what: str,
+    unit: str,
+) -> None:
+    """Run each side ``repeats`` times, alternated, and print the table of their fastest times
+    against the side named "hooks", and the largest difference from the hooks' result."""
+    results: dict[str, torch.Tensor] = {}
+    times: dict[str, list[float]] = {name: [] for name, _ in sides}
+    print(
+        f"{headline}, {threads} threads, minimum of {repeats}; load average at start "
+        f"{os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    with torch.inference_mode():
+        for _ in range(repeats):
+            for name, sweep in sides:
+                start = time.perf_counter()
+                results[name] = sweep()
+                times[name].append(time.perf_counter() - start)
+    hooks = min(times["hooks"])
+    print(f"| {what} | seconds | ratio to hooks |")
+    print("|---|---:|---:|")
+    for name, _ in sides:
+        print(f"| {name} | {min(times[name]):.2f} | {min(times[name]) / hooks:.2f} |")
+    gap = max((results[name] - results["hooks"]).abs().max().item() for name, _ in sides)
+    print(f"largest difference from the hooks' result: {gap:.1e} {unit}")
+    print(f"load average at end {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -116,7 +149,6 @@ def main() -> None:
     clean, corrupted = ids(CLEAN), ids(CORRUPTED)
     assert clean.shape == corrupted.shape == (1, 12), (clean.shape, corrupted.shape)
     answer, wrong = (int(ids(a)[0, 0]) for a in ANSWERS)
-    results: dict[str, torch.Tensor] = {}
     sides: list[tuple[str, Callable[[], torch.Tensor]]] = [
         ("ours", lambda: activation_patching(ours, clean, corrupted, answer, wrong)),
         ("hooks", lambda: hooks_sweep(theirs, clean, corrupted, answer, wrong)),
@@ -129,25 +161,8 @@ def main() -> None:
                 lambda: activation_patching(ours, clean, corrupted, answer, wrong, batch_size=1),
             ),
         )
-    times: dict[str, list[float]] = {name: [] for name, _ in sides}
-    print(
-        f"SmolLM2-135M-Instruct, 30 layers × 12 positions = 360 patched runs, {args.threads} threads, minimum of {args.repeats}; load average at start {os.getloadavg()[0]:.1f}",
-        flush=True,
-    )
-    with torch.inference_mode():
-        for _ in range(args.repeats):
-            for name, sweep in sides:
-                start = time.perf_counter()
-                results[name] = sweep()
-                times[name].append(time.perf_counter() - start)
-    hooks = min(times["hooks"])
-    print("| sweep | seconds | ratio to hooks |")
-    print("|---|---:|---:|")
-    for name, _ in sides:
-        print(f"| {name} | {min(times[name]):.2f} | {min(times[name]) / hooks:.2f} |")
-    gap = max((results[name] - results["hooks"]).abs().max().item() for name, _ in sides)
-    print(f"largest difference from the hooks' result: {gap:.1e} (of the metric's 0–1 range)")
-    print(f"load average at end {os.getloadavg()[0]:.1f}")
+    headline = "SmolLM2-135M-Instruct, 30 layers × 12 positions = 360 patched runs"
+    race(sides, args.repeats, args.threads, headline, "sweep", "(of the metric's 0–1 range)")
 
 
 if __name__ == "__main__":
