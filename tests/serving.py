@@ -4,6 +4,7 @@ it through gradio_client or raw HTTP, and check that an error message is fit for
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import re
@@ -59,9 +60,13 @@ def api_client(url: str, **httpx_kwargs: Any) -> Client:
     even for http. Nothing here is encrypted, so no certificate is loaded.
 
     httpx gives up on a read after 5 s; on a machine busy with other test workers a model's
-    first pass can take longer, so the tests wait a minute (what they check is that a call
-    completes, and how; how fast is for the benchmarks)."""
-    httpx_kwargs.setdefault("timeout", 60)
+    first pass can take longer, so the tests wait a minute to connect and five to read (what
+    they check is that a call completes, and how; how fast is for the benchmarks). The same
+    timeout reaches the session's event stream, which gradio_client opens with none: it stays
+    open between calls and hears only gradio's 15-second heartbeats, so a one-minute read limit
+    there could close it under a loaded machine, and every call still waiting on it then ends in
+    an empty ``CancelledError``."""
+    httpx_kwargs.setdefault("timeout", httpx.Timeout(60, read=300))
     return Client(url, verbose=False, ssl_verify=False, httpx_kwargs=httpx_kwargs)
 
 
@@ -72,10 +77,16 @@ def leaks(message: str) -> list[str]:
 
 def call(client: Client, api_name: str, *args: Any) -> tuple[bool, Any]:
     """(True, result) or (False, error message) of one request through gradio_client."""
-    try:
-        return True, client.predict(*args, api_name=api_name)
-    except Exception as error:  # gradio_client's AppError, or the client's own ValueError
-        return False, str(error)
+    for _ in range(2):
+        try:
+            return True, client.predict(*args, api_name=api_name)
+        except concurrent.futures.CancelledError:
+            # The client's own event stream closed under it: no answer from the app, so the
+            # call is sent again.
+            continue
+        except Exception as error:  # gradio_client's AppError, or the client's own ValueError
+            return False, str(error)
+    return False, ""  # the stream lost twice: reported as an empty, unexplained message
 
 
 def raw_call(url: str, api_name: str, *data: Any, timeout: float = 60) -> tuple[bool, Any]:

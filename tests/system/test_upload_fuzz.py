@@ -25,9 +25,11 @@ from ui.serving import limits
 pytestmark = pytest.mark.slow
 
 BUDGET_S = 45.0  # stop starting new uploads after this
-# A stalled server answered /info in 28 s; while the hostile uploads run, it answers in under a
-# second (about 1 s was seen only on a machine running five test suites at once).
-INFO_BOUND_S = 1.0
+# A hostile file run in the server's own process stalls it for the file's whole run (/info once
+# took 28 s). Run elsewhere, under the time limit set below, /info answers in a tenth of a
+# second, and once took 1.95 s on a machine whose two cores were also running browser tests. The
+# bound is that limit: a stall lasts longer, a busy machine's answer less.
+INFO_BOUND_S = 3.0
 
 
 def _word_level(vocab: dict, normalizer=None, pre_tokenizer=None, added=()) -> str:
@@ -90,7 +92,7 @@ def hostile_files(rng: random.Random) -> list[tuple[str, str, str]]:
 
 
 def test_hostile_uploads_never_stall_the_server(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(limits, "TOKENIZER_TIME_LIMIT_S", 3.0)
+    monkeypatch.setattr(limits, "TOKENIZER_TIME_LIMIT_S", INFO_BOUND_S)
     files = hostile_files(random.Random(43))
     paths = []
     for index, (kind, text, _) in enumerate(files):
