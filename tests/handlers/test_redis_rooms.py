@@ -203,7 +203,7 @@ def test_follow_me_waits_out_a_redis_that_does_not_answer() -> None:
         polled = follow_me.poll(following)
         assert all(isinstance(part, dict) and part.get("__type__") == "update" for part in polled)
         assert follow_me.open_room(None)[1].startswith("⚠️ follow me is unavailable")
-        resumed = follow_me.resume_room(hosting)
+        resumed = follow_me.resume_room(hosting, hosting)
         assert resumed[0] == gr.skip() and "unavailable" in resumed[1]
     finally:
         server.stop()

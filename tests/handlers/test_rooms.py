@@ -190,6 +190,8 @@ def follow_me() -> FollowMe:
 def test_a_follower_gets_each_change_once_and_a_lecturers_reload_resumes(
     follow_me: FollowMe,
 ) -> None:
+    import gradio as gr
+
     hosting, line, timer = follow_me.open_room(["", ""])
     code, secret = hosting
     assert code in line and timer.active
@@ -212,12 +214,16 @@ def test_a_follower_gets_each_change_once_and_a_lecturers_reload_resumes(
     assert following == [code, 2] and incoming["query"] == "tab=generate&step=3"
 
     # The lecturer reloads: the same room is hosted again, its latest view brought back.
-    _, line, timer, view = follow_me.resume_room([code, secret])
+    _, line, timer, view = follow_me.resume_room([code, secret], [code, secret])
     assert code in line and view["query"] == "tab=generate&step=3"
     # It publishes again once that view is back on the page, not before.
     assert not timer.active and follow_me.publish_again([code, secret]).active
     # Hosting again from that page keeps the room and its code.
     assert follow_me.open_room([code, secret])[0] == [code, secret]
+    # A fresh page that hosted this room while it opened (nothing held as it opened) is not
+    # sent back to the room's last view, nor is a page that no longer hosts the room.
+    assert all(part == gr.skip() for part in follow_me.resume_room(["", ""], [code, secret]))
+    assert all(part == gr.skip() for part in follow_me.resume_room([code, secret], ["", ""]))
 
 
 def test_a_wrong_code_says_so_and_take_over_stops(follow_me: FollowMe) -> None:

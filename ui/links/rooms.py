@@ -589,6 +589,8 @@ class FollowMe:
         self.hosting = gr.BrowserState(["", ""], storage_key="visualiser-room")
         self.following = gr.State(["", -1])  # (code, version applied)
         self.incoming = gr.State(None)  # a view to apply (a lecturer's page reloaded)
+        # The room this page hosted when it opened (a reload), read as it opens.
+        self.hosted_before = gr.State(["", ""])
         # Per tab, the room's view on it, set by a poll that found the room moved to it.
         self.polled: dict[str, gr.Textbox] = {}
         self.shared: SharedSteps | None = None  # Generate's steps as followers see them
@@ -685,10 +687,15 @@ class FollowMe:
         )
         for slug, polled in self.polled.items():
             self._wire_tab(views, registry, slug, polled)
+        # The room comes back after the tabs' first views, which take a minute on a busy
+        # machine: by then a fresh page may host a room of its own, and must not be sent back
+        # to that room's last view (its newer tab was not published yet). Only a room the page
+        # held as it opened comes back, read at once.
+        demo.load(lambda hosting: hosting, [self.hosting], [self.hosted_before], **private)
         # Queued, as the poll is: the view it may set must fire .change.
         opened.then(
             self.resume_room,
-            [self.hosting],
+            [self.hosted_before, self.hosting],
             [self.hosting, self.line, self.publish_timer, self.incoming],
             api_visibility="private",
             show_progress="hidden",
@@ -707,11 +714,10 @@ class FollowMe:
             api_visibility="private",
             show_progress="hidden",
         )
-        # A lecturer's page publishes again only once the room's view is back on it: its
-        # first tick would otherwise send the page as it opened, over the room's view.
-        views.follow(arrived).then(
-            self.publish_again, [self.hosting], [self.publish_timer], **private
-        )
+        # A lecturer's page publishes again only once the room's view is back on it (its first
+        # tick would otherwise send the page as it opened, over the room's view), and as soon
+        # as it is: the lecturer's next change reaches the room within a tick.
+        views.follow(arrived, settled=(self.publish_again, [self.hosting], [self.publish_timer]))
 
     # -- handlers (module-level logic, callable from tests) --------------------------------
 
@@ -735,11 +741,12 @@ class FollowMe:
             return gr.skip(), f"⚠️ No room: {error}.", gr.skip()
         return [room.code, room.secret], room_line(room.code), gr.Timer(active=True)
 
-    def resume_room(self, hosting: list[str] | None) -> tuple:
-        """On page load: a lecturer's page that hosted a room hosts it again and shows its
-        latest view; any other page is left as it is."""
-        code, secret = (hosting or ["", ""])[:2]
-        if not code:
+    def resume_room(self, before: list[str] | None, hosting: list[str] | None) -> tuple:
+        """On page load: a lecturer's page that hosted a room as it opened (``before``), and
+        still does (``hosting``), hosts it again and shows its latest view; any other page is
+        left as it is (one that hosted a room while it opened shows its own view)."""
+        code, secret = (before or ["", ""])[:2]
+        if not code or (hosting or ["", ""])[0] != code:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip()
         try:
             room = self.rooms.resume(code, secret)

@@ -374,9 +374,12 @@ class Views:
                     updates.append(gr.update(value=values[key]))
         return (gr.Tabs(selected=view["tab"]), view["tab"], view.get("focus") or "", *updates)
 
-    def follow(self, event: Any, applied: bool = False) -> Any:
+    def follow(self, event: Any, applied: bool = False, settled: tuple | None = None) -> Any:
         """Chain after ``event`` (which wrote the view into ``self.view``, and applied it
-        already when ``applied``) the steps that apply it; returns the last step."""
+        already when ``applied``) the steps that apply it; returns the last step. ``settled``,
+        an unqueued ``(handler, inputs, outputs)``, runs as soon as the view is settled on the
+        page, beside the scroll and the replay that come after (which can wait a minute for
+        the page to be idle)."""
         private: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
         inputs = [self.view, *self.draw_inputs]
         if not applied:
@@ -391,6 +394,8 @@ class Views:
             js=KEEP_USER_CHANGES_JS,
             **private,
         )
+        if settled is not None:
+            event.then(*settled, api_visibility="private", queue=False)
         # After the wait: a tab opened for the first time has mounted its controls by now.
         event = event.then(None, self.focus, None, js=SCROLL_JS, **private)
         replay = self._replay()
