@@ -242,6 +242,22 @@ def test_the_page_shows_a_source_for_an_encoder_decoder_model_only(registry):
     assert "cross" not in [key for _, key in fitted[7].choices]
 
 
+def test_a_model_change_clears_the_figures_and_names_the_button_that_draws_each():
+    import gradio as gr
+
+    with gr.Blocks():
+        sections = {
+            "patching": [gr.Plot(), gr.Markdown()],
+            "scores": [gr.Plot(), gr.Markdown(), gr.Markdown("what a score is made of")],
+            "side": [gr.Plot(), gr.Plot(), gr.Plot(), gr.Markdown()],
+        }
+    patch, patch_note, scores, scores_note, why, *side = layout.cleared(sections, "a_b*")
+    assert patch is None and scores is None and side[:3] == [None, None, None]
+    assert patch_note == "Press **Patch** to draw it for `a_b*`."
+    assert "**Split the scores**" in scores_note and "**Compare**" in side[3]
+    assert why == gr.skip()  # the explanation stays until the figure is drawn
+
+
 @pytest.mark.parametrize("layer", [1, 4])
 def test_minilm_score_parts_sum_to_its_captured_encoder_scores(registry, session, layer):
     checkpoint = registry.checkpoint(MINILM, None)

@@ -216,8 +216,13 @@ def test_a_follower_gets_each_change_once_and_a_lecturers_reload_resumes(
     # The lecturer reloads: the same room is hosted again, its latest view brought back.
     _, line, timer, view = follow_me.resume_room([code, secret], [code, secret])
     assert code in line and view["query"] == "tab=generate&step=3"
-    # It publishes again once that view is back on the page, not before.
+    # It publishes again once that view is back on the page, not before: once it is settled,
+    # or, a Generate step to replay, once it is replayed (the page shows step 1 until then).
     assert not timer.active and follow_me.publish_again([code, secret]).active
+    attention = {"tab": "attention", "values": {"layer": 2}}
+    assert follow_me.publish_settled([code, secret], attention).active
+    assert follow_me.publish_settled([code, secret], {"tab": "generate", "step": 3}) == gr.skip()
+    assert follow_me.publish_settled([code, secret], {"tab": "generate", "step": 1}).active
     # Hosting again from that page keeps the room and its code.
     assert follow_me.open_room([code, secret])[0] == [code, secret]
     # A fresh page that hosted this room while it opened (nothing held as it opened) is not

@@ -111,6 +111,16 @@ def test_every_method_is_drawn_and_explained_on_a_laptop_and_a_phone(
         # SmolLM2: one small patching sweep (its progress shown), the ablation of its 270
         # heads, integrated gradients and the single-pass methods, on a 5-token text.
         _choose(page, "Model", "SmolLM2-135M-Instruct")
+        # The bundled model's figures go, each section naming the button that draws its own.
+        _poll(
+            page,
+            "the figures of the model before cleared",
+            lambda: (
+                not any(_plot(page, key).count() for key in FIRST_PLOTS)
+                and "Press Patch to draw it for SmolLM2"
+                in page.locator("#research-patching").inner_text()
+            ),
+        )
         _check(page, panel.get_by_role("radio", name="France → Greece"))
         text_box = panel.get_by_label("Text (methods 2 to 6)", exact=True)
         _typed(page, text_box, "The capital of France is")

@@ -715,9 +715,13 @@ class FollowMe:
             show_progress="hidden",
         )
         # A lecturer's page publishes again only once the room's view is back on it (its first
-        # tick would otherwise send the page as it opened, over the room's view), and as soon
-        # as it is: the lecturer's next change reaches the room within a tick.
-        views.follow(arrived, settled=(self.publish_again, [self.hosting], [self.publish_timer]))
+        # tick would otherwise send the page as it opened, over the room's view): as soon as
+        # the view is settled, so that the lecturer's next change reaches the room within a
+        # tick, or, for a Generate step still to be replayed, once it is.
+        settled = (self.publish_settled, [self.hosting, views.view], [self.publish_timer])
+        views.follow(arrived, settled=settled).then(
+            self.publish_again, [self.hosting], [self.publish_timer], **private
+        )
 
     # -- handlers (module-level logic, callable from tests) --------------------------------
 
@@ -767,6 +771,14 @@ class FollowMe:
         """After a view was applied: a page that hosts a room publishes again."""
         code = (hosting or ["", ""])[0]
         return gr.Timer(active=True) if code else gr.skip()
+
+    def publish_settled(self, hosting: list[str] | None, view: dict | None) -> Any:
+        """Once a view is settled on the page: :meth:`publish_again`, unless the view is a
+        Generate step still to be replayed (until then the page shows the first step, which
+        the followers must not be sent back to)."""
+        if view and view.get("tab") == "generate" and int(view.get("step") or 1) > 1:
+            return gr.skip()
+        return self.publish_again(hosting)
 
     def start_following(self, code: str) -> tuple:
         """Follow the room ``code``: its view is applied at the next poll."""

@@ -10,6 +10,7 @@ from typing import Any
 import gradio as gr
 
 from transformer.lab import side_by_side as pair
+from transformer.text.display import code_span
 
 from ...serving import limits
 from ...serving.state import ModelRegistry, SessionModels, bind, once
@@ -136,6 +137,36 @@ def fit_sliders(
         gr.Slider(minimum=1, maximum=max(2, n_layers), value=kept(layer, n_layers)),
         gr.Slider(minimum=1, maximum=max(2, config.n_heads), value=kept(head, config.n_heads)),
     )
+
+
+# The button that draws each section's figure.
+BUTTONS = {
+    "patching": "Patch",
+    "ablation": "Ablate every head",
+    "logit": "Split the logit",
+    "input": "Attribute to the input",
+    "scores": "Split the scores",
+    "side": "Compare",
+}
+
+
+def cleared(sections: dict[str, list[Any]], name: Any) -> tuple[Any, ...]:
+    """The updates of ``sections``' outputs (as :func:`build` lists them, section by section)
+    once the model ``name`` is chosen: no figure, since the one shown was of the model before,
+    and in each section's first text the button that draws it for this model (a sweep takes
+    seconds on a large model: it waits for its button)."""
+    updates: list[Any] = []
+    for slug, components in sections.items():
+        noted = False
+        for component in components:
+            if isinstance(component, gr.Plot):
+                updates.append(None)
+            elif isinstance(component, gr.Markdown) and not noted:
+                updates.append(f"Press **{BUTTONS[slug]}** to draw it for {code_span(str(name))}.")
+                noted = True
+            else:
+                updates.append(gr.skip())
+    return tuple(updates)
 
 
 def _code(function: Any) -> gr.Code:
@@ -300,7 +331,15 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
     side_inputs = [model, other, sentence, layer_a, head_a, layer_b, head_b, large, session]
     _method(registry, handlers.research_side_by_side, compare, side_inputs, outputs)
 
-    # Inputs and ranges follow the models.
+    # Inputs and ranges follow the models; the figures of the model before go.
+    model.select(
+        functools.partial(cleared, outputs),
+        [model],
+        [item for key in outputs for item in outputs[key]],
+        **private,
+    )
+    side = {"side": outputs["side"]}
+    other.select(functools.partial(cleared, side), [other], outputs["side"], **private)
     model.select(
         bind(fit_inputs, registry),
         [model, session, site],
