@@ -1,9 +1,10 @@
 """Scaled dot-product attention and multi-head attention (paper sections 3.2.1 and 3.2.2).
 
 The paper's formula comes first: the weights ``softmax(Q Kᵀ / √d_k)`` (:func:`attention_weights`)
-and the attention that reads the values with them (:func:`scaled_dot_product_attention`), then
-the module of h heads. What a call keeps for the trace (its probe, scores recomputed when read)
-is in :mod:`transformer.core.records`; the key/value cache of decoding in
+and the attention that reads the values with them (:func:`scaled_dot_product_attention`), the
+masked scores a reader asks for again (:func:`attention_scores`), then the module of h heads.
+What a call keeps for the trace (its probe, from which the scores are recomputed when read) is
+in :mod:`transformer.core.records`; the key/value cache of decoding in
 :mod:`transformer.core.cache`.
 """
 
@@ -104,6 +105,21 @@ def scaled_dot_product_attention(
     attended = dropout(weights) if dropout is not None else weights
     probe = AttentionProbe(queries=queries, keys=k, weights=weights, mask=mask, softcap=softcap)
     return attended @ v, probe
+
+
+def attention_scores(
+    queries: Tensor, keys: Tensor, mask: Tensor | None = None, softcap: float | None = None
+) -> Tensor:
+    """``(B, H, Tq, Tk)`` scores from already scaled ``(B, H, Tq, d_k)`` queries and ``(B, H,
+    Tk, d_k)`` keys, masked cells ``-inf`` (``mask`` broadcastable, ``True`` = may attend),
+    soft-capped to ``softcap · tanh(s / softcap)`` where a cap is given (Gemma 2).
+
+    The attention itself and a trace that recomputes its scores run the same product on the
+    same tensors, so both give the same numbers bit for bit in every cell that is not masked."""
+    scores = soft_cap(queries @ keys.transpose(-2, -1), softcap)  # (B, H, Tq, Tk)
+    if mask is not None and not bool(mask.all()):
+        scores.masked_fill_(~mask, float("-inf"))
+    return scores
 
 
 def mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:

@@ -5,7 +5,8 @@ Records, not computation: :class:`AttentionProbe` (what
 :class:`Rotated` (queries and keys before and after the rotary rotation) are read by the paper's
 module without it depending on anything that makes a trace small. They keep no more than they
 must: the scores are recomputed from the kept queries and keys when a reader asks
-(:func:`attention_scores`), and rotated queries and keys from the unrotated ones. A reader of the
+(:func:`~transformer.core.attention.attention_scores`), and rotated queries and keys from the
+unrotated ones. A reader of the
 paper can skip this module.
 """
 
@@ -16,23 +17,6 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
-from .modern import soft_cap
-
-
-def attention_scores(
-    queries: Tensor, keys: Tensor, mask: Tensor | None = None, softcap: float | None = None
-) -> Tensor:
-    """``(B, H, Tq, Tk)`` scores from already scaled ``(B, H, Tq, d_k)`` queries and ``(B, H,
-    Tk, d_k)`` keys, masked cells ``-inf`` (``mask`` broadcastable, ``True`` = may attend),
-    soft-capped to ``softcap · tanh(s / softcap)`` where a cap is given (Gemma 2).
-
-    The attention itself and a trace that recomputes its scores run the same product on the
-    same tensors, so both give the same numbers bit for bit in every cell that is not masked."""
-    scores = soft_cap(queries @ keys.transpose(-2, -1), softcap)  # (B, H, Tq, Tk)
-    if mask is not None and not bool(mask.all()):
-        scores.masked_fill_(~mask, float("-inf"))
-    return scores
-
 
 @dataclass
 class AttentionProbe:
@@ -42,7 +26,8 @@ class AttentionProbe:
     key), exactly zero in masked cells and in rows with no allowed key. The scores themselves
     are not kept: at 512 tokens they are as large as the weights and softmax reads them once,
     so the probe keeps the scaled ``queries`` ``(B, H, Tq, d_k)``, the ``keys`` ``(B, H, Tk,
-    d_k)`` and the ``mask`` (``None``: nothing masked), and :attr:`scores` recomputes them.
+    d_k)`` and the ``mask`` (``None``: nothing masked), from which
+    :func:`~transformer.core.attention.attention_scores` recomputes them.
 
     With grouped-query attention ``keys`` are already expanded to the H query heads (the
     cache keeps the ``H_kv`` heads); ``kv_head_of`` says which key/value head each query head
@@ -60,11 +45,6 @@ class AttentionProbe:
     # MultiHeadAttention._keep_rotary), so that a trace need not keep them twice.
     rebuild: Callable[[], tuple[Tensor, Tensor]] | None = None
     softcap: float | None = None  # the scores' soft cap (Gemma 2), None: not capped
-
-    @property
-    def scores(self) -> Tensor:
-        """``(B, H, Tq, Tk)`` scores before softmax, masked cells ``-inf``."""
-        return attention_scores(self.queries, self.keys, self.mask, self.softcap)
 
 
 @dataclass(init=False)

@@ -14,10 +14,10 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .attention import attention_weights
+from .attention import attention_scores, attention_weights
 from .config import ModelConfig
 from .operations import AttentionKind
-from .records import Rotated, attention_scores
+from .records import Rotated
 
 ATTENTION_KINDS: tuple[str, ...] = ("encoder_self", "decoder_self", "cross")
 # The attention weights a captured pass may compute (every layer's and head's (Tq, Tk) map, in

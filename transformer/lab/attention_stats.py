@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..core.attention import attention_scores
 from ..core.model import Transformer
-from ..core.records import AttentionProbe, attention_scores
+from ..core.records import AttentionProbe
 from ..core.run import Call, Capture
 from ..core.trace import AttentionKind
 

@@ -153,7 +153,7 @@ def cite(function: Callable[..., Any], anchor: str) -> CodeLine:
 
 def _table() -> dict[str, tuple[Callable[..., Any], str]]:
     """Every citation of Inside a layer: a name → (the function that computes it, anchor)."""
-    from ..core import attention, operations, records, rotary
+    from ..core import attention, operations, rotary
     from ..core.layers import PositionwiseFeedForward
     from ..core.model import Transformer
     from ..core.modern import GatedFeedForward, RMSNorm
@@ -182,7 +182,7 @@ def _table() -> dict[str, tuple[Callable[..., Any], str]]:
         "attention.dot": (attention.attention_weights, "queries @ keys.transpose(...)"),
         "attention.scale": (attention.scaled_dot_product_attention, "q * scale"),
         "attention.softcap": (attention.attention_weights, "soft_cap(...)"),
-        "attention.mask": (records.attention_scores, "scores.masked_fill_(...)"),
+        "attention.mask": (attention.attention_scores, "scores.masked_fill_(...)"),
         "attention.softmax": (attention.attention_weights, "torch.softmax(...)"),
         "attention.heads": (attention.scaled_dot_product_attention, "attended @ v"),
         "attention.concat": (operations.merge_heads, "x.transpose(...).reshape(...)"),
