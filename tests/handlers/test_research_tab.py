@@ -258,6 +258,22 @@ def test_a_model_change_clears_the_figures_and_names_the_button_that_draws_each(
     assert why == gr.skip()  # the explanation stays until the figure is drawn
 
 
+def test_why_a_head_attends_explains_the_chosen_model_before_its_figure_is_drawn(registry, session):
+    said = {}
+    for name, sentence in ((BUNDLED, text.TEXT), (MINILM, text.ENCODER_TEXT)):
+        *_, drawn = _raw(handlers.research_scores)(registry, name, sentence, 1, 1, False, session)
+        said[name] = layout.explained(registry, name, None)
+        assert said[name] == drawn  # what the drawn figure brings, said when the model is chosen
+    assert said[BUNDLED] == text.SCORES_2017
+    assert said[MINILM] == text.SCORES_2017 + text.SCORES_ENCODER
+    config = registry.checkpoint(BUNDLED, None).config
+    rotary = replace(config, positional="rotary")
+    assert handlers.scores_explanation(rotary) == text.SCORES_ROTARY
+    import gradio as gr
+
+    assert layout.explained(registry, "no such model", None) == gr.skip()
+
+
 @pytest.mark.parametrize("layer", [1, 4])
 def test_minilm_score_parts_sum_to_its_captured_encoder_scores(registry, session, layer):
     checkpoint = registry.checkpoint(MINILM, None)

@@ -110,6 +110,7 @@ def test_every_method_is_drawn_and_explained_on_a_laptop_and_a_phone(
 
         # SmolLM2: one small patching sweep (its progress shown), the ablation of its 270
         # heads, integrated gradients and the single-pass methods, on a 5-token text.
+        assert "rotary" not in page.locator("#research-scores").inner_text()
         _choose(page, "Model", "SmolLM2-135M-Instruct")
         # The bundled model's figures go, each section naming the button that draws its own.
         _poll(
@@ -119,6 +120,8 @@ def test_every_method_is_drawn_and_explained_on_a_laptop_and_a_phone(
                 not any(_plot(page, key).count() for key in FIRST_PLOTS)
                 and "Press Patch to draw it for SmolLM2"
                 in page.locator("#research-patching").inner_text()
+                # Why a head attends already explains the rotary model's scores.
+                and "rotary" in page.locator("#research-scores").inner_text()
             ),
         )
         _check(page, panel.get_by_role("radio", name="France → Greece"))

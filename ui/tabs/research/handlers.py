@@ -14,6 +14,7 @@ from typing import Any, TypeVar, cast
 import torch
 from torch import Tensor
 
+from transformer.core.config import ModelConfig
 from transformer.core.run import TRACE
 from transformer.figures import research as figures
 from transformer.lab import side_by_side as pair
@@ -416,13 +417,17 @@ def research_scores(registry: ModelRegistry, request: TextRequest) -> tuple[Any,
         f"left out): the largest difference is {gap:.1e}. Tokens and layers from 1, positions "
         "from 0."
     )
-    rotary = checkpoint.config.positional == "rotary"
-    words = SCORES_ROTARY if rotary else SCORES_2017
-    if checkpoint.config.architecture == "encoder-only":
-        words += SCORES_ENCODER
-    elif sources:
+    if sources:
         summary = "The decoder's self-attention, its source held fixed. " + summary
-    return fig, summary, words
+    return fig, summary, scores_explanation(checkpoint.config)
+
+
+def scores_explanation(config: ModelConfig) -> str:
+    """What *Why a head attends* says for a model of ``config``: how its scores split (a
+    rotary model's over frequency bands, the 2017 models' into token and position parts), and
+    for an encoder-only model what its embedding adds."""
+    words = SCORES_ROTARY if config.positional == "rotary" else SCORES_2017
+    return words + SCORES_ENCODER if config.architecture == "encoder-only" else words
 
 
 # -- 6. Two models side by side ----------------------------------------------------------------

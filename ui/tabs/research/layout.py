@@ -169,6 +169,15 @@ def cleared(sections: dict[str, list[Any]], name: Any) -> tuple[Any, ...]:
     return tuple(updates)
 
 
+def explained(registry: ModelRegistry, name: str, session: SessionModels | None) -> Any:
+    """*Why a head attends*' explanation for the model ``name`` (unchanged when it cannot be
+    read)."""
+    try:
+        return handlers.scores_explanation(registry.checkpoint(name, session).config)
+    except ValueError:
+        return gr.skip()
+
+
 def _code(function: Any) -> gr.Code:
     with gr.Accordion("The code that computes it", open=False):
         return gr.Code(
@@ -340,6 +349,8 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
     )
     side = {"side": outputs["side"]}
     other.select(functools.partial(cleared, side), [other], outputs["side"], **private)
+    # Why a head attends explains the scores of the model chosen, drawn or not.
+    model.select(bind(explained, registry), [model, session], [scores_text], **private)
     model.select(
         bind(fit_inputs, registry),
         [model, session, site],
