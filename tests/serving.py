@@ -60,12 +60,12 @@ def api_client(url: str, **httpx_kwargs: Any) -> Client:
     even for http. Nothing here is encrypted, so no certificate is loaded.
 
     httpx gives up on a read after 5 s; on a machine busy with other test workers a model's
-    first pass can take longer, so the tests wait a minute to connect and five to read (what
-    they check is that a call completes, and how; how fast is for the benchmarks). The same
-    timeout reaches the session's event stream, which gradio_client opens with none: it stays
-    open between calls and hears only gradio's 15-second heartbeats, so a one-minute read limit
-    there could close it under a loaded machine, and every call still waiting on it then ends in
-    an empty ``CancelledError``."""
+    first pass can take longer, so the tests wait a minute to connect and five minutes to read
+    (what they check is that a call completes, and how; how fast is for the benchmarks). The
+    same timeout reaches the session's event stream, which gradio_client opens with none: it
+    stays open between calls and hears only gradio's 15-second heartbeats, so a one-minute read
+    limit there could close it under a loaded machine, and every call still waiting on it then
+    ends in an empty ``CancelledError``."""
     httpx_kwargs.setdefault("timeout", httpx.Timeout(60, read=300))
     return Client(url, verbose=False, ssl_verify=False, httpx_kwargs=httpx_kwargs)
 

@@ -6,8 +6,7 @@ Records, not computation: :class:`AttentionProbe` (what
 module without it depending on anything that makes a trace small. They keep no more than they
 must: the scores are recomputed from the kept queries and keys when a reader asks
 (:func:`~transformer.core.attention.attention_scores`), and rotated queries and keys from the
-unrotated ones. A reader of the
-paper can skip this module.
+unrotated ones. A reader of the paper can skip this module.
 """
 
 from __future__ import annotations

@@ -244,7 +244,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
                 answer = gr.Textbox(first_answer, label="Answer", min_width=100)
                 wrong = gr.Textbox(first_wrong, label="Wrong answer", min_width=100)
             site = gr.Radio(_sites(False), value="residual", label="Patch")
-            patch = gr.Button("Patch", variant="primary")
+            patch = gr.Button(BUTTONS["patching"], variant="primary")
             _code(methods.activation_patching)
         outputs["patching"] = _results("patching")
     choice.select(preset, choice, [clean, corrupted, answer, wrong], **private)
@@ -257,7 +257,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
         with gr.Column(scale=4, min_width=300):
             gr.Markdown(text.ABLATION)
             how = gr.Radio(["zero", "mean"], value="zero", label="Ablation")
-            ablate = gr.Button("Ablate every head", variant="primary")
+            ablate = gr.Button(BUTTONS["ablation"], variant="primary")
             _code(methods.head_ablation)
         outputs["ablation"] = _results("ablation")
     ablation_inputs = [model, sentence, how, large, session, source]
@@ -276,7 +276,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
                 label="Next token to explain (empty: the model's own prediction)",
                 lines=1,
             )
-            attribute = gr.Button("Split the logit", variant="primary")
+            attribute = gr.Button(BUTTONS["logit"], variant="primary")
             _code(methods.direct_logit_attribution)
         outputs["logit"] = _results("logit")
     logit_inputs = [model, sentence, token, large, session, source]
@@ -291,7 +291,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
                 value="integrated gradients",
                 label="Method",
             )
-            explain = gr.Button("Attribute to the input", variant="primary")
+            explain = gr.Button(BUTTONS["input"], variant="primary")
             _code(methods.input_attribution)
         outputs["input"] = _results("input")
     input_inputs = [model, sentence, token, method, large, session, source]
@@ -305,7 +305,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
             with gr.Row():
                 layer = gr.Slider(1, limits.MAX_LAYERS, value=1, step=1, label="Layer")
                 head = gr.Slider(1, limits.MAX_HEADS, value=1, step=1, label="Head")
-            split = gr.Button("Split the scores", variant="primary")
+            split = gr.Button(BUTTONS["scores"], variant="primary")
             _code(methods.attention_score_parts)
         outputs["scores"] = [*_results("scores"), scores_text]
     scores_inputs = [model, sentence, layer, head, large, session, source]
@@ -329,7 +329,7 @@ def build(registry: ModelRegistry, large: gr.Checkbox, session: gr.State) -> dic
                 head_b = gr.Slider(
                     1, limits.MAX_HEADS, value=1, step=1, label="Second model's head"
                 )
-            compare = gr.Button("Compare", variant="primary")
+            compare = gr.Button(BUTTONS["side"], variant="primary")
             _code(pair.align)
         with gr.Column(scale=6, min_width=300):
             side_attention = gr.Plot(**plot_args, elem_id="research-side-attention")
