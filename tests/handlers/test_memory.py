@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from ui.serving import memory
 from ui.serving.memory import IdleTrimmer, glibc_trim
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
@@ -78,6 +79,49 @@ def test_work_during_the_quiet_second_starts_it_again(process):
     assert not process.after(0.75, 0.0, trimmer)
     assert process.after(0.25, 0.0, trimmer)
     assert process.trimmed == 1
+
+
+def test_what_a_sweep_frees_is_given_back_at_the_next_quiet_moment_not_while_others_work(
+    process, monkeypatch
+):
+    """The sweep of idle sessions runs beside the requests: trimming there held the heap's lock
+    for a second while generations ran, and every request waited. It owes the trim instead."""
+    trimmer = _trimmer(process)
+    monkeypatch.setattr(memory, "_trimmer", trimmer)
+    process.after(0.25, 0.001, trimmer)  # an idle server, never trimmed on its own
+    memory.give_back_memory()  # a sweep dropped sessions while the server is busy
+    assert process.trimmed == 0  # not at once
+    assert not any(process.after(0.25, 0.2, trimmer) for _ in range(8))  # others work: not yet
+    assert not any(process.after(0.25, 0.001, trimmer) for _ in range(3))
+    assert process.after(0.25, 0.001, trimmer)  # a quiet second after the work
+    assert process.trimmed == 1
+    # And on an idle server, a second after the sweep.
+    memory.give_back_memory()
+    assert [process.after(0.25, 0.001, trimmer) for _ in range(4)] == [False, False, False, True]
+    assert process.trimmed == 2
+
+
+def test_without_a_trimmer_a_sweep_collects_at_once(monkeypatch):
+    """A process that never started the trimmer (a test, a notebook) collects at once: a cycle
+    dropped by the sweep is gone when give_back_memory returns."""
+    import gc
+    import weakref
+
+    monkeypatch.setattr(memory, "_trimmer", None)
+
+    class Node:
+        pass
+
+    node = Node()
+    node.me = node  # a cycle: only the collector frees it
+    gone = weakref.ref(node)
+    del node
+    gc.disable()
+    try:
+        memory.give_back_memory()
+    finally:
+        gc.enable()
+    assert gone() is None
 
 
 def _resident_bytes() -> int:

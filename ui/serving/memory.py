@@ -9,6 +9,12 @@ faults: a SmolLM2 capture at 512 tokens took 1.6 s that way against 1.0 s with g
 So the app keeps glibc's defaults while it works and gives back what is free once it has been
 idle for a moment (:class:`IdleTrimmer` calling ``malloc_trim``): a student clicking Step after
 Step keeps reusing warm memory, and a server nobody is using holds what its caches hold.
+
+Never while others work: with one heap, ``malloc_trim`` holds the heap's lock for as long as it
+walks it (a second, after a burst of generations), and every thread that allocates waits,
+the web server's too; and a full ``gc.collect`` holds the interpreter. What a sweep of idle
+sessions frees is owed to the trimmer (:func:`give_back_memory`), which gives it back at the
+next quiet moment.
 """
 
 from __future__ import annotations
@@ -67,6 +73,11 @@ class IdleTrimmer:
         self._worked_at: float | None = None  # the end of the last busy interval not yet trimmed
         self._stop = threading.Event()
 
+    def owe(self) -> None:
+        """Memory was freed without a stretch of work (a sweep dropped sessions and caches):
+        trim at the next quiet moment all the same."""
+        self._worked_at = self.clock()
+
     def tick(self) -> bool:
         """Look at the interval since the last tick; trim if the time has come (True then)."""
         cpu, now = self.cpu_seconds(), self.clock()
@@ -102,14 +113,30 @@ class IdleTrimmer:
         self._stop.set()
 
 
-def give_back_memory() -> None:
-    """Collect what was just dropped and give the free pages back to the system now (glibc
-    only): caches emptied by a sweep free their memory without a burst of work, so the idle
-    trimmer, which waits for one, would not."""
-    gc.collect()
-    trim = glibc_trim()
-    if trim is not None:
+def collect_and_trim(trim: Callable[[], object]) -> Callable[[], None]:
+    """``trim`` after a full garbage collection: what was just dropped may be held in a cycle
+    (a session's state and the figures that name it)."""
+
+    def give_back() -> None:
+        gc.collect()
         trim()
+
+    return give_back
+
+
+# The process's trimmer once return_memory_when_idle has started it.
+_trimmer: IdleTrimmer | None = None
+
+
+def give_back_memory() -> None:
+    """Give back what a sweep just dropped (caches emptied without a burst of work, which the
+    idle trimmer waits for): at the trimmer's next quiet moment when it runs, else now (no
+    trimmer: a test, or a process that never started one)."""
+    if _trimmer is not None:
+        _trimmer.owe()
+        return
+    trim = glibc_trim()
+    collect_and_trim(trim if trim is not None else lambda: None)()
 
 
 def return_memory_when_idle() -> IdleTrimmer | None:
@@ -123,6 +150,9 @@ def return_memory_when_idle() -> IdleTrimmer | None:
     trim = glibc_trim()
     if trim is None:
         return None
+    global _trimmer
     m_arena_max = -8  # from malloc.h
     ctypes.CDLL("libc.so.6").mallopt(m_arena_max, 1)
-    return IdleTrimmer(trim).start()
+    if _trimmer is None:
+        _trimmer = IdleTrimmer(collect_and_trim(trim)).start()
+    return _trimmer
