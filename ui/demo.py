@@ -36,7 +36,12 @@ from .serving.memory import give_back_memory
 from .serving.ordering import newest_wins
 from .serving.phone import PHONE_CSS, WIDTH_HEAD, fit_figures
 from .serving.plotly_bundle import ServePrunedPlotly, start_pruning
-from .serving.sessions import drop_left_sessions, drop_sessions, reopen_on_heartbeat
+from .serving.sessions import (
+    drop_left_sessions,
+    drop_sessions,
+    reopen_on_heartbeat,
+    start_sessions_on_demand,
+)
 from .serving.shared_views import share_views
 from .serving.sliders import SLIDER_ENTER_JS
 from .serving.state import ModelRegistry, SessionModels, SharedViews, forget_unused_views
@@ -274,6 +279,7 @@ def build_demo(
     _configure_queue(demo, default_concurrency_limit=cheap, max_size=limits.QUEUE_SIZE)
     queue_costly_apart(demo, costly)
     share_fairly(demo, COSTLY)  # served in turns by client, each client's waiting calls capped
+    start_sessions_on_demand()  # a class arriving at once does not hold the event loop
     # A class's common views, computed once (by one of the processes serving it, with Redis).
     registry.shared_views = share_views(
         demo,
