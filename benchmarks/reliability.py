@@ -183,7 +183,7 @@ ENDPOINT_ARGS: dict[str, Callable[[str, str], list[Any]]] = {
     "/generate_reset": lambda t, m: generate_args(m, t, "greedy", 1, 3),
     "/teacher_forcing": lambda t, m: [t, "translate", t],
     "/inside_layer": lambda t, m: [t, "translate", "decoder", 1, 1, "1", False],
-    "/attention_scale": lambda t, m: [t, m, 1, False],
+    "/attention_scale": lambda t, m: [t, m, "entropy", 1, 1, 0, 16, 3, -1, False],
     "/model_info": lambda t, m: [t],
 }
 
@@ -342,8 +342,9 @@ def rooms(url: str, count: int) -> str:
         reader.start()
         refused = 0
         for n in range(count):
-            try:
-                _predict(http, url, host, [None], f"flood{n}")
+            try:  # a refused room is told on the page: "⚠️ No room: ..."
+                said = str(_predict(http, url, host, [None], f"flood{n}")[1])
+                refused += "No room" in said
             except httpx.HTTPError:
                 refused += 1
         stop.set()
