@@ -235,7 +235,7 @@ def start_sessions_on_demand() -> None:
 
     def __init__(self: Any, blocks: Any) -> None:
         try:
-            original(self, _WithoutBlocks(blocks))
+            original(self, _WithoutBlocks(blocks))  # type: ignore[arg-type]
         except Exception:
             self.config_values = None
         config = getattr(self, "blocks_config", None)
