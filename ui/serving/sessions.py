@@ -178,8 +178,13 @@ class _ConfigOnDemand(dict):
         return True
 
     def _all(self) -> None:
-        for key in list(self._config.blocks):
-            self._made(key)
+        """Every copy, in the order of the blocks (gradio's order, whichever was made first)."""
+        order = [key for key in list(self._config.blocks) if self._made(key)]
+        made = {key: dict.__getitem__(self, key) for key in order}
+        others = {k: v for k, v in dict.items(self) if k not in made}
+        dict.clear(self)
+        dict.update(self, made)
+        dict.update(self, others)
 
     def __missing__(self, key: Any) -> Any:
         if not self._made(key):
