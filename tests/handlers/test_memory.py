@@ -101,6 +101,20 @@ def test_what_a_sweep_frees_is_given_back_at_the_next_quiet_moment_not_while_oth
     assert process.trimmed == 2
 
 
+def test_a_server_answering_light_requests_still_gives_back_what_it_owes(process, monkeypatch):
+    """Polls (a class's pages, a monitor's /info) take a few percent of each interval: with the
+    app's own bound of work they are quiet, and the owed trim comes a second after the sweep."""
+    trimmer = IdleTrimmer(
+        process.trim, quiet=1.0, cpu_seconds=lambda: process.cpu, clock=lambda: process.now
+    )
+    monkeypatch.setattr(memory, "_trimmer", trimmer)
+    process.after(0.25, 0.25, trimmer)  # the burst's last generation
+    memory.give_back_memory()
+    polls = [process.after(0.25, 0.25 * share, trimmer) for share in (0.15, 0.3, 0.1, 0.2, 0.15)]
+    assert polls == [False, False, False, True, False]
+    assert process.trimmed == 1
+
+
 def test_without_a_trimmer_a_sweep_collects_at_once(monkeypatch):
     """A process that never started the trimmer (a test, a notebook) collects at once: a cycle
     dropped by the sweep is gone when give_back_memory returns."""

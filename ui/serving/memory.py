@@ -31,7 +31,10 @@ logger = logging.getLogger(__name__)
 
 QUIET_SECONDS = 1.0  # idle this long after working: give freed memory back
 POLL_SECONDS = 0.25
-BUSY_SHARE = 0.1  # a poll interval with more CPU than this share of it is working
+# A poll interval with more CPU than this share of it is working. Light requests (a class's
+# pages polling their room, /gradio_api/info once a second) are not work: a server that answers
+# them without a pause never had a quiet second at 10 %, and never gave a burst's memory back.
+BUSY_SHARE = 0.5
 
 
 def glibc_trim() -> Callable[[], object] | None:
