@@ -89,7 +89,7 @@ def test_what_a_sweep_frees_is_given_back_at_the_next_quiet_moment_not_while_oth
     trimmer = _trimmer(process)
     monkeypatch.setattr(memory, "_trimmer", trimmer)
     process.after(0.25, 0.001, trimmer)  # an idle server, never trimmed on its own
-    memory.give_back_memory()  # a sweep dropped sessions while the server is busy
+    memory.give_back_memory()  # a sweep dropped sessions; then others work
     assert process.trimmed == 0  # not at once
     assert not any(process.after(0.25, 0.2, trimmer) for _ in range(8))  # others work: not yet
     assert not any(process.after(0.25, 0.001, trimmer) for _ in range(3))

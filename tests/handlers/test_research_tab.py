@@ -11,6 +11,7 @@ import re
 from dataclasses import replace
 from unittest import mock
 
+import gradio as gr
 import numpy as np
 import pytest
 import torch
@@ -243,8 +244,6 @@ def test_the_page_shows_a_source_for_an_encoder_decoder_model_only(registry):
 
 
 def test_a_model_change_clears_the_figures_and_names_the_button_that_draws_each():
-    import gradio as gr
-
     with gr.Blocks():
         sections = {
             "patching": [gr.Plot(), gr.Markdown()],
@@ -269,8 +268,6 @@ def test_why_a_head_attends_explains_the_chosen_model_before_its_figure_is_drawn
     config = registry.checkpoint(BUNDLED, None).config
     rotary = replace(config, positional="rotary")
     assert handlers.scores_explanation(rotary) == text.SCORES_ROTARY
-    import gradio as gr
-
     assert layout.explained(registry, "no such model", None) == gr.skip()
 
 
