@@ -5,7 +5,6 @@ own resident set, not taken on trust)."""
 from __future__ import annotations
 
 import ctypes
-import os
 import platform
 import sys
 
@@ -139,8 +138,27 @@ def test_without_a_trimmer_a_sweep_collects_at_once(monkeypatch):
 
 
 def _resident_bytes() -> int:
-    with open("/proc/self/statm", encoding="ascii") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    """VmRSS from /proc/self/status (kB): read apart from the app's own statm reader."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS line")
+
+
+def _fragment(libc: ctypes.CDLL, block: int, count: int) -> int:
+    """Write ``count`` heap blocks of ``block`` bytes and free them, one more block after them
+    keeping the heap's top in place (the freed memory stays resident until a trim): the pin's
+    address, to free at the end."""
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    blocks = [libc.malloc(block) for _ in range(count)]
+    pin = libc.malloc(block)
+    for address in blocks:
+        ctypes.memset(address, 1, block)
+    for address in blocks:
+        libc.free(address)
+    return pin
 
 
 @pytest.mark.skipif(not GLIBC, reason="malloc_trim is glibc's; elsewhere nothing is trimmed")
@@ -148,16 +166,9 @@ def test_malloc_trim_gives_freed_heap_memory_back():
     """128 MB of 64 KB blocks (under any mmap threshold: served from the heap) are written and
     freed, a block after them keeps the heap's top in place; only the trim gives them back."""
     libc = ctypes.CDLL("libc.so.6")
-    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-    libc.free.argtypes = [ctypes.c_void_p]
     block, count = 64 * 1024, 2048
-    blocks = [libc.malloc(block) for _ in range(count)]
-    pin = libc.malloc(block)
-    for address in blocks:
-        ctypes.memset(address, 1, block)
+    pin = _fragment(libc, block, count)
     try:
-        for address in blocks:
-            libc.free(address)
         kept = _resident_bytes()
         trim = glibc_trim()
         assert trim is not None
@@ -170,3 +181,101 @@ def test_malloc_trim_gives_freed_heap_memory_back():
 
 def test_glibc_trim_is_offered_exactly_on_glibc():
     assert (glibc_trim() is not None) is GLIBC
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_resident_bytes_is_the_kernels_resident_set():
+    measured, reference = memory.resident_bytes(), _resident_bytes()
+    assert abs(measured - reference) < 16 * 2**20, (measured, reference)
+
+
+class Heap:
+    """A fake resident set that grows as the test says and falls back when the heap is trimmed."""
+
+    def __init__(self, base: int) -> None:
+        self.base = self.resident = base
+        self.heap_trims = 0
+
+    def trim(self) -> None:
+        self.heap_trims += 1
+        self.resident = self.base + 40 * MB  # what the work still holds
+
+
+MB = 2**20
+
+
+def _growing(process: Process, heap: Heap, growth: int = 512 * MB) -> IdleTrimmer:
+    return IdleTrimmer(
+        process.trim,
+        quiet=1.0,
+        busy_share=0.1,
+        cpu_seconds=lambda: process.cpu,
+        clock=lambda: process.now,
+        trim_heap=heap.trim,
+        resident=lambda: heap.resident,
+        growth=growth,
+    )
+
+
+def test_a_heap_growing_while_the_work_goes_on_is_trimmed_once_per_growth(process):
+    """Concurrent generations fragment the heap for minutes without a quiet second: the heap is
+    trimmed (without a collection) each time it has grown by the bound, not at every tick."""
+    heap = Heap(1000 * MB)
+    trimmer = _growing(process, heap)
+    trims = []
+    for _ in range(12):  # busy, 100 MB more each tick
+        heap.resident += 100 * MB
+        trims.append(process.after(0.25, 0.25, trimmer))
+    # 600 MB past 1,000 at the 6th tick; trimmed to 40 MB above it, and 600 more by the 12th.
+    assert [i for i, trimmed in enumerate(trims) if trimmed] == [5, 11]
+    assert heap.heap_trims == 2 and process.trimmed == 0  # no collection while others work
+    # Once quiet, the usual trim (with its collection) comes a second after the work.
+    assert [process.after(0.25, 0.001, trimmer) for _ in range(4)] == [False] * 3 + [True]
+    assert process.trimmed == 1 and heap.heap_trims == 2
+
+
+def test_heap_growth_is_counted_from_its_lowest_point(process):
+    heap = Heap(1000 * MB)
+    trimmer = _growing(process, heap)
+    heap.resident = 600 * MB  # a cache let go of 400 MB while working
+    assert not process.after(0.25, 0.25, trimmer)
+    heap.resident = 1100 * MB  # 500 MB above the low point: not yet
+    assert not process.after(0.25, 0.25, trimmer)
+    heap.resident = 1150 * MB
+    assert process.after(0.25, 0.25, trimmer) and heap.heap_trims == 1
+
+
+def test_heap_growth_while_idle_is_left_to_the_quiet_trim(process):
+    heap = Heap(1000 * MB)
+    trimmer = _growing(process, heap)
+    heap.resident = 3000 * MB  # grown by a cache filled before the trimmer looked
+    assert not any(process.after(0.25, 0.001, trimmer) for _ in range(8))
+    assert heap.heap_trims == 0
+
+
+@pytest.mark.skipif(not GLIBC, reason="malloc_trim is glibc's; elsewhere nothing is trimmed")
+def test_the_app_trimmer_gives_a_fragmented_heap_back_while_work_goes_on():
+    """The trimmer the app starts, with glibc's real trim and the real resident set: 128 MB
+    written and freed in the heap while the process stays busy come back at the next tick."""
+    libc = ctypes.CDLL("libc.so.6")
+    trim = glibc_trim()
+    assert trim is not None
+    cpu = [0.0]
+    trimmer = IdleTrimmer(
+        lambda: None,
+        cpu_seconds=lambda: cpu[0],
+        trim_heap=trim,
+        resident=memory.resident_bytes,
+        growth=64 * MB,
+    )
+    trim()  # what earlier tests left is not this test's growth
+    trimmer.tick()
+    pin = _fragment(libc, 64 * 1024, 2048)
+    try:
+        cpu[0] += 10.0  # busy: every thread at work
+        held = _resident_bytes()
+        assert trimmer.tick() and trimmer.heap_trims == 1
+        returned = held - _resident_bytes()
+    finally:
+        libc.free(pin)
+    assert returned > 0.75 * 128 * MB, f"only {returned / MB:.0f} MB given back"

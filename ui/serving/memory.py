@@ -10,11 +10,18 @@ So the app keeps glibc's defaults while it works and gives back what is free onc
 idle for a moment (:class:`IdleTrimmer` calling ``malloc_trim``): a student clicking Step after
 Step keeps reusing warm memory, and a server nobody is using holds what its caches hold.
 
-Never while others work: with one heap, ``malloc_trim`` holds the heap's lock for as long as it
-walks it (a second, after a burst of generations), and every thread that allocates waits,
-the web server's too; and a full ``gc.collect`` holds the interpreter. What a sweep of idle
-sessions frees is owed to the trimmer (:func:`give_back_memory`), which gives it back at the
-next quiet moment.
+Not while others work, as a rule: with one heap, ``malloc_trim`` holds the heap's lock for as
+long as it walks it, and every thread that allocates waits, the web server's too; and a full
+``gc.collect`` holds the interpreter. What a sweep of idle sessions frees is owed to the trimmer
+(:func:`give_back_memory`), which gives it back at the next quiet moment.
+
+Except when the heap grows while the work goes on. Many sessions decoding at once, each step
+allocating blocks of megabytes (every layer's logit lens) beside the small records it keeps,
+leave holes the next step's blocks do not fit: twenty beam searches of 128 tokens grew the
+server from 1 to 15 GB in one burst, every byte of it free. The trimmer then trims the heap (no
+collection) each time the resident set has grown by ``GROWTH_BYTES`` since its lowest point
+after the last trim: tens of milliseconds for what that much growth leaves, where a burst's
+whole heap took a second.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import logging
+import os
 import sys
 import threading
 import time
@@ -35,6 +43,18 @@ POLL_SECONDS = 0.25
 # pages polling their room, /gradio_api/info once a second) are not work: a server that answers
 # them without a pause never had a quiet second at 10 %, and never gave a burst's memory back.
 BUSY_SHARE = 0.5
+# Growth of the resident set, while working, that has the heap trimmed at once (about 50 ms of
+# everyone's allocations waiting, measured on a heap fragmented by concurrent generations).
+GROWTH_BYTES = 512 * 1024 * 1024
+
+
+def resident_bytes() -> int:
+    """This process's resident set in bytes (Linux's ``/proc/self/statm``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def glibc_trim() -> Callable[[], object] | None:
@@ -57,6 +77,11 @@ class IdleTrimmer:
     ``busy_share`` of it in CPU time (every thread together). Each stretch of work is followed
     by one trim; an idle server is not trimmed again and again. ``cpu_seconds`` and ``clock``
     are the process's CPU time and a monotonic clock (given in tests).
+
+    With ``trim_heap`` and ``resident`` (the resident set in bytes), a working process whose
+    resident set has grown by ``growth`` bytes since its lowest point after the last trim has
+    ``trim_heap`` called at once (the heap only: ``trim`` may also collect, which would hold
+    the interpreter while others work).
     """
 
     def __init__(
@@ -68,10 +93,15 @@ class IdleTrimmer:
         busy_share: float = BUSY_SHARE,
         cpu_seconds: Callable[[], float] = time.process_time,
         clock: Callable[[], float] = time.monotonic,
+        trim_heap: Callable[[], object] | None = None,
+        resident: Callable[[], int] | None = None,
+        growth: int = GROWTH_BYTES,
     ) -> None:
         self.trim, self.quiet, self.poll, self.busy_share = trim, quiet, poll, busy_share
         self.cpu_seconds, self.clock = cpu_seconds, clock
-        self.trims = 0
+        self.trim_heap, self.resident, self.growth = trim_heap, resident, growth
+        self.trims = self.heap_trims = 0
+        self._lowest = resident() if resident is not None else 0  # since the last trim
         self._cpu, self._at = cpu_seconds(), clock()
         self._worked_at: float | None = None  # the end of the last busy interval not yet trimmed
         self._stop = threading.Event()
@@ -86,16 +116,32 @@ class IdleTrimmer:
         cpu, now = self.cpu_seconds(), self.clock()
         busy = cpu - self._cpu > self.busy_share * max(now - self._at, 1e-9)
         self._cpu, self._at = cpu, now
+        resident = self.resident() if self.resident is not None else 0
+        self._lowest = min(self._lowest, resident)
         if busy:
             self._worked_at = now
-            return False
+            return self._trim_heap_if_grown(resident)
         if self._worked_at is None or now - self._worked_at < self.quiet:
             return False
         self.trim()
         self.trims += 1
         self._worked_at = None
-        self._cpu, self._at = self.cpu_seconds(), self.clock()  # the trim's own CPU is not work
+        self._after_trim()
         return True
+
+    def _trim_heap_if_grown(self, resident: int) -> bool:
+        """Trim the heap if the resident set grew by ``growth`` since its low point (True)."""
+        if self.trim_heap is None or resident - self._lowest <= self.growth:
+            return False
+        self.trim_heap()
+        self.heap_trims += 1
+        self._after_trim()
+        return True
+
+    def _after_trim(self) -> None:
+        self._cpu, self._at = self.cpu_seconds(), self.clock()  # the trim's own CPU is not work
+        if self.resident is not None:
+            self._lowest = self.resident()
 
     def run(self) -> None:
         """Tick every ``poll`` seconds until :meth:`stop`."""
@@ -149,6 +195,7 @@ def return_memory_when_idle() -> IdleTrimmer | None:
     One heap: gradio runs requests on a pool of threads, and glibc gives each thread its own
     heap (up to 8 per core), so two requests one after the other could each leave a trace's
     worth of memory in a different heap. Called at start-up, before the request threads exist.
+    A heap that grows by ``GROWTH_BYTES`` while the work goes on is trimmed then too.
     """
     trim = glibc_trim()
     if trim is None:
@@ -157,5 +204,7 @@ def return_memory_when_idle() -> IdleTrimmer | None:
     m_arena_max = -8  # from malloc.h
     ctypes.CDLL("libc.so.6").mallopt(m_arena_max, 1)
     if _trimmer is None:
-        _trimmer = IdleTrimmer(collect_and_trim(trim)).start()
+        _trimmer = IdleTrimmer(
+            collect_and_trim(trim), trim_heap=trim, resident=resident_bytes
+        ).start()
     return _trimmer
