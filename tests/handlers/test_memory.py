@@ -32,18 +32,37 @@ class Process:
         return trimmer.tick()
 
 
+MB = 2**20
+
+
+class Heap:
+    """A fake resident set that grows as the test says and falls back when the heap is trimmed."""
+
+    def __init__(self, base: int) -> None:
+        self.base = self.resident = base
+        self.heap_trims = 0
+
+    def trim(self) -> None:
+        self.heap_trims += 1
+        self.resident = self.base + 40 * MB  # what the work still holds
+
+
 @pytest.fixture
 def process() -> Process:
     return Process()
 
 
-def _trimmer(process: Process) -> IdleTrimmer:
+def _trimmer(process: Process, heap: Heap | None = None) -> IdleTrimmer:
+    """The process's trimmer; with ``heap``, one that also trims a heap grown by 512 MB."""
     return IdleTrimmer(
         process.trim,
         quiet=1.0,
         busy_share=0.1,
         cpu_seconds=lambda: process.cpu,
         clock=lambda: process.now,
+        trim_heap=None if heap is None else heap.trim,
+        resident=None if heap is None else lambda: heap.resident,
+        growth=512 * MB,
     )
 
 
@@ -189,39 +208,11 @@ def test_resident_bytes_is_the_kernels_resident_set():
     assert abs(measured - reference) < 16 * 2**20, (measured, reference)
 
 
-class Heap:
-    """A fake resident set that grows as the test says and falls back when the heap is trimmed."""
-
-    def __init__(self, base: int) -> None:
-        self.base = self.resident = base
-        self.heap_trims = 0
-
-    def trim(self) -> None:
-        self.heap_trims += 1
-        self.resident = self.base + 40 * MB  # what the work still holds
-
-
-MB = 2**20
-
-
-def _growing(process: Process, heap: Heap, growth: int = 512 * MB) -> IdleTrimmer:
-    return IdleTrimmer(
-        process.trim,
-        quiet=1.0,
-        busy_share=0.1,
-        cpu_seconds=lambda: process.cpu,
-        clock=lambda: process.now,
-        trim_heap=heap.trim,
-        resident=lambda: heap.resident,
-        growth=growth,
-    )
-
-
 def test_a_heap_growing_while_the_work_goes_on_is_trimmed_once_per_growth(process):
     """Concurrent generations fragment the heap for minutes without a quiet second: the heap is
     trimmed (without a collection) each time it has grown by the bound, not at every tick."""
     heap = Heap(1000 * MB)
-    trimmer = _growing(process, heap)
+    trimmer = _trimmer(process, heap)
     trims = []
     for _ in range(12):  # busy, 100 MB more each tick
         heap.resident += 100 * MB
@@ -236,7 +227,7 @@ def test_a_heap_growing_while_the_work_goes_on_is_trimmed_once_per_growth(proces
 
 def test_heap_growth_is_counted_from_its_lowest_point(process):
     heap = Heap(1000 * MB)
-    trimmer = _growing(process, heap)
+    trimmer = _trimmer(process, heap)
     heap.resident = 600 * MB  # a cache let go of 400 MB while working
     assert not process.after(0.25, 0.25, trimmer)
     heap.resident = 1100 * MB  # 500 MB above the low point: not yet
@@ -247,7 +238,7 @@ def test_heap_growth_is_counted_from_its_lowest_point(process):
 
 def test_heap_growth_while_idle_is_left_to_the_quiet_trim(process):
     heap = Heap(1000 * MB)
-    trimmer = _growing(process, heap)
+    trimmer = _trimmer(process, heap)
     heap.resident = 3000 * MB  # grown by a cache filled before the trimmer looked
     assert not any(process.after(0.25, 0.001, trimmer) for _ in range(8))
     assert heap.heap_trims == 0
