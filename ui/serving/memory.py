@@ -16,8 +16,9 @@ long as it walks it, and every thread that allocates waits, the web server's too
 (:func:`give_back_memory`), which gives it back at the next quiet moment.
 
 Except when the heap grows while the work goes on. Many sessions decoding at once, each step
-allocating blocks of megabytes (every layer's logit lens) beside the small records it keeps,
-leave holes the next step's blocks do not fit: twenty beam searches of 128 tokens grew the
+allocating blocks of megabytes (every layer's logit lens) among smaller allocations, leave
+holes the next step's blocks do not fit (with the mmap threshold fixed at 4 MB, which sends
+such blocks around the heap, the growth is gone): twenty beam searches of 128 tokens grew the
 server from 1 to 15 GB in one burst, every byte of it free. The trimmer then trims the heap (no
 collection) each time the resident set has grown by ``GROWTH_BYTES`` since its lowest point
 after the last trim: tens of milliseconds for what that much growth leaves, where a burst's
