@@ -210,8 +210,11 @@ BUSY = ".wrap.default:not(.hide), .wrap.center:not(.hide)"  # a status overlay s
 PLOTS_ON_OPEN = {spec.tab: spec.opens_with.plots for spec in TABS}
 
 
-def _poll(page: Any, what: str, check: Callable[[], Any]) -> Any:
-    """``check()`` until it returns something truthy; fails at once on an error toast."""
+def _poll(
+    page: Any, what: str, check: Callable[[], Any], seen: Callable[[], str] | None = None
+) -> Any:
+    """``check()`` until it returns something truthy; fails at once on an error toast.
+    ``seen`` says, in the failure, what the page showed instead."""
     deadline = time.monotonic() + TIMEOUT_MS / 1000
     while True:
         errors = _error_toasts(page)
@@ -219,7 +222,9 @@ def _poll(page: Any, what: str, check: Callable[[], Any]) -> Any:
         result = check()
         if result:
             return result
-        assert time.monotonic() < deadline, f"{what}: not within {TIMEOUT_MS // 1000} s"
+        if time.monotonic() >= deadline:
+            shown = f"; the page showed {seen()}" if seen else ""
+            raise AssertionError(f"{what}: not within {TIMEOUT_MS // 1000} s{shown}")
         page.wait_for_timeout(200)
 
 
@@ -254,15 +259,23 @@ def _drawn(page: Any, tab: str, plots: int, titles: tuple[str, ...] = ()) -> Non
     """The tab is on screen, idle, with its plots (and plot titles that say ``titles``)."""
     panel = page.get_by_role("tabpanel")
 
+    def shown() -> str:
+        return " | ".join(t or "" for t in panel.locator(".gtitle").all_text_contents())
+
     def ready() -> bool:
         if _selected_tab(page) != tab or page.locator(BUSY).count():
             return False
         if panel.locator(PLOT).count() < plots:
             return False
-        shown = " | ".join(t or "" for t in panel.locator(".gtitle").all_text_contents())
-        return all(words in shown for words in titles)
+        return all(words in shown() for words in titles)
 
-    _poll(page, f"{tab} drawn with {plots} plots and title {titles!r}", ready)
+    def seen() -> str:
+        return (
+            f"tab {_selected_tab(page)!r}, {page.locator(BUSY).count()} waiting, "
+            f"{panel.locator(PLOT).count()} plots, titles {shown()!r}"
+        )
+
+    _poll(page, f"{tab} drawn with {plots} plots and title {titles!r}", ready, seen)
 
 
 def _plots(stop: Any) -> int:

@@ -18,7 +18,7 @@ import pytest
 from gradio.context import LocalContext
 from serving import run_async
 
-from ui.serving.ordering import WriteOrder, newest_wins, ordered
+from ui.serving.ordering import WriteOrder, newest_wins, opening, ordered, overtaken
 
 SKIP = {"__type__": "update"}
 
@@ -55,6 +55,7 @@ def _ends_last(
         assert block_done.wait(10)
         return view()
 
+    slow.__dict__.update(vars(view))  # what marks the view (``opening``) marks its wrapper
     older = ordered(slow, order, outputs)
     results: list[Any] = []
     thread = threading.Thread(target=lambda: results.append(_in_session(session, older)))
@@ -235,3 +236,97 @@ def test_an_api_client_gets_every_answer_it_asked_for() -> None:
         assert client.predict("b", api_name="/fast") == "fast b"
         release.set()
         assert older.result(timeout=30) == "slow a"
+
+
+def test_a_handler_asks_whether_a_later_call_wrote_its_outputs(blocks: Any) -> None:
+    order = WriteOrder()
+    seen: list[tuple[bool, bool]] = []
+
+    def opening_view() -> str:
+        seen.append((overtaken([blocks.figure]), overtaken([blocks.caption, blocks.slider])))
+        return "the default figure"
+
+    _race(order, ([blocks.figure], opening_view), ([blocks.figure], lambda: "the tour's figure"))
+    assert seen == [(True, False)]
+    assert not overtaken([blocks.figure])  # outside any ordered call
+    # Another page's later call is not this page's news.
+    seen.clear()
+    _race(
+        WriteOrder(),
+        ([blocks.figure], opening_view),
+        ([blocks.figure], lambda: "another student's figure"),
+        sessions=("one", "two"),
+    )
+    assert seen == [(False, False)]
+
+
+def test_a_pages_first_views_are_held_back_whole_states_too(blocks: Any) -> None:
+    """The first views keep state (Generate's decoding) yet are only the page's defaults:
+    where a tour stop wrote while they were drawn, the stop's view and state stay."""
+    order = WriteOrder()
+    older, _ = _race(
+        order,
+        ([blocks.figure, blocks.state, blocks.caption], opening(lambda: ("default", 1, "cap"))),
+        ([blocks.figure, blocks.state], lambda: ("the tour's figure", 2)),
+    )
+    assert older == (SKIP, SKIP, "cap")
+
+
+def test_the_first_views_skip_a_tab_a_later_event_has_drawn() -> None:
+    """A student who opens the tour while the page is still drawing its first views: the tab
+    the stop drew is not drawn again with the defaults (nor its generation restarted), and the
+    other tabs still get theirs."""
+    from ui.links.first_views import FirstViews
+
+    calls: list[str] = []
+    first_running, stop_drawn = threading.Event(), threading.Event()
+
+    def first_tab_view(text: str) -> str:
+        calls.append("first")
+        first_running.set()
+        assert stop_drawn.wait(10)
+        return f"first: {text}"
+
+    def second_tab_view(text: str) -> tuple[str, int]:
+        calls.append("second")
+        return f"second: {text}", 1
+
+    with gr.Blocks() as demo:
+        text = gr.Textbox("default")
+        with gr.Tabs():
+            with gr.Tab("Opening", id="opening"):
+                gr.Markdown("the page's first tab, drawn by its own page-load event")
+            with gr.Tab("First", id="first") as first:
+                first_figure = gr.Markdown()
+            with gr.Tab("Second", id="second") as second:
+                second_figure, second_state = gr.Markdown(), gr.State(0)
+        demo.load(first_tab_view, text, first_figure)
+        demo.load(second_tab_view, text, [second_figure, second_state])
+        views = FirstViews(demo, [first, second])
+    order = newest_wins(demo)
+    opened = next(f for f in demo.fns.values() if f.fn.__name__ == "open")
+    stop = ordered(lambda: ("the stop's figure", 2), order, [second_figure, second_state])
+
+    def page_request() -> Any:
+        request = SimpleNamespace(session_hash="s", query_params={}, headers={})
+        LocalContext.request.set(request)  # type: ignore[arg-type]
+        return request
+
+    results: list[Any] = []
+
+    def open_page() -> None:  # gradio passes the request to a handler that asks for it
+        values = [getattr(c, "value", None) for c in opened.inputs]
+        results.append(opened.fn(page_request(), *values))
+
+    thread = threading.Thread(target=open_page)
+    thread.start()
+    assert first_running.wait(10)
+    page_request()
+    assert stop() == ("the stop's figure", 2)
+    LocalContext.request.set(None)
+    stop_drawn.set()
+    thread.join(10)
+    assert calls == ["first"]
+    drawn = dict(zip(views.outputs, results[0], strict=True))
+    assert drawn[first_figure] == "first: default"
+    assert drawn[second_figure] == SKIP and drawn[second_state] == SKIP

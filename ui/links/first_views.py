@@ -21,6 +21,7 @@ from typing import Any
 import gradio as gr
 
 from ..serving.errors import describe
+from ..serving.ordering import opening, overtaken
 from ..serving.page_script import serve_with_script
 from ..serving.plotly_bundle import plotly_chunk
 from .views import as_update, is_update, merge_outputs, union, usable
@@ -194,6 +195,7 @@ class FirstViews:
         names = [(getattr(fn, "__name__", "?"), slug) for fn, _, _, slug in self.functions]
         log.debug("first views drawn by one page-load event: %s", names)
 
+    @opening
     def open(self, request: gr.Request, *values: Any) -> tuple:
         """When a page opens: every tab's first view (``values`` are those of
         ``self.inputs``), or nothing on a page opened with a link (``draw`` draws them)."""
@@ -201,6 +203,7 @@ class FirstViews:
             return tuple(gr.skip() for _ in self.outputs)
         return self._first_views(values, drawn=None)
 
+    @opening
     def draw(self, request: gr.Request, view: dict | None, *values: Any) -> tuple:
         """On a page opened with a link (else nothing), the first views of the tabs the link
         did not draw (every tab when it could not be read, ``view`` None)."""
@@ -213,12 +216,16 @@ class FirstViews:
         ``drawn`` (by a link), only those that set more than the link wrote, and of their
         outputs to what it wrote, all but the values. Their outputs merged in the order the
         handlers were registered. A handler that fails leaves its outputs as they are, with a
-        message."""
+        message. A handler whose outputs a later event of the page has written already (a tour
+        stop or a model picked while the page was still opening) is not called: its defaults
+        would be held back anyway, and it would restart the generation that event began."""
         known = {c._id: v for c, v in zip(self.inputs, values, strict=True)}
         outputs: dict[int, Any] = {}
         for fn, inputs, function_outputs, slug in self.functions:
             linked = slug == drawn
             if linked and all(c._id in self.linked for c in function_outputs):
+                continue
+            if overtaken(function_outputs):
                 continue
             try:
                 result = fn(*[known.get(c._id) for c in inputs])

@@ -14,6 +14,9 @@ Only handlers that are functions of their inputs are held back: none of their ou
 ``gr.State``, and they return once. A handler that keeps state (Generate's Step, run in turn
 under the session's lock) or streams (Run, training) must deliver what it did, or the page and
 the state would part; its writes still count, so an older redraw does not draw over them.
+A page's first views (:func:`opening`) are held back whole, states too: whatever a student did
+while they were drawn is newer than the defaults they show, and such a handler asks
+:func:`overtaken` before it draws a tab at all.
 An API client's calls (gradio_client) share a session but no page: each gets its own answer.
 """
 
@@ -36,6 +39,25 @@ MAX_SESSIONS = 256
 EVERYTHING = "*"  # a component returned whole (``gr.Slider(...)``) sets every property
 
 _calls = threading.local()  # a handler called by another (a link's view) is part of that call
+
+
+def opening(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark ``fn`` as the handler that draws a page's first views: :func:`ordered` holds back
+    all it would write over a later call's writes, its ``gr.State`` outputs included (the
+    defaults a page opens with are older than anything its student has done since)."""
+    fn.opening = True  # type: ignore[attr-defined]
+    return fn
+
+
+def overtaken(outputs: Sequence[gr.blocks.Block]) -> bool:
+    """Inside a handler :func:`ordered` wraps: whether a call from the same page that started
+    after this one has already written one of ``outputs`` (False outside such a handler, and
+    for an API client's call)."""
+    current = getattr(_calls, "current", None)
+    if current is None:
+        return False
+    order, session, number = current
+    return order.written_after(session, number, [component._id for component in outputs])
 
 
 def _is_update(value: Any) -> bool:
@@ -73,6 +95,14 @@ class WriteOrder:
     def __len__(self) -> int:
         with self._lock:
             return len(self._written)
+
+    def written_after(self, session: str, number: int, outputs: Sequence[int]) -> bool:
+        """Whether a call of ``session`` numbered above ``number`` has written to one of
+        ``outputs`` (ids)."""
+        wanted = set(outputs)
+        with self._lock:
+            written = self._written.get(session, {})
+            return any(n > number for (output, _), n in written.items() if output in wanted)
 
     def deliver(
         self, session: str, number: int, outputs: Sequence[int], values: Sequence[Any], hold: bool
@@ -145,7 +175,8 @@ def ordered(
     """``fn`` as a handler whose results are delivered in the order its calls started (see
     the module's doc); ``outputs`` are its event's outputs."""
     ids = [component._id for component in outputs]
-    hold = not any(isinstance(component, gr.State) for component in outputs)
+    keeps_state = any(isinstance(component, gr.State) for component in outputs)
+    hold = getattr(fn, "opening", False) or not keeps_state
 
     def settle(session: str | None, number: int, result: Any, hold: bool) -> Any:
         values = _as_list(result, outputs)
@@ -188,10 +219,11 @@ def ordered(
             return fn(*args, **kwargs)
         session, number = _page_session(), order.start()
         _calls.inside = True
+        _calls.current = (order, session, number) if session is not None else None
         try:
             result = fn(*args, **kwargs)
         finally:
-            _calls.inside = False
+            _calls.inside, _calls.current = False, None
         return settle(session, number, result, hold)
 
     return call
