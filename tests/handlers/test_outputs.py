@@ -129,3 +129,59 @@ def test_a_skipped_output_builds_no_component(monkeypatch: pytest.MonkeyPatch) -
     lighter_outputs(demo)
     answer = _answer(demo, function, [gr.skip(), *[gr.update(value=2)] * 4], SessionState(demo))
     assert built == [] and answer == [{"__type__": "update"}, 2, 2, 2, 2]
+
+
+def _figure(y: float) -> go.Figure:
+    return go.Figure(go.Heatmap(z=[[y, 1.0], [0.5, y]]))
+
+
+def test_a_shared_figure_is_serialised_once_for_every_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Thirty followers drawing the lecturer's view got the same figures, each serialised
+    thirty times; a figure of one session's own is serialised for each answer, as gradio does."""
+    from ui.serving.outputs import SharedPlots
+    from ui.serving.shared_views import mark_shared
+
+    plot = gr.Plot()
+    shared, own = _figure(0.25), _figure(0.75)
+    mark_shared((gr.update(value=shared, visible=True), "a caption"))
+    serialised = []
+    original = go.Figure.to_json
+
+    def counting(self: go.Figure, *args: Any, **kwargs: Any) -> str:
+        serialised.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(go.Figure, "to_json", counting)
+    plots = SharedPlots()
+    answers = [plots.sent(plot, shared) for _ in range(30)]
+    update = plots.sent(plot, gr.update(value=shared, visible=True))
+    assert serialised == [shared]
+    assert all(answer.plot == gr.Plot().postprocess(_figure(0.25)).plot for answer in answers)
+    assert update["visible"] is True and update["value"] is answers[0]
+    serialised.clear()
+    assert plots.sent(plot, own) is own  # left to gradio: serialised at each answer
+    assert plots.sent(gr.Markdown(), shared) is shared  # only a plot's value is its JSON
+
+
+def test_the_kept_json_is_bounded_and_never_serves_another_figure() -> None:
+    from ui.serving.outputs import SharedPlots
+    from ui.serving.shared_views import mark_shared
+
+    plot = gr.Plot()
+    size = len(plot.postprocess(_figure(0.0)).plot)
+    plots = SharedPlots(max_bytes=3 * size)
+    figures = [mark_shared(_figure(i / 10)) for i in range(5)]
+    for figure in figures:
+        plots.sent(plot, figure)
+    assert len(plots) == 3  # the least recently sent went first
+    # A figure gone and another made in its place (perhaps at the same address) is its own.
+    for i in range(20):
+        gone = mark_shared(_figure(i / 20))
+        key = id(gone)
+        plots.sent(plot, gone)
+        del gone
+        fresh = mark_shared(_figure(0.99))
+        sent = plots.sent(plot, fresh)
+        assert sent.plot == plot.postprocess(_figure(0.99)).plot, (i, id(fresh) == key)
