@@ -4,7 +4,6 @@ the same predictions, and a skipped output builds nothing."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 from typing import Any
 
@@ -12,6 +11,7 @@ import gradio as gr
 import plotly.graph_objects as go
 import pytest
 from gradio.state_holder import SessionState
+from serving import run_async
 
 from ui.serving.outputs import lighter_outputs
 
@@ -68,7 +68,7 @@ def _as_page_reads(value: Any) -> Any:
 
 
 def _answer(demo: gr.Blocks, function: Any, predictions: Any, state: SessionState) -> Any:
-    return asyncio.run(demo.postprocess_data(function, predictions, state))
+    return run_async(demo.postprocess_data(function, predictions, state))
 
 
 @pytest.mark.parametrize("seed", range(12))

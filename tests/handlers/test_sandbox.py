@@ -100,8 +100,9 @@ def refused_while_ticking(sandbox: TokenizerSandbox, data: bytes, text: str) -> 
         waited = answered - (deadline - DEADLINE_S)
     # The counter ran while this thread waited. A tokenizer that held the interpreter would
     # stop it for the whole wait; a machine busy with other tests only spaces its ticks out
-    # (in CI, 12 ticks in 1.6 s), so the test reads the longest pause, not the count.
-    assert pause < max(1.0, waited / 2), (pause, waited)
+    # (in CI, 12 ticks in 1.6 s, and once a pause of 2.0 s in a 3.0 s wait), so the test reads
+    # the longest pause against the wait, not the count.
+    assert pause < max(1.0, 0.8 * waited), (pause, waited)
     assert answered <= deadline + 2.0  # the kill, and reading its exit status, come promptly
     return str(raised.value)
 
