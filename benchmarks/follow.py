@@ -8,7 +8,8 @@ runs then, in order, each as the page sends it (queued); the page's own script s
 until idle, scroll) are waited out as their shortest time in a browser (0.55 s, 0.3 s). The
 lecturer's page is simulated in the server's process: it steps its own generation (or draws
 its Attention view, which the followers then find among the shared views), and its view is
-published at the next tick of its timer (a uniform wait within the side's ``PUBLISH_S``); the
+published at the next tick of its timer (a uniform wait within the side's ``PUBLISH_S``), or, for
+a tab change on a side that publishes a clicked tab at once, after ``AT_ONCE_S``; the
 times count from when the lecturer's page showed the change. The lecturer
 steps Generate to step 2, 3, ... (one every ``--every`` seconds), goes back one step, then
 switches between Attention and Generate. Per change and follower: the time from the
@@ -44,6 +45,10 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 SOURCE = "the small cat sees a red ball"
 STEPS = re.compile(r"Output so far\D{0,40}\((\d+) steps?\)")
+# A tab clicked on a lecturer's page that publishes it at once: the click's event and the
+# publish that follows it, two requests (the publish reads the page's hundred controls, about
+# 15 ms of the server's time), each with its round trip.
+AT_ONCE_S = 0.04
 # The page's own script steps, as their shortest time in a browser (ui/links/views.py).
 JS_WAITS = {"__viewTouchWatch": 0.55, "scrollIntoView": 0.3}
 
@@ -108,6 +113,8 @@ def serve(port: int, model: str) -> None:
         "summary": step.outputs[0]._id,
         "poll_s": rooms_module.POLL_S,
         "publish_s": rooms_module.PUBLISH_S,
+        # a tab clicked on the lecturer's page is published at once where the side does so
+        "tab_at_once": hasattr(rooms_module, "PUBLISH_NOW_JS"),
     }  # fmt: skip
     print(json.dumps(info), flush=True)
     lecturer = Lecturer(demo, model)
@@ -289,7 +296,10 @@ def lecture(side: Side, followers: int, every: float, seed: int) -> Lecture:
     info = side.info
 
     def change(kind: str, slug: str, step: int) -> None:
-        published = side.publish(rng.uniform(0, info["publish_s"]), slug, step)
+        delay = rng.uniform(0, info["publish_s"])
+        if kind == "tab" and info.get("tab_at_once"):
+            delay = AT_ONCE_S
+        published = side.publish(delay, slug, step)
         with record.lock:  # from when the lecturer's page showed it
             record.changes[published["version"]] = (published["shown"], kind, step)
 

@@ -23,7 +23,7 @@ from transformer.core.device import pick_device
 
 from .links.exercises import make_exercises
 from .links.first_views import PRELOAD_PLOTLY_JS, REVEAL_LINK_JS, FirstViews, OpenOnLinkedTab
-from .links.rooms import FollowMe, RedisRooms, Rooms, RoomStore
+from .links.rooms import FOLLOW_CSS, FollowMe, RedisRooms, Rooms, RoomStore
 from .links.share import MAX_QUERY, TabView
 from .links.views import Views
 from .serving import clients, limits, store
@@ -370,7 +370,10 @@ def _wire_views(
     for view in tab_views:
         for tab in tab_list:
             if getattr(tab, "id", None) == view.slug:
-                tab.select(functools.partial(str, view.slug), None, views.current, **private)
+                selected = tab.select(
+                    functools.partial(str, view.slug), None, views.current, **private
+                )
+                views.tab_selected.append(selected)
 
     # The model menus offer "trained here" only once the session has trained a model: fitted
     # when the page opens and whenever a tab is opened (training happens in another tab).
@@ -610,7 +613,7 @@ def launch_options() -> dict[str, Any]:
                 Middleware(CapUploads),
             ]
         },
-        "css": CSS + PHONE_CSS,
+        "css": CSS + PHONE_CSS + FOLLOW_CSS,
         "head": WIDTH_HEAD,
         "theme": gr.themes.Soft(),
         "footer_links": ["api"],

@@ -514,3 +514,31 @@ def _result(coroutine: Any) -> Any:
     except StopIteration as done:
         return done.value
     raise AssertionError("the coroutine waited")
+
+
+def test_every_tab_click_is_followed_by_the_publish_of_a_hosting_page(app_demo: Any) -> None:
+    """A lecturer's tab click reaches the room at once: after each tab's click has set the tab
+    on screen, the page's script clicks the hidden Publish (where the page hosts a room), whose
+    event publishes as the tick does, from the same inputs."""
+    import inspect
+
+    import gradio as gr
+
+    from ui.links.rooms import HOSTING_MARK, PUBLISH_NOW_JS, room_line
+
+    views, follow_me = app_demo.views, app_demo.follow_me
+    fns = list(app_demo.fns.values())
+    tabs = [b for b in app_demo.blocks.values() if isinstance(b, gr.Tab) and b.id in views.tabs]
+    assert len(tabs) == len(views.tabs) == len(views.tab_selected)
+    for tab in tabs:
+        (sets,) = [f for f in fns if (tab._id, "select") in map(tuple, f.targets)
+                   and views.current in f.outputs]  # fmt: skip
+        after = [f for f in fns if f.trigger_after == sets._id]
+        assert [f.js for f in after] == [PUBLISH_NOW_JS] and after[0].fn is None
+    (tick,) = [f for f in fns if (follow_me.publish_timer._id, "tick") in map(tuple, f.targets)]
+    (now,) = [f for f in fns if (follow_me.publish_now._id, "click") in map(tuple, f.targets)]
+    assert inspect.unwrap(now.fn) is inspect.unwrap(tick.fn)  # each event's wrappers its own
+    assert now.inputs == tick.inputs and now.outputs == tick.outputs
+    # The script knows a hosting page by its room line, and only a host's line says so.
+    assert HOSTING_MARK in room_line("K7MQA") and repr(HOSTING_MARK) in PUBLISH_NOW_JS
+    assert HOSTING_MARK not in follow_me.start_following("K7MQA")[1]

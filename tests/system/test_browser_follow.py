@@ -243,3 +243,41 @@ def test_followers_pages_follow_the_lecturer_also_after_a_reload(
     finally:
         for context in contexts:
             context.close()
+
+
+def test_a_lecturers_tab_click_reaches_the_room_before_the_tick(
+    browser: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tab clicked on a hosting page is published at once, not at the page's next publish
+    tick (a quarter of a second of every tab change's way to the followers): with the tick
+    set to minutes, the click alone must bring the room to the new tab."""
+    import ui.links.rooms as rooms
+    from ui.demo import build_demo
+    from ui.testing import launched
+
+    monkeypatch.setattr(rooms, "PUBLISH_S", 600.0)
+    demo = build_demo("cpu", preload=False)
+    store = demo.follow_me.rooms  # type: ignore[attr-defined]
+    with launched(demo) as url:
+        context, page = _page(browser, url)
+        try:
+            _opened(page)
+            _open_follow_me(page)
+            page.get_by_role("button", name="Host a room (lecturer)").click()
+            code = _room_code(page)
+            version, _ = store.latest(code)
+            page.get_by_role("tab", name="Attention", exact=True).click()
+            _poll(page, "the click published", lambda: "tab=attention" in store.latest(code)[1])
+            assert store.latest(code)[0] > version
+            # A page that hosts no room sends nothing at a tab click.
+            before = store.latest(code)
+            other, student = _page(browser, url)
+            try:
+                _opened(student)
+                student.get_by_role("tab", name="Generate", exact=True).click()
+                student.wait_for_timeout(1500)
+                assert store.latest(code) == before
+            finally:
+                other.close()
+        finally:
+            context.close()

@@ -249,6 +249,7 @@ class Views:
         self.labels = {tab.label: tab for tab in tabs}
         self.view = gr.State(None)  # the view being applied
         self.current = gr.State(tabs[0].slug if tabs else "")  # the tab on screen
+        self.tab_selected: list[Any] = []  # each tab's event that sets ``current`` on a click
         self.focus = gr.Textbox(visible=False)  # the element id the page scrolls to
         # Whether the user clicked or typed while a view settled (set by the page's script)
         self.touched = gr.Checkbox(False, visible=False)
