@@ -338,6 +338,7 @@ def test_building_a_real_vocabulary_has_its_own_limit_and_the_text_keeps_its_own
     """Building GPT-4's vocabulary (once per server, seconds on a busy one) is not the text's
     work: a build longer than the text's limit still answers, and one longer than its own
     limit is refused with a message that says so."""
+    import threading
     import time
 
     from ui.serving import limits
@@ -345,15 +346,24 @@ def test_building_a_real_vocabulary_has_its_own_limit_and_the_text_keeps_its_own
 
     built = choices.load_real_tokenizer("gpt2")
     run(registry, "Hello world", GPT2)  # the view's own first-call work, done before timing
+    # The build ends when the test says so, not after a sleep: a loaded machine that paused the
+    # request's thread for longer than the sleep found the build done and answered.
+    ended = threading.Event()
+    ended.set()
 
     def slow_build(name):
         time.sleep(0.6)
+        ended.wait(30)
         return built
 
     monkeypatch.setattr(choices, "load_real_tokenizer", slow_build)
     monkeypatch.setattr(limits, "TOKENIZER_TIME_LIMIT_S", 0.4)
     _, chips, *_ = run(registry, "Hello world", GPT2)
     assert [text for text, _ in chips] == ["Hello", " world"]  # GPT-2 reads two pieces
+    ended.clear()
     monkeypatch.setattr(limits, "TOKENIZER_BUILD_LIMIT_S", 0.2)
-    with pytest.raises(Exception, match="building this tokenizer's vocabulary"):
-        run(registry, "Hello again", GPT2)
+    try:
+        with pytest.raises(Exception, match="building this tokenizer's vocabulary"):
+            run(registry, "Hello again", GPT2)
+    finally:
+        ended.set()
