@@ -623,7 +623,12 @@ def test_smollm2_steps_through_a_sentence_and_opens_every_tab(
         first = _steps_shown(panel)
         for _ in range(3):
             panel.get_by_role("button", name="Step", exact=True).click()
-        _poll(page, f"step {first + 3} drawn", lambda: _steps_shown(panel) == first + 3)
+        _poll(
+            page,
+            f"step {first + 3} drawn",
+            lambda: _steps_shown(panel) == first + 3,
+            lambda: f"{_steps_shown(panel)} steps, {page.locator(BUSY).count()} waiting",
+        )
         _poll(page, "the step drawn", lambda: not page.locator(BUSY).count())
         text = panel.inner_text()
         assert f"({first + 3} steps)" in text
