@@ -34,6 +34,7 @@ from .serving.export import PLOT_TOOLBAR_JS, ViewExport
 from .serving.fairness import share_fairly
 from .serving.memory import give_back_memory
 from .serving.ordering import newest_wins
+from .serving.outputs import lighter_outputs
 from .serving.phone import PHONE_CSS, WIDTH_HEAD, fit_figures
 from .serving.plotly_bundle import ServePrunedPlotly, start_pruning
 from .serving.sessions import (
@@ -295,6 +296,7 @@ def build_demo(
     demo.model_registry = registry  # for preload_models
     demo.follow_me = follow_me  # for the tests
     fit_figures(demo)  # last: a phone's figures drawn for its width, the cache's untouched
+    lighter_outputs(demo)  # a skipped output costs gradio nothing, a value alone a value's
     threading.Thread(
         target=_sweep_sessions, args=(weakref.ref(demo),), name="session-sweeper", daemon=True
     ).start()

@@ -326,8 +326,12 @@ def test_a_followers_poll_finds_the_change_and_one_event_draws_the_lecturers_tab
     drawn = dict(zip([c._id for c in draw.outputs], draw.fn(*page), strict=True))
     assert _prop(drawn[views.tabs_block._id], "selected") == "attention"  # the lecturer's tab
     tab = views.tabs["attention"]
-    assert _prop(drawn[tab.controls["layer"]._id], "value") == 2
-    assert _prop(drawn[tab.controls["head"]._id], "value") == 3
+    shown = {c._id: v for c, v in zip(draw.inputs, page, strict=True)}
+    for key, value in (("layer", 2), ("head", 3)):  # sent, where the page shows another
+        control = tab.controls[key]
+        assert _prop(drawn[control._id], "value") == (
+            None if shown[control._id] == value else value
+        )
     # The same figures as the Attention tab's own handler draws, computed anew here (not
     # through the views every session shares), for the lecturer's controls.
     handler = inspect.unwrap(attention.fn)
@@ -342,6 +346,28 @@ def test_a_followers_poll_finds_the_change_and_one_event_draws_the_lecturers_tab
             figures += 1
     assert figures >= 1
     assert "layer 2" in _titles(drawn[attention.outputs[0]._id]).lower()
+
+    # What the page shows already is not sent again (every output costs the server, for each
+    # follower at each change): drawn again on a page that shows the view, no control's value
+    # is sent, and the figures still are.
+    showing = list(page)
+    for i, component in enumerate(draw.inputs[:-1]):
+        sent = drawn.get(component._id, gr.skip())
+        if isinstance(sent, dict) and "value" in sent:
+            showing[i] = sent["value"]
+        elif not isinstance(sent, dict | gr.blocks.Block):
+            showing[i] = sent
+    again = dict(zip([c._id for c in draw.outputs], draw.fn(*showing), strict=True))
+    read = {c._id for c in draw.inputs}
+    resent = [
+        key
+        for key, control in tab.controls.items()
+        if control._id in again
+        and control._id in read
+        and not (isinstance(again[control._id], dict) and "value" not in again[control._id])
+    ]
+    assert not resent
+    assert _titles(again[attention.outputs[0]._id]) == _titles(drawn[attention.outputs[0]._id])
 
     # The next poll finds nothing new: nothing is drawn, no view computed.
     shared = app_demo.model_registry.shared_views

@@ -76,6 +76,24 @@ WAIT_S = 10.0
 LOOK_S = 0.05
 
 
+def without_shown(out: Any, shown: Any) -> Any:
+    """A view's output to a control, without the value the page shows already (``shown``): a
+    value alone becomes a skip, an update keeps its other properties. Every output sent costs
+    the server for each follower at each change; a tab's controls mostly stay as they were."""
+    update = isinstance(out, dict) and out.get("__type__") == "update"
+    if isinstance(out, gr.blocks.Block) or (update and "value" not in out):
+        return out
+    try:
+        if not same_value(shown, out["value"] if update else out):
+            return out
+    except (TypeError, ValueError):  # a value with no plain equality (an array): sent
+        return out
+    if not update:
+        return gr.skip()
+    kept = {k: v for k, v in out.items() if k != "value"}
+    return kept if len(kept) > 1 else gr.skip()
+
+
 class RoomError(ValueError):
     """A room code that names no open room, or a secret that is not the room's."""
 
@@ -947,6 +965,11 @@ class FollowMe:
                 )
             else:
                 drawn = views.apply(view, *every(tuple(values)))
+                page = {c._id: v for c, v in zip(inputs, values, strict=True)}
+                drawn = tuple(
+                    without_shown(out, page[c._id]) if c._id in page else out
+                    for c, out in zip(views.outputs, drawn, strict=True)
+                )
             return (view if view else gr.skip()), *(drawn[i] for i in picks)
 
         def settle(*values_view_touched: Any) -> tuple:

@@ -29,6 +29,7 @@ from typing import Any
 
 import gradio as gr
 from gradio.context import LocalContext
+from plotly.basedatatypes import BaseFigure
 
 from . import limits
 from .state import TRAINED_HERE, SessionModels, SharedViews
@@ -151,6 +152,19 @@ def _frozen(value: Any) -> Any:
     return (type(value).__name__, value)
 
 
+def mark_shared(value: Any) -> Any:
+    """``value`` (a view), its figures marked as every session's: never changed once made, so
+    that their JSON, made for one answer, serves the next (``ui/serving/outputs.py``)."""
+    if isinstance(value, list | tuple):
+        for item in value:
+            mark_shared(item)
+    elif isinstance(value, dict):
+        mark_shared(value.get("value"))
+    elif isinstance(value, BaseFigure):
+        value._shared_view = True
+    return value
+
+
 def _fresh(value: Any) -> Any:
     """A copy of a kept view's containers: gradio takes an update dict apart as it sends it."""
     if isinstance(value, tuple):
@@ -192,7 +206,7 @@ def _shared(
         shared_key = None
         if name and cache.second is not None:
             shared_key = stable_key((name, key[1]))
-        return _fresh(cache.get(key, compute, shared_key))
+        return _fresh(mark_shared(cache.get(key, compute, shared_key)))
 
     shared.shared_view = True  # type: ignore[attr-defined]  # for the tests
     return shared
