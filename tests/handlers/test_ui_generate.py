@@ -220,7 +220,8 @@ def test_cross_attention_names_the_query_as_the_self_attention_rows_do(registry)
             registry, *GREEDY, 1, 1, False, session, state
         )
     last_row = triangle.data[0].y[-1]
-    assert cross.layout.title.text.count(f"from {last_row} ") == 1
+    title = cross.layout.title.text.replace("<br>", " ")  # wrapped to the figure's least width
+    assert title.count(f"from {last_row} ") == 1
     tokens = state.decoding.records[-1].tokens
     tokenizer = registry.checkpoint("translate", None).tokenizer
     assert last_row == f"{len(tokens) - 1}:{tokenizer.id_to_token(tokens[-1])}"

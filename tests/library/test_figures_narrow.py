@@ -12,8 +12,8 @@ import torch
 
 from transformer.core.trace import AttentionRecord
 from transformer.figures import scores_and_weights_figure, top_k_figure, training_curves_figure
-from transformer.figures.common import base_layout, figure, text_width, token_labels
-from transformer.figures.narrow import TOOLBAR_ROOM, fit_width, is_narrow, wrap_words
+from transformer.figures.common import base_layout, figure, text_width, token_labels, wrap_words
+from transformer.figures.narrow import TOOLBAR_ROOM, fit_width, is_narrow
 
 PHONE = 362  # a 390 px window less the page's margins
 
@@ -124,6 +124,43 @@ def test_wrap_words_keeps_words_whole_and_lines_within_the_room() -> None:
         assert text_width(f"{line} {following.split(' ')[0]}", 14) > 200
     assert wrap_words("supercalifragilistic", 14, 20) == ["supercalifragilistic"]
     assert wrap_words("a<br>b", 14, 200) == ["a", "b"]
+
+
+TITLE = "Cross-attention of the new step from ▁ball · layer 6 · grey = masked"
+
+
+def test_a_title_wraps_to_the_least_width_its_figure_is_given_between_its_parts() -> None:
+    """Plotly never wraps a title; beside another figure on a projector in Large font the
+    cross-attention's ran off its figure's edge."""
+    for large in (False, True):
+        whole = base_layout(TITLE, 300, large)
+        assert base_layout(TITLE, 300, large, narrowest=2000) == whole
+        wrapped = base_layout(TITLE, 300, large, narrowest=480)
+        size = whole["title"]["font"]["size"]
+        lines = wrapped["title"]["text"].split("<br>")
+        assert len(lines) > 1
+        assert all(text_width(line, size) <= 480 - 24 for line in lines)
+        # Broken where its parts meet, each part's words kept in order.
+        assert " ".join(lines).replace(" · ", " ") == TITLE.replace(" · ", " ")
+        assert not any(line.endswith("·") or line.startswith("·") for line in lines)
+        # The plot keeps its height: the figure grows by what the lines take.
+        grown = round((len(lines) - 1) * 1.3 * size)
+        assert wrapped["margin"]["t"] == whole["margin"]["t"] + grown
+        assert wrapped["height"] == 300 + grown
+
+
+def test_a_title_wrapped_by_its_builder_is_not_given_its_room_twice_on_a_phone() -> None:
+    built = base_layout(TITLE, 300, False)
+    for narrowest in (None, 480):
+        layout = base_layout(TITLE, 300, False, narrowest=narrowest)
+        fitted = fit_width(figure([{"type": "bar", "x": [1], "y": ["a"]}], layout), PHONE)
+        title = fitted.layout.title
+        lines = title.text.split("<br>")
+        assert all(text_width(line, title.font.size) <= PHONE - 24 for line in lines)
+        # Above the plot: the toolbar and each line once, whoever wrapped them.
+        grown = TOOLBAR_ROOM + (len(lines) - 1) * 1.3 * title.font.size
+        assert fitted.layout.margin.t == round(built["margin"]["t"] + grown), narrowest
+        assert fitted.layout.height == round(300 + grown), narrowest
 
 
 def test_a_bar_charts_numbers_past_the_bars_keep_room_on_the_right() -> None:

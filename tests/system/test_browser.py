@@ -255,12 +255,18 @@ def _shown(panel: Any, component: Any, value: Any) -> bool | None:
     return box.input_value() == str(value)
 
 
+TITLES_JS = """(titles) => titles.map((t) => {
+  const lines = [...t.querySelectorAll('tspan.line')];
+  return lines.length ? lines.map((l) => l.textContent).join(' ') : t.textContent;
+})"""
+
+
 def _drawn(page: Any, tab: str, plots: int, titles: tuple[str, ...] = ()) -> None:
     """The tab is on screen, idle, with its plots (and plot titles that say ``titles``)."""
     panel = page.get_by_role("tabpanel")
 
-    def shown() -> str:
-        return " | ".join(t or "" for t in panel.locator(".gtitle").all_text_contents())
+    def shown() -> str:  # a title's lines (plotly's wrapped tspans) read as one line
+        return " | ".join(panel.locator(".gtitle").evaluate_all(TITLES_JS))
 
     def ready() -> bool:
         if _selected_tab(page) != tab or page.locator(BUSY).count():

@@ -328,14 +328,21 @@ TITLES_CUT_JS = """
 
 @pytest.mark.parametrize(
     "viewport, large, tour",
-    [(LAPTOP, False, True), (LAPTOP, False, False), (PROJECTOR, True, False)],
-    ids=["laptop-tour", "laptop", "projector"],
+    [
+        (LAPTOP, False, True),
+        (LAPTOP, False, False),
+        (PROJECTOR, True, False),
+        (PROJECTOR, True, True),
+    ],
+    ids=["laptop-tour", "laptop", "projector", "projector-tour"],
 )
 def test_generate_titles_are_shown_whole(
     browser: Any, app_url: str, viewport: dict, large: bool, tour: bool
 ) -> None:
     """With the tour's sidebar open at 1280×800, the cross-attention figure got half the
-    page's width beside the next-token chart, and its title ran off its right edge."""
+    page's width beside the next-token chart, and its title ran off its right edge; on a
+    projector in Large font with the tour open, its title ran off it at the figure's least
+    width."""
     from ui.tour import STOPS, label
 
     # The tour's Generate stop opens the translation model, whose figures include the

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import html
 import math
+import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -149,9 +150,14 @@ def font_size(large_font: bool) -> int:
     return _FONT_SIZE[bool(large_font)]
 
 
-def base_layout(title: str, height: int, large_font: bool, **extra: Any) -> dict[str, Any]:
+def base_layout(
+    title: str, height: int, large_font: bool, *, narrowest: float | None = None, **extra: Any
+) -> dict[str, Any]:
     """The project's layout as a plain dict: title, fixed height (``gr.Plot`` has none), font.
-    ``title`` is plain text (see :func:`plot_text`).
+    ``title`` is plain text (see :func:`plot_text`). ``narrowest``: the least width in px a page
+    gives the figure (one of two side by side); a title longer than that is wrapped there, the
+    figure growing by its extra lines (plotly never wraps a title: it runs past the figure's
+    edge, which cuts it).
 
     Builders pass the whole layout to ``go.Figure`` once: plotly validates on every
     ``update_*``/``add_*`` call, and building piece by piece is several times slower.
@@ -167,7 +173,35 @@ def base_layout(title: str, height: int, large_font: bool, **extra: Any) -> dict
         "hoverlabel": {"font": {"size": size}},
     }
     layout.update(extra)
+    if narrowest is not None:
+        _wrap_title(layout, narrowest)
     return layout
+
+
+# What a title keeps clear at a figure's sides: plotly's own padding and the title's ``x``.
+TITLE_PADDING = 24
+TITLE_SEPARATOR = " · "
+
+
+def _wrap_title(layout: dict[str, Any], width: float) -> None:
+    """Wrap ``layout``'s title to ``width`` px; its top margin and height grow by the lines
+    added, so that the plot keeps its size."""
+    title = layout["title"]
+    size, room = title["font"]["size"], width - TITLE_PADDING
+    # Lines end between the title's parts ("… from ▁ball · layer 6 · grey = masked"), a part
+    # longer than a line at its words.
+    lines: list[str] = []
+    for part in title["text"].split(TITLE_SEPARATOR):
+        joined = f"{lines[-1]}{TITLE_SEPARATOR}{part}" if lines else part
+        if lines and text_width(without_tags(joined), size) <= room:
+            lines[-1] = joined
+        else:
+            lines.extend(wrap_words(part, size, room))
+    if len(lines) > 1:
+        title["text"] = "<br>".join(lines)
+        extra = round((len(lines) - 1) * 1.3 * size)  # as `narrow` counts a title's lines
+        layout["margin"]["t"] += extra
+        layout["height"] += extra
 
 
 def panelled_layout(title: str, height: int, large_font: bool, **extra: Any) -> dict[str, Any]:
@@ -238,6 +272,29 @@ def text_width(text: str, size: float) -> float:
             em = 0.6
         width += em * size
     return width
+
+
+def without_tags(text: str) -> str:
+    """The characters plotly shows of ``text`` (its tags, ``<br>`` and ``<b>``, left out)."""
+    return re.sub(r"<[^>]*>", "", text)
+
+
+def wrap_words(text: str, size: float, room: float) -> list[str]:
+    """``text`` (plotly text: entities and tags count as what they show) cut at spaces into
+    lines of at most ``room`` px at font ``size``; a word longer than ``room`` stands alone.
+    Existing ``<br>`` breaks are kept."""
+    lines: list[str] = []
+    for part in re.split(r"<br\s*/?>", text):
+        line = ""
+        for word in part.split(" "):
+            candidate = f"{line} {word}" if line else word
+            if line and text_width(without_tags(candidate), size) > room:
+                lines.append(line)
+                line = word
+            else:
+                line = candidate
+        lines.append(line)
+    return lines
 
 
 def steady_left_margin(

@@ -95,6 +95,7 @@ def cross_attention_step_figure(
     layer: int | None = None,
     large_font: bool = False,
     height: int | None = None,
+    narrowest: float | None = None,
 ) -> go.Figure:
     """Where the new step looked in the source: one row per head and their mean.
 
@@ -105,6 +106,7 @@ def cross_attention_step_figure(
         masked: ``(Ts,)`` bool, ``True`` for masked (padding) source keys, drawn grey.
         query_label: the token being predicted from, for the title.
         layer: the decoder layer, for the title.
+        narrowest: the least width in px a page draws the figure at (its title wraps there).
     """
     w = to_numpy(weights)
     if w.ndim != 2:
@@ -134,6 +136,7 @@ def cross_attention_step_figure(
         f"Cross-attention of the new step{query}{where} · grey = masked",
         height or heatmap_height(n_heads + 1, large_font, minimum=220, maximum=500),
         large_font,
+        narrowest=narrowest,
         plot_bgcolor=MASKED_GREY,
         xaxis=category_axis("source key", keys, large_font),
         yaxis={**category_axis("", rows, large_font), "autorange": "reversed"},
@@ -238,6 +241,7 @@ def next_token_figure(
     title: str = "Next-token probabilities",
     large_font: bool = False,
     height: int | None = None,
+    narrowest: float | None = None,
 ) -> go.Figure:
     """Candidate next tokens as horizontal bars: the model's own probability and, when a token
     was sampled, the probability under the distribution it was drawn from (after temperature,
@@ -250,6 +254,7 @@ def next_token_figure(
         sampled_probs: each label's probability under the sampled distribution, or None
             (greedy and beam search choose from the model's own).
         chosen: the index (into ``labels``) of the chosen token, highlighted.
+        narrowest: the least width in px a page draws the figure at (its title wraps there).
     """
     n = len(labels)
     if len(model_probs) != n or (sampled_probs is not None and len(sampled_probs) != n):
@@ -281,6 +286,7 @@ def next_token_figure(
         title,
         height or int(150 + rows * (30 if large_font else 22)),
         large_font,
+        narrowest=narrowest,
         xaxis={
             "title": {"text": "probability"},
             "range": [0, min(1.0, top * 1.3 + 0.03)],

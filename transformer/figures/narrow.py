@@ -19,7 +19,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from .common import text_width
+from .common import text_width, without_tags, wrap_words
 
 NARROW_WIDTH = 600
 """Screens narrower than this (in CSS pixels) get :func:`fit_width`'s layout: phones."""
@@ -38,29 +38,6 @@ _AXIS = re.compile(r"([xy])axis(\d*)$")
 def is_narrow(width: float | None) -> bool:
     """Whether a screen ``width`` px wide (None: unknown) gets the narrow layout."""
     return width is not None and 0 < width < NARROW_WIDTH
-
-
-def wrap_words(text: str, size: float, room: float) -> list[str]:
-    """``text`` (plotly text: entities and tags count as what they show) cut at spaces into
-    lines of at most ``room`` px at font ``size``; a word longer than ``room`` stands alone.
-    Existing ``<br>`` breaks are kept."""
-    lines: list[str] = []
-    for part in re.split(r"<br\s*/?>", text):
-        line = ""
-        for word in part.split(" "):
-            candidate = f"{line} {word}" if line else word
-            if line and text_width(_shown(candidate), size) > room:
-                lines.append(line)
-                line = word
-            else:
-                line = candidate
-        lines.append(line)
-    return lines
-
-
-def _shown(text: str) -> str:
-    """The characters plotly shows of ``text`` (its tags left out)."""
-    return re.sub(r"<[^>]*>", "", text)
 
 
 def fit_width(fig: go.Figure, width: float) -> go.Figure:
@@ -301,12 +278,14 @@ def _wrap_title(layout: dict[str, Any], width: float, size: float) -> None:
     if not isinstance(title, dict) or not title.get("text"):
         return
     font = title.setdefault("font", {})
-    title_size = float(font.get("size") or round(size * 1.25))
-    title_size = min(title_size, round(size * 1.15))
+    built_size = float(font.get("size") or round(size * 1.25))
+    title_size = min(built_size, round(size * 1.15))
     font["size"] = title_size
+    # A title its builder wrapped already has the room for its lines (`base_layout`).
+    had = 1.3 * built_size * title["text"].count("<br>")
     lines = wrap_words(title["text"], title_size, width - 24)
     title["text"] = "<br>".join(lines)
-    extra = TOOLBAR_ROOM + (len(lines) - 1) * 1.3 * title_size
+    extra = TOOLBAR_ROOM + (len(lines) - 1) * 1.3 * title_size - had
     margin = layout["margin"]
     margin["t"] = round(float(margin.get("t", 100)) + extra)
     height = round(float(layout.get("height") or 450) + extra)
@@ -335,7 +314,7 @@ def _fit_captions(layout: dict[str, Any], width: float, size: float) -> None:
         font = note.setdefault("font", {})
         own = float(font.get("size") or size)
         lines = re.split(r"<br\s*/?>", str(note.get("text", "")))
-        widest = max(text_width(_shown(line), own) for line in lines)
+        widest = max(text_width(without_tags(line), own) for line in lines)
         if widest <= room:
             continue
         font["size"] = max(round(own * SMALLEST_CAPTION), math.floor(own * room / widest))
@@ -346,18 +325,18 @@ def _cut_line(line: str, size: float, room: float) -> str:
     """``line`` without its last :data:`CAPTION_PARTS`-separated parts (and, where its first
     part alone is too long, that part's last words), to fit ``room`` px at ``size``; "…" where
     something was left out."""
-    if text_width(_shown(line), size) <= room:
+    if text_width(without_tags(line), size) <= room:
         return line
     parts = line.split(CAPTION_PARTS)
     kept = parts[:1]
     for part in parts[1:]:
-        if text_width(_shown(CAPTION_PARTS.join([*kept, part, "…"])), size) > room:
+        if text_width(without_tags(CAPTION_PARTS.join([*kept, part, "…"])), size) > room:
             break
         kept.append(part)
     cut = CAPTION_PARTS.join(kept)
-    if text_width(_shown(cut + " …"), size) > room:  # the first part alone: cut at a word
+    if text_width(without_tags(cut + " …"), size) > room:  # the first part alone: cut at a word
         words = cut.split(" ")
-        while len(words) > 1 and text_width(_shown(" ".join(words) + " …"), size) > room:
+        while len(words) > 1 and text_width(without_tags(" ".join(words) + " …"), size) > room:
             words.pop()
         cut = " ".join(words)
     for tag in ("b", "i"):  # a bold or italic run cut short is closed

@@ -27,6 +27,10 @@ from ...serving.state import GenerationState, ModelRegistry, SessionModels
 from .decoding import unreadable_note
 from .request import GenerateRequest
 
+# The least width the page gives the step's chart and its cross-attention: side by side where
+# each gets that much, one below the other where not (the tour's sidebar open at 1280 px).
+STEP_FIGURE_WIDTH = 480
+
 # (summary, next-token chart, cross-attention, self-attention triangle, logit lens, residual
 # norms, state)
 Drawn = tuple[str, Any, Any, Any, Any, Any, GenerationState]
@@ -82,6 +86,7 @@ def _chart(record: StepRecord, piece: Callable[[int], str], large: bool) -> Any:
         chosen=chosen,
         title=f"Step {record.step + 1}: next token ({record.method}) · chosen {labels[chosen]}",
         large_font=large,
+        narrowest=STEP_FIGURE_WIDTH,
     )
 
 
@@ -149,6 +154,7 @@ def draw(
             layer=layer_i + 1,
             large_font=large,
             height=360 if large else 300,
+            narrowest=STEP_FIGURE_WIDTH,
         )
     else:
         cross = figures.placeholder_figure(

@@ -20,6 +20,7 @@ from .decoding import (
     opening,
     reference_for,
 )
+from .drawing import STEP_FIGURE_WIDTH
 from .request import INPUT_NAMES
 from .silent import build_silent
 
@@ -92,14 +93,17 @@ def build(
     # Freed when the session ends (its page closed: ui/serving/sessions.py).
     state = gr.State(opened, delete_callback=GenerationState.release)
     summary = gr.Markdown(elem_classes=["phone-after-chart"])
-    # Side by side where each gets 480 px, one below the other where not (the tour's sidebar
-    # open at 1280 px): at half of that width the cross-attention's title ran off its edge.
+    # Side by side where each gets STEP_FIGURE_WIDTH, one below the other where not (the tour's
+    # sidebar open at 1280 px): at half of that width the cross-attention's title ran off its
+    # edge. Their titles wrap to that width (Large font's ran off it on a projector).
     with gr.Row(elem_id="generate-chart"):
-        top_plot = gr.Plot(label="Next-token distribution", show_label=False, min_width=480)
+        top_plot = gr.Plot(
+            label="Next-token distribution", show_label=False, min_width=STEP_FIGURE_WIDTH
+        )
         cross_plot = gr.Plot(
             label="Cross-attention of the new token over the source",
             show_label=False,
-            min_width=480,
+            min_width=STEP_FIGURE_WIDTH,
         )
     # Below, at the page's width: beside the two (three in a row at 1920 px) its title and the
     # cross-attention's ran off their figures in Large font.
