@@ -160,6 +160,10 @@ body.large-font textarea[style*="overflow-y: hidden"] {
    (gradio wraps the checkbox in a form that keeps the 260 px it was given). */
 body.large-font #top-bar > :has(#large-font), body.large-font #large-font {
   min-width: max-content !important; }
+/* The tour's stop menu: a stop's name too long for the sidebar (Large font's "10. Generation,
+   one token at a time") ends with "…", clear of the menu's arrow; the stop's heading below it
+   gives the name whole. */
+#tour-menu input { text-overflow: ellipsis; padding-right: 28px !important; }
 /* The models' status line takes no room while it has nothing to say (every model loaded). */
 #model-status:not(:has(p)) { display: none !important; }
 /* With the tour's sidebar open a 1280 px page keeps about 860 px: tables and code wrap within

@@ -326,6 +326,18 @@ TITLES_CUT_JS = """
 """
 
 
+# Where the tour menu's text may reach (its box less its padding) against its arrow's left edge.
+MENU_TEXT_JS = """
+() => {
+  const menu = document.querySelector('#tour-menu');
+  const input = menu.querySelector('input');
+  const style = getComputedStyle(input);
+  const right = input.getBoundingClientRect().right - parseFloat(style.paddingRight);
+  return [right, menu.querySelector('.icon-wrap').getBoundingClientRect().left, style.textOverflow];
+}
+"""
+
+
 @pytest.mark.parametrize(
     "viewport, large, tour",
     [
@@ -360,6 +372,9 @@ def test_generate_titles_are_shown_whole(
         page.wait_for_timeout(1500)  # the plots settle to the page's width
         cut = page.evaluate(TITLES_CUT_JS)
         assert not cut, cut
+        if tour:  # the stop's name, too long for the menu, ends with "…" clear of its arrow
+            text_right, arrow_left, overflow = page.evaluate(MENU_TEXT_JS)
+            assert overflow == "ellipsis" and text_right <= arrow_left, (text_right, arrow_left)
     finally:
         context.close()
 
