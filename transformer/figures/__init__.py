@@ -13,9 +13,11 @@ from .attention import (
     downsample_attention,
     grid_figure,
     head_figure,
+    head_figures,
     masks_figure,
     placeholder_figure,
     scores_and_weights_figure,
+    view_grid_figure,
 )
 from .common import to_numpy, token_labels
 from .generation import causal_growth_figure, cross_attention_step_figure, top_k_figure
@@ -44,6 +46,7 @@ __all__ = [
     "embedding_sum_figure",
     "grid_figure",
     "head_figure",
+    "head_figures",
     "masks_figure",
     "placeholder_figure",
     "positional_curves_figure",
@@ -59,4 +62,5 @@ __all__ = [
     "token_labels",
     "top_k_figure",
     "training_curves_figure",
+    "view_grid_figure",
 ]

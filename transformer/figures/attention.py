@@ -3,6 +3,11 @@
 Every map puts queries on the rows (labelled "query", first query at the top) and keys on the
 columns (labelled "key"). Cells the mask removed are grey in every map, not just zero, so a
 student sees where the mask acted. Attention arrays are ``(..., Tq, Tk)``: query axis, then key.
+
+Each builder reads its inputs once (tensors or arrays, and their labels, checked), computes
+plain maps from them (pooled where long, NaN where masked), and hands them to the one drawing
+every map of this module goes through. :func:`head_figures` and :func:`view_grid_figure` draw an
+Attention page from the data :func:`~transformer.lab.head_view.attention_data` builds.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import math
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import plotly.graph_objects as go
@@ -39,19 +44,54 @@ from .common import (
     weight_ticks,
 )
 
+if TYPE_CHECKING:
+    from ..lab.head_view import AttentionData, AttentionView
+
 Values = Literal["weights", "scores"]
 # The most heatmap cells a grid ships (2 bytes each, ~1.6 MB of JSON): past it tiles are pooled.
 GRID_MAX_CELLS = 600_000
 
 
-def _masked_matrix(matrix: Any, masked: Any | None) -> np.ndarray:
-    """``matrix`` as float32 with NaN where ``masked`` is True (and where it is ±inf)."""
-    z = to_numpy(matrix).copy()
-    if z.ndim != 2:
-        raise ValueError(f"expected a (queries, keys) matrix, got shape {z.shape}")
+# -- maps side by side: plain values in, one drawing -----------------------------------------
+
+
+@dataclass(frozen=True)
+class _Map:
+    """One heat map of a figure, plain: its trace (``z`` ``(rows, cols)``, NaN where masked;
+    ``x`` the keys' labels, ``y`` the queries'; hover and colour) and its panel's title."""
+
+    trace: dict[str, Any]
+    title: str = ""
+
+
+def _plain(
+    query_labels: Sequence[str] | None,
+    key_labels: Sequence[str] | None,
+    values: Sequence[Any],
+    flags: Sequence[Any | None],
+    shape: tuple[int, int] | None = None,
+    ndim: int = 2,
+) -> tuple[list[str], list[str], list[np.ndarray], list[np.ndarray | None]]:
+    """What a figure reads, plain: the labels checked against ``shape`` ``(Tq, Tk)`` (the
+    values' own last two axes by default), ``values`` as float32 arrays of one shape with
+    ``ndim`` axes (``(Tq, Tk)``; a grid's layer ``(H, Tq, Tk)``), and ``flags`` as bool arrays
+    (``None`` stays ``None``)."""
+    arrays = [to_numpy(v) for v in values]
+    bools = [None if f is None else to_numpy(f, bool) for f in flags]
+    if arrays and (arrays[0].ndim != ndim or any(a.shape != arrays[0].shape for a in arrays)):
+        shapes = ", ".join(str(a.shape) for a in arrays)
+        raise ValueError(f"expected {ndim}-axis matrices of one shape, got {shapes}")
+    n_queries, n_keys = shape or arrays[0].shape[-2:]
+    queries = check_labels(query_labels, n_queries, "query")
+    return queries, check_labels(key_labels, n_keys, "key"), arrays, bools
+
+
+def _masked_matrix(z: np.ndarray, masked: np.ndarray | None) -> np.ndarray:
+    """A copy of ``z`` with NaN where ``masked`` is True (and where it is ±inf)."""
+    z = z.copy()
     z[~np.isfinite(z)] = np.nan  # masked scores arrive as -inf
     if masked is not None:
-        z[np.broadcast_to(to_numpy(masked, bool), z.shape)] = np.nan
+        z[np.broadcast_to(masked, z.shape)] = np.nan
     return z
 
 
@@ -83,47 +123,128 @@ def _signed_range(z: np.ndarray) -> float:
     return float(finite.max()) if finite.size and finite.max() > 0 else 1.0
 
 
+PAD_ROW_COLOR = "#e45756"
+
+
+def query_axis(
+    query_labels: list[str], large_font: bool, padded: np.ndarray | None = None
+) -> dict[str, Any]:
+    """The query (y) axis of a map, first query at the top; ``padded`` ``(Tq,)`` bool marks
+    [PAD] query rows (their tick label red with :data:`PAD_ROW_MARK`)."""
+    axis = {**category_axis("query", query_labels, large_font), "autorange": "reversed"}
+    if padded is not None and padded.any():
+        axis["tickmode"] = "array"
+        axis["tickvals"] = list(query_labels)
+        axis["ticktext"] = [
+            f'<span style="color:{PAD_ROW_COLOR}">{label} {PAD_ROW_MARK}</span>' if pad else label
+            for label, pad in zip(query_labels, padded, strict=True)
+        ]
+    return axis
+
+
+def _padded_flags(flags: np.ndarray | None, n_queries: int) -> np.ndarray:
+    """``(Tq,)`` bool, True for a [PAD] query row (none where ``flags`` is ``None``); checked
+    in length."""
+    padded = np.zeros(n_queries, bool) if flags is None else flags.reshape(-1)
+    if padded.size != n_queries:
+        raise ValueError(f"{padded.size} padding flags for {n_queries} query rows")
+    return padded
+
+
+def _map_axes(
+    maps: Sequence[_Map], domains: Sequence[list[float] | None], large_font: bool, padded: Any
+) -> dict[str, Any]:
+    """Each map's key (x) and query (y) axes, in ``domains`` side by side: the first map's
+    queries labelled (its [PAD] rows marked where ``padded`` has a flag for each), a later
+    map's rows on the first's axis where they are the same rows (a pooled panel has its own)."""
+    axes: dict[str, Any] = {}
+    for i, (m, domain) in enumerate(zip(maps, domains, strict=True)):
+        n = "" if i == 0 else str(i + 1)
+        queries = m.trace["y"]
+        flags = padded if padded is not None and padded.size == len(queries) else None
+        y_axis = query_axis(queries, large_font, flags)
+        x_axis = category_axis("key", m.trace["x"], large_font)
+        if domain is not None:
+            x_axis["domain"] = domain
+        if i:
+            shared = queries == maps[0].trace["y"]
+            y_axis = {**(axes["yaxis"] if shared else y_axis), "title": None, "anchor": f"x{n}"}
+            y_axis.update({"showticklabels": False, **({"matches": "y"} if shared else {})})
+            x_axis["anchor"] = f"y{n}"
+        axes[f"xaxis{n}"], axes[f"yaxis{n}"] = x_axis, y_axis
+    return axes
+
+
+def _finish(
+    traces: Sequence[dict[str, Any]],
+    title: str,
+    height: int,
+    large_font: bool,
+    titles: Sequence[tuple[str, list[float]]] = (),
+    **layout: Any,
+) -> go.Figure:
+    """The figure of ``traces`` in the project's layout (``layout`` adds axes, colours, shapes),
+    with each panel's title above its domain (30 px more room above the plots for them)."""
+    spec = base_layout(title, height, large_font, **layout)
+    if titles:
+        spec["annotations"] = [panel_title(name, where, large_font) for name, where in titles]
+        spec["margin"]["t"] += 30
+    return figure(traces, spec)
+
+
+def _draw(
+    maps: Sequence[_Map],
+    title: str,
+    height: int,
+    large_font: bool,
+    *,
+    padded: np.ndarray | None = None,
+    gap: float = 0.06,
+    **layout: Any,
+) -> go.Figure:
+    """The one drawing of this module's maps: ``maps`` side by side, ``gap`` apart, each under
+    its title (a map with no title fills the figure), on the query axes :func:`_map_axes`
+    gives them, with the colour axes and background in ``layout``."""
+    domains: list[list[float] | None] = [None] * len(maps)
+    if any(m.title for m in maps):
+        domains = list(panel_domains(len(maps), gap=gap))
+    traces = [
+        {**m.trace, **({"xaxis": f"x{i + 1}", "yaxis": f"y{i + 1}"} if i else {})}
+        for i, m in enumerate(maps)
+    ]
+    titles = [(m.title, d) for m, d in zip(maps, domains, strict=True) if d is not None]
+    axes = _map_axes(maps, domains, large_font, padded)
+    return _finish(traces, title, height, large_font, titles, **axes, **layout)
+
+
 def _weight_bar(limit: float, note: str, unit: float = 1.0, **extra: Any) -> dict[str, Any]:
     """A weight colour bar: read in weights (0..1) whatever the data's unit, with its note."""
     return {"title": {"text": f"weight{note}"}, **weight_ticks(limit, unit), **extra}
 
 
-def _query_key_axes(
-    query_labels: list[str],
-    key_labels: list[str],
-    large_font: bool,
-    padded_queries: Any | None = None,
-) -> dict[str, Any]:
-    """Layout axes for one map: keys along x, queries down y (first query at the top)."""
+def _weights_axis(shown: np.ndarray, unit: float = 1.0, **bar: Any) -> dict[str, Any]:
+    """A colour axis for weights (0..1, or 0..``unit``), stopping at the 99th percentile
+    where nearly every weight in ``shown`` is small."""
+    limit, note = weight_limit(shown, unit=unit)
     return {
-        "xaxis": category_axis("key", key_labels, large_font),
-        "yaxis": query_axis(query_labels, large_font, padded_queries),
+        "colorscale": WEIGHTS_COLORSCALE,
+        "cmin": 0.0,
+        "cmax": limit,
+        "colorbar": _weight_bar(limit, note, unit=unit, **bar),
     }
 
 
-PAD_ROW_COLOR = "#e45756"
-
-
-def query_axis(
-    query_labels: list[str], large_font: bool, padded_queries: Any | None = None
-) -> dict[str, Any]:
-    """The query (y) axis of a map, first query at the top; ``padded_queries`` ``(Tq,)`` bool
-    marks [PAD] query rows (their tick label red with :data:`PAD_ROW_MARK`)."""
-    axis = {**category_axis("query", query_labels, large_font), "autorange": "reversed"}
-    if padded_queries is not None:
-        padded = to_numpy(padded_queries, bool).reshape(-1)
-        if padded.size != len(query_labels):
-            raise ValueError(f"{padded.size} padding flags for {len(query_labels)} query rows")
-        if padded.any():
-            axis["tickmode"] = "array"
-            axis["tickvals"] = list(query_labels)
-            axis["ticktext"] = [
-                f'<span style="color:{PAD_ROW_COLOR}">{label} {PAD_ROW_MARK}</span>'
-                if pad
-                else label
-                for label, pad in zip(query_labels, padded, strict=True)
-            ]
-    return axis
+def _scores_axis(scores: np.ndarray, bar_x: float) -> dict[str, Any]:
+    """A colour axis for scores, diverging around 0 and stopping at the 99th percentile where
+    a few outliers would flatten the rest; its bar at ``bar_x``."""
+    half, note = robust_limit(scores)
+    return {
+        "colorscale": SIGNED_COLORSCALE,
+        "cmid": 0.0,
+        "cmin": -half,
+        "cmax": half,
+        "colorbar": {"x": bar_x, "title": {"text": f"score{note}"}, "len": 0.9},
+    }
 
 
 def attention_heatmap(
@@ -147,31 +268,28 @@ def attention_heatmap(
         masked: ``(Tq, Tk)`` bool (or broadcastable), ``True`` where the mask removed the cell.
         values: ``"weights"`` (colour range 0..1) or ``"scores"`` (diverging around 0).
     """
-    z = _masked_matrix(matrix, masked)
-    n_queries, n_keys = z.shape
-    queries = check_labels(query_labels, n_queries, "query")
-    keys = check_labels(key_labels, n_keys, "key")
+    if values not in ("weights", "scores"):
+        raise ValueError(f"values must be 'weights' or 'scores', got {values!r}")
+    queries, keys, (z,), (m,) = _plain(query_labels, key_labels, [matrix], [masked])
+    z = _masked_matrix(z, m)
     if values == "weights":
         limit, note = weight_limit(z)
         style = {"colorscale": WEIGHTS_COLORSCALE, "zmin": 0.0, "zmax": limit}
         style["colorbar"] = _weight_bar(limit, note)
         default_title = "Attention weights (after softmax)"
-    elif values == "scores":
+    else:
         half, note = robust_limit(z)
         style = {"colorscale": SIGNED_COLORSCALE, "zmin": -half, "zmax": half}
         style["colorbar"] = {"title": {"text": f"score{note}"}}
         default_title = "Attention scores QKᵀ/√d_k (before softmax)"
-    else:
-        raise ValueError(f"values must be 'weights' or 'scores', got {values!r}")
     trace = _heatmap(z, queries, keys, values[:-1], ".3f", **style)
-    layout = base_layout(
+    return _draw(
+        [_Map(trace)],
         title or f"{default_title} · grey = masked",
-        height or heatmap_height(n_queries, large_font),
+        height or heatmap_height(len(queries), large_font),
         large_font,
         plot_bgcolor=MASKED_GREY,
-        **_query_key_axes(queries, keys, large_font),
     )
-    return figure([trace], layout)
 
 
 def head_figure(
@@ -234,31 +352,6 @@ def _describe(record: AttentionRecord) -> str:
     return f"{kind} · layer {record.layer + 1}"
 
 
-def _score_weight_axes(
-    scores: np.ndarray, weights: np.ndarray, left: list[float]
-) -> dict[str, Any]:
-    """The colour axes of scores (diverging around 0, its bar right of the ``left`` panel) and
-    of weights (0..1), each stopping at the 99th percentile where a few outliers would
-    flatten the rest."""
-    half, score_note = robust_limit(scores)
-    limit, weight_note = weight_limit(weights)
-    return {
-        "coloraxis": {
-            "colorscale": SIGNED_COLORSCALE,
-            "cmid": 0.0,
-            "cmin": -half,
-            "cmax": half,
-            "colorbar": {"x": left[1] + 0.01, "title": {"text": f"score{score_note}"}, "len": 0.9},
-        },
-        "coloraxis2": {
-            "colorscale": WEIGHTS_COLORSCALE,
-            "cmin": 0.0,
-            "cmax": limit,
-            "colorbar": _weight_bar(limit, weight_note, x=1.01, len=0.9),
-        },
-    }
-
-
 def scores_and_weights_figure(
     record: AttentionRecord,
     batch: int,
@@ -287,46 +380,42 @@ def scores_and_weights_figure(
     (their score was ``-inf``, their weight exactly 0). Where a few outliers would flatten a
     long input's map, a scale stops at the 99th percentile and its colour bar says so.
     """
-    masked = ~record.mask[batch, 0]
-    scores = _masked_matrix(record.scores[batch, head], masked)
-    weights = _masked_matrix(record.weights[batch, head], masked)
+    queries, keys, (scores, weights), (masked, padded_flags) = _plain(
+        query_labels,
+        key_labels,
+        [record.scores[batch, head], record.weights[batch, head]],
+        [~record.mask[batch, 0], padded_queries],
+    )
+    scores, weights = _masked_matrix(scores, masked), _masked_matrix(weights, masked)
     n_queries, n_keys = weights.shape
-    queries = check_labels(query_labels, n_queries, "query")
-    keys = check_labels(key_labels, n_keys, "key")
+    padded = _padded_flags(padded_flags, n_queries)
     score_queries, score_keys, note = queries, keys, ""
     if max(n_queries, n_keys) > exact_scores_up_to:
         scores, fq, fk = _pool_mean(scores, max_tile)
         score_queries, score_keys = _block_labels(queries, fq), _block_labels(keys, fk)
         note = f" · scores downsampled {n_queries}×{n_keys}→{scores.shape[0]}×{scores.shape[1]}, weights exact"
-    left, right = panel_domains(2, gap=0.14)
-    traces = [
-        _heatmap(scores, score_queries, score_keys, "score", ".3f", coloraxis="coloraxis"),
-        _heatmap(weights, queries, keys, "weight", ".3f", coloraxis="coloraxis2"),
+    gap = 0.14
+    maps = [
+        _Map(
+            _heatmap(scores, score_queries, score_keys, "score", ".3f", coloraxis="coloraxis"),
+            "scores QKᵀ/√d_k (before softmax)",
+        ),
+        _Map(
+            _heatmap(weights, queries, keys, "weight", ".3f", coloraxis="coloraxis2"),
+            "weights (after softmax)",
+        ),
     ]
-    traces[1].update(xaxis="x2", yaxis="y2")
-    y_axis = query_axis(score_queries, large_font, None if note else padded_queries)
-    y_axis2 = query_axis(queries, large_font, padded_queries)
-    if note:  # different categories: the two panels cannot share a query axis
-        y_axis2.update(title=None, showticklabels=False, anchor="x2")
-    else:
-        y_axis2 = {**y_axis, "title": None, "showticklabels": False, "matches": "y", "anchor": "x2"}
-    layout = base_layout(
+    return _draw(
+        maps,
         f"{_describe(record)} · {head_name(record, head)} · grey = masked{note}",
         height or heatmap_height(n_queries, large_font) + 40,
         large_font,
+        padded=padded,
+        gap=gap,
         plot_bgcolor=MASKED_GREY,
-        xaxis={**category_axis("key", score_keys, large_font), "domain": left},
-        xaxis2={**category_axis("key", keys, large_font), "domain": right, "anchor": "y2"},
-        yaxis=y_axis,
-        yaxis2=y_axis2,
-        **_score_weight_axes(scores, weights, left),
-        annotations=[
-            panel_title("scores QKᵀ/√d_k (before softmax)", left, large_font),
-            panel_title("weights (after softmax)", right, large_font),
-        ],
+        coloraxis=_scores_axis(scores, panel_domains(2, gap=gap)[0][1] + 0.01),
+        coloraxis2=_weights_axis(weights, x=1.01, len=0.9),
     )
-    layout["margin"]["t"] += 30
-    return figure(traces, layout)
 
 
 def weights_beside_figure(
@@ -357,51 +446,81 @@ def weights_beside_figure(
             block (at most ``max_tile`` a side), and the title says so.
         padded_queries: ``(Tq,)`` bool, ``True`` for [PAD] query rows (marked on the axis).
     """
-    b, a = to_numpy(before), to_numpy(after)
-    if b.shape != a.shape or b.ndim != 2:
-        raise ValueError(f"before {b.shape} and after {a.shape} must be one (queries, keys) shape")
+    queries, keys, (b, a), (mb, ma, padded_flags) = _plain(
+        query_labels, key_labels, [before, after], [masked_before, masked_after, padded_queries]
+    )
     n_queries, n_keys = a.shape
-    queries = check_labels(query_labels, n_queries, "query")
-    keys = check_labels(key_labels, n_keys, "key")
+    padded: np.ndarray | None = _padded_flags(padded_flags, n_queries)
     note = ""
     if max(n_queries, n_keys) > exact_up_to:
-        b, masked_before, _, _ = downsample_attention(b, masked_before, max_tile)
-        a, masked_after, fq, fk = downsample_attention(a, masked_after, max_tile)
+        b, mb, _, _ = downsample_attention(b, mb, max_tile)
+        a, ma, fq, fk = downsample_attention(a, ma, max_tile)
         queries, keys = _block_labels(queries, fq), _block_labels(keys, fk)
         note = f" · downsampled {n_queries}×{n_keys}→{a.shape[0]}×{a.shape[1]}"
-        padded_queries = None
-    left, right = panel_domains(2, gap=0.06)
-    traces, shown = [], []
-    for i, (values, masked) in enumerate(((b, masked_before), (a, masked_after))):
-        shown.append(_masked_matrix(values, masked))
-        trace = _heatmap(shown[-1], queries, keys, "weight", ".3f", coloraxis="coloraxis")
-        if i:
-            trace.update(xaxis="x2", yaxis="y2")
-        traces.append(trace)
-    y_axis = query_axis(queries, large_font, padded_queries)
-    limit, weight_note = weight_limit(np.stack(shown))
-    layout = base_layout(
+        padded = None
+    shown = [_masked_matrix(b, mb), _masked_matrix(a, ma)]
+    maps = [
+        _Map(_heatmap(z, queries, keys, "weight", ".3f", coloraxis="coloraxis"), name)
+        for z, name in zip(shown, panel_titles, strict=True)
+    ]
+    return _draw(
+        maps,
         f"{title}{note}",
         height or heatmap_height(len(queries), large_font) + 40,
         large_font,
+        padded=padded,
         plot_bgcolor=MASKED_GREY,
-        xaxis={**category_axis("key", keys, large_font), "domain": left},
-        xaxis2={**category_axis("key", keys, large_font), "domain": right, "anchor": "y2"},
-        yaxis=y_axis,
-        yaxis2={**y_axis, "title": None, "showticklabels": False, "matches": "y", "anchor": "x2"},
-        coloraxis={
-            "colorscale": WEIGHTS_COLORSCALE,
-            "cmin": 0.0,
-            "cmax": limit,
-            "colorbar": _weight_bar(limit, weight_note, x=1.01, len=0.9),
-        },
-        annotations=[
-            panel_title(panel_titles[0], left, large_font),
-            panel_title(panel_titles[1], right, large_font),
-        ],
+        coloraxis=_weights_axis(np.stack(shown), x=1.01, len=0.9),
     )
-    layout["margin"]["t"] += 30
-    return figure(traces, layout)
+
+
+def attention_difference_figure(
+    before: Any,
+    after: Any,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    masked: Any | None = None,
+    title: str = "Change in attention weights (after − before)",
+    exact_up_to: int = 128,
+    max_tile: int = 128,
+    large_font: bool = False,
+    height: int | None = None,
+) -> go.Figure:
+    """What a what-if changed: ``after − before`` on a diverging scale centred on 0.
+
+    Past ``exact_up_to`` queries or keys both maps are pooled to attention mass per block (at most
+    ``max_tile`` a side) before subtracting, and the title says so.
+
+    Args:
+        before, after: ``(Tq, Tk)`` attention weights of the same head without and with the
+            intervention.
+        query_labels, key_labels: ``Tq`` and ``Tk`` unique labels.
+        masked: ``(Tq, Tk)`` bool, cells masked in *both* runs (grey); a cell a what-if unmasked
+            (e.g. the causal mask switched off) is not masked here, so its change shows.
+
+    Red: the query attends more to that key after the change; blue: less.
+    """
+    queries, keys, (b, a), (m,) = _plain(query_labels, key_labels, [before, after], [masked])
+    n_queries, n_keys = a.shape
+    if max(n_queries, n_keys) > exact_up_to:
+        b, _, _, _ = downsample_attention(b, None, max_tile)
+        a, m, fq, fk = downsample_attention(a, m, max_tile)
+        queries, keys = _block_labels(queries, fq), _block_labels(keys, fk)
+        title = f"{title} · downsampled {n_queries}×{n_keys}→{a.shape[0]}×{a.shape[1]}"
+    z = _masked_matrix(a - b, m)
+    half = _signed_range(z)
+    style = {"colorscale": SIGNED_COLORSCALE, "zmin": -half, "zmax": half}
+    trace = _heatmap(
+        z, queries, keys, "change", "+.3f", colorbar={"title": {"text": "Δ weight"}}, **style
+    )
+    return _draw(
+        [_Map(trace)],
+        f"{title} · red = more, blue = less · grey = masked",
+        height or heatmap_height(len(queries), large_font),
+        large_font,
+        plot_bgcolor=MASKED_GREY,
+    )
 
 
 # -- every head of every layer ---------------------------------------------------------------
@@ -524,21 +643,20 @@ def _grid_tiles(weights: Any, first: np.ndarray, masked: np.ndarray, side: int) 
 
 def _grid_values(
     layers: list[np.ndarray], masked: np.ndarray, gutter: int
-) -> tuple[np.ndarray, float, str]:
+) -> tuple[np.ndarray, np.ndarray]:
     """The tiles laid out in one ``uint16`` array of thousandths, layers down and heads across
-    with ``gutter`` cells between them, and the colour scale's top and note (from the weights
-    the mask kept)."""
+    with ``gutter`` cells between them, and the thousandths the mask kept (what the colour
+    scale is set by)."""
     n_layers, (n_heads, rows, cols) = len(layers), layers[0].shape
     tile_h, tile_w = rows + gutter, cols + gutter
     z = np.zeros((n_layers * tile_h - gutter, n_heads * tile_w - gutter), np.uint16)
     kept = np.concatenate([w[:, ~masked[i]].ravel() for i, w in enumerate(layers)])  # unmasked
-    limit, weight_note = weight_limit(np.clip(kept, 0.0, 1.0) * 1000, unit=1000)
     for layer, layer_weights in enumerate(layers):
         permille = np.rint(np.clip(layer_weights, 0.0, 1.0) * 1000)
         for head in range(n_heads):
             r0, c0 = layer * tile_h, head * tile_w
             z[r0 : r0 + rows, c0 : c0 + cols] = permille[head]
-    return z, limit, weight_note
+    return z, np.clip(kept, 0.0, 1.0) * 1000
 
 
 def _grid_categories(
@@ -625,18 +743,6 @@ def _grid_notes(
     return head_notes, layer_notes
 
 
-def _padded_flags(padded_queries: Any | None, n_queries: int) -> np.ndarray:
-    """``(Tq,)`` bool, True for a [PAD] query row (none when not given); checked in length."""
-    padded = (
-        np.zeros(n_queries, bool)
-        if padded_queries is None
-        else to_numpy(padded_queries, bool).reshape(-1)
-    )
-    if padded.size != n_queries:
-        raise ValueError(f"{padded.size} padding flags for {n_queries} query rows")
-    return padded
-
-
 def _notes_above(layer_notes: list[dict[str, Any]], rows: int) -> None:
     """Move the layers' names from the left of their tiles to above them."""
     for note in layer_notes:
@@ -663,7 +769,8 @@ def attention_grid(
     Args:
         weights: ``(L, H, Tq, Tk)`` attention weights of one sequence (an array, or a sequence
             of ``L`` arrays or tensors ``(H, Tq, Tk)``).
-        masked: ``(L, Tq, Tk)`` or ``(Tq, Tk)`` bool, ``True`` where the mask removed a cell.
+        masked: ``(L, Tq, Tk)`` or ``(Tq, Tk)`` bool (or a list of ``L`` ``(Tq, Tk)``),
+            ``True`` where the mask removed a cell.
         query_labels, key_labels: ``Tq`` and ``Tk`` unique labels, shown on hover.
         exact_up_to: longer sequences are average-pooled (:func:`downsample_attention`) to at
             most ``max_tile`` × ``max_tile`` per tile, and the title says so.
@@ -718,15 +825,18 @@ def _grid(
 ) -> _Grid:
     """:func:`attention_grid`'s inputs checked, and its tiles pooled where they are long."""
     n_layers = len(weights)
-    first = to_numpy(weights[0]) if n_layers else np.zeros(0)
-    if first.ndim != 3:
+    if not n_layers:
         raise ValueError("expected (layers, heads, queries, keys) weights")
+    # One mask per layer (a trace's records), or one array for them all.
+    layer_masks = list(masked) if isinstance(masked, list | tuple) else [masked]
+    queries, keys, (first,), (flags, *masks) = _plain(
+        query_labels, key_labels, [weights[0]], [padded_queries, *layer_masks], ndim=3
+    )
     n_heads, n_queries, n_keys = first.shape
-    queries = check_labels(query_labels, n_queries, "query")
-    keys = check_labels(key_labels, n_keys, "key")
-    m = np.zeros((n_queries, n_keys), bool) if masked is None else to_numpy(masked, bool)
-    m = np.broadcast_to(m, (n_layers, n_queries, n_keys))
-    padded = _padded_flags(padded_queries, n_queries)
+    given = [mask for mask in masks if mask is not None]
+    m = np.stack(given) if given else np.zeros((n_queries, n_keys), bool)
+    m = np.broadcast_to(m.reshape(-1, n_queries, n_keys), (n_layers, n_queries, n_keys))
+    padded = _padded_flags(flags, n_queries)
     side = max(8, math.isqrt(max_cells // (n_layers * n_heads)))
     if max(n_queries, n_keys) > exact_up_to:
         side = min(side, max_tile)
@@ -760,7 +870,7 @@ def _grid_figure(
     notice, gutter = grid.notice, grid.gutter
     n_layers, (n_heads, rows, cols) = len(layers), layers[0].shape
     tile_h, tile_w = rows + gutter, cols + gutter
-    z, limit, weight_note = _grid_values(layers, m, gutter)
+    z, kept = _grid_values(layers, m, gutter)
 
     x, y = _grid_categories(queries, keys, n_layers, n_heads, (rows, cols), gutter, z.shape)
     size = font_size(large_font)
@@ -786,19 +896,17 @@ def _grid_figure(
         _notes_above(layer_notes, rows)
     # The red bars beside each layer's tile say which query rows are [PAD]: said in the title.
     pad_note = f" · red bars at the left = [PAD] query rows {PAD_ROW_MARK}" if padded.any() else ""
-    layout = base_layout(
+    return _finish(
+        [heatmap],
         f"{title}{notice} · grey = masked{pad_note}",
         height,
         large_font,
         plot_bgcolor="white",
+        margin={"l": 80 if large_font else 60, "r": 20, "t": 105 if large_font else 80, "b": 60},
         xaxis=x_axis,
         yaxis={**y_axis, "autorange": "reversed"},
-        coloraxis={
-            "colorscale": WEIGHTS_COLORSCALE,
-            "cmin": 0,
-            "cmax": limit,  # thousandths, on a colour bar that reads 0..1 like the single head's
-            "colorbar": _weight_bar(limit, weight_note, unit=1000),
-        },
+        # Thousandths, on a colour bar that reads 0..1 like the single head's.
+        coloraxis=_weights_axis(kept, unit=1000),
         shapes=_grid_shapes(m, n_heads, rows, cols, tile_h, tile_w, z.shape)
         + _padded_row_marks(padded, n_layers, tile_h)
         + group_lines,
@@ -807,8 +915,6 @@ def _grid_figure(
             for note in head_notes + layer_notes
         ],
     )
-    layout["margin"].update(l=80 if large_font else 60, t=105 if large_font else 80)
-    return figure([heatmap], layout)
 
 
 # The plot area a grid gets at the narrowest supported page (1280 px wide, minus the panel's
@@ -965,7 +1071,7 @@ def grid_figure(
     if not records:
         raise ValueError("no attention records to draw")
     weights = _EachRead(lambda layer: records[layer].weights[batch], len(records))
-    masked = np.stack([to_numpy(~r.mask[batch, 0], bool) for r in records])  # (L, Tq, Tk)
+    masked = [~r.mask[batch, 0] for r in records]  # L of (Tq, Tk)
     kind = _describe(records[0]).split(" · ")[0]
     return attention_grid(
         weights,
@@ -988,46 +1094,37 @@ def grid_figure(
     )
 
 
-# -- the masks themselves, and what a what-if changed ------------------------------------------
+# -- the masks themselves ---------------------------------------------------------------------
 
 
-def _mask_panels(
-    masks: list[np.ndarray],
-    domains: list[list[float]],
-    queries: list[str],
-    keys: list[str],
-    large_font: bool,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Each ``(Tq, Tk)`` bool mask as a heatmap on the shared two-colour axis, side by side in
-    ``domains``, with its axes (the queries labelled on the first only)."""
-    traces, axes = [], {}
-    for i, (mask, domain) in enumerate(zip(masks, domains, strict=True)):
-        suffix = "" if i == 0 else str(i + 1)
-        traces.append(
-            dict(
-                type="heatmap",
-                z=mask.astype(np.uint8),
-                x=keys,
-                y=queries,
-                xaxis=f"x{suffix}",
-                yaxis=f"y{suffix}",
-                coloraxis="coloraxis",
-                # 1-px gaps outline small masks; past 48 tokens they would hide the colour.
-                xgap=1 if max(len(queries), len(keys)) <= 48 else 0,
-                ygap=1 if max(len(queries), len(keys)) <= 48 else 0,
-                hovertemplate="query %{y}<br>key %{x}<br>may attend: %{z}<extra></extra>",
-            )
-        )
-        axes[f"xaxis{suffix}"] = {
-            **category_axis("key", keys, large_font),
-            "domain": domain,
-            "anchor": f"y{suffix}",
-        }
-        y_axis = {**category_axis("query", queries, large_font), "autorange": "reversed"}
-        if i:
-            y_axis.update(title=None, showticklabels=False, matches="y", anchor=f"x{suffix}")
-        axes[f"yaxis{suffix}"] = y_axis
-    return traces, axes
+def _mask_map(mask: np.ndarray, queries: list[str], keys: list[str], title: str) -> _Map:
+    """A ``(Tq, Tk)`` bool mask as a map on the shared two-colour axis (1 = may attend)."""
+    # 1-px gaps outline small masks; past 48 tokens they would hide the colour.
+    gap = 1 if max(len(queries), len(keys)) <= 48 else 0
+    trace = dict(
+        type="heatmap",
+        z=mask.astype(np.uint8),
+        x=keys,
+        y=queries,
+        coloraxis="coloraxis",
+        xgap=gap,
+        ygap=gap,
+        hovertemplate="query %{y}<br>key %{x}<br>may attend: %{z}<extra></extra>",
+    )
+    return _Map(trace, title)
+
+
+_TWO_COLOURS = [[0, MASKED_GREY], [0.5, MASKED_GREY], [0.5, BASE_COLOR], [1, BASE_COLOR]]
+
+
+def _mask_axis() -> dict[str, Any]:
+    """The masks' colour axis: grey = masked (0), blue = may attend (1)."""
+    return {
+        "colorscale": _TWO_COLOURS,
+        "cmin": 0,
+        "cmax": 1,
+        "colorbar": {"tickvals": [0.25, 0.75], "ticktext": ["masked", "may attend"], "len": 0.6},
+    }
 
 
 def masks_figure(
@@ -1054,13 +1151,15 @@ def masks_figure(
 
     Polarity as everywhere in the project: ``True`` (blue) = may attend, grey = masked.
     """
-    real = to_numpy(real_keys, bool).reshape(-1)
-    n_keys = real.size
+    n_keys = math.prod(np.shape(real_keys))
     n_queries = n_keys if query_labels is None else len(query_labels)
-    padding = np.broadcast_to(real[None, :], (n_queries, n_keys))
+    queries, keys, _, (real, causal, changed) = _plain(
+        query_labels, key_labels, [], [real_keys, causal, changed], (n_queries, n_keys)
+    )
+    assert real is not None
+    padding = np.broadcast_to(real.reshape(1, -1), (n_queries, n_keys))
     panels = {"padding (keys only)": padding}
     if causal is not None:
-        causal = to_numpy(causal, bool)
         if causal.shape != (n_queries, n_keys):
             raise ValueError(f"causal mask {causal.shape} ≠ (queries, keys) {(n_queries, n_keys)}")
         if real.all():  # padding masks nothing: the combination is the causal mask itself
@@ -1069,97 +1168,15 @@ def masks_figure(
             panels["causal (no future)"] = causal
             panels["combined = padding AND causal"] = padding & causal
     if changed is not None:
-        changed = np.broadcast_to(to_numpy(changed, bool), (n_queries, n_keys))
-        panels[changed_title] = changed
-    queries = check_labels(query_labels, n_queries, "query")
-    keys = check_labels(key_labels, n_keys, "key")
-
-    domains = panel_domains(len(panels), gap=0.04)
-    traces, axes = _mask_panels(list(panels.values()), domains, queries, keys, large_font)
-    two_colours = [[0, MASKED_GREY], [0.5, MASKED_GREY], [0.5, BASE_COLOR], [1, BASE_COLOR]]
-    layout = base_layout(
+        panels[changed_title] = np.broadcast_to(changed, (n_queries, n_keys))
+    return _draw(
+        [_mask_map(mask, queries, keys, name) for name, mask in panels.items()],
         "Masks · blue = may attend, grey = masked",
         height or heatmap_height(n_queries, large_font, maximum=700) + 40,
         large_font,
-        coloraxis={
-            "colorscale": two_colours,
-            "cmin": 0,
-            "cmax": 1,
-            "colorbar": {
-                "tickvals": [0.25, 0.75],
-                "ticktext": ["masked", "may attend"],
-                "len": 0.6,
-            },
-        },
-        annotations=[
-            panel_title(name, domain, large_font)
-            for name, domain in zip(panels, domains, strict=True)
-        ],
-        **axes,
+        gap=0.04,
+        coloraxis=_mask_axis(),
     )
-    layout["margin"]["t"] += 30
-    return figure(traces, layout)
-
-
-def attention_difference_figure(
-    before: Any,
-    after: Any,
-    query_labels: Sequence[str] | None = None,
-    key_labels: Sequence[str] | None = None,
-    *,
-    masked: Any | None = None,
-    title: str = "Change in attention weights (after − before)",
-    exact_up_to: int = 128,
-    max_tile: int = 128,
-    large_font: bool = False,
-    height: int | None = None,
-) -> go.Figure:
-    """What a what-if changed: ``after − before`` on a diverging scale centred on 0.
-
-    Past ``exact_up_to`` queries or keys both maps are pooled to attention mass per block (at most
-    ``max_tile`` a side) before subtracting, and the title says so.
-
-    Args:
-        before, after: ``(Tq, Tk)`` attention weights of the same head without and with the
-            intervention.
-        query_labels, key_labels: ``Tq`` and ``Tk`` unique labels.
-        masked: ``(Tq, Tk)`` bool, cells masked in *both* runs (grey); a cell a what-if unmasked
-            (e.g. the causal mask switched off) is not masked here, so its change shows.
-
-    Red: the query attends more to that key after the change; blue: less.
-    """
-    b, a = to_numpy(before), to_numpy(after)
-    if b.shape != a.shape:
-        raise ValueError(f"before {b.shape} and after {a.shape} must have the same shape")
-    n_queries, n_keys = a.shape
-    queries = check_labels(query_labels, n_queries, "query")
-    keys = check_labels(key_labels, n_keys, "key")
-    if max(n_queries, n_keys) > exact_up_to:
-        b, _, _, _ = downsample_attention(b, None, max_tile)
-        a, masked, fq, fk = downsample_attention(a, masked, max_tile)
-        queries, keys = _block_labels(queries, fq), _block_labels(keys, fk)
-        title = f"{title} · downsampled {n_queries}×{n_keys}→{a.shape[0]}×{a.shape[1]}"
-    z = _masked_matrix(a - b, masked)
-    half = _signed_range(z)
-    trace = _heatmap(
-        z,
-        queries,
-        keys,
-        "change",
-        "+.3f",
-        colorscale=SIGNED_COLORSCALE,
-        zmin=-half,
-        zmax=half,
-        colorbar={"title": {"text": "Δ weight"}},
-    )
-    layout = base_layout(
-        f"{title} · red = more, blue = less · grey = masked",
-        height or heatmap_height(len(queries), large_font),
-        large_font,
-        plot_bgcolor=MASKED_GREY,
-        **_query_key_axes(queries, keys, large_font),
-    )
-    return figure([trace], layout)
 
 
 PLACEHOLDER_LINE = 44  # characters a line of a placeholder's message: a 400-pixel column
@@ -1174,22 +1191,88 @@ def placeholder_figure(
     the tour's sidebar) was cut at both ends. The message is broken into lines of at most
     ``PLACEHOLDER_LINE`` characters (fewer in large font)."""
     width = PLACEHOLDER_LINE * 4 // 5 if large_font else PLACEHOLDER_LINE
-    layout = base_layout(
-        title,
-        height,
-        large_font,
-        xaxis={"visible": False},
-        yaxis={"visible": False},
-        annotations=[
-            {
-                "text": "<br>".join(textwrap.wrap(text, width)),
-                "x": 0.5,
-                "y": 0.5,
-                "xref": "paper",
-                "yref": "paper",
-                "showarrow": False,
-                "font": {"size": font_size(large_font) + 2},
-            }
-        ],
+    message = {
+        "text": "<br>".join(textwrap.wrap(text, width)),
+        "x": 0.5,
+        "y": 0.5,
+        "xref": "paper",
+        "yref": "paper",
+        "showarrow": False,
+        "font": {"size": font_size(large_font) + 2},
+    }
+    hidden = {"visible": False}
+    return _finish([], title, height, large_font, xaxis=hidden, yaxis=hidden, annotations=[message])
+
+
+# -- an Attention page's figures, drawn from its data ------------------------------------------
+
+# The fewest cells a grid keeps however long the text (a 6 x 12 grid: ~45 x 45 per tile).
+GRID_MIN_CELLS = 150_000
+
+
+def head_figures(data: AttentionData) -> tuple[go.Figure, go.Figure, go.Figure]:
+    """An Attention page's head, masks and change (:func:`~transformer.lab.head_view.attention_data`
+    builds what they show): the head's scores beside its weights with a placeholder for the
+    change, or (with a what-if or one of the seeds' mistakes on) its weights before beside
+    after, and their difference."""
+    view, large, change = data.view, data.large, data.change
+    masks = masks_figure(
+        view.keys_real,
+        view.query_labels,
+        view.key_labels,
+        causal=view.analysis.trace.causal if view.kind == "decoder_self" else None,
+        changed=change.mask if change is not None else None,
+        changed_title=change.mask_title if change is not None else "with the what-if",
+        large_font=large,
     )
-    return figure([], layout)
+    if change is None:
+        single = scores_and_weights_figure(
+            view.records[view.layer],
+            view.row,
+            view.head,
+            view.query_labels,
+            view.key_labels,
+            padded_queries=view.padded,
+            large_font=large,
+        )
+        title, line = data.waiting
+        return single, masks, placeholder_figure(title, line, large_font=large)
+    single = weights_beside_figure(
+        change.before,
+        change.after,
+        view.query_labels,
+        view.key_labels,
+        masked_before=change.masked_before,
+        masked_after=change.masked_after,
+        panel_titles=change.panel_titles,
+        title=change.title,
+        padded_queries=view.padded,
+        large_font=large,
+    )
+    diff = attention_difference_figure(
+        change.before,
+        change.after,
+        view.query_labels,
+        view.key_labels,
+        masked=change.masked_before & change.masked_after,
+        title=change.diff_title,
+        large_font=large,
+    )
+    return single, masks, diff
+
+
+def view_grid_figure(view: AttentionView, large_font: bool = False) -> go.Figure:
+    """Every head of every layer of one view's attention kind, on one colour scale. Its cell
+    budget leaves room for the single head (float32, exact, two grid cells' bytes per cell)
+    that ships in the same response: together under 3 MB."""
+    n_queries, n_keys = view.padded.numel(), view.keys_real.numel()  # (Tq,), (Tk,)
+    budget = max(GRID_MIN_CELLS, GRID_MAX_CELLS - 2 * n_queries * n_keys)
+    return grid_figure(
+        view.records,
+        view.row,
+        view.query_labels,
+        view.key_labels,
+        max_cells=budget,
+        padded_queries=view.padded,
+        large_font=large_font,
+    )

@@ -22,7 +22,7 @@ from torch import Tensor
 from ..core.trace import AttentionKind, AttentionRecord, largest_logit_change
 from ..text.display import PAD_ROW_MARK, code_span, token_labels, unreadable_note
 from ..text.tokenization import Tokenizer
-from .analysis import sentence_attention, unread_text
+from .analysis import UnreadText, sentence_attention, unread_text
 from .effects import compare_passes, mistake_account
 from .inspection import Analysis
 from .switch import Switch
@@ -38,7 +38,8 @@ WAITING = (
 class AttentionView:
     """One captured analysis and the layer, head and sentence a view draws (all 0-based), with
     what every panel of that sentence reads: its axis labels and pieces (and what their marks
-    stand for), its [PAD] query rows and its real keys."""
+    stand for), its [PAD] query rows and its real keys, and what of the sentences the model
+    did not read as written."""
 
     analysis: Analysis
     kind: AttentionKind
@@ -53,12 +54,25 @@ class AttentionView:
     padded: Tensor  # (Tq,) bool: padded_query_rows
     keys_real: Tensor  # (Tk,) bool: real_keys
     legend: str  # piece_legend of the pieces, "" where they hold no marks
+    unread: UnreadText  # unread_text of the analysis's sentences
 
 
 def head_view(
-    analysis: Analysis, tokenizer: Tokenizer, kind: AttentionKind, layer: int, head: int, row: int
+    analysis: Analysis,
+    tokenizer: Tokenizer,
+    kind: AttentionKind,
+    layer: int,
+    head: int,
+    row: int,
+    *,
+    task: str | None = None,
+    sentences: Sequence[str] = (),
 ) -> AttentionView:
-    """The view of one analysis at a checked (0-based) layer, head and sentence."""
+    """The view of one analysis (of ``sentences``, by a model trained on ``task``, ``None``
+    for a pretrained one) at a checked (0-based) layer, head and sentence."""
+    # Only a sentence whose tokens hold the unknown token has something unreadable to name:
+    # the analysis has tokenized it already, so a readable one is not tokenized again.
+    unread = unread_text(analysis, tokenizer, task, sentences)
     at = sentence_attention(analysis, tokenizer, kind, row)
     return AttentionView(
         analysis=analysis,
@@ -74,6 +88,7 @@ def head_view(
         padded=at.padded_queries,
         keys_real=at.real_keys,
         legend=at.legend,
+        unread=unread,
     )
 
 
@@ -116,13 +131,12 @@ class AttentionData:
 
 
 def beside_titles(
-    mistake: Switch, kind: AttentionKind, kind_title: str, where: str
+    mistake: Switch, axes: str, kind_title: str, where: str
 ) -> tuple[tuple[str, str], str, str]:
     """The titles of one head correct beside broken at ``where`` ("layer 2, head 1"): its two
-    panels' (the broken one saying how to read its axes where the mistake changes them), the
-    figure's (``kind_title`` names the attention: "Cross-attention (decoder → encoder)"), and
-    the difference's."""
-    axes = mistake.axes_note(kind)
+    panels' (the broken one saying how to read its axes, ``axes``, where the mistake changes
+    them: its :meth:`~transformer.lab.switch.Switch.axes_note`), the figure's (``kind_title``
+    names the attention: "Cross-attention (decoder → encoder)"), and the difference's."""
     note = f" ({axes})" if axes else ""
     return (
         ("correct", f"with “{mistake.label}”{note}"),
@@ -164,23 +178,20 @@ def attention_data(
     could not run (its shapes clash), then there is no ``changed`` pass. A ``mistake`` that does
     not apply to this model is said so, and nothing is changed for it. ``kind_title`` names the
     attention in the figures' titles; ``large``: the figures are drawn for a projector."""
-    view = head_view(analysis, tokenizer, kind, layer, head, row)
+    view = head_view(analysis, tokenizer, kind, layer, head, row, task=task, sentences=sentences)
     config = analysis.trace.config
     summary = []
     if config.architecture == "encoder-decoder":
         summary += [
             f"**Sentence {i + 1}** → {code_span(out)}" for i, out in enumerate(analysis.outputs)
         ]
-    # Only a sentence whose tokens hold the unknown token has something unreadable to name:
-    # the analysis has tokenized it already, so a readable one is not tokenized again.
-    unread = unread_text(analysis, tokenizer, task, sentences)
-    for unread_row in unread.rows:
+    for unread_row in view.unread.rows:
         subject = f"Sentence {unread_row + 1}: this model"
         note = unreadable_note(tokenizer, sentences[unread_row], subject)
         if note:
             summary.append(note)
-    if unread.toy_note:
-        summary.append(unread.toy_note)
+    if view.unread.toy_note:
+        summary.append(view.unread.toy_note)
     if mistake is not None and not mistake.applies(config):
         summary.append(
             f"“{mistake.label}” does not apply to this {config.architecture} model (it "
@@ -206,9 +217,11 @@ def attention_data(
             else:
                 delta, of = largest_logit_change(analysis.trace, changed.trace), "output logit"
             summary.append(f"**What-if ({switched})**: largest change of any {of} {delta:.3f}.")
-        change = _head_change(view, changed_record, what_if, mistake, kind_title)
-        # What a switch that is offered but idle here leaves as it was.
+        # How to read a broken panel's axes, and what a switch that is offered but idle here
+        # leaves as it was.
+        axes = mistake.axes_note(kind) if mistake is not None else ""
         summary += [s.idle_note for s in what_if if s.idle_here(config)]
+        change = _head_change(view, changed_record, what_if, mistake, kind_title, axes)
         summary += _what_it_did(view, changed, what_if, mistake is not None)
     elif mistake is not None:
         waiting = cannot_run_lines(mistake)
@@ -226,9 +239,11 @@ def _head_change(
     what_if: Sequence[Switch],
     mistake: Switch | None,
     kind_title: str,
+    axes: str,
 ) -> HeadChange:
     """The view's head in the changed pass (its record of the view's layer) beside the
-    original, and the figures' titles."""
+    original, and the figures' titles (``kind_title`` names the attention; ``axes``: with a
+    ``mistake``, how to read its broken panel's axes)."""
     row, head, where = view.row, view.head, _where(view)
     record = view.records[view.layer]
     before = record.weights[row, head]
@@ -241,7 +256,7 @@ def _head_change(
     masked_before = ~record.mask[row, 0]
     masked_after = ~changed_record.mask[row, 0]
     if mistake is not None:
-        panel_titles, title, diff_title = beside_titles(mistake, view.kind, kind_title, where)
+        panel_titles, title, diff_title = beside_titles(mistake, axes, kind_title, where)
     else:
         panel_titles = (
             "original",

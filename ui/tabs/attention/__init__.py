@@ -11,7 +11,7 @@ from transformer.figures.attention import PAD_ROW_MARK
 
 from .handlers import attention, controls, everything, grid
 from .layout import build
-from .panels import GRID_MIN_CELLS, grid_panel
+from .panels import grid_panel
 from .request import AttentionRequest
 from .view import (
     ATTENTION_KINDS,
@@ -27,7 +27,6 @@ from .view import (
 __all__ = [
     "ATTENTION_KINDS",
     "EXAMPLE_SENTENCES",
-    "GRID_MIN_CELLS",
     "PAD_ROW_MARK",
     "AttentionRequest",
     "AttentionView",

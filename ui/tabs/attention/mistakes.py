@@ -135,7 +135,9 @@ def beside(
 ) -> tuple[Any, Any]:
     """One head's weights of ``kind`` attention, correct beside broken, and their difference:
     two figures."""
-    panel_titles, title, diff_title = beside_titles(mistake, kind, describe_kind(kind), where)
+    panel_titles, title, diff_title = beside_titles(
+        mistake, mistake.axes_note(kind), describe_kind(kind), where
+    )
     single = weights_beside_figure(
         correct,
         broken,
