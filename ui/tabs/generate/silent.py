@@ -56,7 +56,7 @@ def _remember(model: Transformer, key: tuple, compute: Any) -> Any:
     return value
 
 
-def is_modern(config: ModelConfig) -> bool:
+def silent_mistakes_apply(config: ModelConfig) -> bool:
     """Whether a model has the modern block the silent mistakes are about, and reads text alone
     (decoder-only), as the meter needs."""
     return config.is_modern and config.architecture == "decoder-only"
@@ -136,7 +136,7 @@ def silent_mistake(
         raise InputError(f"choose a silent mistake: {', '.join(CHOICES)}") from None
     checkpoint = registry.checkpoint(model, session)
     config = checkpoint.config
-    if not is_modern(config):
+    if not silent_mistakes_apply(config):
         return not_modern_note(model, config), ""
     head = f"**{markdown_text(chosen.label)}.** {markdown_text(chosen.explanation)}"
     if not chosen.applies(config):
