@@ -51,28 +51,29 @@ from transformer.core.run import TRACE
 from transformer.generation.loop import greedy_batch
 from transformer.pretrained import load_pretrained
 
-SHAPES: dict[str, dict[str, Any]] = {
-    "SmolLM2-135M": dict(
-        hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-        num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True, rope_theta=100000.0,
-        max_position_embeddings=8192, rms_norm_eps=1e-5,
-    ),
-    "Llama-3.2-1B": dict(
-        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-        num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True, rope_theta=500000.0,
-        max_position_embeddings=131072, rms_norm_eps=1e-5,
-    ),
-    "Qwen3-4B": dict(
-        hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=20,
-        num_key_value_heads=4, vocab_size=151936, tie_word_embeddings=True, rope_theta=1000000.0,
-        max_position_embeddings=40960, rms_norm_eps=1e-6,
-    ),
-    "Llama-3.1-8B": dict(
-        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-        num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False, rope_theta=500000.0,
-        max_position_embeddings=131072, rms_norm_eps=1e-5,
-    ),
+_COLUMNS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+    "tie_word_embeddings",
+    "rope_theta",
+    "max_position_embeddings",
+    "rms_norm_eps",
+)
+# One row a model, as its model card's table: the same ten numbers in the order of _COLUMNS.
+_ROWS = {
+    #                  hidden  ff     layers heads kv  vocab   tied   rope_theta max_pos eps
+    "SmolLM2-135M":  (576,   1536,  30,    9,    3,  49152,  True,  100000.0,  8192,   1e-5),
+    "Llama-3.2-1B":  (2048,  8192,  16,    32,   8,  128256, True,  500000.0,  131072, 1e-5),
+    "Qwen3-4B":      (2560,  9728,  36,    20,   4,  151936, True,  1000000.0, 40960,  1e-6),
+    "Llama-3.1-8B":  (4096,  14336, 32,    32,   8,  128256, False, 500000.0,  131072, 1e-5),
 }  # fmt: skip
+SHAPES: dict[str, dict[str, Any]] = {
+    name: dict(zip(_COLUMNS, row, strict=True)) for name, row in _ROWS.items()
+}
 """Each shape's ``transformers.LlamaConfig`` arguments."""
 
 PROMPT, NEW_TOKENS = 8, 32

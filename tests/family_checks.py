@@ -3,9 +3,12 @@ the same numbers layer by layer and head by head, the same greedy text, the cach
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 from conftest import family_folder
 
@@ -95,6 +98,28 @@ PARITY_CHECKS: dict[str, Callable[[Transformer, torch.nn.Module], None]] = {
 parametrizes one test over them, so a failure names the family, its case and the check."""
 
 
+def parity_test(
+    load: Callable[[Path, str], tuple[Transformer, torch.nn.Module]], cases: Iterable[str]
+) -> Callable[..., None]:
+    """A family's parity test, parametrized over its ``cases`` and the ``PARITY_CHECKS``:
+    ``load(folder, case)`` saves the case's reference in ``folder`` and returns our model of it
+    and the reference (asserting what our config must say of the case on the way)."""
+
+    @pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
+    @pytest.mark.parametrize("case", sorted(cases))
+    def test(tmp_path: Path, case: str, check: str) -> None:
+        PARITY_CHECKS[check](*load(tmp_path, case))
+
+    return test
+
+
+def loaded_family(folder: Path, family: str, **options: Any) -> tuple[Transformer, torch.nn.Module]:
+    """Our model of a tiny random ``family`` folder (``family_folder``'s ``options``), and the
+    reference it was saved from."""
+    reference = family_folder(folder, family, **options)
+    return load_pretrained(folder).model, reference
+
+
 def load_case(
     folder: Path, family: str, name: str, config: dict
 ) -> tuple[ModelConfig, Transformer, torch.nn.Module]:
@@ -139,6 +164,42 @@ def check_wrong_choice_fails(
     assert logit_gap(model, reference) <= TOLERANCE
     with wrong():  # type: ignore[attr-defined]
         assert logit_gap(model, reference) > 10 * TOLERANCE
+
+
+@contextlib.contextmanager
+def patched(
+    monkeypatch: pytest.MonkeyPatch, changes: Iterable[tuple[object, str, object]]
+) -> Iterator[None]:
+    """Each ``(target, attribute, value)`` of ``changes`` set while the block runs."""
+    with monkeypatch.context() as patch:
+        for target, name, value in changes:
+            patch.setattr(target, name, value)
+        yield
+
+
+def attentions(model: Transformer) -> list[torch.nn.Module]:
+    """The self-attention of each decoder layer, first to last."""
+    return [layer.self_attention for layer in model.decoder.layers]
+
+
+def residuals(model: Transformer) -> list[torch.nn.Module]:
+    """Both residual connections of each decoder layer (attention's, then the feed-forward's)."""
+    return [
+        residual
+        for layer in model.decoder.layers
+        for residual in (layer.self_attention_residual, layer.feed_forward_residual)
+    ]
+
+
+def check_changes_fail(
+    model: Transformer,
+    reference: torch.nn.Module,
+    monkeypatch: pytest.MonkeyPatch,
+    changes: list[tuple[object, str, object]],
+) -> None:
+    """:func:`check_wrong_choice_fails` for a wrong choice that is a few attributes set
+    (``(target, attribute, value)`` each)."""
+    check_wrong_choice_fails(model, reference, lambda: patched(monkeypatch, changes))
 
 
 # One shape of each later family that the tests of every tier share: name → (family, its

@@ -5,23 +5,24 @@ misses the reference)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from conftest import family_folder
 from family_checks import (
-    PARITY_CHECKS,
     PROMPT,
-    check_wrong_choice_fails,
+    attentions,
+    check_changes_fail,
+    loaded_family,
+    parity_test,
+    residuals,
 )
 
 from transformer.core.modern import RMSNorm
 from transformer.core.rotary import RotaryEmbedding
 from transformer.core.run import TRACE
-from transformer.pretrained import load_pretrained
 
 pytest.importorskip("transformers")
 
@@ -69,29 +70,19 @@ CASES = {
 
 def build(folder: Path, name: str) -> tuple[torch.nn.Module, torch.nn.Module]:
     family, shape, matrices, bf16 = CASES[name]
-    reference = family_folder(
-        folder,
-        family,
-        seed=len(name),
-        matrices=matrices,
-        dtype=torch.bfloat16 if bf16 else None,
-        **shape,
-    )
-    return load_pretrained(folder).model, reference
+    dtype = torch.bfloat16 if bf16 else None
+    return loaded_family(folder, family, seed=len(name), matrices=matrices, dtype=dtype, **shape)
 
 
-@pytest.fixture(params=sorted(CASES))
-def gemma(request: pytest.FixtureRequest, tmp_path: Path):
-    model, reference = build(tmp_path, request.param)
+def _gemma(folder: Path, name: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+    model, reference = build(folder, name)
     config = model.config
     assert config.norm_offset == 1.0 and config.scale_embeddings
-    assert config.post_sublayer_norm == (not request.param.startswith("gemma-"))
+    assert config.post_sublayer_norm == (not name.startswith("gemma-"))
     return model, reference
 
 
-@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
-def test_gemma_equals_transformers(gemma, check: str) -> None:
-    PARITY_CHECKS[check](*gemma)
+test_gemma_equals_transformers = parity_test(_gemma, CASES)
 
 
 @pytest.fixture
@@ -129,90 +120,55 @@ def test_local_and_global_layers_alternate_in_the_mask(gemma2) -> None:
     assert held == [WINDOW - 1, n, WINDOW - 1]  # only the local layers' caches are bounded
 
 
-@contextlib.contextmanager
-def _patched(monkeypatch, changes: list[tuple[object, str, object]]) -> Iterator[None]:
-    with monkeypatch.context() as patch:
-        for target, name, value in changes:
-            patch.setattr(target, name, value)
-        yield
+def _qk_norms_dropped(model: torch.nn.Module) -> list[tuple[object, str, object]]:
+    return [(a, name, None) for a in attentions(model) for name in ("q_norm", "k_norm")]
 
 
-def test_w_instead_of_one_plus_w_fails(gemma3, monkeypatch) -> None:
-    model, reference = gemma3
-    norms = [m for m in model.modules() if isinstance(m, RMSNorm)]
-    check_wrong_choice_fails(
-        model, reference, lambda: _patched(monkeypatch, [(n, "offset", 0.0) for n in norms])
-    )
+WRONG_CHOICES: dict[str, tuple[str, Callable[[Any], list[tuple[object, str, object]]]]] = {
+    # name: (the case it is tried on, the attributes it sets: (target, attribute, value) each)
+    "w instead of 1 + w": (
+        "gemma3-gqa-tied",
+        lambda model: [(n, "offset", 0.0) for n in model.modules() if isinstance(n, RMSNorm)],
+    ),
+    "embeddings unscaled": ("gemma3-gqa-tied", lambda model: [(model.tgt_embedding, "scale", 1.0)]),
+    "attention soft cap dropped": (
+        "gemma2-gqa-tied-capped",
+        lambda model: [(a, "softcap", None) for a in attentions(model)],
+    ),
+    "final logit soft cap dropped": (
+        "gemma2-gqa-tied-capped",
+        lambda model: [(model.generator, "softcap", None)],
+    ),
+    # 1/√d_head instead of 1/√query_pre_attn_scalar
+    "score scale by head width": (
+        "gemma2-gqa-tied-capped",
+        lambda model: [(a, "scale_dim", None) for a in attentions(model)],
+    ),
+    "post-sublayer norms dropped": (
+        "gemma2-gqa-tied-capped",
+        lambda model: [(r, "post_norm", None) for r in residuals(model)],
+    ),
+    "Gemma 3's QK-norm dropped": ("gemma3-gqa-tied", _qk_norms_dropped),
+}
+"""Each of Gemma's choices whose wrong form must miss the reference."""
 
 
-def test_embeddings_unscaled_fail(gemma3, monkeypatch) -> None:
-    model, reference = gemma3
-    embedding = model.tgt_embedding
-    check_wrong_choice_fails(
-        model, reference, lambda: _patched(monkeypatch, [(embedding, "scale", 1.0)])
-    )
-
-
-def test_attention_soft_cap_dropped_fails(gemma2, monkeypatch) -> None:
-    model, reference = gemma2
-    attentions = [layer.self_attention for layer in model.decoder.layers]
-    check_wrong_choice_fails(
-        model, reference, lambda: _patched(monkeypatch, [(a, "softcap", None) for a in attentions])
-    )
-
-
-def test_final_logit_soft_cap_dropped_fails(gemma2, monkeypatch) -> None:
-    model, reference = gemma2
-    check_wrong_choice_fails(
-        model, reference, lambda: _patched(monkeypatch, [(model.generator, "softcap", None)])
-    )
-
-
-def test_score_scale_by_head_width_fails(gemma2, monkeypatch) -> None:
-    """``1/√d_head`` instead of ``1/√query_pre_attn_scalar``."""
-    model, reference = gemma2
-    attentions = [layer.self_attention for layer in model.decoder.layers]
-    check_wrong_choice_fails(
-        model,
-        reference,
-        lambda: _patched(monkeypatch, [(a, "scale_dim", None) for a in attentions]),
-    )
-
-
-def test_post_sublayer_norms_dropped_fail(gemma2, monkeypatch) -> None:
-    model, reference = gemma2
-    residuals = [
-        residual
-        for layer in model.decoder.layers
-        for residual in (layer.self_attention_residual, layer.feed_forward_residual)
-    ]
-    check_wrong_choice_fails(
-        model, reference, lambda: _patched(monkeypatch, [(r, "post_norm", None) for r in residuals])
-    )
+@pytest.mark.parametrize("wrong", sorted(WRONG_CHOICES))
+def test_the_wrong_choice_fails(wrong: str, tmp_path: Path, monkeypatch) -> None:
+    case, changes = WRONG_CHOICES[wrong]
+    model, reference = build(tmp_path, case)
+    check_changes_fail(model, reference, monkeypatch, changes(model))
 
 
 def test_one_rotary_base_for_local_and_global_layers_fails(gemma3, monkeypatch) -> None:
     """Gemma 3's local layers turn with base 10,000, the global ones with 1,000,000 (scaled);
     the global table in every layer misses the reference."""
     model, reference = gemma3
-    attentions = [layer.self_attention for layer in model.decoder.layers]
-    global_rotary = attentions[-1].rotary
-    assert isinstance(global_rotary, RotaryEmbedding) and attentions[0].rotary is not global_rotary
-    check_wrong_choice_fails(
-        model,
-        reference,
-        lambda: _patched(monkeypatch, [(a, "rotary", global_rotary) for a in attentions]),
-    )
-
-
-def test_gemma3_qk_norm_dropped_fails(gemma3, monkeypatch) -> None:
-    model, reference = gemma3
-    changes = [
-        (layer.self_attention, name, None)
-        for layer in model.decoder.layers
-        for name in ("q_norm", "k_norm")
-    ]
-    check_wrong_choice_fails(model, reference, lambda: _patched(monkeypatch, changes))
+    layers = attentions(model)
+    global_rotary = layers[-1].rotary
+    assert isinstance(global_rotary, RotaryEmbedding) and layers[0].rotary is not global_rotary
+    changes = [(a, "rotary", global_rotary) for a in layers]
+    check_changes_fail(model, reference, monkeypatch, changes)
 
 
 def test_a_generation_step_records_every_position_of_local_and_global_layers(gemma2) -> None:

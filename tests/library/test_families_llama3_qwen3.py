@@ -12,9 +12,9 @@ import pytest
 import torch
 from conftest import family_folder
 from family_checks import (
-    PARITY_CHECKS,
     check_wrong_choice_fails,
     load_case,
+    parity_test,
 )
 
 from transformer.core import rotary as rotary_module
@@ -45,26 +45,23 @@ LLAMA_CASES = {
 }
 
 
-@pytest.fixture(params=sorted(LLAMA_CASES))
-def llama3(request: pytest.FixtureRequest, tmp_path: Path):
-    scaling, shape, bf16 = LLAMA_CASES[request.param]
+def _llama3(folder: Path, name: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+    scaling, shape, bf16 = LLAMA_CASES[name]
     parameters = {**scaling, "rope_theta": shape.pop("rope_theta", 10000.0)}
     reference = family_folder(
-        tmp_path,
+        folder,
         "llama",
-        seed=len(request.param),
+        seed=len(name),
         rope_parameters=parameters,
         dtype=torch.bfloat16 if bf16 else None,
         **shape,
     )
-    checkpoint = load_pretrained(tmp_path)
+    checkpoint = load_pretrained(folder)
     assert dict(checkpoint.config.rope_scaling or {})["rope_type"] == scaling["rope_type"]
     return checkpoint.model, reference
 
 
-@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
-def test_llama3_equals_transformers(llama3, check: str) -> None:
-    PARITY_CHECKS[check](*llama3)
+test_llama3_equals_transformers = parity_test(_llama3, LLAMA_CASES)
 
 
 def test_rope_scaling_ignored_fails(tmp_path: Path) -> None:
@@ -126,17 +123,14 @@ QWEN3_CASES = {
 }
 
 
-@pytest.fixture(params=sorted(QWEN3_CASES))
-def qwen3(request: pytest.FixtureRequest, tmp_path: Path):
-    shape = QWEN3_CASES[request.param]
-    config, model, reference = load_case(tmp_path, "qwen3", request.param, shape)
+def _qwen3(folder: Path, name: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+    shape = QWEN3_CASES[name]
+    config, model, reference = load_case(folder, "qwen3", name, shape)
     assert config.qk_norm == "head" and config.d_head == shape["head_dim"]
     return model, reference
 
 
-@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
-def test_qwen3_equals_transformers(qwen3, check: str) -> None:
-    PARITY_CHECKS[check](*qwen3)
+test_qwen3_equals_transformers = parity_test(_qwen3, QWEN3_CASES)
 
 
 def test_qwen3_qk_norm_after_rotation_fails(tmp_path: Path, monkeypatch) -> None:

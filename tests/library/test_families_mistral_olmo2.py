@@ -11,18 +11,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import family_folder
 from family_checks import (
-    PARITY_CHECKS,
     PROMPT,
+    attentions,
+    check_changes_fail,
     check_wrong_choice_fails,
     load_case,
+    loaded_family,
+    parity_test,
+    residuals,
 )
 
 from transformer.core import stacks
 from transformer.core.modern import RMSNorm
 from transformer.core.run import TRACE
-from transformer.pretrained import load_pretrained
 
 pytest.importorskip("transformers")
 
@@ -36,23 +38,19 @@ MISTRAL_CASES = {
 }
 
 
-@pytest.fixture(params=sorted(MISTRAL_CASES))
-def mistral(request: pytest.FixtureRequest, tmp_path: Path):
-    shape = MISTRAL_CASES[request.param]
-    config, model, reference = load_case(tmp_path, "mistral", request.param, shape)
+def _mistral(folder: Path, name: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+    shape = MISTRAL_CASES[name]
+    config, model, reference = load_case(folder, "mistral", name, shape)
     assert config.sliding_window == shape["sliding_window"]
     return model, reference
 
 
-@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
-def test_mistral_equals_transformers(mistral, check: str) -> None:
-    PARITY_CHECKS[check](*mistral)
+test_mistral_equals_transformers = parity_test(_mistral, MISTRAL_CASES)
 
 
 @pytest.fixture
 def windowed(tmp_path: Path):
-    reference = family_folder(tmp_path, "mistral", seed=11, sliding_window=WINDOW)
-    return load_pretrained(tmp_path).model, reference
+    return loaded_family(tmp_path, "mistral", seed=11, sliding_window=WINDOW)
 
 
 def test_the_window_is_in_the_recorded_mask(windowed) -> None:
@@ -132,40 +130,26 @@ OLMO2_CASES = {
 }
 
 
-@pytest.fixture(params=sorted(OLMO2_CASES))
-def olmo2(request: pytest.FixtureRequest, tmp_path: Path):
-    config, model, reference = load_case(
-        tmp_path, "olmo2", request.param, OLMO2_CASES[request.param]
-    )
+def _olmo2(folder: Path, name: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+    config, model, reference = load_case(folder, "olmo2", name, OLMO2_CASES[name])
     assert config.norm == "output" and config.qk_norm == "projection"
     return model, reference
 
 
-@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
-def test_olmo2_equals_transformers(olmo2, check: str) -> None:
-    PARITY_CHECKS[check](*olmo2)
+test_olmo2_equals_transformers = parity_test(_olmo2, OLMO2_CASES)
 
 
 @pytest.fixture
 def olmo(tmp_path: Path):
-    reference = family_folder(tmp_path, "olmo2", seed=13)
-    return load_pretrained(tmp_path).model, reference
+    return loaded_family(tmp_path, "olmo2", seed=13)
 
 
 def test_olmo2_norms_before_the_sublayers_fail(olmo, monkeypatch) -> None:
     """The same norms on the sub-layers' inputs (Llama's place) instead of their outputs."""
     model, reference = olmo
-
-    @contextlib.contextmanager
-    def pre_norm() -> Iterator[None]:
-        with monkeypatch.context() as patch:
-            for layer in model.decoder.layers:
-                for residual in (layer.self_attention_residual, layer.feed_forward_residual):
-                    patch.setattr(residual, "pre_norm", True)
-                    patch.setattr(residual, "output_norm", False)
-            yield
-
-    check_wrong_choice_fails(model, reference, pre_norm)
+    moved = (("pre_norm", True), ("output_norm", False))
+    changes = [(r, name, value) for r in residuals(model) for name, value in moved]
+    check_changes_fail(model, reference, monkeypatch, changes)
 
 
 class HeadByHead(torch.nn.Module):
@@ -190,18 +174,12 @@ def test_olmo2_qk_norm_per_head_fails(olmo, monkeypatch) -> None:
     """Each head normalised alone (Qwen3's QK-norm) instead of the whole projection at once,
     with the same learned gains."""
     model, reference = olmo
-
-    @contextlib.contextmanager
-    def per_head() -> Iterator[None]:
-        with monkeypatch.context() as patch:
-            for layer in model.decoder.layers:
-                attention = layer.self_attention
-                for name in ("q_norm", "k_norm"):
-                    whole = getattr(attention, name)
-                    patch.setattr(attention, name, HeadByHead(whole, attention.d_head))
-            yield
-
-    check_wrong_choice_fails(model, reference, per_head)
+    changes = [
+        (a, name, HeadByHead(getattr(a, name), a.d_head))
+        for a in attentions(model)
+        for name in ("q_norm", "k_norm")
+    ]
+    check_changes_fail(model, reference, monkeypatch, changes)
 
 
 def test_the_cache_view_checks_a_sliding_window_cache(windowed) -> None:

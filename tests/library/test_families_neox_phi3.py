@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import family_folder
 from family_checks import (
-    PARITY_CHECKS,
+    check_changes_fail,
     check_wrong_choice_fails,
     load_case,
+    loaded_family,
+    parity_test,
 )
-
-from transformer.pretrained import load_pretrained
 
 pytest.importorskip("transformers")
 
@@ -38,56 +37,37 @@ NEOX_CASES = {
 }
 
 
-@pytest.fixture(params=sorted(NEOX_CASES))
-def neox(request: pytest.FixtureRequest, tmp_path: Path):
-    shape = NEOX_CASES[request.param]
-    config, model, reference = load_case(tmp_path, "gpt_neox", request.param, shape)
+def _neox(folder: Path, name: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+    shape = NEOX_CASES[name]
+    config, model, reference = load_case(folder, "gpt_neox", name, shape)
     assert config.rotary_fraction == shape["rope_parameters"]["partial_rotary_factor"]
     assert config.parallel_residual == shape.get("use_parallel_residual", True)
     return model, reference
 
 
-@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
-def test_neox_equals_transformers(neox, check: str) -> None:
-    PARITY_CHECKS[check](*neox)
+test_neox_equals_transformers = parity_test(_neox, NEOX_CASES)
 
 
 @pytest.fixture
 def pythia(tmp_path: Path):
-    reference = family_folder(tmp_path, "gpt_neox", seed=21, rope_parameters=_rope(0.25))
-    return load_pretrained(tmp_path).model, reference
+    return loaded_family(tmp_path, "gpt_neox", seed=21, rope_parameters=_rope(0.25))
 
 
 def test_neox_sequential_instead_of_parallel_fails(pythia, monkeypatch) -> None:
     model, reference = pythia
-
-    @contextlib.contextmanager
-    def sequential() -> Iterator[None]:
-        with monkeypatch.context() as patch:
-            for layer in model.decoder.layers:
-                patch.setattr(layer, "parallel", False)
-            yield
-
-    check_wrong_choice_fails(model, reference, sequential)
+    changes = [(layer, "parallel", False) for layer in model.decoder.layers]
+    check_changes_fail(model, reference, monkeypatch, changes)
 
 
 def test_neox_rotating_the_whole_head_fails(pythia, monkeypatch) -> None:
     """Rotary over every dimension of the head instead of its first quarter."""
     model, reference = pythia
     rotary = model.decoder.layers[0].self_attention.rotary
+    from transformer.core.rotary import rotary_cos_sin
 
-    @contextlib.contextmanager
-    def whole_head() -> Iterator[None]:
-        from transformer.core.rotary import rotary_cos_sin
-
-        with monkeypatch.context() as patch:
-            cos, sin = rotary_cos_sin(torch.arange(rotary.cos.shape[0]), rotary.d_head)
-            patch.setattr(rotary, "rotary_dims", rotary.d_head)
-            patch.setattr(rotary, "cos", cos)
-            patch.setattr(rotary, "sin", sin)
-            yield
-
-    check_wrong_choice_fails(model, reference, whole_head)
+    cos, sin = rotary_cos_sin(torch.arange(rotary.cos.shape[0]), rotary.d_head)
+    changes = [(rotary, "rotary_dims", rotary.d_head), (rotary, "cos", cos), (rotary, "sin", sin)]
+    check_changes_fail(model, reference, monkeypatch, changes)
 
 
 def test_neox_query_key_value_read_as_three_blocks_fails(pythia) -> None:
@@ -146,31 +126,21 @@ PHI3_CASES = {
 }
 
 
-@pytest.fixture(params=sorted(PHI3_CASES))
-def phi3(request: pytest.FixtureRequest, tmp_path: Path):
-    shape = PHI3_CASES[request.param]
-    config, model, reference = load_case(tmp_path, "phi3", request.param, shape)
+def _phi3(folder: Path, name: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+    shape = PHI3_CASES[name]
+    config, model, reference = load_case(folder, "phi3", name, shape)
     assert config.rotary_fraction == shape["rope_parameters"]["partial_rotary_factor"]
     return model, reference
 
 
-@pytest.mark.parametrize("check", sorted(PARITY_CHECKS))
-def test_phi3_equals_transformers(phi3, check: str) -> None:
-    PARITY_CHECKS[check](*phi3)
+test_phi3_equals_transformers = parity_test(_phi3, PHI3_CASES)
 
 
-def test_phi3_gate_and_up_halves_swapped_fail(tmp_path: Path) -> None:
+def test_phi3_gate_and_up_halves_swapped_fail(tmp_path: Path, monkeypatch) -> None:
     """``gate_up_proj`` holds the gate's rows first, then the up projection's."""
-    reference = family_folder(tmp_path, "phi3", seed=31, rope_parameters=_rope(0.75))
-    model = load_pretrained(tmp_path).model
-
-    @contextlib.contextmanager
-    def swapped() -> Iterator[None]:
-        layers = [layer.feed_forward for layer in model.decoder.layers]
-        for ff in layers:
-            ff.w_gate, ff.w_up = ff.w_up, ff.w_gate
-        yield
-        for ff in layers:
-            ff.w_gate, ff.w_up = ff.w_up, ff.w_gate
-
-    check_wrong_choice_fails(model, reference, swapped)
+    model, reference = loaded_family(tmp_path, "phi3", seed=31, rope_parameters=_rope(0.75))
+    layers = [layer.feed_forward for layer in model.decoder.layers]
+    changes = [(ff, "w_gate", ff.w_up) for ff in layers] + [
+        (ff, "w_up", ff.w_gate) for ff in layers
+    ]
+    check_changes_fail(model, reference, monkeypatch, changes)

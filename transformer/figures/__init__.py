@@ -22,6 +22,7 @@ from .attention import (
 from .common import to_numpy, token_labels
 from .generation import causal_growth_figure, cross_attention_step_figure, top_k_figure
 from .positional import (
+    EmbeddingOptions,
     embedding_norms_figure,
     embedding_sum_figure,
     positional_curves_figure,
@@ -36,6 +37,7 @@ from .positional import (
 from .training import training_curves_figure
 
 __all__ = [
+    "EmbeddingOptions",
     "attention_difference_figure",
     "attention_grid",
     "attention_heatmap",

@@ -86,6 +86,32 @@ def top_k_figure(
     return figure([trace], layout)
 
 
+def _weights_heatmap(
+    z: np.ndarray,
+    keys: list[str],
+    queries: list[str],
+    zmax: float,
+    colorbar: dict[str, Any],
+    hovertemplate: str,
+    **more: Any,
+) -> dict[str, Any]:
+    """A heatmap of attention weights (queries down, keys across), white at 0 up to ``zmax``;
+    its NaN cells, the masked ones, are gaps that show the grey plot background, no hover."""
+    return dict(
+        type="heatmap",
+        z=z,
+        x=keys,
+        y=queries,
+        colorscale=WEIGHTS_COLORSCALE,
+        zmin=0.0,
+        zmax=zmax,
+        hoverongaps=False,
+        colorbar=colorbar,
+        **more,
+        hovertemplate=hovertemplate,
+    )
+
+
 def cross_attention_step_figure(
     weights: Any,
     source_labels: Sequence[str] | None = None,
@@ -117,18 +143,14 @@ def cross_attention_step_figure(
     if masked is not None:
         z[:, to_numpy(masked, bool).reshape(-1)] = np.nan
     rows = [f"head {h + 1}" for h in range(n_heads)] + ["mean"]
-    trace = dict(
-        type="heatmap",
-        z=z,
-        x=keys,
-        y=rows,
-        colorscale=WEIGHTS_COLORSCALE,
-        zmin=0.0,
-        zmax=max(float(np.nanmax(z)), 1e-6) if np.isfinite(z).any() else 1.0,
-        hoverongaps=False,
-        colorbar={"title": {"text": "weight"}},
+    trace = _weights_heatmap(
+        z,
+        keys,
+        rows,
+        max(float(np.nanmax(z)), 1e-6) if np.isfinite(z).any() else 1.0,
+        {"title": {"text": "weight"}},
+        "%{y}<br>source key %{x}<br>weight %{z:.3f}<extra></extra>",
         ygap=1,
-        hovertemplate="%{y}<br>source key %{x}<br>weight %{z:.3f}<extra></extra>",
     )
     where = "" if layer is None else f" · layer {layer}"
     query = "" if query_label is None else f" from {query_label}"
@@ -185,21 +207,9 @@ def causal_growth_figure(
     domain_end = min(1.0, max(0.3, width * cell / 900))
     area = max(240 if large_font else 180, (cell + 4) * len(arrays))
     label_room = (8 if large_font else 6) * max((len(plain_text(k)) for k in keys), default=1)
-    trace = dict(
-        type="heatmap",
-        z=z,
-        x=keys,
-        y=queries,
-        colorscale=WEIGHTS_COLORSCALE,
-        zmin=0.0,
-        zmax=1.0,
-        hoverongaps=False,
-        colorbar={
-            "title": {"text": "weight"},
-            "x": min(1.02, domain_end + 0.02),
-            "xanchor": "left",
-        },
-        hovertemplate="query %{y}<br>key %{x}<br>weight %{z:.3f}<extra></extra>",
+    colorbar = {"title": {"text": "weight"}, "x": min(1.02, domain_end + 0.02), "xanchor": "left"}
+    trace = _weights_heatmap(
+        z, keys, queries, 1.0, colorbar, "query %{y}<br>key %{x}<br>weight %{z:.3f}<extra></extra>"
     )
     where = "".join(
         part

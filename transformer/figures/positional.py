@@ -8,7 +8,8 @@ Tables are ``(positions, d_model)``: rows are positions, columns dimensions.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, TypedDict, Unpack
 
 import numpy as np
 import plotly.graph_objects as go
@@ -316,16 +317,69 @@ def _embedding_colour_axes(half: float, note: str, normed: np.ndarray | None) ->
     return color_axes
 
 
+class EmbeddingOptions(TypedDict, total=False):
+    """What both embedding figures take besides the embeddings, the encodings and the labels:
+
+    - ``token_type``: ``(T, d_model)`` token-type (segment) embeddings, for BERT; added to the
+      sum.
+    - ``layer_input``: ``(T, d_model)`` what the first layer actually receives when it differs
+      from the sum (BERT's LayerNorm over the sum).
+    - ``scaled``: whether the model multiplied the token embedding by √d_model (the paper, and
+      the default) or not (BERT, GPT-2).
+    - ``large_font``, ``height``: as for every figure.
+    """
+
+    token_type: Any
+    layer_input: Any
+    scaled: bool
+    large_font: bool
+    height: int | None
+
+
+@dataclass(frozen=True)
+class _Embeddings:
+    """An embedding figure's inputs as checked arrays (``types`` and ``normed``: ``None`` where
+    not given) and its options with their defaults."""
+
+    emb: np.ndarray
+    pe: np.ndarray
+    tokens: list[str]
+    types: np.ndarray | None
+    normed: np.ndarray | None
+    scaled: bool
+    large_font: bool
+    height: int | None
+
+
+def _embeddings(
+    token_embedding: Any,
+    positional: Any,
+    labels: Sequence[str] | None,
+    options: EmbeddingOptions,
+) -> _Embeddings:
+    unknown = sorted(set(options) - set(EmbeddingOptions.__annotations__))
+    if unknown:  # as a misspelt keyword argument would
+        raise TypeError(f"an embedding figure takes no option {', '.join(unknown)}")
+    emb, pe = _embedding_inputs(token_embedding, positional)
+    tokens = check_labels(labels, emb.shape[0], "token")
+    token_type, layer_input = options.get("token_type"), options.get("layer_input")
+    return _Embeddings(
+        emb,
+        pe,
+        tokens,
+        None if token_type is None else _embedding_inputs(token_type, pe)[0],
+        None if layer_input is None else _embedding_inputs(layer_input, pe)[0],
+        options.get("scaled", True),
+        options.get("large_font", False),
+        options.get("height"),
+    )
+
+
 def embedding_sum_figure(
     token_embedding: Any,
     positional: Any,
     labels: Sequence[str] | None = None,
-    *,
-    token_type: Any | None = None,
-    layer_input: Any | None = None,
-    scaled: bool = True,
-    large_font: bool = False,
-    height: int | None = None,
+    **options: Unpack[EmbeddingOptions],
 ) -> go.Figure:
     """Token embedding, positional encoding and their sum (what enters the first layer), side by
     side on one shared colour scale, so their magnitudes compare honestly.
@@ -335,23 +389,19 @@ def embedding_sum_figure(
             × √d_model where the model scales; ``StackInput.token_embedding[b]``).
         positional: ``(T, d_model)`` encodings (``StackInput.positional``), sinusoidal or learned.
         labels: ``T`` unique token labels (see :func:`token_labels`).
-        token_type: ``(T, d_model)`` token-type (segment) embeddings, for BERT; added to the sum.
-        layer_input: ``(T, d_model)`` what the first layer actually receives when it differs from
-            the sum (BERT's LayerNorm over the sum): drawn as a last panel on its own colour
-            scale (a LayerNorm output is on another scale than its input).
-        scaled: whether the model multiplied the token embedding by √d_model (the paper) or not
-            (BERT, GPT-2), for the panel title.
+        options: see :class:`EmbeddingOptions`. A ``layer_input`` is drawn as a last panel on
+            its own colour scale (a LayerNorm output is on another scale than its input);
+            ``scaled`` names the first panel.
     """
-    emb, pe = _embedding_inputs(token_embedding, positional)
+    inputs = _embeddings(token_embedding, positional, labels, options)
+    emb, pe, tokens, normed = inputs.emb, inputs.pe, inputs.tokens, inputs.normed
+    scaled, large_font = inputs.scaled, inputs.large_font
     total = emb + pe
-    tokens = check_labels(labels, emb.shape[0], "token")
     panels = {"token embedding × √d_model" if scaled else "token embedding": emb}
     panels["+ positional encoding" if scaled else "+ position embedding"] = pe
-    if token_type is not None:
-        types = _embedding_inputs(token_type, pe)[0]
-        panels["+ token type"] = types
-        total = total + types
-    normed = None if layer_input is None else _embedding_inputs(layer_input, pe)[0]
+    if inputs.types is not None:
+        panels["+ token type"] = inputs.types
+        total = total + inputs.types
     panels["= sum" if normed is not None else "= input to layer 1"] = total
     if normed is not None:
         panels["LayerNorm(sum) = input to layer 1"] = normed
@@ -369,9 +419,9 @@ def embedding_sum_figure(
     color_axes = _embedding_colour_axes(half, note, normed)
     layout = panelled_layout(
         "What enters the first layer: "
-        + " + ".join(["token", "position"] + (["token type"] if token_type is not None else []))
+        + " + ".join(["token", "position"] + (["token type"] if inputs.types is not None else []))
         + (", then LayerNorm" if normed is not None else ""),
-        height or heatmap_height(emb.shape[0], large_font, maximum=700) + 40,
+        inputs.height or heatmap_height(emb.shape[0], large_font, maximum=700) + 40,
         large_font,
         annotations=panel_titles(panels, domains, large_font),
         **color_axes,
@@ -384,12 +434,7 @@ def embedding_norms_figure(
     token_embedding: Any,
     positional: Any,
     labels: Sequence[str] | None = None,
-    *,
-    token_type: Any | None = None,
-    layer_input: Any | None = None,
-    scaled: bool = True,
-    large_font: bool = False,
-    height: int | None = None,
+    **options: Unpack[EmbeddingOptions],
 ) -> go.Figure:
     """Per-token vector lengths: why the paper multiplies embeddings by √d_model.
 
@@ -398,15 +443,13 @@ def embedding_norms_figure(
             × √d_model when ``scaled``; the unscaled length is then this / √d_model).
         positional: ``(T, d_model)`` encodings; a sinusoidal row has length √(d_model/2).
         labels: ``T`` unique token labels.
-        token_type: ``(T, d_model)`` token-type embeddings (BERT), or None.
-        layer_input: ``(T, d_model)`` the first layer's input when it is not the sum (BERT's
-            LayerNorm output), or None.
-        scaled: whether the model scales token embeddings by √d_model (BERT and GPT-2 do not).
+        options: see :class:`EmbeddingOptions`.
 
     Without the scale, small initial embeddings would be drowned by the positional encoding.
     """
-    emb, pe = _embedding_inputs(token_embedding, positional)
-    tokens = check_labels(labels, emb.shape[0], "token")
+    inputs = _embeddings(token_embedding, positional, labels, options)
+    emb, pe, tokens, scaled = inputs.emb, inputs.pe, inputs.tokens, inputs.scaled
+    large_font = inputs.large_font
     d_model = emb.shape[1]
     lengths = np.linalg.norm(emb, axis=1)
     total = emb + pe
@@ -422,17 +465,15 @@ def embedding_norms_figure(
             ("token embedding", lengths, BASE_COLOR),
             ("position embedding", np.linalg.norm(pe, axis=1), HIGHLIGHT_COLOR),
         ]
-    if token_type is not None:
-        types = _embedding_inputs(token_type, pe)[0]
-        series.append(("token type", np.linalg.norm(types, axis=1), palette[4]))
-        total = total + types
-    if layer_input is None:
+    if inputs.types is not None:
+        series.append(("token type", np.linalg.norm(inputs.types, axis=1), palette[4]))
+        total = total + inputs.types
+    if inputs.normed is None:
         series.append(("sum (input to layer 1)", np.linalg.norm(total, axis=1), GREEN))
     else:
-        normed = _embedding_inputs(layer_input, pe)[0]
         series.append(("sum", np.linalg.norm(total, axis=1), GREEN))
         series.append(
-            ("LayerNorm(sum) (input to layer 1)", np.linalg.norm(normed, axis=1), palette[3])
+            ("LayerNorm(sum) (input to layer 1)", np.linalg.norm(inputs.normed, axis=1), palette[3])
         )
     traces = [
         go.Bar(
@@ -451,7 +492,7 @@ def embedding_norms_figure(
     )
     layout = panelled_layout(
         title,
-        height or (520 if large_font else 420),
+        inputs.height or (520 if large_font else 420),
         large_font,
         barmode="group",
         xaxis=category_axis("token", tokens, large_font),

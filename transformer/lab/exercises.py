@@ -119,6 +119,36 @@ class Asked:
         return dict(self.__dict__)
 
     @classmethod
+    def of(
+        cls,
+        item: Exercise,
+        question: str,
+        choices: list[str],
+        answer: str,
+        explanation: str,
+        title: str,
+        labels: list[str],
+        values: list[float],
+        value_name: str,
+        **heatmap: Any,
+    ) -> Asked:
+        """``item`` as asked: the fields after its id and kind, and the ``heatmap`` ones where
+        it has one."""
+        return cls(
+            item.id,
+            item.kind,
+            question,
+            choices,
+            answer,
+            explanation,
+            title,
+            labels,
+            values,
+            value_name,
+            **heatmap,
+        )
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Asked:
         """The :meth:`to_dict` of an asked exercise, read back."""
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
@@ -614,9 +644,8 @@ def _ask_attention(item: Exercise, model: Transformer, tokenizer: Tokenizer) -> 
         f"Text: “{item.text}”. In {where} layer {layer + 1}, head {head + 1}: which token "
         f"does the query **{query_token}** attend to most?"
     )
-    return Asked(
-        item.id,
-        item.kind,
+    return Asked.of(
+        item,
         question,
         _limit(keys, keys[best]),
         keys[best],
@@ -714,9 +743,8 @@ def _ask_next(item: Exercise, model: Transformer, tokenizer: Tokenizer) -> Asked
             "How much probability does it give it?"
         )
         explanation = _fill(item, answer=answer, token=best, value=_pct(p))
-    return Asked(
-        item.id,
-        item.kind,
+    return Asked.of(
+        item,
         question,
         choices,
         answer,
@@ -742,9 +770,8 @@ def _ask_lens(item: Exercise, model: Transformer, tokenizer: Tokenizer) -> Asked
         f"Text: “{item.text}”. The model will write **{token}**. From which layer on does the "
         "logit lens already rank it first?"
     )
-    return Asked(
-        item.id,
-        item.kind,
+    return Asked.of(
+        item,
         question,
         layers,
         layers[first],
@@ -778,9 +805,8 @@ def _ask_subwords(item: Exercise, tokenizer: Tokenizer) -> Asked:
     }
     others = sorted(c for c in candidates if c != answer)[:3]
     lengths = [float(len(p)) for p in pieces]
-    return Asked(
-        item.id,
-        item.kind,
+    return Asked.of(
+        item,
         f"How does the **{item.model}** tokenizer split the word “{word}” into pieces?",
         sorted([answer, *others]),
         answer,
@@ -813,9 +839,8 @@ def _ask_positions(item: Exercise, model: Transformer) -> Asked:
     labels = [f"{a} and {b}" for a, b in pairs]
     values = [float(table[a] @ table[b]) for a, b in pairs]
     best = max(range(len(values)), key=values.__getitem__)
-    return Asked(
-        item.id,
-        item.kind,
+    return Asked.of(
+        item,
         "Which pair of positions does the positional encoding make most alike "
         "(the largest cosine similarity of their vectors)?",
         list(labels),
@@ -850,9 +875,8 @@ def _ask_mistake(item: Exercise, model: Transformer, tokenizer: Tokenizer) -> As
         )
     labels = labelled(_stack_pieces(clean, stack))
     where = "encoder" if stack == "encoder_self" else "decoder"
-    return Asked(
-        item.id,
-        item.kind,
+    return Asked.of(
+        item,
         f"Text: “{item.text}”. This is the {where}'s layer {layer + 1}, head {head + 1}, drawn "
         "by a pass with one of the seeds' mistakes. Which one?",
         sorted(c.label for c in p["candidates"]),
@@ -918,9 +942,8 @@ def _ask_what_if(item: Exercise, model: Transformer, tokenizer: Tokenizer) -> As
         )
         title = f"Attention from {query_token} with {said}"
         value_name = "attention weight"
-    return Asked(
-        item.id,
-        item.kind,
+    return Asked.of(
+        item,
         question,
         choices,
         answer,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -444,6 +444,26 @@ def parameters_on_meta() -> Iterator[None]:
         torch.nn.Module.register_parameter = register  # type: ignore[method-assign]
 
 
+def check_shapes(
+    weights: Mapping[str, Tensor | None],
+    shapes: Mapping[str, tuple[int, ...]],
+    error: type[PretrainedError],
+    unknown: str,
+    wrong: str,
+) -> None:
+    """Raise ``error`` at the first of ``weights`` (our names; ``None``: missing, not checked)
+    that ``shapes`` does not name, saying ``unknown``, or whose shape is not the one there,
+    saying ``wrong``: both formatted with the ``name``, and ``wrong`` with the tensor's
+    ``shape`` and the ``expected`` one."""
+    for name, tensor in weights.items():
+        if tensor is None:
+            continue
+        if name not in shapes:
+            raise error(unknown.format(name=name))
+        if tuple(tensor.shape) != shapes[name]:
+            raise error(wrong.format(name=name, shape=tuple(tensor.shape), expected=shapes[name]))
+
+
 def assign_weights(
     model: torch.nn.Module,
     weights: dict[str, Tensor | None],
@@ -464,17 +484,18 @@ def assign_weights(
     owners: dict[int, list[str]] = {}
     for name, param in model.named_parameters(remove_duplicate=False):
         owners.setdefault(id(param), []).append(name)
+    check_shapes(
+        weights,
+        shapes,
+        PretrainedError,
+        "internal mapping error: our model has no {name}",
+        "model.safetensors: the tensor for {name} has shape {shape} but config.json implies "
+        "{expected}.",
+    )
     assigned: dict[str, Tensor] = {}
     for name, tensor in weights.items():
         if tensor is None:
             continue  # reported by TensorReader.check_complete
-        if name not in shapes:
-            raise PretrainedError(f"internal mapping error: our model has no {name}")
-        if tuple(tensor.shape) != shapes[name]:
-            raise PretrainedError(
-                f"model.safetensors: the tensor for {name} has shape {tuple(tensor.shape)} "
-                f"but config.json implies {shapes[name]}."
-            )
         # Read onto the device already, in its dtype; a tensor a family computes (Marian's
         # zero logits bias where the file has none) joins it here.
         tensor = tensor.to(device, dtype if tensor.is_floating_point() else tensor.dtype)

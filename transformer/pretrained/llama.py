@@ -44,6 +44,7 @@ from ._common import (
     TensorReader,
     activation,
     build_config,
+    check_shapes,
     load_tokenizer_json,
     require,
     wrap,
@@ -440,14 +441,14 @@ def gguf_state_dict(gguf: GGUFFile, config: ModelConfig) -> dict[str, Tensor]:
     if missing:
         shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
         raise GGUFError(f"{gguf.path.name} lacks {len(missing)} tensor(s) the model needs: {shown}")
-    for name, tensor in weights.items():
-        if name not in expected:
-            raise GGUFError(f"{gguf.path.name}: {name} does not belong to a model of this shape")
-        if tuple(tensor.shape) != expected[name]:
-            raise GGUFError(
-                f"{gguf.path.name}: the tensor for {name} has shape {tuple(tensor.shape)}, but "
-                f"the metadata implies {expected[name]}"
-            )
+    where = gguf.path.name.replace("{", "{{").replace("}", "}}")  # not read as a field
+    check_shapes(
+        weights,
+        expected,
+        GGUFError,
+        where + ": {name} does not belong to a model of this shape",
+        where + ": the tensor for {name} has shape {shape}, but the metadata implies {expected}",
+    )
     return weights
 
 

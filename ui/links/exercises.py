@@ -32,7 +32,7 @@ from .rooms import (
     ROOM_IDLE_S,
     RoomError,
     RoomStore,
-    RoomsUnavailable,
+    ask_redis,
     normal_code,
 )
 
@@ -289,18 +289,8 @@ class RedisRoomExercises:
         return f"{self.prefix}exercise:{code}:answers:{number}"
 
     def _call(self, work: Callable[[], Any]) -> Any:
-        import redis
-
         unavailable = "exercises are unavailable for a moment (the rooms' store does not answer)"
-        if not self.breaker.closed():
-            raise RoomsUnavailable(unavailable)
-        try:
-            found = work()
-        except redis.RedisError as error:
-            self.breaker.failed(error)
-            raise RoomsUnavailable(unavailable) from error
-        self.breaker.worked()
-        return found
+        return ask_redis(self.breaker, unavailable, work)
 
     def _ttl_ms(self) -> int:
         return max(1, round(self.idle_s * 1000))

@@ -134,7 +134,35 @@ class Room:
     active: float = float("-inf")
 
 
-class Rooms:
+class RoomBounds:
+    """The bounds a registry of rooms keeps: at most ``max_rooms`` rooms, each closed
+    ``idle_s`` seconds after its last use, at most ``per_client`` of them opened by one client
+    address; a room published to or read within ``active_s`` is a lecture's."""
+
+    def __init__(self, max_rooms: int, idle_s: float, per_client: int, active_s: float) -> None:
+        self.max_rooms = max_rooms
+        self.idle_s = idle_s
+        self.per_client = per_client
+        self.active_s = active_s
+
+
+def ask_redis(breaker: Breaker, unavailable: str, work: Callable[[], Any]) -> Any:
+    """What ``work()`` gets from Redis, asked through ``breaker``: a :class:`RoomsUnavailable`
+    saying ``unavailable`` while the breaker leaves Redis alone, or when Redis fails."""
+    import redis
+
+    if not breaker.closed():
+        raise RoomsUnavailable(unavailable)
+    try:
+        found = work()
+    except redis.RedisError as error:
+        breaker.failed(error)
+        raise RoomsUnavailable(unavailable) from error
+    breaker.worked()
+    return found
+
+
+class Rooms(RoomBounds):
     """The open rooms, at most ``max_rooms``, each closed after ``idle_s`` seconds unused. Past
     the bound the least recently used room that is not a lecture's (published to or read within
     ``active_s``) is closed; when every room is a lecture's, the new one is refused. A client
@@ -148,11 +176,8 @@ class Rooms:
         per_client: int = MAX_ROOMS_PER_CLIENT,
         active_s: float = ACTIVE_S,
     ) -> None:
-        self.max_rooms = max_rooms
-        self.idle_s = idle_s
+        super().__init__(max_rooms, idle_s, per_client, active_s)
         self.clock = clock
-        self.per_client = per_client
-        self.active_s = active_s
         self._rooms: OrderedDict[str, Room] = OrderedDict()
         self._lock = threading.Lock()
         self._expired_at = float("-inf")
@@ -280,13 +305,21 @@ _NOW = """
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 """
+
+
+def _touching(body: str, end: str) -> str:
+    """A script that knows the time (``now``), runs ``body``, then marks the room used (its
+    expiry and its place in the set: ``body`` returns early where the room is not to be
+    touched) and runs ``end``."""
+    return _NOW + body + _TOUCH + end
+
+
 # A new room (0 when the code is taken), opened by the client whose set of codes is KEYS[4]
 # (none when ARGV[6] is ""), which may hold ARGV[7] rooms (-3 past that). Past ARGV[5] rooms,
 # the least recently used one that no lecturer published to and no follower read within
 # ARGV[8] ms closes; when every room is a lecture's, no room is opened (-4).
-_OPEN = (
-    _NOW
-    + _PRUNE
+_OPEN = _touching(
+    _PRUNE
     + """
 if ARGV[6] ~= '' then
   for _, code in ipairs(redis.call('SMEMBERS', KEYS[4])) do
@@ -314,56 +347,49 @@ if ARGV[6] ~= '' then
   redis.call('SADD', KEYS[4], ARGV[2])
   redis.call('PEXPIRE', KEYS[4], ARGV[1])
 end
-"""
-    + _TOUCH
-    + "return 1"
+""",
+    "return 1",
 )
 # The room's (secret, version, view), now the most recently used; false when it is closed.
 # ARGV[3]: the secret that asks (a lecturer's page resuming it): when it is the room's, the
 # room is a lecture's now.
-_READ = (
-    _NOW
-    + """
+_READ = _touching(
+    """
 local room = redis.call('HMGET', KEYS[1], 'secret', 'version', 'view')
 if not room[1] then return false end
 if room[1] == ARGV[3] then redis.call('HSET', KEYS[1], 'active', now) end
-"""
-    + _TOUCH
-    + "return room"
+""",
+    "return room",
 )
 # The room's (version, view) alone: a follower's poll, one round trip; it is a lecture's now.
-_LATEST = (
-    _NOW
-    + """
+_LATEST = _touching(
+    """
 local room = redis.call('HMGET', KEYS[1], 'version', 'view')
 if not room[1] then return false end
 redis.call('HSET', KEYS[1], 'active', now)
-"""
-    + _TOUCH
-    + "return room"
+""",
+    "return room",
 )
 # Set the view ARGV[4] and return the version, raised only when the view changed; the secret
 # ARGV[3] was checked by the caller, and is checked again in case the code was closed and given
 # to another page meanwhile. -1: closed; -2: another page's room.
-_PUBLISH = (
-    _NOW
-    + """
+_PUBLISH = _touching(
+    """
 local room = redis.call('HMGET', KEYS[1], 'secret', 'view')
 if not room[1] then return -1 end
 if room[1] ~= ARGV[3] then return -2 end
 redis.call('HSET', KEYS[1], 'active', now)
-"""
-    + _TOUCH
-    + """
+""",
+    """
 if room[2] == ARGV[4] then return tonumber(redis.call('HGET', KEYS[1], 'version')) end
 redis.call('HSET', KEYS[1], 'view', ARGV[4])
 return redis.call('HINCRBY', KEYS[1], 'version', 1)
-"""
+""",
 )
 _COUNT = _PRUNE + "return redis.call('ZCARD', KEYS[2])"
 
 
-class RedisRooms:
+class RedisRooms(RoomBounds):
     """:class:`Rooms` kept in Redis, shared by the app processes that serve one class: the same
     codes, secrets, versions, bound and expiry (by Redis, ``idle_s`` after a room's last use),
     each operation atomic in Redis. A follower's :meth:`latest` is one round trip. An error of
@@ -378,11 +404,8 @@ class RedisRooms:
         per_client: int = MAX_ROOMS_PER_CLIENT,
         active_s: float = ACTIVE_S,
     ) -> None:
+        super().__init__(max_rooms, idle_s, per_client, active_s)
         self.client = client
-        self.max_rooms = max_rooms
-        self.idle_s = idle_s
-        self.per_client = per_client
-        self.active_s = active_s
         # A Redis that failed is not asked again for a poll's period: with a server that does
         # not answer, each call would hold a thread for its timeout (fifty polls a second).
         self.breaker = Breaker("follow-me rooms", retry_after_s=2.0)
@@ -404,20 +427,13 @@ class RedisRooms:
     def _run(self, name: str, code: str, *args: Any, keys: tuple[str, ...] = ()) -> Any:
         """Run script ``name`` for room ``code`` (a normal code) with ``args`` after the
         common ones, and ``keys`` after the common keys."""
-        import redis
-
         unavailable = "follow me is unavailable for a moment (the rooms' store does not answer)"
-        if not self.breaker.closed():
-            raise RoomsUnavailable(unavailable)
         every = [self._room_prefix + code, self._set, self._counter, *keys]
         ttl_ms = max(1, round(self.idle_s * 1000))
-        try:
-            found = self._scripts[name](keys=every, args=[ttl_ms, code, *args])
-        except redis.RedisError as error:
-            self.breaker.failed(error)
-            raise RoomsUnavailable(unavailable) from error
-        self.breaker.worked()
-        return found
+        script = self._scripts[name]
+        return ask_redis(
+            self.breaker, unavailable, lambda: script(keys=every, args=[ttl_ms, code, *args])
+        )
 
     def __len__(self) -> int:
         return int(self._run("count", "", "", self._room_prefix))

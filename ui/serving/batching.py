@@ -178,10 +178,16 @@ class Batcher(Generic[Item, Result]):
                     waiting.settle(error)
 
     def _alone(self, item: Item) -> Result | BaseException:
-        try:
-            return self.alone(item)
-        except Exception as error:
-            return error
+        return outcome(lambda: self.alone(item))
+
+
+def outcome(work: Callable[[], Result]) -> Result | BaseException:
+    """What ``work()`` returns, or the error it raised: an item run alone gets its own error,
+    which leaves the others' results as they are."""
+    try:
+        return work()
+    except Exception as error:
+        return error
 
 
 def steps_together(sessions: list[DecodingSession]) -> list[StepRecord | BaseException]:
@@ -193,16 +199,10 @@ def steps_together(sessions: list[DecodingSession]) -> list[StepRecord | BaseExc
         return list(step_together(sessions))
     except Exception as error:
         log.info("a batch of %d steps ran one by one: %s", len(sessions), error)
-    outcomes: list[StepRecord | BaseException] = []
-    for session, taken in zip(sessions, before, strict=True):
-        if len(session.records) > taken:
-            outcomes.append(session.records[-1])
-            continue
-        try:
-            outcomes.append(session.step())
-        except Exception as error:
-            outcomes.append(error)
-    return outcomes
+    return [
+        session.records[-1] if len(session.records) > taken else outcome(session.step)
+        for session, taken in zip(sessions, before, strict=True)
+    ]
 
 
 class StepBatcher:
@@ -242,13 +242,7 @@ def analyses_together(requests: list[_AnalysisRequest]) -> list[Analysis | BaseE
         return list(analyse_together(first.model, first.tokenizer, [r.planned for r in requests]))
     except Exception as error:
         log.info("a batch of %d analyses ran one by one: %s", len(requests), error)
-    outcomes: list[Analysis | BaseException] = []
-    for request in requests:
-        try:
-            outcomes.append(request.alone())
-        except Exception as error:
-            outcomes.append(error)
-    return outcomes
+    return [outcome(request.alone) for request in requests]
 
 
 class AnalysisBatcher:

@@ -20,6 +20,7 @@ generation.
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import re
 import weakref
@@ -153,6 +154,17 @@ class _Reopening:
 # -- a session's start -----------------------------------------------------------------------
 
 
+def _after_all(read: Callable[..., Any]) -> Callable[..., Any]:
+    """``dict``'s method ``read`` for :class:`_ConfigOnDemand`, called once every copy is made."""
+
+    @functools.wraps(read)
+    def method(self: _ConfigOnDemand, *args: Any) -> Any:
+        self._all()
+        return read(self, *args)
+
+    return method
+
+
 class _ConfigOnDemand(dict):
     """A session's copies of its components' configs (gradio's ``SessionState.config_values``),
     each made when it is first read instead of all of them when the session starts.
@@ -194,25 +206,12 @@ class _ConfigOnDemand(dict):
     def __contains__(self, key: object) -> bool:
         return self._made(key)
 
-    def __iter__(self) -> Any:
-        self._all()
-        return dict.__iter__(self)
-
-    def __len__(self) -> int:
-        self._all()
-        return dict.__len__(self)
-
-    def keys(self) -> Any:
-        self._all()
-        return dict.keys(self)
-
-    def values(self) -> Any:
-        self._all()
-        return dict.values(self)
-
-    def items(self) -> Any:
-        self._all()
-        return dict.items(self)
+    # What reads the whole mapping makes every copy first.
+    __iter__ = _after_all(dict.__iter__)
+    __len__ = _after_all(dict.__len__)
+    keys = _after_all(dict.keys)
+    values = _after_all(dict.values)
+    items = _after_all(dict.items)
 
 
 class _WithoutBlocks:

@@ -26,6 +26,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,22 +81,17 @@ def connect(url: str) -> redis.Redis:
         raise RuntimeError(f"{REDIS_URL_ENV} is not a Redis URL: {error}") from None
 
 
+@dataclass(eq=False)
 class Breaker:
     """Whether to ask Redis now: not for ``retry_after_s`` after an error, which is logged once
-    until Redis answers again."""
+    until Redis answers again; ``what`` names what Redis keeps, for the log."""
 
-    def __init__(
-        self,
-        what: str,
-        retry_after_s: float = RETRY_AFTER_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.what = what
-        self.retry_after_s = retry_after_s
-        self.clock = clock
-        self._retry_at = 0.0
-        self._failing = False
-        self._lock = threading.Lock()
+    what: str
+    retry_after_s: float = RETRY_AFTER_S
+    clock: Callable[[], float] = time.monotonic
+    _retry_at: float = field(default=0.0, init=False)
+    _failing: bool = field(default=False, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def closed(self) -> bool:
         """Whether Redis may be asked now."""
@@ -283,35 +279,30 @@ def models_version(registry: Any) -> str:
 MISSING: Any = object()
 
 
+@dataclass(eq=False)
 class RedisViews:
     """The second level of the shared views: views kept in Redis under
     ``<prefix>view:<version>:<key>``, each expiring ``ttl_s`` after it was stored, none over
     ``max_bytes`` compressed. :meth:`get` answers :data:`MISSING` for a view not there, and
     for any error of Redis (which :meth:`put` ignores)."""
 
-    def __init__(
-        self,
-        client: redis.Redis,
-        version: str,
-        *,
-        prefix: str = KEY_PREFIX,
-        ttl_s: int = VIEW_TTL_S,
-        max_bytes: int = VIEW_MAX_BYTES,
-        breaker: Breaker | None = None,
-    ) -> None:
-        self.client = client
-        self.version = version
-        self.prefix = prefix
-        self.ttl_s = ttl_s
-        self.max_bytes = max_bytes
-        self.breaker = breaker or Breaker("shared views")
-        self.stored = 0  # views written, for the tests and the benchmark
-        self.unstored = 0  # views that stay in their process (unencodable or too large)
-        # Views to write, on a daemon thread of their own (started on first use): a process
-        # that exits does not wait for a Redis that does not answer.
-        self._writes: queue.Queue[tuple[str, Any]] = queue.Queue(MAX_PENDING_WRITES)
-        self._writer: threading.Thread | None = None
-        self._lock = threading.Lock()
+    client: redis.Redis = field(repr=False)
+    version: str
+    _: KW_ONLY
+    prefix: str = KEY_PREFIX
+    ttl_s: int = VIEW_TTL_S
+    max_bytes: int = VIEW_MAX_BYTES
+    breaker: Breaker = field(default_factory=lambda: Breaker("shared views"))
+    stored: int = field(default=0, init=False)  # views written, for the tests and the benchmark
+    # Views that stay in their process (unencodable or too large).
+    unstored: int = field(default=0, init=False)
+    # Views to write, on a daemon thread of their own (started on first use): a process
+    # that exits does not wait for a Redis that does not answer.
+    _writes: queue.Queue[tuple[str, Any]] = field(
+        default_factory=lambda: queue.Queue(MAX_PENDING_WRITES), init=False, repr=False
+    )
+    _writer: threading.Thread | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}view:{self.version}:{key}"

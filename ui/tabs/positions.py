@@ -383,7 +383,7 @@ def _sentence_figures(registry: ModelRegistry, request: SentenceRequest) -> tupl
     labels = figures.token_labels(shown_pieces(checkpoint.tokenizer, pieces))  # ␣cat, 美[1/3]
     types = None if stack.token_type_embedding is None else stack.token_type_embedding[0]
     normed = layer_input if config.embedding_norm else None
-    options: dict[str, Any] = {
+    options: figures.EmbeddingOptions = {
         "token_type": types,
         "layer_input": normed,
         "scaled": config.scale_embeddings,

@@ -4,12 +4,12 @@ teacher forcing, and the live updates that follow the model and the strategy."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gradio as gr
 
-from transformer.generation import teacher_force
+from transformer.generation import DecodingSession, teacher_force
 from transformer.lab.analysis import shown_pieces
 from transformer.pretrained.checkpoint import Checkpoint
 from transformer.pretrained.loading import family_summary
@@ -38,51 +38,60 @@ RUN_FIGURE_INTERVAL_S = 0.5
 # font), then the session's models and its generation state: ``takes_call`` reads them once.
 
 
-@friendly
-@gpu
-@takes_call
-def step(registry: ModelRegistry, call: GenerateCall) -> Drawn:
-    """The ``/generate_step`` endpoint: one more token."""
-    request, session, state = call.request, call.session, call.state
-    with state.lock:
-        state, note = current(registry, state, session, request)
-        assert state.decoding is not None  # current() starts one
-        registry.admit_decoding(request.model, state)  # weighed, and counted among all
-        if state.decoding.done:
+def endpoint(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """``handler(registry, call)`` as a Generate event handler: its inputs read into a
+    :class:`GenerateCall` once, run where Spaces lends a GPU, its errors shown as messages."""
+    return friendly(gpu(takes_call(handler)))
+
+
+def _current(
+    registry: ModelRegistry, call: GenerateCall, *, admit: bool
+) -> tuple[GenerationState, DecodingSession, str]:
+    """The session's state, its decoding for the request's source, model and settings (started
+    afresh where they changed) and the note that says so; ``admit`` weighs the decoding among
+    all of them first, as one that runs the model must. The caller holds ``call.state.lock``."""
+    state, note = current(registry, call.state, call.session, call.request)
+    assert state.decoding is not None  # current() starts one
+    if admit:
+        registry.admit_decoding(call.request.model, state)  # weighed, and counted among all
+    return state, state.decoding, note
+
+
+def _move(registry: ModelRegistry, call: GenerateCall, *, forward: bool) -> Drawn:
+    """One token more (``forward``) or one fewer, and the view of the decoding after it."""
+    with call.state.lock:
+        state, decoding, note = _current(registry, call, admit=forward)
+        if not forward:
+            if decoding.records:
+                decoding.back()
+        elif decoding.done:
             gr.Warning("Generation has finished: press Back or Reset.")
         else:
-            registry.decode_step(request.model, state.decoding)  # a big prompt: the costly pool
-        return draw(registry, state, request, session, note)
+            registry.decode_step(call.request.model, decoding)  # a big prompt: the costly pool
+        return draw(registry, state, call.request, call.session, note)
 
 
-@friendly
-@gpu
-@takes_call
+@endpoint
+def step(registry: ModelRegistry, call: GenerateCall) -> Drawn:
+    """The ``/generate_step`` endpoint: one more token."""
+    return _move(registry, call, forward=True)
+
+
+@endpoint
 def back(registry: ModelRegistry, call: GenerateCall) -> Drawn:
     """The ``/generate_back`` endpoint: undo the last step."""
-    request, session, state = call.request, call.session, call.state
-    with state.lock:
-        state, note = current(registry, state, session, request)
-        assert state.decoding is not None  # current() starts one
-        if state.decoding.records:
-            state.decoding.back()
-        return draw(registry, state, request, session, note)
+    return _move(registry, call, forward=False)
 
 
-@friendly
-@gpu
-@takes_call
+@endpoint
 def reset(registry: ModelRegistry, call: GenerateCall) -> Drawn:
     """The ``/generate_reset`` endpoint: start again from the source."""
-    request, session, state = call.request, call.session, call.state
-    with state.lock:
-        restart(registry, state, session, request)
-        return draw(registry, state, request, session)
+    with call.state.lock:
+        restart(registry, call.state, call.session, call.request)
+        return draw(registry, call.state, call.request, call.session)
 
 
-@friendly
-@gpu
-@takes_call
+@endpoint
 def run(registry: ModelRegistry, call: GenerateCall) -> Iterator[Drawn]:
     """The ``/generate`` endpoint: step to the end, one update per step (its figures throttled
     to one set per ``RUN_FIGURE_INTERVAL_S``, the last step's always sent), pausing at the time
@@ -90,12 +99,9 @@ def run(registry: ModelRegistry, call: GenerateCall) -> Iterator[Drawn]:
 
     Each step holds the session's lock, so a Step pressed meanwhile takes its turn between two
     of these steps and never runs inside one; a restart meanwhile ends this run."""
-    request, session, state = call.request, call.session, call.state
-    with state.lock:
-        state, note = current(registry, state, session, request)
-        assert state.decoding is not None  # current() starts one
-        registry.admit_decoding(request.model, state)  # weighed, and counted among all
-        decoding = state.decoding
+    request, session = call.request, call.session
+    with call.state.lock:
+        state, decoding, note = _current(registry, call, admit=True)
         if decoding.done:
             drawn = draw(registry, state, request, session, note)
     if decoding.done:
@@ -262,9 +268,7 @@ def strategy_controls(strategy: str) -> tuple:
     )
 
 
-@friendly
-@gpu
-@takes_call
+@endpoint
 def first_step(registry: ModelRegistry, call: GenerateCall) -> Drawn:
     """The live view after an input or a setting changed: restart and show the first step
     (a model that cannot generate gets its note and placeholders, not an error)."""
@@ -292,9 +296,7 @@ def _first_step(registry: ModelRegistry, call: GenerateCall) -> Drawn:
         return draw(registry, state, request, session, note)
 
 
-@friendly
-@gpu
-@takes_call
+@endpoint
 def redraw(registry: ModelRegistry, call: GenerateCall) -> Drawn:
     """Redraw the decoding as it is (layer, head or font changed); nothing is stepped (the
     logit lens was recorded with each step, so a redraw runs no model)."""
@@ -305,9 +307,7 @@ def redraw(registry: ModelRegistry, call: GenerateCall) -> Drawn:
         return draw(registry, state, request, session)
 
 
-@friendly
-@gpu
-@takes_call
+@endpoint
 def show_stream(registry: ModelRegistry, call: GenerateCall) -> tuple[Any, GenerationState]:
     """(residual stream, state) when the page unfolds the residual stream's section: drawn for
     the decoding as it is, and sent with every step from now on (folded, a step leaves it out).
@@ -330,9 +330,7 @@ def fold_stream(state: GenerationState | None) -> GenerationState:
     return state
 
 
-@friendly
-@gpu
-@takes_call
+@endpoint
 def redraw_attention(
     registry: ModelRegistry, call: GenerateCall
 ) -> tuple[Any, Any, GenerationState]:
