@@ -379,6 +379,35 @@ def test_generate_titles_are_shown_whole(
         context.close()
 
 
+@pytest.mark.parametrize(
+    "viewport, large", [(LAPTOP, False), (PROJECTOR, True)], ids=["laptop-tour", "projector-tour"]
+)
+def test_attention_titles_are_shown_whole_beside_the_tour(
+    browser: Any, app_url: str, viewport: dict, large: bool
+) -> None:
+    """With the tour's sidebar open at 1280×800, the head's figures got 462 px beside the
+    controls and their titles ran off their right edge (the what-if's by 170 px); on a
+    projector in Large font the what-if difference's title ran past its 988 px figure."""
+    from ui.tour import STOPS, label
+
+    index = next(i for i, s in enumerate(STOPS) if s.tab == "Attention")
+    context, page = _open(browser, app_url, viewport, large)
+    try:
+        page.get_by_role("button", name="▶ Guided tour").click()
+        page.locator("#tour-menu input").click()
+        page.get_by_role("option", name=label(index, STOPS[index]), exact=True).click()
+        _drawn(page, "Attention", 4, ("head 1",))
+        page.wait_for_timeout(1500)  # the plots settle to the page's width
+        assert not page.evaluate(TITLES_CUT_JS), page.evaluate(TITLES_CUT_JS)
+        page.get_by_label("zero this head").check()
+        _drawn(page, "Attention", 4, ("What-if change",))
+        page.wait_for_timeout(1500)
+        cut = page.evaluate(TITLES_CUT_JS)
+        assert not cut, cut
+    finally:
+        context.close()
+
+
 PAGE_HEIGHT_JS = "() => document.documentElement.scrollHeight"
 
 

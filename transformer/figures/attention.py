@@ -364,6 +364,7 @@ def scores_and_weights_figure(
     padded_queries: Any | None = None,
     large_font: bool = False,
     height: int | None = None,
+    narrowest: float | None = None,
 ) -> go.Figure:
     """The scores before softmax beside the weights after it, for one head.
 
@@ -375,6 +376,7 @@ def scores_and_weights_figure(
             to at most ``max_tile`` cells a side (and says so), which keeps a 512-token view
             under 2 MB; the weights panel is always exact.
         padded_queries: ``(Tq,)`` bool, ``True`` for [PAD] query rows (marked on the axis).
+        narrowest: the least width in px the page gives the figure: a longer title wraps there.
 
     Scores use a diverging scale around 0, weights a 0..1 scale; masked cells are grey in both
     (their score was ``-inf``, their weight exactly 0). Where a few outliers would flatten a
@@ -410,6 +412,7 @@ def scores_and_weights_figure(
         f"{_describe(record)} · {head_name(record, head)} · grey = masked{note}",
         height or heatmap_height(n_queries, large_font) + 40,
         large_font,
+        narrowest=narrowest,
         padded=padded,
         gap=gap,
         plot_bgcolor=MASKED_GREY,
@@ -433,6 +436,7 @@ def weights_beside_figure(
     padded_queries: Any | None = None,
     large_font: bool = False,
     height: int | None = None,
+    narrowest: float | None = None,
 ) -> go.Figure:
     """Two passes' weights of one head side by side, on one 0..1 scale (a what-if beside the
     original).
@@ -445,6 +449,7 @@ def weights_beside_figure(
         exact_up_to: past this many queries or keys both maps are pooled to attention mass per
             block (at most ``max_tile`` a side), and the title says so.
         padded_queries: ``(Tq,)`` bool, ``True`` for [PAD] query rows (marked on the axis).
+        narrowest: the least width in px the page gives the figure: a longer title wraps there.
     """
     queries, keys, (b, a), (mb, ma, padded_flags) = _plain(
         query_labels, key_labels, [before, after], [masked_before, masked_after, padded_queries]
@@ -468,6 +473,7 @@ def weights_beside_figure(
         f"{title}{note}",
         height or heatmap_height(len(queries), large_font) + 40,
         large_font,
+        narrowest=narrowest,
         padded=padded,
         plot_bgcolor=MASKED_GREY,
         coloraxis=_weights_axis(np.stack(shown), x=1.01, len=0.9),
@@ -486,6 +492,7 @@ def attention_difference_figure(
     max_tile: int = 128,
     large_font: bool = False,
     height: int | None = None,
+    narrowest: float | None = None,
 ) -> go.Figure:
     """What a what-if changed: ``after − before`` on a diverging scale centred on 0.
 
@@ -498,6 +505,7 @@ def attention_difference_figure(
         query_labels, key_labels: ``Tq`` and ``Tk`` unique labels.
         masked: ``(Tq, Tk)`` bool, cells masked in *both* runs (grey); a cell a what-if unmasked
             (e.g. the causal mask switched off) is not masked here, so its change shows.
+        narrowest: the least width in px the page gives the figure: a longer title wraps there.
 
     Red: the query attends more to that key after the change; blue: less.
     """
@@ -519,6 +527,7 @@ def attention_difference_figure(
         f"{title} · red = more, blue = less · grey = masked",
         height or heatmap_height(len(queries), large_font),
         large_font,
+        narrowest=narrowest,
         plot_bgcolor=MASKED_GREY,
     )
 
@@ -763,6 +772,7 @@ def attention_grid(
     kv_head_of: Sequence[int] | None = None,
     large_font: bool = False,
     height: int | None = None,
+    narrowest: float | None = None,
 ) -> go.Figure:
     """Every head of every layer as one tiled heatmap with one shared colour scale.
 
@@ -782,6 +792,7 @@ def attention_grid(
         kv_head_of: ``(H,)`` the key/value head each query head reads
             (``AttentionRecord.kv_head_of``): where heads share one (grouped-query attention)
             each column is labelled ``head h (kv g)`` and a dark line separates the groups.
+        narrowest: the least width in px the page gives the figure: a longer title wraps there.
 
     The colour bar reads in weights, 0..1, as the single-head view's does (a long input whose
     weights are nearly all small stops at their 99th percentile, and says so).
@@ -795,7 +806,7 @@ def attention_grid(
     grid = _grid(
         weights, masked, query_labels, key_labels, padded_queries, exact_up_to, max_tile, max_cells
     )
-    return _grid_figure(grid, title, kv_head_of, large_font, height)
+    return _grid_figure(grid, title, kv_head_of, large_font, (height, narrowest))
 
 
 @dataclass
@@ -856,10 +867,12 @@ def _grid_figure(
     title: str,
     kv_head_of: Sequence[int] | None,
     large_font: bool,
-    height: int | None,
+    room: tuple[int | None, float | None],
 ) -> go.Figure:
     """The tiles of ``grid`` as one heatmap, with the heads' and layers' names, the masked
-    cells grey, the [PAD] rows marked and, where heads share key/value heads, their groups."""
+    cells grey, the [PAD] rows marked and, where heads share key/value heads, their groups;
+    ``room``: its height (``None``: from its rows) and the least width the page gives it."""
+    height, narrowest = room
     layers, m, queries, keys, padded = (
         grid.layers,
         grid.masked,
@@ -901,6 +914,7 @@ def _grid_figure(
         f"{title}{notice} · grey = masked{pad_note}",
         height,
         large_font,
+        narrowest=narrowest,
         plot_bgcolor="white",
         margin={"l": 80 if large_font else 60, "r": 20, "t": 105 if large_font else 80, "b": 60},
         xaxis=x_axis,
@@ -1058,6 +1072,7 @@ def grid_figure(
     padded_queries: Any | None = None,
     large_font: bool = False,
     height: int | None = None,
+    narrowest: float | None = None,
 ) -> go.Figure:
     """:func:`attention_grid` for one sequence of a trace's records of one kind.
 
@@ -1067,6 +1082,7 @@ def grid_figure(
         batch: which sequence of the batch.
         query_labels, key_labels: ``Tq`` and ``Tk`` unique labels.
         padded_queries: ``(Tq,)`` bool, ``True`` for [PAD] query rows (marked in red).
+        narrowest: the least width in px the page gives the figure: a longer title wraps there.
     """
     if not records:
         raise ValueError("no attention records to draw")
@@ -1091,6 +1107,7 @@ def grid_figure(
         padded_queries=padded_queries,
         large_font=large_font,
         height=height,
+        narrowest=narrowest,
     )
 
 
@@ -1137,6 +1154,7 @@ def masks_figure(
     changed_title: str = "applied with the what-if",
     large_font: bool = False,
     height: int | None = None,
+    narrowest: float | None = None,
 ) -> go.Figure:
     """The masks themselves: padding, causal (if any) and their combination, side by side (the
     combination only where padding masks a key; else it is the causal mask, drawn once).
@@ -1148,6 +1166,7 @@ def masks_figure(
         causal: ``(Tq, Tk)`` bool, ``True`` = may attend (``Trace.causal``), or None.
         changed: ``(Tq, Tk)`` bool, ``True`` = may attend: the mask a what-if pass applied,
             drawn last, beside the original (``changed_title`` above it).
+        narrowest: the least width in px the page gives the figure: a longer title wraps there.
 
     Polarity as everywhere in the project: ``True`` (blue) = may attend, grey = masked.
     """
@@ -1174,6 +1193,7 @@ def masks_figure(
         "Masks · blue = may attend, grey = masked",
         height or heatmap_height(n_queries, large_font, maximum=700) + 40,
         large_font,
+        narrowest=narrowest,
         gap=0.04,
         coloraxis=_mask_axis(),
     )
@@ -1183,13 +1203,19 @@ PLACEHOLDER_LINE = 44  # characters a line of a placeholder's message: a 400-pix
 
 
 def placeholder_figure(
-    title: str, text: str, *, large_font: bool = False, height: int = 240
+    title: str,
+    text: str,
+    *,
+    large_font: bool = False,
+    height: int = 240,
+    narrowest: float | None = None,
 ) -> go.Figure:
     """An empty figure with a message: what a view shows before there is anything to draw.
 
     Plotly never wraps an annotation: a sentence wider than a narrow figure (a column beside
     the tour's sidebar) was cut at both ends. The message is broken into lines of at most
-    ``PLACEHOLDER_LINE`` characters (fewer in large font)."""
+    ``PLACEHOLDER_LINE`` characters (fewer in large font); a title longer than ``narrowest``
+    px, the least width the page gives the figure, wraps there."""
     width = PLACEHOLDER_LINE * 4 // 5 if large_font else PLACEHOLDER_LINE
     message = {
         "text": "<br>".join(textwrap.wrap(text, width)),
@@ -1201,7 +1227,16 @@ def placeholder_figure(
         "font": {"size": font_size(large_font) + 2},
     }
     hidden = {"visible": False}
-    return _finish([], title, height, large_font, xaxis=hidden, yaxis=hidden, annotations=[message])
+    return _finish(
+        [],
+        title,
+        height,
+        large_font,
+        narrowest=narrowest,
+        xaxis=hidden,
+        yaxis=hidden,
+        annotations=[message],
+    )
 
 
 # -- an Attention page's figures, drawn from its data ------------------------------------------
@@ -1210,11 +1245,13 @@ def placeholder_figure(
 GRID_MIN_CELLS = 150_000
 
 
-def head_figures(data: AttentionData) -> tuple[go.Figure, go.Figure, go.Figure]:
+def head_figures(
+    data: AttentionData, narrowest: float | None = None
+) -> tuple[go.Figure, go.Figure, go.Figure]:
     """An Attention page's head, masks and change (:func:`~transformer.lab.head_view.attention_data`
     builds what they show): the head's scores beside its weights with a placeholder for the
     change, or (with a what-if or one of the seeds' mistakes on) its weights before beside
-    after, and their difference."""
+    after, and their difference. ``narrowest``: the least width in px the page gives each."""
     view, large, change = data.view, data.large, data.change
     masks = masks_figure(
         view.keys_real,
@@ -1224,6 +1261,7 @@ def head_figures(data: AttentionData) -> tuple[go.Figure, go.Figure, go.Figure]:
         changed=change.mask if change is not None else None,
         changed_title=change.mask_title if change is not None else "with the what-if",
         large_font=large,
+        narrowest=narrowest,
     )
     if change is None:
         single = scores_and_weights_figure(
@@ -1234,9 +1272,11 @@ def head_figures(data: AttentionData) -> tuple[go.Figure, go.Figure, go.Figure]:
             view.key_labels,
             padded_queries=view.padded,
             large_font=large,
+            narrowest=narrowest,
         )
         title, line = data.waiting
-        return single, masks, placeholder_figure(title, line, large_font=large)
+        waiting = placeholder_figure(title, line, large_font=large, narrowest=narrowest)
+        return single, masks, waiting
     single = weights_beside_figure(
         change.before,
         change.after,
@@ -1248,6 +1288,7 @@ def head_figures(data: AttentionData) -> tuple[go.Figure, go.Figure, go.Figure]:
         title=change.title,
         padded_queries=view.padded,
         large_font=large,
+        narrowest=narrowest,
     )
     diff = attention_difference_figure(
         change.before,
@@ -1257,14 +1298,18 @@ def head_figures(data: AttentionData) -> tuple[go.Figure, go.Figure, go.Figure]:
         masked=change.masked_before & change.masked_after,
         title=change.diff_title,
         large_font=large,
+        narrowest=narrowest,
     )
     return single, masks, diff
 
 
-def view_grid_figure(view: AttentionView, large_font: bool = False) -> go.Figure:
-    """Every head of every layer of one view's attention kind, on one colour scale. Its cell
-    budget leaves room for the single head (float32, exact, two grid cells' bytes per cell)
-    that ships in the same response: together under 3 MB."""
+def view_grid_figure(
+    view: AttentionView, large_font: bool = False, narrowest: float | None = None
+) -> go.Figure:
+    """Every head of every layer of one view's attention kind, on one colour scale (its title
+    wrapped at ``narrowest`` px, the least width the page gives it). Its cell budget leaves
+    room for the single head (float32, exact, two grid cells' bytes per cell) that ships in
+    the same response: together under 3 MB."""
     n_queries, n_keys = view.padded.numel(), view.keys_real.numel()  # (Tq,), (Tk,)
     budget = max(GRID_MIN_CELLS, GRID_MAX_CELLS - 2 * n_queries * n_keys)
     return grid_figure(
@@ -1275,4 +1320,5 @@ def view_grid_figure(view: AttentionView, large_font: bool = False) -> go.Figure
         max_cells=budget,
         padded_queries=view.padded,
         large_font=large_font,
+        narrowest=narrowest,
     )

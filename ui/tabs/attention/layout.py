@@ -15,6 +15,7 @@ from ...serving.state import ModelRegistry, bind, once
 from . import mistakes as seed_mistakes
 from .handlers import attention, controls, everything, first_view, grid, refit_everything
 from .overview import build_scale
+from .panels import HEAD_COLUMN_WIDTH
 from .view import ATTENTION_KINDS, EXAMPLE_SENTENCES, kinds_for, layers_of, sentence_count
 
 
@@ -74,7 +75,7 @@ def build(
             mistake = seed_mistakes.control(first_config)
             mistake.elem_classes = ["phone-later"]
             run = gr.Button("Show attention", variant="primary", elem_classes=["phone-later"])
-        with gr.Column(scale=2):
+        with gr.Column(scale=2, min_width=HEAD_COLUMN_WIDTH):
             summary = gr.Markdown(elem_classes=["phone-next"])
             single = gr.Plot(
                 label="One head: scores before softmax, weights after",

@@ -12,20 +12,34 @@ from transformer.lab.head_view import AttentionData, AttentionView
 
 Panels = tuple[Any, Any, Any, str]  # the head, the masks, the change, the summary (Markdown)
 
+# The least width in px the figures' column takes beside the controls: on a narrower page (a
+# laptop with the tour's sidebar open) it goes below them, at the page's width, instead of
+# squeezing a map of twenty rows into 460 px.
+HEAD_COLUMN_WIDTH = 620
+# The least width in px the supported pages give the head's figures and the grid, where their
+# titles wrap (plotly runs a long title past the figure's edge). The head's: a laptop's
+# (1280 × 800), where the column sits beside the controls; with the tour open it goes below
+# them (wider), and a projector's is wider still. The grid's (a row of its own): beside the
+# tour's sidebar on a laptop, and in Large font on a laptop without it, which a projector's
+# with the tour exceeds.
+HEAD_WIDTH = 800
+GRID_WIDTH = {False: 850, True: 1210}
+
 
 def every_panel(data: AttentionData) -> tuple[Any, ...]:
     """Every panel of the tab from one request's data: :func:`head_panels`, then the grid."""
-    head = head_figures(data)
-    return (*head, data.summary, view_grid_figure(data.view, data.large))
+    head = head_figures(data, HEAD_WIDTH)
+    grid = view_grid_figure(data.view, data.large, GRID_WIDTH[data.large])
+    return (*head, data.summary, grid)
 
 
 def head_panels(data: AttentionData) -> Panels:
     """The head view, the masks, the what-if difference and the summary
     (:func:`~transformer.figures.attention.head_figures`)."""
-    return (*head_figures(data), data.summary)
+    return (*head_figures(data, HEAD_WIDTH), data.summary)
 
 
 def grid_panel(view: AttentionView, large: bool) -> Any:
     """Every head of every layer of one view's attention kind
     (:func:`~transformer.figures.attention.view_grid_figure`)."""
-    return view_grid_figure(view, large)
+    return view_grid_figure(view, large, GRID_WIDTH[large])
