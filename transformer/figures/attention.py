@@ -152,7 +152,10 @@ def _padded_flags(flags: np.ndarray | None, n_queries: int) -> np.ndarray:
 
 
 def _map_axes(
-    maps: Sequence[_Map], domains: Sequence[list[float] | None], large_font: bool, padded: Any
+    maps: Sequence[_Map],
+    domains: Sequence[list[float] | None],
+    large_font: bool,
+    padded: np.ndarray | None,
 ) -> dict[str, Any]:
     """Each map's key (x) and query (y) axes, in ``domains`` side by side: the first map's
     queries labelled (its [PAD] rows marked where ``padded`` has a flag for each), a later
