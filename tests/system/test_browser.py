@@ -623,6 +623,14 @@ def test_smollm2_steps_through_a_sentence_and_opens_every_tab(
     try:
         panel = page.get_by_role("tabpanel")
         _drawn(page, "Generate", 3)
+        # The link's view applied (its settling pass watches for the student's own clicks from
+        # then on): the tab's build-time view shows before it, and a Step pressed then is
+        # undone when the link's view restarts the decoding.
+        _poll(
+            page,
+            "the link's view applied",
+            lambda: page.evaluate("() => !!window.__viewTouchWatch"),
+        )
         box = panel.get_by_label("Model", exact=True)
         assert SMOLLM2 in box.input_value()
         # Three quick presses, each while the last step may still run: every one counts.
