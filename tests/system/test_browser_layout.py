@@ -348,13 +348,15 @@ MENU_TEXT_JS = """
     ],
     ids=["laptop-tour", "laptop", "projector", "projector-tour"],
 )
-def test_generate_titles_are_shown_whole(
+def test_generate_and_attention_titles_are_shown_whole(
     browser: Any, app_url: str, viewport: dict, large: bool, tour: bool
 ) -> None:
     """With the tour's sidebar open at 1280×800, the cross-attention figure got half the
     page's width beside the next-token chart, and its title ran off its right edge; on a
     projector in Large font with the tour open, its title ran off it at the figure's least
-    width."""
+    width. With the tour open, Attention's head figures got 462 px beside the controls on a
+    laptop and their titles ran off them (the what-if's by 170 px); on a projector the what-if
+    difference's title ran past its 988 px figure."""
     from ui.tour import STOPS, label
 
     # The tour's Generate stop opens the translation model, whose figures include the
@@ -375,35 +377,18 @@ def test_generate_titles_are_shown_whole(
         if tour:  # the stop's name, too long for the menu, ends with "…" clear of its arrow
             text_right, arrow_left, overflow = page.evaluate(MENU_TEXT_JS)
             assert overflow == "ellipsis" and text_right <= arrow_left, (text_right, arrow_left)
-    finally:
-        context.close()
-
-
-@pytest.mark.parametrize(
-    "viewport, large", [(LAPTOP, False), (PROJECTOR, True)], ids=["laptop-tour", "projector-tour"]
-)
-def test_attention_titles_are_shown_whole_beside_the_tour(
-    browser: Any, app_url: str, viewport: dict, large: bool
-) -> None:
-    """With the tour's sidebar open at 1280×800, the head's figures got 462 px beside the
-    controls and their titles ran off their right edge (the what-if's by 170 px); on a
-    projector in Large font the what-if difference's title ran past its 988 px figure."""
-    from ui.tour import STOPS, label
-
-    index = next(i for i, s in enumerate(STOPS) if s.tab == "Attention")
-    context, page = _open(browser, app_url, viewport, large)
-    try:
-        page.get_by_role("button", name="▶ Guided tour").click()
-        page.locator("#tour-menu input").click()
-        page.get_by_role("option", name=label(index, STOPS[index]), exact=True).click()
-        _drawn(page, "Attention", 4, ("head 1",))
-        page.wait_for_timeout(1500)  # the plots settle to the page's width
-        assert not page.evaluate(TITLES_CUT_JS), page.evaluate(TITLES_CUT_JS)
-        page.get_by_label("zero this head").check()
-        _drawn(page, "Attention", 4, ("What-if change",))
-        page.wait_for_timeout(1500)
-        cut = page.evaluate(TITLES_CUT_JS)
-        assert not cut, cut
+            # Attention beside the tour, its head alone and with a what-if.
+            index = next(i for i, s in enumerate(STOPS) if s.tab == "Attention")
+            page.locator("#tour-menu input").click()
+            page.get_by_role("option", name=label(index, STOPS[index]), exact=True).click()
+            _drawn(page, "Attention", 4, ("head 1",))
+            page.wait_for_timeout(1500)
+            assert not page.evaluate(TITLES_CUT_JS), page.evaluate(TITLES_CUT_JS)
+            page.get_by_label("zero this head").check()
+            _drawn(page, "Attention", 4, ("What-if change",))
+            page.wait_for_timeout(1500)
+            cut = page.evaluate(TITLES_CUT_JS)
+            assert not cut, cut
     finally:
         context.close()
 
