@@ -17,18 +17,18 @@ Panels = tuple[Any, Any, Any, str]  # the head, the masks, the change, the summa
 # squeezing a map of twenty rows into 460 px.
 HEAD_COLUMN_WIDTH = 620
 # The least width in px the supported pages give the head's figures and the grid, where their
-# titles wrap (plotly runs a long title past the figure's edge). The head's: a laptop's
-# (1280 × 800), where the column sits beside the controls; with the tour open it goes below
-# them (wider), and a projector's is wider still. The grid's (a row of its own): beside the
-# tour's sidebar on a laptop, and in Large font on a laptop without it, which a projector's
-# with the tour exceeds.
-HEAD_WIDTH = 800
+# titles wrap (plotly runs a long title past the figure's edge), in the laptop's font and in
+# Large font. The head's: a laptop's (1280 × 800), where the column sits beside the controls
+# (with the tour open it goes below them, wider), and a projector's (1920 × 1080) with the
+# tour open. The grid's (a row of its own): beside the tour's sidebar on a laptop, and in Large
+# font the least a page gives it without the tour, which a projector's with the tour exceeds.
+HEAD_WIDTH = {False: 800, True: 980}
 GRID_WIDTH = {False: 850, True: 1210}
 
 
 def every_panel(data: AttentionData) -> tuple[Any, ...]:
     """Every panel of the tab from one request's data: :func:`head_panels`, then the grid."""
-    head = head_figures(data, HEAD_WIDTH)
+    head = head_figures(data, HEAD_WIDTH[data.large])
     grid = view_grid_figure(data.view, data.large, GRID_WIDTH[data.large])
     return (*head, data.summary, grid)
 
@@ -36,7 +36,7 @@ def every_panel(data: AttentionData) -> tuple[Any, ...]:
 def head_panels(data: AttentionData) -> Panels:
     """The head view, the masks, the what-if difference and the summary
     (:func:`~transformer.figures.attention.head_figures`)."""
-    return (*head_figures(data, HEAD_WIDTH), data.summary)
+    return (*head_figures(data, HEAD_WIDTH[data.large]), data.summary)
 
 
 def grid_panel(view: AttentionView, large: bool) -> Any:
