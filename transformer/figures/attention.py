@@ -1253,8 +1253,8 @@ def head_figures(
 ) -> tuple[go.Figure, go.Figure, go.Figure]:
     """An Attention page's head, masks and change (:func:`~transformer.lab.head_view.attention_data`
     builds what they show): the head's scores beside its weights with a placeholder for the
-    change, or (with a what-if or one of the seeds' mistakes on) its weights before beside
-    after, and their difference. ``narrowest``: the least width in px the page gives each."""
+    change, or (where the data holds a changed pass) its weights before beside after, and
+    their difference. ``narrowest``: the least width in px the page gives each."""
     view, large, change = data.view, data.large, data.change
     masks = masks_figure(
         view.keys_real,
